@@ -1,0 +1,29 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Both install what they need first (scripts/deps.sh).
+SHELL := /bin/bash
+export PATH := $(CURDIR)/.tools/go/bin:$(PATH)
+
+.PHONY: demo test deps build bench fuzz
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@mkdir -p bin
+	go build -o bin/ ./cmd/... ./tools/...
+
+# Runs the main job on a generated ImageNet-shaped demo dataset.
+demo: build
+	bash scripts/demo.sh
+
+# Runs every test: vet, then the Go tests under the race detector.
+test: deps
+	go vet ./...
+	go test -race -count=1 ./...
+
+# Benchmarks (not tests): see README "Figures".
+bench: build
+	go test -run XXX -bench . -benchtime 3x ./bmap/
+
+fuzz: deps
+	go test -run XXX -fuzz FuzzDecode -fuzztime 60s ./bmap/

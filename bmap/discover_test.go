@@ -1,0 +1,114 @@
+package bmap
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// mkTree creates files (content = their name) and directories (trailing
+// "/") under root; "a -> b" makes a symlink a pointing to b.
+func mkTree(t *testing.T, root string, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		full := filepath.Join(root, p)
+		switch {
+		case strings.Contains(p, " -> "):
+			from, to, _ := strings.Cut(p, " -> ")
+			if err := os.Symlink(to, filepath.Join(root, from)); err != nil {
+				t.Fatal(err)
+			}
+		case strings.HasSuffix(p, "/"):
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(full, []byte(p), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestDiscoverDALIRules(t *testing.T) {
+	tests := []struct {
+		name        string
+		tree        []string
+		opts        DiscoverOptions
+		wantClasses []string
+		want        []Entry
+	}{
+		{
+			name: "dali semantics",
+			tree: []string{
+				"root.jpg",           // files in the root are skipped
+				"b/Z.JPG", "b/a.jpg", // upper-case extension matches; bytewise 'Z' < 'a'
+				"b/x.txt", "b/noext", // non-image files skipped
+				"b/nested/", "b/nested/n.jpg", // no recursion
+				"b/dir.jpg/",        // a directory named like an image is not a sample
+				"B/one.png",         // 'B' sorts before 'a' and 'b' bytewise
+				"a/",                // an empty class keeps its label
+				"Éclair/crème.JPEG", // non-ASCII names sort by bytes, after ASCII
+				"_/u.webp",
+				"b/link.jpg -> a.jpg", // symlinks are samples
+				"linkclass -> B",      // a symlink to a directory is a class
+			},
+			wantClasses: []string{"B", "_", "a", "b", "linkclass", "Éclair"},
+			want: []Entry{
+				{"B/one.png", 0}, {"_/u.webp", 1},
+				{"b/Z.JPG", 3}, {"b/a.jpg", 3}, {"b/link.jpg", 3},
+				{"linkclass/one.png", 4}, {"Éclair/crème.JPEG", 5},
+			},
+		},
+		{
+			name:        "custom filter replaces defaults",
+			tree:        []string{"c/a.jpg", "c/b.raw", "c/C.RAW"},
+			opts:        DiscoverOptions{Filters: []string{"*.raw"}},
+			wantClasses: []string{"c"},
+			want:        []Entry{{"c/C.RAW", 0}, {"c/b.raw", 0}},
+		},
+		{
+			name:        "case-sensitive filter",
+			tree:        []string{"c/a.jpg", "c/B.JPG"},
+			opts:        DiscoverOptions{CaseSensitive: true},
+			wantClasses: []string{"c"},
+			want:        []Entry{{"c/a.jpg", 0}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			mkTree(t, root, tt.tree)
+			classes, entries, err := Discover(root, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(classes, tt.wantClasses) {
+				t.Errorf("classes = %q, want %q", classes, tt.wantClasses)
+			}
+			if !reflect.DeepEqual(entries, tt.want) {
+				t.Errorf("entries = %v, want %v", entries, tt.want)
+			}
+		})
+	}
+}
+
+func TestDiscoverErrors(t *testing.T) {
+	root := t.TempDir()
+	mkTree(t, root, []string{"a/x.jpg", "dangling -> nowhere"})
+	_, _, err := Discover(root, DiscoverOptions{})
+	if err == nil || !strings.Contains(err.Error(), "dangling") {
+		t.Errorf("dangling symlink in root: err = %v, want one naming it (DALI fails here too)", err)
+	}
+	if _, _, err := Discover(filepath.Join(root, "missing"), DiscoverOptions{}); err == nil {
+		t.Error("missing root: no error")
+	}
+	if _, _, err := Discover(t.TempDir(), DiscoverOptions{Filters: []string{"[bad"}}); err == nil || !strings.Contains(err.Error(), "[bad") {
+		t.Errorf("bad filter: err = %v", err)
+	}
+}

@@ -1,0 +1,84 @@
+package bmap
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/extentinfo"
+)
+
+// ErrStale is returned (wrapped) when the live filesystem or file no longer
+// matches the map: its extents must not be trusted.
+var ErrStale = errors.New("stale block map")
+
+// Checker compares a map with the live filesystem. Create it with
+// NewChecker; it is safe for concurrent use.
+type Checker struct {
+	m      *Map
+	dev    extentinfo.Device
+	devNum uint64
+	rootFd int
+}
+
+// NewChecker checks the map's filesystem identity against the filesystem
+// now mounted at its root: same type, and the same UUID (or, when either
+// UUID is unknown, the same device number). The live device, which may have
+// another node or number than when mapped (a re-attached loop device), is
+// returned by Device.
+func (m *Map) NewChecker() (*Checker, error) {
+	live, err := extentinfo.ResolveDevice(m.Root)
+	if err != nil {
+		return nil, fmt.Errorf("bmap: %w: %w", ErrStale, err)
+	}
+	want := m.Device
+	switch {
+	case live.FSType != want.FSType:
+		return nil, fmt.Errorf("bmap: %s: %w: filesystem is %s, map was made on %s", m.Root, ErrStale, live.FSType, want.FSType)
+	case live.FSUUID != "" && want.FSUUID != "":
+		if live.FSUUID != want.FSUUID {
+			return nil, fmt.Errorf("bmap: %s: %w: filesystem UUID is %s, map was made on %s", m.Root, ErrStale, live.FSUUID, want.FSUUID)
+		}
+	case live.Major != want.Major || live.Minor != want.Minor:
+		return nil, fmt.Errorf("bmap: %s: %w: device is %d:%d, map was made on %d:%d (UUID unknown)", m.Root, ErrStale, live.Major, live.Minor, want.Major, want.Minor)
+	}
+	fd, err := unix.Open(m.Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bmap: open %s: %w", m.Root, err)
+	}
+	return &Checker{m: m, dev: live, devNum: unix.Mkdev(live.Major, live.Minor), rootFd: fd}, nil
+}
+
+// Device returns the live device of the map's filesystem.
+func (c *Checker) Device() extentinfo.Device { return c.dev }
+
+// Check compares sample i with the live file: same filesystem, inode, size,
+// modification and change time. Any difference returns an error wrapping
+// ErrStale that names the sample and what changed.
+func (c *Checker) Check(i int) error {
+	s := &c.m.Samples[i]
+	var st unix.Stat_t
+	if err := unix.Fstatat(c.rootFd, s.Path, &st, 0); err != nil {
+		return fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
+	}
+	var what string
+	switch {
+	case s.Reason != OtherFS && st.Dev != c.devNum:
+		what = "now on another filesystem"
+	case st.Ino != s.Inode:
+		what = fmt.Sprintf("inode %d, mapped %d", st.Ino, s.Inode)
+	case st.Size != s.Size:
+		what = fmt.Sprintf("size %d, mapped %d", st.Size, s.Size)
+	case st.Mtim.Nano() != s.MtimeNs:
+		what = "modified since mapped"
+	case st.Ctim.Nano() != s.CtimeNs:
+		what = "changed since mapped"
+	default:
+		return nil
+	}
+	return fmt.Errorf("bmap: sample %d (%s): %w: %s", i, s.Path, ErrStale, what)
+}
+
+// Close releases the checker's directory handle.
+func (c *Checker) Close() error { return unix.Close(c.rootFd) }

@@ -1,0 +1,334 @@
+package bmap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ncw/directio"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/testfs"
+)
+
+func randBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// populate writes the awkward files the issue lists into fs: fragmented,
+// sparse, unwritten-tail, 0/1/60-byte and 12 MB files, in DALI layout.
+func populate(t *testing.T, fs *testfs.FS, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	// Fragmentation: interleave O_DIRECT writes (allocated at write
+	// time, no speculative preallocation) of the samples with a spacer file in the same directory (xfs puts
+	// each directory in its own allocation group).
+	writeInterleaved(t, fs, []string{"train/frag/big0.jpg", "train/frag/spacer0.dat"}, [][]byte{randBytes(rng, 3<<20), randBytes(rng, 3<<20)})
+	writeInterleaved(t, fs, []string{"train/frag/big1.jpg", "train/frag/spacer1.dat"}, [][]byte{randBytes(rng, 1<<20+123), randBytes(rng, 1<<20)})
+	fs.Sync(t)
+
+	// Sizes, including inline candidates on ext4.
+	for _, n := range []int{0, 1, 60, 511, 512, 4095, 4096, 4097, 110_000} {
+		fs.WriteFile(t, fmt.Sprintf("train/sizes/f%06d.jpg", n), randBytes(rng, n))
+	}
+	fs.WriteFile(t, "train/large/a.jpg", randBytes(rng, 12<<20))
+	fs.WriteFile(t, "train/large/b.JPEG", randBytes(rng, 12<<20+7))
+
+	// Sparse: data, a hole, data, and a hole up to EOF.
+	os.MkdirAll(fs.Path("train", "sparse"), 0o755)
+	os.MkdirAll(fs.Path("train", "prealloc"), 0o755)
+	sp, err := os.Create(fs.Path("train", "sparse", "s.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.WriteAt(randBytes(rng, 5000), 0)
+	sp.WriteAt(randBytes(rng, 7000), 1<<20+100)
+	sp.Truncate(3 << 20)
+	sp.Close()
+
+	// Preallocated unwritten tail inside EOF, and past EOF (KEEP_SIZE).
+	for i, mode := range []uint32{0, unix.FALLOC_FL_KEEP_SIZE} {
+		f, err := os.Create(fs.Path("train", "prealloc", fmt.Sprintf("p%d.jpg", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write(randBytes(rng, 10_000))
+		if err := unix.Fallocate(int(f.Fd()), mode, 0, 256<<10); err != nil {
+			t.Fatalf("fallocate: %v", err)
+		}
+		f.Close()
+	}
+	os.MkdirAll(fs.Path("train", "empty"), 0o755)
+	fs.WriteFile(t, "train/sizes/notes.txt", []byte("not a sample"))
+	fs.WriteFile(t, "train/root.jpg", []byte("not a sample either"))
+	fs.Sync(t)
+}
+
+// writeInterleaved writes data[i] to paths[i], 64 KiB at a time in turn,
+// with O_DIRECT for the aligned part.
+func writeInterleaved(t *testing.T, fs *testfs.FS, paths []string, data [][]byte) {
+	const chunk = 64 << 10
+	buf := directio.AlignedBlock(chunk)
+	files := make([]*os.File, len(paths))
+	for i, p := range paths {
+		os.MkdirAll(filepath.Dir(fs.Path(p)), 0o755)
+		f, err := os.OpenFile(fs.Path(p), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_DIRECT, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	for off := 0; ; off += chunk {
+		wrote := false
+		for i, f := range files {
+			if off+chunk > len(data[i]) {
+				continue
+			}
+			copy(buf, data[i][off:off+chunk])
+			if _, err := f.WriteAt(buf, int64(off)); err != nil {
+				t.Fatalf("%s: %v", paths[i], err)
+			}
+			wrote = true
+		}
+		if !wrote {
+			break
+		}
+	}
+	for i, p := range paths {
+		aligned := len(data[i]) / chunk * chunk
+		if aligned < len(data[i]) {
+			f, err := os.OpenFile(fs.Path(p), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.WriteAt(data[i][aligned:], int64(aligned))
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+var filefragLine = regexp.MustCompile(`^\s*\d+:\s+(\d+)\.\.\s*\d+:\s+(\d+)\.\.\s*\d+:\s+(\d+):`)
+
+// filefrag returns the extents filefrag -v reports, in bytes.
+func filefrag(t *testing.T, path string) []extentinfo.Extent {
+	out, err := testfs.Command("filefrag", "-v", "-b1", path)
+	if err != nil {
+		t.Fatalf("filefrag %s: %v: %s", path, err, out)
+	}
+	var exts []extentinfo.Extent
+	for _, line := range strings.Split(out, "\n") {
+		m := filefragLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		l, _ := strconv.ParseUint(m[1], 10, 64)
+		p, _ := strconv.ParseUint(m[2], 10, 64)
+		n, _ := strconv.ParseUint(m[3], 10, 64)
+		exts = append(exts, extentinfo.Extent{Logical: l, Physical: p, Length: n})
+	}
+	return exts
+}
+
+func TestMapRealFilesystems(t *testing.T) {
+	for _, opts := range []testfs.Options{testfs.Ext4(), testfs.XFS()} {
+		t.Run(opts.Type, func(t *testing.T) {
+			fs := testfs.New(t, opts)
+			populate(t, fs, 7)
+			root := fs.Path("train")
+			m, err := bmap.Build(context.Background(), root, bmap.BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Device.Path != fs.Dev || m.Device.FSType != opts.Type || m.Device.FSUUID == "" || m.Device.LogicalBlockSize == 0 {
+				t.Errorf("device = %+v, want %s, %s, a UUID and a block size", m.Device, fs.Dev, opts.Type)
+			}
+			wantClasses := []string{"empty", "frag", "large", "prealloc", "sizes", "sparse"}
+			if strings.Join(m.Classes, ",") != strings.Join(wantClasses, ",") {
+				t.Errorf("classes = %q, want %q", m.Classes, wantClasses)
+			}
+			byPath := map[string]*bmap.Sample{}
+			for i := range m.Samples {
+				s := &m.Samples[i]
+				byPath[s.Path] = s
+				if m.Classes[s.Label] != filepath.Dir(s.Path) {
+					t.Errorf("%s: label %d is class %s", s.Path, s.Label, m.Classes[s.Label])
+				}
+				fi, err := os.Stat(filepath.Join(root, s.Path))
+				if err != nil || fi.Size() != s.Size {
+					t.Errorf("%s: size %d, stat says %v %v", s.Path, s.Size, fi.Size(), err)
+				}
+				if s.Reason != bmap.Inline && s.Size > 0 {
+					ff := filefrag(t, filepath.Join(root, s.Path))
+					if len(ff) != len(s.Extents) {
+						t.Errorf("%s: %d extents, filefrag says %d", s.Path, len(s.Extents), len(ff))
+						continue
+					}
+					for j, e := range s.Extents {
+						if e.Logical != ff[j].Logical || e.Physical != ff[j].Physical || e.Length != ff[j].Length {
+							t.Errorf("%s: extent %d = %+v, filefrag says %+v", s.Path, j, e, ff[j])
+						}
+					}
+				}
+			}
+			if len(m.Samples) != 16 {
+				t.Errorf("%d samples, want 16", len(m.Samples))
+			}
+			// The test must have made what it claims to test.
+			if s := byPath["frag/big0.jpg"]; s == nil || len(s.Extents) < 4 {
+				t.Errorf("frag/big0.jpg is not fragmented: %+v", s)
+			}
+			if s := byPath["prealloc/p0.jpg"]; s == nil || s.Size != 256<<10 || !hasFlag(s, extentinfo.FlagUnwritten) {
+				t.Errorf("prealloc/p0.jpg has no unwritten extent: %+v", s)
+			}
+			if s := byPath["sparse/s.png"]; s == nil || s.Extents[0].Logical+s.Extents[0].Length >= 1<<20 {
+				t.Errorf("sparse/s.png has no hole: %+v", s)
+			}
+			if opts.Type == "ext4" {
+				if s := byPath["sizes/f000060.jpg"]; s == nil || s.Reason != bmap.Inline {
+					t.Errorf("60-byte file on ext4 with inline_data: %+v, want reason inline", s)
+				}
+			}
+			// Every raw sample read from the device equals the file.
+			rep, err := bmap.Verify(context.Background(), m, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := m.Stats()
+			if rep.Checked != st.Samples-st.FSOnly || len(rep.Differences) != 0 {
+				t.Errorf("verify: checked %d of %d raw; differences %v", rep.Checked, st.Samples-st.FSOnly, rep.Differences)
+			}
+			// Cold: the same through a dropped page cache.
+			if err := testfs.DropCaches(); err != nil {
+				t.Logf("cannot drop caches: %v", err)
+			} else if rep, err := bmap.Verify(context.Background(), m, 1); err != nil || len(rep.Differences) != 0 {
+				t.Errorf("cold verify: %v %v", err, rep.Differences)
+			}
+			testFreshness(t, fs, m)
+			testXNVMe(t, fs, m)
+		})
+	}
+}
+
+func hasFlag(s *bmap.Sample, f uint32) bool {
+	for _, e := range s.Extents {
+		if e.Flags&f != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func testFreshness(t *testing.T, fs *testfs.FS, m *bmap.Map) {
+	p := func(rel string) string { return filepath.Join(m.Root, rel) }
+	ck, err := m.NewChecker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	idx := map[string]int{}
+	for i := range m.Samples {
+		idx[m.Samples[i].Path] = i
+		if err := ck.Check(i); err != nil {
+			t.Errorf("fresh map: %v", err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // let timestamps move
+	// Replaced file (new inode), rewritten in place (mtime), chmod (ctime),
+	// truncated (size), deleted.
+	os.Remove(p("large/a.jpg"))
+	fs.WriteFile(t, "train/large/a.jpg", make([]byte, 12<<20))
+	os.WriteFile(p("sizes/f004096.jpg"), make([]byte, 4096), 0o644)
+	os.Chmod(p("sizes/f004097.jpg"), 0o600)
+	os.Truncate(p("sizes/f110000.jpg"), 100)
+	os.Remove(p("sizes/f000511.jpg"))
+	for _, rel := range []string{"large/a.jpg", "sizes/f004096.jpg", "sizes/f004097.jpg", "sizes/f110000.jpg", "sizes/f000511.jpg"} {
+		if err := ck.Check(idx[rel]); !errors.Is(err, bmap.ErrStale) || !strings.Contains(err.Error(), rel) {
+			t.Errorf("%s changed: Check = %v, want ErrStale naming it", rel, err)
+		}
+	}
+	if err := ck.Check(idx["large/b.JPEG"]); err != nil {
+		t.Errorf("untouched file: %v", err)
+	}
+	// Verify must not read old extents of changed files.
+	rep, err := bmap.Verify(context.Background(), m, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Differences) != 5 {
+		t.Errorf("verify after changes: %d differences, want 5: %v", len(rep.Differences), rep.Differences)
+	}
+	// A map of another filesystem is refused as a whole.
+	other := *m
+	other.Device.FSUUID = "00000000-0000-0000-0000-000000000000"
+	if _, err := other.NewChecker(); !errors.Is(err, bmap.ErrStale) {
+		t.Errorf("wrong UUID: err = %v, want ErrStale", err)
+	}
+}
+
+func testXNVMe(t *testing.T, fs *testfs.FS, old *bmap.Map) {
+	m, err := bmap.Build(context.Background(), old.Root, bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	left, err := bmap.WriteXNVMe(&b, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := strings.Count(b.String(), "startblock")
+	if n == 0 || left == 0 || n+left != len(m.Samples) {
+		t.Fatalf("xnvme: %d written + %d left out != %d samples", n, left, len(m.Samples))
+	}
+	prefix := `"train/large/b.JPEG"`
+	if !strings.Contains(b.String(), prefix) {
+		t.Errorf("xnvme keys lack the root prefix %s", prefix)
+	}
+	_, rep, err := bmap.ImportXNVMe(context.Background(), []byte(b.String()), old.Root, bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Matched != n || rep.Mismatched != 0 || rep.Unknown != 0 || rep.Unlisted != left {
+		t.Errorf("import of own export: %+v, want %d matched, %d unlisted", rep, n, left)
+	}
+	// An entry pointing at other blocks is never trusted.
+	tampered := regexp.MustCompile(`("startblock": )(\d+)`).ReplaceAllString(b.String(), "${1}8")
+	m2, rep, err := bmap.ImportXNVMe(context.Background(), []byte(tampered), old.Root, bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Mismatched != n || m2.Stats().FSOnlyReason[bmap.Mismatch] != n {
+		t.Errorf("tampered import: %+v, want %d mismatched and marked", rep, n)
+	}
+}
+
+func TestRefusedFilesystems(t *testing.T) {
+	for _, opts := range []testfs.Options{{Type: "btrfs"}, {Type: "tmpfs"}} {
+		t.Run(opts.Type, func(t *testing.T) {
+			fs := testfs.New(t, opts)
+			fs.WriteFile(t, "c/x.jpg", []byte("data"))
+			_, err := bmap.Build(context.Background(), fs.Dir, bmap.BuildOptions{})
+			if !errors.Is(err, extentinfo.ErrUnsupportedFS) || !strings.Contains(err.Error(), opts.Type) {
+				t.Errorf("err = %v, want ErrUnsupportedFS naming %s", err, opts.Type)
+			}
+		})
+	}
+}

@@ -1,0 +1,122 @@
+package bmap
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/nvfeed/nvfeed/extentinfo"
+)
+
+// The JSON format, read by other tools. Its shape is fixed:
+//
+//	{"version": 1, "root": "/abs/root",
+//	 "device": {"path", "major", "minor", "disk", "partition_start",
+//	            "logical_block_size", "fs_type", "fs_uuid"},
+//	 "classes": [...],
+//	 "samples": [{"path", "label", "size", "raw", "reason",
+//	              "extents": [{"logical", "physical", "length", "flags"}],
+//	              "inode", "mtime_ns", "ctime_ns"}]}
+//
+// inode, mtime_ns and ctime_ns are extra keys that keep the freshness check
+// possible after a round trip through JSON.
+type jsonMap struct {
+	Version int          `json:"version"`
+	Root    string       `json:"root"`
+	Device  jsonDevice   `json:"device"`
+	Classes []string     `json:"classes"`
+	Samples []jsonSample `json:"samples"`
+}
+
+type jsonDevice struct {
+	Path             string `json:"path"`
+	Major            uint32 `json:"major"`
+	Minor            uint32 `json:"minor"`
+	Disk             string `json:"disk"`
+	PartitionStart   uint64 `json:"partition_start"`
+	LogicalBlockSize uint32 `json:"logical_block_size"`
+	FSType           string `json:"fs_type"`
+	FSUUID           string `json:"fs_uuid"`
+}
+
+type jsonSample struct {
+	Path    string       `json:"path"`
+	Label   int32        `json:"label"`
+	Size    int64        `json:"size"`
+	Raw     bool         `json:"raw"`
+	Reason  string       `json:"reason"`
+	Extents []jsonExtent `json:"extents"`
+	Inode   uint64       `json:"inode"`
+	MtimeNs int64        `json:"mtime_ns"`
+	CtimeNs int64        `json:"ctime_ns"`
+}
+
+type jsonExtent struct {
+	Logical  uint64 `json:"logical"`
+	Physical uint64 `json:"physical"`
+	Length   uint64 `json:"length"`
+	Flags    uint32 `json:"flags"`
+}
+
+// WriteJSON writes m in the JSON format.
+func WriteJSON(w io.Writer, m *Map) error {
+	d := m.Device
+	jm := jsonMap{Version: m.Version, Root: m.Root, Classes: m.Classes,
+		Device:  jsonDevice{d.Path, d.Major, d.Minor, d.Disk, d.PartitionStart, d.LogicalBlockSize, d.FSType, d.FSUUID},
+		Samples: make([]jsonSample, len(m.Samples))}
+	if jm.Classes == nil {
+		jm.Classes = []string{}
+	}
+	for i := range m.Samples {
+		s := &m.Samples[i]
+		js := jsonSample{Path: s.Path, Label: s.Label, Size: s.Size, Raw: s.Reason == Raw, Reason: s.Reason.String(),
+			Extents: make([]jsonExtent, len(s.Extents)), Inode: s.Inode, MtimeNs: s.MtimeNs, CtimeNs: s.CtimeNs}
+		for j, e := range s.Extents {
+			js.Extents[j] = jsonExtent(e)
+		}
+		jm.Samples[i] = js
+	}
+	enc := json.NewEncoder(w)
+	if err := enc.Encode(&jm); err != nil {
+		return fmt.Errorf("bmap: write json: %w", err)
+	}
+	return nil
+}
+
+// DecodeJSON decodes the JSON format and validates the result.
+func DecodeJSON(b []byte) (*Map, error) {
+	var jm jsonMap
+	if err := json.Unmarshal(b, &jm); err != nil {
+		return nil, fmt.Errorf("%w: json: %v", ErrCorrupt, err)
+	}
+	d := jm.Device
+	m := &Map{Version: jm.Version, Root: jm.Root,
+		Device: extentinfo.Device{Path: d.Path, Major: d.Major, Minor: d.Minor, Disk: d.Disk, PartitionStart: d.PartitionStart, LogicalBlockSize: d.LogicalBlockSize, FSType: d.FSType, FSUUID: d.FSUUID}}
+	if len(jm.Classes) > 0 {
+		m.Classes = jm.Classes
+	}
+	if len(jm.Samples) > 0 {
+		m.Samples = make([]Sample, len(jm.Samples))
+	}
+	for i, js := range jm.Samples {
+		r, err := ParseReason(js.Reason)
+		if err != nil {
+			return nil, fmt.Errorf("%w: samples[%d] (%q): reason: %v", ErrCorrupt, i, js.Path, err)
+		}
+		if js.Raw != (r == Raw) {
+			return nil, fmt.Errorf("%w: samples[%d] (%q): raw=%v contradicts reason %q", ErrCorrupt, i, js.Path, js.Raw, js.Reason)
+		}
+		s := Sample{Path: js.Path, Label: js.Label, Size: js.Size, Inode: js.Inode, MtimeNs: js.MtimeNs, CtimeNs: js.CtimeNs, Reason: r}
+		if len(js.Extents) > 0 {
+			s.Extents = make([]extentinfo.Extent, len(js.Extents))
+			for j, e := range js.Extents {
+				s.Extents[j] = extentinfo.Extent(e)
+			}
+		}
+		m.Samples[i] = s
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

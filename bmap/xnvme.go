@@ -1,0 +1,130 @@
+package bmap
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/nvfeed/nvfeed/extentinfo"
+)
+
+// The xNVMe DALI example's block map: a JSON object from
+// "<root base name>/<class>/<file>" to {"startblock": s, "endblock": e}, an
+// inclusive range of 512-byte blocks on the whole disk. It can only express
+// one extent per file, so it holds only the samples xnvmeRange accepts.
+
+// xnvmeRange returns the inclusive 512-byte block range on the whole disk
+// that holds s, and false if s cannot be expressed as one range: not raw,
+// empty, several extents, a hole, or an unwritten (zero-reading) extent.
+func xnvmeRange(s *Sample, partStart uint64) (start, end uint64, ok bool) {
+	if s.Reason != Raw || s.Size <= 0 {
+		return 0, 0, false
+	}
+	n := 0
+	for _, e := range s.Extents {
+		if e.Logical < uint64(s.Size) {
+			n++
+		}
+	}
+	if n != 1 {
+		return 0, 0, false
+	}
+	e := s.Extents[0]
+	if e.Logical != 0 || e.Length < uint64(s.Size) || e.Flags&extentinfo.FlagUnwritten != 0 {
+		return 0, 0, false
+	}
+	start = (partStart + e.Physical) / 512
+	end = start + (uint64(s.Size)+511)/512 - 1
+	return start, end, true
+}
+
+type xnvmeEntry struct {
+	Startblock *uint64 `json:"startblock"`
+	Endblock   *uint64 `json:"endblock"`
+}
+
+// WriteXNVMe writes the samples of m that fit the xNVMe format, keyed with
+// the root's base name as prefix, in map order. It returns how many samples
+// were left out.
+func WriteXNVMe(w io.Writer, m *Map) (left int, err error) {
+	bw := bufio.NewWriter(w)
+	prefix := filepath.Base(m.Root) + "/"
+	bw.WriteString("{")
+	sep := "\n"
+	for i := range m.Samples {
+		s := &m.Samples[i]
+		start, end, ok := xnvmeRange(s, m.Device.PartitionStart)
+		if !ok {
+			left++
+			continue
+		}
+		key, _ := json.Marshal(prefix + s.Path)
+		fmt.Fprintf(bw, "%s  %s: {\"startblock\": %d, \"endblock\": %d}", sep, key, start, end)
+		sep = ",\n"
+	}
+	bw.WriteString("\n}\n")
+	if err := bw.Flush(); err != nil {
+		return left, fmt.Errorf("bmap: write xnvme-json: %w", err)
+	}
+	return left, nil
+}
+
+// ImportReport says how an xNVMe map compared with the filesystem.
+type ImportReport struct {
+	Entries    int // entries in the xNVMe map
+	Matched    int // entries equal to what FIEMAP reports now
+	Mismatched int // entries that disagree: those samples are marked Mismatch
+	Unknown    int // entries naming no discovered sample
+	Unlisted   int // discovered samples the xNVMe map does not list (mapped afresh)
+}
+
+// ImportXNVMe reads an xNVMe map for the dataset at root. Because that
+// format has no sizes, inodes or device, the dataset is mapped afresh with
+// Build and every entry is checked against it: a sample whose entry
+// disagrees with the filesystem is marked Mismatch (read through the
+// filesystem), never trusted.
+func ImportXNVMe(ctx context.Context, b []byte, root string, o BuildOptions) (*Map, ImportReport, error) {
+	var entries map[string]xnvmeEntry
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return nil, ImportReport{}, fmt.Errorf("%w: xnvme-json: %v", ErrCorrupt, err)
+	}
+	for k, e := range entries {
+		if e.Startblock == nil || e.Endblock == nil || *e.Endblock < *e.Startblock {
+			return nil, ImportReport{}, fmt.Errorf("%w: xnvme-json: entry %q: need startblock <= endblock", ErrCorrupt, k)
+		}
+	}
+	m, err := Build(ctx, root, o)
+	if err != nil {
+		return nil, ImportReport{}, err
+	}
+	rep := ImportReport{Entries: len(entries)}
+	prefix := filepath.Base(m.Root) + "/"
+	for i := range m.Samples {
+		s := &m.Samples[i]
+		e, ok := entries[prefix+s.Path]
+		if !ok {
+			rep.Unlisted++
+			continue
+		}
+		start, end, fits := xnvmeRange(s, m.Device.PartitionStart)
+		// The example's maps may round the end up to the extent's last
+		// block; anything else disagrees.
+		extEnd := uint64(0)
+		if fits {
+			extEnd = start + s.Extents[0].Length/512 - 1
+		}
+		if fits && *e.Startblock == start && *e.Endblock >= end && *e.Endblock <= extEnd {
+			rep.Matched++
+		} else {
+			rep.Mismatched++
+			if s.Reason == Raw {
+				s.Reason = Mismatch
+			}
+		}
+	}
+	rep.Unknown = rep.Entries - rep.Matched - rep.Mismatched
+	return m, rep, nil
+}
