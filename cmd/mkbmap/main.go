@@ -54,23 +54,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func usageErr(fs *flag.FlagSet, format string, a ...any) error {
-	fs.Usage()
-	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
-}
-
-func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("mkbmap", flag.ContinueOnError)
+// parse sets fs's usage text and parses args; a bad flag wraps errUsage.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
 	fs.SetOutput(stderr)
-	root := fs.String("mountpoint", "", "dataset root: one subdirectory per class (required)")
-	out := fs.String("o", "", "output file (default: <root name>.bmap, or .json, in the current directory)")
-	format := fs.String("format", "bmap", "output format: bmap, json or xnvme-json")
-	workers := fs.Int("workers", 0, "parallel FIEMAP workers (default 4 per CPU)")
-	verify := fs.Bool("verify", false, "read every raw sample from the device with O_DIRECT and compare with the file")
-	filter := fs.String("filter", "", "comma-separated file name globs replacing DALI's default filters")
-	caseSens := fs.Bool("case-sensitive-filter", false, "match filters case-sensitively (DALI's case_sensitive_filter)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify]\n       mkbmap inspect [--format json] MAPFILE\n")
+		fmt.Fprintln(stderr, usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -78,6 +66,26 @@ func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+func usageErr(fs *flag.FlagSet, format string, a ...any) error {
+	fs.Usage()
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
+}
+
+func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mkbmap", flag.ContinueOnError)
+	root := fs.String("mountpoint", "", "dataset root: one subdirectory per class (required)")
+	out := fs.String("o", "", "output file (default: <root name>.bmap, or .json, in the current directory)")
+	format := fs.String("format", "bmap", "output format: bmap, json or xnvme-json")
+	workers := fs.Int("workers", 0, "parallel FIEMAP workers (default 4 per CPU)")
+	verify := fs.Bool("verify", false, "read every raw sample from the device with O_DIRECT and compare with the file")
+	filter := fs.String("filter", "", "comma-separated file name globs replacing DALI's default filters")
+	caseSens := fs.Bool("case-sensitive-filter", false, "match filters case-sensitively (DALI's case_sensitive_filter)")
+	if err := parse(fs, args, stderr, "usage: mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify]\n       mkbmap inspect [--format json] MAPFILE"); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
@@ -156,20 +164,12 @@ func verifyMap(ctx context.Context, m *bmap.Map, workers int, stderr io.Writer) 
 
 func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mkbmap inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	format := fs.String("format", "", "convert: write the map in this format (bmap, json, xnvme-json) instead of a summary")
 	out := fs.String("o", "", "with --format: output file (default stdout; required for bmap)")
 	root := fs.String("mountpoint", "", "dataset root, needed to import an xnvme-json map")
 	verify := fs.Bool("verify", false, "also read every raw sample from the device and compare with the file")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: mkbmap inspect [--format bmap|json|xnvme-json] [-o FILE] [--mountpoint ROOT] [--verify] MAPFILE\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parse(fs, args, stderr, "usage: mkbmap inspect [--format bmap|json|xnvme-json] [-o FILE] [--mountpoint ROOT] [--verify] MAPFILE"); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		return usageErr(fs, "inspect takes one map file")
