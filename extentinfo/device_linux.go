@@ -94,7 +94,7 @@ func ResolveDevice(path string) (Device, error) {
 		return Device{}, fmt.Errorf("extentinfo: %s is on %s: %w (supported: ext4, xfs)", path, fstype, ErrUnsupportedFS)
 	}
 	d := Device{Major: unix.Major(st.Dev), Minor: unix.Minor(st.Dev), FSType: fstype}
-	if err := d.fillFromSysfs(); err != nil {
+	if err := d.fillFromSysfs("/sys"); err != nil {
 		return Device{}, fmt.Errorf("extentinfo: %s (%s, device %d:%d): %w", path, fstype, d.Major, d.Minor, err)
 	}
 	d.FSUUID = readFSUUID(d.Path, fstype)
@@ -102,9 +102,9 @@ func ResolveDevice(path string) (Device, error) {
 }
 
 // fillFromSysfs fills Path, Disk, PartitionStart and LogicalBlockSize from
-// /sys/dev/block/MAJ:MIN.
-func (d *Device) fillFromSysfs() error {
-	sys := fmt.Sprintf("/sys/dev/block/%d:%d", d.Major, d.Minor)
+// SYSFS/dev/block/MAJ:MIN.
+func (d *Device) fillFromSysfs(sysfs string) error {
+	sys := fmt.Sprintf("%s/dev/block/%d:%d", sysfs, d.Major, d.Minor)
 	real, err := filepath.EvalSymlinks(sys)
 	if err != nil {
 		return fmt.Errorf("%w: no block device in sysfs (%v)", ErrUnsupportedFS, err)
