@@ -1,0 +1,376 @@
+// Package loader reads shuffled, sharded, labeled batches of a block-mapped
+// dataset with DALI fn.readers.file semantics into a fixed ring of
+// page-locked, shared-memory batch slots, through a pluggable backend.
+//
+// A Loader prefetches up to PrefetchQueueDepth batches while the consumer
+// holds earlier ones; a batch's slot is reused only after Release. Batches
+// run on across epochs: Next returns io.EOF once between epochs, as DALI's
+// external_source sees StopIteration, and the call after it starts the next
+// epoch. State and Options.State save and resume the exact sequence.
+package loader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nvfeed/nvfeed/bmap"
+)
+
+// MemoryKind says where batch memory lives.
+type MemoryKind string
+
+// Memory kinds.
+const (
+	MemoryPinned MemoryKind = "pinned" // page-locked host memory, shareable with other processes
+	MemoryGPU    MemoryKind = "gpu"    // GPU memory (not available in this build)
+)
+
+// ErrNoCUDA is returned (wrapped) for MemoryGPU on a machine without an
+// NVIDIA driver.
+var ErrNoCUDA = errors.New("no CUDA driver found")
+
+// ErrClosed is returned by Next after Close.
+var ErrClosed = errors.New("loader closed")
+
+// Options configures a Loader. Names follow DALI's reader arguments.
+type Options struct {
+	BatchSize          int        // samples per batch (required)
+	ShardID            int        // this rank
+	NumShards          int        // ranks; 0 means 1
+	RandomShuffle      bool       // a full permutation per epoch (see Sampling)
+	Seed               uint64     // shuffle seed
+	PadLastBatch       bool       // DALI pad_last_batch
+	StickToShard       bool       // DALI stick_to_shard
+	PrefetchQueueDepth int        // batches read ahead; 0 means 2
+	Slots              int        // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
+	Memory             MemoryKind // "" means MemoryPinned
+	ShmDir             string     // put batch memory in a file here (e.g. /dev/shm) instead of a memfd
+	Backend            string     // "file" (default)
+	Workers            int        // I/O concurrency; 0 means the backend's default
+	Direct             bool       // file backend: O_DIRECT
+	State              *State     // resume from this state
+	Logger             *slog.Logger
+}
+
+// State is a loader's position: the next batch Next will return. Saved
+// and restored it yields exactly the remaining sequence.
+type State struct {
+	Sampling Sampling `json:"sampling" msgpack:"sampling"`
+	Epoch    int      `json:"epoch" msgpack:"epoch"`
+	Batch    int      `json:"batch" msgpack:"batch"` // next batch in Epoch; EpochBatches(Epoch) means the end-of-epoch io.EOF comes next
+}
+
+// Loader produces batches. Next, Release and State may be called from
+// one consumer goroutine; Release may also be called from others.
+type Loader struct {
+	m       *bmap.Map
+	smp     Sampling
+	opts    Options
+	ring    *Ring
+	backend Backend
+	log     *slog.Logger
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	free    chan int
+	ready   chan *Batch
+	batches []*Batch // one per slot
+
+	// Consumer position.
+	epoch, next int
+	pendingEOF  bool
+	waiting     *Batch // taken from ready but not complete when Next's ctx ended
+	closed      atomic.Bool
+}
+
+// Batch is one batch in a ring slot. Its memory stays valid until Release.
+type Batch struct {
+	Epoch     int     // epoch number
+	Iteration int     // batch number within the epoch
+	Indices   []int32 // sample index of each position
+	Labels    []int32 // label of each position
+	Offsets   []int64 // byte offset of each sample in the ring's shared memory
+	Lengths   []int64 // byte length of each sample
+	Slot      int     // ring slot
+
+	l        *Loader
+	reqs     []Request
+	done     chan struct{}
+	err      error
+	released atomic.Bool
+}
+
+// Len returns the number of samples in the batch.
+func (b *Batch) Len() int { return len(b.Indices) }
+
+// Sample returns a view of sample i's bytes in batch memory.
+func (b *Batch) Sample(i int) []byte {
+	off := b.Offsets[i]
+	return b.l.ring.mem[off : off+b.Lengths[i] : off+b.Lengths[i]]
+}
+
+// Release returns the batch's slot to the ring. Calling it twice is a
+// no-op.
+func (b *Batch) Release() {
+	if b.released.Swap(true) {
+		return
+	}
+	b.l.free <- b.Slot
+}
+
+// New starts a loader over map m. It validates the options, allocates the
+// batch ring and starts the backend and the prefetching producer; ctx
+// bounds the loader's life as Close does.
+func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
+	if o.NumShards == 0 {
+		o.NumShards = 1
+	}
+	if o.PrefetchQueueDepth == 0 {
+		o.PrefetchQueueDepth = 2
+	}
+	if o.PrefetchQueueDepth < 0 {
+		return nil, fmt.Errorf("%w: prefetch_queue_depth %d", ErrOptions, o.PrefetchQueueDepth)
+	}
+	if o.Slots == 0 {
+		o.Slots = o.PrefetchQueueDepth + 1
+	}
+	if o.Slots <= o.PrefetchQueueDepth {
+		return nil, fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	smp := Sampling{N: len(m.Samples), BatchSize: o.BatchSize, ShardID: o.ShardID, NumShards: o.NumShards,
+		RandomShuffle: o.RandomShuffle, Seed: o.Seed, PadLastBatch: o.PadLastBatch, StickToShard: o.StickToShard}
+	if err := smp.Validate(); err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
+	}
+	l := &Loader{m: m, smp: smp, opts: o, log: o.Logger}
+	if st := o.State; st != nil {
+		if err := checkState(st, smp); err != nil {
+			return nil, err
+		}
+		l.epoch, l.next = st.Epoch, st.Batch
+	}
+	switch o.Memory {
+	case "", MemoryPinned:
+	case MemoryGPU:
+		if _, err := os.Stat("/proc/driver/nvidia/version"); err != nil {
+			return nil, fmt.Errorf("loader: memory kind gpu: %w (/proc/driver/nvidia/version: %v)", ErrNoCUDA, err)
+		}
+		return nil, fmt.Errorf("%w: memory kind gpu is not implemented in this build", ErrOptions)
+	default:
+		return nil, fmt.Errorf("%w: memory kind %q (want pinned or gpu)", ErrOptions, o.Memory)
+	}
+	backend, err := newBackend(m, o)
+	if err != nil {
+		return nil, err
+	}
+	l.backend = backend
+	slotSize := SlotBytes(m, o.BatchSize)
+	l.ring, err = NewRing(o.Slots, slotSize, o.ShmDir)
+	if err != nil {
+		backend.Close()
+		return nil, err
+	}
+	if perr := l.ring.Pinned(); perr != nil {
+		l.log.Warn("loader: batch memory is not page-locked", "err", perr)
+	}
+	l.free = make(chan int, o.Slots)
+	l.ready = make(chan *Batch, o.PrefetchQueueDepth)
+	for i := 0; i < o.Slots; i++ {
+		l.batches = append(l.batches, &Batch{Slot: i, l: l,
+			Indices: make([]int32, 0, o.BatchSize), Labels: make([]int32, 0, o.BatchSize),
+			Offsets: make([]int64, 0, o.BatchSize), Lengths: make([]int64, 0, o.BatchSize),
+			reqs: make([]Request, 0, o.BatchSize)})
+		l.free <- i
+	}
+	l.ctx, l.cancel = context.WithCancel(ctx)
+	startEpoch, startBatch := l.epoch, l.next
+	if startBatch >= smp.EpochBatches(startEpoch) {
+		l.pendingEOF = true
+		startEpoch, startBatch = startEpoch+1, 0
+	}
+	l.wg.Add(1)
+	go l.produce(startEpoch, startBatch)
+	return l, nil
+}
+
+func newBackend(m *bmap.Map, o Options) (Backend, error) {
+	switch o.Backend {
+	case "", "file":
+		return NewFileBackend(m.Root, o.Workers, o.Direct), nil
+	}
+	return nil, fmt.Errorf("%w: unknown backend %q (want file)", ErrOptions, o.Backend)
+}
+
+func checkState(st *State, smp Sampling) error {
+	if st.Sampling != smp {
+		return fmt.Errorf("loader: %w: saved state was made with %+v, options give %+v", ErrOptions, st.Sampling, smp)
+	}
+	if st.Epoch < 0 || st.Batch < 0 || st.Batch > smp.EpochBatches(st.Epoch) {
+		return fmt.Errorf("loader: %w: saved state epoch %d batch %d out of range (%d batches per epoch)", ErrOptions, st.Epoch, st.Batch, smp.EpochBatches(max(st.Epoch, 0)))
+	}
+	return nil
+}
+
+// SlotBytes returns the slot size that holds any batch of m: the sum of
+// the batchSize largest samples, each rounded up to Align. Padding repeats
+// a sample without reading it again, so a batch never holds more.
+func SlotBytes(m *bmap.Map, batchSize int) int64 {
+	sizes := make([]int64, len(m.Samples))
+	for i := range m.Samples {
+		sizes[i] = alignUp(m.Samples[i].Size)
+	}
+	slices.Sort(sizes)
+	var sum int64
+	for i := len(sizes) - 1; i >= 0 && i >= len(sizes)-batchSize; i-- {
+		sum += sizes[i]
+	}
+	return max(sum, Align)
+}
+
+// produce plans batches in order and starts their reads, staying at most
+// PrefetchQueueDepth batches ahead of the consumer.
+func (l *Loader) produce(epoch, batch int) {
+	defer l.wg.Done()
+	defer close(l.ready)
+	var order, perm []int32
+	bs := l.smp.BatchSize
+	for {
+		order, perm = l.smp.EpochOrder(epoch, order, perm)
+		nb := (len(order) + bs - 1) / bs
+		for ; batch < nb; batch++ {
+			var slot int
+			select {
+			case slot = <-l.free:
+			case <-l.ctx.Done():
+				return
+			}
+			b := l.batches[slot]
+			l.plan(b, epoch, batch, order[batch*bs:min((batch+1)*bs, len(order))])
+			go func() {
+				b.err = l.backend.ReadBatch(l.ctx, b.reqs)
+				close(b.done)
+			}()
+			select {
+			case l.ready <- b:
+			case <-l.ctx.Done():
+				<-b.done
+				return
+			}
+		}
+		epoch, batch = epoch+1, 0
+	}
+}
+
+// plan lays the batch's samples out in its slot: each distinct sample at an
+// Align-aligned offset; a repeated (padding) sample shares its first copy.
+func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
+	b.Epoch, b.Iteration, b.err = epoch, iter, nil
+	b.done = make(chan struct{})
+	b.released.Store(false)
+	b.Indices = append(b.Indices[:0], idx...)
+	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
+	base := l.ring.SlotOffset(b.Slot)
+	slot := l.ring.Slot(b.Slot)
+	var off int64
+	for i, si := range idx {
+		s := &l.m.Samples[si]
+		b.Labels = append(b.Labels, s.Label)
+		b.Lengths = append(b.Lengths, s.Size)
+		if i > 0 && si == idx[i-1] {
+			b.Offsets = append(b.Offsets, b.Offsets[i-1])
+			continue
+		}
+		n := alignUp(s.Size)
+		b.Offsets = append(b.Offsets, base+off)
+		b.reqs = append(b.reqs, Request{Index: int(si), Sample: s, Buf: slot[off : off+n : off+n]})
+		off += n
+	}
+}
+
+// Next returns the next batch, or io.EOF once at the end of each epoch
+// (the call after it starts the next epoch). A failed read returns an error
+// naming the sample; that batch is skipped and the next call goes on.
+func (l *Loader) Next(ctx context.Context) (*Batch, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	if l.pendingEOF {
+		l.pendingEOF = false
+		l.epoch, l.next = l.epoch+1, 0
+		return nil, io.EOF
+	}
+	b := l.waiting
+	if b == nil {
+		select {
+		case b = <-l.ready:
+			if b == nil {
+				return nil, ErrClosed
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	select {
+	case <-b.done:
+		l.waiting = nil
+	case <-ctx.Done():
+		l.waiting = b
+		return nil, ctx.Err()
+	}
+	l.epoch, l.next = b.Epoch, b.Iteration+1
+	if l.next >= l.smp.EpochBatches(l.epoch) {
+		l.pendingEOF = true
+	}
+	if b.err != nil {
+		err := fmt.Errorf("loader: epoch %d batch %d: %w", b.Epoch, b.Iteration, b.err)
+		b.Release()
+		return nil, err
+	}
+	return b, nil
+}
+
+// State returns the position of the next batch Next will return.
+func (l *Loader) State() State {
+	st := State{Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
+	return st
+}
+
+// Sampling returns the loader's sampling options.
+func (l *Loader) Sampling() Sampling { return l.smp }
+
+// Ring returns the batch memory.
+func (l *Loader) Ring() *Ring { return l.ring }
+
+// Backend returns the backend.
+func (l *Loader) Backend() Backend { return l.backend }
+
+// Map returns the block map.
+func (l *Loader) Map() *bmap.Map { return l.m }
+
+// Close stops prefetching, waits for reads in flight, and frees the batch
+// memory. Batches not yet released become invalid.
+func (l *Loader) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.cancel()
+	l.wg.Wait()
+	for b := range l.ready { // drain: wait for reads started before the cancel
+		<-b.done
+	}
+	if l.waiting != nil {
+		<-l.waiting.done
+	}
+	return errors.Join(l.backend.Close(), l.ring.Close())
+}

@@ -1,0 +1,349 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvfeed/nvfeed/bmap"
+)
+
+// makeDataset writes n files in DALI layout with sizes around mean bytes
+// (some tiny, some multi-block, one empty) and returns a map of them built
+// without FIEMAP (the file backend needs only paths and sizes).
+func makeDataset(t testing.TB, n, classes, mean int) *bmap.Map {
+	t.Helper()
+	root := t.TempDir()
+	rng := rand.New(rand.NewPCG(uint64(n), 9))
+	for i := 0; i < n; i++ {
+		size := int(rng.ExpFloat64() * float64(mean))
+		switch i % 17 {
+		case 3:
+			size = 0
+		case 5:
+			size = 4096
+		case 7:
+			size = 1
+		}
+		b := make([]byte, size)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		dir := filepath.Join(root, fmt.Sprintf("c%03d", i%classes))
+		os.MkdirAll(dir, 0o755)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d.jpg", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dirMap(t, root)
+}
+
+func dirMap(t testing.TB, root string) *bmap.Map {
+	t.Helper()
+	classes, entries, err := bmap.Discover(root, bmap.DiscoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &bmap.Map{Version: bmap.Version, Root: root, Classes: classes}
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(root, e.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Samples = append(m.Samples, bmap.Sample{Path: e.Path, Label: e.Label, Size: fi.Size()})
+	}
+	return m
+}
+
+// checkBatch compares every sample of b with its file.
+func checkBatch(t testing.TB, m *bmap.Map, b *Batch) {
+	t.Helper()
+	for i := 0; i < b.Len(); i++ {
+		s := &m.Samples[b.Indices[i]]
+		want, err := os.ReadFile(filepath.Join(m.Root, s.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Sample(i); !bytes.Equal(got, want) {
+			t.Fatalf("epoch %d batch %d pos %d: sample %d (%s): %d bytes differ from the file's %d", b.Epoch, b.Iteration, i, b.Indices[i], s.Path, len(got), len(want))
+		}
+		if b.Labels[i] != s.Label || b.Offsets[i]%Align != 0 {
+			t.Fatalf("sample %d: label %d (want %d), offset %d", b.Indices[i], b.Labels[i], s.Label, b.Offsets[i])
+		}
+	}
+}
+
+// collect reads one epoch and returns its sample indices, checking bytes.
+func collectEpoch(t testing.TB, l *Loader, m *bmap.Map, check bool) []int32 {
+	t.Helper()
+	var got []int32
+	for {
+		b, err := l.Next(context.Background())
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if check {
+			checkBatch(t, m, b)
+		}
+		got = append(got, b.Indices...)
+		b.Release()
+	}
+}
+
+func TestByteExact(t *testing.T) {
+	m := makeDataset(t, 300, 7, 20_000)
+	tests := []struct {
+		name string
+		o    Options
+	}{
+		{"buffered", Options{BatchSize: 16, PrefetchQueueDepth: 3, RandomShuffle: true, Seed: 5}},
+		{"direct", Options{BatchSize: 16, PrefetchQueueDepth: 3, RandomShuffle: true, Seed: 5, Direct: true}},
+		{"direct shard 1 of 2 padded", Options{BatchSize: 64, PrefetchQueueDepth: 4, NumShards: 2, ShardID: 1, PadLastBatch: true, Direct: true, Workers: 3}},
+		{"shm file, batch 1", Options{BatchSize: 1, ShmDir: t.TempDir()}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := New(context.Background(), m, tt.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			smp := l.Sampling()
+			for e := 0; e < 3; e++ {
+				got := collectEpoch(t, l, m, true)
+				want, _ := smp.EpochOrder(e, nil, nil)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("epoch %d: loader order differs from the sampler's", e)
+				}
+			}
+		})
+	}
+}
+
+func TestResume(t *testing.T) {
+	m := makeDataset(t, 101, 5, 3000)
+	o := Options{BatchSize: 8, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3, PrefetchQueueDepth: 2}
+	// The reference sequence: 4 epochs, EOFs included.
+	seq := func(l *Loader, steps int) []string {
+		var out []string
+		for i := 0; i < steps; i++ {
+			b, err := l.Next(context.Background())
+			if err == io.EOF {
+				out = append(out, "EOF")
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprint(b.Epoch, b.Iteration, b.Indices))
+			b.Release()
+		}
+		return out
+	}
+	ref, err := New(context.Background(), m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := seq(ref, 20)
+	ref.Close()
+	for _, cut := range []int{0, 1, 4, 5, 6, 9, 15} {
+		l, _ := New(context.Background(), m, o)
+		head := seq(l, cut)
+		st := l.State()
+		l.Close()
+		o2 := o
+		o2.State = &st
+		r, err := New(context.Background(), m, o2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tail := seq(r, 20-cut)
+		r.Close()
+		if got := append(head, tail...); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("cut at %d (state %+v):\n got %v\nwant %v", cut, st, got, want)
+		}
+	}
+	// A state from other options is refused, naming the difference.
+	st := State{Sampling: Sampling{N: 101, BatchSize: 9, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}
+	o.State = &st
+	if _, err := New(context.Background(), m, o); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "BatchSize:9") {
+		t.Errorf("mismatched state: err = %v", err)
+	}
+}
+
+func TestMemoryFlat(t *testing.T) {
+	m := makeDataset(t, 200, 4, 2000)
+	l, err := New(context.Background(), m, Options{BatchSize: 32, RandomShuffle: true, PrefetchQueueDepth: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	heap := func() (uint64, int) {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc, runtime.NumGoroutine()
+	}
+	for e := 0; e < 5; e++ {
+		collectEpoch(t, l, m, false)
+	}
+	h0, g0 := heap()
+	for e := 0; e < 60; e++ {
+		collectEpoch(t, l, m, false)
+	}
+	h1, g1 := heap()
+	if h1 > h0+256<<10 || g1 > g0+2 {
+		t.Errorf("after 60 more epochs: heap %d -> %d bytes, goroutines %d -> %d", h0, h1, g0, g1)
+	}
+}
+
+func TestReadErrorsNameTheSample(t *testing.T) {
+	m := makeDataset(t, 40, 2, 5000)
+	victim := &m.Samples[9]
+	os.Remove(filepath.Join(m.Root, victim.Path))
+	grown := &m.Samples[20]
+	os.WriteFile(filepath.Join(m.Root, grown.Path), make([]byte, grown.Size+5000), 0o644)
+	l, err := New(context.Background(), m, Options{BatchSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var errs []error
+	good := 0
+	for {
+		b, err := l.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		checkBatch(t, m, b)
+		good += b.Len()
+		b.Release()
+	}
+	if len(errs) != 2 || good != 40-8 {
+		t.Fatalf("errors %v, %d good samples; want 2 errors and 32 good samples", errs, good)
+	}
+	var se *SampleError
+	if !errors.As(errs[0], &se) || se.Index != 9 || !strings.Contains(errs[0].Error(), victim.Path) || !errors.Is(errs[0], os.ErrNotExist) {
+		t.Errorf("vanished file: %v", errs[0])
+	}
+	if !errors.Is(errs[1], ErrShortRead) || !strings.Contains(errs[1].Error(), grown.Path) {
+		t.Errorf("grown file: %v", errs[1])
+	}
+}
+
+func TestCloseWhileReading(t *testing.T) {
+	m := makeDataset(t, 500, 5, 50_000)
+	for i := 0; i < 5; i++ {
+		l, err := New(context.Background(), m, Options{BatchSize: 64, PrefetchQueueDepth: 4, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := l.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = b // held, not released: Close must not wait for it
+		done := make(chan error)
+		go func() { done <- l.Close() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close hung")
+		}
+		if _, err := l.Next(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Errorf("Next after Close: %v", err)
+		}
+	}
+	// A cancelled context ends a blocked Next promptly.
+	l, _ := New(context.Background(), m, Options{BatchSize: 64, PrefetchQueueDepth: 1, Slots: 2})
+	defer l.Close()
+	b1, _ := l.Next(context.Background())
+	b2, _ := l.Next(context.Background())
+	_, _ = b1, b2 // both slots held: the producer cannot go on
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Next with both slots held: err = %v, want deadline", err)
+	}
+	b1.Release()
+	if b, err := l.Next(context.Background()); err != nil || b.Iteration != 2 {
+		t.Errorf("after release: %v %v", b, err)
+	}
+}
+
+func TestOptionErrors(t *testing.T) {
+	m := makeDataset(t, 10, 2, 100)
+	tests := []struct {
+		o    Options
+		want error
+		msg  string
+	}{
+		{Options{BatchSize: 0}, ErrOptions, "batch_size 0"},
+		{Options{BatchSize: 2, ShardID: 3, NumShards: 2}, ErrOptions, "shard_id 3"},
+		{Options{BatchSize: 2, Backend: "nvme-of"}, ErrOptions, `unknown backend "nvme-of"`},
+		{Options{BatchSize: 2, Memory: "hbm"}, ErrOptions, `memory kind "hbm"`},
+		{Options{BatchSize: 2, PrefetchQueueDepth: 3, Slots: 3}, ErrOptions, "slots"},
+	}
+	if _, err := os.Stat("/proc/driver/nvidia/version"); err != nil {
+		tests = append(tests, struct {
+			o    Options
+			want error
+			msg  string
+		}{Options{BatchSize: 2, Memory: MemoryGPU}, ErrNoCUDA, "no CUDA driver found"})
+	}
+	for _, tt := range tests {
+		_, err := New(context.Background(), m, tt.o)
+		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%+v: err = %v, want %v mentioning %q", tt.o, err, tt.want, tt.msg)
+		}
+	}
+}
+
+func TestSlotBytes(t *testing.T) {
+	m := &bmap.Map{Samples: []bmap.Sample{{Size: 1}, {Size: 5000}, {Size: 4096}, {Size: 0}, {Size: 9000}}}
+	for _, tt := range []struct {
+		bs   int
+		want int64
+	}{{1, 12288}, {2, 12288 + 8192}, {3, 12288 + 8192 + 4096}, {10, 12288 + 8192 + 4096 + 4096}} {
+		if got := SlotBytes(m, tt.bs); got != tt.want {
+			t.Errorf("batch %d: %d, want %d", tt.bs, got, tt.want)
+		}
+	}
+}
+
+func BenchmarkPlan(b *testing.B) {
+	m := makeDataset(b, 256, 4, 1000)
+	l, err := New(context.Background(), m, Options{BatchSize: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	idx := make([]int32, 64)
+	for i := range idx {
+		idx[i] = int32(i * 3)
+	}
+	batch := &Batch{Slot: 0, l: l, reqs: make([]Request, 0, 64)}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		l.plan(batch, 0, i, idx)
+	}
+}
