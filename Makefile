@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/go/bin:$(PATH)
 
-.PHONY: demo test deps build bench fuzz
+.PHONY: demo test deps build bench fuzz venv
 
 deps:
 	@bash scripts/deps.sh
@@ -21,9 +21,13 @@ test: deps
 	go vet ./...
 	go test -race -count=1 ./...
 
-# Benchmarks (not tests): see README "Figures".
-bench: build
-	go test -run XXX -bench . -benchtime 3x ./bmap/
+# Benchmarks (not tests): see README "Figures". Needs root.
+bench: build venv
+	go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/
+	bash bench/run.sh 3
+
+venv:
+	@bash scripts/venv.sh
 
 fuzz: deps
 	go test -run XXX -fuzz FuzzDecode -fuzztime 60s ./bmap/

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
 )
@@ -101,6 +102,8 @@ type Batch struct {
 	Lengths   []int64 // byte length of each sample
 	Slot      int     // ring slot
 
+	readStart, readEnd time.Time
+
 	l        *Loader
 	reqs     []Request
 	done     chan struct{}
@@ -116,6 +119,10 @@ func (b *Batch) Sample(i int) []byte {
 	off := b.Offsets[i]
 	return b.l.ring.mem[off : off+b.Lengths[i] : off+b.Lengths[i]]
 }
+
+// ReadTime returns how long the batch's reads took, from the first
+// request issued to the last completed.
+func (b *Batch) ReadTime() time.Duration { return b.readEnd.Sub(b.readStart) }
 
 // Release returns the batch's slot to the ring. Calling it twice is a
 // no-op.
@@ -258,7 +265,9 @@ func (l *Loader) produce(epoch, batch int) {
 			b := l.batches[slot]
 			l.plan(b, epoch, batch, order[batch*bs:min((batch+1)*bs, len(order))])
 			go func() {
+				b.readStart = time.Now()
 				b.err = l.backend.ReadBatch(l.ctx, b.reqs)
+				b.readEnd = time.Now()
 				close(b.done)
 			}()
 			select {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/testfs"
 )
 
 // makeDataset writes n files in DALI layout with sizes around mean bytes
@@ -44,24 +45,7 @@ func makeDataset(t testing.TB, n, classes, mean int) *bmap.Map {
 			t.Fatal(err)
 		}
 	}
-	return dirMap(t, root)
-}
-
-func dirMap(t testing.TB, root string) *bmap.Map {
-	t.Helper()
-	classes, entries, err := bmap.Discover(root, bmap.DiscoverOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &bmap.Map{Version: bmap.Version, Root: root, Classes: classes}
-	for _, e := range entries {
-		fi, err := os.Stat(filepath.Join(root, e.Path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Samples = append(m.Samples, bmap.Sample{Path: e.Path, Label: e.Label, Size: fi.Size()})
-	}
-	return m
+	return testfs.MapDir(t, root)
 }
 
 // checkBatch compares every sample of b with its file.

@@ -33,3 +33,10 @@ bin/gendataset --out "$root" --files "$FILES" --classes 20
 sync
 bin/mkbmap --mountpoint "$root" -o "$work/train.bmap" --verify
 bin/mkbmap inspect "$work/train.bmap"
+echo
+echo "demo: loaderd bench (file backend, shuffled, every sample verified against its file)"
+bin/loaderd bench --bmap "$work/train.bmap" --batch-size 64 --shuffle --verify
+echo
+echo "demo: loaderd bench, O_DIRECT, cold page cache"
+[[ $(id -u) == 0 ]] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
+bin/loaderd bench --bmap "$work/train.bmap" --batch-size 64 --shuffle --direct

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvfeed/nvfeed/bmap"
 )
 
 // Options describes the filesystem to make.
@@ -160,4 +162,24 @@ func run(name string, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &b, &b
 	err := cmd.Run()
 	return b.String(), err
+}
+
+// MapDir returns a block map of the dataset at root without extents, from
+// discovery and stat alone: enough for the file backend, on any
+// filesystem. Every sample is marked filesystem-only.
+func MapDir(t testing.TB, root string) *bmap.Map {
+	t.Helper()
+	classes, entries, err := bmap.Discover(root, bmap.DiscoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &bmap.Map{Version: bmap.Version, Root: root, Classes: classes}
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(root, e.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Samples = append(m.Samples, bmap.Sample{Path: e.Path, Label: e.Label, Size: fi.Size(), Reason: bmap.UnknownPlace})
+	}
+	return m
 }

@@ -1,0 +1,113 @@
+// Command loaderd reads dataset batches through the loader.
+//
+//	loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E]
+//	              [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/benchrun"
+	"github.com/nvfeed/nvfeed/loader"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E]
+                     [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]`
+
+// errUsage marks errors that print usage; exit status 2.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	var err error
+	switch {
+	case len(args) == 0:
+		err = fmt.Errorf("%w: no command", errUsage)
+	case args[0] == "bench":
+		err = bench(ctx, args[1:], stdout, stderr)
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprintln(stderr, usage)
+		return 0
+	default:
+		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "loaderd: %v\n%s\n", err, usage)
+		return 2
+	}
+	fmt.Fprintf(stderr, "loaderd: %v\n", err)
+	return 1
+}
+
+func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loaderd bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mapPath := fs.String("bmap", "", "block map of the dataset (required)")
+	backend := fs.String("backend", "file", "backend: file")
+	batch := fs.Int("batch-size", 64, "samples per batch")
+	batches := fs.Int("batches", 0, "stop after N batches")
+	epochs := fs.Int("epochs", 0, "stop after E epochs (default 1 when --batches is not given)")
+	prefetch := fs.Int("prefetch", 2, "batches read ahead (prefetch_queue_depth)")
+	workers := fs.Int("workers", 0, "I/O concurrency (default: the backend's)")
+	direct := fs.Bool("direct", false, "file backend: O_DIRECT, bypassing the page cache")
+	shuffle := fs.Bool("shuffle", false, "random_shuffle: a full permutation per epoch")
+	seed := fs.Uint64("seed", 0, "shuffle seed")
+	shard := fs.Int("shard-id", 0, "shard_id")
+	shards := fs.Int("num-shards", 1, "num_shards")
+	verify := fs.Bool("verify", false, "check every sample against a plain read of its file (not timed)")
+	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of a table")
+	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *mapPath == "" {
+		return fmt.Errorf("%w: --bmap is required", errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	m, err := bmap.Load(*mapPath)
+	if err != nil {
+		return err
+	}
+	lo := loader.Options{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed,
+		PrefetchQueueDepth: *prefetch, Backend: *backend, Workers: *workers, Direct: *direct}
+	res, err := benchrun.Run(ctx, m, lo, benchrun.Options{Batches: *batches, Epochs: *epochs, Verify: *verify})
+	if err != nil {
+		if errors.Is(err, loader.ErrOptions) {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	benchrun.Table(stdout, res)
+	if *verify {
+		fmt.Fprintf(stdout, "verified: %d samples equal their files\n", res.Verified)
+	}
+	return nil
+}

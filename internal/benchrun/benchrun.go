@@ -1,0 +1,133 @@
+// Package benchrun drives a loader as fast as it goes and measures it: the
+// engine of `loaderd bench`.
+package benchrun
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader"
+)
+
+// Options says how long to run and whether to verify.
+type Options struct {
+	Batches int  // stop after this many batches (0: use Epochs)
+	Epochs  int  // stop after this many epochs (0 with Batches 0: one epoch)
+	Verify  bool // compare every sample with a plain read of its file (not timed)
+}
+
+// Result is what a run measured. Its JSON form is what `loaderd bench
+// --json` prints.
+type Result struct {
+	Backend     string         `json:"backend"`
+	Samples     int64          `json:"samples"`
+	Bytes       int64          `json:"bytes"` // file bytes delivered
+	Seconds     float64        `json:"seconds"`
+	SamplesPerS float64        `json:"samples_per_s"`
+	BytesPerS   float64        `json:"bytes_per_s"`
+	BatchMsP50  float64        `json:"batch_ms_p50"` // time to read one batch
+	BatchMsP99  float64        `json:"batch_ms_p99"`
+	CPUSeconds  float64        `json:"cpu_seconds"` // user+sys of this process
+	Info        map[string]any `json:"backend_info,omitempty"`
+	Verified    int64          `json:"verified,omitempty"` // samples compared with their files
+}
+
+// Run starts a loader on m with lo and consumes batches per o.
+func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result, error) {
+	if o.Batches < 0 || o.Epochs < 0 {
+		return Result{}, fmt.Errorf("%w: negative --batches or --epochs", loader.ErrOptions)
+	}
+	if o.Batches == 0 && o.Epochs == 0 {
+		o.Epochs = 1
+	}
+	cpu0 := cpuSeconds()
+	t0 := time.Now()
+	l, err := loader.New(ctx, m, lo)
+	if err != nil {
+		return Result{}, err
+	}
+	defer l.Close()
+	res := Result{Backend: l.Backend().Name(), Info: l.Backend().Info()}
+	var lat []float64
+	var verifyTime time.Duration
+	for epochs, batches := 0, 0; (o.Batches == 0 || batches < o.Batches) && (o.Epochs == 0 || epochs < o.Epochs); {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			epochs++
+			continue
+		}
+		if err != nil {
+			return res, err
+		}
+		batches++
+		lat = append(lat, float64(b.ReadTime().Microseconds())/1000)
+		for i := 0; i < b.Len(); i++ {
+			res.Bytes += b.Lengths[i]
+		}
+		res.Samples += int64(b.Len())
+		if o.Verify {
+			tv := time.Now()
+			err := verify(m, b)
+			verifyTime += time.Since(tv)
+			if err != nil {
+				b.Release()
+				return res, err
+			}
+			res.Verified += int64(b.Len())
+		}
+		b.Release()
+	}
+	res.Seconds = (time.Since(t0) - verifyTime).Seconds()
+	res.CPUSeconds = cpuSeconds() - cpu0
+	res.SamplesPerS = float64(res.Samples) / res.Seconds
+	res.BytesPerS = float64(res.Bytes) / res.Seconds
+	slices.Sort(lat)
+	res.BatchMsP50, res.BatchMsP99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	return res, nil
+}
+
+func verify(m *bmap.Map, b *loader.Batch) error {
+	for i := 0; i < b.Len(); i++ {
+		s := &m.Samples[b.Indices[i]]
+		want, err := os.ReadFile(filepath.Join(m.Root, s.Path))
+		if err != nil {
+			return fmt.Errorf("verify: sample %d (%s): %w", b.Indices[i], s.Path, err)
+		}
+		if !bytes.Equal(b.Sample(i), want) {
+			return fmt.Errorf("verify: sample %d (%s): delivered bytes differ from the file (epoch %d batch %d)", b.Indices[i], s.Path, b.Epoch, b.Iteration)
+		}
+	}
+	return nil
+}
+
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func cpuSeconds() float64 {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// Table renders results as an aligned text table.
+func Table(w io.Writer, rs ...Result) {
+	fmt.Fprintf(w, "%-8s %9s %10s %8s %10s %9s %8s %8s %7s\n", "backend", "samples", "MB", "seconds", "samples/s", "MB/s", "p50 ms", "p99 ms", "cpu s")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%-8s %9d %10.1f %8.2f %10.0f %9.1f %8.2f %8.2f %7.2f\n", r.Backend, r.Samples, float64(r.Bytes)/1e6,
+			r.Seconds, r.SamplesPerS, r.BytesPerS/1e6, r.BatchMsP50, r.BatchMsP99, r.CPUSeconds)
+	}
+}
