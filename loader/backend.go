@@ -14,6 +14,7 @@ type Request struct {
 	Index  int          // sample index in the map
 	Sample *bmap.Sample // the sample
 	Buf    []byte       // Align-aligned, alignUp(Size) bytes; the sample goes to Buf[:Size]
+	Err    error        // set by the backend when this sample failed
 }
 
 // Backend reads samples into memory. ReadBatch may be called from several

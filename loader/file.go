@@ -60,9 +60,11 @@ func (b *FileBackend) ReadBatch(ctx context.Context, reqs []Request) error {
 func (b *FileBackend) worker() {
 	defer b.wg.Done()
 	for j := range b.jobs {
-		if err := j.ctx.Err(); err != nil {
-			j.wait.fail(err)
-		} else if err := ReadFile(b.root, j.req, b.direct); err != nil {
+		err := j.ctx.Err()
+		if err == nil {
+			err = ReadFile(b.root, j.req, b.direct)
+		}
+		if j.req.Err = err; err != nil {
 			j.wait.fail(err)
 		}
 		j.wait.wg.Done()

@@ -56,6 +56,8 @@ type Options struct {
 	Backend            string     // "file" (default)
 	Workers            int        // I/O concurrency; 0 means the backend's default
 	Direct             bool       // file backend: O_DIRECT
+	Raw                RawOptions // gds and bam backends
+	SkipErrors         bool       // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
 	State              *State     // resume from this state
 	Logger             *slog.Logger
 }
@@ -101,6 +103,7 @@ type Batch struct {
 	Offsets   []int64 // byte offset of each sample in the ring's shared memory
 	Lengths   []int64 // byte length of each sample
 	Slot      int     // ring slot
+	Errors    []error // with Options.SkipErrors: the samples that failed (their Lengths are 0)
 
 	readStart, readEnd time.Time
 
@@ -215,8 +218,14 @@ func newBackend(m *bmap.Map, o Options) (Backend, error) {
 	switch o.Backend {
 	case "", "file":
 		return NewFileBackend(m.Root, o.Workers, o.Direct), nil
+	case "gds", "bam":
+		ro := o.Raw
+		if ro.QueueDepth == 0 {
+			ro.QueueDepth = o.Workers
+		}
+		return NewRawBackend(m, o.Backend, ro, o.Logger)
 	}
-	return nil, fmt.Errorf("%w: unknown backend %q (want file)", ErrOptions, o.Backend)
+	return nil, fmt.Errorf("%w: unknown backend %q (want file, gds or bam)", ErrOptions, o.Backend)
 }
 
 func checkState(st *State, smp Sampling) error {
@@ -284,7 +293,7 @@ func (l *Loader) produce(epoch, batch int) {
 // plan lays the batch's samples out in its slot: each distinct sample at an
 // Align-aligned offset; a repeated (padding) sample shares its first copy.
 func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
-	b.Epoch, b.Iteration, b.err = epoch, iter, nil
+	b.Epoch, b.Iteration, b.err, b.Errors = epoch, iter, nil, b.Errors[:0]
 	b.done = make(chan struct{})
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
@@ -341,12 +350,37 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.next >= l.smp.EpochBatches(l.epoch) {
 		l.pendingEOF = true
 	}
+	if b.err != nil && l.opts.SkipErrors && l.markFailed(b) {
+		return b, nil
+	}
 	if b.err != nil {
 		err := fmt.Errorf("loader: epoch %d batch %d: %w", b.Epoch, b.Iteration, b.err)
 		b.Release()
 		return nil, err
 	}
 	return b, nil
+}
+
+// markFailed zeroes the lengths of failed samples and lists their errors;
+// it reports false when the failure is not per sample (e.g. cancellation).
+func (l *Loader) markFailed(b *Batch) bool {
+	b.Errors = b.Errors[:0]
+	for _, r := range b.reqs {
+		if r.Err == nil {
+			continue
+		}
+		var se *SampleError
+		if !errors.As(r.Err, &se) {
+			return false
+		}
+		b.Errors = append(b.Errors, r.Err)
+		for i, idx := range b.Indices {
+			if int(idx) == r.Index {
+				b.Lengths[i] = 0
+			}
+		}
+	}
+	return len(b.Errors) > 0
 }
 
 // State returns the position of the next batch Next will return.

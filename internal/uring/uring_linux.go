@@ -1,0 +1,221 @@
+// Package uring is the small part of io_uring the loader needs, written
+// over golang.org/x/sys/unix: a ring of fixed size, READ submissions into
+// caller-owned memory outside the Go heap, and completion reaping.
+//
+// A Ring is not safe for concurrent use: one goroutine owns it.
+package uring
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	offSQRing = 0
+	offCQRing = 0x8000000
+	offSQEs   = 0x10000000
+
+	featSingleMmap = 1 << 0
+	enterGetEvents = 1 << 0
+	opRead         = 22 // IORING_OP_READ
+)
+
+type sqOffsets struct {
+	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
+	userAddr                                                        uint64
+}
+
+type cqOffsets struct {
+	head, tail, ringMask, ringEntries, overflow, cqes, flags, resv1 uint32
+	userAddr                                                        uint64
+}
+
+type params struct {
+	sqEntries, cqEntries, flags, sqThreadCPU, sqThreadIdle, features, wqFd uint32
+	resv                                                                   [3]uint32
+	sqOff                                                                  sqOffsets
+	cqOff                                                                  cqOffsets
+}
+
+// SQE is a submission queue entry (struct io_uring_sqe).
+type sqe struct {
+	opcode      uint8
+	flags       uint8
+	ioprio      uint16
+	fd          int32
+	off         uint64
+	addr        uint64
+	len         uint32
+	rwFlags     uint32
+	userData    uint64
+	bufIndex    uint16
+	personality uint16
+	spliceFdIn  int32
+	addr3       uint64
+	pad         uint64
+}
+
+// CQE is a completion (struct io_uring_cqe).
+type CQE struct {
+	UserData uint64 // what the submission carried
+	Res      int32  // bytes read, or -errno
+	Flags    uint32
+}
+
+// Ring is one io_uring instance.
+type Ring struct {
+	fd             int
+	sqMem, cqMem   []byte
+	sqesMem        []byte
+	sqHead, sqTail *uint32
+	sqMask         uint32
+	sqArray        []uint32
+	sqes           []sqe
+	cqHead, cqTail *uint32
+	cqMask         uint32
+	cqes           []CQE
+	entries        uint32
+	pendingSubmit  uint32
+	localTail      uint32
+}
+
+// ErrUnsupported is returned (wrapped) when the kernel or a seccomp policy
+// (Docker's default profile) refuses io_uring.
+var ErrUnsupported = errors.New("io_uring not available")
+
+// New sets up a ring with room for entries submissions.
+func New(entries uint32) (*Ring, error) {
+	var p params
+	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
+	if errno != 0 {
+		if errno == unix.ENOSYS || errno == unix.EPERM || errno == unix.EACCES {
+			return nil, fmt.Errorf("uring: setup: %w: %w", ErrUnsupported, errno)
+		}
+		return nil, fmt.Errorf("uring: setup: %w", errno)
+	}
+	r := &Ring{fd: int(fd), entries: p.sqEntries}
+	if err := r.mmap(&p); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Ring) mmap(p *params) error {
+	sqSize := int(p.sqOff.array + p.sqEntries*4)
+	cqSize := int(p.cqOff.cqes + p.cqEntries*uint32(unsafe.Sizeof(CQE{})))
+	single := p.features&featSingleMmap != 0
+	if single {
+		sqSize = max(sqSize, cqSize)
+	}
+	var err error
+	r.sqMem, err = unix.Mmap(r.fd, offSQRing, sqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("uring: mmap sq: %w", err)
+	}
+	if single {
+		r.cqMem = r.sqMem
+	} else if r.cqMem, err = unix.Mmap(r.fd, offCQRing, cqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
+		return fmt.Errorf("uring: mmap cq: %w", err)
+	}
+	sqesSize := int(p.sqEntries) * int(unsafe.Sizeof(sqe{}))
+	if r.sqesMem, err = unix.Mmap(r.fd, offSQEs, sqesSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
+		return fmt.Errorf("uring: mmap sqes: %w", err)
+	}
+	u32 := func(mem []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
+	r.sqHead, r.sqTail = u32(r.sqMem, p.sqOff.head), u32(r.sqMem, p.sqOff.tail)
+	r.sqMask = *u32(r.sqMem, p.sqOff.ringMask)
+	r.sqArray = unsafe.Slice(u32(r.sqMem, p.sqOff.array), p.sqEntries)
+	r.sqes = unsafe.Slice((*sqe)(unsafe.Pointer(&r.sqesMem[0])), p.sqEntries)
+	r.cqHead, r.cqTail = u32(r.cqMem, p.cqOff.head), u32(r.cqMem, p.cqOff.tail)
+	r.cqMask = *u32(r.cqMem, p.cqOff.ringMask)
+	r.cqes = unsafe.Slice((*CQE)(unsafe.Pointer(&r.cqMem[p.cqOff.cqes])), p.cqEntries)
+	r.localTail = atomic.LoadUint32(r.sqTail)
+	return nil
+}
+
+// Entries returns the submission queue size.
+func (r *Ring) Entries() uint32 { return r.entries }
+
+// SQSpace returns how many more submissions fit before Submit.
+func (r *Ring) SQSpace() uint32 {
+	return r.entries - (r.localTail - atomic.LoadUint32(r.sqHead))
+}
+
+// PrepRead queues a read of len(buf) bytes at off from fd into buf. buf
+// must not move until the completion arrives: it must live outside the Go
+// heap (mmap'd memory). It returns false when the queue is full.
+func (r *Ring) PrepRead(fd int, buf []byte, off uint64, userData uint64) bool {
+	if r.SQSpace() == 0 {
+		return false
+	}
+	idx := r.localTail & r.sqMask
+	e := &r.sqes[idx]
+	*e = sqe{opcode: opRead, fd: int32(fd), off: off, len: uint32(len(buf)), userData: userData}
+	if len(buf) > 0 {
+		e.addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
+	}
+	r.sqArray[idx] = idx
+	r.localTail++
+	r.pendingSubmit++
+	return true
+}
+
+// Submit publishes queued submissions and waits until at least
+// waitFor completions are available.
+func (r *Ring) Submit(waitFor uint32) error {
+	atomic.StoreUint32(r.sqTail, r.localTail)
+	var flags uintptr
+	if waitFor > 0 {
+		flags = enterGetEvents
+	}
+	for {
+		n, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(r.pendingSubmit), uintptr(waitFor), flags, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno == unix.EAGAIN || errno == unix.EBUSY {
+			// Completion queue pressure: reap first, then retry.
+			return fmt.Errorf("uring: enter: %w", errno)
+		}
+		if errno != 0 {
+			return fmt.Errorf("uring: enter: %w", errno)
+		}
+		r.pendingSubmit -= uint32(n)
+		return nil
+	}
+}
+
+// Reap calls fn for each available completion and returns how many there
+// were.
+func (r *Ring) Reap(fn func(CQE)) int {
+	head := atomic.LoadUint32(r.cqHead)
+	tail := atomic.LoadUint32(r.cqTail)
+	n := 0
+	for ; head != tail; head++ {
+		fn(r.cqes[head&r.cqMask])
+		n++
+	}
+	atomic.StoreUint32(r.cqHead, head)
+	return n
+}
+
+// Close releases the ring. Reads still in flight may write their buffers
+// until they complete: callers reap every completion first.
+func (r *Ring) Close() error {
+	if r.sqesMem != nil {
+		unix.Munmap(r.sqesMem)
+	}
+	if r.cqMem != nil && (r.sqMem == nil || &r.cqMem[0] != &r.sqMem[0]) {
+		unix.Munmap(r.cqMem)
+	}
+	if r.sqMem != nil {
+		unix.Munmap(r.sqMem)
+	}
+	r.sqesMem, r.cqMem, r.sqMem = nil, nil, nil
+	return unix.Close(r.fd)
+}

@@ -1,0 +1,273 @@
+package loader
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/internal/uring"
+)
+
+// ioOp is one aligned read of the block device into memory outside the Go
+// heap.
+type ioOp struct {
+	buf []byte // destination: aligned address and length
+	off int64  // device offset, aligned
+	got int    // bytes read so far
+	err error
+	grp *opGroup
+	req int // index of the request it serves
+}
+
+// opGroup completes when all its ops have.
+type opGroup struct {
+	pending atomic.Int64
+	done    chan struct{}
+}
+
+func newOpGroup(n int) *opGroup {
+	g := &opGroup{done: make(chan struct{})}
+	g.pending.Store(int64(n))
+	if n == 0 {
+		close(g.done)
+	}
+	return g
+}
+
+func (g *opGroup) finish() {
+	if g.pending.Add(-1) == 0 {
+		close(g.done)
+	}
+}
+
+// errPastEnd is a read that got no bytes: the device ends before the range.
+var errPastEnd = errors.New("device returned no data (range past the end of the device?)")
+
+// engine issues device reads. submit never blocks for long; each op
+// completes exactly once by calling op.grp.finish.
+type engine interface {
+	name() string
+	submit(ops []*ioOp)
+	peakInflight() int64
+	close()
+}
+
+// Engine names for Options.Engine.
+const (
+	EngineAuto  = "auto"  // io_uring where the kernel allows it, else pread
+	EngineUring = "uring" // io_uring only
+	EnginePread = "pread" // parallel pread workers
+)
+
+// newEngine starts an engine reading fd with qd requests in flight. With
+// EngineAuto it falls back to pread when io_uring is refused (Docker's
+// default seccomp profile blocks it) and says so in fallback.
+func newEngine(kind string, fd, qd int, trace *tracer) (e engine, fallback error, err error) {
+	switch kind {
+	case "", EngineAuto, EngineUring:
+		u, err := newUringEngine(fd, qd, trace)
+		if err == nil {
+			return u, nil, nil
+		}
+		if kind == EngineUring || !errors.Is(err, uring.ErrUnsupported) {
+			return nil, nil, err
+		}
+		return newPreadEngine(fd, qd, trace), err, nil
+	case EnginePread:
+		return newPreadEngine(fd, qd, trace), nil, nil
+	}
+	return nil, nil, fmt.Errorf("%w: engine %q (want auto, uring or pread)", ErrOptions, kind)
+}
+
+// tracer writes every device read, in issue order, as a fio iolog (v2)
+// line, so fio can replay exactly the loader's reads.
+type tracer struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	dev string
+	err error
+}
+
+func newTracer(w io.Writer, dev string) *tracer {
+	t := &tracer{w: bufio.NewWriterSize(w, 1<<20), dev: dev}
+	fmt.Fprintf(t.w, "fio version 2 iolog\n%s add\n%s open\n", dev, dev)
+	return t
+}
+
+func (t *tracer) read(off int64, n int) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	fmt.Fprintf(t.w, "%s read %d %d\n", t.dev, off, n)
+	t.mu.Unlock()
+}
+
+func (t *tracer) close() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "%s close\n", t.dev)
+	return t.w.Flush()
+}
+
+// uringEngine owns one io_uring from one goroutine.
+type uringEngine struct {
+	fd    int
+	ring  *uring.Ring
+	in    chan []*ioOp
+	qd    int
+	peak  atomic.Int64
+	trace *tracer
+	wg    sync.WaitGroup
+}
+
+func newUringEngine(fd, qd int, trace *tracer) (*uringEngine, error) {
+	r, err := uring.New(uint32(qd))
+	if err != nil {
+		return nil, err
+	}
+	e := &uringEngine{fd: fd, ring: r, in: make(chan []*ioOp, 64), qd: min(qd, int(r.Entries())), trace: trace}
+	e.wg.Add(1)
+	go e.loop()
+	return e, nil
+}
+
+func (e *uringEngine) name() string        { return EngineUring }
+func (e *uringEngine) submit(ops []*ioOp)  { e.in <- ops }
+func (e *uringEngine) peakInflight() int64 { return e.peak.Load() }
+func (e *uringEngine) close()              { close(e.in); e.wg.Wait(); e.ring.Close() }
+
+func (e *uringEngine) loop() {
+	defer e.wg.Done()
+	slots := make([]*ioOp, e.qd)
+	free := make([]int, 0, e.qd)
+	for i := e.qd - 1; i >= 0; i-- {
+		free = append(free, i)
+	}
+	var pending []*ioOp
+	inflight, closed := 0, false
+	take := func(ops []*ioOp, ok bool) {
+		if !ok {
+			closed = true
+			return
+		}
+		pending = append(pending, ops...)
+	}
+	for {
+		if inflight == 0 && len(pending) == 0 {
+			if closed {
+				return
+			}
+			ops, ok := <-e.in
+			take(ops, ok)
+			continue
+		}
+	drain:
+		for !closed {
+			select {
+			case ops, ok := <-e.in:
+				take(ops, ok)
+			default:
+				break drain
+			}
+		}
+		for len(pending) > 0 && len(free) > 0 {
+			op := pending[0]
+			pending = pending[1:]
+			slot := free[len(free)-1]
+			free = free[:len(free)-1]
+			slots[slot] = op
+			e.trace.read(op.off+int64(op.got), len(op.buf)-op.got)
+			e.ring.PrepRead(e.fd, op.buf[op.got:], uint64(op.off)+uint64(op.got), uint64(slot))
+			inflight++
+		}
+		if int64(inflight) > e.peak.Load() {
+			e.peak.Store(int64(inflight))
+		}
+		if err := e.ring.Submit(1); err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) {
+			// The ring itself failed: fail what is not yet submitted; what
+			// is in flight still completes below.
+			for _, op := range pending {
+				op.err = err
+				op.grp.finish()
+			}
+			pending = nil
+		}
+		e.ring.Reap(func(c uring.CQE) {
+			op := slots[c.UserData]
+			slots[c.UserData] = nil
+			free = append(free, int(c.UserData))
+			inflight--
+			switch {
+			case c.Res < 0:
+				op.err = unix.Errno(-c.Res)
+			case c.Res == 0:
+				op.err = errPastEnd
+			default:
+				op.got += int(c.Res)
+				if op.got < len(op.buf) { // short read: ask for the rest
+					pending = append(pending, op)
+					return
+				}
+			}
+			op.grp.finish()
+		})
+	}
+}
+
+// preadEngine runs qd goroutines each issuing one pread at a time.
+type preadEngine struct {
+	fd       int
+	in       chan *ioOp
+	inflight atomic.Int64
+	peak     atomic.Int64
+	trace    *tracer
+	wg       sync.WaitGroup
+}
+
+func newPreadEngine(fd, qd int, trace *tracer) *preadEngine {
+	e := &preadEngine{fd: fd, in: make(chan *ioOp, 4*qd), trace: trace}
+	for i := 0; i < qd; i++ {
+		e.wg.Add(1)
+		go e.worker()
+	}
+	return e
+}
+
+func (e *preadEngine) name() string        { return EnginePread }
+func (e *preadEngine) peakInflight() int64 { return e.peak.Load() }
+func (e *preadEngine) close()              { close(e.in); e.wg.Wait() }
+
+func (e *preadEngine) submit(ops []*ioOp) {
+	for _, op := range ops {
+		e.in <- op
+	}
+}
+
+func (e *preadEngine) worker() {
+	defer e.wg.Done()
+	for op := range e.in {
+		if n := e.inflight.Add(1); n > e.peak.Load() {
+			e.peak.Store(n)
+		}
+		e.trace.read(op.off, len(op.buf))
+		n, err := preadFull(e.fd, op.buf, op.off)
+		op.got = n
+		switch {
+		case err != nil:
+			op.err = err
+		case n < len(op.buf):
+			op.err = errPastEnd
+		}
+		e.inflight.Add(-1)
+		op.grp.finish()
+	}
+}

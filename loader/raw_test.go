@@ -1,0 +1,244 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/testfs"
+)
+
+// rawDataset makes the awkward files plus 150 ordinary ones on fs and maps
+// them.
+func rawDataset(t *testing.T, fs *testfs.FS) *bmap.Map {
+	testfs.Populate(t, fs, "train", 3)
+	rng := rand.New(rand.NewPCG(4, 4))
+	for i := 0; i < 150; i++ {
+		b := make([]byte, int(rng.ExpFloat64()*30_000))
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		fs.WriteFile(t, fmt.Sprintf("train/c%d/%03d.jpg", i%4, i), b)
+	}
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+var rawFilesystems = []testfs.Options{
+	testfs.Ext4(),
+	{Type: "ext4", MkfsArgs: []string{"-b", "1024", "-O", "inline_data"}}, // 1 KiB blocks: unaligned extents, bounce buffers
+	testfs.XFS(),
+}
+
+func TestRawBackendsByteExact(t *testing.T) {
+	for _, fo := range rawFilesystems {
+		t.Run(fmt.Sprintf("%s%v", fo.Type, fo.MkfsArgs), func(t *testing.T) {
+			fs := testfs.New(t, fo)
+			m := rawDataset(t, fs)
+			st := m.Stats()
+			if st.FSOnly == len(m.Samples) || st.MultiExtent == 0 {
+				t.Fatalf("dataset lacks raw or fragmented samples: %s", st)
+			}
+			for _, backend := range []string{"gds", "bam"} {
+				for _, engine := range []string{EngineUring, EnginePread} {
+					t.Run(backend+"/"+engine, func(t *testing.T) {
+						for shard := 0; shard < 2; shard++ {
+							l, err := New(context.Background(), m, Options{Backend: backend, BatchSize: 7, NumShards: 2, ShardID: shard,
+								RandomShuffle: true, Seed: 9, PrefetchQueueDepth: 3, Raw: RawOptions{Engine: engine, CacheBytes: 8 << 20, QueueDepth: 8}})
+							if err != nil {
+								if strings.Contains(err.Error(), "io_uring") {
+									t.Skipf("io_uring refused: %v", err)
+								}
+								t.Fatal(err)
+							}
+							for e := 0; e < 3; e++ {
+								collectEpoch(t, l, m, true)
+							}
+							info := l.Backend().Info()
+							l.Close()
+							if info["engine"] != engine || info["raw_samples"].(int64) == 0 || info["stale_samples"].(int64) != 0 || info["errors"].(int64) != 0 {
+								t.Errorf("info %v", info)
+							}
+							if backend == "bam" && info["cache_hits"].(int64) == 0 {
+								t.Errorf("bam: no cache hits over 3 epochs of a dataset that fits: %v", info)
+							}
+							if fo.Type == "ext4" && info["fs_only_samples"].(int64) == 0 {
+								t.Errorf("ext4: inline samples not read through the filesystem: %v", info)
+							}
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	big := bytes.Repeat([]byte("OLD-CONTENT-"), 200_000)
+	fs.WriteFile(t, "train/a/victim.jpg", big)
+	fs.WriteFile(t, "train/a/other.jpg", []byte("unchanged"))
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := m.Samples[1].Extents
+	// Delete the victim; a secret file takes its blocks; a new file with
+	// the same name and size appears elsewhere.
+	os.Remove(fs.Path("train/a/victim.jpg"))
+	fs.Sync(t)
+	secret := bytes.Repeat([]byte("SECRET-DATA!"), 200_000)
+	fs.WriteFile(t, "secret.dat", secret)
+	fs.WriteFile(t, "train/a/victim.jpg", bytes.Repeat([]byte("NEW-CONTENT-"), 200_000))
+	fs.Sync(t)
+	f, _ := os.Open(fs.Path("secret.dat"))
+	var mp extentinfo.Mapper
+	sec, _ := mp.Extents(f)
+	f.Close()
+	if len(sec) == 0 || sec[0].Physical != old[0].Physical {
+		t.Logf("note: the secret file did not reuse the victim's first block (%v vs %v)", sec, old)
+	}
+	for _, policy := range []string{StaleFallback, StaleFail} {
+		for _, backend := range []string{"gds", "bam"} {
+			l, err := New(context.Background(), m, Options{Backend: backend, BatchSize: 2, SkipErrors: policy == StaleFail, Raw: RawOptions{OnStale: policy}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := l.Next(context.Background())
+			if err != nil {
+				t.Fatalf("%s/%s: %v", backend, policy, err)
+			}
+			for i := 0; i < b.Len(); i++ {
+				if bytes.Contains(b.Sample(i), []byte("SECRET")) || bytes.Contains(b.Sample(i), []byte("OLD-CONTENT")) {
+					t.Fatalf("%s/%s: sample %d served from the old blocks", backend, policy, b.Indices[i])
+				}
+			}
+			switch policy {
+			case StaleFallback:
+				checkBatch(t, m2(t, m), b)
+				if n := l.Backend().Info()["stale_samples"].(int64); n < 1 {
+					t.Errorf("%s: stale_samples = %d, want the replaced file counted", backend, n)
+				}
+			case StaleFail:
+				if len(b.Errors) != 1 || !errors.Is(b.Errors[0], bmap.ErrStale) || !strings.Contains(b.Errors[0].Error(), "victim.jpg") || b.Lengths[1] != 0 {
+					t.Errorf("%s: errors %v lengths %v, want one ErrStale naming victim.jpg", backend, b.Errors, b.Lengths)
+				}
+				if !bytes.Equal(b.Sample(0), []byte("unchanged")) {
+					t.Errorf("%s: the other sample of the batch was affected", backend)
+				}
+			}
+			b.Release()
+			l.Close()
+		}
+	}
+}
+
+// m2 is m with sizes refreshed, for comparing against current files.
+func m2(t *testing.T, m *bmap.Map) *bmap.Map {
+	c := *m
+	c.Samples = append([]bmap.Sample(nil), m.Samples...)
+	for i := range c.Samples {
+		fi, err := os.Stat(c.Root + "/" + c.Samples[i].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Samples[i].Size = fi.Size()
+	}
+	return &c
+}
+
+func TestShrunkDeviceGivesNamedError(t *testing.T) {
+	for _, engine := range []string{EngineUring, EnginePread} {
+		t.Run(engine, func(t *testing.T) {
+			fs := testfs.New(t, testfs.Options{Type: "ext4", SizeMB: 256, MkfsArgs: []string{"-b", "4096"}})
+			fs.WriteFile(t, "train/a/low.jpg", []byte("small and early"))
+			fs.Sync(t)
+			// Fill so that a later file lands far into the device.
+			fs.WriteFile(t, "pad.dat", make([]byte, 120<<20))
+			fs.Sync(t)
+			far := bytes.Repeat([]byte{7}, 1<<20)
+			fs.WriteFile(t, "train/a/zfar.jpg", far)
+			fs.Sync(t)
+			m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The victim is whichever sample lies further into the device.
+			keep, victim := 0, 1
+			if m.Samples[0].Extents[0].Physical > m.Samples[1].Extents[0].Physical {
+				keep, victim = 1, 0
+			}
+			keepExt, farExt := m.Samples[keep].Extents[0], m.Samples[victim].Extents[0]
+			if keepExt.Physical+keepExt.Length > farExt.Physical {
+				t.Fatalf("layout: samples overlap on the device: %v %v", keepExt, farExt)
+			}
+			keepData, _ := os.ReadFile(fs.Path("train", m.Samples[keep].Path))
+			victimName := m.Samples[victim].Path
+			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, SkipErrors: true, Raw: RawOptions{Engine: engine}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			// Shrink the device under the open loader: cut the image below
+			// the far file and tell the loop driver.
+			if err := os.Truncate(fs.Image, int64(farExt.Physical)); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := testfs.Command("losetup", "-c", fs.Dev); err != nil {
+				t.Fatalf("losetup -c: %v: %s", err, out)
+			}
+			// Batches prefetched before the cut are fine; the first one read
+			// after it must name the victim and keep the other sample.
+			var b *Batch
+			for i := 0; i < 12 && b == nil; i++ {
+				nb, err := l.Next(context.Background())
+				if err == io.EOF {
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(nb.Errors) == 0 {
+					nb.Release()
+					continue
+				}
+				b = nb
+			}
+			if b == nil {
+				t.Fatal("no batch read after the device shrank reported an error")
+			}
+			if len(b.Errors) != 1 || !strings.Contains(b.Errors[0].Error(), victimName) || !strings.Contains(b.Errors[0].Error(), fs.Dev) {
+				t.Fatalf("errors %v, want one naming %s and %s", b.Errors, victimName, fs.Dev)
+			}
+			if !bytes.Equal(b.Sample(keep), keepData) || b.Lengths[victim] != 0 {
+				t.Errorf("the readable sample was affected: %d bytes, victim length %d", len(b.Sample(keep)), b.Lengths[victim])
+			}
+			b.Release()
+			// A loader opened now refuses the range before reading it.
+			l2, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, Raw: RawOptions{Engine: engine}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l2.Close()
+			if _, err := l2.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "past the end") || !strings.Contains(err.Error(), victimName) {
+				t.Errorf("err = %v, want 'past the end' naming %s", err, victimName)
+			}
+			if _, err := l2.Next(context.Background()); err != io.EOF {
+				t.Errorf("after the failed batch: %v, want io.EOF", err)
+			}
+		})
+	}
+}
