@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/nvfeed/nvfeed/bmap"
@@ -28,8 +29,10 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E]
-                     [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]`
+const usage = `usage: loaderd bench --bmap FILE [--backend file|gds|bam] [--batch-size 64] [--batches N | --epochs E]
+                     [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]
+                     [--queue-depth N] [--engine auto|uring|pread] [--queues N] [--block-size B]
+                     [--cache-mb M] [--on-stale fallback|fail] [--skip-errors] [--iolog FILE]`
 
 // errUsage marks errors that print usage; exit status 2.
 var errUsage = errors.New("usage")
@@ -63,7 +66,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mapPath := fs.String("bmap", "", "block map of the dataset (required)")
-	backend := fs.String("backend", "file", "backend: file")
+	backend := fs.String("backend", "file", "backend: file, gds or bam")
 	batch := fs.Int("batch-size", 64, "samples per batch")
 	batches := fs.Int("batches", 0, "stop after N batches")
 	epochs := fs.Int("epochs", 0, "stop after E epochs (default 1 when --batches is not given)")
@@ -76,6 +79,16 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shards := fs.Int("num-shards", 1, "num_shards")
 	verify := fs.Bool("verify", false, "check every sample against a plain read of its file (not timed)")
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of a table")
+	qd := fs.Int("queue-depth", 0, "gds/bam: requests in flight per queue (default 32 for gds, 64 for bam)")
+	engine := fs.String("engine", "auto", "gds/bam: auto (io_uring, else pread), uring or pread")
+	queues := fs.Int("queues", 0, "bam: submission queues (default 4)")
+	blockSize := fs.Int("block-size", 0, "bam: request size in bytes (default 4096)")
+	maxReq := fs.Int("max-request", 0, "gds: split reads larger than this many bytes (default 1 MiB)")
+	cacheMB := fs.Int64("cache-mb", 0, "bam: block cache size in MiB (default 256; -1 disables)")
+	onStale := fs.String("on-stale", "fallback", "gds/bam: a file changed since mapping is read through the filesystem (fallback) or refused (fail)")
+	skipErrors := fs.Bool("skip-errors", false, "deliver batches with failed samples (length 0) instead of failing")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to FILE")
+	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
 	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -94,7 +107,28 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	lo := loader.Options{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed,
-		PrefetchQueueDepth: *prefetch, Backend: *backend, Workers: *workers, Direct: *direct}
+		PrefetchQueueDepth: *prefetch, Backend: *backend, Workers: *workers, Direct: *direct, SkipErrors: *skipErrors,
+		Raw: loader.RawOptions{Engine: *engine, QueueDepth: *qd, Queues: *queues, BlockSize: *blockSize, MaxRequest: *maxReq,
+			CacheBytes: *cacheMB << 20, OnStale: *onStale}}
+	if *iolog != "" {
+		f, err := os.Create(*iolog)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		lo.Raw.Trace = f
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := benchrun.Run(ctx, m, lo, benchrun.Options{Batches: *batches, Epochs: *epochs, Verify: *verify})
 	if err != nil {
 		if errors.Is(err, loader.ErrOptions) {
@@ -106,6 +140,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(res)
 	}
 	benchrun.Table(stdout, res)
+	benchrun.InfoLine(stdout, res)
 	if *verify {
 		fmt.Fprintf(stdout, "verified: %d samples equal their files\n", res.Verified)
 	}

@@ -37,7 +37,7 @@ type Result struct {
 	BytesPerS   float64        `json:"bytes_per_s"`
 	BatchMsP50  float64        `json:"batch_ms_p50"` // time to read one batch
 	BatchMsP99  float64        `json:"batch_ms_p99"`
-	CPUSeconds  float64        `json:"cpu_seconds"` // user+sys of this process
+	CPUSeconds  float64        `json:"cpu_seconds"` // user+sys of this process while reading (set-up excluded)
 	Info        map[string]any `json:"backend_info,omitempty"`
 	Verified    int64          `json:"verified,omitempty"` // samples compared with their files
 }
@@ -50,14 +50,17 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 	if o.Batches == 0 && o.Epochs == 0 {
 		o.Epochs = 1
 	}
-	cpu0 := cpuSeconds()
-	t0 := time.Now()
 	l, err := loader.New(ctx, m, lo)
 	if err != nil {
 		return Result{}, err
 	}
 	defer l.Close()
-	res := Result{Backend: l.Backend().Name(), Info: l.Backend().Info()}
+	// Like fio's job figures, time and CPU start once the loader is set
+	// up (batch memory allocated and locked, device opened); its first
+	// reads are already under way, so the timed part includes them.
+	cpu0 := cpuSeconds()
+	t0 := time.Now()
+	res := Result{Backend: l.Backend().Name()}
 	var lat []float64
 	var verifyTime time.Duration
 	for epochs, batches := 0, 0; (o.Batches == 0 || batches < o.Batches) && (o.Epochs == 0 || epochs < o.Epochs); {
@@ -88,6 +91,7 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 		b.Release()
 	}
 	res.Seconds = (time.Since(t0) - verifyTime).Seconds()
+	res.Info = l.Backend().Info()
 	res.CPUSeconds = cpuSeconds() - cpu0
 	res.SamplesPerS = float64(res.Samples) / res.Seconds
 	res.BytesPerS = float64(res.Bytes) / res.Seconds
@@ -130,4 +134,23 @@ func Table(w io.Writer, rs ...Result) {
 		fmt.Fprintf(w, "%-8s %9d %10.1f %8.2f %10.0f %9.1f %8.2f %8.2f %7.2f\n", r.Backend, r.Samples, float64(r.Bytes)/1e6,
 			r.Seconds, r.SamplesPerS, r.BytesPerS/1e6, r.BatchMsP50, r.BatchMsP99, r.CPUSeconds)
 	}
+}
+
+// InfoLine prints the backend's report (engine, queues, cache, counters)
+// on one line, keys sorted.
+func InfoLine(w io.Writer, r Result) {
+	keys := make([]string, 0, len(r.Info))
+	for k := range r.Info {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	fmt.Fprintf(w, "%s:", r.Backend)
+	for _, k := range keys {
+		v := r.Info[k]
+		if f, ok := v.(float64); ok {
+			v = fmt.Sprintf("%.3f", f)
+		}
+		fmt.Fprintf(w, " %s=%v", k, v)
+	}
+	fmt.Fprintln(w)
 }
