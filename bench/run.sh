@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Side-by-side read benchmark on one ImageNet-shaped dataset (~12 000 files,
 # lognormal around 110 KB) on a loop-mounted ext4 image attached with
-# --direct-io=on. Each round runs every case cold (sync; drop_caches) and
-# warm; the summary gives medians and ratios to the Python reference.
+# --direct-io=on. Each round runs every case cold (sync; drop_caches), and
+# the page-cache users warm too; the summary gives medians and ratios to
+# the Python reference. fio replays exactly the gds backend's reads (same
+# byte ranges, same order, same engine and queue depth).
 # Needs root. Usage: bench/run.sh [ROUNDS]   (env: FILES, BATCH)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,11 @@ bin/mkbmap --mountpoint "$root" -o "$work/train.bmap"
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 tag() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r["case"]=sys.argv[1]; r["round"]=int(sys.argv[2]); print(json.dumps(r))' "$@"; }
 py() { .venv/bin/python bench/python_file.py --root "$root" --batch-size "$BATCH" --seed "$1"; }
-ld() { bin/loaderd bench --bmap "$work/train.bmap" --batch-size "$BATCH" --shuffle --seed "$1" --json "${@:2}"; }
+ld() { bin/loaderd bench --bmap "$work/train.bmap" --batch-size "$BATCH" --shuffle --seed "$1" --json "${@:2}" 2>/dev/null; }
+QD=${QD:-32}
+# The gds backend's reads for seed 1, as a fio replay log.
+ld 1 --backend gds --queue-depth "$QD" --iolog "$work/gds.iolog" > /dev/null
+fio_replay() { .venv/bin/python bench/fio_replay.py --iolog "$work/gds.iolog" --samples "$FILES" --iodepth "$QD"; }
 
 results=$work/results.jsonl
 : > "$results"
@@ -42,8 +48,12 @@ for r in $(seq 1 "$ROUNDS"); do
       "$@" | tag "$name $cache" "$r" >> "$results"
     }
     run "python-file" py "$r"
-    run "file" ld "$r"
-    run "file --direct" ld "$r" --direct
+    run "file" ld 1
+    [[ $cache == warm ]] && continue   # the rest bypass the page cache
+    run "file --direct" ld 1 --direct
+    run "gds" ld 1 --backend gds --queue-depth "$QD"
+    run "bam" ld 1 --backend bam
+    run "fio (gds reads)" fio_replay
   done
   echo "bench: round $r of $ROUNDS done" >&2
 done

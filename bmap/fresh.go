@@ -57,10 +57,17 @@ func (c *Checker) Device() extentinfo.Device { return c.dev }
 // modification and change time. Any difference returns an error wrapping
 // ErrStale that names the sample and what changed.
 func (c *Checker) Check(i int) error {
+	_, err := c.CheckLinks(i)
+	return err
+}
+
+// CheckLinks is Check that also returns the file's link count: a file with
+// other hard links can change through paths outside the dataset.
+func (c *Checker) CheckLinks(i int) (nlink uint64, err error) {
 	s := &c.m.Samples[i]
 	var st unix.Stat_t
 	if err := unix.Fstatat(c.rootFd, s.Path, &st, 0); err != nil {
-		return fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
+		return 0, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
 	}
 	var what string
 	switch {
@@ -75,9 +82,9 @@ func (c *Checker) Check(i int) error {
 	case st.Ctim.Nano() != s.CtimeNs:
 		what = "changed since mapped"
 	default:
-		return nil
+		return uint64(st.Nlink), nil
 	}
-	return fmt.Errorf("bmap: sample %d (%s): %w: %s", i, s.Path, ErrStale, what)
+	return 0, fmt.Errorf("bmap: sample %d (%s): %w: %s", i, s.Path, ErrStale, what)
 }
 
 // Close releases the checker's directory handle.

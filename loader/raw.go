@@ -24,6 +24,18 @@ const (
 	StaleFail     = "fail"     // refuse it with an error wrapping bmap.ErrStale
 )
 
+// Freshness methods for RawOptions.Freshness. Both stat every sample when
+// the backend opens.
+const (
+	// FreshWatch watches the class directories with inotify and stats a
+	// sample after its raw read only when its class saw a change or the
+	// file has other hard links: one poll per batch instead of a stat per
+	// sample, and as safe for changes made through the dataset's paths.
+	FreshWatch = "watch"
+	// FreshRead stats every raw sample after its read.
+	FreshRead = "read"
+)
+
 // RawOptions configures the gds and bam backends.
 type RawOptions struct {
 	Engine     string    // EngineAuto (default), EngineUring or EnginePread
@@ -33,6 +45,7 @@ type RawOptions struct {
 	BlockSize  int       // bam: request size in bytes, a multiple of 4 KiB; 0 means 4 KiB
 	CacheBytes int64     // bam: block cache size; 0 means 256 MiB, negative disables it
 	OnStale    string    // StaleFallback (default) or StaleFail
+	Freshness  string    // FreshWatch (default) or FreshRead: how changed files are detected
 	Trace      io.Writer // if set, every device read is logged as a fio iolog v2 line
 }
 
@@ -62,6 +75,10 @@ type RawBackend struct {
 
 	bounces sync.Pool // *bounceBuf
 
+	watch     *dirWatcher // nil with FreshRead
+	staleOpen bitset      // samples found changed at open
+	multiLink bitset      // samples with other hard links: always stat after reading
+
 	raw, fsOnly, stale, errs, requests atomic.Int64
 }
 
@@ -78,6 +95,12 @@ func NewRawBackend(m *bmap.Map, mode string, o RawOptions, log *slog.Logger) (*R
 	}
 	if o.OnStale != StaleFallback && o.OnStale != StaleFail {
 		return nil, fmt.Errorf("%w: on_stale %q (want fallback or fail)", ErrOptions, o.OnStale)
+	}
+	if o.Freshness == "" {
+		o.Freshness = FreshWatch
+	}
+	if o.Freshness != FreshWatch && o.Freshness != FreshRead {
+		return nil, fmt.Errorf("%w: freshness %q (want watch or read)", ErrOptions, o.Freshness)
 	}
 	switch mode {
 	case "gds":
@@ -139,6 +162,10 @@ func NewRawBackend(m *bmap.Map, mode string, o RawOptions, log *slog.Logger) (*R
 			return nil, err
 		}
 	}
+	if err := b.checkAtOpen(); err != nil {
+		b.Close()
+		return nil, err
+	}
 	log.Info("loader: raw backend ready", "backend", mode, "device", b.devPath, "engine", b.engines[0].name(),
 		"queues", o.Queues, "queue_depth", o.QueueDepth)
 	return b, nil
@@ -150,6 +177,57 @@ func cmpOr(v, def int) int {
 	}
 	return v
 }
+
+// checkAtOpen starts the directory watch (FreshWatch), then stats every
+// raw sample: changed ones are never read raw, multi-link ones are
+// re-checked after every read.
+func (b *RawBackend) checkAtOpen() error {
+	if b.o.Freshness == FreshWatch {
+		w, err := newDirWatcher(b.m.Root, b.m.Classes)
+		if err != nil {
+			b.log.Warn("loader: cannot watch the dataset, checking every read instead", "err", err)
+			b.o.Freshness = FreshRead
+		} else {
+			b.watch = w
+		}
+	}
+	n := len(b.m.Samples)
+	b.staleOpen, b.multiLink = newBitset(n), newBitset(n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(256)) - 256
+				if lo >= n {
+					return
+				}
+				for i := lo; i < min(lo+256, n); i++ {
+					if b.m.Samples[i].Reason != bmap.Raw {
+						continue
+					}
+					nlink, err := b.ck.CheckLinks(i)
+					if err != nil {
+						b.staleOpen.set(i)
+					} else if nlink > 1 {
+						b.multiLink.set(i)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// bitset is a fixed set of sample indices, safe for concurrent set.
+type bitset []atomic.Uint64
+
+func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
+func (s bitset) set(i int)      { s[i/64].Or(1 << (i % 64)) }
+func (s bitset) has(i int) bool { return s[i/64].Load()&(1<<(i%64)) != 0 }
 
 // Name returns "gds" or "bam".
 func (b *RawBackend) Name() string { return b.name }
@@ -164,6 +242,7 @@ func (b *RawBackend) Info() map[string]any {
 		"engine": b.engines[0].name(), "device": b.devPath, "queues": b.o.Queues, "queue_depth": b.o.QueueDepth,
 		"requests": b.requests.Load(), "peak_in_flight": peak, "raw_samples": b.raw.Load(),
 		"fs_only_samples": b.fsOnly.Load(), "stale_samples": b.stale.Load(), "errors": b.errs.Load(),
+		"freshness": b.o.Freshness,
 	}
 	if b.name == "bam" {
 		info["block_size"] = b.o.BlockSize
@@ -208,6 +287,15 @@ func (b *RawBackend) ReadBatch(ctx context.Context, reqs []Request) error {
 		if r.Sample.Reason != bmap.Raw {
 			fsReqs = append(fsReqs, *r)
 			fsIdx = append(fsIdx, i)
+			continue
+		}
+		if b.staleOpen.has(r.Index) {
+			b.stale.Add(1)
+			if b.o.OnStale == StaleFail {
+				r.Err = &SampleError{r.Index, r.Sample.Path, b.ck.Check(r.Index)}
+			} else if err := ReadFile(b.m.Root, r, false); err != nil {
+				r.Err = err
+			}
 			continue
 		}
 		var err error
@@ -266,10 +354,16 @@ func (b *RawBackend) finishPlan(p *segPlan) {
 // applies the stale policy; it returns the first error of the batch.
 func (b *RawBackend) checkFresh(ctx context.Context, reqs []Request, fsErr error) error {
 	first := fsErr
+	if b.watch != nil {
+		b.watch.poll()
+	}
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Sample.Reason == bmap.Raw && r.Err == nil {
+		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.staleOpen.has(r.Index) {
 			b.raw.Add(1)
+			if b.watch != nil && !b.multiLink.has(r.Index) && !b.watch.changed(r.Sample.Label) {
+				continue
+			}
 			if err := b.ck.Check(r.Index); err != nil {
 				b.stale.Add(1)
 				if b.o.OnStale == StaleFail {
@@ -406,6 +500,9 @@ func (b *RawBackend) Close() error {
 	}
 	if b.cache != nil {
 		errs = append(errs, b.cache.close())
+	}
+	if b.watch != nil {
+		errs = append(errs, b.watch.close())
 	}
 	errs = append(errs, b.ck.Close())
 	return errors.Join(errs...)

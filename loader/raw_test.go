@@ -242,3 +242,77 @@ func TestShrunkDeviceGivesNamedError(t *testing.T) {
 		})
 	}
 }
+
+// TestChangeAfterOpenDetected changes files while a loader runs: one is
+// replaced (its blocks going to a secret file), one with a hard link
+// outside the dataset is truncated and rewritten through that link. No
+// batch may ever hold the secret, and the new contents must show up.
+func TestChangeAfterOpenDetected(t *testing.T) {
+	for _, fresh := range []string{FreshWatch, FreshRead} {
+		t.Run(fresh, func(t *testing.T) {
+			fs := testfs.New(t, testfs.Ext4())
+			fs.WriteFile(t, "train/a/victim.jpg", bytes.Repeat([]byte("OLD-CONTENT-"), 100_000))
+			fs.WriteFile(t, "train/b/linked.jpg", bytes.Repeat([]byte("OLD-LINKED--"), 100_000))
+			if err := os.Link(fs.Path("train/b/linked.jpg"), fs.Path("outside.dat")); err != nil {
+				t.Fatal(err)
+			}
+			fs.Sync(t)
+			m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, PrefetchQueueDepth: 1, SkipErrors: true, Raw: RawOptions{Freshness: fresh}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			collectEpoch(t, l, m, true)
+			// Replace the victim atomically (its old blocks are freed) and
+			// truncate the linked file through its outside name; a secret
+			// file then takes the freed blocks. Reads in between may fail
+			// (a file in the middle of a rewrite): that is an error, never
+			// wrong bytes.
+			fs.WriteFile(t, "train/a/.victim.tmp", bytes.Repeat([]byte("NEW-CONTENT-"), 100_000))
+			os.Rename(fs.Path("train/a/.victim.tmp"), fs.Path("train/a/victim.jpg"))
+			f, _ := os.OpenFile(fs.Path("outside.dat"), os.O_WRONLY|os.O_TRUNC, 0)
+			f.Close()
+			fs.Sync(t)
+			fs.WriteFile(t, "secret.dat", bytes.Repeat([]byte("SECRET-DATA!"), 300_000))
+			os.WriteFile(fs.Path("outside.dat"), bytes.Repeat([]byte("NEW-LINKED--"), 100_000), 0o644)
+			fs.Sync(t)
+			sawNew := 0
+			for e := 0; e < 4; e++ {
+				for {
+					b, err := l.Next(context.Background())
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, err := range b.Errors {
+						if !errors.Is(err, ErrShortRead) && !errors.Is(err, bmap.ErrStale) {
+							t.Errorf("unexpected sample error: %v", err)
+						}
+					}
+					for i := 0; i < b.Len(); i++ {
+						d := b.Sample(i)
+						if bytes.Contains(d, []byte("SECRET")) {
+							t.Fatalf("epoch %d: sample %d served another file's blocks", b.Epoch, b.Indices[i])
+						}
+						if bytes.HasPrefix(d, []byte("NEW-")) {
+							sawNew++
+						}
+					}
+					b.Release()
+				}
+			}
+			if sawNew < 4 {
+				t.Errorf("new contents seen %d times over the later epochs, want both files in at least 2 epochs", sawNew)
+			}
+			if n := l.Backend().Info()["stale_samples"].(int64); n < 2 {
+				t.Errorf("stale_samples = %d, want both changes counted", n)
+			}
+		})
+	}
+}

@@ -40,3 +40,11 @@ echo
 echo "demo: loaderd bench, O_DIRECT, cold page cache"
 [[ $(id -u) == 0 ]] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
 bin/loaderd bench --bmap "$work/train.bmap" --batch-size 64 --shuffle --direct
+if [[ $(id -u) == 0 ]]; then
+  for backend in gds bam; do
+    echo
+    echo "demo: loaderd bench --backend $backend (raw extents from ${loop:-the device}, O_DIRECT, cold), verified"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    bin/loaderd bench --bmap "$work/train.bmap" --batch-size 64 --shuffle --backend "$backend" --verify
+  done
+fi

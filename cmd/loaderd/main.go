@@ -32,7 +32,8 @@ func main() {
 const usage = `usage: loaderd bench --bmap FILE [--backend file|gds|bam] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]
                      [--queue-depth N] [--engine auto|uring|pread] [--queues N] [--block-size B]
-                     [--cache-mb M] [--on-stale fallback|fail] [--skip-errors] [--iolog FILE]`
+                     [--cache-mb M] [--on-stale fallback|fail] [--freshness watch|read] [--skip-errors]
+                     [--iolog FILE] [--cpuprofile FILE]`
 
 // errUsage marks errors that print usage; exit status 2.
 var errUsage = errors.New("usage")
@@ -86,6 +87,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxReq := fs.Int("max-request", 0, "gds: split reads larger than this many bytes (default 1 MiB)")
 	cacheMB := fs.Int64("cache-mb", 0, "bam: block cache size in MiB (default 256; -1 disables)")
 	onStale := fs.String("on-stale", "fallback", "gds/bam: a file changed since mapping is read through the filesystem (fallback) or refused (fail)")
+	freshness := fs.String("freshness", "watch", "gds/bam: how changed files are caught after the check at open: watch (inotify on the class directories) or read (stat after every raw read)")
 	skipErrors := fs.Bool("skip-errors", false, "deliver batches with failed samples (length 0) instead of failing")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to FILE")
 	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
@@ -109,7 +111,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	lo := loader.Options{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed,
 		PrefetchQueueDepth: *prefetch, Backend: *backend, Workers: *workers, Direct: *direct, SkipErrors: *skipErrors,
 		Raw: loader.RawOptions{Engine: *engine, QueueDepth: *qd, Queues: *queues, BlockSize: *blockSize, MaxRequest: *maxReq,
-			CacheBytes: *cacheMB << 20, OnStale: *onStale}}
+			CacheBytes: *cacheMB << 20, OnStale: *onStale, Freshness: *freshness}}
 	if *iolog != "" {
 		f, err := os.Create(*iolog)
 		if err != nil {
