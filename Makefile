@@ -16,10 +16,14 @@ build: deps
 demo: build
 	bash scripts/demo.sh
 
-# Runs every test: vet, then the Go tests under the race detector.
-test: deps
+# Runs every test: vet, the Go tests under the race detector, then the
+# Python suite against a real loaderd (and real DALI where it installs).
+test: deps venv
 	go vet ./...
 	go test -race -count=1 ./...
+	@mkdir -p bin
+	go build -o bin/ ./cmd/...
+	cd python && ../.venv/bin/python -m pytest -q -rs tests
 
 # Benchmarks (not tests): see README "Figures". Needs root.
 bench: build venv

@@ -1,5 +1,7 @@
-// Command loaderd reads dataset batches through the loader.
+// Command loaderd reads dataset batches through the loader: it serves them
+// to training processes, or benchmarks a backend.
 //
+//	loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT]
 //	loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E]
 //	              [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]
 package main
@@ -15,10 +17,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/benchrun"
+	"github.com/nvfeed/nvfeed/internal/serve"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -29,7 +34,9 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: loaderd bench --bmap FILE [--backend file|gds|bam] [--batch-size 64] [--batches N | --epochs E]
+const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT]
+                     [--shm-dir /dev/shm] [--session-timeout 60s]
+       loaderd bench --bmap FILE [--backend file|gds|bam] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]
                      [--queue-depth N] [--engine auto|uring|pread] [--queues N] [--block-size B]
                      [--cache-mb M] [--on-stale fallback|fail] [--freshness watch|read] [--skip-errors]
@@ -46,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("%w: no command", errUsage)
 	case args[0] == "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
+	case args[0] == "serve":
+		err = serveCmd(ctx, args[1:], stderr)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprintln(stderr, usage)
 		return 0
@@ -147,4 +156,56 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "verified: %d samples equal their files (the timing includes verification)\n", res.Verified)
 	}
 	return nil
+}
+
+// datasetFlags collects repeated --dataset NAME=MAP flags.
+type datasetFlags map[string]string
+
+func (d datasetFlags) String() string { return fmt.Sprint(map[string]string(d)) }
+
+func (d datasetFlags) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || path == "" {
+		return fmt.Errorf("want NAME=MAPFILE, got %q", v)
+	}
+	if _, dup := d[name]; dup {
+		return fmt.Errorf("dataset %q given twice", name)
+	}
+	d[name] = path
+	return nil
+}
+
+func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loaderd serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", "", "unix socket to listen on (required); ready when it exists")
+	listen := fs.String("listen", "", "also listen on this loopback TCP address, e.g. 127.0.0.1:7070")
+	shmDir := fs.String("shm-dir", "/dev/shm", "directory for sessions' shared batch memory")
+	timeout := fs.Duration("session-timeout", 60*time.Second, "close sessions idle for longer than this")
+	maxMem := fs.Int64("max-session-mb", 16<<10, "refuse sessions needing more batch memory than this (MiB)")
+	datasets := datasetFlags{}
+	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one)")
+	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *socket == "" || len(datasets) == 0 {
+		return fmt.Errorf("%w: --socket and at least one --dataset are required", errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	maps := map[string]*bmap.Map{}
+	for name, path := range datasets {
+		m, err := bmap.Load(path)
+		if err != nil {
+			return fmt.Errorf("dataset %s: %w", name, err)
+		}
+		maps[name] = m
+	}
+	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20})
+	return srv.Run(ctx, *socket, *listen)
 }

@@ -1,0 +1,64 @@
+package serve
+
+import "github.com/nvfeed/nvfeed/loader"
+
+// The HTTP API. Bodies are msgpack; errors are {"error": "..."} with a 4xx
+// or 5xx status.
+//
+//	POST   /v1/sessions               OpenRequest  -> OpenResponse
+//	POST   /v1/sessions/{id}/next     -            -> NextResponse (blocks until a batch is read)
+//	POST   /v1/sessions/{id}/release  ReleaseRequest
+//	GET    /v1/sessions/{id}/state    -            -> loader.State
+//	DELETE /v1/sessions/{id}
+//	GET    /metrics (Prometheus text), GET /healthz
+
+// OpenRequest opens a session: a loader over a registered dataset.
+type OpenRequest struct {
+	Dataset            string        `msgpack:"dataset"`
+	Backend            string        `msgpack:"backend"`
+	BatchSize          int           `msgpack:"batch_size"`
+	ShardID            int           `msgpack:"shard_id"`
+	NumShards          int           `msgpack:"num_shards"`
+	RandomShuffle      bool          `msgpack:"random_shuffle"`
+	Seed               uint64        `msgpack:"seed"`
+	PadLastBatch       bool          `msgpack:"pad_last_batch"`
+	StickToShard       bool          `msgpack:"stick_to_shard"`
+	PrefetchQueueDepth int           `msgpack:"prefetch_queue_depth"`
+	Memory             string        `msgpack:"memory"`
+	Hold               int           `msgpack:"hold"` // batches the client keeps unreleased at most (default prefetch+2)
+	State              *loader.State `msgpack:"state"`
+}
+
+// OpenResponse describes the new session and its shared memory.
+type OpenResponse struct {
+	ID           string `msgpack:"id"`
+	Shm          string `msgpack:"shm"`      // path of the shared-memory file to map read-only
+	ShmSize      int64  `msgpack:"shm_size"` // its size
+	Slots        int    `msgpack:"slots"`
+	Epoch        int    `msgpack:"epoch"`
+	EpochBatches int    `msgpack:"epoch_batches"` // batches in the current epoch for this shard
+}
+
+// NextResponse is one batch's descriptor, or the end of an epoch.
+type NextResponse struct {
+	EndOfEpoch   bool     `msgpack:"end_of_epoch"`
+	Epoch        int      `msgpack:"epoch"`
+	Iteration    int      `msgpack:"iteration"`
+	EpochBatches int      `msgpack:"epoch_batches"`
+	Slot         int      `msgpack:"slot"`
+	Offsets      []int64  `msgpack:"offsets"` // of each sample in the shared memory
+	Lengths      []int64  `msgpack:"lengths"`
+	Labels       []int32  `msgpack:"labels"`
+	Indices      []int32  `msgpack:"indices"`
+	Errors       []string `msgpack:"errors,omitempty"` // failed samples, with skip_errors
+}
+
+// ReleaseRequest gives a batch's slot back.
+type ReleaseRequest struct {
+	Slot int `msgpack:"slot"`
+}
+
+// ErrorResponse is the body of every error status.
+type ErrorResponse struct {
+	Error string `msgpack:"error"`
+}

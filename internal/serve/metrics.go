@@ -1,0 +1,81 @@
+package serve
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nvfeed/nvfeed/loader"
+)
+
+type metrics struct {
+	samples, bytes, batches, errors *prometheus.CounterVec
+	readSeconds                     *prometheus.HistogramVec
+	sessions                        prometheus.Gauge
+}
+
+var sessionLabels = []string{"dataset", "backend", "session"}
+
+func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
+	m := &metrics{
+		samples: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_samples_total", Help: "Samples delivered."}, sessionLabels),
+		bytes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_bytes_total", Help: "Sample bytes delivered."}, sessionLabels),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_batches_total", Help: "Batches delivered."}, sessionLabels),
+		errors:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_errors_total", Help: "Failed samples and batches."}, sessionLabels),
+		readSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nvfeed_batch_read_seconds", Help: "Time to read one batch.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"dataset", "backend"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nvfeed_sessions", Help: "Open sessions."}),
+	}
+	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.sessions, &backendCollector{s: s})
+	return m
+}
+
+func (m *metrics) observe(ss *session, b *loader.Batch, bytes int64) {
+	lv := []string{ss.dataset, ss.backend, ss.id}
+	m.samples.WithLabelValues(lv...).Add(float64(b.Len()))
+	m.bytes.WithLabelValues(lv...).Add(float64(bytes))
+	m.batches.WithLabelValues(lv...).Inc()
+	if len(b.Errors) > 0 {
+		m.errors.WithLabelValues(lv...).Add(float64(len(b.Errors)))
+	}
+	m.readSeconds.WithLabelValues(ss.dataset, ss.backend).Observe(b.ReadTime().Seconds())
+}
+
+func (m *metrics) forget(ss *session) {
+	l := prometheus.Labels{"session": ss.id}
+	for _, v := range []*prometheus.CounterVec{m.samples, m.bytes, m.batches, m.errors} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// backendCollector exports each session's backend counters (cache hits,
+// stale and filesystem-only samples, …) as gauges.
+type backendCollector struct{ s *Server }
+
+var backendDesc = prometheus.NewDesc("nvfeed_backend", "Backend counters by session (cache_hits, cache_misses, stale_samples, fs_only_samples, requests, peak_in_flight, …).",
+	[]string{"dataset", "backend", "session", "counter"}, nil)
+
+func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) { ch <- backendDesc }
+
+func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	sessions := make([]*session, 0, len(c.s.sessions))
+	for _, ss := range c.s.sessions {
+		sessions = append(sessions, ss)
+	}
+	c.s.mu.Unlock()
+	for _, ss := range sessions {
+		for k, v := range ss.l.Backend().Info() {
+			var f float64
+			switch x := v.(type) {
+			case int:
+				f = float64(x)
+			case int64:
+				f = float64(x)
+			case float64:
+				f = x
+			default:
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(backendDesc, prometheus.GaugeValue, f, ss.dataset, ss.backend, ss.id, k)
+		}
+	}
+}

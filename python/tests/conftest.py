@@ -1,0 +1,121 @@
+"""Fixtures: a dataset of real JPEGs on a real filesystem, its block map,
+and a real `loaderd serve` on a unix socket."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = REPO / "bin"
+sys.path.insert(0, str(REPO / "python"))
+
+
+@dataclass
+class Dataset:
+    root: Path
+    bmap: Path
+    files: list[tuple[str, int]]  # (relative path, label) in DALI order
+    by_hash: dict[str, tuple[str, int]]
+    raw: bool  # the gds and bam backends can run
+
+
+@dataclass
+class Daemon:
+    socket: str
+    proc: subprocess.Popen
+    log: Path
+
+
+def _jpeg(rng: np.random.Generator, w: int, h: int) -> bytes:
+    from PIL import Image
+    img = Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def _run(*cmd: str) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    if not (BIN / "loaderd").exists():
+        pytest.skip("bin/loaderd missing: run `make test` (it builds the binaries first)")
+    work = tmp_path_factory.mktemp("ds")
+    mnt, loop = work / "mnt", None
+    if os.geteuid() == 0 and shutil.which("losetup"):
+        img = work / "img"
+        with open(img, "wb") as f:
+            f.truncate(256 << 20)
+        _run("mkfs.ext4", "-q", "-F", "-b", "4096", str(img))
+        loop = _run("losetup", "--find", "--show", "--direct-io=on", str(img))
+        mnt.mkdir()
+        _run("mount", loop, str(mnt))
+    root = mnt / "train"
+    rng = np.random.default_rng(7)
+    classes = ["Bird", "cat", "dog", "Écureuil"]  # bytewise order: B < c < d < É
+    for c in classes:
+        (root / c).mkdir(parents=True)
+    for i in range(45):
+        c = classes[i % len(classes)]
+        ext = ".JPG" if i % 5 == 0 else ".jpg"
+        (root / c / f"img{i:03d}{ext}").write_bytes(_jpeg(rng, 32 + i % 7, 24 + i % 5))
+    (root / "cat" / "notes.txt").write_text("not a sample")
+    os.sync()
+    files = []
+    for label, c in enumerate(sorted(os.listdir(root), key=os.fsencode)):
+        for f in sorted(os.listdir(root / c), key=os.fsencode):
+            if f.lower().endswith(".jpg"):
+                files.append((f"{c}/{f}", label))
+    by_hash = {hashlib.sha256((root / p).read_bytes()).hexdigest(): (p, lbl) for p, lbl in files}
+    bmap = work / "train.bmap"
+    r = subprocess.run([str(BIN / "mkbmap"), "--mountpoint", str(root), "-o", str(bmap)], capture_output=True, text=True)
+    raw = r.returncode == 0
+    if not raw:  # a filesystem without FIEMAP device offsets: file backend only
+        print(f"mkbmap refused the test filesystem ({r.stderr.strip()}): gds and bam tests will skip")
+        pytest.skip("no block map could be made here")
+    yield Dataset(root=root, bmap=bmap, files=files, by_hash=by_hash, raw=loop is not None or os.geteuid() == 0)
+    if loop:
+        subprocess.run(["umount", str(mnt)])
+        subprocess.run(["losetup", "-d", loop])
+
+
+def start_daemon(tmp: Path, bmap: Path, *extra: str) -> Daemon:
+    sock = str(tmp / "loaderd.sock")
+    log = tmp / "loaderd.log"
+    proc = subprocess.Popen([str(BIN / "loaderd"), "serve", "--socket", sock, "--dataset", f"train={bmap}", *extra],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"loaderd did not start: {log.read_text()}")
+        time.sleep(0.02)
+    return Daemon(socket=sock, proc=proc, log=log)
+
+
+def stop_daemon(d: Daemon) -> int:
+    d.proc.send_signal(signal.SIGTERM)
+    return d.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def daemon(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Daemon:
+    d = start_daemon(tmp_path_factory.mktemp("d"), dataset.bmap, "--session-timeout", "2s")
+    yield d
+    code = stop_daemon(d)
+    assert code == 0, f"loaderd exited {code}: {d.log.read_text()}"
+    assert not os.path.exists(d.socket), "socket left behind after SIGTERM"

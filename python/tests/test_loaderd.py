@@ -1,0 +1,161 @@
+"""LoaderSource against a real loaderd: bytes, labels, sharding, resume,
+errors, reaping."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+
+from conftest import REPO, Daemon, Dataset
+from dali_source import LoaderError, LoaderSource
+
+BACKENDS = ["file", "gds", "bam"]
+
+
+def _need(dataset: Dataset, backend: str) -> None:
+    if backend != "file" and not dataset.raw:
+        pytest.skip(f"{backend} needs read access to the block device (run as root)")
+
+
+def _epoch(src: LoaderSource, dataset: Dataset) -> list[tuple[str, int]]:
+    """One epoch as (path, label), each sample identified by its bytes."""
+    out = []
+    for samples, labels in src:
+        assert labels.dtype.name == "int32" and labels.shape == (len(samples), 1)
+        for s, lbl in zip(samples, labels[:, 0]):
+            assert s.dtype.name == "uint8" and s.ndim == 1
+            path, want_label = dataset.by_hash[hashlib.sha256(s.tobytes()).hexdigest()]  # KeyError: bytes of no file
+            assert int(lbl) == want_label, f"{path}: label {lbl}, want {want_label}"
+            out.append((path, int(lbl)))
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_byte_exact_two_shards_two_epochs(daemon: Daemon, dataset: Dataset, backend: str) -> None:
+    _need(dataset, backend)
+    srcs = [LoaderSource("train", socket=daemon.socket, batch_size=4, shard_id=k, num_shards=2,
+                         random_shuffle=True, seed=3, backend=backend) for k in range(2)]
+    try:
+        orders = []
+        for epoch in range(2):
+            shards = [_epoch(s, dataset) for s in srcs]
+            a, b = ({p for p, _ in sh} for sh in shards)
+            assert not a & b, "shards overlap"
+            assert a | b == {p for p, _ in dataset.files}, "shards do not cover the dataset"
+            assert sum(len(sh) for sh in shards) == len(dataset.files)
+            orders.append(shards[0])
+        assert orders[0] != orders[1], "shuffle gave the same order twice"
+        assert len(srcs[0]) in (5, 6)
+    finally:
+        for s in srcs:
+            s.close()
+
+
+def test_unshuffled_order_is_dali_order(daemon: Daemon, dataset: Dataset) -> None:
+    with LoaderSource("train", socket=daemon.socket, batch_size=7) as src:
+        assert _epoch(src, dataset) == dataset.files
+        assert len(src) == (len(dataset.files) + 6) // 7
+
+
+def test_state_resumes_exactly(daemon: Daemon, dataset: Dataset) -> None:
+    kw = dict(socket=daemon.socket, batch_size=4, random_shuffle=True, seed=11)
+    with LoaderSource("train", **kw) as ref:
+        want = _epoch(ref, dataset) + _epoch(ref, dataset)
+    with LoaderSource("train", **kw) as a:
+        got = []
+        for _ in range(5):
+            samples, _ = next(a)
+            got += [dataset.by_hash[hashlib.sha256(s.tobytes()).hexdigest()] for s in samples]
+        state = a.state()
+    with LoaderSource("train", state=state, **kw) as b:
+        got += _epoch(b, dataset) + _epoch(b, dataset)
+    assert got == want
+
+
+def test_daemon_errors_become_exceptions(daemon: Daemon) -> None:
+    cases = [
+        (dict(dataset="nope"), "unknown dataset"),
+        (dict(dataset="train", backend="tape"), "unknown backend"),
+        (dict(dataset="train", batch_size=0), "batch_size 0"),
+        (dict(dataset="train", shard_id=2, num_shards=2), "shard_id 2"),
+        (dict(dataset="train", batch_size=10**9), "batch_size"),
+    ]
+    for kw, msg in cases:
+        name = kw.pop("dataset")
+        with pytest.raises(LoaderError, match=msg):
+            LoaderSource(name, socket=daemon.socket, **kw)
+    with pytest.raises(LoaderError, match="loaderd at"):
+        LoaderSource("train", socket="/nonexistent.sock")
+
+
+def _raw_request(sock_path: str, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    c = http.client.HTTPConnection("x")
+    c.sock = socket.socket(socket.AF_UNIX)
+    c.sock.connect(sock_path)
+    c.request(method, path, body=body)
+    r = c.getresponse()
+    return r.status, r.read()
+
+
+def test_garbage_requests_get_4xx(daemon: Daemon) -> None:
+    with LoaderSource("train", socket=daemon.socket, batch_size=3) as ok:
+        next(ok)
+        for method, path, body, code in [
+            ("POST", "/v1/sessions", b"\xc1\xff garbage", 400),
+            ("POST", "/v1/sessions", msgpack.packb({"dataset": "train", "batch_size": "big"}), 400),
+            ("POST", "/v1/sessions", msgpack.packb({"dataset": "train", "batch_size": 2, "evil": 1}), 400),
+            ("POST", "/v1/sessions/deadbeef/next", b"", 404),
+            ("POST", f"/v1/sessions/{ok._id}/release", msgpack.packb({"slot": 99}), 400),
+            ("GET", "/v1/nothing", b"", 404),
+            ("PUT", "/v1/sessions", b"", 405),
+        ]:
+            status, raw = _raw_request(daemon.socket, method, path, body)
+            assert status == code, (method, path, status, raw)
+            assert msgpack.unpackb(raw)["error"]
+        next(ok)  # the good session is unaffected
+    assert _raw_request(daemon.socket, "GET", "/healthz", b"")[0] == 200
+
+
+def test_killed_client_is_reaped(daemon: Daemon, dataset: Dataset) -> None:
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import sys; sys.path.insert(0, {str(REPO / 'python')!r})
+from dali_source import LoaderSource
+s = LoaderSource("train", socket={daemon.socket!r}, batch_size=2)
+next(s)
+print(s._mm and s._id, flush=True)
+import time; time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    sid = child.stdout.readline().strip()
+    assert sid
+    with LoaderSource("train", socket=daemon.socket, batch_size=5) as other:
+        before = set(glob.glob("/dev/shm/nvfeed-*"))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(glob.glob("/dev/shm/nvfeed-*")) >= len(before):
+            other.state()  # keeps this session alive while the other idles
+            time.sleep(0.2)
+        assert len(glob.glob("/dev/shm/nvfeed-*")) == len(before) - 1, "the killed client's shared memory was not freed"
+        status, _ = _raw_request(daemon.socket, "GET", f"/v1/sessions/{sid}/state", b"")
+        assert status == 404, "killed client's session was not reaped"
+        _epoch(other, dataset)  # the other session goes on
+
+
+def test_metrics(daemon: Daemon) -> None:
+    with LoaderSource("train", socket=daemon.socket, batch_size=4) as s:
+        next(s)
+        status, raw = _raw_request(daemon.socket, "GET", "/metrics", b"")
+    text = raw.decode()
+    assert status == 200
+    for name in ("nvfeed_samples_total", "nvfeed_bytes_total", "nvfeed_batches_total", "nvfeed_batch_read_seconds_bucket", "nvfeed_sessions"):
+        assert name in text, name
