@@ -13,7 +13,7 @@ build: deps
 	go build -o bin/ ./cmd/... ./tools/...
 
 # Runs the main job on a generated ImageNet-shaped demo dataset.
-demo: build
+demo: build venv
 	bash scripts/demo.sh
 
 # Runs every test: vet, the Go tests under the race detector, then the

@@ -27,8 +27,9 @@ def main() -> None:
                 continue
             sps = statistics.median(r["samples_per_s"] for r in rs)
             mbs = statistics.median(r["bytes_per_s"] for r in rs) / 1e6
-            cpu = statistics.median(r["cpu_seconds"] / (r["bytes"] / 1e9) for r in rs)
-            print(f"{case:<28} {sps:>10.0f} {mbs:>8.1f} {cpu:>9.2f} {sps / ref:>9.2f}x")
+            cpus = [r["cpu_seconds"] / (r["bytes"] / 1e9) for r in rs if "cpu_seconds" in r]
+            cpu = f"{statistics.median(cpus):>9.2f}" if cpus else f"{'-':>9}"
+            print(f"{case:<28} {sps:>10.0f} {mbs:>8.1f} {cpu} {sps / ref:>9.2f}x")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ BATCH=${BATCH:-64}
 work=$PWD/.bench
 mkdir -p "$work"
 cleanup() {
+  if [[ -n ${daemon:-} ]]; then kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; fi
   mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
   [[ -n ${loop:-} ]] && losetup -d "$loop" 2>/dev/null
   rm -f "$work/img"
@@ -38,6 +39,13 @@ QD=${QD:-32}
 ld 1 --backend gds --queue-depth "$QD" --iolog "$work/gds.iolog" > /dev/null
 fio_replay() { .venv/bin/python bench/fio_replay.py --iolog "$work/gds.iolog" --samples "$FILES" --iodepth "$QD"; }
 
+# The Python shim through a real daemon, on the same map and backends.
+sock=$work/loaderd.sock
+bin/loaderd serve --socket "$sock" --dataset "train=$work/train.bmap" 2>"$work/loaderd.log" &
+daemon=$!
+for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
+shim() { .venv/bin/python python/examples/benchmark.py --batchsize "$BATCH" --json loader --socket "$sock" --dataset train --backend "$1"; }
+
 results=$work/results.jsonl
 : > "$results"
 for r in $(seq 1 "$ROUNDS"); do
@@ -49,10 +57,13 @@ for r in $(seq 1 "$ROUNDS"); do
     }
     run "python-file" py "$r"
     run "file" ld 1
+    run "shim file" shim file
     [[ $cache == warm ]] && continue   # the rest bypass the page cache
     run "file --direct" ld 1 --direct
     run "gds" ld 1 --backend gds --queue-depth "$QD"
     run "bam" ld 1 --backend bam
+    run "shim gds" shim gds
+    run "shim bam" shim bam
     run "fio (gds reads)" fio_replay
   done
   echo "bench: round $r of $ROUNDS done" >&2

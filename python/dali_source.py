@@ -75,7 +75,7 @@ class LoaderSource:
             "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
             "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard,
             "prefetch_queue_depth": prefetch_queue_depth, "memory": "pinned",
-            "hold": self._release_after + 1, "state": state,
+            "hold": self._release_after + 2, "state": state,
         })
         self._id = r["id"]
         self._epoch_batches: int = r["epoch_batches"]
@@ -113,13 +113,16 @@ class LoaderSource:
     def __next__(self) -> tuple[list[np.ndarray], np.ndarray]:
         if self._id is None:
             raise LoaderError("LoaderSource is closed")
-        r = self._call("POST", f"/v1/sessions/{self._id}/next")
+        # Batches with release_after later batches delivered go back to the
+        # daemon with this request (one round trip per batch).
+        release = []
+        while len(self._held) > self._release_after:
+            release.append(self._held.popleft())
+        r = self._call("POST", f"/v1/sessions/{self._id}/next", {"release": release} if release else None)
         if r["end_of_epoch"]:
             self._epoch_batches = r["epoch_batches"]
             raise StopIteration
         self._held.append(r["slot"])
-        while len(self._held) > self._release_after:
-            self._call("POST", f"/v1/sessions/{self._id}/release", {"slot": self._held.popleft()})
         buf = self._buf
         samples = [buf[o:o + n] for o, n in zip(r["offsets"], r["lengths"])]
         labels = np.asarray(r["labels"], dtype=np.int32).reshape(-1, 1)

@@ -9,6 +9,7 @@ FILES=${DEMO_FILES:-2000}
 work=$PWD/.demo
 mkdir -p "$work"
 cleanup() {
+  if [[ -n ${daemon:-} ]]; then kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; fi
   if [[ -n ${mnt:-} ]] && mountpoint -q "$mnt"; then umount "$mnt"; fi
   if [[ -n ${loop:-} ]]; then losetup -d "$loop" 2>/dev/null || true; fi
   rm -f "$work/demo.img"
@@ -48,3 +49,23 @@ if [[ $(id -u) == 0 ]]; then
     bin/loaderd bench --bmap "$work/train.bmap" --batch-size 64 --shuffle --backend "$backend" --verify
   done
 fi
+
+echo
+echo "demo: loaderd serve on the demo dataset; the Python shim (python/dali_source.py) reads it"
+sock=$work/loaderd.sock
+bin/loaderd serve --socket "$sock" --dataset "train=$work/train.bmap" 2>"$work/loaderd.log" &
+daemon=$!
+for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
+[[ -S $sock ]] || { cat "$work/loaderd.log"; exit 1; }
+backends=(file)
+[[ $(id -u) == 0 ]] && backends+=(gds bam)
+for backend in "${backends[@]}"; do
+  .venv/bin/python python/examples/benchmark.py --batchsize 64 loader --socket "$sock" --dataset train --backend "$backend"
+  if .venv/bin/python -c 'import nvidia.dali' 2>/dev/null; then
+    .venv/bin/python python/examples/benchmark.py --batchsize 64 loader-dali --socket "$sock" --dataset train --backend "$backend"
+  fi
+done
+if .venv/bin/python -c 'import nvidia.dali' 2>/dev/null; then
+  .venv/bin/python python/examples/benchmark.py --batchsize 64 dali --datadir "$root"
+fi
+.venv/bin/python python/examples/benchmark.py --batchsize 64 python-file --datadir "$root"

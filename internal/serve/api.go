@@ -6,7 +6,7 @@ import "github.com/nvfeed/nvfeed/loader"
 // or 5xx status.
 //
 //	POST   /v1/sessions               OpenRequest  -> OpenResponse
-//	POST   /v1/sessions/{id}/next     -            -> NextResponse (blocks until a batch is read)
+//	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
 //	POST   /v1/sessions/{id}/release  ReleaseRequest
 //	GET    /v1/sessions/{id}/state    -            -> loader.State
 //	DELETE /v1/sessions/{id}
@@ -51,6 +51,11 @@ type NextResponse struct {
 	Labels       []int32  `msgpack:"labels"`
 	Indices      []int32  `msgpack:"indices"`
 	Errors       []string `msgpack:"errors,omitempty"` // failed samples, with skip_errors
+}
+
+// NextRequest may carry slots to release first, saving a round trip.
+type NextRequest struct {
+	Release []int `msgpack:"release"`
 }
 
 // ReleaseRequest gives a batch's slot back.

@@ -291,6 +291,19 @@ func (s *Server) withSession(h func(http.ResponseWriter, *http.Request, *session
 }
 
 func (s *Server) next(w http.ResponseWriter, r *http.Request, ss *session) {
+	if r.ContentLength != 0 {
+		var req NextRequest
+		if err := decode(r, &req); err != nil {
+			writeErr(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		for _, slot := range req.Release {
+			if err := ss.releaseSlot(slot); err != nil {
+				writeErr(w, http.StatusBadRequest, err.Error())
+				return
+			}
+		}
+	}
 	if len(ss.held) >= ss.slots {
 		writeErr(w, http.StatusConflict, fmt.Sprintf("all %d batch slots are held: release batches before asking for more", ss.slots))
 		return
@@ -330,14 +343,22 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, ss *session) {
 		writeErr(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	b, ok := ss.held[req.Slot]
-	if !ok {
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("slot %d holds no batch of this session", req.Slot))
+	if err := ss.releaseSlot(req.Slot); err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	delete(ss.held, req.Slot)
-	b.Release()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// releaseSlot gives back the batch the client holds in slot; ss.mu held.
+func (ss *session) releaseSlot(slot int) error {
+	b, ok := ss.held[slot]
+	if !ok {
+		return fmt.Errorf("slot %d holds no batch of this session", slot)
+	}
+	delete(ss.held, slot)
+	b.Release()
+	return nil
 }
 
 func (s *Server) state(w http.ResponseWriter, _ *http.Request, ss *session) {

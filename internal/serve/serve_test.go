@@ -1,0 +1,210 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/testfs"
+)
+
+type fixture struct {
+	m      *bmap.Map
+	sock   string
+	shm    string
+	client *http.Client
+	done   chan error
+	cancel context.CancelFunc
+}
+
+func start(t *testing.T, timeout time.Duration) *fixture {
+	root := t.TempDir()
+	for i := 0; i < 97; i++ {
+		p := filepath.Join(root, fmt.Sprintf("c%d", i%5), fmt.Sprintf("%03d.jpg", i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, bytes.Repeat([]byte{byte(i), byte(i >> 3)}, 500+i*61), 0o644)
+	}
+	f := &fixture{m: testfs.MapDir(t, root), sock: filepath.Join(t.TempDir(), "d.sock"), shm: t.TempDir(), done: make(chan error, 1)}
+	srv := New(Config{Datasets: map[string]*bmap.Map{"ds": f.m}, ShmDir: f.shm, SessionTimeout: timeout})
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	go func() { f.done <- srv.Run(ctx, f.sock, "") }()
+	for i := 0; i < 200; i++ {
+		if _, err := os.Stat(f.sock); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", f.sock)
+	}}}
+	t.Cleanup(func() { f.stop(t) })
+	return f
+}
+
+func (f *fixture) stop(t *testing.T) {
+	if f.cancel == nil {
+		return
+	}
+	f.cancel()
+	f.cancel = nil
+	if err := <-f.done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if _, err := os.Stat(f.sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	if ents, _ := os.ReadDir(f.shm); len(ents) != 0 {
+		t.Errorf("shared memory left behind: %v", ents)
+	}
+}
+
+func (f *fixture) call(t *testing.T, method, path string, body any, out any) int {
+	var rd io.Reader
+	if body != nil {
+		b, _ := msgpack.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://d"+path, rd)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && len(raw) > 0 {
+		if err := msgpack.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func TestEightRanksAtOnce(t *testing.T) {
+	f := start(t, time.Minute)
+	var wg sync.WaitGroup
+	seen := make([][]int32, 8)
+	for k := 0; k < 8; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var open OpenResponse
+			if code := f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", Backend: "file", BatchSize: 4, ShardID: k, NumShards: 8, RandomShuffle: true, Seed: 1}, &open); code != 200 {
+				t.Errorf("rank %d: open: %d", k, code)
+				return
+			}
+			fd, err := unix.Open(open.Shm, unix.O_RDONLY, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mem, err := unix.Mmap(fd, 0, int(open.ShmSize), unix.PROT_READ, unix.MAP_SHARED)
+			unix.Close(fd)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer unix.Munmap(mem)
+			for {
+				var nb NextResponse
+				if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", nil, &nb); code != 200 {
+					t.Errorf("rank %d: next: %d", k, code)
+					return
+				}
+				if nb.EndOfEpoch {
+					break
+				}
+				for i, idx := range nb.Indices {
+					s := &f.m.Samples[idx]
+					want, _ := os.ReadFile(filepath.Join(f.m.Root, s.Path))
+					if got := mem[nb.Offsets[i] : nb.Offsets[i]+nb.Lengths[i]]; !bytes.Equal(got, want) || nb.Labels[i] != s.Label {
+						t.Errorf("rank %d: sample %d differs from its file", k, idx)
+					}
+					seen[k] = append(seen[k], idx)
+				}
+				f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: nb.Slot}, nil)
+			}
+			f.call(t, "DELETE", "/v1/sessions/"+open.ID, nil, nil)
+		}()
+	}
+	wg.Wait()
+	count := map[int32]int{}
+	for _, s := range seen {
+		for _, i := range s {
+			count[i]++
+		}
+	}
+	if len(count) != len(f.m.Samples) {
+		t.Errorf("ranks covered %d of %d samples", len(count), len(f.m.Samples))
+	}
+	for i, c := range count {
+		if c != 1 {
+			t.Errorf("sample %d read by %d ranks", i, c)
+		}
+	}
+}
+
+func TestValidationAndReaping(t *testing.T) {
+	f := start(t, 300*time.Millisecond)
+	for _, tt := range []struct {
+		req  OpenRequest
+		code int
+	}{
+		{OpenRequest{Dataset: "nope", BatchSize: 1}, 404},
+		{OpenRequest{Dataset: "ds", BatchSize: 0}, 400},
+		{OpenRequest{Dataset: "ds", BatchSize: 1 << 30}, 400},
+		{OpenRequest{Dataset: "ds", BatchSize: 2, ShardID: 3, NumShards: 3}, 400},
+		{OpenRequest{Dataset: "ds", BatchSize: 2, Backend: "disk"}, 400},
+		{OpenRequest{Dataset: "ds", BatchSize: 2, Memory: "hbm"}, 400},
+		{OpenRequest{Dataset: "ds", BatchSize: 2, PrefetchQueueDepth: 1000}, 400},
+	} {
+		var e ErrorResponse
+		if code := f.call(t, "POST", "/v1/sessions", tt.req, &e); code != tt.code || e.Error == "" {
+			t.Errorf("%+v: %d %q, want %d with a message", tt.req, code, e.Error, tt.code)
+		}
+	}
+	// Holding every slot is refused, not a hang.
+	var open OpenResponse
+	f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 2, PrefetchQueueDepth: 1, Hold: 1}, &open)
+	codes := []int{}
+	for i := 0; i < 3; i++ {
+		var nb NextResponse
+		codes = append(codes, f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", nil, &nb))
+	}
+	if codes[0] != 200 || codes[2] != 409 {
+		t.Errorf("next with every slot held: %v, want 200 ... 409", codes)
+	}
+	// Left idle, it is reaped and its memory freed.
+	time.Sleep(700 * time.Millisecond)
+	if code := f.call(t, "GET", "/v1/sessions/"+open.ID+"/state", nil, nil); code != 404 {
+		t.Errorf("idle session: %d, want 404", code)
+	}
+	if ents, _ := os.ReadDir(f.shm); len(ents) != 0 {
+		t.Errorf("reaped session's memory remains: %v", ents)
+	}
+	if code := f.call(t, "GET", "/healthz", nil, nil); code != 200 {
+		t.Errorf("healthz: %d", code)
+	}
+}
+
+func TestShutdownEndsSessions(t *testing.T) {
+	f := start(t, time.Minute)
+	var open OpenResponse
+	f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 8}, &open)
+	if _, err := os.Stat(open.Shm); err != nil {
+		t.Fatalf("session memory: %v", err)
+	}
+	f.stop(t) // checks: Run returned nil, socket and memory removed
+}

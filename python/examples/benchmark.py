@@ -1,0 +1,138 @@
+"""Read throughput of data sources, with the xNVMe DALI example's interface:
+
+    python benchmark.py --batchsize 64 --batches 1000 python-file --datadir /data/train
+    python benchmark.py --batchsize 64 --batches 1000 dali --datadir /data/train
+    python benchmark.py --batchsize 64 --batches 1000 loader --socket /run/loaderd.sock --dataset train --backend gds
+    python benchmark.py --batchsize 64 --batches 1000 loader-dali --socket /run/loaderd.sock --dataset train --backend gds
+
+Prints img/s (and MB/s). Timing starts once the source is set up (the
+session opened, the pipeline built), as `loaderd bench` times. `loader` iterates LoaderSource alone (the shim's
+own cost); `loader-dali` and `dali` run DALI pipelines that read only (no
+decode), so the figures compare data sources, not decoders. --batches 0
+reads one epoch. --json prints one JSON object instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from dali_source import LoaderSource  # noqa: E402
+
+EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
+
+
+def _files(datadir: str) -> list[str]:
+    classes = sorted((d for d in os.listdir(datadir) if os.path.isdir(os.path.join(datadir, d))), key=os.fsencode)
+    return [os.path.join(datadir, c, f) for c in classes
+            for f in sorted(os.listdir(os.path.join(datadir, c)), key=os.fsencode) if f.lower().endswith(EXTS)]
+
+
+def python_file(a: argparse.Namespace) -> tuple[int, int, float]:
+    files = _files(a.datadir)
+    random.Random(0).shuffle(files)
+    nb = a.batches or (len(files) + a.batchsize - 1) // a.batchsize
+    n = nbytes = 0
+    t0 = time.perf_counter()
+    for b in range(nb):
+        chunk = [files[(b * a.batchsize + i) % len(files)] for i in range(a.batchsize)]
+        arrs = [np.fromfile(p, dtype=np.uint8) for p in chunk]
+        n += len(arrs)
+        nbytes += sum(x.size for x in arrs)
+    return n, nbytes, time.perf_counter() - t0
+
+
+def loader(a: argparse.Namespace) -> tuple[int, int, float]:
+    n = nbytes = 0
+    with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batchsize, random_shuffle=True,
+                      backend=a.backend, prefetch_queue_depth=a.prefetch) as src:
+        t0 = time.perf_counter()
+        want = a.batches or len(src)
+        while n < want * a.batchsize:
+            try:
+                samples, _ = next(src)
+            except StopIteration:
+                if not a.batches:
+                    break
+                continue
+            n += len(samples)
+            nbytes += sum(s.size for s in samples)
+        return n, nbytes, time.perf_counter() - t0
+
+
+def _dali_run(pipe, batches: int) -> tuple[int, int, float]:
+    pipe.build()
+    n = nbytes = 0
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        try:
+            data, _ = pipe.run()
+        except StopIteration:
+            break
+        n += len(data)
+        nbytes += sum(np.array(data[i]).size for i in range(len(data)))
+    return n, nbytes, time.perf_counter() - t0
+
+
+def dali(a: argparse.Namespace) -> tuple[int, int, float]:
+    import nvidia.dali.fn as fn
+    from nvidia.dali import pipeline_def
+
+    @pipeline_def(batch_size=a.batchsize, num_threads=4, device_id=None)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=a.datadir, random_shuffle=True)
+        return jpegs, labels
+    return _dali_run(pipe(), a.batches or (len(_files(a.datadir)) + a.batchsize - 1) // a.batchsize)
+
+
+def loader_dali(a: argparse.Namespace) -> tuple[int, int, float]:
+    import nvidia.dali.fn as fn
+    import nvidia.dali.types as types
+    from nvidia.dali import pipeline_def
+
+    with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batchsize, random_shuffle=True,
+                      backend=a.backend, prefetch_queue_depth=a.prefetch) as src:
+        @pipeline_def(batch_size=a.batchsize, num_threads=4, device_id=None)
+        def pipe():
+            jpegs, labels = fn.external_source(source=src, num_outputs=2, batch=True, no_copy=True,
+                                               dtype=[types.UINT8, types.INT32])
+            return jpegs, labels
+        return _dali_run(pipe(), a.batches or len(src))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batchsize", type=int, default=64)
+    ap.add_argument("--batches", type=int, default=0, help="batches to read (0: one epoch)")
+    ap.add_argument("--json", action="store_true")
+    sub = ap.add_subparsers(dest="source", required=True)
+    for name in ("python-file", "dali"):
+        p = sub.add_parser(name)
+        p.add_argument("--datadir", required=True)
+    for name in ("loader", "loader-dali"):
+        p = sub.add_parser(name)
+        p.add_argument("--socket", default="/run/loaderd.sock")
+        p.add_argument("--dataset", required=True)
+        p.add_argument("--backend", default="file", choices=["file", "gds", "bam"])
+        p.add_argument("--prefetch", type=int, default=2)
+    a = ap.parse_args()
+    run = {"python-file": python_file, "dali": dali, "loader": loader, "loader-dali": loader_dali}[a.source]
+    n, nbytes, secs = run(a)
+    label = a.source + (f" ({a.backend})" if a.source.startswith("loader") else "")
+    if a.json:
+        print(json.dumps({"source": label, "samples": n, "bytes": nbytes, "seconds": secs,
+                          "samples_per_s": n / secs, "bytes_per_s": nbytes / secs}))
+    else:
+        print(f"{label:<22} {n:>8} img in {secs:6.2f} s: {n / secs:10.0f} img/s {nbytes / secs / 1e6:9.1f} MB/s")
+
+
+if __name__ == "__main__":
+    main()
