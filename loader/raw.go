@@ -430,9 +430,9 @@ func (b *RawBackend) dispatch(ops []*ioOp) {
 // serves cached blocks by copy.
 func (b *RawBackend) plan(ri int, r *Request, plans []segPlan, ops []*ioOp, zeros [][]byte, bounce *bounceBuf) ([]segPlan, []*ioOp, [][]byte, error) {
 	s := r.Sample
-	segs := s.Segments(nil)
+	bounce.segs = s.Segments(bounce.segs[:0])
 	size := uint64(s.Size)
-	for _, g := range segs {
+	for _, g := range bounce.segs {
 		if g.Zero {
 			zeros = append(zeros, r.Buf[g.FileOff:g.FileOff+g.Len])
 			continue
@@ -514,6 +514,7 @@ var _ Backend = (*RawBackend)(nil)
 // in place. Its chunks are ordinary (non-moving) heap memory kept alive by
 // the batch's plans until the reads complete.
 type bounceBuf struct {
+	segs   []bmap.Segment // scratch for planning
 	chunks [][]byte
 	cur    int // chunk in use
 	off    int // next free byte in it
