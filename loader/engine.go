@@ -21,7 +21,6 @@ type ioOp struct {
 	got int    // bytes read so far
 	err error
 	grp *opGroup
-	req int // index of the request it serves
 }
 
 // opGroup completes when all its ops have.

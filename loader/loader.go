@@ -385,8 +385,7 @@ func (l *Loader) markFailed(b *Batch) bool {
 
 // State returns the position of the next batch Next will return.
 func (l *Loader) State() State {
-	st := State{Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
-	return st
+	return State{Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
 }
 
 // Sampling returns the loader's sampling options.

@@ -73,7 +73,7 @@ type RawBackend struct {
 	trace   *tracer
 	log     *slog.Logger
 
-	bounces sync.Pool // *bounceBuf
+	scratches sync.Pool // *scratch
 
 	watch     *dirWatcher // nil with FreshRead
 	staleOpen bitset      // samples found changed at open
@@ -260,100 +260,90 @@ func (b *RawBackend) Info() map[string]any {
 	return info
 }
 
-// segPlan is how one aligned device range reaches its sample.
+// segPlan is how one aligned device read reaches its sample.
 type segPlan struct {
-	op      *ioOp  // nil when served from the cache
-	dst     []byte // where the bytes go
-	src     int    // offset of dst's first byte within op.buf (bounce) or the cache block
+	op      *ioOp
+	dst     []byte // where the sample's bytes go
+	src     int    // offset of dst's first byte within op.buf, when bounced
 	bounce  bool   // op reads into a bounce buffer; copy after
 	block   uint64 // bam: device block number, for cache insertion
-	cache   bool   // bam: insert the block into the cache after the read
-	request int
+	request int    // index of the request in the batch
 }
 
 // ReadBatch reads a batch: raw samples from the device, the rest through
 // the filesystem.
 func (b *RawBackend) ReadBatch(ctx context.Context, reqs []Request) error {
-	var fsReqs []Request
+	sc := b.getScratch()
+	defer b.putScratch(sc)
 	var fsIdx []int
-	var plans []segPlan
-	var ops []*ioOp
-	var zeros [][]byte
-	bounce := b.getBounce()
-	defer b.putBounce(bounce)
 	for i := range reqs {
 		r := &reqs[i]
 		r.Err = nil
-		if r.Sample.Reason != bmap.Raw {
-			fsReqs = append(fsReqs, *r)
+		switch {
+		case r.Sample.Reason != bmap.Raw:
 			fsIdx = append(fsIdx, i)
-			continue
-		}
-		if b.staleOpen.has(r.Index) {
-			b.stale.Add(1)
-			if b.o.OnStale == StaleFail {
-				r.Err = &SampleError{r.Index, r.Sample.Path, b.ck.Check(r.Index)}
-			} else if err := ReadFile(b.m.Root, r, false); err != nil {
+		case b.staleOpen.has(r.Index):
+			b.onStale(r, b.ck.Check(r.Index))
+		default:
+			if err := b.plan(i, r, sc); err != nil {
 				r.Err = err
 			}
-			continue
-		}
-		var err error
-		plans, ops, zeros, err = b.plan(i, r, plans, ops, zeros, bounce)
-		if err != nil {
-			r.Err = err
 		}
 	}
-	b.fsOnly.Add(int64(len(fsReqs)))
+	b.fsOnly.Add(int64(len(fsIdx)))
 	// Issue in device order.
-	slices.SortFunc(ops, func(x, y *ioOp) int { return int(x.off>>12) - int(y.off>>12) })
-	grp := newOpGroup(len(ops))
-	for _, op := range ops {
+	slices.SortFunc(sc.ops, func(x, y *ioOp) int { return int(x.off>>12) - int(y.off>>12) })
+	grp := newOpGroup(len(sc.ops))
+	for _, op := range sc.ops {
 		op.grp = grp
 	}
-	b.requests.Add(int64(len(ops)))
-	b.dispatch(ops)
-	var fsErr error
-	if len(fsReqs) > 0 {
-		fsErr = b.readFiles(ctx, fsReqs)
-		for j, i := range fsIdx {
-			reqs[i].Err = fsReqs[j].Err
+	b.requests.Add(int64(len(sc.ops)))
+	b.dispatch(sc.ops)
+	// Filesystem-only samples are read while the device works.
+	for _, i := range fsIdx {
+		if err := ctx.Err(); err != nil {
+			reqs[i].Err = err
+		} else {
+			reqs[i].Err = ReadFile(b.m.Root, &reqs[i], false)
 		}
 	}
 	<-grp.done // ops write into batch memory: always wait for them
-	for _, p := range plans {
-		r := &reqs[p.request]
-		if p.op != nil && p.op.err != nil {
-			if r.Err == nil {
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.op.err != nil {
+			if r := &reqs[p.request]; r.Err == nil {
 				r.Err = &SampleError{r.Index, r.Sample.Path, fmt.Errorf("device %s bytes [%d,%d): %w", b.devPath, p.op.off, p.op.off+int64(len(p.op.buf)), p.op.err)}
 			}
 			continue
 		}
-		b.finishPlan(&p)
+		if p.bounce {
+			copy(p.dst, p.op.buf[p.src:])
+		}
+		if b.cache != nil {
+			b.cache.put(p.block, p.op.buf)
+		}
 	}
-	for _, z := range zeros {
+	for _, z := range sc.zeros {
 		clear(z)
 	}
-	return b.checkFresh(ctx, reqs, fsErr)
+	return b.checkFresh(ctx, reqs)
 }
 
-// finishPlan copies bounced bytes into place and fills the cache.
-func (b *RawBackend) finishPlan(p *segPlan) {
-	if p.op == nil {
+// onStale applies the stale policy to a raw sample found changed (cause
+// wraps bmap.ErrStale): read it through the filesystem, or fail it.
+func (b *RawBackend) onStale(r *Request, cause error) {
+	b.stale.Add(1)
+	if b.o.OnStale == StaleFail {
+		r.Err = &SampleError{r.Index, r.Sample.Path, cause}
 		return
 	}
-	if p.bounce {
-		copy(p.dst, p.op.buf[p.src:])
-	}
-	if p.cache && b.cache != nil {
-		b.cache.put(p.block, p.op.buf)
-	}
+	r.Err = ReadFile(b.m.Root, r, false)
 }
 
-// checkFresh verifies each raw sample read against the live file, and
-// applies the stale policy; it returns the first error of the batch.
-func (b *RawBackend) checkFresh(ctx context.Context, reqs []Request, fsErr error) error {
-	first := fsErr
+// checkFresh verifies each raw sample read against the live file, applies
+// the stale policy, counts, and returns the first error of the batch.
+func (b *RawBackend) checkFresh(ctx context.Context, reqs []Request) error {
+	var first error
 	if b.watch != nil {
 		b.watch.poll()
 	}
@@ -361,15 +351,10 @@ func (b *RawBackend) checkFresh(ctx context.Context, reqs []Request, fsErr error
 		r := &reqs[i]
 		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.staleOpen.has(r.Index) {
 			b.raw.Add(1)
-			if b.watch != nil && !b.multiLink.has(r.Index) && !b.watch.changed(r.Sample.Label) {
-				continue
-			}
-			if err := b.ck.Check(r.Index); err != nil {
-				b.stale.Add(1)
-				if b.o.OnStale == StaleFail {
-					r.Err = &SampleError{r.Index, r.Sample.Path, err}
-				} else if ferr := ReadFile(b.m.Root, r, false); ferr != nil {
-					r.Err = ferr
+			needStat := b.watch == nil || b.multiLink.has(r.Index) || b.watch.changed(r.Sample.Label)
+			if needStat {
+				if err := b.ck.Check(r.Index); err != nil {
+					b.onStale(r, err)
 				}
 			}
 		}
@@ -382,22 +367,6 @@ func (b *RawBackend) checkFresh(ctx context.Context, reqs []Request, fsErr error
 	}
 	if first == nil {
 		first = ctx.Err()
-	}
-	return first
-}
-
-func (b *RawBackend) readFiles(ctx context.Context, reqs []Request) error {
-	var first error
-	for i := range reqs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := ReadFile(b.m.Root, &reqs[i], false); err != nil {
-			reqs[i].Err = err
-			if first == nil {
-				first = err
-			}
-		}
 	}
 	return first
 }
@@ -428,17 +397,17 @@ func (b *RawBackend) dispatch(ops []*ioOp) {
 // memory offset disagree modulo 4 KiB, or that would spill over a
 // neighbour, go through a bounce buffer. bam splits at its block size and
 // serves cached blocks by copy.
-func (b *RawBackend) plan(ri int, r *Request, plans []segPlan, ops []*ioOp, zeros [][]byte, bounce *bounceBuf) ([]segPlan, []*ioOp, [][]byte, error) {
+func (b *RawBackend) plan(ri int, r *Request, sc *scratch) error {
 	s := r.Sample
-	bounce.segs = s.Segments(bounce.segs[:0])
+	sc.segs = s.Segments(sc.segs[:0])
 	size := uint64(s.Size)
-	for _, g := range bounce.segs {
+	for _, g := range sc.segs {
 		if g.Zero {
-			zeros = append(zeros, r.Buf[g.FileOff:g.FileOff+g.Len])
+			sc.zeros = append(sc.zeros, r.Buf[g.FileOff:g.FileOff+g.Len])
 			continue
 		}
 		if int64(g.DevOff+g.Len) > b.devSize {
-			return plans, ops, zeros, &SampleError{r.Index, s.Path, fmt.Errorf("device %s bytes [%d,%d) past the end of the device (%d bytes)", b.devPath, g.DevOff, g.DevOff+g.Len, b.devSize)}
+			return &SampleError{r.Index, s.Path, fmt.Errorf("device %s bytes [%d,%d) past the end of the device (%d bytes)", b.devPath, g.DevOff, g.DevOff+g.Len, b.devSize)}
 		}
 		step := uint64(b.o.MaxRequest)
 		lo := g.DevOff &^ (Align - 1) // gds: reads start at the 4 KiB boundary
@@ -456,7 +425,6 @@ func (b *RawBackend) plan(ri int, r *Request, plans []segPlan, ops []*ioOp, zero
 			dst := r.Buf[fileA : fileA+(z-a)]
 			block := cur / step
 			if b.cache != nil && b.cache.get(block, dst, int(a-cur)) {
-				plans = append(plans, segPlan{request: ri})
 				cur = end
 				continue
 			}
@@ -468,20 +436,20 @@ func (b *RawBackend) plan(ri int, r *Request, plans []segPlan, ops []*ioOp, zero
 			memEnd := memStart + int64(end-cur)
 			direct := memStart >= 0 && uint64(memStart)%Align == 0 && a == cur &&
 				(z == end || (z == g.DevOff+g.Len && fileA+(z-a) == size)) && memEnd <= int64(len(r.Buf))
-			op := &ioOp{off: int64(cur), req: ri}
-			p := segPlan{op: op, dst: dst, request: ri, block: block, cache: b.cache != nil}
+			op := sc.newOp(int64(cur))
+			p := segPlan{op: op, dst: dst, request: ri, block: block}
 			if direct {
 				op.buf = r.Buf[memStart:memEnd:memEnd]
 			} else {
-				op.buf = bounce.alloc(int(end - cur))
+				op.buf = sc.alloc(int(end - cur))
 				p.bounce, p.src = true, int(a-cur)
 			}
-			plans = append(plans, p)
-			ops = append(ops, op)
+			sc.plans = append(sc.plans, p)
+			sc.ops = append(sc.ops, op)
 			cur = end
 		}
 	}
-	return plans, ops, zeros, nil
+	return nil
 }
 
 func alignUpU(n uint64) uint64 { return (n + Align - 1) &^ (Align - 1) }
@@ -510,46 +478,72 @@ func (b *RawBackend) Close() error {
 
 var _ Backend = (*RawBackend)(nil)
 
-// bounceBuf hands out aligned scratch memory for reads that cannot land
-// in place. Its chunks are ordinary (non-moving) heap memory kept alive by
+// scratch is one batch's planning state, pooled so the read path does
+// not allocate per request: plans, ops (from a slab of ioOps), zero
+// ranges, and aligned bounce memory for reads that cannot land in place.
+// The bounce chunks are ordinary (non-moving) heap memory kept alive by
 // the batch's plans until the reads complete.
-type bounceBuf struct {
-	segs   []bmap.Segment // scratch for planning
+type scratch struct {
+	segs   []bmap.Segment
+	plans  []segPlan
+	ops    []*ioOp
+	zeros  [][]byte
+	slabs  [][]ioOp // ioOps; a slab never grows, so pointers stay valid
+	nops   int
 	chunks [][]byte
 	cur    int // chunk in use
 	off    int // next free byte in it
 }
 
-const bounceChunk = 1 << 20
+const (
+	bounceChunk = 1 << 20
+	opSlab      = 256
+)
 
-func (bb *bounceBuf) alloc(n int) []byte {
+// newOp returns a zeroed ioOp for device offset off.
+func (sc *scratch) newOp(off int64) *ioOp {
+	slab, i := sc.nops/opSlab, sc.nops%opSlab
+	if slab == len(sc.slabs) {
+		sc.slabs = append(sc.slabs, make([]ioOp, opSlab))
+	}
+	sc.nops++
+	op := &sc.slabs[slab][i]
+	*op = ioOp{off: off}
+	return op
+}
+
+// alloc returns n bytes (rounded up to Align) of aligned bounce memory.
+func (sc *scratch) alloc(n int) []byte {
 	n = int(alignUp(int64(n)))
 	for {
-		if bb.cur < len(bb.chunks) && len(bb.chunks[bb.cur])-bb.off >= n {
-			p := bb.chunks[bb.cur][bb.off : bb.off+n : bb.off+n]
-			bb.off += n
+		if sc.cur < len(sc.chunks) && len(sc.chunks[sc.cur])-sc.off >= n {
+			p := sc.chunks[sc.cur][sc.off : sc.off+n : sc.off+n]
+			sc.off += n
 			return p
 		}
-		if bb.cur < len(bb.chunks) && bb.off > 0 {
-			bb.cur, bb.off = bb.cur+1, 0
+		if sc.cur < len(sc.chunks) && sc.off > 0 {
+			sc.cur, sc.off = sc.cur+1, 0
 			continue
 		}
-		if bb.cur == len(bb.chunks) {
-			bb.chunks = append(bb.chunks, directio.AlignedBlock(max(bounceChunk, n)))
-		} else if len(bb.chunks[bb.cur]) < n {
-			bb.chunks[bb.cur] = directio.AlignedBlock(n)
+		if sc.cur == len(sc.chunks) {
+			sc.chunks = append(sc.chunks, directio.AlignedBlock(max(bounceChunk, n)))
+		} else if len(sc.chunks[sc.cur]) < n {
+			sc.chunks[sc.cur] = directio.AlignedBlock(n)
 		}
 	}
 }
 
-func (b *RawBackend) getBounce() *bounceBuf {
-	if bb, ok := b.bounces.Get().(*bounceBuf); ok {
-		return bb
+func (b *RawBackend) getScratch() *scratch {
+	if sc, ok := b.scratches.Get().(*scratch); ok {
+		return sc
 	}
-	return &bounceBuf{}
+	return &scratch{}
 }
 
-func (b *RawBackend) putBounce(bb *bounceBuf) {
-	bb.cur, bb.off = 0, 0
-	b.bounces.Put(bb)
+func (b *RawBackend) putScratch(sc *scratch) {
+	clear(sc.plans) // drop references to batch memory
+	clear(sc.zeros)
+	sc.plans, sc.ops, sc.zeros = sc.plans[:0], sc.ops[:0], sc.zeros[:0]
+	sc.nops, sc.cur, sc.off = 0, 0, 0
+	b.scratches.Put(sc)
 }

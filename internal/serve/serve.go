@@ -9,6 +9,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,7 +158,7 @@ func decode(r *http.Request, v any) error {
 	if len(b) > maxBody {
 		return fmt.Errorf("request body larger than %d bytes", maxBody)
 	}
-	dec := msgpack.NewDecoder(strings.NewReader(string(b)))
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields(true)
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("malformed msgpack request: %w", err)
@@ -237,8 +239,12 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 	}
 	ring := l.Ring()
 	if uid >= 0 { // only the client's uid may read the batch memory
-		if err := unix.Fchown(ring.Fd(), uid, -1); err == nil {
+		err := unix.Fchown(ring.Fd(), uid, -1)
+		if err == nil {
 			err = unix.Fchmod(ring.Fd(), 0o400)
+		}
+		if err != nil { // the memory stays the daemon's alone: safe, but the client cannot map it
+			s.log.Warn("serve: cannot hand session memory to the client", "shm", ring.Path(), "uid", uid, "err", err)
 		}
 	}
 	ss := &session{id: newID(), dataset: req.Dataset, backend: req.Backend, uid: uid, l: l, held: map[int]*loader.Batch{}, slots: slots}
@@ -259,6 +265,7 @@ func (s *Server) datasetNames() []string {
 	for n := range s.cfg.Datasets {
 		names = append(names, n)
 	}
+	slices.Sort(names)
 	return names
 }
 
