@@ -44,6 +44,7 @@ type SampleError struct {
 	Err   error  // the cause
 }
 
+// Error names the sample and the cause.
 func (e *SampleError) Error() string {
 	return fmt.Sprintf("sample %d (%s): %v", e.Index, e.Path, e.Err)
 }
