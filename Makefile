@@ -23,7 +23,7 @@ test: deps venv
 	go test -race -count=1 ./...
 	@mkdir -p bin
 	go build -o bin/ ./cmd/...
-	cd python && ../.venv/bin/python -m pytest -q -rs tests
+	cd python && ../.venv/bin/pytest -q -rs tests  # not `python -m`: the tests import the installed client
 
 # Benchmarks (not tests): see README "Figures". Needs root.
 bench: build venv

@@ -1,6 +1,7 @@
 // Package loader reads shuffled, sharded, labeled batches of a block-mapped
-// dataset with DALI fn.readers.file semantics into a fixed ring of
-// page-locked, shared-memory batch slots, through a pluggable backend.
+// dataset with DALI fn.readers.file semantics into batch memory (a fixed
+// ring of page-locked, shared-memory slots), through a backend chosen by
+// name from Backends (the contract is package loader/backend).
 //
 // A Loader prefetches up to PrefetchQueueDepth batches while the consumer
 // holds earlier ones; a batch's slot is reused only after Release. Batches
@@ -22,23 +23,12 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
-// MemoryKind says where batch memory lives.
-type MemoryKind string
-
-// Memory kinds.
-const (
-	MemoryPinned MemoryKind = "pinned" // page-locked host memory, shareable with other processes
-	MemoryGPU    MemoryKind = "gpu"    // GPU memory (not available in this build)
-)
-
-// ErrNoCUDA is returned (wrapped) for MemoryGPU on a machine without an
-// NVIDIA driver.
-var ErrNoCUDA = errors.New("no CUDA driver found")
-
-// ErrClosed is returned by Next after Close.
-var ErrClosed = errors.New("loader closed")
+// DefaultPrefetchQueueDepth is the batches read ahead when
+// Options.PrefetchQueueDepth is 0 (DALI's default too).
+const DefaultPrefetchQueueDepth = 2
 
 // Options configures a Loader. Names follow DALI's reader arguments.
 type Options struct {
@@ -49,22 +39,30 @@ type Options struct {
 	Seed               uint64     // shuffle seed
 	PadLastBatch       bool       // DALI pad_last_batch
 	StickToShard       bool       // DALI stick_to_shard
-	PrefetchQueueDepth int        // batches read ahead; 0 means 2
+	PrefetchQueueDepth int        // batches read ahead; 0 means DefaultPrefetchQueueDepth
 	Slots              int        // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
 	Memory             MemoryKind // "" means MemoryPinned
 	ShmDir             string     // put batch memory in a file here (e.g. /dev/shm) instead of a memfd
-	Backend            string     // "file" (default)
-	Workers            int        // I/O concurrency; 0 means the backend's default
-	Direct             bool       // file backend: O_DIRECT
-	Raw                RawOptions // gds and bam backends
-	SkipErrors         bool       // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
-	State              *State     // resume from this state
-	Logger             *slog.Logger
+	Backend            string     // a name from Backends; "" means DefaultBackend
+	// BackendOptions are the backend's options by name (see its
+	// backend.Spec); missing ones take their defaults.
+	BackendOptions map[string]any
+	SkipErrors     bool            // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
+	State          *State          // resume from this state
+	Logger         *slog.Logger    // default slog.Default()
+	Trace          io.Writer       // raw backends write every device read here as a fio iolog (v2)
+	Faults         *backend.Faults // tests: inject read faults
 }
 
+// StateVersion is the version of State's wire form; a state of another
+// version is refused.
+const StateVersion = 1
+
 // State is a loader's position: the next batch Next will return. Saved
-// and restored it yields exactly the remaining sequence.
+// and restored it yields exactly the remaining sequence. Its msgpack and
+// JSON forms are the wire format (explicit snake_case keys).
 type State struct {
+	Version  int      `json:"version" msgpack:"version"`
 	Sampling Sampling `json:"sampling" msgpack:"sampling"`
 	Epoch    int      `json:"epoch" msgpack:"epoch"`
 	Batch    int      `json:"batch" msgpack:"batch"` // next batch in Epoch; EpochBatches(Epoch) means the end-of-epoch io.EOF comes next
@@ -76,8 +74,9 @@ type Loader struct {
 	m       *bmap.Map
 	smp     Sampling
 	opts    Options
-	ring    *Ring
-	backend Backend
+	mem     Memory
+	backend backend.Backend
+	params  backend.Params
 	log     *slog.Logger
 
 	ctx     context.Context
@@ -104,11 +103,14 @@ type Batch struct {
 	Lengths   []int64 // byte length of each sample
 	Slot      int     // ring slot
 	Errors    []error // with Options.SkipErrors: the samples that failed (their Lengths are 0)
+	used      int64   // bytes of the slot the batch's samples occupy
 
 	readStart, readEnd time.Time
 
 	l        *Loader
-	reqs     []Request
+	mem      []byte // the slot's memory
+	base     int64  // the slot's offset in the shared memory
+	reqs     []backend.Request
 	done     chan struct{}
 	err      error
 	released atomic.Bool
@@ -119,8 +121,8 @@ func (b *Batch) Len() int { return len(b.Indices) }
 
 // Sample returns a view of sample i's bytes in batch memory.
 func (b *Batch) Sample(i int) []byte {
-	off := b.Offsets[i]
-	return b.l.ring.mem[off : off+b.Lengths[i] : off+b.Lengths[i]]
+	off := b.Offsets[i] - b.base
+	return b.mem[off : off+b.Lengths[i] : off+b.Lengths[i]]
 }
 
 // ReadTime returns how long the batch's reads took, from the first
@@ -144,7 +146,7 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		o.NumShards = 1
 	}
 	if o.PrefetchQueueDepth == 0 {
-		o.PrefetchQueueDepth = 2
+		o.PrefetchQueueDepth = DefaultPrefetchQueueDepth
 	}
 	if o.PrefetchQueueDepth < 0 {
 		return nil, fmt.Errorf("%w: prefetch_queue_depth %d", ErrOptions, o.PrefetchQueueDepth)
@@ -180,27 +182,33 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	default:
 		return nil, fmt.Errorf("%w: memory kind %q (want pinned or gpu)", ErrOptions, o.Memory)
 	}
-	backend, err := newBackend(m, o)
+	spec, err := BackendSpec(o.Backend)
 	if err != nil {
 		return nil, err
 	}
-	l.backend = backend
-	slotSize := SlotBytes(m, o.BatchSize)
-	l.ring, err = NewRing(o.Slots, slotSize, o.ShmDir)
-	if err != nil {
-		backend.Close()
+	if l.params, err = spec.Resolve(o.BackendOptions); err != nil {
 		return nil, err
 	}
-	if perr := l.ring.Pinned(); perr != nil {
+	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults}); err != nil {
+		return nil, err
+	}
+	ring, err := NewRing(o.Slots, SlotBytes(m, o.BatchSize), o.ShmDir)
+	if err != nil {
+		l.backend.Close()
+		return nil, err
+	}
+	if perr := ring.Pinned(); perr != nil {
 		l.log.Warn("loader: batch memory is not page-locked", "err", perr)
 	}
+	l.mem = ring
 	l.free = make(chan int, o.Slots)
 	l.ready = make(chan *Batch, o.PrefetchQueueDepth)
+	slotSize := l.mem.Handle().SlotSize
 	for i := 0; i < o.Slots; i++ {
 		l.batches = append(l.batches, &Batch{Slot: i, l: l,
 			Indices: make([]int32, 0, o.BatchSize), Labels: make([]int32, 0, o.BatchSize),
 			Offsets: make([]int64, 0, o.BatchSize), Lengths: make([]int64, 0, o.BatchSize),
-			reqs: make([]Request, 0, o.BatchSize)})
+			reqs: make([]backend.Request, 0, o.BatchSize), mem: l.mem.Slot(i), base: int64(i) * slotSize})
 		l.free <- i
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
@@ -214,23 +222,12 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	return l, nil
 }
 
-func newBackend(m *bmap.Map, o Options) (Backend, error) {
-	switch o.Backend {
-	case "", "file":
-		return NewFileBackend(m.Root, o.Workers, o.Direct), nil
-	case "gds", "bam":
-		ro := o.Raw
-		if ro.QueueDepth == 0 {
-			ro.QueueDepth = o.Workers
-		}
-		return NewRawBackend(m, o.Backend, ro, o.Logger)
-	}
-	return nil, fmt.Errorf("%w: unknown backend %q (want file, gds or bam)", ErrOptions, o.Backend)
-}
-
 func checkState(st *State, smp Sampling) error {
-	if st.Sampling != smp {
-		return fmt.Errorf("loader: %w: saved state was made with %+v, options give %+v", ErrOptions, st.Sampling, smp)
+	if st.Version != StateVersion {
+		return fmt.Errorf("loader: %w: saved state has version %d, this loader reads version %d", ErrOptions, st.Version, StateVersion)
+	}
+	if d := st.Sampling.diff(smp); d != "" {
+		return fmt.Errorf("loader: %w: saved state was made with other options: %s", ErrOptions, d)
 	}
 	if st.Epoch < 0 || st.Batch < 0 || st.Batch > smp.EpochBatches(st.Epoch) {
 		return fmt.Errorf("loader: %w: saved state epoch %d batch %d out of range (%d batches per epoch)", ErrOptions, st.Epoch, st.Batch, smp.EpochBatches(max(st.Epoch, 0)))
@@ -239,19 +236,19 @@ func checkState(st *State, smp Sampling) error {
 }
 
 // SlotBytes returns the slot size that holds any batch of m: the sum of
-// the batchSize largest samples, each rounded up to Align. Padding repeats
+// the batchSize largest samples, each rounded up to backend.Align. Padding repeats
 // a sample without reading it again, so a batch never holds more.
 func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	sizes := make([]int64, len(m.Samples))
 	for i := range m.Samples {
-		sizes[i] = alignUp(m.Samples[i].Size)
+		sizes[i] = backend.AlignUp(m.Samples[i].Size)
 	}
 	slices.Sort(sizes)
 	var sum int64
 	for i := len(sizes) - 1; i >= 0 && i >= len(sizes)-batchSize; i-- {
 		sum += sizes[i]
 	}
-	return max(sum, Align)
+	return max(sum, backend.Align)
 }
 
 // produce plans batches in order and starts their reads, staying at most
@@ -276,6 +273,9 @@ func (l *Loader) produce(epoch, batch int) {
 			go func() {
 				b.readStart = time.Now()
 				b.err = l.backend.ReadBatch(l.ctx, b.reqs)
+				if b.err == nil {
+					b.err = l.mem.Publish(l.ctx, b.Slot, b.used)
+				}
 				b.readEnd = time.Now()
 				close(b.done)
 			}()
@@ -290,16 +290,16 @@ func (l *Loader) produce(epoch, batch int) {
 	}
 }
 
-// plan lays the batch's samples out in its slot: each distinct sample at an
-// Align-aligned offset; a repeated (padding) sample shares its first copy.
+// plan lays the batch's samples out in its slot: each distinct sample at a
+// backend.Align-aligned offset; a repeated (padding) sample shares its
+// first copy.
 func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.Epoch, b.Iteration, b.err, b.Errors = epoch, iter, nil, b.Errors[:0]
 	b.done = make(chan struct{})
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
-	base := l.ring.SlotOffset(b.Slot)
-	slot := l.ring.Slot(b.Slot)
+	base, slot := b.base, b.mem
 	var off int64
 	for i, si := range idx {
 		s := &l.m.Samples[si]
@@ -309,11 +309,12 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 			b.Offsets = append(b.Offsets, b.Offsets[i-1])
 			continue
 		}
-		n := alignUp(s.Size)
+		n := backend.AlignUp(s.Size)
 		b.Offsets = append(b.Offsets, base+off)
-		b.reqs = append(b.reqs, Request{Index: int(si), Sample: s, Buf: slot[off : off+n : off+n]})
+		b.reqs = append(b.reqs, backend.Request{Index: int(si), Sample: s, Buf: slot[off : off+n : off+n]})
 		off += n
 	}
+	b.used = off
 }
 
 // Next returns the next batch, or io.EOF once at the end of each epoch
@@ -369,7 +370,7 @@ func (l *Loader) markFailed(b *Batch) bool {
 		if r.Err == nil {
 			continue
 		}
-		var se *SampleError
+		var se *backend.SampleError
 		if !errors.As(r.Err, &se) {
 			return false
 		}
@@ -385,20 +386,20 @@ func (l *Loader) markFailed(b *Batch) bool {
 
 // State returns the position of the next batch Next will return.
 func (l *Loader) State() State {
-	return State{Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
+	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
 }
 
 // Sampling returns the loader's sampling options.
 func (l *Loader) Sampling() Sampling { return l.smp }
 
-// Ring returns the batch memory.
-func (l *Loader) Ring() *Ring { return l.ring }
+// Memory returns the batch memory.
+func (l *Loader) Memory() Memory { return l.mem }
 
 // Backend returns the backend.
-func (l *Loader) Backend() Backend { return l.backend }
+func (l *Loader) Backend() backend.Backend { return l.backend }
 
-// Map returns the block map.
-func (l *Loader) Map() *bmap.Map { return l.m }
+// BackendOptions returns the backend's options, defaults filled in.
+func (l *Loader) BackendOptions() map[string]any { return l.params.Map() }
 
 // Close stops prefetching, waits for reads in flight, and frees the batch
 // memory. Batches not yet released become invalid.
@@ -414,5 +415,5 @@ func (l *Loader) Close() error {
 	if l.waiting != nil {
 		<-l.waiting.done
 	}
-	return errors.Join(l.backend.Close(), l.ring.Close())
+	return errors.Join(l.backend.Close(), l.mem.Close())
 }

@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/testfs"
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // makeDataset writes n files in DALI layout with sizes around mean bytes
@@ -60,30 +63,44 @@ func checkBatch(t testing.TB, m *bmap.Map, b *Batch) {
 		if got := b.Sample(i); !bytes.Equal(got, want) {
 			t.Fatalf("epoch %d batch %d pos %d: sample %d (%s): %d bytes differ from the file's %d", b.Epoch, b.Iteration, i, b.Indices[i], s.Path, len(got), len(want))
 		}
-		if b.Labels[i] != s.Label || b.Offsets[i]%Align != 0 {
+		if b.Labels[i] != s.Label || b.Offsets[i]%backend.Align != 0 {
 			t.Fatalf("sample %d: label %d (want %d), offset %d", b.Indices[i], b.Labels[i], s.Label, b.Offsets[i])
 		}
 	}
 }
 
-// collect reads one epoch and returns its sample indices, checking bytes.
-func collectEpoch(t testing.TB, l *Loader, m *bmap.Map, check bool) []int32 {
-	t.Helper()
-	var got []int32
+// eachBatch calls fn on every batch of one epoch, releasing each after,
+// and returns the errors Next returned on the way.
+func eachBatch(l *Loader, fn func(b *Batch)) []error {
+	var errs []error
 	for {
 		b, err := l.Next(context.Background())
 		if err == io.EOF {
-			return got
+			return errs
 		}
 		if err != nil {
-			t.Fatal(err)
+			errs = append(errs, err)
+			continue
 		}
+		fn(b)
+		b.Release()
+	}
+}
+
+// collectEpoch reads one epoch and returns its sample indices, checking
+// bytes.
+func collectEpoch(t testing.TB, l *Loader, m *bmap.Map, check bool) []int32 {
+	t.Helper()
+	var got []int32
+	if errs := eachBatch(l, func(b *Batch) {
 		if check {
 			checkBatch(t, m, b)
 		}
 		got = append(got, b.Indices...)
-		b.Release()
+	}); len(errs) > 0 {
+		t.Fatal(errs)
 	}
+	return got
 }
 
 func TestByteExact(t *testing.T) {
@@ -93,8 +110,8 @@ func TestByteExact(t *testing.T) {
 		o    Options
 	}{
 		{"buffered", Options{BatchSize: 16, PrefetchQueueDepth: 3, RandomShuffle: true, Seed: 5}},
-		{"direct", Options{BatchSize: 16, PrefetchQueueDepth: 3, RandomShuffle: true, Seed: 5, Direct: true}},
-		{"direct shard 1 of 2 padded", Options{BatchSize: 64, PrefetchQueueDepth: 4, NumShards: 2, ShardID: 1, PadLastBatch: true, Direct: true, Workers: 3}},
+		{"direct", Options{BatchSize: 16, PrefetchQueueDepth: 3, RandomShuffle: true, Seed: 5, BackendOptions: map[string]any{"direct": true}}},
+		{"direct shard 1 of 2 padded", Options{BatchSize: 64, PrefetchQueueDepth: 4, NumShards: 2, ShardID: 1, PadLastBatch: true, BackendOptions: map[string]any{"direct": true, "workers": 3}}},
 		{"shm file, batch 1", Options{BatchSize: 1, ShmDir: t.TempDir()}},
 	}
 	for _, tt := range tests {
@@ -160,10 +177,15 @@ func TestResume(t *testing.T) {
 		}
 	}
 	// A state from other options is refused, naming the difference.
-	st := State{Sampling: Sampling{N: 101, BatchSize: 9, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}
+	st := State{Version: StateVersion, Sampling: Sampling{N: 101, BatchSize: 9, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}
 	o.State = &st
-	if _, err := New(context.Background(), m, o); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "BatchSize:9") {
+	if _, err := New(context.Background(), m, o); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "batch_size 9 (now 8)") {
 		t.Errorf("mismatched state: err = %v", err)
+	}
+	// A state of another wire version is refused, naming the versions.
+	st = State{Version: StateVersion + 1, Sampling: Sampling{N: 101, BatchSize: 8, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}
+	if _, err := New(context.Background(), m, o); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "version 2") {
+		t.Errorf("state of another version: err = %v", err)
 	}
 }
 
@@ -204,29 +226,19 @@ func TestReadErrorsNameTheSample(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var errs []error
 	good := 0
-	for {
-		b, err := l.Next(context.Background())
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	errs := eachBatch(l, func(b *Batch) {
 		checkBatch(t, m, b)
 		good += b.Len()
-		b.Release()
-	}
+	})
 	if len(errs) != 2 || good != 40-8 {
 		t.Fatalf("errors %v, %d good samples; want 2 errors and 32 good samples", errs, good)
 	}
-	var se *SampleError
+	var se *backend.SampleError
 	if !errors.As(errs[0], &se) || se.Index != 9 || !strings.Contains(errs[0].Error(), victim.Path) || !errors.Is(errs[0], os.ErrNotExist) {
 		t.Errorf("vanished file: %v", errs[0])
 	}
-	if !errors.Is(errs[1], ErrShortRead) || !strings.Contains(errs[1].Error(), grown.Path) {
+	if !errors.Is(errs[1], backend.ErrShortRead) || !strings.Contains(errs[1].Error(), grown.Path) {
 		t.Errorf("grown file: %v", errs[1])
 	}
 }
@@ -234,7 +246,7 @@ func TestReadErrorsNameTheSample(t *testing.T) {
 func TestCloseWhileReading(t *testing.T) {
 	m := makeDataset(t, 500, 5, 50_000)
 	for i := 0; i < 5; i++ {
-		l, err := New(context.Background(), m, Options{BatchSize: 64, PrefetchQueueDepth: 4, Workers: 2})
+		l, err := New(context.Background(), m, Options{BatchSize: 64, PrefetchQueueDepth: 4, BackendOptions: map[string]any{"workers": 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,9 +337,64 @@ func BenchmarkPlan(b *testing.B) {
 	for i := range idx {
 		idx[i] = int32(i * 3)
 	}
-	batch := &Batch{Slot: 0, l: l, reqs: make([]Request, 0, 64)}
+	batch := &Batch{Slot: 0, l: l, reqs: make([]backend.Request, 0, 64), mem: l.mem.Slot(0)}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		l.plan(batch, 0, i, idx)
+	}
+}
+
+// TestInjectedFaults drives the error paths through the fault seam, no
+// root needed: EIO and short reads name their sample; the rest of the
+// batch is intact; a stalled read does not hold up Close.
+func TestInjectedFaults(t *testing.T) {
+	m := makeDataset(t, 24, 3, 5000)
+	eio, short := m.Samples[4].Path, m.Samples[10].Path
+	faults := (&backend.Faults{}).
+		Add(backend.Rule{Op: backend.FileRead, Path: eio, Err: unix.EIO}).
+		Add(backend.Rule{Op: backend.FileRead, Path: short, Short: true})
+	for _, skip := range []bool{false, true} {
+		l, err := New(context.Background(), m, Options{BatchSize: 8, SkipErrors: skip, Faults: faults})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sampleErrs []error
+		errs := eachBatch(l, func(b *Batch) {
+			sampleErrs = append(sampleErrs, b.Errors...)
+			for i := 0; i < b.Len(); i++ {
+				if p := m.Samples[b.Indices[i]].Path; p == eio || p == short {
+					if b.Lengths[i] != 0 {
+						t.Errorf("failed sample %s delivered with %d bytes", p, b.Lengths[i])
+					}
+					continue
+				}
+				want, _ := os.ReadFile(filepath.Join(m.Root, m.Samples[b.Indices[i]].Path))
+				if !bytes.Equal(b.Sample(i), want) {
+					t.Errorf("sample %d: bytes differ", b.Indices[i])
+				}
+			}
+		})
+		errs = append(errs, sampleErrs...)
+		l.Close()
+		if len(errs) != 2 || !errors.Is(errs[0], unix.EIO) || !strings.Contains(errs[0].Error(), eio) ||
+			!errors.Is(errs[1], backend.ErrShortRead) || !strings.Contains(errs[1].Error(), short) {
+			t.Errorf("skip=%v: errors %v, want EIO naming %s and a short read naming %s", skip, errs, eio, short)
+		}
+	}
+	// A read stalled for 2 s: Close still returns once it completes, and a
+	// Next waiting on it ends with its context.
+	slow := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[0].Path, Stall: 2 * time.Second})
+	l, err := New(context.Background(), m, Options{BatchSize: 8, Faults: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := l.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Next on a stalled batch: %v, want the deadline", err)
+	}
+	start := time.Now()
+	if err := l.Close(); err != nil || time.Since(start) > 5*time.Second {
+		t.Errorf("Close: %v after %s", err, time.Since(start))
 	}
 }

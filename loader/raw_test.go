@@ -11,9 +11,13 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/internal/testfs"
+	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/raw"
 )
 
 // rawDataset makes the awkward files plus 150 ordinary ones on fs and maps
@@ -52,11 +56,11 @@ func TestRawBackendsByteExact(t *testing.T) {
 				t.Fatalf("dataset lacks raw or fragmented samples: %s", st)
 			}
 			for _, backend := range []string{"gds", "bam"} {
-				for _, engine := range []string{EngineUring, EnginePread} {
+				for _, engine := range []string{raw.EngineUring, raw.EnginePread} {
 					t.Run(backend+"/"+engine, func(t *testing.T) {
 						for shard := 0; shard < 2; shard++ {
 							l, err := New(context.Background(), m, Options{Backend: backend, BatchSize: 7, NumShards: 2, ShardID: shard,
-								RandomShuffle: true, Seed: 9, PrefetchQueueDepth: 3, Raw: RawOptions{Engine: engine, CacheBytes: 8 << 20, QueueDepth: 8}})
+								RandomShuffle: true, Seed: 9, PrefetchQueueDepth: 3, BackendOptions: map[string]any{"engine": engine, "queue_depth": 8}})
 							if err != nil {
 								if strings.Contains(err.Error(), "io_uring") {
 									t.Skipf("io_uring refused: %v", err)
@@ -66,16 +70,16 @@ func TestRawBackendsByteExact(t *testing.T) {
 							for e := 0; e < 3; e++ {
 								collectEpoch(t, l, m, true)
 							}
-							info := l.Backend().Info()
+							st := l.Backend().Stats()
 							l.Close()
-							if info["engine"] != engine || info["raw_samples"].(int64) == 0 || info["stale_samples"].(int64) != 0 || info["errors"].(int64) != 0 {
-								t.Errorf("info %v", info)
+							if st.Engine != engine || st.RawSamples == 0 || st.StaleSamples != 0 || st.Errors != 0 {
+								t.Errorf("stats %+v", st)
 							}
-							if backend == "bam" && info["cache_hits"].(int64) == 0 {
-								t.Errorf("bam: no cache hits over 3 epochs of a dataset that fits: %v", info)
+							if backend == "bam" && st.CacheHits == 0 {
+								t.Errorf("bam: no cache hits over 3 epochs of a dataset that fits: %+v", st)
 							}
-							if fo.Type == "ext4" && info["fs_only_samples"].(int64) == 0 {
-								t.Errorf("ext4: inline samples not read through the filesystem: %v", info)
+							if fo.Type == "ext4" && st.FSOnlySamples == 0 {
+								t.Errorf("ext4: inline samples not read through the filesystem: %+v", st)
 							}
 						}
 					})
@@ -111,9 +115,9 @@ func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
 	if len(sec) == 0 || sec[0].Physical != old[0].Physical {
 		t.Logf("note: the secret file did not reuse the victim's first block (%v vs %v)", sec, old)
 	}
-	for _, policy := range []string{StaleFallback, StaleFail} {
+	for _, policy := range []string{raw.StaleFallback, raw.StaleFail} {
 		for _, backend := range []string{"gds", "bam"} {
-			l, err := New(context.Background(), m, Options{Backend: backend, BatchSize: 2, SkipErrors: policy == StaleFail, Raw: RawOptions{OnStale: policy}})
+			l, err := New(context.Background(), m, Options{Backend: backend, BatchSize: 2, SkipErrors: policy == raw.StaleFail, BackendOptions: map[string]any{"on_stale": policy}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,12 +131,12 @@ func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
 				}
 			}
 			switch policy {
-			case StaleFallback:
+			case raw.StaleFallback:
 				checkBatch(t, m2(t, m), b)
-				if n := l.Backend().Info()["stale_samples"].(int64); n < 1 {
+				if n := l.Backend().Stats().StaleSamples; n < 1 {
 					t.Errorf("%s: stale_samples = %d, want the replaced file counted", backend, n)
 				}
-			case StaleFail:
+			case raw.StaleFail:
 				if len(b.Errors) != 1 || !errors.Is(b.Errors[0], bmap.ErrStale) || !strings.Contains(b.Errors[0].Error(), "victim.jpg") || b.Lengths[1] != 0 {
 					t.Errorf("%s: errors %v lengths %v, want one ErrStale naming victim.jpg", backend, b.Errors, b.Lengths)
 				}
@@ -161,7 +165,7 @@ func m2(t *testing.T, m *bmap.Map) *bmap.Map {
 }
 
 func TestShrunkDeviceGivesNamedError(t *testing.T) {
-	for _, engine := range []string{EngineUring, EnginePread} {
+	for _, engine := range []string{raw.EngineUring, raw.EnginePread} {
 		t.Run(engine, func(t *testing.T) {
 			fs := testfs.New(t, testfs.Options{Type: "ext4", SizeMB: 256, MkfsArgs: []string{"-b", "4096"}})
 			fs.WriteFile(t, "train/a/low.jpg", []byte("small and early"))
@@ -187,7 +191,7 @@ func TestShrunkDeviceGivesNamedError(t *testing.T) {
 			}
 			keepData, _ := os.ReadFile(fs.Path("train", m.Samples[keep].Path))
 			victimName := m.Samples[victim].Path
-			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, SkipErrors: true, Raw: RawOptions{Engine: engine}})
+			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, SkipErrors: true, BackendOptions: map[string]any{"engine": engine}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +232,7 @@ func TestShrunkDeviceGivesNamedError(t *testing.T) {
 			}
 			b.Release()
 			// A loader opened now refuses the range before reading it.
-			l2, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, Raw: RawOptions{Engine: engine}})
+			l2, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, BackendOptions: map[string]any{"engine": engine}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +252,7 @@ func TestShrunkDeviceGivesNamedError(t *testing.T) {
 // outside the dataset is truncated and rewritten through that link. No
 // batch may ever hold the secret, and the new contents must show up.
 func TestChangeAfterOpenDetected(t *testing.T) {
-	for _, fresh := range []string{FreshWatch, FreshRead} {
+	for _, fresh := range []string{raw.FreshWatch, raw.FreshRead} {
 		t.Run(fresh, func(t *testing.T) {
 			fs := testfs.New(t, testfs.Ext4())
 			fs.WriteFile(t, "train/a/victim.jpg", bytes.Repeat([]byte("OLD-CONTENT-"), 100_000))
@@ -261,7 +265,7 @@ func TestChangeAfterOpenDetected(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, PrefetchQueueDepth: 1, SkipErrors: true, Raw: RawOptions{Freshness: fresh}})
+			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, PrefetchQueueDepth: 1, SkipErrors: true, BackendOptions: map[string]any{"freshness": fresh}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +295,7 @@ func TestChangeAfterOpenDetected(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, err := range b.Errors {
-						if !errors.Is(err, ErrShortRead) && !errors.Is(err, bmap.ErrStale) {
+						if !errors.Is(err, backend.ErrShortRead) && !errors.Is(err, bmap.ErrStale) {
 							t.Errorf("unexpected sample error: %v", err)
 						}
 					}
@@ -310,9 +314,61 @@ func TestChangeAfterOpenDetected(t *testing.T) {
 			if sawNew < 4 {
 				t.Errorf("new contents seen %d times over the later epochs, want both files in at least 2 epochs", sawNew)
 			}
-			if n := l.Backend().Info()["stale_samples"].(int64); n < 2 {
+			if n := l.Backend().Stats().StaleSamples; n < 2 {
 				t.Errorf("stale_samples = %d, want both changes counted", n)
 			}
 		})
+	}
+}
+
+// TestRawInjectedEIO fails the device reads of one raw sample in each
+// backend and engine: the error names the sample and the device range,
+// wraps EIO, and the other samples of the batch are intact.
+func TestRawInjectedEIO(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	m := rawDataset(t, fs)
+	victim := -1
+	for i, s := range m.Samples {
+		if s.Reason == bmap.Raw && s.Size > 8192 {
+			victim = i
+			break
+		}
+	}
+	if victim < 0 {
+		t.Fatal("no raw sample to fail")
+	}
+	path := m.Samples[victim].Path
+	for _, be := range []string{"gds", "bam"} {
+		for _, engine := range []string{raw.EngineUring, raw.EnginePread} {
+			faults := (&backend.Faults{}).Add(backend.Rule{Op: backend.DeviceRead, Path: path, Err: unix.EIO})
+			l, err := New(context.Background(), m, Options{Backend: be, BatchSize: 16, SkipErrors: true, Faults: faults,
+				BackendOptions: map[string]any{"engine": engine}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed []error
+			if errs := eachBatch(l, func(b *Batch) {
+				failed = append(failed, b.Errors...)
+				for i := 0; i < b.Len(); i++ {
+					if int(b.Indices[i]) == victim {
+						continue
+					}
+					want, _ := os.ReadFile(fs.Path("train", m.Samples[b.Indices[i]].Path))
+					if !bytes.Equal(b.Sample(i), want) {
+						t.Fatalf("%s/%s: sample %d differs from its file", be, engine, b.Indices[i])
+					}
+				}
+			}); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			st := l.Backend().Stats()
+			l.Close()
+			if len(failed) != 1 || !errors.Is(failed[0], unix.EIO) || !strings.Contains(failed[0].Error(), path) || !strings.Contains(failed[0].Error(), fs.Dev) {
+				t.Errorf("%s/%s: errors %v, want one EIO naming %s and %s", be, engine, failed, path, fs.Dev)
+			}
+			if st.Errors < 1 { // prefetching may have read the next epoch's copy too
+				t.Errorf("%s/%s: stats count %d errors, want the failure counted", be, engine, st.Errors)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -9,16 +10,12 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
-// Align is the alignment of slots and of every sample inside a slot: 4 KiB,
-// what O_DIRECT and GPUDirect Storage (torch.cuda.gds) require.
-const Align = 4096
-
-// alignUp rounds n up to a multiple of Align.
-func alignUp(n int64) int64 { return (n + Align - 1) &^ (Align - 1) }
-
-// Ring is a fixed set of equal batch slots in one shared-memory mapping,
+// Ring is the host batch memory (a Memory): a fixed set of equal slots in
+// one shared-memory mapping,
 // allocated once, outside the Go heap, page-locked when the system allows.
 // It is backed by a memfd, or by a file in a directory such as /dev/shm so
 // another process can map it by name.
@@ -31,7 +28,7 @@ type Ring struct {
 	pinErr   error  // why mlock failed, nil when pinned
 }
 
-// NewRing maps slots×slotSize bytes (slotSize rounded up to Align). With
+// NewRing maps slots×slotSize bytes (slotSize rounded up to backend.Align). With
 // shmDir "" the memory is an anonymous memfd; otherwise it is a new file
 // in shmDir readable only by its owner. Pages are populated up front and
 // locked with mlock; when locking fails (RLIMIT_MEMLOCK), the ring still
@@ -40,7 +37,7 @@ func NewRing(slots int, slotSize int64, shmDir string) (*Ring, error) {
 	if slots <= 0 || slotSize <= 0 {
 		return nil, fmt.Errorf("loader: ring of %d slots of %d bytes", slots, slotSize)
 	}
-	slotSize = alignUp(slotSize)
+	slotSize = backend.AlignUp(slotSize)
 	size := int64(slots) * slotSize
 	r := &Ring{slotSize: slotSize, slots: slots, fd: -1}
 	var err error
@@ -76,23 +73,28 @@ func (r *Ring) Slot(i int) []byte {
 	return r.mem[off : off+r.slotSize : off+r.slotSize]
 }
 
-// SlotOffset returns the byte offset of slot i in the shared memory.
-func (r *Ring) SlotOffset(i int) int64 { return int64(i) * r.slotSize }
-
-// SlotSize returns the size of each slot in bytes.
-func (r *Ring) SlotSize() int64 { return r.slotSize }
-
 // Slots returns the number of slots.
 func (r *Ring) Slots() int { return r.slots }
 
-// Size returns the size of the whole mapping.
-func (r *Ring) Size() int64 { return int64(r.slots) * r.slotSize }
+// Publish does nothing: the host ring is what the consumer reads.
+func (r *Ring) Publish(context.Context, int, int64) error { return nil }
 
-// Fd returns the descriptor of the backing memfd or file.
-func (r *Ring) Fd() int { return r.fd }
+// Handle returns the backing file's path and the mapping's size.
+func (r *Ring) Handle() MemoryHandle {
+	return MemoryHandle{Kind: MemoryPinned, Path: r.path, Size: int64(r.slots) * r.slotSize, SlotSize: r.slotSize}
+}
 
-// Path returns the backing file's path, or "" for a memfd.
-func (r *Ring) Path() string { return r.path }
+// Share gives the memory to uid, mode 0400: only that user (and root) can
+// map it.
+func (r *Ring) Share(uid int) error {
+	if err := unix.Fchown(r.fd, uid, -1); err != nil {
+		return fmt.Errorf("loader: batch memory %s: chown to uid %d: %w", r.path, uid, err)
+	}
+	if err := unix.Fchmod(r.fd, 0o400); err != nil {
+		return fmt.Errorf("loader: batch memory %s: chmod 0400: %w", r.path, err)
+	}
+	return nil
+}
 
 // Pinned returns nil when the memory is page-locked, else why not.
 func (r *Ring) Pinned() error { return r.pinErr }
@@ -116,3 +118,5 @@ func (r *Ring) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+var _ Memory = (*Ring)(nil)

@@ -1,10 +1,10 @@
 package loader
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"strings"
 )
 
 // Sampling is the part of the options that decides which samples a rank
@@ -24,18 +24,34 @@ import (
 // the shards are ranges of that permutation: ranks stay disjoint within an
 // epoch and mixing is global.
 type Sampling struct {
-	N             int    // samples in the dataset
-	BatchSize     int    // samples per batch
-	ShardID       int    // this rank, in [0, NumShards)
-	NumShards     int    // ranks
-	RandomShuffle bool   // permute all samples every epoch
-	Seed          uint64 // permutation seed
-	PadLastBatch  bool   // pad every shard to ceil(N/n) samples and whole batches
-	StickToShard  bool   // read the same shard every epoch
+	N             int    `json:"n" msgpack:"n"`                           // samples in the dataset
+	BatchSize     int    `json:"batch_size" msgpack:"batch_size"`         // samples per batch
+	ShardID       int    `json:"shard_id" msgpack:"shard_id"`             // this rank, in [0, NumShards)
+	NumShards     int    `json:"num_shards" msgpack:"num_shards"`         // ranks
+	RandomShuffle bool   `json:"random_shuffle" msgpack:"random_shuffle"` // permute all samples every epoch
+	Seed          uint64 `json:"seed" msgpack:"seed"`                     // permutation seed
+	PadLastBatch  bool   `json:"pad_last_batch" msgpack:"pad_last_batch"` // pad every shard to ceil(N/n) samples and whole batches
+	StickToShard  bool   `json:"stick_to_shard" msgpack:"stick_to_shard"` // read the same shard every epoch
 }
 
-// ErrOptions is returned (wrapped) for invalid options or state.
-var ErrOptions = errors.New("invalid loader options")
+// diff names the fields in which s and o differ, "" when equal.
+func (s Sampling) diff(o Sampling) string {
+	var d []string
+	add := func(name string, a, b any) {
+		if a != b {
+			d = append(d, fmt.Sprintf("%s %v (now %v)", name, a, b))
+		}
+	}
+	add("dataset samples", s.N, o.N)
+	add("batch_size", s.BatchSize, o.BatchSize)
+	add("shard_id", s.ShardID, o.ShardID)
+	add("num_shards", s.NumShards, o.NumShards)
+	add("random_shuffle", s.RandomShuffle, o.RandomShuffle)
+	add("seed", s.Seed, o.Seed)
+	add("pad_last_batch", s.PadLastBatch, o.PadLastBatch)
+	add("stick_to_shard", s.StickToShard, o.StickToShard)
+	return strings.Join(d, ", ")
+}
 
 // MaxBatchSize bounds the batch size.
 const MaxBatchSize = 1 << 16

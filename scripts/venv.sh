@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Makes .venv with the pinned Python packages (python/requirements.txt) and,
 # where it installs, DALI (python/requirements-dali.txt; the DALI tests skip
-# and say why when it does not). Idempotent: reinstalls only when the
-# requirements changed.
+# and say why when it does not), then installs the client package itself
+# (pip install ./python: the module dali_source). Idempotent: reinstalls the
+# requirements only when they changed; the client (a second) every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stamp=.venv/.requirements
 want=$(cat python/requirements.txt python/requirements-dali.txt)
-if [[ -x .venv/bin/python ]] && [[ "$(cat "$stamp" 2>/dev/null)" == "$want" ]]; then exit 0; fi
-echo "venv: installing python/requirements.txt into .venv" >&2
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements.txt
-echo "venv: installing DALI (python/requirements-dali.txt, about 500 MB)" >&2
-if ! out=$(.venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dali.txt 2>&1); then
-  echo "venv: DALI could not be installed; the DALI tests will skip. pip said:" >&2
-  echo "$out" | tail -5 >&2
+if ! [[ -x .venv/bin/python ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  echo "venv: installing python/requirements.txt into .venv" >&2
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements.txt
+  echo "venv: installing DALI (python/requirements-dali.txt, about 500 MB)" >&2
+  if ! out=$(.venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dali.txt 2>&1); then
+    echo "venv: DALI could not be installed; the DALI tests will skip. pip said:" >&2
+    echo "$out" | tail -5 >&2
+  fi
+  printf '%s' "$want" > "$stamp"
 fi
-printf '%s' "$want" > "$stamp"
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./python

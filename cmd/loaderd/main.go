@@ -1,9 +1,12 @@
 // Command loaderd reads dataset batches through the loader: it serves them
-// to training processes, or benchmarks a backend.
+// to training processes, benchmarks a backend, or lists the backends.
 //
 //	loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT]
-//	loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E]
-//	              [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]
+//	loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E] [backend options]
+//	loaderd backends [--json]
+//
+// The backend options' flags are derived from the backends' descriptions
+// (loader.Backends): `loaderd backends` lists them with their defaults.
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 	"github.com/nvfeed/nvfeed/internal/benchrun"
 	"github.com/nvfeed/nvfeed/internal/serve"
 	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 func main() {
@@ -35,12 +39,11 @@ func main() {
 }
 
 const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT]
-                     [--shm-dir /dev/shm] [--session-timeout 60s]
-       loaderd bench --bmap FILE [--backend file|gds|bam] [--batch-size 64] [--batches N | --epochs E]
-                     [--prefetch 2] [--workers N] [--direct] [--shuffle] [--seed S] [--verify] [--json]
-                     [--queue-depth N] [--engine auto|uring|pread] [--queues N] [--block-size B]
-                     [--cache-mb M] [--on-stale fallback|fail] [--freshness watch|read] [--skip-errors]
-                     [--iolog FILE] [--cpuprofile FILE]`
+                     [--shm-dir /dev/shm] [--session-timeout 60s] [--max-session-mb 16384]
+       loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
+                     [--prefetch 2] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
+                     [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
+       loaderd backends [--json]   (the backends and their options' flags, defaults and limits)`
 
 // errUsage marks errors that print usage; exit status 2.
 var errUsage = errors.New("usage")
@@ -55,6 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = bench(ctx, args[1:], stdout, stderr)
 	case args[0] == "serve":
 		err = serveCmd(ctx, args[1:], stderr)
+	case args[0] == "backends":
+		err = backendsCmd(args[1:], stdout, stderr)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprintln(stderr, usage)
 		return 0
@@ -76,27 +81,18 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mapPath := fs.String("bmap", "", "block map of the dataset (required)")
-	backend := fs.String("backend", "file", "backend: file, gds or bam")
+	backendName := fs.String("backend", loader.DefaultBackend, "backend: "+strings.Join(backendNames(), ", "))
 	batch := fs.Int("batch-size", 64, "samples per batch")
 	batches := fs.Int("batches", 0, "stop after N batches")
 	epochs := fs.Int("epochs", 0, "stop after E epochs (default 1 when --batches is not given)")
-	prefetch := fs.Int("prefetch", 2, "batches read ahead (prefetch_queue_depth)")
-	workers := fs.Int("workers", 0, "I/O concurrency (default: the backend's)")
-	direct := fs.Bool("direct", false, "file backend: O_DIRECT, bypassing the page cache")
+	prefetch := fs.Int("prefetch", loader.DefaultPrefetchQueueDepth, "batches read ahead (prefetch_queue_depth)")
 	shuffle := fs.Bool("shuffle", false, "random_shuffle: a full permutation per epoch")
 	seed := fs.Uint64("seed", 0, "shuffle seed")
 	shard := fs.Int("shard-id", 0, "shard_id")
 	shards := fs.Int("num-shards", 1, "num_shards")
 	verify := fs.Bool("verify", false, "check every sample against a plain read of its file (slows the run: the timing includes it)")
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of a table")
-	qd := fs.Int("queue-depth", 0, "gds/bam: requests in flight per queue (default 32 for gds, 64 for bam)")
-	engine := fs.String("engine", "auto", "gds/bam: auto (io_uring, else pread), uring or pread")
-	queues := fs.Int("queues", 0, "bam: submission queues (default 4)")
-	blockSize := fs.Int("block-size", 0, "bam: request size in bytes (default 4096)")
-	maxReq := fs.Int("max-request", 0, "gds: split reads larger than this many bytes (default 1 MiB)")
-	cacheMB := fs.Int64("cache-mb", 0, "bam: block cache size in MiB (default 256; -1 disables)")
-	onStale := fs.String("on-stale", "fallback", "gds/bam: a file changed since mapping is read through the filesystem (fallback) or refused (fail)")
-	freshness := fs.String("freshness", "watch", "gds/bam: how changed files are caught after the check at open: watch (inotify on the class directories) or read (stat after every raw read)")
+	backendOpts := backendFlags(fs)
 	skipErrors := fs.Bool("skip-errors", false, "deliver batches with failed samples (length 0) instead of failing")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to FILE")
 	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
@@ -118,16 +114,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	lo := loader.Options{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed,
-		PrefetchQueueDepth: *prefetch, Backend: *backend, Workers: *workers, Direct: *direct, SkipErrors: *skipErrors,
-		Raw: loader.RawOptions{Engine: *engine, QueueDepth: *qd, Queues: *queues, BlockSize: *blockSize, MaxRequest: *maxReq,
-			CacheBytes: *cacheMB << 20, OnStale: *onStale, Freshness: *freshness}}
+		PrefetchQueueDepth: *prefetch, Backend: *backendName, BackendOptions: backendOpts, SkipErrors: *skipErrors}
 	if *iolog != "" {
 		f, err := os.Create(*iolog)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		lo.Raw.Trace = f
+		lo.Trace = f
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -141,6 +135,9 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	res, err := benchrun.Run(ctx, m, lo, benchrun.Options{Batches: *batches, Epochs: *epochs, Verify: *verify})
+	if errors.Is(err, backend.ErrDevice) {
+		return fmt.Errorf("%w (or use --backend file)", err)
+	}
 	if err != nil {
 		if errors.Is(err, loader.ErrOptions) {
 			return fmt.Errorf("%w: %v", errUsage, err)
@@ -154,6 +151,86 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	benchrun.InfoLine(stdout, res)
 	if *verify {
 		fmt.Fprintf(stdout, "verified: %d samples equal their files (the timing includes verification)\n", res.Verified)
+	}
+	return nil
+}
+
+func backendNames() []string {
+	var names []string
+	for _, s := range loader.Backends() {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// backendFlags defines one flag per backend option (named after the
+// option, '_' as '-'), documented from every backend that has it, and
+// returns the map the given ones are collected in, by option name.
+func backendFlags(fs *flag.FlagSet) map[string]any {
+	given := map[string]any{}
+	type use struct {
+		opt  backend.Option
+		docs []string
+	}
+	var order []string
+	uses := map[string]*use{}
+	for _, spec := range loader.Backends() {
+		for _, o := range spec.Options {
+			u := uses[o.Name]
+			if u == nil {
+				u = &use{opt: o}
+				uses[o.Name] = u
+				order = append(order, o.Name)
+			}
+			u.docs = append(u.docs, fmt.Sprintf("%s: default %v", spec.Name, o.Default))
+		}
+	}
+	for _, name := range order {
+		u := uses[name]
+		doc := fmt.Sprintf("%s (%s)", u.opt.Doc, strings.Join(u.docs, "; "))
+		set := func(v string) error { given[name] = v; return nil }
+		if u.opt.Kind == backend.Bool {
+			fs.BoolFunc(u.opt.Flag(), doc, set)
+		} else {
+			fs.Func(u.opt.Flag(), doc, set)
+		}
+	}
+	return given
+}
+
+// backendsCmd prints every backend with its options.
+func backendsCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loaderd backends", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the descriptions as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(loader.Backends())
+	}
+	for _, spec := range loader.Backends() {
+		def := ""
+		if spec.Name == loader.DefaultBackend {
+			def = " (default)"
+		}
+		fmt.Fprintf(stdout, "%s%s: %s\n", spec.Name, def, spec.Doc)
+		for _, o := range spec.Options {
+			limits := ""
+			switch o.Kind {
+			case backend.Int:
+				limits = fmt.Sprintf(" [%d, %d]", o.Min, o.Max)
+				if o.Multiple > 0 {
+					limits += fmt.Sprintf(", multiple of %d", o.Multiple)
+				}
+			case backend.Enum:
+				limits = " {" + strings.Join(o.Choices, "|") + "}"
+			}
+			fmt.Fprintf(stdout, "  --%-12s %-5s default %v%s: %s\n", o.Flag(), o.Kind, o.Default, limits, o.Doc)
+		}
 	}
 	return nil
 }

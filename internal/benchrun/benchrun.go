@@ -17,6 +17,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // Options says how long to run and whether to verify.
@@ -37,8 +38,9 @@ type Result struct {
 	BytesPerS   float64        `json:"bytes_per_s"`
 	BatchMsP50  float64        `json:"batch_ms_p50"` // time to read one batch
 	BatchMsP99  float64        `json:"batch_ms_p99"`
-	CPUSeconds  float64        `json:"cpu_seconds"` // user+sys of this process while reading (set-up excluded)
-	Info        map[string]any `json:"backend_info,omitempty"`
+	CPUSeconds  float64        `json:"cpu_seconds"`        // user+sys of this process while reading (set-up excluded)
+	Options     map[string]any `json:"backend_options"`    // the backend's options in effect
+	Stats       backend.Stats  `json:"backend_stats"`      // its counters
 	Verified    int64          `json:"verified,omitempty"` // samples compared with their files
 }
 
@@ -87,7 +89,7 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 		b.Release()
 	}
 	res.Seconds = time.Since(t0).Seconds()
-	res.Info = l.Backend().Info()
+	res.Options, res.Stats = l.BackendOptions(), l.Backend().Stats()
 	res.CPUSeconds = cpuSeconds() - cpu0
 	res.SamplesPerS = float64(res.Samples) / res.Seconds
 	res.BytesPerS = float64(res.Bytes) / res.Seconds
@@ -132,21 +134,31 @@ func Table(w io.Writer, rs ...Result) {
 	}
 }
 
-// InfoLine prints the backend's report (engine, queues, cache, counters)
-// on one line, keys sorted.
+// InfoLine prints the backend's options and counters on one line:
+// options sorted by name, then the engine, device and counters.
 func InfoLine(w io.Writer, r Result) {
-	keys := make([]string, 0, len(r.Info))
-	for k := range r.Info {
+	keys := make([]string, 0, len(r.Options))
+	for k := range r.Options {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	fmt.Fprintf(w, "%s:", r.Backend)
 	for _, k := range keys {
-		v := r.Info[k]
-		if f, ok := v.(float64); ok {
-			v = fmt.Sprintf("%.3f", f)
+		fmt.Fprintf(w, " %s=%v", k, r.Options[k])
+	}
+	st := r.Stats
+	for _, kv := range [][2]string{{"engine", st.Engine}, {"device", st.Device}, {"freshness", st.Freshness}} {
+		if kv[1] != "" {
+			fmt.Fprintf(w, " %s=%s", kv[0], kv[1])
 		}
-		fmt.Fprintf(w, " %s=%v", k, v)
+	}
+	for _, c := range st.Counters() {
+		if c.Value != 0 {
+			fmt.Fprintf(w, " %s=%d", c.Name, c.Value)
+		}
+	}
+	if st.CacheHits+st.CacheMisses > 0 {
+		fmt.Fprintf(w, " cache_hit_rate=%.3f", st.CacheHitRate())
 	}
 	fmt.Fprintln(w)
 }

@@ -1,10 +1,14 @@
 package serve
 
-import "github.com/nvfeed/nvfeed/loader"
+import (
+	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/backend"
+)
 
-// The HTTP API. Bodies are msgpack; errors are {"error": "..."} with a 4xx
-// or 5xx status.
+// The HTTP API. Bodies are msgpack with explicit snake_case keys; unknown
+// keys are refused. Errors are {"error": "..."} with a 4xx or 5xx status.
 //
+//	GET    /v1/backends               -            -> BackendsResponse
 //	POST   /v1/sessions               OpenRequest  -> OpenResponse
 //	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
 //	POST   /v1/sessions/{id}/release  ReleaseRequest
@@ -14,29 +18,32 @@ import "github.com/nvfeed/nvfeed/loader"
 
 // OpenRequest opens a session: a loader over a registered dataset.
 type OpenRequest struct {
-	Dataset            string        `msgpack:"dataset"`
-	Backend            string        `msgpack:"backend"`
-	BatchSize          int           `msgpack:"batch_size"`
-	ShardID            int           `msgpack:"shard_id"`
-	NumShards          int           `msgpack:"num_shards"`
-	RandomShuffle      bool          `msgpack:"random_shuffle"`
-	Seed               uint64        `msgpack:"seed"`
-	PadLastBatch       bool          `msgpack:"pad_last_batch"`
-	StickToShard       bool          `msgpack:"stick_to_shard"`
-	PrefetchQueueDepth int           `msgpack:"prefetch_queue_depth"`
-	Memory             string        `msgpack:"memory"`
-	Hold               int           `msgpack:"hold"` // batches the client keeps unreleased at most (default prefetch+2)
-	State              *loader.State `msgpack:"state"`
+	Dataset            string         `msgpack:"dataset"`
+	Backend            string         `msgpack:"backend"`         // "" means the default (GET /v1/backends)
+	BackendOptions     map[string]any `msgpack:"backend_options"` // by option name (GET /v1/backends)
+	BatchSize          int            `msgpack:"batch_size"`
+	ShardID            int            `msgpack:"shard_id"`
+	NumShards          int            `msgpack:"num_shards"`
+	RandomShuffle      bool           `msgpack:"random_shuffle"`
+	Seed               uint64         `msgpack:"seed"`
+	PadLastBatch       bool           `msgpack:"pad_last_batch"`
+	StickToShard       bool           `msgpack:"stick_to_shard"`
+	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // 0 means the default
+	ReleaseAfter       *int           `msgpack:"release_after"`        // the client releases a batch after this many later ones; nil means prefetch_queue_depth+1
+	Memory             string         `msgpack:"memory"`
+	State              *loader.State  `msgpack:"state"`
 }
 
 // OpenResponse describes the new session and its shared memory.
 type OpenResponse struct {
-	ID           string `msgpack:"id"`
-	Shm          string `msgpack:"shm"`      // path of the shared-memory file to map read-only
-	ShmSize      int64  `msgpack:"shm_size"` // its size
-	Slots        int    `msgpack:"slots"`
-	Epoch        int    `msgpack:"epoch"`
-	EpochBatches int    `msgpack:"epoch_batches"` // batches in the current epoch for this shard
+	ID                 string `msgpack:"id"`
+	Shm                string `msgpack:"shm"`      // path of the shared-memory file to map read-only
+	ShmSize            int64  `msgpack:"shm_size"` // its size
+	Slots              int    `msgpack:"slots"`
+	PrefetchQueueDepth int    `msgpack:"prefetch_queue_depth"` // in effect
+	ReleaseAfter       int    `msgpack:"release_after"`        // in effect
+	Epoch              int    `msgpack:"epoch"`
+	EpochBatches       int    `msgpack:"epoch_batches"` // batches in the current epoch for this shard
 }
 
 // NextResponse is one batch's descriptor, or the end of an epoch.
@@ -50,7 +57,7 @@ type NextResponse struct {
 	Lengths      []int64  `msgpack:"lengths"`
 	Labels       []int32  `msgpack:"labels"`
 	Indices      []int32  `msgpack:"indices"`
-	Errors       []string `msgpack:"errors,omitempty"` // failed samples, with skip_errors
+	Errors       []string `msgpack:"errors,omitempty"` // failed samples (length 0)
 }
 
 // NextRequest may carry slots to release first, saving a round trip.
@@ -61,6 +68,13 @@ type NextRequest struct {
 // ReleaseRequest gives a batch's slot back.
 type ReleaseRequest struct {
 	Slot int `msgpack:"slot"`
+}
+
+// BackendsResponse is what this daemon offers.
+type BackendsResponse struct {
+	Default            string         `msgpack:"default"`              // the backend used when none is named
+	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // its default
+	Backends           []backend.Spec `msgpack:"backends"`             // each with its options, defaults and limits
 }
 
 // ErrorResponse is the body of every error status.

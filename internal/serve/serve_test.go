@@ -177,7 +177,7 @@ func TestValidationAndReaping(t *testing.T) {
 	}
 	// Holding every slot is refused, not a hang.
 	var open OpenResponse
-	f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 2, PrefetchQueueDepth: 1, Hold: 1}, &open)
+	f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 2, PrefetchQueueDepth: 1, ReleaseAfter: new(0)}, &open)
 	codes := []int{}
 	for i := 0; i < 3; i++ {
 		var nb NextResponse

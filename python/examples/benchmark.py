@@ -18,14 +18,12 @@ import argparse
 import json
 import os
 import random
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from dali_source import LoaderSource  # noqa: E402
+from dali_source import LoaderSource
 
 EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
 

@@ -5,16 +5,11 @@ or on the GPU when one is given."""
 
 from __future__ import annotations
 
-import os
-import sys
+import nvidia.dali.fn as fn
+import nvidia.dali.types as types
+from nvidia.dali import pipeline_def
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import nvidia.dali.fn as fn  # noqa: E402
-import nvidia.dali.types as types  # noqa: E402
-from nvidia.dali import pipeline_def  # noqa: E402
-
-from dali_source import LoaderSource  # noqa: E402
+from dali_source import LoaderSource
 
 
 def file_reader_pipeline(datadir: str, batch_size: int, device_id: int | None = None, shuffle: bool = True):

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "bin"
-sys.path.insert(0, str(REPO / "python"))
 
 
 @dataclass

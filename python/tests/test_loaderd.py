@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import http.client
 import os
+import os
+import http.client
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import time
 import msgpack
 import pytest
 
-from conftest import REPO, Daemon, Dataset
+from conftest import Daemon, Dataset
 from dali_source import LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
@@ -128,7 +129,6 @@ def test_garbage_requests_get_4xx(daemon: Daemon) -> None:
 
 def test_killed_client_is_reaped(daemon: Daemon, dataset: Dataset) -> None:
     child = subprocess.Popen([sys.executable, "-c", f"""
-import sys; sys.path.insert(0, {str(REPO / 'python')!r})
 from dali_source import LoaderSource
 s = LoaderSource("train", socket={daemon.socket!r}, batch_size=2)
 next(s)
@@ -159,3 +159,34 @@ def test_metrics(daemon: Daemon) -> None:
     assert status == 200
     for name in ("nvfeed_samples_total", "nvfeed_bytes_total", "nvfeed_batches_total", "nvfeed_batch_read_seconds_bucket", "nvfeed_sessions"):
         assert name in text, name
+
+
+def test_client_is_the_installed_package() -> None:
+    import dali_source
+    assert "site-packages" in dali_source.__file__, f"imported {dali_source.__file__}, not the installed package"
+    assert os.path.exists(os.path.join(os.path.dirname(dali_source.__file__), "py.typed")), "py.typed not installed"
+
+
+def test_backends_described(daemon: Daemon) -> None:
+    from dali_source import backends
+    d = backends(daemon.socket)
+    assert d["default"] == "file" and d["prefetch_queue_depth"] == 2
+    by_name = {b["name"]: b for b in d["backends"]}
+    assert set(by_name) == {"file", "gds", "bam"}
+    qd = {o["name"]: o for o in by_name["gds"]["options"]}["queue_depth"]
+    assert qd["kind"] == "int" and qd["default"] == 32 and qd["min"] == 1
+    with pytest.raises(LoaderError, match='backend file has no option "queue_depth"'):
+        LoaderSource("train", socket=daemon.socket, batch_size=2, backend_options={"queue_depth": 4})
+    with pytest.raises(LoaderError, match="queue_depth: 0 not in"):
+        LoaderSource("train", socket=daemon.socket, batch_size=2, backend="gds", backend_options={"queue_depth": 0})
+
+
+def test_state_has_explicit_keys(daemon: Daemon) -> None:
+    with LoaderSource("train", socket=daemon.socket, batch_size=4, seed=5, random_shuffle=True) as src:
+        next(src)
+        st = src.state()
+    assert st["version"] == 1 and st["epoch"] == 0 and st["batch"] == 1
+    assert set(st["sampling"]) == {"n", "batch_size", "shard_id", "num_shards", "random_shuffle", "seed", "pad_last_batch", "stick_to_shard"}
+    bad = dict(st, sampling=dict(st["sampling"], seed=6))
+    with pytest.raises(LoaderError, match=r"seed 6 \(now 5\)"):
+        LoaderSource("train", socket=daemon.socket, batch_size=4, seed=5, random_shuffle=True, state=bad)

@@ -9,13 +9,17 @@
     jpegs, labels = fn.external_source(source=src, num_outputs=2, batch=True,
                                        dtype=[types.UINT8, types.INT32])
 
+Backends and their options (``backend_options``), with defaults and
+limits, are whatever the daemon offers: ``backends(socket)`` returns its
+description (the same one ``loaderd backends`` prints).
+
 Each ``next()`` returns ``(samples, labels)``: a list of 1-D uint8 numpy
 arrays that view the daemon's shared memory (no copy) and int32 labels of
 shape (batch, 1). At the end of an epoch it raises ``StopIteration``;
 iterating again starts the next epoch, as DALI does after
 ``pipeline.reset()``. A batch's memory is given back to the daemon only
-after ``release_after`` (default ``prefetch_queue_depth + 1``) later
-batches, so DALI may use it with ``no_copy=True``.
+after ``release_after`` (the daemon's default: ``prefetch_queue_depth + 1``)
+later batches, so DALI may use it with ``no_copy=True``.
 
 Needs only the standard library, numpy and msgpack.
 """
@@ -27,12 +31,14 @@ import http.client
 import mmap
 import os
 import socket as _socket
-from typing import Any
+from typing import Any, Optional, cast
 
 import msgpack
 import numpy as np
 
-__all__ = ["LoaderError", "LoaderSource"]
+from ._wire import BackendsResponse, NextResponse, OpenRequest, OpenResponse, State
+
+__all__ = ["LoaderError", "LoaderSource", "State", "backends"]
 
 
 class LoaderError(RuntimeError):
@@ -55,29 +61,70 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = s
 
 
+def _call(conn: http.client.HTTPConnection, where: str, method: str, path: str,
+          body: Optional[Any] = None) -> Any:
+    data = msgpack.packb(body) if body is not None else None
+    try:
+        conn.request(method, path, body=data, headers={"Content-Type": "application/msgpack"})
+        resp = conn.getresponse()
+        raw = resp.read()
+    except (OSError, http.client.HTTPException) as e:
+        conn.close()
+        raise LoaderError(f"loaderd at {where}: {method} {path}: {e}") from e
+    if resp.status >= 400:
+        try:
+            msg = msgpack.unpackb(raw)["error"]
+        except Exception:
+            msg = raw.decode(errors="replace")
+        raise LoaderError(f"loaderd: {msg} (HTTP {resp.status})")
+    return msgpack.unpackb(raw) if raw else None
+
+
+def backends(socket: str = "/run/loaderd.sock", timeout: float = 60.0) -> BackendsResponse:
+    """What the daemon offers: the default backend and prefetch depth, and
+    every backend with its options (kind, default, limits, doc)."""
+    conn = _UnixHTTPConnection(socket, timeout)
+    try:
+        return cast(BackendsResponse, _call(conn, socket, "GET", "/v1/backends"))
+    finally:
+        conn.close()
+
+
 class LoaderSource:
-    """Batches of one shard of a dataset registered with loaderd."""
+    """Batches of one shard of a dataset registered with loaderd.
+
+    ``backend`` and ``backend_options`` choose how the daemon reads (see
+    ``backends()``); ``None`` leaves a choice to the daemon's default. The
+    reader arguments are DALI's ``fn.readers.file`` ones."""
 
     def __init__(self, dataset: str, socket: str = "/run/loaderd.sock", batch_size: int = 64,
                  shard_id: int = 0, num_shards: int = 1, random_shuffle: bool = False, seed: int = 0,
-                 pad_last_batch: bool = False, stick_to_shard: bool = False, backend: str = "file",
-                 prefetch_queue_depth: int = 2, release_after: int | None = None,
-                 state: dict[str, Any] | None = None, timeout: float = 600.0) -> None:
+                 pad_last_batch: bool = False, stick_to_shard: bool = False, backend: Optional[str] = None,
+                 backend_options: Optional[dict[str, Any]] = None,
+                 prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
+                 state: Optional[State] = None, timeout: float = 600.0) -> None:
         self._socket = socket
-        self._release_after = prefetch_queue_depth + 1 if release_after is None else release_after
-        if self._release_after < 0:
-            raise ValueError(f"release_after must be >= 0, got {self._release_after}")
+        if release_after is not None and release_after < 0:
+            raise ValueError(f"release_after must be >= 0, got {release_after}")
         self._conn = _UnixHTTPConnection(socket, timeout)
-        self._id: str | None = None
+        self._id: Optional[str] = None
         self._held: collections.deque[int] = collections.deque()
-        r = self._call("POST", "/v1/sessions", {
-            "dataset": dataset, "backend": backend, "batch_size": batch_size, "shard_id": shard_id,
+        req: OpenRequest = {
+            "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
             "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
-            "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard,
-            "prefetch_queue_depth": prefetch_queue_depth, "memory": "pinned",
-            "hold": self._release_after + 2, "state": state,
-        })
+            "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard, "memory": "pinned",
+            "release_after": release_after, "state": state,
+        }
+        if backend is not None:
+            req["backend"] = backend
+        if backend_options:
+            req["backend_options"] = backend_options
+        if prefetch_queue_depth is not None:
+            req["prefetch_queue_depth"] = prefetch_queue_depth
+        r = cast(OpenResponse, self._call("POST", "/v1/sessions", req))
         self._id = r["id"]
+        self._release_after: int = r["release_after"]
+        self.prefetch_queue_depth: int = r["prefetch_queue_depth"]
         self._epoch_batches: int = r["epoch_batches"]
         try:
             fd = os.open(r["shm"], os.O_RDONLY)
@@ -90,22 +137,8 @@ class LoaderSource:
             raise LoaderError(f"cannot map the session's shared memory {r['shm']}: {e}") from e
         self._buf = np.frombuffer(self._mm, dtype=np.uint8)
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = msgpack.packb(body) if body is not None else None
-        try:
-            self._conn.request(method, path, body=data, headers={"Content-Type": "application/msgpack"})
-            resp = self._conn.getresponse()
-            raw = resp.read()
-        except (OSError, http.client.HTTPException) as e:
-            self._conn.close()
-            raise LoaderError(f"loaderd at {self._socket}: {method} {path}: {e}") from e
-        if resp.status >= 400:
-            try:
-                msg = msgpack.unpackb(raw)["error"]
-            except Exception:
-                msg = raw.decode(errors="replace")
-            raise LoaderError(f"loaderd: {msg} (HTTP {resp.status})")
-        return msgpack.unpackb(raw) if raw else None
+    def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
+        return _call(self._conn, self._socket, method, path, body)
 
     def __iter__(self) -> LoaderSource:
         return self
@@ -118,7 +151,7 @@ class LoaderSource:
         release = []
         while len(self._held) > self._release_after:
             release.append(self._held.popleft())
-        r = self._call("POST", f"/v1/sessions/{self._id}/next", {"release": release} if release else None)
+        r = cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", {"release": release} if release else None))
         if r["end_of_epoch"]:
             self._epoch_batches = r["epoch_batches"]
             raise StopIteration
@@ -132,9 +165,11 @@ class LoaderSource:
         """Batches in the current epoch for this shard."""
         return self._epoch_batches
 
-    def state(self) -> dict[str, Any]:
-        """The position of the next batch; pass it as ``state=`` to resume."""
-        return self._call("GET", f"/v1/sessions/{self._id}/state")
+    def state(self) -> State:
+        """The position of the next batch this source will produce; pass it
+        as ``state=`` to resume. Under DALI that is ahead of the training
+        loop by the batches DALI prefetched."""
+        return cast(State, self._call("GET", f"/v1/sessions/{self._id}/state"))
 
     def close(self) -> None:
         """Ends the session. Arrays from this source must no longer be used."""

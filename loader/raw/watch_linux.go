@@ -1,4 +1,4 @@
-package loader
+package raw
 
 import (
 	"encoding/binary"

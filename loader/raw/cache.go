@@ -1,4 +1,4 @@
-package loader
+package raw
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // blockCache holds device blocks for the bam backend: a fixed arena
@@ -35,11 +37,11 @@ func newBlockCache(bytes int64, bs int) (*blockCache, error) {
 	n := int(bytes / int64(bs))
 	per := n / cacheShards
 	if per < 1 {
-		return nil, fmt.Errorf("%w: cache of %d bytes holds less than one %d-byte block per shard (%d shards)", ErrOptions, bytes, bs, cacheShards)
+		return nil, fmt.Errorf("%w: cache of %d bytes holds less than one %d-byte block per shard (%d shards)", backend.ErrOptions, bytes, bs, cacheShards)
 	}
 	arena, err := unix.Mmap(-1, 0, per*cacheShards*bs, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
-		return nil, fmt.Errorf("loader: block cache of %d bytes: %w", bytes, err)
+		return nil, fmt.Errorf("raw: block cache of %d bytes: %w", bytes, err)
 	}
 	c := &blockCache{bs: bs, arena: arena, shards: make([]cacheShard, cacheShards)}
 	for i := range c.shards {

@@ -1,4 +1,4 @@
-package loader
+package raw
 
 import (
 	"bufio"
@@ -11,16 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/internal/uring"
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // ioOp is one aligned read of the block device into memory outside the Go
-// heap.
+// heap (batch memory or mmap'd bounce memory).
 type ioOp struct {
-	buf []byte // destination: aligned address and length
-	off int64  // device offset, aligned
-	got int    // bytes read so far
-	err error
-	grp *opGroup
+	buf  []byte // destination: aligned address and length
+	off  int64  // device offset, aligned
+	path string // the sample read, for fault injection
+	got  int    // bytes read so far
+	err  error
+	grp  *opGroup
 }
 
 // opGroup completes when all its ops have.
@@ -44,9 +46,6 @@ func (g *opGroup) finish() {
 	}
 }
 
-// errPastEnd is a read that got no bytes: the device ends before the range.
-var errPastEnd = errors.New("device returned no data (range past the end of the device?)")
-
 // engine issues device reads. submit never blocks for long; each op
 // completes exactly once by calling op.grp.finish.
 type engine interface {
@@ -56,31 +55,24 @@ type engine interface {
 	close()
 }
 
-// Engine names for Options.Engine.
-const (
-	EngineAuto  = "auto"  // io_uring where the kernel allows it, else pread
-	EngineUring = "uring" // io_uring only
-	EnginePread = "pread" // parallel pread workers
-)
-
 // newEngine starts an engine reading fd with qd requests in flight. With
 // EngineAuto it falls back to pread when io_uring is refused (Docker's
 // default seccomp profile blocks it) and says so in fallback.
-func newEngine(kind string, fd, qd int, trace *tracer) (e engine, fallback error, err error) {
+func newEngine(kind string, fd, qd int, trace *tracer, faults *backend.Faults) (e engine, fallback error, err error) {
 	switch kind {
 	case "", EngineAuto, EngineUring:
-		u, err := newUringEngine(fd, qd, trace)
+		u, err := newUringEngine(fd, qd, trace, faults)
 		if err == nil {
 			return u, nil, nil
 		}
 		if kind == EngineUring || !errors.Is(err, uring.ErrUnsupported) {
 			return nil, nil, err
 		}
-		return newPreadEngine(fd, qd, trace), err, nil
+		return newPreadEngine(fd, qd, trace, faults), err, nil
 	case EnginePread:
-		return newPreadEngine(fd, qd, trace), nil, nil
+		return newPreadEngine(fd, qd, trace, faults), nil, nil
 	}
-	return nil, nil, fmt.Errorf("%w: engine %q (want auto, uring or pread)", ErrOptions, kind)
+	return nil, nil, fmt.Errorf("%w: engine %q (want auto, uring or pread)", backend.ErrOptions, kind)
 }
 
 // tracer writes every device read, in issue order, as a fio iolog (v2)
@@ -119,21 +111,22 @@ func (t *tracer) close() error {
 
 // uringEngine owns one io_uring from one goroutine.
 type uringEngine struct {
-	fd    int
-	ring  *uring.Ring
-	in    chan []*ioOp
-	qd    int
-	peak  atomic.Int64
-	trace *tracer
-	wg    sync.WaitGroup
+	fd     int
+	ring   *uring.Ring
+	in     chan []*ioOp
+	qd     int
+	peak   atomic.Int64
+	trace  *tracer
+	faults *backend.Faults
+	wg     sync.WaitGroup
 }
 
-func newUringEngine(fd, qd int, trace *tracer) (*uringEngine, error) {
+func newUringEngine(fd, qd int, trace *tracer, faults *backend.Faults) (*uringEngine, error) {
 	r, err := uring.New(uint32(qd))
 	if err != nil {
 		return nil, err
 	}
-	e := &uringEngine{fd: fd, ring: r, in: make(chan []*ioOp, 64), qd: min(qd, int(r.Entries())), trace: trace}
+	e := &uringEngine{fd: fd, ring: r, in: make(chan []*ioOp, 64), qd: min(qd, int(r.Entries())), trace: trace, faults: faults}
 	e.wg.Add(1)
 	go e.loop()
 	return e, nil
@@ -205,13 +198,20 @@ func (e *uringEngine) loop() {
 			slots[c.UserData] = nil
 			free = append(free, int(c.UserData))
 			inflight--
+			n, err := int(c.Res), error(nil)
+			if c.Res < 0 {
+				n, err = 0, unix.Errno(-c.Res)
+			}
+			if ft, ok := e.faults.Inject(backend.DeviceRead, op.path); ok {
+				n, err = ft.Apply(n, err, backend.Align)
+			}
 			switch {
-			case c.Res < 0:
-				op.err = unix.Errno(-c.Res)
-			case c.Res == 0:
-				op.err = errPastEnd
+			case err != nil:
+				op.err = err
+			case n == 0:
+				op.err = ErrPastEnd
 			default:
-				op.got += int(c.Res)
+				op.got += n
 				if op.got < len(op.buf) { // short read: ask for the rest
 					pending = append(pending, op)
 					return
@@ -229,11 +229,12 @@ type preadEngine struct {
 	inflight atomic.Int64
 	peak     atomic.Int64
 	trace    *tracer
+	faults   *backend.Faults
 	wg       sync.WaitGroup
 }
 
-func newPreadEngine(fd, qd int, trace *tracer) *preadEngine {
-	e := &preadEngine{fd: fd, in: make(chan *ioOp, 4*qd), trace: trace}
+func newPreadEngine(fd, qd int, trace *tracer, faults *backend.Faults) *preadEngine {
+	e := &preadEngine{fd: fd, in: make(chan *ioOp, 4*qd), trace: trace, faults: faults}
 	for i := 0; i < qd; i++ {
 		e.wg.Add(1)
 		go e.worker()
@@ -258,13 +259,16 @@ func (e *preadEngine) worker() {
 			e.peak.Store(n)
 		}
 		e.trace.read(op.off, len(op.buf))
-		n, err := preadFull(e.fd, op.buf, op.off)
+		n, err := backend.PreadUpTo(e.fd, op.buf, op.off)
+		if ft, ok := e.faults.Inject(backend.DeviceRead, op.path); ok {
+			n, err = ft.Apply(n, err, backend.Align)
+		}
 		op.got = n
 		switch {
 		case err != nil:
 			op.err = err
 		case n < len(op.buf):
-			op.err = errPastEnd
+			op.err = ErrPastEnd
 		}
 		e.inflight.Add(-1)
 		op.grp.finish()

@@ -1,4 +1,4 @@
-package serve
+package session
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +14,7 @@ type metrics struct {
 
 var sessionLabels = []string{"dataset", "backend", "session"}
 
-func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
+func newMetrics(reg *prometheus.Registry, mgr *Manager) *metrics {
 	m := &metrics{
 		samples: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_samples_total", Help: "Samples delivered."}, sessionLabels),
 		bytes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_bytes_total", Help: "Sample bytes delivered."}, sessionLabels),
@@ -24,11 +24,15 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"dataset", "backend"}),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nvfeed_sessions", Help: "Open sessions."}),
 	}
-	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.sessions, &backendCollector{s: s})
+	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.sessions, &backendCollector{m: mgr})
 	return m
 }
 
-func (m *metrics) observe(ss *session, b *loader.Batch, bytes int64) {
+func (m *metrics) observe(ss *session, b *loader.Batch) {
+	var bytes int64
+	for _, n := range b.Lengths {
+		bytes += n
+	}
 	lv := []string{ss.dataset, ss.backend, ss.id}
 	m.samples.WithLabelValues(lv...).Add(float64(b.Len()))
 	m.bytes.WithLabelValues(lv...).Add(float64(bytes))
@@ -48,7 +52,7 @@ func (m *metrics) forget(ss *session) {
 
 // backendCollector exports each session's backend counters (cache hits,
 // stale and filesystem-only samples, …) as gauges.
-type backendCollector struct{ s *Server }
+type backendCollector struct{ m *Manager }
 
 var backendDesc = prometheus.NewDesc("nvfeed_backend", "Backend counters by session (cache_hits, cache_misses, stale_samples, fs_only_samples, requests, peak_in_flight, …).",
 	[]string{"dataset", "backend", "session", "counter"}, nil)
@@ -56,26 +60,9 @@ var backendDesc = prometheus.NewDesc("nvfeed_backend", "Backend counters by sess
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) { ch <- backendDesc }
 
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.mu.Lock()
-	sessions := make([]*session, 0, len(c.s.sessions))
-	for _, ss := range c.s.sessions {
-		sessions = append(sessions, ss)
-	}
-	c.s.mu.Unlock()
-	for _, ss := range sessions {
-		for k, v := range ss.l.Backend().Info() {
-			var f float64
-			switch x := v.(type) {
-			case int:
-				f = float64(x)
-			case int64:
-				f = float64(x)
-			case float64:
-				f = x
-			default:
-				continue
-			}
-			ch <- prometheus.MustNewConstMetric(backendDesc, prometheus.GaugeValue, f, ss.dataset, ss.backend, ss.id, k)
+	for _, ss := range c.m.snapshot() {
+		for _, ctr := range ss.l.Backend().Stats().Counters() {
+			ch <- prometheus.MustNewConstMetric(backendDesc, prometheus.GaugeValue, float64(ctr.Value), ss.dataset, ss.backend, ss.id, ctr.Name)
 		}
 	}
 }

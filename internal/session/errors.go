@@ -1,0 +1,15 @@
+package session
+
+import "errors"
+
+// Sentinel errors; a transport maps them to its status codes. Every error
+// from a Manager wraps one of them (or is an internal failure) and its
+// message names the dataset, session, field or sample concerned.
+var (
+	ErrInvalid   = errors.New("invalid request")      // a field out of range, an unknown backend or option
+	ErrNotFound  = errors.New("not found")            // unknown dataset or session
+	ErrForbidden = errors.New("forbidden")            // the session belongs to another user
+	ErrBusy      = errors.New("all batch slots held") // release batches before asking for more
+	ErrLimit     = errors.New("too many sessions")    // the daemon's session limit
+	ErrConflict  = errors.New("dataset not readable") // the map is stale or the device cannot be read
+)

@@ -1,0 +1,389 @@
+// Package session is the daemon's core, independent of any transport:
+// it opens loader sessions over registered datasets for a caller, hands
+// out batch descriptors, takes releases, saves state, reaps idle sessions,
+// and counts it all in Prometheus metrics. It owns the slot budget: how
+// many batch slots a session gets for its prefetch depth and the batches
+// its client keeps. internal/serve adapts it to HTTP.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/backend"
+)
+
+// Limits on what one session may ask for.
+const (
+	MaxPrefetch     = 64 // prefetch_queue_depth
+	MaxReleaseAfter = 64 // release_after
+)
+
+// Config configures a Manager.
+type Config struct {
+	Datasets        map[string]*bmap.Map // registered datasets by name
+	ShmDir          string               // where session memory lives; default /dev/shm
+	SessionTimeout  time.Duration        // idle sessions are closed after this; default 60s
+	MaxSessionBytes int64                // refuse sessions needing more batch memory; default 16 GiB
+	MaxSessions     int                  // default 64
+	Logger          *slog.Logger
+}
+
+// Caller is who makes a request: the uid from SO_PEERCRED, or -1 when the
+// transport cannot know (loopback TCP).
+type Caller struct {
+	UID int
+}
+
+// OpenParams are a session's options, named as DALI's reader arguments.
+type OpenParams struct {
+	Dataset            string
+	Backend            string         // "" means loader.DefaultBackend
+	BackendOptions     map[string]any // the backend's options by name
+	BatchSize          int
+	ShardID            int
+	NumShards          int
+	RandomShuffle      bool
+	Seed               uint64
+	PadLastBatch       bool
+	StickToShard       bool
+	PrefetchQueueDepth int           // 0 means loader.DefaultPrefetchQueueDepth
+	ReleaseAfter       *int          // the client releases a batch after this many later ones; nil means PrefetchQueueDepth+1
+	Memory             string        // "" means pinned
+	State              *loader.State // resume here
+}
+
+// Opened describes a new session.
+type Opened struct {
+	ID                 string
+	Memory             loader.MemoryHandle
+	Slots              int
+	PrefetchQueueDepth int
+	ReleaseAfter       int
+	Epoch              int
+	EpochBatches       int // batches in the current epoch for this shard
+}
+
+// Delivery is one batch's descriptor, or the end of an epoch. Its slices
+// are valid until the batch is released.
+type Delivery struct {
+	EndOfEpoch   bool
+	Epoch        int
+	Iteration    int
+	EpochBatches int
+	Slot         int
+	Offsets      []int64 // of each sample in the session's memory
+	Lengths      []int64
+	Labels       []int32
+	Indices      []int32
+	Errors       []string // failed samples (their lengths are 0)
+}
+
+// Manager owns the sessions.
+type Manager struct {
+	cfg      Config
+	log      *slog.Logger
+	mu       sync.Mutex
+	sessions map[string]*session
+	metrics  *metrics
+	reg      *prometheus.Registry
+}
+
+type session struct {
+	id, dataset, backend string
+	uid                  int // -1 when unknown
+	l                    *loader.Loader
+	mu                   sync.Mutex // one request at a time
+	held                 map[int]*loader.Batch
+	slots                int
+	lastUsed             atomic.Int64
+	closed               bool
+}
+
+// NewManager makes a manager.
+func NewManager(cfg Config) *Manager {
+	if cfg.ShmDir == "" {
+		cfg.ShmDir = "/dev/shm"
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 60 * time.Second
+	}
+	if cfg.MaxSessionBytes == 0 {
+		cfg.MaxSessionBytes = 16 << 30
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, reg: prometheus.NewRegistry()}
+	m.metrics = newMetrics(m.reg, m)
+	return m
+}
+
+// Registry returns the Prometheus registry holding the metrics.
+func (m *Manager) Registry() *prometheus.Registry { return m.reg }
+
+// Timeout returns the idle timeout.
+func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
+
+// Datasets returns the registered dataset names, sorted.
+func (m *Manager) Datasets() []string {
+	names := make([]string, 0, len(m.cfg.Datasets))
+	for n := range m.cfg.Datasets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// budget returns the prefetch depth, release_after and slots of a session:
+// prefetched batches plus the batches the client holds (the one just
+// delivered and release_after earlier ones).
+func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
+	prefetch = p.PrefetchQueueDepth
+	if prefetch == 0 {
+		prefetch = loader.DefaultPrefetchQueueDepth
+	}
+	if prefetch < 1 || prefetch > MaxPrefetch {
+		return 0, 0, 0, fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrInvalid, p.PrefetchQueueDepth, MaxPrefetch)
+	}
+	releaseAfter = prefetch + 1
+	if p.ReleaseAfter != nil {
+		releaseAfter = *p.ReleaseAfter
+	}
+	if releaseAfter < 0 || releaseAfter > MaxReleaseAfter {
+		return 0, 0, 0, fmt.Errorf("%w: release_after %d not in [0, %d]", ErrInvalid, releaseAfter, MaxReleaseAfter)
+	}
+	return prefetch, releaseAfter, prefetch + releaseAfter + 1, nil
+}
+
+// Open opens a session for c.
+func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
+	ds, ok := m.cfg.Datasets[p.Dataset]
+	if !ok {
+		return Opened{}, fmt.Errorf("%w: unknown dataset %q (registered: %s)", ErrNotFound, p.Dataset, strings.Join(m.Datasets(), ", "))
+	}
+	if p.Backend == "" {
+		p.Backend = loader.DefaultBackend
+	}
+	if _, err := loader.BackendSpec(p.Backend); err != nil {
+		return Opened{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	prefetch, releaseAfter, slots, err := budget(p)
+	if err != nil {
+		return Opened{}, err
+	}
+	if p.BatchSize < 1 || p.BatchSize > loader.MaxBatchSize {
+		return Opened{}, fmt.Errorf("%w: batch_size %d not in [1, %d]", ErrInvalid, p.BatchSize, loader.MaxBatchSize)
+	}
+	if need := loader.SlotBytes(ds, p.BatchSize) * int64(slots); need > m.cfg.MaxSessionBytes {
+		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
+			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
+	}
+	m.mu.Lock()
+	n := len(m.sessions)
+	m.mu.Unlock()
+	if n >= m.cfg.MaxSessions {
+		return Opened{}, fmt.Errorf("%w: %d sessions open, the daemon's limit", ErrLimit, n)
+	}
+	l, err := loader.New(context.Background(), ds, loader.Options{
+		BatchSize: p.BatchSize, ShardID: p.ShardID, NumShards: p.NumShards, RandomShuffle: p.RandomShuffle,
+		Seed: p.Seed, PadLastBatch: p.PadLastBatch, StickToShard: p.StickToShard,
+		PrefetchQueueDepth: prefetch, Slots: slots, Memory: loader.MemoryKind(p.Memory),
+		ShmDir: m.cfg.ShmDir, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State, Logger: m.log, SkipErrors: true,
+	})
+	if err != nil {
+		switch {
+		case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA):
+			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
+		case errors.Is(err, bmap.ErrStale), errors.Is(err, backend.ErrDevice):
+			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)
+		}
+		return Opened{}, fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
+	}
+	mem := l.Memory()
+	if c.UID >= 0 { // only the client's uid may read the batch memory
+		if err := mem.Share(c.UID); err != nil { // the memory stays the daemon's alone: safe, but the client cannot map it
+			m.log.Warn("session: cannot hand session memory to the client", "uid", c.UID, "err", err)
+		}
+	}
+	ss := &session{id: newID(), dataset: p.Dataset, backend: p.Backend, uid: c.UID, l: l, held: map[int]*loader.Batch{}, slots: slots}
+	ss.lastUsed.Store(time.Now().UnixNano())
+	m.mu.Lock()
+	m.sessions[ss.id] = ss
+	m.mu.Unlock()
+	m.metrics.sessions.Inc()
+	st := l.State()
+	h := mem.Handle()
+	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", p.Backend, "uid", c.UID,
+		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "shm", h.Path)
+	return Opened{ID: ss.id, Memory: h, Slots: slots, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
+		Epoch: st.Epoch, EpochBatches: l.Sampling().EpochBatches(st.Epoch)}, nil
+}
+
+// with resolves a session, checks c owns it, and runs fn holding its lock.
+func (m *Manager) with(c Caller, id string, fn func(*session) error) error {
+	m.mu.Lock()
+	ss := m.sessions[id]
+	m.mu.Unlock()
+	if ss == nil {
+		return fmt.Errorf("%w: unknown session %q (closed, reaped after %s idle, or never opened)", ErrNotFound, id, m.cfg.SessionTimeout)
+	}
+	if ss.uid >= 0 && c.UID != ss.uid {
+		return fmt.Errorf("%w: session %s belongs to another user", ErrForbidden, id)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return fmt.Errorf("%w: unknown session %q (closed)", ErrNotFound, id)
+	}
+	ss.lastUsed.Store(time.Now().UnixNano())
+	defer ss.lastUsed.Store(time.Now().UnixNano())
+	return fn(ss)
+}
+
+// Next releases the given slots, then returns the session's next batch
+// (waiting for its reads) or the end of the epoch.
+func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int) (Delivery, error) {
+	var d Delivery
+	err := m.with(c, id, func(ss *session) error {
+		for _, slot := range release {
+			if err := ss.release(slot); err != nil {
+				return err
+			}
+		}
+		if len(ss.held) >= ss.slots {
+			return fmt.Errorf("%w: all %d batch slots of session %s are held: release batches before asking for more", ErrBusy, ss.slots, ss.id)
+		}
+		b, err := ss.l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			st := ss.l.State()
+			d = Delivery{EndOfEpoch: true, Epoch: st.Epoch, EpochBatches: ss.l.Sampling().EpochBatches(st.Epoch)}
+			return nil
+		}
+		if err != nil {
+			m.metrics.errors.WithLabelValues(ss.dataset, ss.backend, ss.id).Inc()
+			return fmt.Errorf("session %s: %w", ss.id, err)
+		}
+		ss.held[b.Slot] = b
+		d = Delivery{Epoch: b.Epoch, Iteration: b.Iteration, EpochBatches: ss.l.Sampling().EpochBatches(b.Epoch), Slot: b.Slot,
+			Offsets: b.Offsets, Lengths: b.Lengths, Labels: b.Labels, Indices: b.Indices}
+		for _, e := range b.Errors {
+			d.Errors = append(d.Errors, e.Error())
+		}
+		m.metrics.observe(ss, b)
+		return nil
+	})
+	return d, err
+}
+
+// Release gives back the batch in slot.
+func (m *Manager) Release(c Caller, id string, slot int) error {
+	return m.with(c, id, func(ss *session) error { return ss.release(slot) })
+}
+
+// release gives back the batch the client holds in slot; ss.mu held.
+func (ss *session) release(slot int) error {
+	b, ok := ss.held[slot]
+	if !ok {
+		return fmt.Errorf("%w: slot %d holds no batch of session %s", ErrInvalid, slot, ss.id)
+	}
+	delete(ss.held, slot)
+	b.Release()
+	return nil
+}
+
+// State returns the position of the session's next batch.
+func (m *Manager) State(c Caller, id string) (loader.State, error) {
+	var st loader.State
+	err := m.with(c, id, func(ss *session) error {
+		st = ss.l.State()
+		return nil
+	})
+	return st, err
+}
+
+// Close ends a session and frees its memory.
+func (m *Manager) Close(c Caller, id string) error {
+	return m.with(c, id, func(ss *session) error {
+		m.closeSession(ss, "closed by client")
+		return nil
+	})
+}
+
+// closeSession frees a session; ss.mu must be held.
+func (m *Manager) closeSession(ss *session, why string) {
+	if ss.closed {
+		return
+	}
+	ss.closed = true
+	m.mu.Lock()
+	delete(m.sessions, ss.id)
+	m.mu.Unlock()
+	if err := ss.l.Close(); err != nil {
+		m.log.Warn("session: closing", "session", ss.id, "err", err)
+	}
+	m.metrics.forget(ss)
+	m.metrics.sessions.Dec()
+	m.log.Info("session: ended", "session", ss.id, "why", why)
+}
+
+// Reap closes sessions idle longer than the timeout at now.
+func (m *Manager) Reap(now time.Time) {
+	m.mu.Lock()
+	var idle []*session
+	for _, ss := range m.sessions {
+		if now.Sub(time.Unix(0, ss.lastUsed.Load())) > m.cfg.SessionTimeout {
+			idle = append(idle, ss)
+		}
+	}
+	m.mu.Unlock()
+	for _, ss := range idle {
+		if ss.mu.TryLock() { // a session busy in a request is not idle
+			m.closeSession(ss, fmt.Sprintf("idle for more than %s", m.cfg.SessionTimeout))
+			ss.mu.Unlock()
+		}
+	}
+}
+
+// CloseAll ends every session.
+func (m *Manager) CloseAll() {
+	for _, ss := range m.snapshot() {
+		ss.mu.Lock()
+		m.closeSession(ss, "daemon shutting down")
+		ss.mu.Unlock()
+	}
+}
+
+// snapshot returns the open sessions.
+func (m *Manager) snapshot() []*session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make([]*session, 0, len(m.sessions))
+	for _, ss := range m.sessions {
+		all = append(all, ss)
+	}
+	return all
+}

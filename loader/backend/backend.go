@@ -1,0 +1,65 @@
+// Package backend is the contract between the loader core and the
+// backends that read samples into batch memory: the Backend interface, a
+// Request per sample, the errors every backend reports, the 4 KiB
+// alignment of batch memory, each backend's self-description (Spec), its
+// typed counters (Stats), and a fault-injection seam (Faults) for tests.
+//
+// It imports nothing of the loader, so the core and every backend package
+// can share it.
+package backend
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/nvfeed/nvfeed/bmap"
+)
+
+// Align is the alignment of batch slots and of every sample inside a
+// slot: 4 KiB, what O_DIRECT and GPUDirect Storage (torch.cuda.gds) need.
+const Align = 4096
+
+// AlignUp rounds n up to a multiple of Align.
+func AlignUp(n int64) int64 { return (n + Align - 1) &^ (Align - 1) }
+
+// Request is one sample to read into batch memory.
+type Request struct {
+	Index  int          // sample index in the map
+	Sample *bmap.Sample // the sample
+	// Buf is where the sample goes: Align-aligned, AlignUp(Sample.Size)
+	// bytes. The sample's bytes land in Buf[:Sample.Size]; the backend
+	// may also write the slack after them.
+	Buf []byte
+	Err error // set by the backend when this sample failed (a *SampleError)
+}
+
+// Backend reads samples into batch memory.
+type Backend interface {
+	// Name is the backend's registered name, e.g. "file".
+	Name() string
+	// ReadBatch reads every request and returns when all are done or
+	// abandoned because ctx ended. It sets Err on each request that failed
+	// and returns the first such error (nil when all succeeded; ctx's error
+	// when it ended with no sample failing). When ReadBatch returns, no
+	// read into any request's Buf is still under way and none will start:
+	// the caller may reuse the memory at once. ReadBatch may be called from
+	// several goroutines at once (one per batch in flight).
+	ReadBatch(ctx context.Context, reqs []Request) error
+	// Stats returns the backend's counters so far.
+	Stats() Stats
+	// Close stops the backend's workers. No ReadBatch may be running.
+	Close() error
+}
+
+// Env is what a backend gets from its host besides its options: the
+// logger, and for tests and benchmarks a trace of device reads and
+// injected faults.
+type Env struct {
+	Logger *slog.Logger
+	Trace  io.Writer // if set, raw backends log every device read as a fio iolog (v2) line
+	Faults *Faults   // if set, reads consult it (tests)
+}
+
+// Opener opens a backend over a map with resolved options.
+type Opener func(m *bmap.Map, p Params, env Env) (Backend, error)

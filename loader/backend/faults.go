@@ -1,0 +1,104 @@
+package backend
+
+import (
+	"sync"
+	"time"
+)
+
+// Op names the kind of read a fault rule matches.
+type Op uint8
+
+// Read kinds.
+const (
+	FileRead   Op = 1 << iota // a sample read through the filesystem
+	DeviceRead                // a raw read of a sample's extents from the block device
+)
+
+// Rule makes matching reads fail, come back short, or stall.
+type Rule struct {
+	Op    Op            // reads it matches: FileRead, DeviceRead or both
+	Path  string        // the sample's path relative to the dataset root; "" matches every sample
+	Err   error         // the read fails with this error
+	Short bool          // the read returns half of what it got (rounded down to Align for device reads)
+	Stall time.Duration // the read completes only after this long
+	Times int           // how many reads it hits; 0 means every one
+}
+
+// Fault is what a matching rule does to one read.
+type Fault struct {
+	Err   error
+	Short bool
+	Stall time.Duration
+}
+
+// Faults injects failures into backends' reads, in the spirit of pebble's
+// errorfs: tests make the file or device reads of chosen samples fail
+// (EIO), come back short, or stall, with no root or device tricks. The
+// first matching rule with hits left applies. A nil *Faults injects
+// nothing and costs one comparison per read. Safe for concurrent use.
+type Faults struct {
+	mu    sync.Mutex
+	rules []Rule
+	left  []int // hits left per rule; -1 means unlimited
+	hits  int
+}
+
+// Add appends a rule.
+func (f *Faults) Add(r Rule) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = append(f.rules, r)
+	if r.Times == 0 {
+		f.left = append(f.left, -1)
+	} else {
+		f.left = append(f.left, r.Times)
+	}
+	return f
+}
+
+// Hits returns how many reads faults were injected into.
+func (f *Faults) Hits() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hits
+}
+
+// Inject returns the fault for a read of kind op of the sample at path,
+// if a rule matches.
+func (f *Faults) Inject(op Op, path string) (Fault, bool) {
+	if f == nil {
+		return Fault{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, r := range f.rules {
+		if r.Op&op == 0 || (r.Path != "" && r.Path != path) || f.left[i] == 0 {
+			continue
+		}
+		if f.left[i] > 0 {
+			f.left[i]--
+		}
+		f.hits++
+		return Fault{Err: r.Err, Short: r.Short, Stall: r.Stall}, true
+	}
+	return Fault{}, false
+}
+
+// Apply returns the result a read that got n bytes with err reports under
+// the fault: after the stall, the fault's error, or half the bytes when
+// short (rounded down to a multiple of align, when align > 1).
+func (ft Fault) Apply(n int, err error, align int) (int, error) {
+	if ft.Stall > 0 {
+		time.Sleep(ft.Stall)
+	}
+	if ft.Err != nil {
+		return 0, ft.Err
+	}
+	if ft.Short && err == nil {
+		n /= 2
+		if align > 1 {
+			n -= n % align
+		}
+	}
+	return n, err
+}

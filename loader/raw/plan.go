@@ -1,0 +1,182 @@
+package raw
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader/backend"
+)
+
+// planner turns a raw sample's extents into aligned device reads. Its
+// configuration alone makes it gds-like or bam-like.
+type planner struct {
+	reqSize uint64      // largest request, or every request's size when fixed
+	fixed   bool        // whole reqSize-aligned device blocks (bam)
+	cache   *blockCache // serves fixed blocks already read; nil for none
+	devPath string
+	devSize int64
+}
+
+// segPlan is how one aligned device read reaches its sample.
+type segPlan struct {
+	op      *ioOp
+	dst     []byte // where the sample's bytes go
+	src     int    // offset of dst's first byte within op.buf, when bounced
+	bounce  bool   // op reads into a bounce buffer; copy after
+	block   uint64 // device block number (fixed blocks), for cache insertion
+	request int    // index of the request in the batch
+}
+
+// plan appends request ri's device reads to sc. Aligned pieces are read
+// straight into the sample's batch memory; pieces whose device offset and
+// memory offset disagree modulo 4 KiB, or that would spill over a
+// neighbour, go through bounce memory. Holes and unwritten extents become
+// zero ranges; cached blocks are copied at once.
+func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
+	s := r.Sample
+	sc.segs = s.Segments(sc.segs[:0])
+	size := uint64(s.Size)
+	step := p.reqSize
+	for _, g := range sc.segs {
+		if g.Zero {
+			sc.zeros = append(sc.zeros, r.Buf[g.FileOff:g.FileOff+g.Len])
+			continue
+		}
+		segEnd := g.DevOff + g.Len
+		if int64(segEnd) > p.devSize {
+			return &backend.SampleError{Index: r.Index, Path: s.Path, Err: fmt.Errorf("device %s bytes [%d,%d) past the end of the device (%d bytes)", p.devPath, g.DevOff, segEnd, p.devSize)}
+		}
+		lo := g.DevOff &^ (backend.Align - 1) // reads start at the 4 KiB boundary
+		if p.fixed {
+			lo = g.DevOff - g.DevOff%step // or at the block's
+		}
+		for cur := lo; cur < segEnd; {
+			end := min(cur+step, alignUpU(segEnd))
+			if p.fixed {
+				end = cur + step
+			}
+			// The part of [cur,end) that belongs to this segment.
+			a, z := max(cur, g.DevOff), min(end, segEnd)
+			fileA := g.FileOff + (a - g.DevOff)
+			dst := r.Buf[fileA : fileA+(z-a)]
+			block := cur / step
+			if p.cache != nil && p.cache.get(block, dst, int(a-cur)) {
+				cur = end
+				continue
+			}
+			// Direct when the aligned range maps onto this sample's own
+			// memory without touching bytes another piece writes: memory
+			// offset congruent, and the range ends at the segment's end or
+			// is whole, or runs only into the slack after the sample.
+			memStart := int64(fileA) - int64(a-cur)
+			memEnd := memStart + int64(end-cur)
+			direct := memStart >= 0 && uint64(memStart)%backend.Align == 0 && a == cur &&
+				(z == end || (z == segEnd && fileA+(z-a) == size)) && memEnd <= int64(len(r.Buf))
+			op := sc.newOp(int64(cur), s.Path)
+			pl := segPlan{op: op, dst: dst, request: ri, block: block}
+			if direct {
+				op.buf = r.Buf[memStart:memEnd:memEnd]
+			} else {
+				buf, err := sc.alloc(int(end - cur))
+				if err != nil {
+					return &backend.SampleError{Index: r.Index, Path: s.Path, Err: err}
+				}
+				op.buf = buf
+				pl.bounce, pl.src = true, int(a-cur)
+			}
+			sc.plans = append(sc.plans, pl)
+			sc.ops = append(sc.ops, op)
+			cur = end
+		}
+	}
+	return nil
+}
+
+func alignUpU(n uint64) uint64 { return (n + backend.Align - 1) &^ (backend.Align - 1) }
+
+// scratch is one batch's planning state, reused across batches so the
+// read path does not allocate per request: plans, ops (from slabs of
+// ioOps), zero ranges, and bounce memory for reads that cannot land in
+// place. Bounce memory is mmap'd, outside the Go heap, as the kernel
+// writes it after the submitting call returns (see internal/uring); it is
+// freed by free.
+type scratch struct {
+	segs   []bmap.Segment
+	plans  []segPlan
+	ops    []*ioOp
+	zeros  [][]byte
+	slabs  [][]ioOp // a slab never grows, so pointers into it stay valid
+	nops   int
+	chunks [][]byte // mmap'd
+	cur    int      // chunk in use
+	off    int      // next free byte in it
+}
+
+const (
+	bounceChunk = 1 << 20
+	opSlab      = 256
+)
+
+// newOp returns a zeroed ioOp for device offset off, for the sample at path.
+func (sc *scratch) newOp(off int64, path string) *ioOp {
+	slab, i := sc.nops/opSlab, sc.nops%opSlab
+	if slab == len(sc.slabs) {
+		sc.slabs = append(sc.slabs, make([]ioOp, opSlab))
+	}
+	sc.nops++
+	op := &sc.slabs[slab][i]
+	*op = ioOp{off: off, path: path}
+	return op
+}
+
+// alloc returns n bytes (rounded up to 4 KiB) of page-aligned bounce
+// memory, valid until reset.
+func (sc *scratch) alloc(n int) ([]byte, error) {
+	n = int(backend.AlignUp(int64(n)))
+	for {
+		if sc.cur < len(sc.chunks) && len(sc.chunks[sc.cur])-sc.off >= n {
+			p := sc.chunks[sc.cur][sc.off : sc.off+n : sc.off+n]
+			sc.off += n
+			return p, nil
+		}
+		if sc.cur < len(sc.chunks) && sc.off > 0 {
+			sc.cur, sc.off = sc.cur+1, 0
+			continue
+		}
+		if sc.cur == len(sc.chunks) || len(sc.chunks[sc.cur]) < n {
+			mem, err := unix.Mmap(-1, 0, max(bounceChunk, n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+			if err != nil {
+				return nil, fmt.Errorf("bounce memory of %d bytes: %w", max(bounceChunk, n), err)
+			}
+			if sc.cur == len(sc.chunks) {
+				sc.chunks = append(sc.chunks, mem)
+			} else {
+				unix.Munmap(sc.chunks[sc.cur])
+				sc.chunks[sc.cur] = mem
+			}
+		}
+	}
+}
+
+// reset forgets the batch (dropping its references to batch memory) and
+// keeps the memory for the next.
+func (sc *scratch) reset() {
+	clear(sc.plans)
+	clear(sc.zeros)
+	clear(sc.ops)
+	sc.plans, sc.ops, sc.zeros = sc.plans[:0], sc.ops[:0], sc.zeros[:0]
+	sc.nops, sc.cur, sc.off = 0, 0, 0
+}
+
+// free unmaps the bounce memory.
+func (sc *scratch) free() error {
+	var errs []error
+	for _, c := range sc.chunks {
+		errs = append(errs, unix.Munmap(c))
+	}
+	sc.chunks = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,153 @@
+package raw
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/loader/backend"
+)
+
+// describe renders a planned batch of one request as lines a person can
+// check: "dev OFF+LEN -> buf MEMOFF" (in place), "dev OFF+LEN ->
+// bounce[SRC:] -> buf FILEOFF+N" (copied after), "zero FILEOFF+N".
+func describe(r *backend.Request, sc *scratch) []string {
+	at := func(b []byte) uintptr {
+		return uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(r.Buf)))
+	}
+	var out []string
+	for _, p := range sc.plans {
+		if p.bounce {
+			out = append(out, fmt.Sprintf("dev %d+%d -> bounce[%d:] -> buf %d+%d", p.op.off, len(p.op.buf), p.src, at(p.dst), len(p.dst)))
+		} else {
+			out = append(out, fmt.Sprintf("dev %d+%d -> buf %d", p.op.off, len(p.op.buf), at(p.op.buf)))
+		}
+	}
+	for _, z := range sc.zeros {
+		out = append(out, fmt.Sprintf("zero %d+%d", at(z), len(z)))
+	}
+	return out
+}
+
+type ext = extentinfo.Extent
+
+func TestPlan(t *testing.T) {
+	gds := planner{reqSize: 1 << 20, devSize: 1 << 30, devPath: "/dev/x"}
+	gds8k := planner{reqSize: 8192, devSize: 1 << 30, devPath: "/dev/x"}
+	bam := planner{reqSize: 4096, fixed: true, devSize: 1 << 30, devPath: "/dev/x"}
+	bam8k := planner{reqSize: 8192, fixed: true, devSize: 1 << 30, devPath: "/dev/x"}
+	tests := []struct {
+		name    string
+		p       planner
+		size    int64
+		extents []ext
+		want    []string
+	}{
+		{"gds: one aligned extent, the tail read whole into the slack", gds, 10000, []ext{{Logical: 0, Physical: 40960, Length: 12288}},
+			[]string{"dev 40960+12288 -> buf 0"}},
+		{"gds: split at max_request", gds8k, 20000, []ext{{Logical: 0, Physical: 0, Length: 20480}},
+			[]string{"dev 0+8192 -> buf 0", "dev 8192+8192 -> buf 8192", "dev 16384+4096 -> buf 16384"}},
+		{"gds: 1 KiB-block extent off the 4 KiB grid is bounced", gds, 5000, []ext{{Logical: 0, Physical: 1024, Length: 5120}},
+			[]string{"dev 0+8192 -> bounce[1024:] -> buf 0+5000"}},
+		{"gds: a hole reads as zeros", gds, 8192, []ext{{Logical: 4096, Physical: 8192, Length: 4096}},
+			[]string{"dev 8192+4096 -> buf 4096", "zero 0+4096"}},
+		{"gds: an unwritten extent reads as zeros", gds, 4096, []ext{{Logical: 0, Physical: 8192, Length: 4096, Flags: extentinfo.FlagUnwritten}},
+			[]string{"zero 0+4096"}},
+		{"gds: a short run before a hole is bounced, not read over the hole", gds, 5096,
+			[]ext{{Logical: 0, Physical: 0, Length: 2048}, {Logical: 4096, Physical: 20480, Length: 1024}},
+			[]string{"dev 0+4096 -> bounce[0:] -> buf 0+2048", "dev 20480+4096 -> buf 4096", "zero 2048+2048"}},
+		{"bam: whole 4 KiB blocks", bam, 10000, []ext{{Logical: 0, Physical: 4096, Length: 12288}},
+			[]string{"dev 4096+4096 -> buf 0", "dev 8192+4096 -> buf 4096", "dev 12288+4096 -> buf 8192"}},
+		{"bam: a block larger than the sample's piece is bounced", bam8k, 4096, []ext{{Logical: 0, Physical: 4096, Length: 4096}},
+			[]string{"dev 0+8192 -> bounce[4096:] -> buf 0+4096"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &bmap.Sample{Path: "c/x.jpg", Size: tt.size, Extents: tt.extents}
+			r := &backend.Request{Index: 3, Sample: s, Buf: make([]byte, backend.AlignUp(tt.size))}
+			sc := &scratch{}
+			defer sc.free()
+			if err := tt.p.plan(0, r, sc); err != nil {
+				t.Fatal(err)
+			}
+			if got := describe(r, sc); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			for _, op := range sc.ops {
+				if op.off%backend.Align != 0 || len(op.buf)%backend.Align != 0 || uintptr(unsafe.Pointer(&op.buf[0]))%backend.Align != 0 {
+					t.Errorf("op at %d (+%d) is not 4 KiB-aligned in offset, length and memory", op.off, len(op.buf))
+				}
+				if op.path != s.Path {
+					t.Errorf("op names sample %q, want %q", op.path, s.Path)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanPastDeviceEnd(t *testing.T) {
+	p := planner{reqSize: 1 << 20, devSize: 8192, devPath: "/dev/small"}
+	s := &bmap.Sample{Path: "c/far.jpg", Size: 4096, Extents: []ext{{Logical: 0, Physical: 8192, Length: 4096}}}
+	r := &backend.Request{Index: 7, Sample: s, Buf: make([]byte, 4096)}
+	sc := &scratch{}
+	defer sc.free()
+	err := p.plan(0, r, sc)
+	var se *backend.SampleError
+	if !errors.As(err, &se) || se.Index != 7 || !strings.Contains(err.Error(), "c/far.jpg") || !strings.Contains(err.Error(), "past the end") || !strings.Contains(err.Error(), "/dev/small") {
+		t.Fatalf("err = %v, want a SampleError naming the sample, the device and 'past the end'", err)
+	}
+	if len(sc.ops) != 0 {
+		t.Errorf("%d reads planned past the end", len(sc.ops))
+	}
+}
+
+func TestPlanServesCachedBlocks(t *testing.T) {
+	c, err := newBlockCache(64*4096, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	block := make([]byte, 4096)
+	for i := range block {
+		block[i] = byte(i)
+	}
+	c.put(2, block) // device bytes [8192, 12288)
+	p := planner{reqSize: 4096, fixed: true, cache: c, devSize: 1 << 20, devPath: "/dev/x"}
+	s := &bmap.Sample{Path: "c/x.jpg", Size: 6000, Extents: []ext{{Logical: 0, Physical: 8192, Length: 8192}}}
+	r := &backend.Request{Sample: s, Buf: make([]byte, 8192)}
+	sc := &scratch{}
+	defer sc.free()
+	if err := p.plan(0, r, sc); err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(r, sc); len(got) != 1 || got[0] != "dev 12288+4096 -> buf 4096" {
+		t.Errorf("plan %q: want only the uncached block read", got)
+	}
+	for i := 0; i < 4096; i++ {
+		if r.Buf[i] != byte(i) {
+			t.Fatalf("cached block not copied in: byte %d = %d", i, r.Buf[i])
+		}
+	}
+}
+
+func BenchmarkPlanBatch(b *testing.B) {
+	p := planner{reqSize: 4096, fixed: true, devSize: 1 << 40, devPath: "/dev/x"}
+	reqs := make([]backend.Request, 64)
+	for i := range reqs {
+		s := &bmap.Sample{Path: "c/x.jpg", Size: 110_000, Extents: []ext{{Logical: 0, Physical: uint64(i) << 20, Length: 112 << 10}}}
+		reqs[i] = backend.Request{Sample: s, Buf: make([]byte, backend.AlignUp(s.Size))}
+	}
+	sc := &scratch{}
+	defer sc.free()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		for j := range reqs {
+			p.plan(j, &reqs[j], sc)
+		}
+		sc.reset()
+	}
+}

@@ -1,0 +1,450 @@
+// Package raw is the raw-device subsystem behind the gds and bam
+// backends: it reads samples' extents straight from the filesystem's
+// block device with O_DIRECT, bypassing the filesystem and the page cache.
+//
+// One planner turns a sample's extents into aligned device reads;
+// configuration alone makes it gds-like (whole extents rounded out to
+// 4 KiB, merged, split at a maximum request size, one deep queue) or
+// bam-like (fixed-size block requests from several queues, with a shared
+// block cache). Reads run on an io_uring engine, or parallel pread workers
+// where io_uring is refused. A freshness watch (inotify) and stat checks
+// make sure a changed file is never served from the blocks it used to
+// have.
+package raw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/fsread"
+)
+
+// Stale-map policies (option on_stale).
+const (
+	StaleFallback = "fallback" // read a changed file through the filesystem (counted)
+	StaleFail     = "fail"     // fail it with an error wrapping bmap.ErrStale
+)
+
+// Freshness methods (option freshness). Both stat every sample when the
+// backend opens.
+const (
+	// FreshWatch watches the class directories with inotify and stats a
+	// sample after its raw read only when its class saw a change or the
+	// file has other hard links: one poll per batch instead of a stat per
+	// sample, and as safe for changes made through the dataset's paths.
+	FreshWatch = "watch"
+	// FreshRead stats every raw sample after its read.
+	FreshRead = "read"
+)
+
+// Engine names (option engine).
+const (
+	EngineAuto  = "auto"  // io_uring where the kernel allows it, else pread
+	EngineUring = "uring" // io_uring only
+	EnginePread = "pread" // parallel pread workers
+)
+
+// Config is the planner's and the engines' configuration: the only
+// difference between gds and bam.
+type Config struct {
+	Engine      string // EngineAuto, EngineUring or EnginePread
+	Queues      int    // submission queues (engines), requests spread round-robin
+	QueueDepth  int    // requests in flight per queue
+	RequestSize int    // bytes, a multiple of 4 KiB: the largest request, or with FixedBlocks every request's size
+	// FixedBlocks makes every request one whole RequestSize-aligned device
+	// block (bam); otherwise extents are rounded out to 4 KiB and split at
+	// RequestSize (gds).
+	FixedBlocks bool
+	CacheBytes  int64  // a block cache of this size serves repeated blocks (needs FixedBlocks); 0 means none
+	OnStale     string // StaleFallback or StaleFail
+	Freshness   string // FreshWatch or FreshRead
+}
+
+func engineOption() backend.Option {
+	return backend.Option{Name: "engine", Kind: backend.Enum, Default: EngineAuto, Choices: []string{EngineAuto, EngineUring, EnginePread},
+		Doc: "auto: io_uring, else pread workers (Docker's default seccomp profile refuses io_uring)"}
+}
+
+func freshnessOptions() []backend.Option {
+	return []backend.Option{
+		{Name: "on_stale", Kind: backend.Enum, Default: StaleFallback, Choices: []string{StaleFallback, StaleFail},
+			Doc: "a file changed since mapping is read through the filesystem (fallback) or fails (fail)"},
+		{Name: "freshness", Kind: backend.Enum, Default: FreshWatch, Choices: []string{FreshWatch, FreshRead},
+			Doc: "how changes after open are caught: watch (inotify on the class directories) or read (stat after every raw read)"},
+	}
+}
+
+// commonConfig reads the options gds and bam share.
+func commonConfig(p backend.Params) Config {
+	return Config{Engine: p.String("engine"), QueueDepth: int(p.Int("queue_depth")), OnStale: p.String("on_stale"), Freshness: p.String("freshness")}
+}
+
+// GDSSpec describes the gds backend.
+func GDSSpec() backend.Spec {
+	return backend.Spec{
+		Name: "gds",
+		Doc:  "GPUDirect-Storage-like: CPU-initiated O_DIRECT reads of whole raw extents from the block device at a queue depth",
+		Options: append([]backend.Option{engineOption(),
+			{Name: "queue_depth", Kind: backend.Int, Default: int64(32), Min: 1, Max: 4096, Doc: "device requests in flight"},
+			{Name: "max_request", Kind: backend.Int, Default: int64(1 << 20), Min: backend.Align, Max: 64 << 20, Multiple: backend.Align, Doc: "split reads larger than this (bytes)"},
+		}, freshnessOptions()...),
+		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
+			c := commonConfig(p)
+			c.Queues, c.RequestSize = 1, int(p.Int("max_request"))
+			return Open("gds", m, c, env)
+		},
+	}
+}
+
+// BAMSpec describes the bam backend.
+func BAMSpec() backend.Spec {
+	return backend.Spec{
+		Name: "bam",
+		Doc:  "BaM-style: fixed-size block requests from several queues, with a shared block cache",
+		Options: append([]backend.Option{engineOption(),
+			{Name: "queue_depth", Kind: backend.Int, Default: int64(64), Min: 1, Max: 4096, Doc: "requests in flight per queue"},
+			{Name: "queues", Kind: backend.Int, Default: int64(4), Min: 1, Max: 256, Doc: "submission queues"},
+			{Name: "block_size", Kind: backend.Int, Default: int64(backend.Align), Min: backend.Align, Max: 1 << 20, Multiple: backend.Align, Doc: "request size (bytes)"},
+			{Name: "cache_mb", Kind: backend.Int, Default: int64(256), Min: 0, Max: 1 << 20, Doc: "block cache (MiB); 0 disables it"},
+		}, freshnessOptions()...),
+		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
+			c := commonConfig(p)
+			c.Queues, c.RequestSize, c.FixedBlocks, c.CacheBytes = int(p.Int("queues")), int(p.Int("block_size")), true, p.Int("cache_mb")<<20
+			return Open("bam", m, c, env)
+		},
+	}
+}
+
+// Backend reads raw samples from the block device; samples the map marks
+// filesystem-only are read through the filesystem. After the raw reads of
+// a sample complete, the live file is checked against the map (inode,
+// size, mtime, ctime) as the freshness method says: a file changed before
+// or during the read is never served from the blocks it used to have.
+type Backend struct {
+	name    string
+	m       *bmap.Map
+	ck      *bmap.Checker
+	dev     *os.File
+	cfg     Config
+	plan    planner
+	engines []engine
+	next    atomic.Uint64 // round-robin queue choice
+	trace   *tracer
+	faults  *backend.Faults
+	log     *slog.Logger
+
+	scMu      sync.Mutex
+	scratches []*scratch // free planning scratch, reused across batches
+
+	watch     *dirWatcher // nil with FreshRead
+	staleOpen bitset      // samples found changed at open
+	multiLink bitset      // samples with other hard links: always stat after reading
+
+	samples, raw, fsOnly, stale, errs, requests atomic.Int64
+}
+
+// Open opens m's block device read-only with O_DIRECT and starts the
+// engines. It checks that the filesystem mounted at the map's root is the
+// one mapped (bmap.ErrStale otherwise) and stats every raw sample. name is
+// how the backend reports itself.
+func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, error) {
+	if cfg.QueueDepth < 1 || cfg.Queues < 1 || cfg.RequestSize < backend.Align || cfg.RequestSize%backend.Align != 0 {
+		return nil, fmt.Errorf("%w: %s: queues %d, queue depth %d, request size %d", backend.ErrOptions, name, cfg.Queues, cfg.QueueDepth, cfg.RequestSize)
+	}
+	if cfg.CacheBytes > 0 && !cfg.FixedBlocks {
+		return nil, fmt.Errorf("%w: %s: a block cache needs fixed-size block requests", backend.ErrOptions, name)
+	}
+	log := env.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ck, err := m.NewChecker()
+	if err != nil {
+		return nil, fmt.Errorf("raw: %s: %w", name, err)
+	}
+	b := &Backend{name: name, m: m, ck: ck, cfg: cfg, faults: env.Faults, log: log}
+	devPath := ck.Device().Path
+	fd, err := unix.Open(devPath, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("raw: %s: %w: open %s: %w (raw reads need read access to the device)", name, backend.ErrDevice, devPath, err)
+	}
+	b.dev = os.NewFile(uintptr(fd), devPath)
+	var size uint64
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); errno != 0 {
+		b.Close()
+		return nil, fmt.Errorf("raw: %s: %s: BLKGETSIZE64: %w", name, devPath, errno)
+	}
+	b.plan = planner{reqSize: uint64(cfg.RequestSize), fixed: cfg.FixedBlocks, devPath: devPath, devSize: int64(size)}
+	if env.Trace != nil {
+		b.trace = newTracer(env.Trace, devPath)
+	}
+	for q := 0; q < cfg.Queues; q++ {
+		e, fallback, err := newEngine(cfg.Engine, fd, cfg.QueueDepth, b.trace, env.Faults)
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("raw: %s: %w", name, err)
+		}
+		if fallback != nil && q == 0 {
+			log.Warn("raw: io_uring unavailable, using pread workers", "backend", name, "err", fallback)
+		}
+		b.engines = append(b.engines, e)
+	}
+	if cfg.CacheBytes > 0 {
+		if b.plan.cache, err = newBlockCache(cfg.CacheBytes, cfg.RequestSize); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	b.checkAtOpen()
+	log.Info("raw: backend ready", "backend", name, "device", devPath, "engine", b.engines[0].name(),
+		"queues", cfg.Queues, "queue_depth", cfg.QueueDepth, "freshness", cfg.Freshness)
+	return b, nil
+}
+
+// checkAtOpen starts the directory watch (FreshWatch), then stats every
+// raw sample: changed ones are never read raw, multi-link ones are
+// re-checked after every read.
+func (b *Backend) checkAtOpen() {
+	if b.cfg.Freshness == FreshWatch {
+		w, err := newDirWatcher(b.m.Root, b.m.Classes)
+		if err != nil {
+			b.log.Warn("raw: cannot watch the dataset, checking every read instead", "err", err)
+			b.cfg.Freshness = FreshRead
+		} else {
+			b.watch = w
+		}
+	}
+	n := len(b.m.Samples)
+	b.staleOpen, b.multiLink = newBitset(n), newBitset(n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(256)) - 256
+				if lo >= n {
+					return
+				}
+				for i := lo; i < min(lo+256, n); i++ {
+					if b.m.Samples[i].Reason != bmap.Raw {
+						continue
+					}
+					nlink, err := b.ck.CheckLinks(i)
+					if err != nil {
+						b.staleOpen.set(i)
+					} else if nlink > 1 {
+						b.multiLink.set(i)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// bitset is a fixed set of sample indices, safe for concurrent set.
+type bitset []atomic.Uint64
+
+func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
+func (s bitset) set(i int)      { s[i/64].Or(1 << (i % 64)) }
+func (s bitset) has(i int) bool { return s[i/64].Load()&(1<<(i%64)) != 0 }
+
+// Name returns the name given to Open ("gds" or "bam").
+func (b *Backend) Name() string { return b.name }
+
+// Stats reports the engine, the device and the counters.
+func (b *Backend) Stats() backend.Stats {
+	st := backend.Stats{Engine: b.engines[0].name(), Device: b.plan.devPath, Freshness: b.cfg.Freshness,
+		Samples: b.samples.Load(), RawSamples: b.raw.Load(), FSOnlySamples: b.fsOnly.Load(), StaleSamples: b.stale.Load(),
+		Errors: b.errs.Load(), Requests: b.requests.Load()}
+	for _, e := range b.engines {
+		st.PeakInFlight += e.peakInflight()
+	}
+	if c := b.plan.cache; c != nil {
+		st.CacheHits, st.CacheMisses = c.hits.Load(), c.misses.Load()
+	}
+	return st
+}
+
+// ReadBatch reads a batch: raw samples from the device, the rest through
+// the filesystem. See backend.Backend for the contract.
+func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
+	sc := b.getScratch()
+	defer b.putScratch(sc)
+	var fsIdx []int
+	for i := range reqs {
+		r := &reqs[i]
+		r.Err = nil
+		switch {
+		case r.Sample.Reason != bmap.Raw:
+			fsIdx = append(fsIdx, i)
+		case b.staleOpen.has(r.Index):
+			b.onStale(r, b.ck.Check(r.Index))
+		default:
+			r.Err = b.plan.plan(i, r, sc)
+		}
+	}
+	b.samples.Add(int64(len(reqs)))
+	b.fsOnly.Add(int64(len(fsIdx)))
+	// Issue in device order.
+	slices.SortFunc(sc.ops, func(x, y *ioOp) int { return int(x.off>>12) - int(y.off>>12) })
+	grp := newOpGroup(len(sc.ops))
+	for _, op := range sc.ops {
+		op.grp = grp
+	}
+	b.requests.Add(int64(len(sc.ops)))
+	b.dispatch(sc.ops)
+	// Filesystem-only samples are read while the device works.
+	for _, i := range fsIdx {
+		if err := ctx.Err(); err != nil {
+			reqs[i].Err = err
+		} else {
+			reqs[i].Err = fsread.ReadFile(b.m.Root, &reqs[i], false, b.faults)
+		}
+	}
+	<-grp.done // ops write into batch memory: always wait for them
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.op.err != nil {
+			if r := &reqs[p.request]; r.Err == nil {
+				r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: fmt.Errorf("device %s bytes [%d,%d): %w",
+					b.plan.devPath, p.op.off, p.op.off+int64(len(p.op.buf)), p.op.err)}
+			}
+			continue
+		}
+		if p.bounce {
+			copy(p.dst, p.op.buf[p.src:])
+		}
+		if c := b.plan.cache; c != nil {
+			c.put(p.block, p.op.buf)
+		}
+	}
+	for _, z := range sc.zeros {
+		clear(z)
+	}
+	return b.checkFresh(ctx, reqs)
+}
+
+// onStale applies the stale policy to a raw sample found changed (cause
+// wraps bmap.ErrStale): read it through the filesystem, or fail it.
+func (b *Backend) onStale(r *backend.Request, cause error) {
+	b.stale.Add(1)
+	if b.cfg.OnStale == StaleFail {
+		r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: cause}
+		return
+	}
+	r.Err = fsread.ReadFile(b.m.Root, r, false, b.faults)
+}
+
+// checkFresh verifies each raw sample read against the live file, applies
+// the stale policy, counts, and returns the first error of the batch.
+func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request) error {
+	var first error
+	if b.watch != nil {
+		b.watch.poll()
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.staleOpen.has(r.Index) {
+			b.raw.Add(1)
+			needStat := b.watch == nil || b.multiLink.has(r.Index) || b.watch.changed(r.Sample.Label)
+			if needStat {
+				if err := b.ck.Check(r.Index); err != nil {
+					b.onStale(r, err)
+				}
+			}
+		}
+		if r.Err != nil {
+			b.errs.Add(1)
+			if first == nil {
+				first = r.Err
+			}
+		}
+	}
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// dispatch hands ops to the engines: one queue takes them all; several
+// share them round-robin.
+func (b *Backend) dispatch(ops []*ioOp) {
+	if len(ops) == 0 {
+		return
+	}
+	if len(b.engines) == 1 {
+		b.engines[0].submit(ops)
+		return
+	}
+	per := (len(ops) + len(b.engines) - 1) / len(b.engines)
+	start := int(b.next.Add(1))
+	for q := range b.engines {
+		lo := q * per
+		if lo >= len(ops) {
+			break
+		}
+		b.engines[(start+q)%len(b.engines)].submit(ops[lo:min(lo+per, len(ops))])
+	}
+}
+
+func (b *Backend) getScratch() *scratch {
+	b.scMu.Lock()
+	defer b.scMu.Unlock()
+	if n := len(b.scratches); n > 0 {
+		sc := b.scratches[n-1]
+		b.scratches = b.scratches[:n-1]
+		return sc
+	}
+	return &scratch{}
+}
+
+func (b *Backend) putScratch(sc *scratch) {
+	sc.reset()
+	b.scMu.Lock()
+	b.scratches = append(b.scratches, sc)
+	b.scMu.Unlock()
+}
+
+// Close stops the engines, frees the bounce memory and the cache, and
+// closes the device. No ReadBatch may be running.
+func (b *Backend) Close() error {
+	for _, e := range b.engines {
+		e.close()
+	}
+	var errs []error
+	if b.trace != nil {
+		errs = append(errs, b.trace.close())
+	}
+	if b.dev != nil {
+		errs = append(errs, b.dev.Close())
+	}
+	if b.plan.cache != nil {
+		errs = append(errs, b.plan.cache.close())
+	}
+	if b.watch != nil {
+		errs = append(errs, b.watch.close())
+	}
+	for _, sc := range b.scratches {
+		errs = append(errs, sc.free())
+	}
+	b.scratches = nil
+	errs = append(errs, b.ck.Close())
+	return errors.Join(errs...)
+}
+
+var _ backend.Backend = (*Backend)(nil)
