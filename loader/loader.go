@@ -102,7 +102,8 @@ type Batch struct {
 	Offsets   []int64 // byte offset of each sample in the ring's shared memory
 	Lengths   []int64 // byte length of each sample
 	Slot      int     // ring slot
-	Errors    []error // with Options.SkipErrors: the samples that failed (their Lengths are 0)
+	Errors    []error // with Options.SkipErrors: one *backend.SampleError per failed sample
+	Failed    []int   // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
 	used      int64   // bytes of the slot the batch's samples occupy
 
 	readStart, readEnd time.Time
@@ -294,7 +295,7 @@ func (l *Loader) produce(epoch, batch int) {
 // backend.Align-aligned offset; a repeated (padding) sample shares its
 // first copy.
 func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
-	b.Epoch, b.Iteration, b.err, b.Errors = epoch, iter, nil, b.Errors[:0]
+	b.Epoch, b.Iteration, b.err, b.Errors, b.Failed = epoch, iter, nil, b.Errors[:0], b.Failed[:0]
 	b.done = make(chan struct{})
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
@@ -362,10 +363,11 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	return b, nil
 }
 
-// markFailed zeroes the lengths of failed samples and lists their errors;
-// it reports false when the failure is not per sample (e.g. cancellation).
+// markFailed zeroes the lengths of failed samples and lists their errors
+// and positions; it reports false when the failure is not per sample (e.g.
+// cancellation).
 func (l *Loader) markFailed(b *Batch) bool {
-	b.Errors = b.Errors[:0]
+	b.Errors, b.Failed = b.Errors[:0], b.Failed[:0]
 	for _, r := range b.reqs {
 		if r.Err == nil {
 			continue
@@ -378,6 +380,7 @@ func (l *Loader) markFailed(b *Batch) bool {
 		for i, idx := range b.Indices {
 			if int(idx) == r.Index {
 				b.Lengths[i] = 0
+				b.Failed = append(b.Failed, i)
 			}
 		}
 	}

@@ -260,6 +260,14 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	shmDir := fs.String("shm-dir", "/dev/shm", "directory for sessions' shared batch memory")
 	timeout := fs.Duration("session-timeout", 60*time.Second, "close sessions idle for longer than this")
 	maxMem := fs.Int64("max-session-mb", 16<<10, "refuse sessions needing more batch memory than this (MiB)")
+	var faults *backend.Faults
+	fs.Func("inject-eio", "for testing error handling end to end: every read of the sample at this path (relative to the dataset root) fails with EIO (repeatable)", func(p string) error {
+		if faults == nil {
+			faults = &backend.Faults{}
+		}
+		faults.Add(backend.Rule{Op: backend.FileRead | backend.DeviceRead, Path: p, Err: syscall.EIO})
+		return nil
+	})
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one)")
 	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
@@ -283,6 +291,6 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		maps[name] = m
 	}
-	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20})
+	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults})
 	return srv.Run(ctx, *socket, *listen)
 }

@@ -42,6 +42,7 @@ type Result struct {
 	Options     map[string]any `json:"backend_options"`    // the backend's options in effect
 	Stats       backend.Stats  `json:"backend_stats"`      // its counters
 	Verified    int64          `json:"verified,omitempty"` // samples compared with their files
+	Failed      int64          `json:"failed_samples"`     // with --skip-errors: samples that could not be read (not in Samples)
 }
 
 // Run starts a loader on m with lo and consumes batches per o.
@@ -78,13 +79,14 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 		for i := 0; i < b.Len(); i++ {
 			res.Bytes += b.Lengths[i]
 		}
-		res.Samples += int64(b.Len())
+		res.Samples += int64(b.Len() - len(b.Failed))
+		res.Failed += int64(len(b.Failed))
 		if o.Verify {
 			if err := verify(m, b); err != nil {
 				b.Release()
 				return res, err
 			}
-			res.Verified += int64(b.Len())
+			res.Verified += int64(b.Len() - len(b.Failed))
 		}
 		b.Release()
 	}
@@ -100,6 +102,9 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 
 func verify(m *bmap.Map, b *loader.Batch) error {
 	for i := 0; i < b.Len(); i++ {
+		if slices.Contains(b.Failed, i) {
+			continue
+		}
 		s := &m.Samples[b.Indices[i]]
 		want, err := os.ReadFile(filepath.Join(m.Root, s.Path))
 		if err != nil {

@@ -57,7 +57,8 @@ type NextResponse struct {
 	Lengths      []int64  `msgpack:"lengths"`
 	Labels       []int32  `msgpack:"labels"`
 	Indices      []int32  `msgpack:"indices"`
-	Errors       []string `msgpack:"errors,omitempty"` // failed samples (length 0)
+	Failed       []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
+	Errors       []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
 }
 
 // NextRequest may carry slots to release first, saving a round trip.

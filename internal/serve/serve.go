@@ -185,7 +185,7 @@ func (s *Server) next(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeMsg(w, http.StatusOK, NextResponse{EndOfEpoch: d.EndOfEpoch, Epoch: d.Epoch, Iteration: d.Iteration, EpochBatches: d.EpochBatches,
-		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Errors: d.Errors})
+		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Failed: d.Failed, Errors: d.Errors})
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {

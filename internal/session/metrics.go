@@ -8,6 +8,7 @@ import (
 
 type metrics struct {
 	samples, bytes, batches, errors *prometheus.CounterVec
+	failed                          *prometheus.CounterVec // per dataset and backend: kept after sessions end
 	readSeconds                     *prometheus.HistogramVec
 	sessions                        prometheus.Gauge
 }
@@ -22,9 +23,11 @@ func newMetrics(reg *prometheus.Registry, mgr *Manager) *metrics {
 		errors:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_errors_total", Help: "Failed samples and batches."}, sessionLabels),
 		readSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nvfeed_batch_read_seconds", Help: "Time to read one batch.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"dataset", "backend"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_failed_samples_total", Help: "Samples that could not be read, by dataset and backend."},
+			[]string{"dataset", "backend"}),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nvfeed_sessions", Help: "Open sessions."}),
 	}
-	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.sessions, &backendCollector{m: mgr})
+	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.failed, m.sessions, &backendCollector{m: mgr})
 	return m
 }
 
@@ -39,6 +42,7 @@ func (m *metrics) observe(ss *session, b *loader.Batch) {
 	m.batches.WithLabelValues(lv...).Inc()
 	if len(b.Errors) > 0 {
 		m.errors.WithLabelValues(lv...).Add(float64(len(b.Errors)))
+		m.failed.WithLabelValues(ss.dataset, ss.backend).Add(float64(len(b.Errors)))
 	}
 	m.readSeconds.WithLabelValues(ss.dataset, ss.backend).Observe(b.ReadTime().Seconds())
 }

@@ -41,6 +41,7 @@ type Config struct {
 	MaxSessionBytes int64                // refuse sessions needing more batch memory; default 16 GiB
 	MaxSessions     int                  // default 64
 	Logger          *slog.Logger
+	Faults          *backend.Faults // tests: inject read faults into every session
 }
 
 // Caller is who makes a request: the uid from SO_PEERCRED, or -1 when the
@@ -90,7 +91,8 @@ type Delivery struct {
 	Lengths      []int64
 	Labels       []int32
 	Indices      []int32
-	Errors       []string // failed samples (their lengths are 0)
+	Failed       []int    // positions whose sample could not be read (their lengths are 0)
+	Errors       []string // one message per failed sample, naming its path and the cause
 }
 
 // Manager owns the sessions.
@@ -212,7 +214,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		BatchSize: p.BatchSize, ShardID: p.ShardID, NumShards: p.NumShards, RandomShuffle: p.RandomShuffle,
 		Seed: p.Seed, PadLastBatch: p.PadLastBatch, StickToShard: p.StickToShard,
 		PrefetchQueueDepth: prefetch, Slots: slots, Memory: loader.MemoryKind(p.Memory),
-		ShmDir: m.cfg.ShmDir, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State, Logger: m.log, SkipErrors: true,
+		ShmDir: m.cfg.ShmDir, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State, Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults,
 	})
 	if err != nil {
 		switch {
@@ -289,7 +291,7 @@ func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int) 
 		}
 		ss.held[b.Slot] = b
 		d = Delivery{Epoch: b.Epoch, Iteration: b.Iteration, EpochBatches: ss.l.Sampling().EpochBatches(b.Epoch), Slot: b.Slot,
-			Offsets: b.Offsets, Lengths: b.Lengths, Labels: b.Labels, Indices: b.Indices}
+			Offsets: b.Offsets, Lengths: b.Lengths, Labels: b.Labels, Indices: b.Indices, Failed: b.Failed}
 		for _, e := range b.Errors {
 			d.Errors = append(d.Errors, e.Error())
 		}

@@ -31,6 +31,7 @@ import http.client
 import mmap
 import os
 import socket as _socket
+import warnings
 from typing import Any, Optional, cast
 
 import msgpack
@@ -38,11 +39,21 @@ import numpy as np
 
 from ._wire import BackendsResponse, NextResponse, OpenRequest, OpenResponse, State
 
-__all__ = ["LoaderError", "LoaderSource", "State", "backends"]
+__all__ = ["LoaderError", "LoaderSource", "SampleError", "State", "backends"]
 
 
 class LoaderError(RuntimeError):
     """An error reported by loaderd, or the daemon could not be reached."""
+
+
+class SampleError(LoaderError):
+    """Samples of a batch could not be read. ``errors`` holds one message
+    per failed sample (its path relative to the dataset root, and the
+    cause); ``positions`` their places in the batch."""
+
+    def __init__(self, epoch: int, iteration: int, positions: list[int], errors: list[str]) -> None:
+        self.epoch, self.iteration, self.positions, self.errors = epoch, iteration, positions, errors
+        super().__init__(f"epoch {epoch} batch {iteration}: {len(errors)} sample(s) could not be read: " + "; ".join(errors))
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -95,20 +106,32 @@ class LoaderSource:
 
     ``backend`` and ``backend_options`` choose how the daemon reads (see
     ``backends()``); ``None`` leaves a choice to the daemon's default. The
-    reader arguments are DALI's ``fn.readers.file`` ones."""
+    reader arguments are DALI's ``fn.readers.file`` ones.
+
+    ``on_error`` says what a batch with samples that could not be read
+    (deleted, EIO, changed) does: ``"raise"`` (default) raises
+    ``SampleError`` naming every failed sample, the batch given back and the
+    source still usable; ``"skip"`` returns the batch without them (a smaller
+    batch) and warns, counting them in ``skipped_samples``. A zero-length
+    stand-in is never returned."""
 
     def __init__(self, dataset: str, socket: str = "/run/loaderd.sock", batch_size: int = 64,
                  shard_id: int = 0, num_shards: int = 1, random_shuffle: bool = False, seed: int = 0,
                  pad_last_batch: bool = False, stick_to_shard: bool = False, backend: Optional[str] = None,
                  backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
-                 state: Optional[State] = None, timeout: float = 600.0) -> None:
+                 state: Optional[State] = None, timeout: float = 600.0, on_error: str = "raise") -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self._on_error = on_error
+        self.skipped_samples = 0
         self._socket = socket
         if release_after is not None and release_after < 0:
             raise ValueError(f"release_after must be >= 0, got {release_after}")
         self._conn = _UnixHTTPConnection(socket, timeout)
         self._id: Optional[str] = None
         self._held: collections.deque[int] = collections.deque()
+        self._give_back: list[int] = []  # slots of batches not handed out (failed)
         req: OpenRequest = {
             "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
             "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
@@ -148,17 +171,27 @@ class LoaderSource:
             raise LoaderError("LoaderSource is closed")
         # Batches with release_after later batches delivered go back to the
         # daemon with this request (one round trip per batch).
-        release = []
+        release, self._give_back = self._give_back, []
         while len(self._held) > self._release_after:
             release.append(self._held.popleft())
         r = cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", {"release": release} if release else None))
         if r["end_of_epoch"]:
             self._epoch_batches = r["epoch_batches"]
             raise StopIteration
+        failed = r.get("failed") or []
+        if failed and (self._on_error == "raise" or len(failed) == len(r["offsets"])):
+            self._give_back.append(r["slot"])
+            raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
         self._held.append(r["slot"])
         buf = self._buf
-        samples = [buf[o:o + n] for o, n in zip(r["offsets"], r["lengths"])]
-        labels = np.asarray(r["labels"], dtype=np.int32).reshape(-1, 1)
+        keep = [i for i in range(len(r["offsets"])) if i not in set(failed)] if failed else range(len(r["offsets"]))
+        offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
+        samples = [buf[offsets[i]:offsets[i] + lengths[i]] for i in keep]
+        labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
+        if failed:
+            self.skipped_samples += len(failed)
+            warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
+                          "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=2)
         return samples, labels
 
     def __len__(self) -> int:
