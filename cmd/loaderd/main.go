@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +39,8 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT]
+const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
+                     [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--shm-dir /dev/shm] [--session-timeout 60s] [--max-session-mb 16384]
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
@@ -256,7 +258,10 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", "", "unix socket to listen on (required); ready when it exists")
-	listen := fs.String("listen", "", "also listen on this loopback TCP address, e.g. 127.0.0.1:7070")
+	listen := fs.String("listen", "", "also listen on this loopback TCP address, e.g. 127.0.0.1:7070 (needs --tcp-token)")
+	tokenFile := fs.String("tcp-token", "", "FILE holding the bearer token every TCP request must carry (Authorization: Bearer TOKEN)")
+	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group)")
+	sockMode := fs.String("socket-mode", "0660", "the socket's permission bits, octal")
 	shmDir := fs.String("shm-dir", "/dev/shm", "directory for sessions' shared batch memory")
 	timeout := fs.Duration("session-timeout", 60*time.Second, "close sessions idle for longer than this")
 	maxMem := fs.Int64("max-session-mb", 16<<10, "refuse sessions needing more batch memory than this (MiB)")
@@ -291,6 +296,20 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		maps[name] = m
 	}
+	mode, err := strconv.ParseUint(*sockMode, 8, 32)
+	if err != nil || mode > 0o777 {
+		return fmt.Errorf("%w: --socket-mode %q: want octal permission bits such as 0660", errUsage, *sockMode)
+	}
+	var token string
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("--tcp-token: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return fmt.Errorf("--tcp-token: %s is empty", *tokenFile)
+		}
+	}
 	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults})
-	return srv.Run(ctx, *socket, *listen)
+	return srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
 }

@@ -12,6 +12,7 @@ package serve
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,28 +56,50 @@ func New(cfg Config) *Server {
 
 type ctxKey struct{}
 
-// caller returns the unix-socket peer (uid -1 when unknown).
+// peer is what a connection tells of its client.
+type peer struct {
+	caller session.Caller // uid and gid from SO_PEERCRED; -1 over TCP
+	tcp    bool
+}
+
+// caller returns the request's client (uid -1 when unknown).
 func caller(r *http.Request) session.Caller {
-	if v, ok := r.Context().Value(ctxKey{}).(int); ok {
-		return session.Caller{UID: v}
+	if p, ok := r.Context().Value(ctxKey{}).(peer); ok {
+		return p.caller
 	}
-	return session.Caller{UID: -1}
+	return session.Caller{UID: -1, GID: -1}
 }
 
 // connContext records the peer's credentials (SO_PEERCRED) for unix
-// connections.
+// connections, and marks TCP ones.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	uid := -1
-	if uc, ok := c.(*net.UnixConn); ok {
-		if raw, err := uc.SyscallConn(); err == nil {
+	p := peer{caller: session.Caller{UID: -1, GID: -1}}
+	switch c := c.(type) {
+	case *net.UnixConn:
+		if raw, err := c.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
 				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-					uid = int(cred.Uid)
+					p.caller = session.Caller{UID: int(cred.Uid), GID: int(cred.Gid)}
 				}
 			})
 		}
+	default:
+		p.tcp = true
 	}
-	return context.WithValue(ctx, ctxKey{}, uid)
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// requireToken refuses TCP requests without "Authorization: Bearer TOKEN";
+// unix-socket requests pass (the socket's mode and group guard them).
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, _ := r.Context().Value(ctxKey{}).(peer); p.tcp && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeErr(w, http.StatusUnauthorized, "loopback TCP requests need the daemon's token: Authorization: Bearer TOKEN (see --tcp-token)")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Handler returns the HTTP API.
@@ -218,58 +243,107 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// CloseAll ends every session.
-func (s *Server) CloseAll() { s.mgr.CloseAll() }
+// Listen says where and how the daemon listens.
+type Listen struct {
+	Socket string      // unix socket path (required)
+	Mode   os.FileMode // the socket's mode; 0 means 0660: owner and group may connect
+	Group  string      // the socket's group, a name or a gid; "" keeps the daemon's
+	TCP    string      // also listen on this loopback address ("" for none)
+	Token  string      // the bearer token every TCP request must carry (required with TCP)
+}
 
-// Run serves on a unix socket at socketPath (and on tcpAddr, a loopback
-// address, if not empty) until ctx is done; then it stops accepting, ends
-// every session, removes the socket and returns nil.
-func (s *Server) Run(ctx context.Context, socketPath, tcpAddr string) error {
-	if err := removeStaleSocket(socketPath); err != nil {
+// Run serves until ctx is done; then it stops accepting, ends every
+// session, removes the socket and returns nil. The socket is created with
+// l.Mode and l.Group (never world-writable unless the mode says so); the
+// TCP listener, loopback only, requires l.Token on every request.
+func (s *Server) Run(ctx context.Context, l Listen) error {
+	defer s.mgr.Stop()
+	if l.Mode == 0 {
+		l.Mode = 0o660
+	}
+	gid := -1
+	if l.Group != "" {
+		g, err := lookupGroup(l.Group)
+		if err != nil {
+			return fmt.Errorf("serve: socket group %q: %w", l.Group, err)
+		}
+		gid = g
+	}
+	if l.TCP != "" {
+		host, _, err := net.SplitHostPort(l.TCP)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("serve: --listen %q: only loopback addresses (127.0.0.1:PORT, [::1]:PORT)", l.TCP)
+		}
+		if l.Token == "" {
+			return fmt.Errorf("serve: --listen %s: a TCP client's user cannot be known, so TCP needs a bearer token (--tcp-token FILE)", l.TCP)
+		}
+	}
+	if err := removeStaleSocket(l.Socket); err != nil {
 		return err
 	}
-	ln, err := net.Listen("unix", socketPath)
+	// Create the socket with no access for others from the start, then set
+	// its group and mode: no moment where anyone else may connect.
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", l.Socket)
+	unix.Umask(old)
 	if err != nil {
-		return fmt.Errorf("serve: listen on %s: %w", socketPath, err)
+		return fmt.Errorf("serve: listen on %s: %w", l.Socket, err)
 	}
-	defer os.Remove(socketPath)
-	os.Chmod(socketPath, 0o666) // any local user may ask; sessions are theirs alone
-	srv := &http.Server{Handler: s.Handler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	defer os.Remove(l.Socket)
+	if err := os.Chown(l.Socket, -1, gid); err != nil {
+		ln.Close()
+		return fmt.Errorf("serve: socket %s: chgrp %d: %w", l.Socket, gid, err)
+	}
+	if err := os.Chmod(l.Socket, l.Mode); err != nil {
+		ln.Close()
+		return fmt.Errorf("serve: socket %s: chmod %o: %w", l.Socket, l.Mode, err)
+	}
+	handler := s.Handler()
+	if l.TCP != "" {
+		handler = requireToken(l.Token, handler)
+	}
+	srv := &http.Server{Handler: handler, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	if tcpAddr != "" {
-		host, _, err := net.SplitHostPort(tcpAddr)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			srv.Close()
-			return fmt.Errorf("serve: --listen %q: only loopback addresses (127.0.0.1:PORT, [::1]:PORT)", tcpAddr)
-		}
-		tl, err := net.Listen("tcp", tcpAddr)
+	if l.TCP != "" {
+		tl, err := net.Listen("tcp", l.TCP)
 		if err != nil {
 			srv.Close()
-			return fmt.Errorf("serve: listen on %s: %w", tcpAddr, err)
+			return fmt.Errorf("serve: listen on %s: %w", l.TCP, err)
 		}
 		go func() { errc <- srv.Serve(tl) }()
 	}
 	tick := time.NewTicker(max(s.mgr.Timeout()/4, 10*time.Millisecond))
 	defer tick.Stop()
-	s.log.Info("serve: listening", "socket", socketPath, "tcp", tcpAddr, "datasets", strings.Join(s.mgr.Datasets(), ","))
+	s.log.Info("serve: listening", "socket", l.Socket, "mode", fmt.Sprintf("%04o", l.Mode), "group", l.Group, "tcp", l.TCP,
+		"datasets", strings.Join(s.mgr.Datasets(), ","))
 	for {
 		select {
 		case now := <-tick.C:
 			s.mgr.Reap(now)
 		case err := <-errc:
-			s.CloseAll()
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Shutdown(sctx) // stop accepting; let in-flight requests finish
 			cancel()
 			srv.Close()
-			s.CloseAll()
 			s.log.Info("serve: stopped")
 			return nil
 		}
 	}
+}
+
+// lookupGroup resolves a group name or numeric gid.
+func lookupGroup(g string) (int, error) {
+	if n, err := strconv.Atoi(g); err == nil && n >= 0 {
+		return n, nil
+	}
+	gr, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(gr.Gid)
 }
 
 // removeStaleSocket removes a socket file nobody listens on, and refuses

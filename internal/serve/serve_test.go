@@ -40,7 +40,7 @@ func start(t *testing.T, timeout time.Duration) *fixture {
 	srv := New(Config{Datasets: map[string]*bmap.Map{"ds": f.m}, ShmDir: f.shm, SessionTimeout: timeout})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
-	go func() { f.done <- srv.Run(ctx, f.sock, "") }()
+	go func() { f.done <- srv.Run(ctx, Listen{Socket: f.sock}) }()
 	for i := 0; i < 200; i++ {
 		if _, err := os.Stat(f.sock); err == nil {
 			break

@@ -25,6 +25,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/raw"
 )
 
 // Limits on what one session may ask for.
@@ -44,10 +45,10 @@ type Config struct {
 	Faults          *backend.Faults // tests: inject read faults into every session
 }
 
-// Caller is who makes a request: the uid from SO_PEERCRED, or -1 when the
-// transport cannot know (loopback TCP).
+// Caller is who makes a request: the uid and gid from SO_PEERCRED, or -1
+// when the transport cannot know (loopback TCP).
 type Caller struct {
-	UID int
+	UID, GID int
 }
 
 // OpenParams are a session's options, named as DALI's reader arguments.
@@ -103,6 +104,24 @@ type Manager struct {
 	sessions map[string]*session
 	metrics  *metrics
 	reg      *prometheus.Registry
+
+	accessMu sync.Mutex
+	watchers map[string]*raw.Watcher // per dataset; nil entry: no watch, no cached verdicts
+	verdicts map[verdictKey]verdict
+}
+
+// verdictKey is a cached access verdict's key: a dataset and a caller's
+// uid and primary gid.
+type verdictKey struct {
+	dataset  string
+	uid, gid int
+}
+
+// verdict is checkAccess's result for a uid, valid while the dataset's
+// watch generation is gen.
+type verdict struct {
+	err error
+	gen uint64
 }
 
 type session struct {
@@ -133,9 +152,66 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, reg: prometheus.NewRegistry()}
+	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, reg: prometheus.NewRegistry(),
+		watchers: map[string]*raw.Watcher{}, verdicts: map[verdictKey]verdict{}}
 	m.metrics = newMetrics(m.reg, m)
+	for name, ds := range cfg.Datasets {
+		w, err := raw.NewWatcher(ds.Root, ds.Classes)
+		if err != nil {
+			m.log.Warn("session: cannot watch the dataset: access is checked at every open", "dataset", name, "err", err)
+		}
+		m.watchers[name] = w
+	}
 	return m
+}
+
+// authorize returns nil if c may read every sample of the dataset through
+// the filesystem (see access.go), else an error wrapping ErrForbidden that
+// names the dataset and the first path refused. Verdicts are cached per
+// (dataset, uid) until the dataset's watch sees a change.
+func (m *Manager) authorize(name string, ds *bmap.Map, c Caller) error {
+	id := identify(c)
+	err := checkAncestors(ds.Root, id)
+	if err == nil {
+		m.accessMu.Lock()
+		w := m.watchers[name]
+		var gen uint64
+		if w != nil {
+			w.Poll()
+			gen = w.Generation()
+		}
+		key := verdictKey{name, c.UID, c.GID}
+		v, ok := m.verdicts[key]
+		if !ok || w == nil || v.gen != gen {
+			v = verdict{err: checkAccess(ds, id), gen: gen}
+			if w != nil {
+				m.verdicts[key] = v
+			}
+		}
+		m.accessMu.Unlock()
+		err = v.err
+	}
+	if err != nil {
+		who := "a caller of unknown uid (TCP)"
+		if c.UID >= 0 {
+			who = fmt.Sprintf("uid %d", c.UID)
+		}
+		return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, who, err)
+	}
+	return nil
+}
+
+// Stop ends every session and stops the dataset watches; the manager is
+// not used after.
+func (m *Manager) Stop() error {
+	m.CloseAll()
+	var errs []error
+	for _, w := range m.watchers {
+		if w != nil {
+			errs = append(errs, w.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Registry returns the Prometheus registry holding the metrics.
@@ -186,6 +262,9 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	ds, ok := m.cfg.Datasets[p.Dataset]
 	if !ok {
 		return Opened{}, fmt.Errorf("%w: unknown dataset %q (registered: %s)", ErrNotFound, p.Dataset, strings.Join(m.Datasets(), ", "))
+	}
+	if err := m.authorize(p.Dataset, ds, c); err != nil {
+		return Opened{}, err
 	}
 	if p.Backend == "" {
 		p.Backend = loader.DefaultBackend

@@ -147,9 +147,9 @@ type Backend struct {
 	scMu      sync.Mutex
 	scratches []*scratch // free planning scratch, reused across batches
 
-	watch     *dirWatcher // nil with FreshRead
-	staleOpen bitset      // samples found changed at open
-	multiLink bitset      // samples with other hard links: always stat after reading
+	watch     *Watcher // nil with FreshRead
+	staleOpen bitset   // samples found changed at open
+	multiLink bitset   // samples with other hard links: always stat after reading
 
 	samples, raw, fsOnly, stale, errs, requests atomic.Int64
 }
@@ -218,7 +218,7 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 // re-checked after every read.
 func (b *Backend) checkAtOpen() {
 	if b.cfg.Freshness == FreshWatch {
-		w, err := newDirWatcher(b.m.Root, b.m.Classes)
+		w, err := NewWatcher(b.m.Root, b.m.Classes)
 		if err != nil {
 			b.log.Warn("raw: cannot watch the dataset, checking every read instead", "err", err)
 			b.cfg.Freshness = FreshRead
@@ -355,13 +355,13 @@ func (b *Backend) onStale(r *backend.Request, cause error) {
 func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request) error {
 	var first error
 	if b.watch != nil {
-		b.watch.poll()
+		b.watch.Poll()
 	}
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.staleOpen.has(r.Index) {
 			b.raw.Add(1)
-			needStat := b.watch == nil || b.multiLink.has(r.Index) || b.watch.changed(r.Sample.Label)
+			needStat := b.watch == nil || b.multiLink.has(r.Index) || b.watch.Changed(r.Sample.Label)
 			if needStat {
 				if err := b.ck.Check(r.Index); err != nil {
 					b.onStale(r, err)
@@ -437,7 +437,7 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.plan.cache.close())
 	}
 	if b.watch != nil {
-		errs = append(errs, b.watch.close())
+		errs = append(errs, b.watch.Close())
 	}
 	for _, sc := range b.scratches {
 		errs = append(errs, sc.free())

@@ -10,14 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dirWatcher reports which class directories of a dataset changed, with
+// Watcher reports which class directories of a dataset changed, with
 // inotify. The kernel queues an event inside the system call that makes
 // the change (unlink, rename, truncate, write, chmod…), so after a read
 // completes, draining the queue tells whether anything in a class changed
 // before that moment. Files with other hard links are out of its sight
 // (their changes may come through another directory) and are checked by
 // stat instead.
-type dirWatcher struct {
+type Watcher struct {
 	fd      int
 	classes []string
 
@@ -25,18 +25,20 @@ type dirWatcher struct {
 	wdClass  map[int32]int // watch descriptor -> class index, -1 for the root
 	dirty    []bool        // class changed (sticky)
 	allDirty bool          // queue overflowed or the root changed in a way we cannot attribute
+	gen      uint64        // events seen so far
 	buf      []byte
 }
 
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
 	unix.IN_CREATE | unix.IN_DELETE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
 
-func newDirWatcher(root string, classes []string) (*dirWatcher, error) {
+// NewWatcher watches root and each class directory under it.
+func NewWatcher(root string, classes []string) (*Watcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
-	w := &dirWatcher{fd: fd, classes: classes, wdClass: map[int32]int{}, dirty: make([]bool, len(classes)), buf: make([]byte, 64<<10)}
+	w := &Watcher{fd: fd, classes: classes, wdClass: map[int32]int{}, dirty: make([]bool, len(classes)), buf: make([]byte, 64<<10)}
 	add := func(path string, class int) {
 		wd, err := unix.InotifyAddWatch(fd, path, watchMask)
 		if err != nil { // e.g. ENOSPC (max_user_watches): stat this class instead
@@ -56,8 +58,8 @@ func newDirWatcher(root string, classes []string) (*dirWatcher, error) {
 	return w, nil
 }
 
-// poll drains queued events and marks the classes they touch.
-func (w *dirWatcher) poll() {
+// Poll drains queued events and marks the classes they touch.
+func (w *Watcher) Poll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -74,6 +76,7 @@ func (w *dirWatcher) poll() {
 			nameLen := int(binary.NativeEndian.Uint32(w.buf[off+12:]))
 			name := w.buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+nameLen]
 			off += unix.SizeofInotifyEvent + nameLen
+			w.gen++
 			if mask&unix.IN_Q_OVERFLOW != 0 {
 				w.allDirty = true
 				continue
@@ -97,11 +100,24 @@ func (w *dirWatcher) poll() {
 	}
 }
 
-// changed reports whether class c may have changed since the watch began.
-func (w *dirWatcher) changed(c int32) bool {
+// Changed reports whether class c may have changed since the watch began.
+func (w *Watcher) Changed(c int32) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.allDirty || w.dirty[c]
 }
 
-func (w *dirWatcher) close() error { return unix.Close(w.fd) }
+// Generation returns how many events Poll has seen: when it moves,
+// something under the dataset changed (including the root itself, when
+// allDirty).
+func (w *Watcher) Generation() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.allDirty {
+		w.gen++ // unattributable changes: never reuse what was judged before
+	}
+	return w.gen
+}
+
+// Close stops watching.
+func (w *Watcher) Close() error { return unix.Close(w.fd) }

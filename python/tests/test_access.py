@@ -1,0 +1,157 @@
+"""The filesystem's permissions are the access policy: a client is served
+a dataset only if it could read every sample itself. Runs a real client as
+another user (nobody), so it needs root."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, start_daemon, stop_daemon
+from dali_source import LoaderError, LoaderSource
+
+CLIENT = """
+import hashlib, json, sys
+from dali_source import LoaderError, LoaderSource
+out = {}
+for name in sys.argv[2:]:
+    try:
+        with LoaderSource(name, socket=sys.argv[1], batch_size=2) as src:
+            out[name] = sorted(hashlib.sha256(s.tobytes()).hexdigest() for b, _ in src for s in b)
+    except LoaderError as e:
+        out[name] = str(e)
+print(json.dumps(out))
+"""
+
+
+def _dataset(base: Path, name: str) -> tuple[Path, list[str]]:
+    root = base / name
+    hashes = []
+    for i in range(6):
+        p = root / f"c{i % 2}" / f"{i}.jpg"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = os.urandom(2000 + i * 300)
+        p.write_bytes(data)
+        p.chmod(0o644)
+        hashes.append(hashlib.sha256(data).hexdigest())
+    for d in (root, root / "c0", root / "c1"):
+        d.chmod(0o755)
+    return root, sorted(hashes)
+
+
+def _client_python(uid: int, gid: int) -> list[str]:
+    """An interpreter the user can run, with this venv's packages: the
+    venv's own often lives under root's home (pyenv), out of reach."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = f"PYTHONPATH={site}"
+    for exe in (os.path.realpath(sys.executable), f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
+        r = subprocess.run(["env", env, exe, "-c", "import dali_source, numpy, msgpack"], user=uid, group=gid, extra_groups=[],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return ["env", env, exe]
+    pytest.skip(f"no Python {sys.version_info.major}.{sys.version_info.minor} that uid {uid} can run with {site}")
+
+
+@pytest.fixture()
+def shared_tree():
+    if os.geteuid() != 0:
+        pytest.skip("needs root: runs a client as the user nobody")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody on this machine")
+    base = Path(tempfile.mkdtemp(prefix="nvfeed-access-"))  # /tmp: searchable by everyone
+    base.chmod(0o755)
+    yield base, nobody
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _map(root: Path) -> Path:
+    out = root.parent / f"{root.name}.bmap"
+    r = subprocess.run([str(BIN / "mkbmap"), "--mountpoint", str(root), "-o", str(out)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"mkbmap refused {root.parent}'s filesystem: {r.stderr.strip()}")
+    return out
+
+
+def test_permissions_are_the_access_policy(shared_tree) -> None:
+    base, nobody = shared_tree
+    ok, ok_hashes = _dataset(base, "ok")
+    secret, _ = _dataset(base, "secret")
+    (secret / "c1" / "3.jpg").chmod(0o600)  # root's own
+    locked, _ = _dataset(base, "locked")
+    (locked / "c0").chmod(0o700)  # a class directory others cannot search
+    maps = {n: _map(r) for n, r in (("ok", ok), ("secret", secret), ("locked", locked))}
+    sockdir = base / "run"
+    sockdir.mkdir()
+    sockdir.chmod(0o755)
+    args = [a for n, m in maps.items() for a in ("--dataset", f"{n}={m}")]
+    d = start_daemon(sockdir, maps["ok"], *args, "--socket-group", str(nobody.pw_gid))
+    try:
+        st = os.stat(d.socket)
+        assert stat.S_IMODE(st.st_mode) & 0o007 == 0, f"socket mode {oct(st.st_mode)}: others may connect"
+        assert st.st_gid == nobody.pw_gid
+        # nobody, a member of the socket's group.
+        py = _client_python(nobody.pw_uid, nobody.pw_gid)
+        r = subprocess.run([*py, "-c", CLIENT, d.socket, "train", "ok", "secret", "locked"],
+                           user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["ok"] == ok_hashes, "a readable dataset was not read byte-exact"
+        assert "HTTP 403" in got["secret"] and "dataset secret" in got["secret"] and "secret/c1/3.jpg" in got["secret"], got["secret"]
+        assert "HTTP 403" in got["locked"] and "dataset locked" in got["locked"] and "locked/c0" in got["locked"], got["locked"]
+        # root reads both.
+        for name in ("secret", "locked"):
+            with LoaderSource(name, socket=d.socket, batch_size=2) as src:
+                assert sum(len(b) for b, _ in src) == 6
+        # Loosening the file is seen (the cached verdict is dropped).
+        (secret / "c1" / "3.jpg").chmod(0o644)
+        time.sleep(0.05)
+        r = subprocess.run([*py, "-c", CLIENT, d.socket, "secret"],
+                           user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], capture_output=True, text=True, timeout=120)
+        assert isinstance(json.loads(r.stdout)["secret"], list), r.stdout
+    finally:
+        assert stop_daemon(d) == 0
+
+
+def _get(port: int, path: str, token: str | None) -> int:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+    return c.getresponse().status
+
+
+def test_tcp_needs_the_token(dataset, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([str(BIN / "loaderd"), "serve", "--socket", str(tmp_path / "x.sock"), "--dataset", f"train={dataset.bmap}",
+                        "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "--tcp-token" in r.stderr, "TCP without a token must be refused"
+    tok = tmp_path / "token"
+    tok.write_text("s3cret-token\n")
+    d = start_daemon(tmp_path, dataset.bmap, "--listen", f"127.0.0.1:{port}", "--tcp-token", str(tok))
+    try:
+        for _ in range(100):
+            try:
+                assert _get(port, "/healthz", None) == 401
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+        assert _get(port, "/v1/backends", "wrong") == 401
+        assert _get(port, "/v1/backends", "s3cret-token") == 200
+        assert _get(port, "/healthz", "s3cret-token") == 200
+    finally:
+        assert stop_daemon(d) == 0
