@@ -2,6 +2,7 @@ package bmap_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -192,6 +193,30 @@ func testXNVMe(t *testing.T, fs *testfs.FS, old *bmap.Map) {
 	if !strings.Contains(b.String(), prefix) {
 		t.Errorf("xnvme keys lack the root prefix %s", prefix)
 	}
+	// Every entry is what the example's generator reports (xfs_bmap's
+	// first extent on xfs; the FIEMAP extent in whole blocks on ext4), and
+	// a whole number of its 8-sector reads.
+	var entries map[string]struct{ Startblock, Endblock uint64 }
+	if err := json.Unmarshal([]byte(b.String()), &entries); err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]*bmap.Sample{}
+	for i := range m.Samples {
+		byKey["train/"+m.Samples[i].Path] = &m.Samples[i]
+	}
+	for k, e := range entries {
+		if n := e.Endblock - e.Startblock + 1; n%8 != 0 {
+			t.Errorf("%s: %d sectors, not a multiple of 8: the example's reader refuses it", k, n)
+		}
+		s := byKey[k]
+		want := [2]uint64{s.Extents[0].Physical / 512, (s.Extents[0].Physical+s.Extents[0].Length)/512 - 1}
+		if fs.Type == "xfs" {
+			want = xfsBmapFirst(t, filepath.Join(m.Root, s.Path))
+		}
+		if [2]uint64{e.Startblock, e.Endblock} != want {
+			t.Errorf("%s: [%d..%d], the example's generator says %v", k, e.Startblock, e.Endblock, want)
+		}
+	}
 	_, rep, err := bmap.ImportXNVMe(context.Background(), []byte(b.String()), old.Root, bmap.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +233,22 @@ func testXNVMe(t *testing.T, fs *testfs.FS, old *bmap.Map) {
 	if rep.Mismatched != n || m2.Stats().FSOnlyReason[bmap.Mismatch] != n {
 		t.Errorf("tampered import: %+v, want %d mismatched and marked", rep, n)
 	}
+}
+
+// xfsBmapFirst returns the 512-byte block range of a file's first extent
+// as xfs_bmap prints it ("0: [0..7]: 96..103").
+func xfsBmapFirst(t *testing.T, path string) [2]uint64 {
+	out, err := testfs.Command("xfs_bmap", path)
+	if err != nil {
+		t.Fatalf("xfs_bmap %s: %v: %s", path, err, out)
+	}
+	m := regexp.MustCompile(`(?m)^\s*0: \[\d+\.\.\d+\]: (\d+)\.\.(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("xfs_bmap %s: no first extent in %q", path, out)
+	}
+	a, _ := strconv.ParseUint(m[1], 10, 64)
+	b, _ := strconv.ParseUint(m[2], 10, 64)
+	return [2]uint64{a, b}
 }
 
 func TestRefusedFilesystems(t *testing.T) {

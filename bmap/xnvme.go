@@ -15,10 +15,21 @@ import (
 // "<root base name>/<class>/<file>" to {"startblock": s, "endblock": e}, an
 // inclusive range of 512-byte blocks on the whole disk. It can only express
 // one extent per file, so it holds only the samples xnvmeRange accepts.
+//
+// The range is what the example's own generator (get_extent_info.py, from
+// xfs_bmap) gives: the file's first extent in whole filesystem blocks, not
+// trimmed to the file's size. The example's reader issues commands of 8
+// sectors (NLB=7) and refuses a range that is not a multiple of them, and it
+// trims nothing: DALI gets block-padded buffers from it.
+
+// xnvmeSectors is the granularity of the example's reads: 8 sectors.
+const xnvmeSectors = 8
 
 // xnvmeRange returns the inclusive 512-byte block range on the whole disk
-// that holds s, and false if s cannot be expressed as one range: not raw,
-// empty, several extents, a hole, or an unwritten (zero-reading) extent.
+// of s's extent, and false if s cannot be expressed as one range the
+// example can read: not raw, empty, several extents, a hole, an unwritten
+// (zero-reading) extent, or (filesystem blocks under 4 KiB) an extent that
+// is not a whole number of the example's 8-sector reads.
 func xnvmeRange(s *Sample, partStart uint64) (start, end uint64, ok bool) {
 	if s.Reason != Raw || s.Size <= 0 {
 		return 0, 0, false
@@ -36,9 +47,12 @@ func xnvmeRange(s *Sample, partStart uint64) (start, end uint64, ok bool) {
 	if e.Logical != 0 || e.Length < uint64(s.Size) || e.Flags&extentinfo.FlagUnwritten != 0 {
 		return 0, 0, false
 	}
+	sectors := e.Length / 512
+	if e.Length%512 != 0 || sectors%xnvmeSectors != 0 {
+		return 0, 0, false
+	}
 	start = (partStart + e.Physical) / 512
-	end = start + (uint64(s.Size)+511)/512 - 1
-	return start, end, true
+	return start, start + sectors - 1, true
 }
 
 type xnvmeEntry struct {
@@ -110,13 +124,11 @@ func ImportXNVMe(ctx context.Context, b []byte, root string, o BuildOptions) (*M
 			continue
 		}
 		start, end, fits := xnvmeRange(s, m.Device.PartitionStart)
-		// The example's maps may round the end up to the extent's last
-		// block; anything else disagrees.
-		extEnd := uint64(0)
-		if fits {
-			extEnd = start + s.Extents[0].Length/512 - 1
-		}
-		if fits && *e.Startblock == start && *e.Endblock >= end && *e.Endblock <= extEnd {
+		// Older exports ended at the last sector holding data; the
+		// example's generator ends at the extent's last block. Anything
+		// between is this extent; anything else disagrees.
+		dataEnd := start + (uint64(s.Size)+511)/512 - 1
+		if fits && *e.Startblock == start && *e.Endblock >= dataEnd && *e.Endblock <= end {
 			rep.Matched++
 		} else {
 			rep.Mismatched++
