@@ -81,6 +81,7 @@ type Loader struct {
 
 	ctx     context.Context
 	cancel  context.CancelFunc
+	pcancel context.CancelFunc // stops the current producer (Seek starts another)
 	wg      sync.WaitGroup
 	free    chan int
 	ready   chan *Batch
@@ -203,7 +204,6 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	}
 	l.mem = ring
 	l.free = make(chan int, o.Slots)
-	l.ready = make(chan *Batch, o.PrefetchQueueDepth)
 	slotSize := l.mem.Handle().SlotSize
 	for i := 0; i < o.Slots; i++ {
 		l.batches = append(l.batches, &Batch{Slot: i, l: l,
@@ -218,9 +218,34 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		l.pendingEOF = true
 		startEpoch, startBatch = startEpoch+1, 0
 	}
-	l.wg.Add(1)
-	go l.produce(startEpoch, startBatch)
+	l.start(startEpoch, startBatch)
 	return l, nil
+}
+
+// start runs a producer from (epoch, batch) with a fresh ready queue.
+func (l *Loader) start(epoch, batch int) {
+	ctx, cancel := context.WithCancel(l.ctx)
+	l.pcancel = cancel
+	l.ready = make(chan *Batch, l.opts.PrefetchQueueDepth)
+	l.wg.Add(1)
+	go l.produce(ctx, l.ready, epoch, batch)
+}
+
+// stop ends the current producer and takes back the slots of every batch
+// it made that the consumer has not taken: their reads are waited for
+// (they write into the slots) and their bytes dropped.
+func (l *Loader) stop() {
+	l.pcancel()
+	l.wg.Wait()
+	for b := range l.ready {
+		<-b.done
+		l.free <- b.Slot
+	}
+	if b := l.waiting; b != nil {
+		<-b.done
+		l.free <- b.Slot
+		l.waiting = nil
+	}
 }
 
 func checkState(st *State, smp Sampling) error {
@@ -252,11 +277,12 @@ func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	return max(sum, backend.Align)
 }
 
-// produce plans batches in order and starts their reads, staying at most
-// PrefetchQueueDepth batches ahead of the consumer.
-func (l *Loader) produce(epoch, batch int) {
+// produce plans batches in order from (epoch, batch) and starts their
+// reads, staying at most PrefetchQueueDepth batches ahead of the consumer,
+// until ctx ends.
+func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch int) {
 	defer l.wg.Done()
-	defer close(l.ready)
+	defer close(ready)
 	var order, perm []int32
 	bs := l.smp.BatchSize
 	for {
@@ -266,24 +292,25 @@ func (l *Loader) produce(epoch, batch int) {
 			var slot int
 			select {
 			case slot = <-l.free:
-			case <-l.ctx.Done():
+			case <-ctx.Done():
 				return
 			}
 			b := l.batches[slot]
 			l.plan(b, epoch, batch, order[batch*bs:min((batch+1)*bs, len(order))])
 			go func() {
 				b.readStart = time.Now()
-				b.err = l.backend.ReadBatch(l.ctx, b.reqs)
+				b.err = l.backend.ReadBatch(ctx, b.reqs)
 				if b.err == nil {
-					b.err = l.mem.Publish(l.ctx, b.Slot, b.used)
+					b.err = l.mem.Publish(ctx, b.Slot, b.used)
 				}
 				b.readEnd = time.Now()
 				close(b.done)
 			}()
 			select {
-			case l.ready <- b:
-			case <-l.ctx.Done():
+			case ready <- b:
+			case <-ctx.Done():
 				<-b.done
+				l.free <- slot
 				return
 			}
 		}
@@ -387,6 +414,45 @@ func (l *Loader) markFailed(b *Batch) bool {
 	return len(b.Errors) > 0
 }
 
+// NextAt returns batch iteration of epoch (what DALI's BatchInfo names),
+// or io.EOF when the epoch has no such batch; the following Next calls go
+// on from there. Asking for the batch Next would return costs nothing
+// more than Next; any other position discards the batches read ahead and
+// starts reading there (the sequence is a pure function of the epoch, so
+// this is a seek, not a replay).
+func (l *Loader) NextAt(ctx context.Context, epoch, iteration int) (*Batch, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	if epoch < 0 || iteration < 0 {
+		return nil, fmt.Errorf("%w: epoch %d iteration %d: negative", ErrOptions, epoch, iteration)
+	}
+	if iteration >= l.smp.EpochBatches(epoch) {
+		l.seek(epoch+1, 0)
+		return nil, io.EOF
+	}
+	l.seek(epoch, iteration)
+	return l.Next(ctx)
+}
+
+// seek makes (epoch, batch) the next batch Next returns.
+func (l *Loader) seek(epoch, batch int) {
+	ne, nb := l.epoch, l.next // what Next returns next
+	if l.pendingEOF {
+		ne, nb = ne+1, 0
+	}
+	if l.waiting != nil {
+		ne, nb = l.waiting.Epoch, l.waiting.Iteration
+	}
+	l.pendingEOF = false
+	l.epoch, l.next = epoch, batch
+	if ne == epoch && nb == batch {
+		return
+	}
+	l.stop()
+	l.start(epoch, batch)
+}
+
 // State returns the position of the next batch Next will return.
 func (l *Loader) State() State {
 	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
@@ -411,12 +477,6 @@ func (l *Loader) Close() error {
 		return nil
 	}
 	l.cancel()
-	l.wg.Wait()
-	for b := range l.ready { // drain: wait for reads started before the cancel
-		<-b.done
-	}
-	if l.waiting != nil {
-		<-l.waiting.done
-	}
+	l.stop() // waits for reads started before the cancel
 	return errors.Join(l.backend.Close(), l.mem.Close())
 }

@@ -61,9 +61,13 @@ type NextResponse struct {
 	Errors       []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
 }
 
-// NextRequest may carry slots to release first, saving a round trip.
+// NextRequest may carry slots to release first, saving a round trip, and
+// may name the batch wanted (epoch and iteration, both or neither: DALI's
+// BatchInfo); without them the session's next batch comes.
 type NextRequest struct {
-	Release []int `msgpack:"release"`
+	Release   []int `msgpack:"release"`
+	Epoch     *int  `msgpack:"epoch"`
+	Iteration *int  `msgpack:"iteration"`
 }
 
 // ReleaseRequest gives a batch's slot back.

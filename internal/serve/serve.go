@@ -204,7 +204,15 @@ func (s *Server) next(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	d, err := s.mgr.Next(r.Context(), caller(r), chi.URLParam(r, "id"), req.Release)
+	var at *session.Position
+	switch {
+	case req.Epoch != nil && req.Iteration != nil:
+		at = &session.Position{Epoch: *req.Epoch, Iteration: *req.Iteration}
+	case req.Epoch != nil || req.Iteration != nil:
+		fail(w, fmt.Errorf("%w: give both epoch and iteration, or neither", session.ErrInvalid))
+		return
+	}
+	d, err := s.mgr.Next(r.Context(), caller(r), chi.URLParam(r, "id"), req.Release, at)
 	if err != nil {
 		fail(w, err)
 		return

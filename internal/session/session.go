@@ -345,9 +345,17 @@ func (m *Manager) with(c Caller, id string, fn func(*session) error) error {
 	return fn(ss)
 }
 
+// Position names a batch: its epoch and its iteration within the epoch,
+// as DALI's BatchInfo does.
+type Position struct {
+	Epoch, Iteration int
+}
+
 // Next releases the given slots, then returns the session's next batch
-// (waiting for its reads) or the end of the epoch.
-func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int) (Delivery, error) {
+// (waiting for its reads) or the end of the epoch. With at, it returns
+// that batch instead (the end of the epoch when it has no such batch), and
+// the session goes on from there.
+func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int, at *Position) (Delivery, error) {
 	var d Delivery
 	err := m.with(c, id, func(ss *session) error {
 		for _, slot := range release {
@@ -358,11 +366,20 @@ func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int) 
 		if len(ss.held) >= ss.slots {
 			return fmt.Errorf("%w: all %d batch slots of session %s are held: release batches before asking for more", ErrBusy, ss.slots, ss.id)
 		}
-		b, err := ss.l.Next(ctx)
+		var b *loader.Batch
+		var err error
+		if at != nil {
+			b, err = ss.l.NextAt(ctx, at.Epoch, at.Iteration)
+		} else {
+			b, err = ss.l.Next(ctx)
+		}
 		if errors.Is(err, io.EOF) {
 			st := ss.l.State()
 			d = Delivery{EndOfEpoch: true, Epoch: st.Epoch, EpochBatches: ss.l.Sampling().EpochBatches(st.Epoch)}
 			return nil
+		}
+		if errors.Is(err, loader.ErrOptions) {
+			return fmt.Errorf("%w: session %s: %w", ErrInvalid, ss.id, err)
 		}
 		if err != nil {
 			m.metrics.errors.WithLabelValues(ss.dataset, ss.backend, ss.id).Inc()

@@ -167,6 +167,21 @@ class LoaderSource:
         return self
 
     def __next__(self) -> tuple[list[np.ndarray], np.ndarray]:
+        return self._fetch(None)
+
+    def batch(self, info: Any) -> tuple[list[np.ndarray], np.ndarray]:
+        """Batch ``info.iteration`` of epoch ``info.epoch_idx``: for
+        ``fn.external_source(source=src.batch, batch=True, batch_info=True)``,
+        which gives DALI's ``BatchInfo``. Raises ``StopIteration`` past the
+        epoch's last batch. As the batch is a pure function of (epoch,
+        iteration), a pipeline built with ``enable_checkpointing=True``
+        resumes exactly from ``pipe.checkpoint()``: DALI asks again for the
+        batches it had prefetched. Asking in order costs no extra read.
+        (Pass the bound method: DALI iterates any iterable source and ignores
+        ``batch_info`` for it.)"""
+        return self._fetch((int(info.epoch_idx), int(info.iteration)))
+
+    def _fetch(self, at: Optional[tuple[int, int]]) -> tuple[list[np.ndarray], np.ndarray]:
         if self._id is None:
             raise LoaderError("LoaderSource is closed")
         # Batches with release_after later batches delivered go back to the
@@ -174,7 +189,12 @@ class LoaderSource:
         release, self._give_back = self._give_back, []
         while len(self._held) > self._release_after:
             release.append(self._held.popleft())
-        r = cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", {"release": release} if release else None))
+        body: dict[str, Any] = {}
+        if release:
+            body["release"] = release
+        if at is not None:
+            body["epoch"], body["iteration"] = at
+        r = cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", body or None))
         if r["end_of_epoch"]:
             self._epoch_batches = r["epoch_batches"]
             raise StopIteration
@@ -184,14 +204,15 @@ class LoaderSource:
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
         self._held.append(r["slot"])
         buf = self._buf
-        keep = [i for i in range(len(r["offsets"])) if i not in set(failed)] if failed else range(len(r["offsets"]))
+        bad = set(failed)
+        keep = [i for i in range(len(r["offsets"])) if i not in bad]
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
         samples = [buf[offsets[i]:offsets[i] + lengths[i]] for i in keep]
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
         if failed:
             self.skipped_samples += len(failed)
             warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
-                          "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=2)
+                          "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
         return samples, labels
 
     def __len__(self) -> int:
@@ -200,8 +221,11 @@ class LoaderSource:
 
     def state(self) -> State:
         """The position of the next batch this source will produce; pass it
-        as ``state=`` to resume. Under DALI that is ahead of the training
-        loop by the batches DALI prefetched."""
+        as ``state=`` to resume the iterator form. Under DALI that is ahead of
+        the training loop by the batches DALI prefetched
+        (``prefetch_queue_depth``): resuming from it skips them. For exact
+        resume under DALI use ``source=src.batch, batch_info=True`` with
+        ``enable_checkpointing=True`` and ``pipe.checkpoint()``."""
         return cast(State, self._call("GET", f"/v1/sessions/{self._id}/state"))
 
     def close(self) -> None:
