@@ -9,7 +9,6 @@
 package bmap
 
 import (
-	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -82,10 +81,6 @@ type Map struct {
 	Classes []string          // class directory names; label i is Classes[i]
 	Samples []Sample          // in DALI order: by class, then by file name
 }
-
-// ErrCorrupt is returned (wrapped) when a map file cannot be decoded or
-// fails validation.
-var ErrCorrupt = errors.New("corrupt block map")
 
 // Validate checks the map's internal consistency: labels in range, paths
 // relative, clean and inside their class, extents sorted, non-overlapping and

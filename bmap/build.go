@@ -2,7 +2,6 @@ package bmap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -95,10 +94,6 @@ func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, t
 	}
 	return nil
 }
-
-// errNotRegular is returned for a sample whose symlink leads to something
-// other than a regular file.
-var errNotRegular = errors.New("not a regular file")
 
 func mapOne(rootFd int, devNum uint64, mp *extentinfo.Mapper, s *Sample) error {
 	// O_NONBLOCK: a symlink to a FIFO must not hang the build.

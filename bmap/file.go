@@ -2,7 +2,6 @@ package bmap
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -73,11 +72,6 @@ func WriteFile(path string, m *Map, f Format) (left int, err error) {
 	}
 	return left, nil
 }
-
-// ErrXNVMe is returned (wrapped) by Decode and Load for a map in the xNVMe
-// format, which can only be used together with its dataset root: see
-// ImportXNVMe.
-var ErrXNVMe = errors.New("map is in xnvme-json format: import it with its mountpoint")
 
 // Decode decodes a map in the binary or JSON format, detected from its
 // first bytes.

@@ -1,17 +1,12 @@
 package bmap
 
 import (
-	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/extentinfo"
 )
-
-// ErrStale is returned (wrapped) when the live filesystem or file no longer
-// matches the map: its extents must not be trusted.
-var ErrStale = errors.New("stale block map")
 
 // Checker compares a map with the live filesystem. Create it with
 // NewChecker; it is safe for concurrent use.

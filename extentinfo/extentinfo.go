@@ -12,7 +12,6 @@
 package extentinfo
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -68,11 +67,3 @@ type Extent struct {
 	Length   uint64 // length of the extent; may run past the end of the file
 	Flags    uint32 // raw FIEMAP_EXTENT_* bits
 }
-
-// ErrUnsupportedFS is returned (wrapped) for filesystems whose FIEMAP
-// addresses are not offsets on a block device, or that have no block device.
-var ErrUnsupportedFS = errors.New("filesystem not supported for raw block access")
-
-// ErrNoFiemap is returned (wrapped) when the filesystem does not implement
-// the FIEMAP ioctl.
-var ErrNoFiemap = errors.New("FIEMAP not supported")

@@ -311,5 +311,9 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults})
-	return srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
+	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
+	if errors.Is(err, serve.ErrNoToken) {
+		return fmt.Errorf("%w: give --tcp-token FILE with --listen", err)
+	}
+	return err
 }

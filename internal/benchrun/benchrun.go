@@ -48,7 +48,7 @@ type Result struct {
 // Run starts a loader on m with lo and consumes batches per o.
 func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result, error) {
 	if o.Batches < 0 || o.Epochs < 0 {
-		return Result{}, fmt.Errorf("%w: negative --batches or --epochs", loader.ErrOptions)
+		return Result{}, fmt.Errorf("%w: negative batches (%d) or epochs (%d)", loader.ErrOptions, o.Batches, o.Epochs)
 	}
 	if o.Batches == 0 && o.Epochs == 0 {
 		o.Epochs = 1

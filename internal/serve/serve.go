@@ -280,10 +280,10 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 	if l.TCP != "" {
 		host, _, err := net.SplitHostPort(l.TCP)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			return fmt.Errorf("serve: --listen %q: only loopback addresses (127.0.0.1:PORT, [::1]:PORT)", l.TCP)
+			return fmt.Errorf("serve: TCP address %q: only loopback addresses (127.0.0.1:PORT, [::1]:PORT)", l.TCP)
 		}
 		if l.Token == "" {
-			return fmt.Errorf("serve: --listen %s: a TCP client's user cannot be known, so TCP needs a bearer token (--tcp-token FILE)", l.TCP)
+			return fmt.Errorf("serve: TCP address %s: %w", l.TCP, ErrNoToken)
 		}
 	}
 	if err := removeStaleSocket(l.Socket); err != nil {

@@ -6,7 +6,6 @@
 package uring
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -82,10 +81,6 @@ type Ring struct {
 	pendingSubmit  uint32
 	localTail      uint32
 }
-
-// ErrUnsupported is returned (wrapped) when the kernel or a seccomp policy
-// (Docker's default profile) refuses io_uring.
-var ErrUnsupported = errors.New("io_uring not available")
 
 // New sets up a ring with room for entries submissions.
 func New(entries uint32) (*Ring, error) {

@@ -77,11 +77,11 @@ func newEngine(kind string, fd, qd int, trace *tracer, faults *backend.Faults) (
 
 // tracer writes every device read, in issue order, as a fio iolog (v2)
 // line, so fio can replay exactly the loader's reads.
+// A write error is kept by the bufio.Writer and returned by close.
 type tracer struct {
 	mu  sync.Mutex
 	w   *bufio.Writer
 	dev string
-	err error
 }
 
 func newTracer(w io.Writer, dev string) *tracer {

@@ -1,0 +1,20 @@
+package bmap
+
+import "errors"
+
+// ErrStale is returned (wrapped) when the live filesystem or file no longer
+// matches the map: its extents must not be trusted.
+var ErrStale = errors.New("stale block map")
+
+// ErrXNVMe is returned (wrapped) by Decode and Load for a map in the xNVMe
+// format, which can only be used together with its dataset root: see
+// ImportXNVMe.
+var ErrXNVMe = errors.New("map is in xnvme-json format: import it with its mountpoint")
+
+// ErrCorrupt is returned (wrapped) when a map file cannot be decoded or
+// fails validation.
+var ErrCorrupt = errors.New("corrupt block map")
+
+// errNotRegular is returned for a sample whose symlink leads to something
+// other than a regular file.
+var errNotRegular = errors.New("not a regular file")

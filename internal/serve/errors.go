@@ -1,0 +1,7 @@
+package serve
+
+import "errors"
+
+// ErrNoToken is returned by Run for a TCP listener without a token: a TCP
+// client's user cannot be known, so only a bearer token can guard it.
+var ErrNoToken = errors.New("a TCP listener needs a bearer token")

@@ -1,0 +1,7 @@
+package uring
+
+import "errors"
+
+// ErrUnsupported is returned (wrapped) when the kernel or a seccomp policy
+// (Docker's default profile) refuses io_uring.
+var ErrUnsupported = errors.New("io_uring not available")
