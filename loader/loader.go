@@ -24,6 +24,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/fresh"
 )
 
 // DefaultPrefetchQueueDepth is the batches read ahead when
@@ -52,6 +53,9 @@ type Options struct {
 	Logger         *slog.Logger    // default slog.Default()
 	Trace          io.Writer       // raw backends write every device read here as a fio iolog (v2)
 	Faults         *backend.Faults // tests: inject read faults
+	// Guard is the map's freshness state shared by several loaders (the
+	// daemon keeps one per dataset); nil: raw backends make their own.
+	Guard *fresh.Guard
 }
 
 // StateVersion is the version of State's wire form; a state of another
@@ -191,7 +195,7 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if l.params, err = spec.Resolve(o.BackendOptions); err != nil {
 		return nil, err
 	}
-	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults}); err != nil {
+	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard}); err != nil {
 		return nil, err
 	}
 	ring, err := NewRing(o.Slots, SlotBytes(m, o.BatchSize), o.ShmDir)

@@ -25,7 +25,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/raw"
+	"github.com/nvfeed/nvfeed/loader/fresh"
 )
 
 // Limits on what one session may ask for.
@@ -105,8 +105,8 @@ type Manager struct {
 	metrics  *metrics
 	reg      *prometheus.Registry
 
+	guards   map[string]*fresh.Guard // per dataset, shared by its sessions; nil: none could be made
 	accessMu sync.Mutex
-	watchers map[string]*raw.Watcher // per dataset; nil entry: no watch, no cached verdicts
 	verdicts map[verdictKey]verdict
 }
 
@@ -135,7 +135,10 @@ type session struct {
 	closed               bool
 }
 
-// NewManager makes a manager.
+// NewManager makes a manager. For each dataset it checks the filesystem
+// and stats every raw sample once, then keeps that current with an inotify
+// watch (fresh.Guard), for all sessions: opening a session costs no pass
+// over the dataset.
 func NewManager(cfg Config) *Manager {
 	if cfg.ShmDir == "" {
 		cfg.ShmDir = "/dev/shm"
@@ -153,14 +156,19 @@ func NewManager(cfg Config) *Manager {
 		cfg.Logger = slog.Default()
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, reg: prometheus.NewRegistry(),
-		watchers: map[string]*raw.Watcher{}, verdicts: map[verdictKey]verdict{}}
+		guards: map[string]*fresh.Guard{}, verdicts: map[verdictKey]verdict{}}
 	m.metrics = newMetrics(m.reg, m)
 	for name, ds := range cfg.Datasets {
-		w, err := raw.NewWatcher(ds.Root, ds.Classes)
+		t0 := time.Now()
+		g, err := fresh.Open(ds, fresh.Watch, m.log)
 		if err != nil {
-			m.log.Warn("session: cannot watch the dataset: access is checked at every open", "dataset", name, "err", err)
+			m.log.Warn("session: dataset not checked at registration: raw sessions check it at open, access at every open",
+				"dataset", name, "err", err)
+			continue
 		}
-		m.watchers[name] = w
+		m.guards[name] = g
+		m.log.Info("session: dataset registered", "dataset", name, "samples", len(ds.Samples), "freshness", g.Method(),
+			"seconds", time.Since(t0).Seconds())
 	}
 	return m
 }
@@ -174,17 +182,17 @@ func (m *Manager) authorize(name string, ds *bmap.Map, c Caller) error {
 	err := checkAncestors(ds.Root, id)
 	if err == nil {
 		m.accessMu.Lock()
-		w := m.watchers[name]
+		g := m.guards[name]
 		var gen uint64
-		if w != nil {
-			w.Poll()
-			gen = w.Generation()
+		if g != nil {
+			g.Poll()
+			gen = g.Generation()
 		}
 		key := verdictKey{name, c.UID, c.GID}
 		v, ok := m.verdicts[key]
-		if !ok || w == nil || v.gen != gen {
+		if !ok || g == nil || v.gen != gen {
 			v = verdict{err: checkAccess(ds, id), gen: gen}
-			if w != nil {
+			if g != nil {
 				m.verdicts[key] = v
 			}
 		}
@@ -206,10 +214,8 @@ func (m *Manager) authorize(name string, ds *bmap.Map, c Caller) error {
 func (m *Manager) Stop() error {
 	m.CloseAll()
 	var errs []error
-	for _, w := range m.watchers {
-		if w != nil {
-			errs = append(errs, w.Close())
-		}
+	for _, g := range m.guards {
+		errs = append(errs, g.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -293,7 +299,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		BatchSize: p.BatchSize, ShardID: p.ShardID, NumShards: p.NumShards, RandomShuffle: p.RandomShuffle,
 		Seed: p.Seed, PadLastBatch: p.PadLastBatch, StickToShard: p.StickToShard,
 		PrefetchQueueDepth: prefetch, Slots: slots, Memory: loader.MemoryKind(p.Memory),
-		ShmDir: m.cfg.ShmDir, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State, Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults,
+		ShmDir: m.cfg.ShmDir, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State, Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.guards[p.Dataset],
 	})
 	if err != nil {
 		switch {

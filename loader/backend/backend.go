@@ -14,6 +14,7 @@ import (
 	"log/slog"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader/fresh"
 )
 
 // Align is the alignment of batch slots and of every sample inside a
@@ -53,12 +54,13 @@ type Backend interface {
 }
 
 // Env is what a backend gets from its host besides its options: the
-// logger, and for tests and benchmarks a trace of device reads and
-// injected faults.
+// logger, the map's freshness guard when the host shares one, and for
+// tests and benchmarks a trace of device reads and injected faults.
 type Env struct {
 	Logger *slog.Logger
-	Trace  io.Writer // if set, raw backends log every device read as a fio iolog (v2) line
-	Faults *Faults   // if set, reads consult it (tests)
+	Trace  io.Writer    // if set, raw backends log every device read as a fio iolog (v2) line
+	Faults *Faults      // if set, reads consult it (tests)
+	Guard  *fresh.Guard // the map's shared freshness state; nil: raw backends open their own
 }
 
 // Opener opens a backend over a map with resolved options.

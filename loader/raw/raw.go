@@ -27,6 +27,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/fresh"
 	"github.com/nvfeed/nvfeed/loader/fsread"
 )
 
@@ -36,16 +37,10 @@ const (
 	StaleFail     = "fail"     // fail it with an error wrapping bmap.ErrStale
 )
 
-// Freshness methods (option freshness). Both stat every sample when the
-// backend opens.
+// Freshness methods (option freshness): see package fresh.
 const (
-	// FreshWatch watches the class directories with inotify and stats a
-	// sample after its raw read only when its class saw a change or the
-	// file has other hard links: one poll per batch instead of a stat per
-	// sample, and as safe for changes made through the dataset's paths.
-	FreshWatch = "watch"
-	// FreshRead stats every raw sample after its read.
-	FreshRead = "read"
+	FreshWatch = fresh.Watch
+	FreshRead  = fresh.Read
 )
 
 // Engine names (option engine).
@@ -134,7 +129,8 @@ func BAMSpec() backend.Spec {
 type Backend struct {
 	name    string
 	m       *bmap.Map
-	ck      *bmap.Checker
+	guard   *fresh.Guard
+	ownG    bool // the guard is ours to close
 	dev     *os.File
 	cfg     Config
 	plan    planner
@@ -147,17 +143,14 @@ type Backend struct {
 	scMu      sync.Mutex
 	scratches []*scratch // free planning scratch, reused across batches
 
-	watch     *Watcher // nil with FreshRead
-	staleOpen bitset   // samples found changed at open
-	multiLink bitset   // samples with other hard links: always stat after reading
-
 	samples, raw, fsOnly, stale, errs, requests atomic.Int64
 }
 
 // Open opens m's block device read-only with O_DIRECT and starts the
-// engines. It checks that the filesystem mounted at the map's root is the
-// one mapped (bmap.ErrStale otherwise) and stats every raw sample. name is
-// how the backend reports itself.
+// engines. It uses env.Guard, the map's shared freshness state, or opens
+// its own (which checks that the filesystem mounted at the map's root is
+// the one mapped, bmap.ErrStale otherwise, and stats every raw sample).
+// name is how the backend reports itself.
 func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, error) {
 	if cfg.QueueDepth < 1 || cfg.Queues < 1 || cfg.RequestSize < backend.Align || cfg.RequestSize%backend.Align != 0 {
 		return nil, fmt.Errorf("%w: %s: queues %d, queue depth %d, request size %d", backend.ErrOptions, name, cfg.Queues, cfg.QueueDepth, cfg.RequestSize)
@@ -169,15 +162,25 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 	if log == nil {
 		log = slog.Default()
 	}
-	ck, err := m.NewChecker()
-	if err != nil {
-		return nil, fmt.Errorf("raw: %s: %w", name, err)
+	b := &Backend{name: name, m: m, guard: env.Guard, cfg: cfg, faults: env.Faults, log: log}
+	if b.guard == nil {
+		g, err := fresh.Open(m, cfg.Freshness, log)
+		if err != nil {
+			return nil, fmt.Errorf("raw: %s: %w", name, err)
+		}
+		b.guard, b.ownG = g, true
+	} else if b.guard.Map() != m {
+		return nil, fmt.Errorf("%w: %s: the freshness guard given is another map's", backend.ErrOptions, name)
 	}
-	b := &Backend{name: name, m: m, ck: ck, cfg: cfg, faults: env.Faults, log: log}
-	devPath := ck.Device().Path
+	if b.guard.Method() == FreshRead {
+		b.cfg.Freshness = FreshRead
+	}
+	devPath := b.guard.Device().Path
 	fd, err := unix.Open(devPath, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
-		ck.Close()
+		if b.ownG {
+			b.guard.Close()
+		}
 		return nil, fmt.Errorf("raw: %s: %w: open %s: %w (raw reads need read access to the device)", name, backend.ErrDevice, devPath, err)
 	}
 	b.dev = os.NewFile(uintptr(fd), devPath)
@@ -207,61 +210,10 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 			return nil, err
 		}
 	}
-	b.checkAtOpen()
 	log.Info("raw: backend ready", "backend", name, "device", devPath, "engine", b.engines[0].name(),
 		"queues", cfg.Queues, "queue_depth", cfg.QueueDepth, "freshness", cfg.Freshness)
 	return b, nil
 }
-
-// checkAtOpen starts the directory watch (FreshWatch), then stats every
-// raw sample: changed ones are never read raw, multi-link ones are
-// re-checked after every read.
-func (b *Backend) checkAtOpen() {
-	if b.cfg.Freshness == FreshWatch {
-		w, err := NewWatcher(b.m.Root, b.m.Classes)
-		if err != nil {
-			b.log.Warn("raw: cannot watch the dataset, checking every read instead", "err", err)
-			b.cfg.Freshness = FreshRead
-		} else {
-			b.watch = w
-		}
-	}
-	n := len(b.m.Samples)
-	b.staleOpen, b.multiLink = newBitset(n), newBitset(n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				lo := int(next.Add(256)) - 256
-				if lo >= n {
-					return
-				}
-				for i := lo; i < min(lo+256, n); i++ {
-					if b.m.Samples[i].Reason != bmap.Raw {
-						continue
-					}
-					nlink, err := b.ck.CheckLinks(i)
-					if err != nil {
-						b.staleOpen.set(i)
-					} else if nlink > 1 {
-						b.multiLink.set(i)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// bitset is a fixed set of sample indices, safe for concurrent set.
-type bitset []atomic.Uint64
-
-func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
-func (s bitset) set(i int)      { s[i/64].Or(1 << (i % 64)) }
-func (s bitset) has(i int) bool { return s[i/64].Load()&(1<<(i%64)) != 0 }
 
 // Name returns the name given to Open ("gds" or "bam").
 func (b *Backend) Name() string { return b.name }
@@ -292,8 +244,8 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 		switch {
 		case r.Sample.Reason != bmap.Raw:
 			fsIdx = append(fsIdx, i)
-		case b.staleOpen.has(r.Index):
-			b.onStale(r, b.ck.Check(r.Index))
+		case b.guard.ChangedAtOpen(r.Index):
+			b.onStale(r, b.guard.Check(r.Index))
 		default:
 			r.Err = b.plan.plan(i, r, sc)
 		}
@@ -354,16 +306,14 @@ func (b *Backend) onStale(r *backend.Request, cause error) {
 // the stale policy, counts, and returns the first error of the batch.
 func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request) error {
 	var first error
-	if b.watch != nil {
-		b.watch.Poll()
-	}
+	b.guard.Poll()
+	statAll := b.cfg.Freshness == FreshRead
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.staleOpen.has(r.Index) {
+		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.guard.ChangedAtOpen(r.Index) {
 			b.raw.Add(1)
-			needStat := b.watch == nil || b.multiLink.has(r.Index) || b.watch.Changed(r.Sample.Label)
-			if needStat {
-				if err := b.ck.Check(r.Index); err != nil {
+			if statAll || b.guard.NeedStat(r.Index) {
+				if err := b.guard.Check(r.Index); err != nil {
 					b.onStale(r, err)
 				}
 			}
@@ -436,14 +386,13 @@ func (b *Backend) Close() error {
 	if b.plan.cache != nil {
 		errs = append(errs, b.plan.cache.close())
 	}
-	if b.watch != nil {
-		errs = append(errs, b.watch.Close())
-	}
 	for _, sc := range b.scratches {
 		errs = append(errs, sc.free())
 	}
 	b.scratches = nil
-	errs = append(errs, b.ck.Close())
+	if b.ownG {
+		errs = append(errs, b.guard.Close())
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,4 +1,4 @@
-package raw
+package fresh
 
 import (
 	"encoding/binary"

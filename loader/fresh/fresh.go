@@ -1,0 +1,165 @@
+// Package fresh decides which samples of a block-mapped dataset may still
+// be read from their mapped extents. A file replaced, truncated or
+// rewritten since mapping may have given its blocks to another file: its
+// old extents must never be read.
+//
+// A Guard checks the filesystem's identity, stats every raw sample once
+// (changed ones are never read raw; ones with other hard links are always
+// re-checked), and watches the dataset's directories with inotify so that
+// after a read, a sample needs a stat only if its class saw a change. The
+// daemon keeps one Guard per dataset for all its sessions; a loader
+// without one makes its own.
+package fresh
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/extentinfo"
+)
+
+// Methods of catching changes after the stat pass.
+const (
+	// Watch watches the class directories with inotify and stats a sample
+	// after its raw read only when its class saw a change or the file has
+	// other hard links: one poll per batch instead of a stat per sample,
+	// and as safe for changes made through the dataset's paths.
+	Watch = "watch"
+	// Read stats every raw sample after its read.
+	Read = "read"
+)
+
+// Guard is a dataset's freshness state. Safe for concurrent use.
+type Guard struct {
+	m         *bmap.Map
+	ck        *bmap.Checker
+	watch     *Watcher // nil with Read
+	method    string
+	staleOpen bitset // samples found changed by the stat pass
+	multiLink bitset // samples with other hard links: always stat after reading
+	readGen   atomic.Uint64
+}
+
+// Open checks that the filesystem mounted at m's root is the one mapped
+// (bmap.ErrStale otherwise), starts the watch (method Watch; if inotify
+// refuses, the guard falls back to Read and logs why), then stats every
+// raw sample.
+func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
+	if method != Watch && method != Read {
+		return nil, fmt.Errorf("fresh: method %q (want %s or %s)", method, Watch, Read)
+	}
+	ck, err := m.NewChecker()
+	if err != nil {
+		return nil, err
+	}
+	g := &Guard{m: m, ck: ck, method: method}
+	if method == Watch {
+		w, err := NewWatcher(m.Root, m.Classes)
+		if err != nil {
+			if log == nil {
+				log = slog.Default()
+			}
+			log.Warn("fresh: cannot watch the dataset, checking every read instead", "root", m.Root, "err", err)
+			g.method = Read
+		} else {
+			g.watch = w
+		}
+	}
+	g.statAll()
+	return g, nil
+}
+
+// statAll stats every raw sample with 8 goroutines.
+func (g *Guard) statAll() {
+	n := len(g.m.Samples)
+	g.staleOpen, g.multiLink = newBitset(n), newBitset(n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(256)) - 256
+				if lo >= n {
+					return
+				}
+				for i := lo; i < min(lo+256, n); i++ {
+					if g.m.Samples[i].Reason != bmap.Raw {
+						continue
+					}
+					nlink, err := g.ck.CheckLinks(i)
+					if err != nil {
+						g.staleOpen.set(i)
+					} else if nlink > 1 {
+						g.multiLink.set(i)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Map returns the guarded map.
+func (g *Guard) Map() *bmap.Map { return g.m }
+
+// Device returns the filesystem's block device.
+func (g *Guard) Device() extentinfo.Device { return g.ck.Device() }
+
+// Method returns Watch or Read (Read when the watch could not start).
+func (g *Guard) Method() string { return g.method }
+
+// ChangedAtOpen reports whether sample i was found changed by the stat
+// pass: it must not be read raw.
+func (g *Guard) ChangedAtOpen(i int) bool { return g.staleOpen.has(i) }
+
+// Check stats sample i now; the error wraps bmap.ErrStale if it changed.
+func (g *Guard) Check(i int) error { return g.ck.Check(i) }
+
+// Poll takes in the changes the watch has seen; call it after a batch's
+// raw reads complete and before NeedStat.
+func (g *Guard) Poll() {
+	if g.watch != nil {
+		g.watch.Poll()
+	}
+}
+
+// NeedStat reports whether sample i, read raw, must be stat'ed before its
+// bytes are trusted: always with Read; with Watch when its class changed
+// since the watch began or it has other hard links.
+func (g *Guard) NeedStat(i int) bool {
+	return g.watch == nil || g.multiLink.has(i) || g.watch.Changed(g.m.Samples[i].Label)
+}
+
+// Generation moves whenever the watch sees a change (after Poll); with
+// Read it moves at every call. What was judged of the dataset's files at
+// one generation holds while it stays the same.
+func (g *Guard) Generation() uint64 {
+	if g.watch == nil {
+		return g.readGen.Add(1)
+	}
+	return g.watch.Generation()
+}
+
+// Close stops the watch and releases the root.
+func (g *Guard) Close() error {
+	var err error
+	if g.watch != nil {
+		err = g.watch.Close()
+	}
+	if cerr := g.ck.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// bitset is a fixed set of sample indices, safe for concurrent set.
+type bitset []atomic.Uint64
+
+func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
+func (s bitset) set(i int)      { s[i/64].Or(1 << (i % 64)) }
+func (s bitset) has(i int) bool { return s[i/64].Load()&(1<<(i%64)) != 0 }
