@@ -91,7 +91,9 @@ type Loader struct {
 	ready   chan *Batch
 	batches []*Batch // one per slot
 
-	// Consumer position.
+	// Consumer position; posMu guards epoch and next for State, which
+	// may be called from any goroutine.
+	posMu       sync.Mutex
 	epoch, next int
 	pendingEOF  bool
 	waiting     *Batch // taken from ready but not complete when Next's ctx ended
@@ -358,7 +360,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	}
 	if l.pendingEOF {
 		l.pendingEOF = false
-		l.epoch, l.next = l.epoch+1, 0
+		l.setPos(l.epoch+1, 0)
 		return nil, io.EOF
 	}
 	b := l.waiting
@@ -379,7 +381,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		l.waiting = b
 		return nil, ctx.Err()
 	}
-	l.epoch, l.next = b.Epoch, b.Iteration+1
+	l.setPos(b.Epoch, b.Iteration+1)
 	if l.next >= l.smp.EpochBatches(l.epoch) {
 		l.pendingEOF = true
 	}
@@ -449,7 +451,7 @@ func (l *Loader) seek(epoch, batch int) {
 		ne, nb = l.waiting.Epoch, l.waiting.Iteration
 	}
 	l.pendingEOF = false
-	l.epoch, l.next = epoch, batch
+	l.setPos(epoch, batch)
 	if ne == epoch && nb == batch {
 		return
 	}
@@ -457,8 +459,18 @@ func (l *Loader) seek(epoch, batch int) {
 	l.start(epoch, batch)
 }
 
-// State returns the position of the next batch Next will return.
+// setPos sets the consumer position.
+func (l *Loader) setPos(epoch, next int) {
+	l.posMu.Lock()
+	l.epoch, l.next = epoch, next
+	l.posMu.Unlock()
+}
+
+// State returns the position of the next batch Next will return. It may
+// be called from any goroutine.
 func (l *Loader) State() State {
+	l.posMu.Lock()
+	defer l.posMu.Unlock()
 	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
 }
 

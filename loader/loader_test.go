@@ -461,3 +461,35 @@ func TestNextAt(t *testing.T) {
 	}
 	held.Release()
 }
+
+// TestReadsOverlapBatchBoundaries: the reads of batch n+1 start before
+// batch n's have completed (one stalled sample holds up only its batch).
+func TestReadsOverlapBatchBoundaries(t *testing.T) {
+	m := makeDataset(t, 64, 2, 3000)
+	slow := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[1].Path, Stall: 300 * time.Millisecond})
+	l, err := New(context.Background(), m, Options{BatchSize: 8, PrefetchQueueDepth: 3, Faults: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var bs []*Batch
+	for i := 0; i < 3; i++ {
+		b, err := l.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, b)
+	}
+	if bs[0].ReadTime() < 300*time.Millisecond {
+		t.Fatalf("batch 0 took %s: the stall did not happen", bs[0].ReadTime())
+	}
+	for _, b := range bs[1:] {
+		if !b.readStart.Before(bs[0].readEnd) || !b.readEnd.Before(bs[0].readEnd) {
+			t.Errorf("batch %d read from %s to %s, batch 0 until %s: no overlap", b.Iteration,
+				b.readStart.Sub(bs[0].readStart), b.readEnd.Sub(bs[0].readStart), bs[0].readEnd.Sub(bs[0].readStart))
+		}
+	}
+	for _, b := range bs {
+		b.Release()
+	}
+}

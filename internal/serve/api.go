@@ -12,6 +12,7 @@ import (
 //	POST   /v1/sessions               OpenRequest  -> OpenResponse
 //	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
 //	POST   /v1/sessions/{id}/release  ReleaseRequest
+//	POST   /v1/sessions/{id}/stream   StreamRequest, with "Upgrade: nvfeed-stream" -> 101, then frames (see Stream)
 //	GET    /v1/sessions/{id}/state    -            -> loader.State
 //	DELETE /v1/sessions/{id}
 //	GET    /metrics (Prometheus text), GET /healthz
@@ -59,6 +60,36 @@ type NextResponse struct {
 	Indices      []int32  `msgpack:"indices"`
 	Failed       []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
 	Errors       []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
+	// In a stream only: the stream ended with this error (the last frame).
+	Error string `msgpack:"error,omitempty"`
+	// In a stream only: the answer to a stop; the releases are done (the last frame).
+	Stopped bool `msgpack:"stopped,omitempty"`
+}
+
+// StreamUpgrade is the Upgrade header value that starts a stream.
+const StreamUpgrade = "nvfeed-stream"
+
+// StreamRequest starts a stream, optionally at a position (epoch and
+// iteration, both or neither).
+//
+// A stream carries frames both ways on the upgraded connection: each is a
+// 4-byte big-endian length and that many bytes of msgpack. The daemon
+// sends a NextResponse per batch (or end of epoch) as soon as it is read,
+// bounded by the session's slots. The client sends StreamControl frames:
+// releases (no reply: no round trip per batch), or a stop naming the slots
+// it still holds, answered by a frame with stopped set once every other
+// delivered batch is released. When the connection closes without a stop,
+// every delivered batch is released.
+type StreamRequest struct {
+	Epoch     *int `msgpack:"epoch"`
+	Iteration *int `msgpack:"iteration"`
+}
+
+// StreamControl is a frame from the client in a stream.
+type StreamControl struct {
+	Release []int `msgpack:"release"` // slots given back
+	Stop    bool  `msgpack:"stop"`    // end the stream...
+	Keep    []int `msgpack:"keep"`    // ...keeping these slots held
 }
 
 // NextRequest may carry slots to release first, saving a round trip, and

@@ -111,6 +111,7 @@ func (s *Server) Handler() http.Handler {
 	r.Post("/v1/sessions", s.open)
 	r.Post("/v1/sessions/{id}/next", s.next)
 	r.Post("/v1/sessions/{id}/release", s.release)
+	r.Post("/v1/sessions/{id}/stream", s.stream)
 	r.Get("/v1/sessions/{id}/state", s.state)
 	r.Delete("/v1/sessions/{id}", s.close)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -217,8 +218,7 @@ func (s *Server) next(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeMsg(w, http.StatusOK, NextResponse{EndOfEpoch: d.EndOfEpoch, Epoch: d.Epoch, Iteration: d.Iteration, EpochBatches: d.EpochBatches,
-		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Failed: d.Failed, Errors: d.Errors})
+	writeMsg(w, http.StatusOK, toResponse(d))
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {

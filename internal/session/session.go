@@ -81,7 +81,7 @@ type Opened struct {
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices
-// are valid until the batch is released.
+// are its own.
 type Delivery struct {
 	EndOfEpoch   bool
 	Epoch        int
@@ -128,11 +128,17 @@ type session struct {
 	id, dataset, backend string
 	uid                  int // -1 when unknown
 	l                    *loader.Loader
-	mu                   sync.Mutex // one request at a time
-	held                 map[int]*loader.Batch
 	slots                int
 	lastUsed             atomic.Int64
-	closed               bool
+
+	mu     sync.Mutex // the consumer side: one Next, State, Close or stream step at a time
+	closed bool       // under mu
+
+	heldMu sync.Mutex
+	held   map[int]*loader.Batch // under heldMu: batches delivered and not released
+
+	streamMu   sync.Mutex
+	stopStream context.CancelFunc // under streamMu: set while a stream runs
 }
 
 // NewManager makes a manager. For each dataset it checks the filesystem
@@ -330,25 +336,43 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		Epoch: st.Epoch, EpochBatches: l.Sampling().EpochBatches(st.Epoch)}, nil
 }
 
-// with resolves a session, checks c owns it, and runs fn holding its lock.
-func (m *Manager) with(c Caller, id string, fn func(*session) error) error {
+// lookup resolves a session and checks c owns it.
+func (m *Manager) lookup(c Caller, id string) (*session, error) {
 	m.mu.Lock()
 	ss := m.sessions[id]
 	m.mu.Unlock()
 	if ss == nil {
-		return fmt.Errorf("%w: unknown session %q (closed, reaped after %s idle, or never opened)", ErrNotFound, id, m.cfg.SessionTimeout)
+		return nil, fmt.Errorf("%w: unknown session %q (closed, reaped after %s idle, or never opened)", ErrNotFound, id, m.cfg.SessionTimeout)
 	}
 	if ss.uid >= 0 && c.UID != ss.uid {
-		return fmt.Errorf("%w: session %s belongs to another user", ErrForbidden, id)
+		return nil, fmt.Errorf("%w: session %s belongs to another user", ErrForbidden, id)
+	}
+	return ss, nil
+}
+
+// with resolves a session, checks c owns it, and runs fn holding its
+// consumer lock.
+func (m *Manager) with(c Caller, id string, fn func(*session) error) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
 		return fmt.Errorf("%w: unknown session %q (closed)", ErrNotFound, id)
 	}
-	ss.lastUsed.Store(time.Now().UnixNano())
-	defer ss.lastUsed.Store(time.Now().UnixNano())
+	ss.touch()
+	defer ss.touch()
 	return fn(ss)
+}
+
+func (ss *session) touch() { ss.lastUsed.Store(time.Now().UnixNano()) }
+
+// Check returns nil if the session exists and belongs to c.
+func (m *Manager) Check(c Caller, id string) error {
+	_, err := m.lookup(c, id)
+	return err
 }
 
 // Position names a batch: its epoch and its iteration within the epoch,
@@ -360,56 +384,157 @@ type Position struct {
 // Next releases the given slots, then returns the session's next batch
 // (waiting for its reads) or the end of the epoch. With at, it returns
 // that batch instead (the end of the epoch when it has no such batch), and
-// the session goes on from there.
+// the session goes on from there. A client that holds every slot gets
+// ErrBusy; so does one whose session is streaming.
 func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int, at *Position) (Delivery, error) {
 	var d Delivery
 	err := m.with(c, id, func(ss *session) error {
+		if ss.streaming() {
+			return fmt.Errorf("%w: session %s is streaming its batches", ErrBusy, ss.id)
+		}
 		for _, slot := range release {
 			if err := ss.release(slot); err != nil {
 				return err
 			}
 		}
-		if len(ss.held) >= ss.slots {
+		ss.heldMu.Lock()
+		n := len(ss.held)
+		ss.heldMu.Unlock()
+		if n >= ss.slots {
 			return fmt.Errorf("%w: all %d batch slots of session %s are held: release batches before asking for more", ErrBusy, ss.slots, ss.id)
 		}
-		var b *loader.Batch
 		var err error
-		if at != nil {
-			b, err = ss.l.NextAt(ctx, at.Epoch, at.Iteration)
-		} else {
-			b, err = ss.l.Next(ctx)
-		}
-		if errors.Is(err, io.EOF) {
-			st := ss.l.State()
-			d = Delivery{EndOfEpoch: true, Epoch: st.Epoch, EpochBatches: ss.l.Sampling().EpochBatches(st.Epoch)}
-			return nil
-		}
-		if errors.Is(err, loader.ErrOptions) {
-			return fmt.Errorf("%w: session %s: %w", ErrInvalid, ss.id, err)
-		}
-		if err != nil {
-			m.metrics.errors.WithLabelValues(ss.dataset, ss.backend, ss.id).Inc()
-			return fmt.Errorf("session %s: %w", ss.id, err)
-		}
-		ss.held[b.Slot] = b
-		d = Delivery{Epoch: b.Epoch, Iteration: b.Iteration, EpochBatches: ss.l.Sampling().EpochBatches(b.Epoch), Slot: b.Slot,
-			Offsets: b.Offsets, Lengths: b.Lengths, Labels: b.Labels, Indices: b.Indices, Failed: b.Failed}
-		for _, e := range b.Errors {
-			d.Errors = append(d.Errors, e.Error())
-		}
-		m.metrics.observe(ss, b)
-		return nil
+		d, err = m.deliver(ctx, ss, at)
+		return err
 	})
 	return d, err
 }
 
-// Release gives back the batch in slot.
-func (m *Manager) Release(c Caller, id string, slot int) error {
-	return m.with(c, id, func(ss *session) error { return ss.release(slot) })
+// deliver takes the session's next batch (or the one at at) and records it
+// as held; ss.mu held.
+func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Delivery, error) {
+	var b *loader.Batch
+	var err error
+	if at != nil {
+		b, err = ss.l.NextAt(ctx, at.Epoch, at.Iteration)
+	} else {
+		b, err = ss.l.Next(ctx)
+	}
+	if errors.Is(err, io.EOF) {
+		st := ss.l.State()
+		return Delivery{EndOfEpoch: true, Epoch: st.Epoch, EpochBatches: ss.l.Sampling().EpochBatches(st.Epoch)}, nil
+	}
+	if errors.Is(err, loader.ErrOptions) {
+		return Delivery{}, fmt.Errorf("%w: session %s: %w", ErrInvalid, ss.id, err)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			m.metrics.errors.WithLabelValues(ss.dataset, ss.backend, ss.id).Inc()
+		}
+		return Delivery{}, fmt.Errorf("session %s: %w", ss.id, err)
+	}
+	// Copies: once held, the client may release the batch (even before it
+	// knows of it) and the slot's descriptors be rewritten.
+	d := Delivery{Epoch: b.Epoch, Iteration: b.Iteration, EpochBatches: ss.l.Sampling().EpochBatches(b.Epoch), Slot: b.Slot,
+		Offsets: slices.Clone(b.Offsets), Lengths: slices.Clone(b.Lengths), Labels: slices.Clone(b.Labels),
+		Indices: slices.Clone(b.Indices), Failed: slices.Clone(b.Failed)}
+	for _, e := range b.Errors {
+		d.Errors = append(d.Errors, e.Error())
+	}
+	m.metrics.observe(ss, b)
+	ss.heldMu.Lock()
+	ss.held[b.Slot] = b
+	ss.heldMu.Unlock()
+	return d, nil
 }
 
-// release gives back the batch the client holds in slot; ss.mu held.
+// Stream hands the session's batches to out as soon as each is read, in
+// order, from at (or the session's next batch), with the ends of epochs,
+// until ctx ends, the session closes, or out fails: no request per batch.
+// The loader's slots bound how far it runs ahead of the client: a pushed
+// batch holds its slot until released (Release, from any goroutine). It
+// returns nil when ctx ended. One stream per session at a time; the
+// caller releases what the client no longer holds when it returns
+// (ReleaseExcept).
+func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position, out func(Delivery) error) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
+	}
+	ss.streamMu.Lock()
+	if ss.stopStream != nil {
+		ss.streamMu.Unlock()
+		return fmt.Errorf("%w: session %s is already streaming", ErrBusy, id)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ss.stopStream = cancel
+	ss.streamMu.Unlock()
+	defer func() {
+		ss.streamMu.Lock()
+		ss.stopStream = nil
+		ss.streamMu.Unlock()
+		cancel()
+		ss.touch() // the idle clock starts again
+	}()
+	for {
+		var d Delivery
+		err := m.with(c, id, func(ss *session) error {
+			var err error
+			d, err = m.deliver(ctx, ss, at)
+			return err
+		})
+		at = nil
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := out(d); err != nil {
+			return err
+		}
+	}
+}
+
+func (ss *session) streaming() bool {
+	ss.streamMu.Lock()
+	defer ss.streamMu.Unlock()
+	return ss.stopStream != nil
+}
+
+// Release gives back the batch in slot. It does not wait for a Next or a
+// stream step of the same session.
+func (m *Manager) Release(c Caller, id string, slot int) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
+	}
+	ss.touch()
+	return ss.release(slot)
+}
+
+// ReleaseExcept gives back every batch the session has delivered except
+// those in the slots keep: what a client still holds when its stream ends.
+func (m *Manager) ReleaseExcept(c Caller, id string, keep []int) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
+	}
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	for slot, b := range ss.held {
+		if !slices.Contains(keep, slot) {
+			delete(ss.held, slot)
+			b.Release()
+		}
+	}
+	return nil
+}
+
+// release gives back the batch the client holds in slot.
 func (ss *session) release(slot int) error {
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
 	b, ok := ss.held[slot]
 	if !ok {
 		return fmt.Errorf("%w: slot %d holds no batch of session %s", ErrInvalid, slot, ss.id)
@@ -419,22 +544,36 @@ func (ss *session) release(slot int) error {
 	return nil
 }
 
-// State returns the position of the session's next batch.
+// State returns the position of the session's next batch. It does not
+// wait for a Next or a stream step of the session (while streaming, the
+// daemon is ahead of the client by the batches in the stream).
 func (m *Manager) State(c Caller, id string) (loader.State, error) {
-	var st loader.State
-	err := m.with(c, id, func(ss *session) error {
-		st = ss.l.State()
-		return nil
-	})
-	return st, err
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return loader.State{}, err
+	}
+	ss.touch()
+	return ss.l.State(), nil
 }
 
-// Close ends a session and frees its memory.
+// Close ends a session (its stream first) and frees its memory.
 func (m *Manager) Close(c Caller, id string) error {
+	if ss, err := m.lookup(c, id); err == nil {
+		ss.cancelStream()
+	}
 	return m.with(c, id, func(ss *session) error {
 		m.closeSession(ss, "closed by client")
 		return nil
 	})
+}
+
+// cancelStream ends the session's stream, if one runs.
+func (ss *session) cancelStream() {
+	ss.streamMu.Lock()
+	if ss.stopStream != nil {
+		ss.stopStream()
+	}
+	ss.streamMu.Unlock()
 }
 
 // closeSession frees a session; ss.mu must be held.
@@ -459,7 +598,9 @@ func (m *Manager) Reap(now time.Time) {
 	m.mu.Lock()
 	var idle []*session
 	for _, ss := range m.sessions {
-		if now.Sub(time.Unix(0, ss.lastUsed.Load())) > m.cfg.SessionTimeout {
+		// A streaming session's liveness is its connection: when the client
+		// goes, the stream ends and the idle clock runs again.
+		if !ss.streaming() && now.Sub(time.Unix(0, ss.lastUsed.Load())) > m.cfg.SessionTimeout {
 			idle = append(idle, ss)
 		}
 	}
@@ -475,6 +616,7 @@ func (m *Manager) Reap(now time.Time) {
 // CloseAll ends every session.
 func (m *Manager) CloseAll() {
 	for _, ss := range m.snapshot() {
+		ss.cancelStream()
 		ss.mu.Lock()
 		m.closeSession(ss, "daemon shutting down")
 		ss.mu.Unlock()

@@ -37,6 +37,7 @@ from typing import Any, Optional, cast
 import msgpack
 import numpy as np
 
+from ._stream import Stream, StreamError
 from ._wire import BackendsResponse, NextResponse, OpenRequest, OpenResponse, State
 
 __all__ = ["LoaderError", "LoaderSource", "SampleError", "State", "backends"]
@@ -112,17 +113,30 @@ class LoaderSource:
     (deleted, EIO, changed) does: ``"raise"`` (default) raises
     ``SampleError`` naming every failed sample, the batch given back and the
     source still usable; ``"skip"`` returns the batch without them (a smaller
-    batch) and warns, counting them in ``skipped_samples``. A zero-length
-    stand-in is never returned."""
+    batch) and warns, counting them in ``skipped_samples`` (a batch none of
+    whose samples could be read raises even then). A zero-length stand-in
+    is never returned.
+
+    ``transport="stream"`` (default) receives batch descriptors on a stream
+    the daemon pushes as batches are read, releases going back without a
+    reply: no round trip per batch. ``"http"`` asks for each batch with a
+    request."""
 
     def __init__(self, dataset: str, socket: str = "/run/loaderd.sock", batch_size: int = 64,
                  shard_id: int = 0, num_shards: int = 1, random_shuffle: bool = False, seed: int = 0,
                  pad_last_batch: bool = False, stick_to_shard: bool = False, backend: Optional[str] = None,
                  backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
-                 state: Optional[State] = None, timeout: float = 600.0, on_error: str = "raise") -> None:
+                 state: Optional[State] = None, timeout: float = 600.0, on_error: str = "raise",
+                 transport: str = "stream") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if transport not in ("stream", "http"):
+            raise ValueError(f"transport must be 'stream' or 'http', got {transport!r}")
+        self._transport = transport
+        self._timeout = timeout
+        self._stream: Optional[Stream] = None
+        self._expect: Optional[tuple[int, int]] = None  # with a stream: the position of its next frame
         self._on_error = on_error
         self.skipped_samples = 0
         self._socket = socket
@@ -189,14 +203,17 @@ class LoaderSource:
         release, self._give_back = self._give_back, []
         while len(self._held) > self._release_after:
             release.append(self._held.popleft())
-        body: dict[str, Any] = {}
-        if release:
-            body["release"] = release
-        if at is not None:
-            body["epoch"], body["iteration"] = at
-        r = cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", body or None))
+        if self._transport == "stream":
+            r = self._stream_next(release, at)
+        else:
+            body: dict[str, Any] = {}
+            if release:
+                body["release"] = release
+            if at is not None:
+                body["epoch"], body["iteration"] = at
+            r = cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", body or None))
+        self._epoch_batches = r["epoch_batches"]
         if r["end_of_epoch"]:
-            self._epoch_batches = r["epoch_batches"]
             raise StopIteration
         failed = r.get("failed") or []
         if failed and (self._on_error == "raise" or len(failed) == len(r["offsets"])):
@@ -215,6 +232,44 @@ class LoaderSource:
                           "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
         return samples, labels
 
+    def _stream_next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
+        """The next frame of the stream, opening it (at at) or moving it
+        when at is not where the stream is."""
+        try:
+            if self._stream is not None and at is not None and at != self._expect:
+                self._stream.stop(keep=list(self._held))  # what DALI still holds stays held
+                self._stream = None
+            if self._stream is None:
+                if at is None:
+                    st = self.state()
+                    at_open = None
+                    self._expect = (st["epoch"], st["batch"])
+                else:
+                    at_open, self._expect = at, at
+                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, at_open)
+            if release:
+                self._stream.send({"release": release})
+            r = cast(NextResponse, self._stream.recv())
+        except StreamError as e:
+            self._drop_stream()
+            raise LoaderError(f"loaderd at {self._socket}: stream: {e}") from e
+        if r.get("error"):
+            self._drop_stream()
+            raise LoaderError(f"loaderd: {r['error']}")
+        if r["end_of_epoch"]:
+            self._expect = (r["epoch"], 0)
+        else:
+            if at is not None and (r["epoch"], r["iteration"]) != at:
+                self._drop_stream()
+                raise LoaderError(f"loaderd: stream sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
+            self._expect = (r["epoch"], r["iteration"] + 1)
+        return r
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
     def __len__(self) -> int:
         """Batches in the current epoch for this shard."""
         return self._epoch_batches
@@ -226,10 +281,16 @@ class LoaderSource:
         (``prefetch_queue_depth``): resuming from it skips them. For exact
         resume under DALI use ``source=src.batch, batch_info=True`` with
         ``enable_checkpointing=True`` and ``pipe.checkpoint()``."""
-        return cast(State, self._call("GET", f"/v1/sessions/{self._id}/state"))
+        st = cast(State, self._call("GET", f"/v1/sessions/{self._id}/state"))
+        if self._stream is not None and self._expect is not None:
+            # The daemon has read ahead into the stream: the source's own
+            # position is the stream's next frame.
+            st["epoch"], st["batch"] = self._expect
+        return st
 
     def close(self) -> None:
         """Ends the session. Arrays from this source must no longer be used."""
+        self._drop_stream()
         if self._id is not None:
             try:
                 self._call("DELETE", f"/v1/sessions/{self._id}")

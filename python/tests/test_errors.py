@@ -121,8 +121,9 @@ def test_daemon_stopped_mid_epoch_then_resume(dataset: Dataset, tmp_path: Path) 
         got += [hashlib.sha256(s.tobytes()).hexdigest() for s in next(src)[0]]
     state = src.state()
     assert stop_daemon(d) == 0
-    with pytest.raises(LoaderError, match="loaderd at"):
-        next(src)
+    with pytest.raises(LoaderError, match="loaderd"):  # batches already streamed may come first; then a clear error
+        for _ in range(64):
+            next(src)
     src.close()  # closing a source whose daemon is gone does not hang or raise
     (tmp_path / "b").mkdir()
     d2 = start_daemon(tmp_path / "b", dataset.bmap)

@@ -1,0 +1,139 @@
+package serve
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/nvfeed/nvfeed/internal/session"
+)
+
+// maxFrame bounds a control frame from a client.
+const maxFrame = 1 << 20
+
+// stream upgrades the connection and pushes the session's batches to it
+// (see StreamRequest for the protocol).
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	id, c := chi.URLParam(r, "id"), caller(r)
+	if !strings.EqualFold(r.Header.Get("Upgrade"), StreamUpgrade) {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("a stream needs the header Upgrade: %s", StreamUpgrade))
+		return
+	}
+	var req StreamRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			fail(w, err)
+			return
+		}
+	}
+	var at *session.Position
+	switch {
+	case req.Epoch != nil && req.Iteration != nil:
+		at = &session.Position{Epoch: *req.Epoch, Iteration: *req.Iteration}
+	case req.Epoch != nil || req.Iteration != nil:
+		fail(w, fmt.Errorf("%w: give both epoch and iteration, or neither", session.ErrInvalid))
+		return
+	}
+	if err := s.mgr.Check(c, id); err != nil {
+		fail(w, err)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, fmt.Sprintf("cannot take over the connection for a stream: %v", err))
+		return
+	}
+	defer conn.Close()
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", StreamUpgrade)
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := make(chan []int, 1) // the slots to keep, when the client asked to stop
+	go func() {
+		defer cancel()
+		keep, err := s.readControl(c, id, brw.Reader)
+		if err == nil {
+			stop <- keep
+		} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			s.log.Warn("serve: stream control", "session", id, "err", err)
+		}
+	}()
+	out := bufio.NewWriterSize(conn, 64<<10)
+	send := func(v NextResponse) error {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			return err
+		}
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+		out.Write(n[:])
+		out.Write(b)
+		return out.Flush()
+	}
+	err = s.mgr.Stream(ctx, c, id, at, func(d session.Delivery) error { return send(toResponse(d)) })
+	cancel()
+	select {
+	case keep := <-stop: // the client stops: release all but what it holds, then say so
+		if rerr := s.mgr.ReleaseExcept(c, id, keep); rerr != nil && err == nil {
+			err = rerr
+		}
+		if err == nil {
+			send(NextResponse{Stopped: true})
+			return
+		}
+	default: // the client went away (or the session ended): nothing is held any more
+		s.mgr.ReleaseExcept(c, id, nil)
+	}
+	if err != nil {
+		send(NextResponse{Error: err.Error()})
+	}
+}
+
+// readControl applies the client's release frames until a stop (returning
+// the slots to keep) or the end of the connection (an error).
+func (s *Server) readControl(c session.Caller, id string, rd *bufio.Reader) ([]int, error) {
+	var n [4]byte
+	buf := make([]byte, 0, 256)
+	for {
+		if _, err := io.ReadFull(rd, n[:]); err != nil {
+			return nil, err
+		}
+		size := binary.BigEndian.Uint32(n[:])
+		if size > maxFrame {
+			return nil, fmt.Errorf("control frame of %d bytes (limit %d)", size, maxFrame)
+		}
+		buf = append(buf[:0], make([]byte, size)...)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return nil, err
+		}
+		var f StreamControl
+		if err := msgpack.Unmarshal(buf, &f); err != nil {
+			return nil, fmt.Errorf("malformed control frame: %w", err)
+		}
+		for _, slot := range f.Release {
+			if err := s.mgr.Release(c, id, slot); err != nil {
+				s.log.Warn("serve: stream release", "session", id, "slot", slot, "err", err)
+			}
+		}
+		if f.Stop {
+			return f.Keep, nil
+		}
+	}
+}
+
+// toResponse is a delivery's wire form.
+func toResponse(d session.Delivery) NextResponse {
+	return NextResponse{EndOfEpoch: d.EndOfEpoch, Epoch: d.Epoch, Iteration: d.Iteration, EpochBatches: d.EpochBatches,
+		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Failed: d.Failed, Errors: d.Errors}
+}

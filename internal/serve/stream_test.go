@@ -1,0 +1,202 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/sys/unix"
+)
+
+// streamClient is a stream opened by hand on the unix socket.
+type streamClient struct {
+	t    *testing.T
+	conn net.Conn
+	rd   *bufio.Reader
+}
+
+func (f *fixture) openStream(t *testing.T, id string) *streamClient {
+	conn, err := net.Dial("unix", f.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/sessions/%s/stream HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n", id, StreamUpgrade)
+	rd := bufio.NewReader(conn)
+	status, err := rd.ReadString('\n')
+	if err != nil || !strings.Contains(status, " 101 ") {
+		t.Fatalf("stream: %q %v", status, err)
+	}
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "\r\n" {
+			break
+		}
+	}
+	return &streamClient{t: t, conn: conn, rd: rd}
+}
+
+// recv returns the next frame, or ok false when none comes within d.
+func (c *streamClient) recv(d time.Duration) (NextResponse, bool) {
+	c.conn.SetReadDeadline(time.Now().Add(d))
+	var n [4]byte
+	if _, err := io.ReadFull(c.rd, n[:]); err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return NextResponse{}, false
+		}
+		c.t.Fatalf("stream: %v", err)
+	}
+	b := make([]byte, binary.BigEndian.Uint32(n[:]))
+	if _, err := io.ReadFull(c.rd, b); err != nil {
+		c.t.Fatalf("stream: %v", err)
+	}
+	var r NextResponse
+	if err := msgpack.Unmarshal(b, &r); err != nil {
+		c.t.Fatal(err)
+	}
+	return r, true
+}
+
+func (c *streamClient) send(v StreamControl) {
+	b, _ := msgpack.Marshal(v)
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+	if _, err := c.conn.Write(append(n[:], b...)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// TestStreamLifetimes: a stream pushes no more batches than the session
+// has slots while the client holds them; releases out of order let it go
+// on and never touch a batch still held; a client that dies gives every
+// batch back; a stop keeps what the client names.
+func TestStreamLifetimes(t *testing.T) {
+	f := start(t, time.Minute)
+	var open OpenResponse
+	ra := 1
+	if code := f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 3, PrefetchQueueDepth: 1, ReleaseAfter: &ra}, &open); code != 200 {
+		t.Fatalf("open: %d", code)
+	}
+	if open.Slots != 3 {
+		t.Fatalf("slots %d, want prefetch 1 + release_after 1 + 1", open.Slots)
+	}
+	fd, err := unix.Open(open.Shm, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(open.ShmSize), unix.PROT_READ, unix.MAP_SHARED)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	check := func(r NextResponse) {
+		t.Helper()
+		for i, idx := range r.Indices {
+			want, _ := os.ReadFile(filepath.Join(f.m.Root, f.m.Samples[idx].Path))
+			if !bytes.Equal(mem[r.Offsets[i]:r.Offsets[i]+r.Lengths[i]], want) {
+				t.Fatalf("epoch %d batch %d: sample %d differs from its file", r.Epoch, r.Iteration, idx)
+			}
+		}
+	}
+	s := f.openStream(t, open.ID)
+	var got []NextResponse
+	for len(got) < 3 {
+		r, ok := s.recv(5 * time.Second)
+		if !ok {
+			t.Fatalf("only %d batches pushed", len(got))
+		}
+		got = append(got, r)
+	}
+	if _, ok := s.recv(300 * time.Millisecond); ok {
+		t.Fatal("a fourth batch came while the client held all 3 slots")
+	}
+	// Out of order: give back the second; the first and third stay intact.
+	s.send(StreamControl{Release: []int{got[1].Slot}})
+	r, ok := s.recv(5 * time.Second)
+	if !ok || r.Iteration != 3 {
+		t.Fatalf("after a release: %+v %v, want batch 3", r, ok)
+	}
+	check(got[0])
+	check(got[2])
+	check(r)
+	s.send(StreamControl{Release: []int{got[0].Slot, r.Slot}})
+	for i := 0; i < 2; i++ {
+		if r, ok := s.recv(5 * time.Second); !ok {
+			t.Fatal("no batch after two releases")
+		} else {
+			check(r)
+			got = append(got, r)
+		}
+	}
+	check(got[2])
+	// A stop keeping one slot: every other delivered batch goes back.
+	kept := got[2].Slot
+	s.send(StreamControl{Stop: true, Keep: []int{kept}})
+	for {
+		r, ok := s.recv(5 * time.Second)
+		if !ok {
+			t.Fatal("no answer to the stop")
+		}
+		if r.Stopped {
+			break
+		}
+	}
+	s.conn.Close()
+	// The kept batch is held: releasing it works once, and the HTTP path
+	// works again.
+	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: kept}, nil); code != 204 {
+		t.Errorf("release of the kept slot: %d", code)
+	}
+	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: got[3].Slot}, nil); code != 400 {
+		t.Errorf("release of a slot the stop gave back: %d, want 400", code)
+	}
+	var nb NextResponse
+	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", nil, &nb); code != 200 {
+		t.Fatalf("next after the stream: %d", code)
+	}
+	f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: nb.Slot}, nil)
+	// A client that dies mid-stream, holding everything: all comes back,
+	// and a new stream gets the full window again.
+	s = f.openStream(t, open.ID)
+	for held := 0; held < 3; {
+		r, ok := s.recv(5 * time.Second)
+		if !ok {
+			t.Fatal("second stream: too few batches")
+		}
+		if !r.EndOfEpoch {
+			held++
+		}
+	}
+	s.conn.Close()
+	var s2 *streamClient
+	for i := 0; i < 100; i++ { // the first stream ends asynchronously
+		s2 = f.openStream(t, open.ID)
+		if r, ok := s2.recv(2 * time.Second); ok && r.Error == "" {
+			break
+		}
+		s2.conn.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+	n := 1
+	for ; n < 3; n++ {
+		if _, ok := s2.recv(5 * time.Second); !ok {
+			break
+		}
+	}
+	if n != 3 {
+		t.Errorf("after a client died holding every slot, a new stream got %d batches, want all 3 slots back", n)
+	}
+	s2.conn.Close()
+}
