@@ -51,7 +51,7 @@ if [[ $(id -u) == 0 ]]; then
 fi
 
 echo
-echo "demo: loaderd serve on the demo dataset; the Python shim (python/dali_source.py) reads it"
+echo "demo: loaderd serve on the demo dataset; the Python client (dali_source.LoaderSource) reads it"
 sock=$work/loaderd.sock
 bin/loaderd serve --socket "$sock" --dataset "train=$work/train.bmap" 2>"$work/loaderd.log" &
 daemon=$!
@@ -61,11 +61,31 @@ backends=(file)
 [[ $(id -u) == 0 ]] && backends+=(gds bam)
 for backend in "${backends[@]}"; do
   .venv/bin/python python/examples/benchmark.py --batchsize 64 loader --socket "$sock" --dataset train --backend "$backend"
-  if .venv/bin/python -c 'import nvidia.dali' 2>/dev/null; then
-    .venv/bin/python python/examples/benchmark.py --batchsize 64 loader-dali --socket "$sock" --dataset train --backend "$backend"
-  fi
 done
-if .venv/bin/python -c 'import nvidia.dali' 2>/dev/null; then
-  .venv/bin/python python/examples/benchmark.py --batchsize 64 dali --datadir "$root"
+
+# The closing table: every row cold (page cache dropped before each) on the
+# same dataset, so the ratios say what a training job reading it from disk
+# would see. Without root (no drop_caches, no raw device) it is skipped.
+if [[ $(id -u) == 0 ]]; then
+  echo
+  echo "demo: cold reads of the same $FILES files, side by side (each row after dropping the page cache)"
+  bin/mkbmap inspect --format json -o "$work/train.json" "$work/train.bmap" >/dev/null
+  .venv/bin/python bench/iolog_shuffled.py --map-json "$work/train.json" --out "$work/shuffled.iolog" --seed 1 >/dev/null
+  results=$work/demo.jsonl
+  : > "$results"
+  row() { local name=$1; shift; sync; echo 3 > /proc/sys/vm/drop_caches
+    "$@" | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r["case"]=sys.argv[1]; r["round"]=1; print(json.dumps(r))' "$name" >> "$results"; }
+  bench() { .venv/bin/python python/examples/benchmark.py --batchsize 64 --json "$@"; }
+  row "python-file cold" bench python-file --datadir "$root"
+  if .venv/bin/python -c 'import nvidia.dali' 2>/dev/null; then
+    row "dali readers.file cold" bench dali --datadir "$root"
+    row "dali external_source gds cold" bench loader-dali --socket "$sock" --dataset train --backend gds
+  fi
+  row "LoaderSource gds cold" bench loader --socket "$sock" --dataset train --backend gds
+  row "loaderd bench gds cold" bin/loaderd bench --bmap "$work/train.bmap" --batch-size 64 --shuffle --backend gds --json
+  row "loaderd bench file cold" bin/loaderd bench --bmap "$work/train.bmap" --batch-size 64 --shuffle --json
+  for qd in 16 32 64; do
+    row "fio shuffled qd$qd cold" .venv/bin/python bench/fio_replay.py --iolog "$work/shuffled.iolog" --samples "$FILES" --iodepth $qd
+  done
+  .venv/bin/python bench/compare.py --brief < "$results"
 fi
-.venv/bin/python python/examples/benchmark.py --batchsize 64 python-file --datadir "$root"

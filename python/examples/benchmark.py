@@ -51,7 +51,7 @@ def python_file(a: argparse.Namespace) -> tuple[int, int, float]:
 def loader(a: argparse.Namespace) -> tuple[int, int, float]:
     n = nbytes = 0
     with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batchsize, random_shuffle=True,
-                      backend=a.backend, prefetch_queue_depth=a.prefetch) as src:
+                      backend=a.backend, prefetch_queue_depth=a.prefetch, transport=a.transport) as src:
         t0 = time.perf_counter()
         want = a.batches or len(src)
         while n < want * a.batchsize:
@@ -97,7 +97,7 @@ def loader_dali(a: argparse.Namespace) -> tuple[int, int, float]:
     from nvidia.dali import pipeline_def
 
     with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batchsize, random_shuffle=True,
-                      backend=a.backend, prefetch_queue_depth=a.prefetch) as src:
+                      backend=a.backend, prefetch_queue_depth=a.prefetch, transport=a.transport) as src:
         @pipeline_def(batch_size=a.batchsize, num_threads=4, device_id=None)
         def pipe():
             jpegs, labels = fn.external_source(source=src, num_outputs=2, batch=True, no_copy=True,
@@ -121,6 +121,7 @@ def main() -> None:
         p.add_argument("--dataset", required=True)
         p.add_argument("--backend", default="file", choices=["file", "gds", "bam"])
         p.add_argument("--prefetch", type=int, default=2)
+        p.add_argument("--transport", default="stream", choices=["stream", "http"])
     a = ap.parse_args()
     run = {"python-file": python_file, "dali": dali, "loader": loader, "loader-dali": loader_dali}[a.source]
     n, nbytes, secs = run(a)

@@ -1,0 +1,47 @@
+"""Writes a fio iolog (v2) that reads the same bytes as the raw backends
+— every raw sample's extents, rounded out to 4 KiB and split at 1 MiB (or
+at --request with --blocks: whole fixed blocks, as bam asks) — with the
+samples in a random order. Replayed by fio at its best queue depth it is
+the device's limit for these bytes, independent of the loader's own order.
+Reads the map as mkbmap's JSON (mkbmap inspect --format json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--map-json", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--request", type=int, default=1 << 20, help="largest request (bytes)")
+    ap.add_argument("--blocks", action="store_true", help="whole --request-sized, --request-aligned blocks (bam)")
+    a = ap.parse_args()
+    m = json.load(open(a.map_json))
+    dev = m["device"]["path"]
+    samples = [s for s in m["samples"] if s["raw"]]
+    random.Random(a.seed).shuffle(samples)
+    with open(a.out, "w") as f:
+        f.write(f"fio version 2 iolog\n{dev} add\n{dev} open\n")
+        for s in samples:
+            for e in s["extents"]:
+                if e["logical"] >= s["size"]:
+                    continue
+                end = e["physical"] + min(e["length"], s["size"] - e["logical"])
+                if a.blocks:
+                    lo = e["physical"] - e["physical"] % a.request
+                    for off in range(lo, end, a.request):
+                        f.write(f"{dev} read {off} {a.request}\n")
+                    continue
+                lo, hi = e["physical"] & ~4095, (end + 4095) & ~4095
+                for off in range(lo, hi, a.request):
+                    f.write(f"{dev} read {off} {min(a.request, hi - off)}\n")
+        f.write(f"{dev} close\n")
+    print(len(samples))
+
+
+if __name__ == "__main__":
+    main()
