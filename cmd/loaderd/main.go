@@ -273,6 +273,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		faults.Add(backend.Rule{Op: backend.FileRead | backend.DeviceRead, Path: p, Err: syscall.EIO})
 		return nil
 	})
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the daemon's run to FILE (until it stops)")
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one)")
 	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
@@ -309,6 +310,17 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		if token = strings.TrimSpace(string(b)); token == "" {
 			return fmt.Errorf("--tcp-token: %s is empty", *tokenFile)
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults})
 	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
