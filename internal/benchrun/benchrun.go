@@ -139,8 +139,9 @@ func Table(w io.Writer, rs ...Result) {
 	}
 }
 
-// InfoLine prints the backend's options and counters on one line:
-// options sorted by name, then the engine, device and counters.
+// InfoLine prints the backend's options and counters on one line: the
+// options as given or defaulted, sorted by name, then after "| ran:" what
+// actually ran (engine, device, freshness method) and the counters.
 func InfoLine(w io.Writer, r Result) {
 	keys := make([]string, 0, len(r.Options))
 	for k := range r.Options {
@@ -152,6 +153,7 @@ func InfoLine(w io.Writer, r Result) {
 		fmt.Fprintf(w, " %s=%v", k, r.Options[k])
 	}
 	st := r.Stats
+	fmt.Fprint(w, " | ran:")
 	for _, kv := range [][2]string{{"engine", st.Engine}, {"device", st.Device}, {"freshness", st.Freshness}} {
 		if kv[1] != "" {
 			fmt.Fprintf(w, " %s=%s", kv[0], kv[1])
