@@ -9,7 +9,7 @@ N=${N:-1281167}
 w=$PWD/.bench/scale; mkdir -p $w
 truncate -s 12G $w/img; mkfs.ext4 -q -F -b 4096 -N 1400000 $w/img
 loop=$(losetup --find --show --direct-io=on $w/img); mkdir -p $w/mnt; mount $loop $w/mnt
-cleanup() { [[ -n ${dpid:-} ]] && kill -TERM $dpid 2>/dev/null; wait 2>/dev/null; umount $w/mnt; losetup -d $loop; rm -f $w/img; }
+cleanup() { [[ -n ${dpid:-} ]] && kill -TERM $dpid 2>/dev/null; pkill -f "$w/rank.py" 2>/dev/null; wait 2>/dev/null; umount $w/mnt 2>/dev/null || umount -l $w/mnt; losetup -d $loop; rm -f $w/img; }
 trap cleanup EXIT
 t0=$(date +%s.%N); bin/gendataset --out $w/mnt/train --files $N --classes 1000 --mean 2000 --sigma 0.3 >/dev/null; sync
 echo "gendataset: $(echo "$(date +%s.%N) - $t0" | bc) s"

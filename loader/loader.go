@@ -16,13 +16,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/fresh"
 )
@@ -183,10 +183,10 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	switch o.Memory {
 	case "", MemoryPinned:
 	case MemoryGPU:
-		if _, err := os.Stat("/proc/driver/nvidia/version"); err != nil {
-			return nil, fmt.Errorf("loader: memory kind gpu: %w (/proc/driver/nvidia/version: %v)", ErrNoCUDA, err)
+		if _, err := cuda.DriverVersion(); err != nil {
+			return nil, fmt.Errorf("loader: memory kind gpu: %w: %w", ErrNoCUDA, err)
 		}
-		return nil, fmt.Errorf("%w: memory kind gpu is not implemented in this build", ErrOptions)
+		return nil, fmt.Errorf("%w: memory kind gpu is not implemented in this build (batches land in pinned host memory; see loaderd check)", ErrOptions)
 	default:
 		return nil, fmt.Errorf("%w: memory kind %q (want pinned or gpu)", ErrOptions, o.Memory)
 	}
@@ -207,6 +207,11 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	}
 	if perr := ring.Pinned(); perr != nil {
 		l.log.Warn("loader: batch memory is not page-locked", "err", perr)
+	}
+	if rt, err := cuda.Load(); err == nil { // with a driver: CUDA-pinned, so copies to a GPU are DMA
+		if err := ring.RegisterCUDA(rt); err != nil {
+			l.log.Warn("loader: batch memory is not registered with CUDA", "err", err)
+		}
 	}
 	l.mem = ring
 	l.free = make(chan int, o.Slots)

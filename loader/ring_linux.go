@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
@@ -24,8 +25,9 @@ type Ring struct {
 	slotSize int64
 	slots    int
 	fd       int
-	path     string // the backing file's name, "" for a memfd
-	pinErr   error  // why mlock failed, nil when pinned
+	path     string        // the backing file's name, "" for a memfd
+	pinErr   error         // why mlock failed, nil when pinned
+	cuda     *cuda.Runtime // set once registered with CUDA
 }
 
 // NewRing maps slots×slotSize bytes (slotSize rounded up to backend.Align). With
@@ -96,12 +98,27 @@ func (r *Ring) Share(uid int) error {
 	return nil
 }
 
+// RegisterCUDA registers the memory with CUDA (cudaHostRegister,
+// portable), so host-to-device copies from it are DMA, not staged; Close
+// unregisters it.
+func (r *Ring) RegisterCUDA(rt *cuda.Runtime) error {
+	if err := rt.HostRegister(r.mem); err != nil {
+		return fmt.Errorf("loader: batch memory: %w", err)
+	}
+	r.cuda = rt
+	return nil
+}
+
 // Pinned returns nil when the memory is page-locked, else why not.
 func (r *Ring) Pinned() error { return r.pinErr }
 
 // Close unmaps and frees the memory and removes the backing file.
 func (r *Ring) Close() error {
 	var errs []error
+	if r.cuda != nil {
+		errs = append(errs, r.cuda.HostUnregister(r.mem))
+		r.cuda = nil
+	}
 	if r.mem != nil {
 		errs = append(errs, unix.Munmap(r.mem))
 		r.mem = nil

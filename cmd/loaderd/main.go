@@ -4,6 +4,7 @@
 //	loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT]
 //	loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E] [backend options]
 //	loaderd backends [--json]
+//	loaderd check [--dataset NAME=MAP ...] [--json]
 //
 // The backend options' flags are derived from the backends' descriptions
 // (loader.Backends): `loaderd backends` lists them with their defaults.
@@ -27,6 +28,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/benchrun"
+	"github.com/nvfeed/nvfeed/internal/check"
 	"github.com/nvfeed/nvfeed/internal/serve"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
@@ -45,7 +47,8 @@ const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset 
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
-       loaderd backends [--json]   (the backends and their options' flags, defaults and limits)`
+       loaderd backends [--json]   (the backends and their options' flags, defaults and limits)
+       loaderd check [--dataset NAME=MAP ...] [--json]   (what this machine offers: io_uring, O_DIRECT, driver, CUDA, cuFile, GPUs, topology)`
 
 // errUsage marks errors that print usage; exit status 2.
 var errUsage = errors.New("usage")
@@ -62,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serveCmd(ctx, args[1:], stderr)
 	case args[0] == "backends":
 		err = backendsCmd(args[1:], stdout, stderr)
+	case args[0] == "check":
+		err = checkCmd(args[1:], stdout, stderr)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprintln(stderr, usage)
 		return 0
@@ -198,6 +203,34 @@ func backendFlags(fs *flag.FlagSet) map[string]any {
 		}
 	}
 	return given
+}
+
+// checkCmd reports what this machine offers the loader; it succeeds
+// without a GPU.
+func checkCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loaderd check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	datasets := datasetFlags{}
+	fs.Var(datasets, "dataset", "NAME=MAPFILE: check a dataset's device too (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	r, err := check.Run(check.Options{Datasets: datasets})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return r.WriteJSON(stdout)
+	}
+	r.WriteText(stdout)
+	return nil
 }
 
 // backendsCmd prints every backend with its options.

@@ -117,6 +117,11 @@ class LoaderSource:
     whose samples could be read raises even then). A zero-length stand-in
     is never returned.
 
+    ``device="gpu"`` asks for batches in GPU memory: on a machine without an
+    NVIDIA driver the daemon refuses the session with a ``LoaderError``
+    saying so (GPU batches are not in this release: ``"cpu"`` batches are
+    in page-locked, CUDA-registered host memory where a driver is present).
+
     ``transport="stream"`` (default) receives batch descriptors on a stream
     the daemon pushes as batches are read, releases going back without a
     reply: no round trip per batch. ``"http"`` asks for each batch with a
@@ -128,11 +133,13 @@ class LoaderSource:
                  backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
                  state: Optional[State] = None, timeout: float = 600.0, on_error: str = "raise",
-                 transport: str = "stream") -> None:
+                 transport: str = "stream", device: str = "cpu") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if transport not in ("stream", "http"):
             raise ValueError(f"transport must be 'stream' or 'http', got {transport!r}")
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
         self._transport = transport
         self._timeout = timeout
         self._stream: Optional[Stream] = None
@@ -149,7 +156,8 @@ class LoaderSource:
         req: OpenRequest = {
             "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
             "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
-            "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard, "memory": "pinned",
+            "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard,
+            "memory": "gpu" if device == "gpu" else "pinned",
             "release_after": release_after, "state": state,
         }
         if backend is not None:

@@ -113,14 +113,16 @@ def test_daemon_stopped_mid_epoch_then_resume(dataset: Dataset, tmp_path: Path) 
     kw = dict(batch_size=4, random_shuffle=True, seed=21)
     (tmp_path / "a").mkdir()
     d = start_daemon(tmp_path / "a", dataset.bmap)
-    with LoaderSource("train", socket=d.socket, **kw) as ref:
-        want = _drain(ref) + _drain(ref)
-    src = LoaderSource("train", socket=d.socket, timeout=5, **kw)
-    got = []
-    for _ in range(3):
-        got += [hashlib.sha256(s.tobytes()).hexdigest() for s in next(src)[0]]
-    state = src.state()
-    assert stop_daemon(d) == 0
+    try:
+        with LoaderSource("train", socket=d.socket, **kw) as ref:
+            want = _drain(ref) + _drain(ref)
+        src = LoaderSource("train", socket=d.socket, timeout=5, **kw)
+        got = []
+        for _ in range(3):
+            got += [hashlib.sha256(s.tobytes()).hexdigest() for s in next(src)[0]]
+        state = src.state()
+    finally:
+        assert stop_daemon(d) == 0
     with pytest.raises(LoaderError, match="loaderd"):  # batches already streamed may come first; then a clear error
         for _ in range(64):
             next(src)

@@ -190,3 +190,10 @@ def test_state_has_explicit_keys(daemon: Daemon) -> None:
     bad = dict(st, sampling=dict(st["sampling"], seed=6))
     with pytest.raises(LoaderError, match=r"seed 6 \(now 5\)"):
         LoaderSource("train", socket=daemon.socket, batch_size=4, seed=5, random_shuffle=True, state=bad)
+
+
+def test_gpu_without_driver_says_so(daemon: Daemon) -> None:
+    if os.path.exists("/proc/driver/nvidia/version"):
+        pytest.skip("an NVIDIA driver is present: the no-driver error cannot be tested here")
+    with pytest.raises(LoaderError, match="no NVIDIA driver found"):
+        LoaderSource("train", socket=daemon.socket, batch_size=2, device="gpu")
