@@ -1,0 +1,48 @@
+package fresh
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestWatcher: a change in a class directory marks that class only, the
+// generation moves with every event, and renaming a class marks it.
+func TestWatcher(t *testing.T) {
+	root := t.TempDir()
+	classes := []string{"a", "b", "c"}
+	for _, c := range classes {
+		os.Mkdir(filepath.Join(root, c), 0o755)
+		os.WriteFile(filepath.Join(root, c, "x.jpg"), []byte("x"), 0o644)
+	}
+	w, err := NewWatcher(root, classes)
+	if err != nil {
+		t.Skipf("inotify refused here: %v", err)
+	}
+	defer w.Close()
+	w.Poll()
+	g0 := w.Generation()
+	for i := range classes {
+		if w.Changed(int32(i)) {
+			t.Fatalf("class %s changed before anything happened", classes[i])
+		}
+	}
+	os.Chmod(filepath.Join(root, "b", "x.jpg"), 0o600)
+	w.Poll()
+	if !w.Changed(1) || w.Changed(0) || w.Changed(2) {
+		t.Errorf("after a chmod in b: changed a=%v b=%v c=%v, want only b", w.Changed(0), w.Changed(1), w.Changed(2))
+	}
+	g1 := w.Generation()
+	if g1 == g0 {
+		t.Error("the generation did not move with an event")
+	}
+	w.Poll()
+	if w.Generation() != g1 {
+		t.Error("the generation moved without an event")
+	}
+	os.Rename(filepath.Join(root, "c"), filepath.Join(root, "c2"))
+	w.Poll()
+	if !w.Changed(2) {
+		t.Error("renaming class c away was not seen")
+	}
+}
