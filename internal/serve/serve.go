@@ -175,6 +175,23 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// decodePosition decodes an optional body into v and returns the position
+// its epoch and iteration fields name (nil for neither; both or neither).
+func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Position, error) {
+	if r.ContentLength != 0 {
+		if err := decode(r, v); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case *epoch != nil && *iteration != nil:
+		return &session.Position{Epoch: **epoch, Iteration: **iteration}, nil
+	case *epoch != nil || *iteration != nil:
+		return nil, fmt.Errorf("%w: give both epoch and iteration, or neither", session.ErrInvalid)
+	}
+	return nil, nil
+}
+
 func (s *Server) backends(w http.ResponseWriter, _ *http.Request) {
 	writeMsg(w, http.StatusOK, BackendsResponse{Default: loader.DefaultBackend, PrefetchQueueDepth: loader.DefaultPrefetchQueueDepth, Backends: loader.Backends()})
 }
@@ -199,18 +216,9 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) next(w http.ResponseWriter, r *http.Request) {
 	var req NextRequest
-	if r.ContentLength != 0 {
-		if err := decode(r, &req); err != nil {
-			fail(w, err)
-			return
-		}
-	}
-	var at *session.Position
-	switch {
-	case req.Epoch != nil && req.Iteration != nil:
-		at = &session.Position{Epoch: *req.Epoch, Iteration: *req.Iteration}
-	case req.Epoch != nil || req.Iteration != nil:
-		fail(w, fmt.Errorf("%w: give both epoch and iteration, or neither", session.ErrInvalid))
+	at, err := decodePosition(r, &req, &req.Epoch, &req.Iteration)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	d, err := s.mgr.Next(r.Context(), caller(r), chi.URLParam(r, "id"), req.Release, at)

@@ -29,18 +29,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req StreamRequest
-	if r.ContentLength != 0 {
-		if err := decode(r, &req); err != nil {
-			fail(w, err)
-			return
-		}
-	}
-	var at *session.Position
-	switch {
-	case req.Epoch != nil && req.Iteration != nil:
-		at = &session.Position{Epoch: *req.Epoch, Iteration: *req.Iteration}
-	case req.Epoch != nil || req.Iteration != nil:
-		fail(w, fmt.Errorf("%w: give both epoch and iteration, or neither", session.ErrInvalid))
+	at, err := decodePosition(r, &req, &req.Epoch, &req.Iteration)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	if err := s.mgr.Check(c, id); err != nil {

@@ -35,12 +35,13 @@ func TestCheckAccess(t *testing.T) {
 	}
 	me := os.Getuid()
 	other := identity{uid: 54321, gids: []uint32{54321}}
-	tests := []struct {
+	type accessCase struct {
 		name  string
 		setup func(root string)
 		id    identity
 		want  string // "" allowed, else the refusal mentions it
-	}{
+	}
+	tests := []accessCase{
 		{"readable by all", func(string) {}, other, ""},
 		{"a file of mode 0600", func(r string) { os.Chmod(filepath.Join(r, "b/x.jpg"), 0o600) }, other, "b/x.jpg: no read permission"},
 		{"a class directory others cannot search", func(r string) { os.Chmod(filepath.Join(r, "a"), 0o754) }, other, "/a: no search permission"},
@@ -53,25 +54,15 @@ func TestCheckAccess(t *testing.T) {
 	if me != 0 {
 		t.Logf("not root: the group cases (chown to another group) are skipped")
 	} else {
+		group := func(mode os.FileMode) func(string) {
+			return func(r string) {
+				os.Chown(filepath.Join(r, "b/x.jpg"), 0, 4242)
+				os.Chmod(filepath.Join(r, "b/x.jpg"), mode)
+			}
+		}
 		tests = append(tests,
-			struct {
-				name  string
-				setup func(root string)
-				id    identity
-				want  string
-			}{"a member of the file's group", func(r string) {
-				os.Chown(filepath.Join(r, "b/x.jpg"), 0, 4242)
-				os.Chmod(filepath.Join(r, "b/x.jpg"), 0o640)
-			}, identity{uid: 54321, gids: []uint32{7, 4242}}, ""},
-			struct {
-				name  string
-				setup func(root string)
-				id    identity
-				want  string
-			}{"the group class decides for members", func(r string) {
-				os.Chown(filepath.Join(r, "b/x.jpg"), 0, 4242)
-				os.Chmod(filepath.Join(r, "b/x.jpg"), 0o604)
-			}, identity{uid: 54321, gids: []uint32{4242}}, "b/x.jpg: no read permission"})
+			accessCase{"a member of the file's group", group(0o640), identity{uid: 54321, gids: []uint32{7, 4242}}, ""},
+			accessCase{"the group class decides for members", group(0o604), identity{uid: 54321, gids: []uint32{4242}}, "b/x.jpg: no read permission"})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
