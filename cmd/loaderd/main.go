@@ -282,8 +282,10 @@ func startProfile(path string) (stop func(), err error) {
 // datasetFlags collects repeated --dataset NAME=MAP flags.
 type datasetFlags map[string]string
 
+// String lists the datasets given.
 func (d datasetFlags) String() string { return fmt.Sprint(map[string]string(d)) }
 
+// Set adds one NAME=MAPFILE.
 func (d datasetFlags) Set(v string) error {
 	name, path, ok := strings.Cut(v, "=")
 	if !ok || name == "" || path == "" {

@@ -108,6 +108,7 @@ type Error struct {
 	Msg  string
 }
 
+// Error returns "CALL: CUDA error CODE: MESSAGE".
 func (e *Error) Error() string { return fmt.Sprintf("%s: CUDA error %d: %s", e.Call, e.Code, e.Msg) }
 
 func (r *Runtime) check(call string, code int32) error {

@@ -104,7 +104,10 @@ func (s *Server) readControl(c session.Caller, id string, rd *bufio.Reader) ([]i
 		if size > maxFrame {
 			return nil, fmt.Errorf("control frame of %d bytes (limit %d)", size, maxFrame)
 		}
-		buf = append(buf[:0], make([]byte, size)...)
+		if cap(buf) < int(size) {
+			buf = make([]byte, size)
+		}
+		buf = buf[:size]
 		if _, err := io.ReadFull(rd, buf); err != nil {
 			return nil, err
 		}

@@ -61,8 +61,10 @@ type backendCollector struct{ m *Manager }
 var backendDesc = prometheus.NewDesc("nvfeed_backend", "Backend counters by session (cache_hits, cache_misses, stale_samples, fs_only_samples, requests, peak_in_flight, …).",
 	[]string{"dataset", "backend", "session", "counter"}, nil)
 
+// Describe sends the one descriptor.
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) { ch <- backendDesc }
 
+// Collect sends every open session's backend counters.
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, ss := range c.m.snapshot() {
 		for _, ctr := range ss.l.Backend().Stats().Counters() {
