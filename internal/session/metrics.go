@@ -31,20 +31,33 @@ func newMetrics(reg *prometheus.Registry, mgr *Manager) *metrics {
 	return m
 }
 
-func (m *metrics) observe(ss *session, b *loader.Batch) {
+// sessionMetrics are one session's series, looked up once at open
+// rather than by labels for every batch.
+type sessionMetrics struct {
+	samples, bytes, batches, errors, failed prometheus.Counter
+	readSeconds                             prometheus.Observer
+}
+
+func (m *metrics) forSession(dataset, backend, id string) sessionMetrics {
+	lv := []string{dataset, backend, id}
+	return sessionMetrics{samples: m.samples.WithLabelValues(lv...), bytes: m.bytes.WithLabelValues(lv...),
+		batches: m.batches.WithLabelValues(lv...), errors: m.errors.WithLabelValues(lv...),
+		failed: m.failed.WithLabelValues(dataset, backend), readSeconds: m.readSeconds.WithLabelValues(dataset, backend)}
+}
+
+func (sm *sessionMetrics) observe(b *loader.Batch) {
 	var bytes int64
 	for _, n := range b.Lengths {
 		bytes += n
 	}
-	lv := []string{ss.dataset, ss.backend, ss.id}
-	m.samples.WithLabelValues(lv...).Add(float64(b.Len()))
-	m.bytes.WithLabelValues(lv...).Add(float64(bytes))
-	m.batches.WithLabelValues(lv...).Inc()
+	sm.samples.Add(float64(b.Len()))
+	sm.bytes.Add(float64(bytes))
+	sm.batches.Inc()
 	if len(b.Errors) > 0 {
-		m.errors.WithLabelValues(lv...).Add(float64(len(b.Errors)))
-		m.failed.WithLabelValues(ss.dataset, ss.backend).Add(float64(len(b.Errors)))
+		sm.errors.Add(float64(len(b.Errors)))
+		sm.failed.Add(float64(len(b.Errors)))
 	}
-	m.readSeconds.WithLabelValues(ss.dataset, ss.backend).Observe(b.ReadTime().Seconds())
+	sm.readSeconds.Observe(b.ReadTime().Seconds())
 }
 
 func (m *metrics) forget(ss *session) {

@@ -139,6 +139,8 @@ type session struct {
 
 	streamMu   sync.Mutex
 	stopStream context.CancelFunc // under streamMu: set while a stream runs
+
+	metrics sessionMetrics
 }
 
 // NewManager makes a manager. For each dataset it checks the filesystem
@@ -323,6 +325,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		}
 	}
 	ss := &session{id: newID(), dataset: p.Dataset, backend: p.Backend, uid: c.UID, l: l, held: map[int]*loader.Batch{}, slots: slots}
+	ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, ss.id)
 	ss.lastUsed.Store(time.Now().UnixNano())
 	m.mu.Lock()
 	m.sessions[ss.id] = ss
@@ -429,7 +432,7 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			m.metrics.errors.WithLabelValues(ss.dataset, ss.backend, ss.id).Inc()
+			ss.metrics.errors.Inc()
 		}
 		return Delivery{}, fmt.Errorf("session %s: %w", ss.id, err)
 	}
@@ -441,7 +444,7 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 	for _, e := range b.Errors {
 		d.Errors = append(d.Errors, e.Error())
 	}
-	m.metrics.observe(ss, b)
+	ss.metrics.observe(b)
 	ss.heldMu.Lock()
 	ss.held[b.Slot] = b
 	ss.heldMu.Unlock()

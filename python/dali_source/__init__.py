@@ -229,9 +229,12 @@ class LoaderSource:
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
         self._held.append(r["slot"])
         buf = self._buf
-        bad = set(failed)
-        keep = [i for i in range(len(r["offsets"])) if i not in bad]
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
+        if not failed:  # the common case: every sample, no index juggling
+            samples = [buf[o:o + n] for o, n in zip(offsets, lengths)]
+            return samples, np.array(lbls, dtype=np.int32).reshape(-1, 1)
+        bad = set(failed)
+        keep = [i for i in range(len(offsets)) if i not in bad]
         samples = [buf[offsets[i]:offsets[i] + lengths[i]] for i in keep]
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
         if failed:

@@ -70,7 +70,8 @@ class Stream:
             self._fill(4 + n)
         except OSError as e:
             raise StreamError(str(e)) from e
-        frame = msgpack.unpackb(bytes(self._buf[4:4 + n]))
+        with memoryview(self._buf) as mv:  # no copy of the frame
+            frame = msgpack.unpackb(mv[4:4 + n])
         del self._buf[:4 + n]
         return frame
 
