@@ -11,12 +11,12 @@
 package loader
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,6 +212,8 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		if err := ring.RegisterCUDA(rt); err != nil {
 			l.log.Warn("loader: batch memory is not registered with CUDA", "err", err)
 		}
+	} else if !errors.Is(err, cuda.ErrNoDriver) { // a driver without a usable runtime: say so
+		l.log.Warn("loader: batch memory is not registered with CUDA", "err", err)
 	}
 	l.mem = ring
 	l.free = make(chan int, o.Slots)
@@ -276,16 +278,38 @@ func checkState(st *State, smp Sampling) error {
 // the batchSize largest samples, each rounded up to backend.Align. Padding repeats
 // a sample without reading it again, so a batch never holds more.
 func SlotBytes(m *bmap.Map, batchSize int) int64 {
-	sizes := make([]int64, len(m.Samples))
+	// The batchSize largest in a min-heap: one pass, no copy of every size
+	// (it runs at every session open, over datasets of millions).
+	top := make(minHeap, 0, min(batchSize, len(m.Samples)))
 	for i := range m.Samples {
-		sizes[i] = backend.AlignUp(m.Samples[i].Size)
+		n := backend.AlignUp(m.Samples[i].Size)
+		switch {
+		case len(top) < cap(top):
+			heap.Push(&top, n)
+		case len(top) > 0 && n > top[0]:
+			top[0] = n
+			heap.Fix(&top, 0)
+		}
 	}
-	slices.Sort(sizes)
 	var sum int64
-	for i := len(sizes) - 1; i >= 0 && i >= len(sizes)-batchSize; i-- {
-		sum += sizes[i]
+	for _, n := range top {
+		sum += n
 	}
 	return max(sum, backend.Align)
+}
+
+// minHeap is a container/heap of sizes, smallest first.
+type minHeap []int64
+
+func (h minHeap) Len() int           { return len(h) }
+func (h minHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h minHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *minHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *minHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // produce plans batches in order from (epoch, batch) and starts their

@@ -83,8 +83,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			send(NextResponse{Stopped: true})
 			return
 		}
-	default: // the client went away (or the session ended): nothing is held any more
+	default: // the client went away, or the session ended: nothing is held any more
 		s.mgr.ReleaseExcept(c, id, nil)
+		if err == nil {
+			err = s.mgr.Check(c, id) // ended under the client (closed, daemon stopping): say so
+		}
 	}
 	if err != nil {
 		send(NextResponse{Error: err.Error()})
