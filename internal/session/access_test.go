@@ -1,12 +1,17 @@
 package session
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
 // tree makes root/{a,b}/x.jpg and its map, all 0755 dirs and 0644 files.
@@ -97,5 +102,82 @@ func TestCheckAncestors(t *testing.T) {
 	os.Chmod(filepath.Join(base, "x"), 0o750)
 	if err := checkAncestors(root, other); err == nil || !strings.Contains(err.Error(), filepath.Join(base, "x")+": no search permission") {
 		t.Errorf("err = %v, want the unsearchable parent named", err)
+	}
+}
+
+// TestVerdictConcurrent: concurrent first opens by one caller share one
+// access check, and a check that takes long (a stat of every file, seconds
+// at ImageNet scale) holds up neither another caller nor its verdict.
+func TestVerdictConcurrent(t *testing.T) {
+	ds := tree(t)
+	dev, err := extentinfo.ResolveDevice(ds.Root)
+	if err != nil {
+		t.Skipf("cannot resolve the device of %s: %v", ds.Root, err)
+	}
+	ds.Device = dev
+	os.Chmod(ds.Root, 0o755)
+	os.Chmod(filepath.Dir(ds.Root), 0o755) // t.TempDir's parent, ours too
+	if err := checkAncestors(ds.Root, identity{uid: 1001}); err != nil {
+		t.Skipf("the test tree's ancestry is not searchable by others here: %v", err)
+	}
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}})
+	defer m.Stop()
+	if m.guards["d"] == nil {
+		t.Fatalf("dataset not registered: no verdict cache to test")
+	}
+	slow, fast := Caller{UID: 1001, GID: 1001}, Caller{UID: 1002, GID: 1002}
+	release := make(chan struct{})
+	var calls sync.Map // uid -> *atomic.Int32
+	m.check = func(_ *bmap.Map, id identity) error {
+		n, _ := calls.LoadOrStore(id.uid, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		if id.uid == slow.UID {
+			<-release
+			return errors.New("b/x.jpg: no read permission")
+		}
+		return nil
+	}
+	count := func(uid int) int32 {
+		n, ok := calls.Load(uid)
+		if !ok {
+			return 0
+		}
+		return n.(*atomic.Int32).Load()
+	}
+	const waiters = 4
+	errs := make(chan error, waiters)
+	for range waiters {
+		go func() { errs <- m.authorize("d", ds, slow) }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); count(slow.UID) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the access check never ran")
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.authorize("d", ds, fast) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("fast caller refused: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a caller waited for another caller's access check")
+	}
+	close(release)
+	for range waiters {
+		if err := <-errs; !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "b/x.jpg") {
+			t.Errorf("slow caller: err = %v, want ErrForbidden naming b/x.jpg", err)
+		}
+	}
+	if n := count(slow.UID); n != 1 {
+		t.Errorf("%d concurrent opens by one caller ran %d checks, want 1", waiters, n)
+	}
+	// Cached now: no new check until the dataset changes.
+	if err := m.authorize("d", ds, slow); !errors.Is(err, ErrForbidden) {
+		t.Errorf("cached verdict: err = %v", err)
+	}
+	if n := count(slow.UID); n != 1 {
+		t.Errorf("a cached verdict was checked again (%d checks)", n)
 	}
 }

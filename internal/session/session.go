@@ -107,7 +107,17 @@ type Manager struct {
 
 	guards   map[string]*fresh.Guard // per dataset, shared by its sessions; nil: none could be made
 	accessMu sync.Mutex
-	verdicts map[verdictKey]verdict
+	verdicts map[verdictKey]verdict          // under accessMu
+	checking map[verdictKey]*pendingVerdict  // under accessMu: checks running now
+	check    func(*bmap.Map, identity) error // checkAccess; tests replace it
+}
+
+// pendingVerdict is an access check in progress: callers with the same key
+// and generation wait for it instead of repeating it; other keys do not
+// wait at all.
+type pendingVerdict struct {
+	done chan struct{}
+	v    verdict // set before done is closed
 }
 
 // verdictKey is a cached access verdict's key: a dataset and a caller's
@@ -164,7 +174,7 @@ func NewManager(cfg Config) *Manager {
 		cfg.Logger = slog.Default()
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, reg: prometheus.NewRegistry(),
-		guards: map[string]*fresh.Guard{}, verdicts: map[verdictKey]verdict{}}
+		guards: map[string]*fresh.Guard{}, verdicts: map[verdictKey]verdict{}, checking: map[verdictKey]*pendingVerdict{}, check: checkAccess}
 	m.metrics = newMetrics(m.reg, m)
 	for name, ds := range cfg.Datasets {
 		t0 := time.Now()
@@ -189,23 +199,7 @@ func (m *Manager) authorize(name string, ds *bmap.Map, c Caller) error {
 	id := identify(c)
 	err := checkAncestors(ds.Root, id)
 	if err == nil {
-		m.accessMu.Lock()
-		g := m.guards[name]
-		var gen uint64
-		if g != nil {
-			g.Poll()
-			gen = g.Generation()
-		}
-		key := verdictKey{name, c.UID, c.GID}
-		v, ok := m.verdicts[key]
-		if !ok || g == nil || v.gen != gen {
-			v = verdict{err: checkAccess(ds, id), gen: gen}
-			if g != nil {
-				m.verdicts[key] = v
-			}
-		}
-		m.accessMu.Unlock()
-		err = v.err
+		err = m.verdict(name, ds, c, id).err
 	}
 	if err != nil {
 		who := "a caller of unknown uid (TCP)"
@@ -215,6 +209,51 @@ func (m *Manager) authorize(name string, ds *bmap.Map, c Caller) error {
 		return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, who, err)
 	}
 	return nil
+}
+
+// verdict returns the cached verdict for (dataset, uid, gid) while the
+// dataset's watch generation is unchanged, else checks access. The check
+// (a stat of every file: seconds at ImageNet scale) runs outside the lock:
+// concurrent opens by the same caller share one check, and other callers
+// and datasets are not held up by it.
+func (m *Manager) verdict(name string, ds *bmap.Map, c Caller, id identity) verdict {
+	key := verdictKey{name, c.UID, c.GID}
+	m.accessMu.Lock()
+	g := m.guards[name]
+	var gen uint64
+	if g != nil {
+		g.Poll()
+		gen = g.Generation()
+		if v, ok := m.verdicts[key]; ok && v.gen == gen {
+			m.accessMu.Unlock()
+			return v
+		}
+		if p := m.checking[key]; p != nil && p.v.gen == gen {
+			m.accessMu.Unlock()
+			<-p.done
+			return p.v
+		}
+	}
+	p := &pendingVerdict{done: make(chan struct{}), v: verdict{gen: gen}}
+	if g != nil {
+		m.checking[key] = p
+	}
+	m.accessMu.Unlock()
+
+	p.v.err = m.check(ds, id)
+	m.accessMu.Lock()
+	if g != nil {
+		if m.checking[key] == p {
+			delete(m.checking, key)
+		}
+		// A check of an older generation never replaces a newer verdict.
+		if old, ok := m.verdicts[key]; !ok || old.gen <= gen {
+			m.verdicts[key] = p.v
+		}
+	}
+	m.accessMu.Unlock()
+	close(p.done)
+	return p.v
 }
 
 // Stop ends every session and stops the dataset watches; the manager is
