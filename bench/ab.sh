@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A/B of `loaderd bench` variants on one dataset, side by side in one run:
+# every round runs every case cold (sync; drop_caches), the order of the
+# cases reversed every other round; bench/compare.py-style medians at the
+# end. A case is "LABEL=BINARY ARGS..." (BINARY: a loaderd; ARGS: its bench
+# flags after --bmap, --shuffle, --seed 1, --json).
+#
+# Needs root. Usage: bench/ab.sh DEVICE ROUNDS CASE...   (DEVICE: virtio or
+# ram; env: FILES, default 12000)
+# Example: bench/ab.sh ram 5 "sorted=bin/loaderd --backend gds" \
+#            "issue=/tmp/loaderd-issueorder --backend gds"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 3 ]] || { sed -n '2,12p' "$0" >&2; exit 2; }
+device=$1 rounds=$2; shift 2
+FILES=${FILES:-12000}
+[[ $(id -u) == 0 ]] || { echo "ab: needs root (loop devices, drop_caches)" >&2; exit 1; }
+work=$PWD/.bench/ab
+mkdir -p "$work"
+case $device in
+  virtio) img=$work/img ;;
+  ram) img=/dev/shm/nvfeed-ab.img ;;
+  *) echo "ab: unknown device $device (want virtio or ram)" >&2; exit 2 ;;
+esac
+loop=
+cleanup() {
+  mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
+  [[ -n $loop ]] && losetup -d "$loop" 2>/dev/null
+  rm -f "$img"
+}
+trap cleanup EXIT
+truncate -s 4G "$img"
+mkfs.ext4 -q -F -b 4096 "$img"
+loop=$(losetup --find --show --direct-io=on "$img")
+mkdir -p "$work/mnt" && mount "$loop" "$work/mnt"
+bin/gendataset --out "$work/mnt/train" --files "$FILES" --classes 100 --mean 110000 >/dev/null
+sync
+bin/mkbmap --mountpoint "$work/mnt/train" -o "$work/train.bmap" 2>/dev/null
+out=$work/results.jsonl
+: > "$out"
+cases=("$@")
+for r in $(seq 1 "$rounds"); do
+  order=("${cases[@]}")
+  if (( r % 2 == 0 )); then
+    order=()
+    for ((i = ${#cases[@]} - 1; i >= 0; i--)); do order+=("${cases[i]}"); done
+  fi
+  for c in "${order[@]}"; do
+    label=${c%%=*} cmd=${c#*=}
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    # shellcheck disable=SC2086 # cmd is a binary and its flags
+    $cmd --bmap "$work/train.bmap" --shuffle --seed 1 --json 2>/dev/null |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); r["case"]=sys.argv[1]; print(json.dumps(r))' "$label" >> "$out"
+  done
+done
+python3 - "$out" "$device" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+cases = list(dict.fromkeys(r["case"] for r in rows))
+base = None
+print(f"device {sys.argv[2]}, cold, medians of {len(rows) // len(cases)} rounds")
+print(f"{'case':<24}{'samples/s':>11}{'ratio':>8}{'CPU s/GB':>10}  rounds")
+for c in cases:
+    rs = [r for r in rows if r["case"] == c]
+    sps = statistics.median(r["samples_per_s"] for r in rs)
+    cpu = statistics.median(r["cpu_seconds"] / (r["bytes"] / 1e9) for r in rs)
+    base = base or sps
+    each = " ".join(f"{r['samples_per_s']:.0f}" for r in rs)
+    print(f"{c:<24}{sps:>11.0f}{sps / base:>7.2f}x{cpu:>10.3f}  {each}")
+EOF
