@@ -13,29 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 3 ]] || { sed -n '2,12p' "$0" >&2; exit 2; }
 device=$1 rounds=$2; shift 2
-FILES=${FILES:-12000}
-[[ $(id -u) == 0 ]] || { echo "ab: needs root (loop devices, drop_caches)" >&2; exit 1; }
-work=$PWD/.bench/ab
-mkdir -p "$work"
-case $device in
-  virtio) img=$work/img ;;
-  ram) img=/dev/shm/nvfeed-ab.img ;;
-  *) echo "ab: unknown device $device (want virtio or ram)" >&2; exit 2 ;;
-esac
-loop=
-cleanup() {
-  mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
-  [[ -n $loop ]] && losetup -d "$loop" 2>/dev/null
-  rm -f "$img"
-}
-trap cleanup EXIT
-truncate -s 4G "$img"
-mkfs.ext4 -q -F -b 4096 "$img"
-loop=$(losetup --find --show --direct-io=on "$img")
-mkdir -p "$work/mnt" && mount "$loop" "$work/mnt"
-bin/gendataset --out "$work/mnt/train" --files "$FILES" --classes 100 --mean 110000 >/dev/null
-sync
-bin/mkbmap --mountpoint "$work/mnt/train" -o "$work/train.bmap" 2>/dev/null
+. bench/lib.sh
+trap bench_cleanup EXIT
+bench_dataset "$device" "$PWD/.bench/ab"
+work=$bench_work
 out=$work/results.jsonl
 : > "$out"
 cases=("$@")
@@ -47,7 +28,7 @@ for r in $(seq 1 "$rounds"); do
   fi
   for c in "${order[@]}"; do
     label=${c%%=*} cmd=${c#*=}
-    sync; echo 3 > /proc/sys/vm/drop_caches
+    drop
     # shellcheck disable=SC2086 # cmd is a binary and its flags
     $cmd --bmap "$work/train.bmap" --shuffle --seed 1 --json 2>/dev/null |
       python3 -c 'import json,sys; r=json.load(sys.stdin); r["case"]=sys.argv[1]; print(json.dumps(r))' "$label" >> "$out"

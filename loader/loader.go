@@ -56,6 +56,9 @@ type Options struct {
 	// Guard is the map's freshness state shared by several loaders (the
 	// daemon keeps one per dataset); nil: raw backends make their own.
 	Guard *fresh.Guard
+	// Shared lets loaders share backend resources (the daemon: one raw
+	// engine per device for all sessions); nil: each loader has its own.
+	Shared *backend.Shared
 }
 
 // StateVersion is the version of State's wire form; a state of another
@@ -197,7 +200,7 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if l.params, err = spec.Resolve(o.BackendOptions); err != nil {
 		return nil, err
 	}
-	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard}); err != nil {
+	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared}); err != nil {
 		return nil, err
 	}
 	ring, err := NewRing(o.Slots, SlotBytes(m, o.BatchSize), o.ShmDir)

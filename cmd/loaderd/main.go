@@ -30,6 +30,7 @@ import (
 	"github.com/nvfeed/nvfeed/internal/benchrun"
 	"github.com/nvfeed/nvfeed/internal/check"
 	"github.com/nvfeed/nvfeed/internal/serve"
+	"github.com/nvfeed/nvfeed/internal/session"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
@@ -309,6 +310,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	shmDir := fs.String("shm-dir", "/dev/shm", "directory for sessions' shared batch memory")
 	timeout := fs.Duration("session-timeout", 60*time.Second, "close sessions idle for longer than this")
 	maxMem := fs.Int64("max-session-mb", 16<<10, "refuse sessions needing more batch memory than this (MiB)")
+	engines := fs.String("engines", session.EnginesPerSession, "raw engines (io_uring rings) per session, or per device: shared by the sessions reading it")
 	var faults *backend.Faults
 	fs.Func("inject-eio", "for testing error handling end to end: every read of the sample at this path (relative to the dataset root) fails with EIO (repeatable)", func(p string) error {
 		if faults == nil {
@@ -341,6 +343,9 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		maps[name] = m
 	}
+	if *engines != session.EnginesPerDevice && *engines != session.EnginesPerSession {
+		return fmt.Errorf("%w: --engines %q: want %s or %s", errUsage, *engines, session.EnginesPerDevice, session.EnginesPerSession)
+	}
 	mode, err := strconv.ParseUint(*sockMode, 8, 32)
 	if err != nil || mode > 0o777 {
 		return fmt.Errorf("%w: --socket-mode %q: want octal permission bits such as 0660", errUsage, *sockMode)
@@ -362,7 +367,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults})
+	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults, Engines: *engines})
 	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
 	if errors.Is(err, serve.ErrNoToken) {
 		return fmt.Errorf("%w: give --tcp-token FILE with --listen", err)

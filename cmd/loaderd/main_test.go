@@ -78,6 +78,7 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "--bmap", m, "--backend", "nope"}, 2, `unknown backend "nope"`},
 		{[]string{"bench", "--bmap", m, "--shard-id", "3", "--num-shards", "2"}, 2, "shard_id 3"},
 		{[]string{"bench", "--bmap", "/nonexistent.bmap"}, 1, "/nonexistent.bmap"},
+		{[]string{"serve", "--socket", "/tmp/x.sock", "--dataset", "d=" + m, "--engines", "node"}, 2, `--engines "node": want device or session`},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCmd(tt.args...)

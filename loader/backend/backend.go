@@ -61,6 +61,10 @@ type Env struct {
 	Trace  io.Writer    // if set, raw backends log every device read as a fio iolog (v2) line
 	Faults *Faults      // if set, reads consult it (tests)
 	Guard  *fresh.Guard // the map's shared freshness state; nil: raw backends open their own
+	// Shared, if set, lets backends share resources with other backends
+	// opened with the same Shared: raw backends share one engine per
+	// device and configuration (not when tracing). nil: their own.
+	Shared *Shared
 }
 
 // Opener opens a backend over a map with resolved options.

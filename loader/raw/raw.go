@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -134,7 +135,8 @@ type Backend struct {
 	cfg     Config
 	plan    planner
 	engines []engine
-	next    atomic.Uint64 // round-robin queue choice
+	release []func() error // shared engines: give them back (instead of closing)
+	next    atomic.Uint64  // round-robin queue choice
 	trace   *tracer
 	faults  *backend.Faults
 	log     *slog.Logger
@@ -193,15 +195,10 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 		b.trace = newTracer(env.Trace, devPath)
 	}
 	for q := 0; q < cfg.Queues; q++ {
-		e, fallback, err := newEngine(cfg.Engine, fd, cfg.QueueDepth, b.trace, env.Faults)
-		if err != nil {
+		if err := b.addEngine(q, env); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("raw: %s: %w", name, err)
 		}
-		if fallback != nil && q == 0 {
-			log.Warn("raw: io_uring unavailable, using pread workers", "backend", name, "err", fallback)
-		}
-		b.engines = append(b.engines, e)
 	}
 	if cfg.CacheBytes > 0 {
 		if b.plan.cache, err = newBlockCache(cfg.CacheBytes, cfg.RequestSize); err != nil {
@@ -212,6 +209,65 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 	log.Info("raw: backend ready", "backend", name, "device", devPath, "engine", b.engines[0].name(),
 		"queues", cfg.Queues, "queue_depth", cfg.QueueDepth, "freshness", cfg.Freshness)
 	return b, nil
+}
+
+// addEngine starts queue q's engine, or with env.Shared (and no trace)
+// takes the one already serving this device, engine kind, queue depth and
+// queue from another backend. A shared engine reads its own duplicate of
+// the device descriptor, so it outlives the backend that made it.
+func (b *Backend) addEngine(q int, env backend.Env) error {
+	fd := int(b.dev.Fd())
+	logFallback := func(err error) {
+		if err != nil {
+			b.log.Warn("raw: io_uring unavailable, using pread workers", "backend", b.name, "err", err)
+		}
+	}
+	if env.Shared == nil || b.trace != nil {
+		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, b.trace, env.Faults)
+		if err != nil {
+			return err
+		}
+		if q == 0 {
+			logFallback(fallback)
+		}
+		b.engines = append(b.engines, e)
+		return nil
+	}
+	key := fmt.Sprintf("raw engine: device %s, engine %s, queue depth %d, queue %d, faults %p",
+		b.plan.devPath, b.cfg.Engine, b.cfg.QueueDepth, q, env.Faults)
+	v, release, err := env.Shared.Acquire(key, func() (io.Closer, error) {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("dup %s: %w", b.plan.devPath, err)
+		}
+		e, fallback, err := newEngine(b.cfg.Engine, dup, b.cfg.QueueDepth, nil, env.Faults)
+		if err != nil {
+			unix.Close(dup)
+			return nil, err
+		}
+		if q == 0 {
+			logFallback(fallback)
+		}
+		b.log.Info("raw: engine started, shared by the sessions on this device", "device", b.plan.devPath, "queue", q, "queue_depth", b.cfg.QueueDepth)
+		return &ownedEngine{engine: e, fd: dup}, nil
+	})
+	if err != nil {
+		return err
+	}
+	b.engines = append(b.engines, v.(*ownedEngine).engine)
+	b.release = append(b.release, release)
+	return nil
+}
+
+// ownedEngine is a shared engine with the descriptor it reads.
+type ownedEngine struct {
+	engine
+	fd int
+}
+
+func (o *ownedEngine) Close() error {
+	o.engine.close()
+	return unix.Close(o.fd)
 }
 
 // Name returns the name given to Open ("gds" or "bam").
@@ -374,10 +430,16 @@ func (b *Backend) putScratch(sc *scratch) {
 // Close stops the engines, frees the bounce memory and the cache, and
 // closes the device. No ReadBatch may be running.
 func (b *Backend) Close() error {
-	for _, e := range b.engines {
-		e.close()
-	}
 	var errs []error
+	if b.release != nil {
+		for _, r := range b.release {
+			errs = append(errs, r())
+		}
+	} else {
+		for _, e := range b.engines {
+			e.close()
+		}
+	}
 	if b.trace != nil {
 		errs = append(errs, b.trace.close())
 	}
