@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -32,9 +33,16 @@ type Ring struct {
 
 // NewRing maps slots×slotSize bytes (slotSize rounded up to backend.Align). With
 // shmDir "" the memory is an anonymous memfd; otherwise it is a new file
-// in shmDir readable only by its owner. Pages are populated up front and
-// locked with mlock; when locking fails (RLIMIT_MEMLOCK), the ring still
-// works and Pinned reports why it is not locked.
+// in shmDir readable only by its owner. The memory is locked with
+// mlock2(MLOCK_ONFAULT): each page is page-locked from its first use and
+// never swapped, but none is allocated before it is used. A slot is sized
+// for the worst batch (SlotBytes: the batch of the largest samples) while
+// a typical batch uses a fraction of it, so the ring's resident memory
+// follows the batches actually read, not slots×slotSize (and opening a
+// session zeroes nothing). On a kernel without MLOCK_ONFAULT (before 4.4)
+// every page is populated and locked at once. When locking fails
+// (RLIMIT_MEMLOCK), the ring still works and Pinned reports why it is not
+// locked.
 func NewRing(slots int, slotSize int64, shmDir string) (*Ring, error) {
 	if slots <= 0 || slotSize <= 0 {
 		return nil, fmt.Errorf("loader: ring of %d slots of %d bytes", slots, slotSize)
@@ -58,12 +66,16 @@ func NewRing(slots int, slotSize int64, shmDir string) (*Ring, error) {
 		r.Close()
 		return nil, fmt.Errorf("loader: size batch memory to %d bytes: %w", size, err)
 	}
-	r.mem, err = unix.Mmap(r.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	r.mem, err = unix.Mmap(r.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("loader: map %d bytes of batch memory: %w", size, err)
 	}
-	if err := unix.Mlock(r.mem); err != nil {
+	err = mlockOnFault(r.mem)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // no MLOCK_ONFAULT: lock (and populate) it all
+		err = unix.Mlock(r.mem)
+	}
+	if err != nil {
 		r.pinErr = fmt.Errorf("mlock %d bytes: %w (raise RLIMIT_MEMLOCK, e.g. ulimit -l unlimited)", size, err)
 	}
 	return r, nil
@@ -137,3 +149,12 @@ func (r *Ring) Close() error {
 }
 
 var _ Memory = (*Ring)(nil)
+
+// mlockOnFault is mlock2(b, MLOCK_ONFAULT).
+func mlockOnFault(b []byte) error {
+	_, _, errno := unix.Syscall(unix.SYS_MLOCK2, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), unix.MLOCK_ONFAULT)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
