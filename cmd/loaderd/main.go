@@ -44,7 +44,7 @@ func main() {
 
 const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
-                     [--shm-dir /dev/shm] [--session-timeout 60s] [--max-session-mb 16384]
+                     [--shm-dir /dev/shm] [--session-timeout 60s] [--max-session-mb 16384] [--engines session|device]
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
