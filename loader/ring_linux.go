@@ -51,6 +51,16 @@ func NewRing(slots int, slotSize int64, shmDir string) (*Ring, error) {
 	size := int64(slots) * slotSize
 	r := &Ring{slotSize: slotSize, slots: slots, fd: -1}
 	var err error
+	if shmDir != "" {
+		var st unix.Statfs_t
+		if err := unix.Statfs(shmDir, &st); err != nil {
+			return nil, fmt.Errorf("loader: batch memory in %s: %w", shmDir, err)
+		}
+		if free := int64(st.Bavail) * st.Bsize; free < size {
+			return nil, fmt.Errorf("loader: %w: %s has %d MiB free, a ring of %d slots of %d KiB needs up to %d MiB (free space there, or a smaller batch_size or prefetch)",
+				ErrNoSpace, shmDir, free>>20, slots, slotSize>>10, size>>20)
+		}
+	}
 	if shmDir == "" {
 		r.fd, err = unix.MemfdCreate("nvfeed-ring", unix.MFD_CLOEXEC)
 	} else {

@@ -141,6 +141,8 @@ func fail(w http.ResponseWriter, err error) {
 		code = http.StatusConflict
 	case errors.Is(err, session.ErrLimit):
 		code = http.StatusTooManyRequests
+	case errors.Is(err, session.ErrNoSpace):
+		code = http.StatusInsufficientStorage
 	case errors.Is(err, context.Canceled):
 		code = 499 // client went away
 	}

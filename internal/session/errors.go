@@ -1,6 +1,10 @@
 package session
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/nvfeed/nvfeed/loader"
+)
 
 // Sentinel errors; a transport maps them to its status codes. Every error
 // from a Manager wraps one of them (or is an internal failure) and its
@@ -11,5 +15,6 @@ var (
 	ErrForbidden = errors.New("forbidden")            // the session belongs to another user
 	ErrBusy      = errors.New("all batch slots held") // release batches before asking for more
 	ErrLimit     = errors.New("too many sessions")    // the daemon's session limit
+	ErrNoSpace   = loader.ErrNoSpace                  // no room for the session's batch memory
 	ErrConflict  = errors.New("dataset not readable") // the map is stale or the device cannot be read
 )
