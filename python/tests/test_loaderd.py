@@ -6,18 +6,19 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-import os
 import http.client
 import signal
 import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import msgpack
 import pytest
 
-from conftest import Daemon, Dataset
+from conftest import Daemon, Dataset, start_daemon, stop_daemon
 from dali_source import LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
@@ -197,3 +198,26 @@ def test_gpu_without_driver_says_so(daemon: Daemon) -> None:
         pytest.skip("an NVIDIA driver is present: the no-driver error cannot be tested here")
     with pytest.raises(LoaderError, match="no NVIDIA driver found"):
         LoaderSource("train", socket=daemon.socket, batch_size=2, device="gpu")
+
+
+def test_engines_per_device(dataset: Dataset, tmp_path: Path) -> None:
+    """A daemon whose sessions share one engine per device: three sessions
+    read at once (threads), each byte- and label-exact, the shards covering
+    the dataset; one closed mid-way leaves the engine to the others."""
+    _need(dataset, "gds")
+    d = start_daemon(tmp_path, dataset.bmap, "--engines", "device")
+    try:
+        srcs = [LoaderSource("train", socket=d.socket, batch_size=3, shard_id=k, num_shards=3,
+                             random_shuffle=True, seed=5, backend="gds") for k in range(3)]
+        first = srcs.pop(0)
+        got = [_epoch(first, dataset)]
+        first.close()  # the session whose open started the engine
+        with ThreadPoolExecutor(len(srcs)) as pool:
+            got += list(pool.map(lambda s: _epoch(s, dataset), srcs))
+        for s in srcs:
+            s.close()
+        paths = [p for shard in got for p, _ in shard]
+        assert sorted(paths) == sorted(p for p, _ in dataset.files)
+        assert "shared by the sessions on this device" in d.log.read_text()
+    finally:
+        assert stop_daemon(d) == 0, d.log.read_text()
