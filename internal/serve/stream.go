@@ -50,15 +50,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stop := make(chan []int, 1) // the slots to keep, when the client asked to stop
+	type control struct {
+		keep []int // the slots to keep, when the client asked to stop
+		err  error // why the control side ended otherwise
+	}
+	ctl := make(chan control, 1)
 	go func() {
 		defer cancel()
 		keep, err := s.readControl(c, id, brw.Reader)
-		if err == nil {
-			stop <- keep
-		} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-			s.log.Warn("serve: stream control", "session", id, "err", err)
-		}
+		ctl <- control{keep, err}
 	}()
 	out := bufio.NewWriterSize(conn, 64<<10)
 	send := func(v NextResponse) error {
@@ -74,19 +74,30 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	err = s.mgr.Stream(ctx, c, id, at, func(d session.Delivery) error { return send(toResponse(d)) })
 	cancel()
+	var cr control
+	stopped := false
 	select {
-	case keep := <-stop: // the client stops: release all but what it holds, then say so
-		if rerr := s.mgr.ReleaseExcept(c, id, keep); rerr != nil && err == nil {
+	case cr = <-ctl:
+		stopped = cr.err == nil
+	default: // the session ended under the client (closed, daemon stopping)
+	}
+	switch {
+	case stopped: // the client stops: release all but what it holds, then say so
+		if rerr := s.mgr.ReleaseExcept(c, id, cr.keep); rerr != nil && err == nil {
 			err = rerr
 		}
 		if err == nil {
 			send(NextResponse{Stopped: true})
 			return
 		}
-	default: // the client went away, or the session ended: nothing is held any more
+	default: // the client went away or broke the protocol, or the session ended: nothing is held any more
 		s.mgr.ReleaseExcept(c, id, nil)
-		if err == nil {
-			err = s.mgr.Check(c, id) // ended under the client (closed, daemon stopping): say so
+		switch {
+		case cr.err != nil && !errors.Is(cr.err, io.EOF) && !errors.Is(cr.err, net.ErrClosed):
+			s.log.Warn("serve: stream control", "session", id, "err", cr.err)
+			err = fmt.Errorf("session %s: stream control: %w", id, cr.err)
+		case err == nil:
+			err = s.mgr.Check(c, id) // say why it ended
 		}
 	}
 	if err != nil {

@@ -198,5 +198,19 @@ func TestStreamLifetimes(t *testing.T) {
 	if n != 3 {
 		t.Errorf("after a client died holding every slot, a new stream got %d batches, want all 3 slots back", n)
 	}
+	// A malformed control frame ends the stream with an error that says so.
+	s2.conn.Write([]byte{0, 0, 0, 3, 0xc1, 0xc1, 0xc1})
+	for {
+		r, ok := s2.recv(5 * time.Second)
+		if !ok {
+			t.Fatal("a malformed control frame: no answer")
+		}
+		if r.Error != "" {
+			if !strings.Contains(r.Error, "stream control: malformed control frame") {
+				t.Errorf("error %q, want it to name the malformed control frame", r.Error)
+			}
+			break
+		}
+	}
 	s2.conn.Close()
 }
