@@ -265,6 +265,7 @@ type ownedEngine struct {
 	fd int
 }
 
+// Close stops the engine, then closes its descriptor.
 func (o *ownedEngine) Close() error {
 	o.engine.close()
 	return unix.Close(o.fd)
