@@ -1,7 +1,8 @@
 // Package loader reads shuffled, sharded, labeled batches of a block-mapped
-// dataset with DALI fn.readers.file semantics into batch memory (a fixed
-// ring of page-locked, shared-memory slots), through a backend chosen by
-// name from Backends (the contract is package loader/backend).
+// dataset with DALI fn.readers.file semantics into batch memory (package
+// loader/batchmem: a fixed set of slots, page-locked host or GPU memory),
+// through a backend chosen by name from Backends (the contract is package
+// loader/backend).
 //
 // A Loader prefetches up to PrefetchQueueDepth batches while the consumer
 // holds earlier ones; a batch's slot is reused only after Release. Batches
@@ -22,9 +23,9 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/cuda"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/fresh"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // DefaultPrefetchQueueDepth is the batches read ahead when
@@ -33,18 +34,16 @@ const DefaultPrefetchQueueDepth = 2
 
 // Options configures a Loader. Names follow DALI's reader arguments.
 type Options struct {
-	BatchSize          int        // samples per batch (required)
-	ShardID            int        // this rank
-	NumShards          int        // ranks; 0 means 1
-	RandomShuffle      bool       // a full permutation per epoch (see Sampling)
-	Seed               uint64     // shuffle seed
-	PadLastBatch       bool       // DALI pad_last_batch
-	StickToShard       bool       // DALI stick_to_shard
-	PrefetchQueueDepth int        // batches read ahead; 0 means DefaultPrefetchQueueDepth
-	Slots              int        // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
-	Memory             MemoryKind // "" means MemoryPinned
-	ShmDir             string     // put batch memory in a file here (e.g. /dev/shm) instead of a memfd
-	Backend            string     // a name from Backends; "" means DefaultBackend
+	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard
+	PrefetchQueueDepth int           // batches read ahead; 0 means DefaultPrefetchQueueDepth
+	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
+	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
+	Memory             batchmem.Kind // "" means batchmem.Pinned
+	Device             int           // the GPU ordinal for GPU memory
+	Backend            string        // a name from Backends; "" means DefaultBackend (ignored when Spec is set)
+	// Spec is the backend's description when the caller has already looked
+	// it up (BackendSpec); nil: BackendSpec(Backend).
+	Spec *backend.Spec
 	// BackendOptions are the backend's options by name (see its
 	// backend.Spec); missing ones take their defaults.
 	BackendOptions map[string]any
@@ -81,7 +80,7 @@ type Loader struct {
 	m       *bmap.Map
 	smp     Sampling
 	opts    Options
-	mem     Memory
+	mem     batchmem.Memory
 	backend backend.Backend
 	params  backend.Params
 	log     *slog.Logger
@@ -119,8 +118,9 @@ type Batch struct {
 	readStart, readEnd time.Time
 
 	l        *Loader
-	mem      []byte // the slot's memory
-	base     int64  // the slot's offset in the shared memory
+	mem      []byte  // the slot's host view (batchmem.Region.Host)
+	dev      uintptr // the slot's device address (batchmem.Region.Dev), 0 for host memory
+	base     int64   // the slot's offset in the shared memory
 	reqs     []backend.Request
 	done     chan struct{}
 	err      error
@@ -130,7 +130,9 @@ type Batch struct {
 // Len returns the number of samples in the batch.
 func (b *Batch) Len() int { return len(b.Indices) }
 
-// Sample returns a view of sample i's bytes in batch memory.
+// Sample returns a view of sample i's bytes in host batch memory
+// (batchmem.Pinned); it is not for GPU memory, whose bytes are on the
+// device.
 func (b *Batch) Sample(i int) []byte {
 	off := b.Offsets[i] - b.base
 	return b.mem[off : off+b.Lengths[i] : off+b.Lengths[i]]
@@ -171,8 +173,7 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	smp := Sampling{N: len(m.Samples), BatchSize: o.BatchSize, ShardID: o.ShardID, NumShards: o.NumShards,
-		RandomShuffle: o.RandomShuffle, Seed: o.Seed, PadLastBatch: o.PadLastBatch, StickToShard: o.StickToShard}
+	smp := Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs}
 	if err := smp.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
@@ -183,49 +184,41 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		}
 		l.epoch, l.next = st.Epoch, st.Batch
 	}
-	switch o.Memory {
-	case "", MemoryPinned:
-	case MemoryGPU:
-		if _, err := cuda.DriverVersion(); err != nil {
-			return nil, fmt.Errorf("loader: memory kind gpu: %w: %w", ErrNoCUDA, err)
+	spec := o.Spec
+	if spec == nil {
+		s, err := BackendSpec(o.Backend)
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("%w: memory kind gpu is not implemented in this build (batches land in pinned host memory; see loaderd check)", ErrOptions)
-	default:
-		return nil, fmt.Errorf("%w: memory kind %q (want pinned or gpu)", ErrOptions, o.Memory)
+		spec = &s
 	}
-	spec, err := BackendSpec(o.Backend)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	if l.params, err = spec.Resolve(o.BackendOptions); err != nil {
 		return nil, err
 	}
-	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared}); err != nil {
-		return nil, err
+	if o.SlotSize == 0 {
+		o.SlotSize = SlotBytes(m, o.BatchSize)
 	}
-	ring, err := NewRing(o.Slots, SlotBytes(m, o.BatchSize), o.ShmDir)
+	mem, err := batchmem.Open(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
 	if err != nil {
-		l.backend.Close()
+		if errors.Is(err, batchmem.ErrKind) {
+			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)
+		}
+		return nil, fmt.Errorf("loader: %w", err)
+	}
+	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared}); err != nil {
+		mem.Close()
 		return nil, err
 	}
-	if perr := ring.Pinned(); perr != nil {
-		l.log.Warn("loader: batch memory is not page-locked", "err", perr)
-	}
-	if rt, err := cuda.Load(); err == nil { // with a driver: CUDA-pinned, so copies to a GPU are DMA
-		if err := ring.RegisterCUDA(rt); err != nil {
-			l.log.Warn("loader: batch memory is not registered with CUDA", "err", err)
-		}
-	} else if !errors.Is(err, cuda.ErrNoDriver) { // a driver without a usable runtime: say so
-		l.log.Warn("loader: batch memory is not registered with CUDA", "err", err)
-	}
-	l.mem = ring
+	l.mem = mem
 	l.free = make(chan int, o.Slots)
-	slotSize := l.mem.Handle().SlotSize
+	slotSize := mem.Desc().SlotSize
 	for i := 0; i < o.Slots; i++ {
+		r := mem.Slot(i)
 		l.batches = append(l.batches, &Batch{Slot: i, l: l,
 			Indices: make([]int32, 0, o.BatchSize), Labels: make([]int32, 0, o.BatchSize),
 			Offsets: make([]int64, 0, o.BatchSize), Lengths: make([]int64, 0, o.BatchSize),
-			reqs: make([]backend.Request, 0, o.BatchSize), mem: l.mem.Slot(i), base: int64(i) * slotSize})
+			reqs: make([]backend.Request, 0, o.BatchSize), mem: r.Host, dev: r.Dev, base: int64(i) * slotSize})
 		l.free <- i
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
@@ -377,7 +370,14 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 		}
 		n := backend.AlignUp(s.Size)
 		b.Offsets = append(b.Offsets, base+off)
-		b.reqs = append(b.reqs, backend.Request{Index: int(si), Sample: s, Buf: slot[off : off+n : off+n]})
+		r := backend.Request{Index: int(si), Sample: s}
+		if slot != nil {
+			r.Buf = slot[off : off+n : off+n]
+		}
+		if b.dev != 0 {
+			r.Dev = b.dev + uintptr(off)
+		}
+		b.reqs = append(b.reqs, r)
 		off += n
 	}
 	b.used = off
@@ -510,7 +510,7 @@ func (l *Loader) State() State {
 func (l *Loader) Sampling() Sampling { return l.smp }
 
 // Memory returns the batch memory.
-func (l *Loader) Memory() Memory { return l.mem }
+func (l *Loader) Memory() batchmem.Memory { return l.mem }
 
 // Backend returns the backend.
 func (l *Loader) Backend() backend.Backend { return l.backend }

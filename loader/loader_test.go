@@ -19,6 +19,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // makeDataset writes n files in DALI layout with sizes around mean bytes
@@ -109,10 +110,10 @@ func TestByteExact(t *testing.T) {
 		name string
 		o    Options
 	}{
-		{"buffered", Options{BatchSize: 16, PrefetchQueueDepth: 3, RandomShuffle: true, Seed: 5}},
-		{"direct", Options{BatchSize: 16, PrefetchQueueDepth: 3, RandomShuffle: true, Seed: 5, BackendOptions: map[string]any{"direct": true}}},
-		{"direct shard 1 of 2 padded", Options{BatchSize: 64, PrefetchQueueDepth: 4, NumShards: 2, ShardID: 1, PadLastBatch: true, BackendOptions: map[string]any{"direct": true, "workers": 3}}},
-		{"shm file, batch 1", Options{BatchSize: 1, ShmDir: t.TempDir()}},
+		{"buffered", Options{ReaderArgs: ReaderArgs{BatchSize: 16, RandomShuffle: true, Seed: 5}, PrefetchQueueDepth: 3}},
+		{"direct", Options{ReaderArgs: ReaderArgs{BatchSize: 16, RandomShuffle: true, Seed: 5}, PrefetchQueueDepth: 3, BackendOptions: map[string]any{"direct": true}}},
+		{"direct shard 1 of 2 padded", Options{ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 2, ShardID: 1, PadLastBatch: true}, PrefetchQueueDepth: 4, BackendOptions: map[string]any{"direct": true, "workers": 3}}},
+		{"batch 1", Options{ReaderArgs: ReaderArgs{BatchSize: 1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,7 +136,7 @@ func TestByteExact(t *testing.T) {
 
 func TestResume(t *testing.T) {
 	m := makeDataset(t, 101, 5, 3000)
-	o := Options{BatchSize: 8, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3, PrefetchQueueDepth: 2}
+	o := Options{ReaderArgs: ReaderArgs{BatchSize: 8, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}, PrefetchQueueDepth: 2}
 	// The reference sequence: 4 epochs, EOFs included.
 	seq := func(l *Loader, steps int) []string {
 		var out []string
@@ -177,13 +178,13 @@ func TestResume(t *testing.T) {
 		}
 	}
 	// A state from other options is refused, naming the difference.
-	st := State{Version: StateVersion, Sampling: Sampling{N: 101, BatchSize: 9, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}
+	st := State{Version: StateVersion, Sampling: Sampling{N: 101, ReaderArgs: ReaderArgs{BatchSize: 9, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}}
 	o.State = &st
 	if _, err := New(context.Background(), m, o); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "batch_size 9 (now 8)") {
 		t.Errorf("mismatched state: err = %v", err)
 	}
 	// A state of another wire version is refused, naming the versions.
-	st = State{Version: StateVersion + 1, Sampling: Sampling{N: 101, BatchSize: 8, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}
+	st = State{Version: StateVersion + 1, Sampling: Sampling{N: 101, ReaderArgs: ReaderArgs{BatchSize: 8, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}}}
 	if _, err := New(context.Background(), m, o); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "version 2") {
 		t.Errorf("state of another version: err = %v", err)
 	}
@@ -191,7 +192,7 @@ func TestResume(t *testing.T) {
 
 func TestMemoryFlat(t *testing.T) {
 	m := makeDataset(t, 200, 4, 2000)
-	l, err := New(context.Background(), m, Options{BatchSize: 32, RandomShuffle: true, PrefetchQueueDepth: 2})
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 32, RandomShuffle: true}, PrefetchQueueDepth: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestReadErrorsNameTheSample(t *testing.T) {
 	os.Remove(filepath.Join(m.Root, victim.Path))
 	grown := &m.Samples[20]
 	os.WriteFile(filepath.Join(m.Root, grown.Path), make([]byte, grown.Size+5000), 0o644)
-	l, err := New(context.Background(), m, Options{BatchSize: 4})
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestReadErrorsNameTheSample(t *testing.T) {
 func TestCloseWhileReading(t *testing.T) {
 	m := makeDataset(t, 500, 5, 50_000)
 	for i := 0; i < 5; i++ {
-		l, err := New(context.Background(), m, Options{BatchSize: 64, PrefetchQueueDepth: 4, BackendOptions: map[string]any{"workers": 2}})
+		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 64}, PrefetchQueueDepth: 4, BackendOptions: map[string]any{"workers": 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +271,7 @@ func TestCloseWhileReading(t *testing.T) {
 		}
 	}
 	// A cancelled context ends a blocked Next promptly.
-	l, _ := New(context.Background(), m, Options{BatchSize: 64, PrefetchQueueDepth: 1, Slots: 2})
+	l, _ := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 64}, PrefetchQueueDepth: 1, Slots: 2})
 	defer l.Close()
 	b1, _ := l.Next(context.Background())
 	b2, _ := l.Next(context.Background())
@@ -293,18 +294,18 @@ func TestOptionErrors(t *testing.T) {
 		want error
 		msg  string
 	}{
-		{Options{BatchSize: 0}, ErrOptions, "batch_size 0"},
-		{Options{BatchSize: 2, ShardID: 3, NumShards: 2}, ErrOptions, "shard_id 3"},
-		{Options{BatchSize: 2, Backend: "nvme-of"}, ErrOptions, `unknown backend "nvme-of"`},
-		{Options{BatchSize: 2, Memory: "hbm"}, ErrOptions, `memory kind "hbm"`},
-		{Options{BatchSize: 2, PrefetchQueueDepth: 3, Slots: 3}, ErrOptions, "slots"},
+		{Options{ReaderArgs: ReaderArgs{BatchSize: 0}}, ErrOptions, "batch_size 0"},
+		{Options{ReaderArgs: ReaderArgs{BatchSize: 2, ShardID: 3, NumShards: 2}}, ErrOptions, "shard_id 3"},
+		{Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: "nvme-of"}, ErrOptions, `unknown backend "nvme-of"`},
+		{Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Memory: "hbm"}, ErrOptions, `memory kind "hbm"`},
+		{Options{ReaderArgs: ReaderArgs{BatchSize: 2}, PrefetchQueueDepth: 3, Slots: 3}, ErrOptions, "slots"},
 	}
 	if _, err := os.Stat("/proc/driver/nvidia/version"); err != nil {
 		tests = append(tests, struct {
 			o    Options
 			want error
 			msg  string
-		}{Options{BatchSize: 2, Memory: MemoryGPU}, ErrNoCUDA, "no CUDA driver found"})
+		}{Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Memory: batchmem.GPU}, ErrNoCUDA, "no CUDA driver found"})
 	}
 	for _, tt := range tests {
 		_, err := New(context.Background(), m, tt.o)
@@ -328,7 +329,7 @@ func TestSlotBytes(t *testing.T) {
 
 func BenchmarkPlan(b *testing.B) {
 	m := makeDataset(b, 256, 4, 1000)
-	l, err := New(context.Background(), m, Options{BatchSize: 64})
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 64}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func BenchmarkPlan(b *testing.B) {
 	for i := range idx {
 		idx[i] = int32(i * 3)
 	}
-	batch := &Batch{Slot: 0, l: l, reqs: make([]backend.Request, 0, 64), mem: l.mem.Slot(0)}
+	batch := &Batch{Slot: 0, l: l, reqs: make([]backend.Request, 0, 64), mem: l.mem.Slot(0).Host}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		l.plan(batch, 0, i, idx)
@@ -354,7 +355,7 @@ func TestInjectedFaults(t *testing.T) {
 		Add(backend.Rule{Op: backend.FileRead, Path: eio, Err: unix.EIO}).
 		Add(backend.Rule{Op: backend.FileRead, Path: short, Short: true})
 	for _, skip := range []bool{false, true} {
-		l, err := New(context.Background(), m, Options{BatchSize: 8, SkipErrors: skip, Faults: faults})
+		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, SkipErrors: skip, Faults: faults})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,7 +385,7 @@ func TestInjectedFaults(t *testing.T) {
 	// A read stalled for 2 s: Close still returns once it completes, and a
 	// Next waiting on it ends with its context.
 	slow := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[0].Path, Stall: 2 * time.Second})
-	l, err := New(context.Background(), m, Options{BatchSize: 8, Faults: slow})
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, Faults: slow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +405,7 @@ func TestInjectedFaults(t *testing.T) {
 // batch asked for, io.EOF past an epoch's end, and Next goes on from there.
 func TestNextAt(t *testing.T) {
 	m := makeDataset(t, 50, 3, 2000)
-	o := Options{BatchSize: 8, RandomShuffle: true, Seed: 4, NumShards: 2, ShardID: 1, PrefetchQueueDepth: 2}
+	o := Options{ReaderArgs: ReaderArgs{BatchSize: 8, RandomShuffle: true, Seed: 4, NumShards: 2, ShardID: 1}, PrefetchQueueDepth: 2}
 	ref, err := New(context.Background(), m, o)
 	if err != nil {
 		t.Fatal(err)
@@ -467,7 +468,7 @@ func TestNextAt(t *testing.T) {
 func TestReadsOverlapBatchBoundaries(t *testing.T) {
 	m := makeDataset(t, 64, 2, 3000)
 	slow := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[1].Path, Stall: 300 * time.Millisecond})
-	l, err := New(context.Background(), m, Options{BatchSize: 8, PrefetchQueueDepth: 3, Faults: slow})
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, PrefetchQueueDepth: 3, Faults: slow})
 	if err != nil {
 		t.Fatal(err)
 	}

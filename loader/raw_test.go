@@ -14,10 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/fresh"
 	"github.com/nvfeed/nvfeed/loader/raw"
 )
 
@@ -60,8 +60,7 @@ func TestRawBackendsByteExact(t *testing.T) {
 				for _, engine := range []string{raw.EngineUring, raw.EnginePread} {
 					t.Run(backend+"/"+engine, func(t *testing.T) {
 						for shard := 0; shard < 2; shard++ {
-							l, err := New(context.Background(), m, Options{Backend: backend, BatchSize: 7, NumShards: 2, ShardID: shard,
-								RandomShuffle: true, Seed: 9, PrefetchQueueDepth: 3, BackendOptions: map[string]any{"engine": engine, "queue_depth": 8}})
+							l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 7, NumShards: 2, ShardID: shard, RandomShuffle: true, Seed: 9}, Backend: backend, PrefetchQueueDepth: 3, BackendOptions: map[string]any{"engine": engine, "queue_depth": 8}})
 							if err != nil {
 								if strings.Contains(err.Error(), "io_uring") {
 									t.Skipf("io_uring refused: %v", err)
@@ -118,7 +117,7 @@ func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
 	}
 	for _, policy := range []string{raw.StaleFallback, raw.StaleFail} {
 		for _, backend := range []string{"gds", "bam"} {
-			l, err := New(context.Background(), m, Options{Backend: backend, BatchSize: 2, SkipErrors: policy == raw.StaleFail, BackendOptions: map[string]any{"on_stale": policy}})
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: backend, SkipErrors: policy == raw.StaleFail, BackendOptions: map[string]any{"on_stale": policy}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +191,7 @@ func TestShrunkDeviceGivesNamedError(t *testing.T) {
 			}
 			keepData, _ := os.ReadFile(fs.Path("train", m.Samples[keep].Path))
 			victimName := m.Samples[victim].Path
-			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, SkipErrors: true, BackendOptions: map[string]any{"engine": engine}})
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: "gds", SkipErrors: true, BackendOptions: map[string]any{"engine": engine}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +232,7 @@ func TestShrunkDeviceGivesNamedError(t *testing.T) {
 			}
 			b.Release()
 			// A loader opened now refuses the range before reading it.
-			l2, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, BackendOptions: map[string]any{"engine": engine}})
+			l2, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: "gds", BackendOptions: map[string]any{"engine": engine}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +265,7 @@ func TestChangeAfterOpenDetected(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := New(context.Background(), m, Options{Backend: "gds", BatchSize: 2, PrefetchQueueDepth: 1, SkipErrors: true, BackendOptions: map[string]any{"freshness": fresh}})
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: "gds", PrefetchQueueDepth: 1, SkipErrors: true, BackendOptions: map[string]any{"freshness": fresh}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,8 +341,7 @@ func TestRawInjectedEIO(t *testing.T) {
 	for _, be := range []string{"gds", "bam"} {
 		for _, engine := range []string{raw.EngineUring, raw.EnginePread} {
 			faults := (&backend.Faults{}).Add(backend.Rule{Op: backend.DeviceRead, Path: path, Err: unix.EIO})
-			l, err := New(context.Background(), m, Options{Backend: be, BatchSize: 16, SkipErrors: true, Faults: faults,
-				BackendOptions: map[string]any{"engine": engine}})
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 16}, Backend: be, SkipErrors: true, Faults: faults, BackendOptions: map[string]any{"engine": engine}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -394,7 +392,7 @@ func TestSharedGuard(t *testing.T) {
 	defer g.Close()
 	var ls []*Loader
 	for _, be := range []string{"gds", "bam"} {
-		l, err := New(context.Background(), m, Options{Backend: be, BatchSize: 2, PrefetchQueueDepth: 1, SkipErrors: true, Guard: g})
+		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: be, PrefetchQueueDepth: 1, SkipErrors: true, Guard: g})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,8 +441,7 @@ func TestSharedEngines(t *testing.T) {
 	m := rawDataset(t, fs)
 	var shared backend.Shared
 	open := func(be string, shard int) *Loader {
-		l, err := New(context.Background(), m, Options{Backend: be, BatchSize: 5, NumShards: 3, ShardID: shard,
-			RandomShuffle: true, Seed: 3, PrefetchQueueDepth: 2, Shared: &shared, BackendOptions: map[string]any{"queue_depth": 8}})
+		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 5, NumShards: 3, ShardID: shard, RandomShuffle: true, Seed: 3}, Backend: be, PrefetchQueueDepth: 2, Shared: &shared, BackendOptions: map[string]any{"queue_depth": 8}})
 		if err != nil {
 			if strings.Contains(err.Error(), "io_uring") {
 				t.Skipf("io_uring refused: %v", err)

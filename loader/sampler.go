@@ -24,10 +24,17 @@ import (
 // the shards are ranges of that permutation: ranks stay disjoint within an
 // epoch and mixing is global.
 type Sampling struct {
-	N             int    `json:"n" msgpack:"n"`                           // samples in the dataset
+	N          int `json:"n" msgpack:"n"` // samples in the dataset
+	ReaderArgs `msgpack:",inline"`
+}
+
+// ReaderArgs are the sampling arguments of DALI's fn.readers.file, with
+// its names: one type from the wire (the daemon's open request) through
+// the session to Options and Sampling.
+type ReaderArgs struct {
 	BatchSize     int    `json:"batch_size" msgpack:"batch_size"`         // samples per batch
 	ShardID       int    `json:"shard_id" msgpack:"shard_id"`             // this rank, in [0, NumShards)
-	NumShards     int    `json:"num_shards" msgpack:"num_shards"`         // ranks
+	NumShards     int    `json:"num_shards" msgpack:"num_shards"`         // ranks; 0 means 1 in Options
 	RandomShuffle bool   `json:"random_shuffle" msgpack:"random_shuffle"` // permute all samples every epoch
 	Seed          uint64 `json:"seed" msgpack:"seed"`                     // permutation seed
 	PadLastBatch  bool   `json:"pad_last_batch" msgpack:"pad_last_batch"` // pad every shard to ceil(N/n) samples and whole batches

@@ -20,7 +20,7 @@ func TestShardingFormulas(t *testing.T) {
 					for _, stick := range []bool{false, true} {
 						name := fmt.Sprintf("N%d/n%d/b%d/pad%v/stick%v", n, shards, bs, pad, stick)
 						for k := 0; k < shards; k++ {
-							s := Sampling{N: n, BatchSize: bs, ShardID: k, NumShards: shards, PadLastBatch: pad, StickToShard: stick}
+							s := Sampling{N: n, ReaderArgs: ReaderArgs{BatchSize: bs, ShardID: k, NumShards: shards, PadLastBatch: pad, StickToShard: stick}}
 							if shards > n {
 								if s.Validate() == nil {
 									t.Errorf("%s: %d shards of %d samples accepted", name, shards, n)
@@ -76,7 +76,7 @@ func TestShardsPartitionEveryEpoch(t *testing.T) {
 				for e := 0; e < 4; e++ {
 					clear(seen)
 					for k := 0; k < shards; k++ {
-						s := Sampling{N: n, BatchSize: 5, ShardID: k, NumShards: shards, RandomShuffle: shuffle, Seed: 11}
+						s := Sampling{N: n, ReaderArgs: ReaderArgs{BatchSize: 5, ShardID: k, NumShards: shards, RandomShuffle: shuffle, Seed: 11}}
 						order, _ := s.EpochOrder(e, nil, nil)
 						for _, i := range order {
 							seen[i]++
@@ -97,7 +97,7 @@ func TestShardsPartitionEveryEpoch(t *testing.T) {
 func orderHash(seed uint64) string {
 	h := sha256.New()
 	for e := 0; e < 3; e++ {
-		s := Sampling{N: 10007, BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: seed}
+		s := Sampling{N: 10007, ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: seed}}
 		order, _ := s.EpochOrder(e, nil, nil)
 		binary.Write(h, binary.LittleEndian, order)
 	}
@@ -121,7 +121,7 @@ func TestShuffleDeterministicAcrossProcesses(t *testing.T) {
 	if orderHash(42) == orderHash(43) {
 		t.Error("different seeds gave the same orders")
 	}
-	s := Sampling{N: 1000, BatchSize: 1, NumShards: 1, RandomShuffle: true, Seed: 42}
+	s := Sampling{N: 1000, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 1, RandomShuffle: true, Seed: 42}}
 	e0, _ := s.EpochOrder(0, nil, nil)
 	e1, _ := s.EpochOrder(1, nil, nil)
 	if slices.Equal(e0, e1) {
@@ -140,7 +140,7 @@ func TestShuffleDeterministicAcrossProcesses(t *testing.T) {
 // lacks: on class-ordered data (100 classes of 1000), a batch of 64 draws
 // from many classes.
 func TestShuffleMixesClasses(t *testing.T) {
-	s := Sampling{N: 100_000, BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: 1}
+	s := Sampling{N: 100_000, ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: 1}}
 	order, _ := s.EpochOrder(0, nil, nil)
 	classes := map[int32]bool{}
 	for _, i := range order[:64] {
@@ -156,12 +156,12 @@ func TestValidate(t *testing.T) {
 		s    Sampling
 		want string
 	}{
-		{Sampling{N: 0, BatchSize: 1, NumShards: 1}, "no samples"},
-		{Sampling{N: 5, BatchSize: 0, NumShards: 1}, "batch_size 0"},
-		{Sampling{N: 5, BatchSize: 1 << 20, NumShards: 1}, "batch_size"},
-		{Sampling{N: 5, BatchSize: 1, NumShards: 0}, "num_shards 0"},
-		{Sampling{N: 5, BatchSize: 1, ShardID: 2, NumShards: 2}, "shard_id 2"},
-		{Sampling{N: 5, BatchSize: 1, ShardID: -1, NumShards: 2}, "shard_id -1"},
+		{Sampling{N: 0, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 1}}, "no samples"},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 0, NumShards: 1}}, "batch_size 0"},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1 << 20, NumShards: 1}}, "batch_size"},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 0}}, "num_shards 0"},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, ShardID: 2, NumShards: 2}}, "shard_id 2"},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, ShardID: -1, NumShards: 2}}, "shard_id -1"},
 	}
 	for _, tt := range tests {
 		err := tt.s.Validate()

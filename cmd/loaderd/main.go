@@ -27,10 +27,10 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/benchrun"
-	"github.com/nvfeed/nvfeed/internal/check"
-	"github.com/nvfeed/nvfeed/internal/serve"
-	"github.com/nvfeed/nvfeed/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/benchrun"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
@@ -44,7 +44,7 @@ func main() {
 
 const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
-                     [--shm-dir /dev/shm] [--session-timeout 60s] [--max-session-mb 16384] [--engines session|device]
+                     [--session-timeout 60s] [--max-session-mb 16384] [--engines session|device]
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
@@ -121,7 +121,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lo := loader.Options{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed,
+	lo := loader.Options{ReaderArgs: loader.ReaderArgs{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed},
 		PrefetchQueueDepth: *prefetch, Backend: *backendName, BackendOptions: backendOpts, SkipErrors: *skipErrors}
 	if *iolog != "" {
 		f, err := os.Create(*iolog)
@@ -307,7 +307,6 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	tokenFile := fs.String("tcp-token", "", "FILE holding the bearer token every TCP request must carry (Authorization: Bearer TOKEN)")
 	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group)")
 	sockMode := fs.String("socket-mode", "0660", "the socket's permission bits, octal")
-	shmDir := fs.String("shm-dir", "/dev/shm", "directory for sessions' shared batch memory")
 	timeout := fs.Duration("session-timeout", 60*time.Second, "close sessions idle for longer than this")
 	maxMem := fs.Int64("max-session-mb", 16<<10, "refuse sessions needing more batch memory than this (MiB)")
 	engines := fs.String("engines", session.EnginesPerSession, "raw engines (io_uring rings) per session, or per device: shared by the sessions reading it")
@@ -367,7 +366,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	srv := serve.New(serve.Config{Datasets: maps, ShmDir: *shmDir, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults, Engines: *engines})
+	srv := serve.New(serve.Config{Datasets: maps, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults, Engines: *engines})
 	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
 	if errors.Is(err, serve.ErrNoToken) {
 		return fmt.Errorf("%w: give --tcp-token FILE with --listen", err)

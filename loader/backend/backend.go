@@ -14,7 +14,7 @@ import (
 	"log/slog"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/loader/fresh"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 )
 
 // Align is the alignment of batch slots and of every sample inside a
@@ -31,7 +31,14 @@ type Request struct {
 	// Buf is where the sample goes: Align-aligned, AlignUp(Sample.Size)
 	// bytes. The sample's bytes land in Buf[:Sample.Size]; the backend
 	// may also write the slack after them.
+	// Buf is nil when the destination is device memory a backend writes
+	// itself (Dev).
 	Buf []byte
+	// Dev is the device address of the sample's destination when batch
+	// memory is on a GPU, AlignUp(Sample.Size) bytes there; 0 for host
+	// memory. Only a backend whose Spec says DeviceWrites writes it; the
+	// others write Buf, a host staging area the memory copies over.
+	Dev uintptr
 	Err error // set by the backend when this sample failed (a *SampleError)
 }
 

@@ -42,7 +42,11 @@ type Spec struct {
 	Name    string   `json:"name" msgpack:"name"`
 	Doc     string   `json:"doc" msgpack:"doc"`
 	Options []Option `json:"options" msgpack:"options"`
-	Open    Opener   `json:"-" msgpack:"-"`
+	// DeviceWrites says the backend writes GPU memory itself (Request.Dev);
+	// for a backend that writes only host memory, GPU batch memory gives it
+	// a host staging area and copies it over in Publish.
+	DeviceWrites bool   `json:"device_writes" msgpack:"device_writes"`
+	Open         Opener `json:"-" msgpack:"-"`
 }
 
 // Option returns the option called name.

@@ -26,8 +26,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/fresh"
 	"github.com/nvfeed/nvfeed/loader/fsread"
 )
 

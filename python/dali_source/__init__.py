@@ -14,7 +14,8 @@ limits, are whatever the daemon offers: ``backends(socket)`` returns its
 description (the same one ``loaderd backends`` prints).
 
 Each ``next()`` returns ``(samples, labels)``: a list of 1-D uint8 numpy
-arrays that view the daemon's shared memory (no copy) and int32 labels of
+arrays that view the session's batch memory (no copy; the daemon passes
+it to this process as a file descriptor, read-only) and int32 labels of
 shape (batch, 1). At the end of an epoch it raises ``StopIteration``;
 iterating again starts the next epoch, as DALI does after
 ``pipeline.reset()``. A batch's memory is given back to the daemon only
@@ -28,23 +29,90 @@ from __future__ import annotations
 
 import collections
 import http.client
-import mmap
-import os
 import socket as _socket
 import warnings
-from typing import Any, Optional, cast
+from typing import Any, Literal, Optional, cast
 
 import msgpack
 import numpy as np
 
+from ._memory import receive
+from ._upgrade import UpgradeError
 from ._stream import Stream, StreamError
-from ._wire import BackendsResponse, NextResponse, OpenRequest, OpenResponse, State
+from ._wire import BackendsResponse, NextRequest, NextResponse, OpenRequest, OpenResponse, State
 
-__all__ = ["LoaderError", "LoaderSource", "SampleError", "State", "backends"]
+__all__ = ["BadRequestError", "ConflictError", "DaemonGoneError", "ForbiddenError", "LimitError", "LoaderError",
+           "LoaderSource", "NoSpaceError", "NotFoundError", "SampleError", "State", "backends"]
+
+Batch = tuple[list["np.ndarray[Any, np.dtype[np.uint8]]"], "np.ndarray[Any, np.dtype[np.int32]]"]
+"""A batch: the samples' bytes (1-D uint8 views of batch memory) and the
+labels (int32, shape (batch, 1))."""
+
+OnError = Literal["raise", "skip"]
+Transport = Literal["stream", "http"]
+Device = Literal["cpu", "gpu"]
 
 
 class LoaderError(RuntimeError):
-    """An error reported by loaderd, or the daemon could not be reached."""
+    """An error reported by loaderd, or the daemon could not be reached.
+
+    ``status`` is the daemon's HTTP status (``None`` when there was no
+    answer). Its subclasses mirror the daemon's error kinds, so a caller can
+    branch on the class instead of parsing the message."""
+
+    status: Optional[int] = None
+
+    def __init__(self, msg: str, status: Optional[int] = None) -> None:
+        super().__init__(msg)
+        if status is not None:
+            self.status = status
+
+
+class BadRequestError(LoaderError):
+    """An argument out of range, an unknown backend or option (HTTP 400)."""
+    status = 400
+
+
+class ForbiddenError(LoaderError):
+    """This user may not read the dataset through the filesystem, or the
+    session belongs to another user (HTTP 403)."""
+    status = 403
+
+
+class NotFoundError(LoaderError):
+    """Unknown dataset, or a session closed or reaped (HTTP 404)."""
+    status = 404
+
+
+class ConflictError(LoaderError):
+    """Every batch slot is held, or the dataset's map is stale or its
+    device unreadable (HTTP 409)."""
+    status = 409
+
+
+class LimitError(LoaderError):
+    """The daemon has as many sessions as it allows (HTTP 429)."""
+    status = 429
+
+
+class NoSpaceError(LoaderError):
+    """The machine has no room for the session's batch memory (HTTP 507)."""
+    status = 507
+
+
+class DaemonGoneError(LoaderError):
+    """The daemon could not be reached, or the connection broke."""
+
+
+_BY_STATUS: dict[int, type[LoaderError]] = {
+    400: BadRequestError, 403: ForbiddenError, 404: NotFoundError, 409: ConflictError, 429: LimitError, 507: NoSpaceError,
+}
+
+
+def _error(msg: str, status: Optional[int]) -> LoaderError:
+    """The LoaderError subclass for a daemon's status."""
+    cls = _BY_STATUS.get(status, LoaderError) if status is not None else LoaderError
+    return cls(msg, status)
 
 
 class SampleError(LoaderError):
@@ -82,19 +150,27 @@ def _call(conn: http.client.HTTPConnection, where: str, method: str, path: str,
         raw = resp.read()
     except (OSError, http.client.HTTPException) as e:
         conn.close()
-        raise LoaderError(f"loaderd at {where}: {method} {path}: {e}") from e
+        raise DaemonGoneError(f"loaderd at {where}: {method} {path}: {e}") from e
     if resp.status >= 400:
         try:
             msg = msgpack.unpackb(raw)["error"]
         except Exception:
             msg = raw.decode(errors="replace")
-        raise LoaderError(f"loaderd: {msg} (HTTP {resp.status})")
+        raise _error(f"loaderd: {msg} (HTTP {resp.status})", resp.status)
     return msgpack.unpackb(raw) if raw else None
 
 
 def backends(socket: str = "/run/loaderd.sock", timeout: float = 60.0) -> BackendsResponse:
     """What the daemon offers: the default backend and prefetch depth, and
-    every backend with its options (kind, default, limits, doc)."""
+    every backend with its options (kind, default, limits, doc).
+
+    Parameters
+    ----------
+    socket : str, optional, default = "/run/loaderd.sock"
+        The daemon's unix socket.
+    timeout : float, optional, default = 60.0
+        Seconds to wait for the daemon.
+    """
     conn = _UnixHTTPConnection(socket, timeout)
     try:
         return cast(BackendsResponse, _call(conn, socket, "GET", "/v1/backends"))
@@ -103,52 +179,100 @@ def backends(socket: str = "/run/loaderd.sock", timeout: float = 60.0) -> Backen
 
 
 class LoaderSource:
-    """Batches of one shard of a dataset registered with loaderd.
+    """Batches of one shard of a dataset registered with loaderd, for
+    ``fn.external_source(source=src, num_outputs=2, batch=True)``.
 
-    ``backend`` and ``backend_options`` choose how the daemon reads (see
-    ``backends()``); ``None`` leaves a choice to the daemon's default. The
-    reader arguments are DALI's ``fn.readers.file`` ones.
+    Parameters
+    ----------
+    dataset : str
+        The dataset's name, as registered with ``loaderd serve --dataset``.
+    socket : str, optional, default = "/run/loaderd.sock"
+        The daemon's unix socket.
+    batch_size : int, optional, default = 64
+        Samples per batch (DALI ``fn.readers.file``'s ``batch_size``).
+    shard_id : int, optional, default = 0
+        This rank's shard, in ``[0, num_shards)``.
+    num_shards : int, optional, default = 1
+        The number of shards (ranks) the dataset is split into.
+    random_shuffle : bool, optional, default = False
+        Draw a full permutation of the dataset every epoch (the same on
+        every rank: shards stay disjoint).
+    seed : int, optional, default = 0
+        The permutation's seed.
+    pad_last_batch : bool, optional, default = False
+        Pad every shard to the same length and whole batches by repeating
+        its last sample, as DALI does.
+    stick_to_shard : bool, optional, default = False
+        Read the same shard every epoch (else shard ``(shard_id + epoch) %
+        num_shards``).
+    backend : str, optional
+        How the daemon reads: ``"file"``, ``"gds"``, ``"bam"`` (see
+        ``backends()``); ``None`` takes the daemon's default.
+    backend_options : dict, optional
+        The backend's options by name (see ``backends()``).
+    prefetch_queue_depth : int, optional
+        Batches the daemon reads ahead; ``None`` takes its default (2).
+    release_after : int, optional
+        A batch's memory goes back to the daemon after this many later
+        batches; ``None`` means ``prefetch_queue_depth + 1``, what DALI's
+        ``fn.external_source(no_copy=True)`` needs with the same
+        ``prefetch_queue_depth``.
+    state : State, optional
+        Resume where ``state()`` was taken.
+    timeout : float, optional, default = 600.0
+        Seconds to wait for the daemon per request.
+    on_error : {"raise", "skip"}, optional, default = "raise"
+        What a batch with samples that could not be read (deleted, EIO,
+        changed) does: ``"raise"`` raises ``SampleError`` naming every
+        failed sample, the batch given back and the source still usable;
+        ``"skip"`` returns the batch without them (a smaller batch) and
+        warns, counting them in ``skipped_samples`` (a batch none of whose
+        samples could be read raises even then). A zero-length stand-in is
+        never returned.
+    transport : {"stream", "http"}, optional, default = "stream"
+        ``"stream"`` receives batch descriptors on a stream the daemon
+        pushes as batches are read, releases going back without a reply:
+        no round trip per batch. ``"http"`` asks for each batch with a
+        request.
+    device : {"cpu", "gpu"}, optional, default = "cpu"
+        Where batches land. ``"cpu"``: page-locked host memory,
+        CUDA-registered where a driver is present. ``"gpu"``: GPU memory; on
+        a machine without an NVIDIA driver the daemon refuses the session
+        with a ``BadRequestError`` saying so.
+    device_id : int, optional, default = 0
+        The GPU for ``device="gpu"``.
 
-    ``on_error`` says what a batch with samples that could not be read
-    (deleted, EIO, changed) does: ``"raise"`` (default) raises
-    ``SampleError`` naming every failed sample, the batch given back and the
-    source still usable; ``"skip"`` returns the batch without them (a smaller
-    batch) and warns, counting them in ``skipped_samples`` (a batch none of
-    whose samples could be read raises even then). A zero-length stand-in
-    is never returned.
-
-    ``device="gpu"`` asks for batches in GPU memory: on a machine without an
-    NVIDIA driver the daemon refuses the session with a ``LoaderError``
-    saying so (GPU batches are not in this release: ``"cpu"`` batches are
-    in page-locked, CUDA-registered host memory where a driver is present).
-
-    ``transport="stream"`` (default) receives batch descriptors on a stream
-    the daemon pushes as batches are read, releases going back without a
-    reply: no round trip per batch. ``"http"`` asks for each batch with a
-    request."""
+    Raises
+    ------
+    LoaderError
+        Or one of its subclasses, by the daemon's answer: ``NotFoundError``
+        (unknown dataset), ``ForbiddenError`` (this user may not read it),
+        ``BadRequestError``, ``LimitError``, ``NoSpaceError``,
+        ``DaemonGoneError``.
+    """
 
     def __init__(self, dataset: str, socket: str = "/run/loaderd.sock", batch_size: int = 64,
                  shard_id: int = 0, num_shards: int = 1, random_shuffle: bool = False, seed: int = 0,
                  pad_last_batch: bool = False, stick_to_shard: bool = False, backend: Optional[str] = None,
                  backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
-                 state: Optional[State] = None, timeout: float = 600.0, on_error: str = "raise",
-                 transport: str = "stream", device: str = "cpu") -> None:
+                 state: Optional[State] = None, timeout: float = 600.0, on_error: OnError = "raise",
+                 transport: Transport = "stream", device: Device = "cpu", device_id: int = 0) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if transport not in ("stream", "http"):
             raise ValueError(f"transport must be 'stream' or 'http', got {transport!r}")
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+        if release_after is not None and release_after < 0:
+            raise ValueError(f"release_after must be >= 0, got {release_after}")
         self._transport = transport
         self._timeout = timeout
         self._stream: Optional[Stream] = None
-        self._expect: Optional[tuple[int, int]] = None  # with a stream: the position of its next frame
+        self._expect: Optional[tuple[int, int]] = None  # the position of the next batch this source returns
         self._on_error = on_error
         self.skipped_samples = 0
         self._socket = socket
-        if release_after is not None and release_after < 0:
-            raise ValueError(f"release_after must be >= 0, got {release_after}")
         self._conn = _UnixHTTPConnection(socket, timeout)
         self._id: Optional[str] = None
         self._held: collections.deque[int] = collections.deque()
@@ -157,7 +281,7 @@ class LoaderSource:
             "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
             "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
             "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard,
-            "memory": "gpu" if device == "gpu" else "pinned",
+            "memory": "gpu" if device == "gpu" else "pinned", "device_id": device_id,
             "release_after": release_after, "state": state,
         }
         if backend is not None:
@@ -168,18 +292,17 @@ class LoaderSource:
             req["prefetch_queue_depth"] = prefetch_queue_depth
         r = cast(OpenResponse, self._call("POST", "/v1/sessions", req))
         self._id = r["id"]
+        self.backend: str = r["backend"]
+        """The backend that reads for this source (the daemon's default filled in)."""
         self._release_after: int = r["release_after"]
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]
         self._epoch_batches: int = r["epoch_batches"]
+        self._expect = (r["epoch"], r["iteration"])
         try:
-            fd = os.open(r["shm"], os.O_RDONLY)
-            try:
-                self._mm = mmap.mmap(fd, r["shm_size"], prot=mmap.PROT_READ)
-            finally:
-                os.close(fd)
-        except OSError as e:
+            _, self._mm = receive(socket, r["id"], timeout)
+        except UpgradeError as e:
             self.close()
-            raise LoaderError(f"cannot map the session's shared memory {r['shm']}: {e}") from e
+            raise _error(f"loaderd: session {r['id']}: cannot receive its batch memory: {e}", e.status) from e
         self._buf = np.frombuffer(self._mm, dtype=np.uint8)
 
     def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
@@ -188,10 +311,10 @@ class LoaderSource:
     def __iter__(self) -> LoaderSource:
         return self
 
-    def __next__(self) -> tuple[list[np.ndarray], np.ndarray]:
+    def __next__(self) -> Batch:
         return self._fetch(None)
 
-    def batch(self, info: Any) -> tuple[list[np.ndarray], np.ndarray]:
+    def batch(self, info: Any) -> Batch:
         """Batch ``info.iteration`` of epoch ``info.epoch_idx``: for
         ``fn.external_source(source=src.batch, batch=True, batch_info=True)``,
         which gives DALI's ``BatchInfo``. Raises ``StopIteration`` past the
@@ -203,7 +326,7 @@ class LoaderSource:
         ``batch_info`` for it.)"""
         return self._fetch((int(info.epoch_idx), int(info.iteration)))
 
-    def _fetch(self, at: Optional[tuple[int, int]]) -> tuple[list[np.ndarray], np.ndarray]:
+    def _fetch(self, at: Optional[tuple[int, int]]) -> Batch:
         if self._id is None:
             raise LoaderError("LoaderSource is closed")
         # Batches with release_after later batches delivered go back to the
@@ -214,7 +337,7 @@ class LoaderSource:
         if self._transport == "stream":
             r = self._stream_next(release, at)
         else:
-            body: dict[str, Any] = {}
+            body: NextRequest = {}
             if release:
                 body["release"] = release
             if at is not None:
@@ -251,19 +374,19 @@ class LoaderSource:
                 self._stream.stop(keep=list(self._held))  # what DALI still holds stays held
                 self._stream = None
             if self._stream is None:
-                if at is None:
-                    st = self.state()
-                    at_open = None
-                    self._expect = (st["epoch"], st["batch"])
-                else:
-                    at_open, self._expect = at, at
-                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, at_open)
+                # From the source's own position (known since the open, kept
+                # by every batch): no request for it.
+                if at is not None:
+                    self._expect = at
+                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect)
             if release:
                 self._stream.send({"release": release})
             r = cast(NextResponse, self._stream.recv())
         except StreamError as e:
             self._drop_stream()
-            raise LoaderError(f"loaderd at {self._socket}: stream: {e}") from e
+            if e.status is not None:
+                raise _error(f"loaderd: stream: {e}", e.status) from e
+            raise DaemonGoneError(f"loaderd at {self._socket}: stream: {e}") from e
         if r.get("error"):
             self._drop_stream()
             raise LoaderError(f"loaderd: {r['error']}")

@@ -5,55 +5,32 @@ releases go back as frames with no reply. No request per batch."""
 
 from __future__ import annotations
 
-import socket as _socket
+import os
 from typing import Any, Optional
 
 import msgpack
 
+from ._upgrade import UpgradeError, upgrade
+from ._wire import StreamControl, StreamRequest
+
 UPGRADE = "nvfeed-stream"
 
 
-class StreamError(RuntimeError):
-    """The stream could not be opened or broke; the message says why."""
+class StreamError(UpgradeError):
+    """The stream could not be opened or broke; the message says why and
+    ``status`` is the daemon's HTTP status when it refused."""
 
 
 class Stream:
     def __init__(self, path: str, session_id: str, timeout: Optional[float], at: Optional[tuple[int, int]]) -> None:
-        body = msgpack.packb({"epoch": at[0], "iteration": at[1]}) if at is not None else b""
-        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        s.settimeout(timeout)
+        req: StreamRequest = {"epoch": at[0], "iteration": at[1]} if at is not None else {}
         try:
-            s.connect(path)
-            s.sendall((f"POST /v1/sessions/{session_id}/stream HTTP/1.1\r\nHost: loaderd\r\n"
-                       f"Upgrade: {UPGRADE}\r\nConnection: Upgrade\r\nContent-Type: application/msgpack\r\n"
-                       f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = s.recv(65536)
-                if not chunk:
-                    raise StreamError("the daemon closed the connection before answering")
-                head += chunk
-        except OSError as e:
-            s.close()
-            raise StreamError(str(e)) from e
-        hdr, rest = head.split(b"\r\n\r\n", 1)
-        lines = hdr.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
-        if status != 101:
-            length = next((int(l.split(":", 1)[1]) for l in lines[1:] if l.lower().startswith("content-length:")), 0)
-            while len(rest) < length:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                rest += chunk
-            s.close()
-            try:
-                msg = msgpack.unpackb(rest[:length])["error"]
-            except Exception:
-                msg = rest[:length].decode(errors="replace")
-            raise StreamError(f"{msg} (HTTP {status})")
-        self._sock = s
-        self._buf = bytearray(rest)
+            self._sock, self._buf, fds = upgrade(path, f"/v1/sessions/{session_id}/stream", UPGRADE,
+                                                 msgpack.packb(req) if req else b"", timeout)
+        except UpgradeError as e:
+            raise StreamError(str(e), e.status) from e
+        for fd in fds:  # none is expected
+            os.close(fd)
 
     def _fill(self, n: int) -> None:
         while len(self._buf) < n:
@@ -71,11 +48,11 @@ class Stream:
         except OSError as e:
             raise StreamError(str(e)) from e
         with memoryview(self._buf) as mv:  # no copy of the frame
-            frame = msgpack.unpackb(mv[4:4 + n])
+            frame: dict[str, Any] = msgpack.unpackb(mv[4:4 + n])
         del self._buf[:4 + n]
         return frame
 
-    def send(self, obj: dict[str, Any]) -> None:
+    def send(self, obj: StreamControl) -> None:
         b = msgpack.packb(obj)
         try:
             self._sock.sendall(len(b).to_bytes(4, "big") + b)

@@ -1,5 +1,7 @@
 """The messages exchanged with loaderd, as TypedDicts (msgpack maps with
-snake_case keys; see internal/serve/api.go)."""
+snake_case keys; see cmd/loaderd/internal/serve/api.go). A Go test
+(cmd/loaderd/internal/serve/wire_test.go) checks these against the
+daemon's structs, key by key and type by type, both ways."""
 
 from __future__ import annotations
 
@@ -35,19 +37,34 @@ class OpenRequest(ReaderArgs, total=False):
     backend_options: Dict[str, Any]
     prefetch_queue_depth: int
     release_after: Optional[int]
-    memory: str
+    memory: str  # "pinned" or "gpu"
+    device_id: int
     state: Optional[State]
+
+
+class MemoryDesc(TypedDict):
+    """A session's batch memory: slot i starts at byte i * slot_size."""
+    kind: str  # "pinned" or "gpu"
+    size: int
+    slot_size: int
+    slots: int
+    device: int  # the GPU's ordinal; -1 for host memory
 
 
 class OpenResponse(TypedDict):
     id: str
-    shm: str
-    shm_size: int
-    slots: int
+    backend: str
+    memory: MemoryDesc
     prefetch_queue_depth: int
     release_after: int
-    epoch: int
+    epoch: int  # the first batch's position
+    iteration: int
     epoch_batches: int
+
+
+class MemoryResponse(TypedDict):
+    """The frame that carries the memory's file descriptor."""
+    memory: MemoryDesc
 
 
 class NextResponse(TypedDict, total=False):
@@ -60,7 +77,10 @@ class NextResponse(TypedDict, total=False):
     lengths: List[int]
     labels: List[int]
     indices: List[int]
+    failed: List[int]
     errors: List[str]
+    error: str  # in a stream: it ended with this error
+    stopped: bool  # in a stream: the answer to a stop
 
 
 class BackendOption(TypedDict, total=False):
@@ -78,9 +98,35 @@ class BackendSpec(TypedDict):
     name: str
     doc: str
     options: List[BackendOption]
+    device_writes: bool
 
 
 class BackendsResponse(TypedDict):
     default: str
     prefetch_queue_depth: int
     backends: List[BackendSpec]
+
+
+class ErrorResponse(TypedDict):
+    error: str
+
+
+class NextRequest(TypedDict, total=False):
+    release: List[int]
+    epoch: Optional[int]  # both or neither: the batch wanted
+    iteration: Optional[int]
+
+
+class ReleaseRequest(TypedDict):
+    slot: int
+
+
+class StreamRequest(TypedDict, total=False):
+    epoch: Optional[int]  # both or neither: where the stream starts
+    iteration: Optional[int]
+
+
+class StreamControl(TypedDict, total=False):
+    release: List[int]
+    stop: bool
+    keep: List[int]

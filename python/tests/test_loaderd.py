@@ -3,7 +3,6 @@ errors, reaping."""
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import http.client
@@ -19,7 +18,7 @@ import msgpack
 import pytest
 
 from conftest import Daemon, Dataset, start_daemon, stop_daemon
-from dali_source import LoaderError, LoaderSource
+from dali_source import DaemonGoneError, LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
 
@@ -128,6 +127,44 @@ def test_garbage_requests_get_4xx(daemon: Daemon) -> None:
     assert _raw_request(daemon.socket, "GET", "/healthz", b"")[0] == 200
 
 
+def _batch_memories(pid: int) -> int:
+    """The batch memories (memfds) process pid holds open."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:nvfeed-batches")
+        except OSError:
+            pass
+    return n
+
+
+def test_daemon_killed_leaves_nothing_and_batches_stay(dataset: Dataset, tmp_path: Path) -> None:
+    """kill -9 of the daemon: no file of its own is left in /dev/shm (batch
+    memory is a memfd passed to the client, never named), and the batch the
+    client holds stays mapped and unchanged."""
+    before = set(os.listdir("/dev/shm"))
+    d = start_daemon(tmp_path, dataset.bmap)
+    try:
+        src = LoaderSource("train", socket=d.socket, batch_size=4, random_shuffle=True, seed=3)
+        samples, labels = next(src)
+        assert _batch_memories(d.proc.pid) == 1
+        assert set(os.listdir("/dev/shm")) == before, "the daemon named its batch memory in /dev/shm"
+        copies = [bytes(s) for s in samples]
+    finally:
+        d.proc.kill()
+        d.proc.wait()
+    assert set(os.listdir("/dev/shm")) == before, "files left in /dev/shm after kill -9"
+    assert [bytes(s) for s in samples] == copies, "a held batch changed after the daemon died"
+    for s, lbl in zip(samples, labels[:, 0]):
+        assert dataset.by_hash[hashlib.sha256(s.tobytes()).hexdigest()][1] == lbl
+    with pytest.raises(DaemonGoneError):  # after what the daemon had already pushed
+        for _ in range(20):
+            try:
+                next(src)
+            except StopIteration:
+                pass
+
+
 def test_killed_client_is_reaped(daemon: Daemon, dataset: Dataset) -> None:
     child = subprocess.Popen([sys.executable, "-c", f"""
 from dali_source import LoaderSource
@@ -139,14 +176,14 @@ import time; time.sleep(60)
     sid = child.stdout.readline().strip()
     assert sid
     with LoaderSource("train", socket=daemon.socket, batch_size=5) as other:
-        before = set(glob.glob("/dev/shm/nvfeed-*"))
+        before = _batch_memories(daemon.proc.pid)
         child.send_signal(signal.SIGKILL)
         child.wait()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(glob.glob("/dev/shm/nvfeed-*")) >= len(before):
+        while time.monotonic() < deadline and _batch_memories(daemon.proc.pid) >= before:
             other.state()  # keeps this session alive while the other idles
             time.sleep(0.2)
-        assert len(glob.glob("/dev/shm/nvfeed-*")) == len(before) - 1, "the killed client's shared memory was not freed"
+        assert _batch_memories(daemon.proc.pid) == before - 1, "the killed client's batch memory was not freed"
         status, _ = _raw_request(daemon.socket, "GET", f"/v1/sessions/{sid}/state", b"")
         assert status == 404, "killed client's session was not reaped"
         _epoch(other, dataset)  # the other session goes on

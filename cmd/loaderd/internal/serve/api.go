@@ -1,8 +1,9 @@
 package serve
 
 import (
-	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // The HTTP API. Bodies are msgpack with explicit snake_case keys; unknown
@@ -12,39 +13,38 @@ import (
 //	POST   /v1/sessions               OpenRequest  -> OpenResponse
 //	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
 //	POST   /v1/sessions/{id}/release  ReleaseRequest
-//	POST   /v1/sessions/{id}/stream   StreamRequest, with "Upgrade: nvfeed-stream" -> 101, then frames (see Stream)
+//	POST   /v1/sessions/{id}/memory   with "Upgrade: nvfeed-memory" -> 101, then one MemoryResponse frame carrying the memory's file descriptor (see MemoryUpgrade)
+//	POST   /v1/sessions/{id}/stream   StreamRequest, with "Upgrade: nvfeed-stream" -> 101, then frames (see StreamRequest)
 //	GET    /v1/sessions/{id}/state    -            -> loader.State
 //	DELETE /v1/sessions/{id}
 //	GET    /metrics (Prometheus text), GET /healthz
 
-// OpenRequest opens a session: a loader over a registered dataset.
-type OpenRequest struct {
-	Dataset            string         `msgpack:"dataset"`
-	Backend            string         `msgpack:"backend"`         // "" means the default (GET /v1/backends)
-	BackendOptions     map[string]any `msgpack:"backend_options"` // by option name (GET /v1/backends)
-	BatchSize          int            `msgpack:"batch_size"`
-	ShardID            int            `msgpack:"shard_id"`
-	NumShards          int            `msgpack:"num_shards"`
-	RandomShuffle      bool           `msgpack:"random_shuffle"`
-	Seed               uint64         `msgpack:"seed"`
-	PadLastBatch       bool           `msgpack:"pad_last_batch"`
-	StickToShard       bool           `msgpack:"stick_to_shard"`
-	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // 0 means the default
-	ReleaseAfter       *int           `msgpack:"release_after"`        // the client releases a batch after this many later ones; nil means prefetch_queue_depth+1
-	Memory             string         `msgpack:"memory"`
-	State              *loader.State  `msgpack:"state"`
-}
+// OpenRequest opens a session: a loader over a registered dataset. Its
+// keys: dataset, DALI's reader arguments (batch_size, shard_id,
+// num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard),
+// backend, backend_options, prefetch_queue_depth, release_after, memory
+// ("pinned" or "gpu"), device_id, state.
+type OpenRequest = session.OpenParams
 
-// OpenResponse describes the new session and its shared memory.
-type OpenResponse struct {
-	ID                 string `msgpack:"id"`
-	Shm                string `msgpack:"shm"`      // path of the shared-memory file to map read-only
-	ShmSize            int64  `msgpack:"shm_size"` // its size
-	Slots              int    `msgpack:"slots"`
-	PrefetchQueueDepth int    `msgpack:"prefetch_queue_depth"` // in effect
-	ReleaseAfter       int    `msgpack:"release_after"`        // in effect
-	Epoch              int    `msgpack:"epoch"`
-	EpochBatches       int    `msgpack:"epoch_batches"` // batches in the current epoch for this shard
+// OpenResponse describes the new session, its batch memory (kind, size,
+// slot size, device; the memory itself comes as a file descriptor from
+// POST /v1/sessions/{id}/memory) and the position of its first batch.
+type OpenResponse = session.Opened
+
+// MemoryUpgrade is the Upgrade header value that asks for a session's
+// batch memory. Only the session's owner gets it, and only on the unix
+// socket. The daemon answers 101, then sends one frame (a 4-byte
+// big-endian length and that much msgpack: a MemoryResponse) whose bytes
+// carry the memory's file descriptor as SCM_RIGHTS ancillary data, and
+// closes the connection. The client maps the descriptor (read-only, shared,
+// Size bytes) and closes it; the mapping stays valid after the session and
+// the daemon are gone. Over TCP no descriptor can be passed: sessions open
+// and deliver descriptors, but their batch bytes cannot be reached.
+const MemoryUpgrade = "nvfeed-memory"
+
+// MemoryResponse is the frame that carries a session's memory descriptor.
+type MemoryResponse struct {
+	Memory batchmem.Desc `msgpack:"memory"`
 }
 
 // NextResponse is one batch's descriptor, or the end of an epoch.

@@ -1,18 +1,21 @@
 // Package serve is loaderd's daemon transport: an HTTP + msgpack API on a
 // unix socket (and optionally loopback TCP) over the session core
-// (internal/session), through which training processes open loader
+// (package session), through which training processes open loader
 // sessions over registered datasets and receive batch descriptors, while
-// the batch bytes travel through shared memory without copying.
+// the batch bytes travel through shared memory without copying: each
+// session's memory is passed to its owner as a file descriptor over the
+// unix socket (SCM_RIGHTS), never named in a filesystem.
 //
 // Clients name a dataset and a backend, never a path, device or byte range.
-// A session's shared memory is readable only by the uid that opened it
-// (SO_PEERCRED); idle sessions are reaped.
+// A session and its memory belong to the uid that opened it (SO_PEERCRED);
+// idle sessions are reaped.
 package serve
 
 import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +33,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
 
-	"github.com/nvfeed/nvfeed/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -111,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	r.Post("/v1/sessions", s.open)
 	r.Post("/v1/sessions/{id}/next", s.next)
 	r.Post("/v1/sessions/{id}/release", s.release)
+	r.Post("/v1/sessions/{id}/memory", s.memory)
 	r.Post("/v1/sessions/{id}/stream", s.stream)
 	r.Get("/v1/sessions/{id}/state", s.state)
 	r.Delete("/v1/sessions/{id}", s.close)
@@ -204,16 +208,52 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	o, err := s.mgr.Open(caller(r), session.OpenParams{Dataset: req.Dataset, Backend: req.Backend, BackendOptions: req.BackendOptions,
-		BatchSize: req.BatchSize, ShardID: req.ShardID, NumShards: req.NumShards, RandomShuffle: req.RandomShuffle, Seed: req.Seed,
-		PadLastBatch: req.PadLastBatch, StickToShard: req.StickToShard, PrefetchQueueDepth: req.PrefetchQueueDepth,
-		ReleaseAfter: req.ReleaseAfter, Memory: req.Memory, State: req.State})
+	o, err := s.mgr.Open(caller(r), req)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	writeMsg(w, http.StatusOK, OpenResponse{ID: o.ID, Shm: o.Memory.Path, ShmSize: o.Memory.Size, Slots: o.Slots,
-		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, EpochBatches: o.EpochBatches})
+	writeMsg(w, http.StatusOK, o)
+}
+
+// memory hands the session's batch memory to its owner as a file
+// descriptor (see MemoryUpgrade).
+func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
+	id, c := chi.URLParam(r, "id"), caller(r)
+	if !strings.EqualFold(r.Header.Get("Upgrade"), MemoryUpgrade) {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("batch memory needs the header Upgrade: %s", MemoryUpgrade))
+		return
+	}
+	desc, f, err := s.mgr.Memory(c, id)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	defer f.Close()
+	frame, err := msgpack.Marshal(MemoryResponse{Memory: desc})
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, fmt.Sprintf("cannot take over the connection to pass a descriptor: %v", err))
+		return
+	}
+	defer conn.Close()
+	uc, ok := conn.(*net.UnixConn)
+	if !ok { // Manager.Memory refuses callers of unknown uid, so this is not reached over TCP
+		return
+	}
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", MemoryUpgrade)
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(frame)), uint32(len(frame)))
+	msg = append(msg, frame...)
+	if _, _, err := uc.WriteMsgUnix(msg, unix.UnixRights(int(f.Fd())), nil); err != nil {
+		s.log.Warn("serve: passing batch memory", "session", id, "err", err)
+	}
 }
 
 func (s *Server) next(w http.ResponseWriter, r *http.Request) {

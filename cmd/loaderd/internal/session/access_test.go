@@ -122,13 +122,13 @@ func TestVerdictConcurrent(t *testing.T) {
 	}
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}})
 	defer m.Stop()
-	if m.guards["d"] == nil {
+	if m.data.guard("d") == nil {
 		t.Fatalf("dataset not registered: no verdict cache to test")
 	}
 	slow, fast := Caller{UID: 1001, GID: 1001}, Caller{UID: 1002, GID: 1002}
 	release := make(chan struct{})
 	var calls sync.Map // uid -> *atomic.Int32
-	m.check = func(_ *bmap.Map, id identity) error {
+	m.access.check = func(_ *bmap.Map, id identity) error {
 		n, _ := calls.LoadOrStore(id.uid, new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 		if id.uid == slow.UID {

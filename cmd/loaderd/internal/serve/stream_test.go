@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
-	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/loader"
 )
 
 // streamClient is a stream opened by hand on the unix socket.
@@ -85,22 +86,16 @@ func TestStreamLifetimes(t *testing.T) {
 	f := start(t, time.Minute)
 	var open OpenResponse
 	ra := 1
-	if code := f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 3, PrefetchQueueDepth: 1, ReleaseAfter: &ra}, &open); code != 200 {
+	if code := f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 3}, Dataset: "ds", PrefetchQueueDepth: 1, ReleaseAfter: &ra}, &open); code != 200 {
 		t.Fatalf("open: %d", code)
 	}
-	if open.Slots != 3 {
-		t.Fatalf("slots %d, want prefetch 1 + release_after 1 + 1", open.Slots)
+	if open.Memory.Slots != 3 {
+		t.Fatalf("slots %d, want prefetch 1 + release_after 1 + 1", open.Memory.Slots)
 	}
-	fd, err := unix.Open(open.Shm, unix.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
+	mem, mr := f.memory(t, open.ID)
+	if mr.Memory != open.Memory {
+		t.Fatalf("memory frame %+v, open response %+v: the description must arrive unchanged", mr.Memory, open.Memory)
 	}
-	mem, err := unix.Mmap(fd, 0, int(open.ShmSize), unix.PROT_READ, unix.MAP_SHARED)
-	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
 	check := func(r NextResponse) {
 		t.Helper()
 		for i, idx := range r.Indices {

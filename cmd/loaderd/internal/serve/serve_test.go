@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,12 +19,12 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/testfs"
+	"github.com/nvfeed/nvfeed/loader"
 )
 
 type fixture struct {
 	m      *bmap.Map
 	sock   string
-	shm    string
 	client *http.Client
 	done   chan error
 	cancel context.CancelFunc
@@ -36,8 +37,8 @@ func start(t *testing.T, timeout time.Duration) *fixture {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, bytes.Repeat([]byte{byte(i), byte(i >> 3)}, 500+i*61), 0o644)
 	}
-	f := &fixture{m: testfs.MapDir(t, root), sock: filepath.Join(t.TempDir(), "d.sock"), shm: t.TempDir(), done: make(chan error, 1)}
-	srv := New(Config{Datasets: map[string]*bmap.Map{"ds": f.m}, ShmDir: f.shm, SessionTimeout: timeout})
+	f := &fixture{m: testfs.MapDir(t, root), sock: filepath.Join(t.TempDir(), "d.sock"), done: make(chan error, 1)}
+	srv := New(Config{Datasets: map[string]*bmap.Map{"ds": f.m}, SessionTimeout: timeout})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() { f.done <- srv.Run(ctx, Listen{Socket: f.sock}) }()
@@ -66,9 +67,100 @@ func (f *fixture) stop(t *testing.T) {
 	if _, err := os.Stat(f.sock); !os.IsNotExist(err) {
 		t.Errorf("socket left behind: %v", err)
 	}
-	if ents, _ := os.ReadDir(f.shm); len(ents) != 0 {
-		t.Errorf("shared memory left behind: %v", ents)
+	if n := batchMemfds(t); n != 0 {
+		t.Errorf("%d batch memories left open after Run", n)
 	}
+}
+
+// batchMemfds counts this process's open batch memories (memfds; the
+// daemon runs in the test's process).
+func batchMemfds(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "/memfd:nvfeed-batches") {
+			n++
+		}
+	}
+	return n
+}
+
+// memory asks for session id's batch memory as the client does: an
+// upgraded connection, one frame carrying the descriptor (SCM_RIGHTS).
+// It maps the memory read-only and returns it with its description.
+func (f *fixture) memory(t *testing.T, id string) ([]byte, MemoryResponse) {
+	t.Helper()
+	mr, fd, err := receiveMemory(f.sock, id)
+	if err != nil {
+		t.Fatalf("session %s: memory: %v", id, err)
+	}
+	defer unix.Close(fd)
+	mem, err := unix.Mmap(fd, 0, int(mr.Memory.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("session %s: map %d bytes: %v", id, mr.Memory.Size, err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return mem, mr
+}
+
+// receiveMemory does the memory upgrade on a new connection to sock and
+// returns the frame and the descriptor passed with it.
+func receiveMemory(sock, id string) (MemoryResponse, int, error) {
+	var mr MemoryResponse
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return mr, -1, err
+	}
+	defer c.Close()
+	uc := c.(*net.UnixConn)
+	fmt.Fprintf(uc, "POST /v1/sessions/%s/memory HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n", id, MemoryUpgrade)
+	var data []byte
+	fd := -1
+	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if oobn > 0 {
+			msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+			if perr != nil {
+				return mr, -1, perr
+			}
+			for _, m := range msgs {
+				fds, perr := unix.ParseUnixRights(&m)
+				if perr != nil {
+					return mr, -1, perr
+				}
+				for _, x := range fds {
+					if fd < 0 {
+						fd = x
+					} else {
+						unix.Close(x)
+					}
+				}
+			}
+		}
+		data = append(data, buf[:n]...)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	head, body, ok := bytes.Cut(data, []byte("\r\n\r\n"))
+	if !bytes.HasPrefix(head, []byte("HTTP/1.1 101")) || !ok {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return mr, -1, fmt.Errorf("%q", data)
+	}
+	if len(body) < 4 || fd < 0 {
+		return mr, -1, fmt.Errorf("no frame or no descriptor: %q", body)
+	}
+	if err := msgpack.Unmarshal(body[4:], &mr); err != nil {
+		unix.Close(fd)
+		return mr, -1, err
+	}
+	return mr, fd, nil
 }
 
 func (f *fixture) call(t *testing.T, method, path string, body any, out any) int {
@@ -101,16 +193,16 @@ func TestEightRanksAtOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var open OpenResponse
-			if code := f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", Backend: "file", BatchSize: 4, ShardID: k, NumShards: 8, RandomShuffle: true, Seed: 1}, &open); code != 200 {
+			if code := f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 4, ShardID: k, NumShards: 8, RandomShuffle: true, Seed: 1}, Dataset: "ds", Backend: "file"}, &open); code != 200 {
 				t.Errorf("rank %d: open: %d", k, code)
 				return
 			}
-			fd, err := unix.Open(open.Shm, unix.O_RDONLY, 0)
+			mr, fd, err := receiveMemory(f.sock, open.ID)
 			if err != nil {
-				t.Error(err)
+				t.Errorf("rank %d: memory: %v", k, err)
 				return
 			}
-			mem, err := unix.Mmap(fd, 0, int(open.ShmSize), unix.PROT_READ, unix.MAP_SHARED)
+			mem, err := unix.Mmap(fd, 0, int(mr.Memory.Size), unix.PROT_READ, unix.MAP_SHARED)
 			unix.Close(fd)
 			if err != nil {
 				t.Error(err)
@@ -162,13 +254,13 @@ func TestValidationAndReaping(t *testing.T) {
 		req  OpenRequest
 		code int
 	}{
-		{OpenRequest{Dataset: "nope", BatchSize: 1}, 404},
-		{OpenRequest{Dataset: "ds", BatchSize: 0}, 400},
-		{OpenRequest{Dataset: "ds", BatchSize: 1 << 30}, 400},
-		{OpenRequest{Dataset: "ds", BatchSize: 2, ShardID: 3, NumShards: 3}, 400},
-		{OpenRequest{Dataset: "ds", BatchSize: 2, Backend: "disk"}, 400},
-		{OpenRequest{Dataset: "ds", BatchSize: 2, Memory: "hbm"}, 400},
-		{OpenRequest{Dataset: "ds", BatchSize: 2, PrefetchQueueDepth: 1000}, 400},
+		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1}, Dataset: "nope"}, 404},
+		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 0}, Dataset: "ds"}, 400},
+		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1 << 30}, Dataset: "ds"}, 400},
+		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, ShardID: 3, NumShards: 3}, Dataset: "ds"}, 400},
+		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", Backend: "disk"}, 400},
+		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", Memory: "hbm"}, 400},
+		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", PrefetchQueueDepth: 1000}, 400},
 	} {
 		var e ErrorResponse
 		if code := f.call(t, "POST", "/v1/sessions", tt.req, &e); code != tt.code || e.Error == "" {
@@ -177,7 +269,7 @@ func TestValidationAndReaping(t *testing.T) {
 	}
 	// Holding every slot is refused, not a hang.
 	var open OpenResponse
-	f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 2, PrefetchQueueDepth: 1, ReleaseAfter: new(0)}, &open)
+	f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", PrefetchQueueDepth: 1, ReleaseAfter: new(0)}, &open)
 	codes := []int{}
 	for i := 0; i < 3; i++ {
 		var nb NextResponse
@@ -191,8 +283,8 @@ func TestValidationAndReaping(t *testing.T) {
 	if code := f.call(t, "GET", "/v1/sessions/"+open.ID+"/state", nil, nil); code != 404 {
 		t.Errorf("idle session: %d, want 404", code)
 	}
-	if ents, _ := os.ReadDir(f.shm); len(ents) != 0 {
-		t.Errorf("reaped session's memory remains: %v", ents)
+	if n := batchMemfds(t); n != 0 {
+		t.Errorf("reaped session's memory remains (%d memfds open)", n)
 	}
 	if code := f.call(t, "GET", "/healthz", nil, nil); code != 200 {
 		t.Errorf("healthz: %d", code)
@@ -202,9 +294,9 @@ func TestValidationAndReaping(t *testing.T) {
 func TestShutdownEndsSessions(t *testing.T) {
 	f := start(t, time.Minute)
 	var open OpenResponse
-	f.call(t, "POST", "/v1/sessions", OpenRequest{Dataset: "ds", BatchSize: 8}, &open)
-	if _, err := os.Stat(open.Shm); err != nil {
-		t.Fatalf("session memory: %v", err)
+	f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 8}, Dataset: "ds"}, &open)
+	if n := batchMemfds(t); n != 1 {
+		t.Fatalf("%d batch memories open with one session, want 1", n)
 	}
-	f.stop(t) // checks: Run returned nil, socket and memory removed
+	f.stop(t) // checks: Run returned nil, socket removed, memory closed
 }

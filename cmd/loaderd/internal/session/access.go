@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 )
 
 // The access model: the daemon may run as root (raw reads need the block
@@ -164,4 +165,104 @@ func checkAncestors(root string, id identity) error {
 			return nil
 		}
 	}
+}
+
+// verdicts caches access verdicts per (dataset, uid, gid) while the
+// dataset's watch generation is unchanged.
+type verdicts struct {
+	mu       sync.Mutex
+	cache    map[verdictKey]verdict          // under mu
+	checking map[verdictKey]*pendingVerdict  // under mu: checks running now
+	check    func(*bmap.Map, identity) error // checkAccess; tests replace it
+}
+
+func newVerdicts() *verdicts {
+	return &verdicts{cache: map[verdictKey]verdict{}, checking: map[verdictKey]*pendingVerdict{}, check: checkAccess}
+}
+
+// pendingVerdict is an access check in progress: callers with the same key
+// and generation wait for it instead of repeating it; other keys do not
+// wait at all.
+type pendingVerdict struct {
+	done chan struct{}
+	v    verdict // set before done is closed
+}
+
+// verdictKey is a cached access verdict's key: a dataset and a caller's
+// uid and primary gid.
+type verdictKey struct {
+	dataset  string
+	uid, gid int
+}
+
+// verdict is checkAccess's result for a uid, valid while the dataset's
+// watch generation is gen.
+type verdict struct {
+	err error
+	gen uint64
+}
+
+// authorize returns nil if c may read every sample of dataset name (ds,
+// watched by g, nil for none) through the filesystem, else an error
+// wrapping ErrForbidden that names the dataset and the first path refused.
+// Verdicts are cached until the watch sees a change; without a watch
+// every call checks.
+func (v *verdicts) authorize(name string, ds *bmap.Map, g *fresh.Guard, c Caller) error {
+	id := identify(c)
+	err := checkAncestors(ds.Root, id)
+	if err == nil {
+		err = v.get(name, ds, g, c, id).err
+	}
+	if err != nil {
+		who := "a caller of unknown uid (TCP)"
+		if c.UID >= 0 {
+			who = fmt.Sprintf("uid %d", c.UID)
+		}
+		return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, who, err)
+	}
+	return nil
+}
+
+// get returns the cached verdict for (dataset, uid, gid) while the
+// dataset's watch generation is unchanged, else checks access. The check
+// (a stat of every file: seconds at ImageNet scale) runs outside the lock:
+// concurrent opens by the same caller share one check, and other callers
+// and datasets are not held up by it.
+func (v *verdicts) get(name string, ds *bmap.Map, g *fresh.Guard, c Caller, id identity) verdict {
+	key := verdictKey{name, c.UID, c.GID}
+	v.mu.Lock()
+	var gen uint64
+	if g != nil {
+		g.Poll()
+		gen = g.Generation()
+		if old, ok := v.cache[key]; ok && old.gen == gen {
+			v.mu.Unlock()
+			return old
+		}
+		if p := v.checking[key]; p != nil && p.v.gen == gen {
+			v.mu.Unlock()
+			<-p.done
+			return p.v
+		}
+	}
+	p := &pendingVerdict{done: make(chan struct{}), v: verdict{gen: gen}}
+	if g != nil {
+		v.checking[key] = p
+	}
+	v.mu.Unlock()
+
+	p.v.err = v.check(ds, id)
+	v.mu.Lock()
+	if g != nil {
+		if v.checking[key] == p {
+			delete(v.checking, key)
+		}
+		// A check of an older generation never replaces a newer verdict.
+		if old, ok := v.cache[key]; !ok || old.gen <= gen {
+			v.cache[key] = p.v
+		}
+	}
+	v.mu.Unlock()
+	close(p.done)
+	return p.v
 }

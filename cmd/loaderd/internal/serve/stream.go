@@ -14,7 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/nvfeed/nvfeed/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
 )
 
 // maxFrame bounds a control frame from a client.

@@ -1,0 +1,173 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/nvfeed/nvfeed/loader"
+)
+
+// Position names a batch: its epoch and its iteration within the epoch,
+// as DALI's BatchInfo does.
+type Position struct {
+	Epoch, Iteration int
+}
+
+// Next releases the given slots, then returns the session's next batch
+// (waiting for its reads) or the end of the epoch. With at, it returns
+// that batch instead (the end of the epoch when it has no such batch), and
+// the session goes on from there. A client that holds every slot gets
+// ErrBusy; so does one whose session is streaming.
+func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int, at *Position) (Delivery, error) {
+	var d Delivery
+	err := m.with(c, id, func(ss *session) error {
+		if ss.streaming() {
+			return fmt.Errorf("%w: session %s is streaming its batches", ErrBusy, ss.id)
+		}
+		for _, slot := range release {
+			if err := ss.release(slot); err != nil {
+				return err
+			}
+		}
+		ss.heldMu.Lock()
+		n := len(ss.held)
+		ss.heldMu.Unlock()
+		if n >= ss.slots {
+			return fmt.Errorf("%w: all %d batch slots of session %s are held: release batches before asking for more", ErrBusy, ss.slots, ss.id)
+		}
+		var err error
+		d, err = m.deliver(ctx, ss, at)
+		return err
+	})
+	return d, err
+}
+
+// deliver takes the session's next batch (or the one at at) and records it
+// as held; ss.mu held.
+func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Delivery, error) {
+	var b *loader.Batch
+	var err error
+	if at != nil {
+		b, err = ss.l.NextAt(ctx, at.Epoch, at.Iteration)
+	} else {
+		b, err = ss.l.Next(ctx)
+	}
+	if errors.Is(err, io.EOF) {
+		st := ss.l.State()
+		return Delivery{EndOfEpoch: true, Epoch: st.Epoch, EpochBatches: ss.l.Sampling().EpochBatches(st.Epoch)}, nil
+	}
+	if errors.Is(err, loader.ErrOptions) {
+		return Delivery{}, fmt.Errorf("%w: session %s: %w", ErrInvalid, ss.id, err)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			ss.metrics.errors.Inc()
+		}
+		return Delivery{}, fmt.Errorf("session %s: %w", ss.id, err)
+	}
+	// Copies: once held, the client may release the batch (even before it
+	// knows of it) and the slot's descriptors be rewritten.
+	d := Delivery{Epoch: b.Epoch, Iteration: b.Iteration, EpochBatches: ss.l.Sampling().EpochBatches(b.Epoch), Slot: b.Slot,
+		Offsets: slices.Clone(b.Offsets), Lengths: slices.Clone(b.Lengths), Labels: slices.Clone(b.Labels),
+		Indices: slices.Clone(b.Indices), Failed: slices.Clone(b.Failed)}
+	for _, e := range b.Errors {
+		d.Errors = append(d.Errors, e.Error())
+	}
+	ss.metrics.observe(b)
+	ss.heldMu.Lock()
+	ss.held[b.Slot] = b
+	ss.heldMu.Unlock()
+	return d, nil
+}
+
+// Stream hands the session's batches to out as soon as each is read, in
+// order, from at (or the session's next batch), with the ends of epochs,
+// until ctx ends, the session closes, or out fails: no request per batch.
+// The loader's slots bound how far it runs ahead of the client: a pushed
+// batch holds its slot until released (Release, from any goroutine). It
+// returns nil when ctx ended. One stream per session at a time; the
+// caller releases what the client no longer holds when it returns
+// (ReleaseExcept).
+func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position, out func(Delivery) error) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
+	}
+	ss.streamMu.Lock()
+	if ss.stopStream != nil {
+		ss.streamMu.Unlock()
+		return fmt.Errorf("%w: session %s is already streaming", ErrBusy, id)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ss.stopStream = cancel
+	ss.streamMu.Unlock()
+	defer func() {
+		ss.streamMu.Lock()
+		ss.stopStream = nil
+		ss.streamMu.Unlock()
+		cancel()
+		ss.touch() // the idle clock starts again
+	}()
+	for {
+		var d Delivery
+		err := m.with(c, id, func(ss *session) error {
+			var err error
+			d, err = m.deliver(ctx, ss, at)
+			return err
+		})
+		at = nil
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := out(d); err != nil {
+			return err
+		}
+	}
+}
+
+// Release gives back the batch in slot. It does not wait for a Next or a
+// stream step of the same session.
+func (m *Manager) Release(c Caller, id string, slot int) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
+	}
+	ss.touch()
+	return ss.release(slot)
+}
+
+// ReleaseExcept gives back every batch the session has delivered except
+// those in the slots keep: what a client still holds when its stream ends.
+func (m *Manager) ReleaseExcept(c Caller, id string, keep []int) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
+	}
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	for slot, b := range ss.held {
+		if !slices.Contains(keep, slot) {
+			delete(ss.held, slot)
+			b.Release()
+		}
+	}
+	return nil
+}
+
+// State returns the position of the session's next batch. It does not
+// wait for a Next or a stream step of the session (while streaming, the
+// daemon is ahead of the client by the batches in the stream).
+func (m *Manager) State(c Caller, id string) (loader.State, error) {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return loader.State{}, err
+	}
+	ss.touch()
+	return ss.l.State(), nil
+}

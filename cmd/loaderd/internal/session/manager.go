@@ -1,0 +1,347 @@
+// Package session is the daemon's core, independent of any transport:
+// it opens loader sessions over registered datasets for a caller, hands
+// out batch descriptors and batch memory, takes releases, saves state,
+// reaps idle sessions, and counts it all in Prometheus metrics. It owns
+// the slot budget: how many batch slots a session gets for its prefetch
+// depth and the batches its client keeps. Package serve adapts it to
+// HTTP.
+//
+// Files: manager.go (the session table, open, close, reaping),
+// session.go (one session), deliver.go (batches out, releases in,
+// streams), access.go (who may read a dataset, cached verdicts),
+// datasets.go (registered datasets and their freshness guards),
+// metrics.go.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// Limits on what one session may ask for.
+const (
+	MaxPrefetch     = 64 // prefetch_queue_depth
+	MaxReleaseAfter = 64 // release_after
+)
+
+// Config configures a Manager.
+type Config struct {
+	Datasets        map[string]*bmap.Map // registered datasets by name
+	SessionTimeout  time.Duration        // idle sessions are closed after this; default 60s
+	MaxSessionBytes int64                // refuse sessions needing more batch memory; default 16 GiB
+	MaxSessions     int                  // default 64
+	Logger          *slog.Logger
+	Faults          *backend.Faults // tests: inject read faults into every session
+	// Engines is EnginesPerSession (the default, "" too) or
+	// EnginesPerDevice: whether the sessions reading one device share its
+	// raw engines. Measured with 8 sessions (bench/RESULTS.md): the same
+	// throughput either way on both test devices; per session keeps a
+	// session's queue its own and spreads submissions over cores, per
+	// device uses one ring and goroutine per device instead of one each.
+	Engines string
+}
+
+// Engine scopes (Config.Engines).
+const (
+	EnginesPerDevice  = "device"  // one raw engine set per device and configuration, shared by its sessions
+	EnginesPerSession = "session" // every session has its own
+)
+
+// Caller is who makes a request: the uid and gid from SO_PEERCRED, or -1
+// when the transport cannot know (loopback TCP).
+type Caller struct {
+	UID, GID int
+}
+
+// Manager owns the sessions.
+type Manager struct {
+	cfg     Config
+	log     *slog.Logger
+	data    *datasets
+	access  *verdicts
+	metrics *metrics
+	reg     *prometheus.Registry
+	shared  *backend.Shared // engines shared by sessions; nil: per session
+
+	mu       sync.Mutex
+	sessions map[string]*session // under mu
+	opening  int                 // under mu: opens admitted under MaxSessions and not yet in sessions
+}
+
+// NewManager makes a manager and registers its datasets (datasets.go).
+func NewManager(cfg Config) *Manager {
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 60 * time.Second
+	}
+	if cfg.MaxSessionBytes == 0 {
+		cfg.MaxSessionBytes = 16 << 30
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, reg: prometheus.NewRegistry(), access: newVerdicts()}
+	if cfg.Engines == EnginesPerDevice {
+		m.shared = &backend.Shared{}
+	}
+	m.metrics = newMetrics(m.reg, m)
+	m.data = openDatasets(cfg.Datasets, m.log)
+	return m
+}
+
+// authorize returns nil if c may read every sample of the dataset through
+// the filesystem (access.go), else an error wrapping ErrForbidden.
+func (m *Manager) authorize(name string, ds *bmap.Map, c Caller) error {
+	return m.access.authorize(name, ds, m.data.guard(name), c)
+}
+
+// Stop ends every session and stops the dataset watches; the manager is
+// not used after.
+func (m *Manager) Stop() error {
+	m.CloseAll()
+	return m.data.close()
+}
+
+// Registry returns the Prometheus registry holding the metrics.
+func (m *Manager) Registry() *prometheus.Registry { return m.reg }
+
+// Timeout returns the idle timeout.
+func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
+
+// Datasets returns the registered dataset names, sorted.
+func (m *Manager) Datasets() []string { return m.data.names() }
+
+// budget returns the prefetch depth, release_after and slots of a session:
+// prefetched batches plus the batches the client holds (the one just
+// delivered and release_after earlier ones).
+func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
+	prefetch = p.PrefetchQueueDepth
+	if prefetch == 0 {
+		prefetch = loader.DefaultPrefetchQueueDepth
+	}
+	if prefetch < 1 || prefetch > MaxPrefetch {
+		return 0, 0, 0, fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrInvalid, p.PrefetchQueueDepth, MaxPrefetch)
+	}
+	releaseAfter = prefetch + 1
+	if p.ReleaseAfter != nil {
+		releaseAfter = *p.ReleaseAfter
+	}
+	if releaseAfter < 0 || releaseAfter > MaxReleaseAfter {
+		return 0, 0, 0, fmt.Errorf("%w: release_after %d not in [0, %d]", ErrInvalid, releaseAfter, MaxReleaseAfter)
+	}
+	return prefetch, releaseAfter, prefetch + releaseAfter + 1, nil
+}
+
+// Open opens a session for c. The backend's description and the slot
+// size are resolved once here and handed to the loader.
+func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
+	ds, err := m.data.get(p.Dataset)
+	if err != nil {
+		return Opened{}, err
+	}
+	if err := m.authorize(p.Dataset, ds, c); err != nil {
+		return Opened{}, err
+	}
+	spec, err := loader.BackendSpec(p.Backend)
+	if err != nil {
+		return Opened{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	prefetch, releaseAfter, slots, err := budget(p)
+	if err != nil {
+		return Opened{}, err
+	}
+	if p.BatchSize < 1 || p.BatchSize > loader.MaxBatchSize {
+		return Opened{}, fmt.Errorf("%w: batch_size %d not in [1, %d]", ErrInvalid, p.BatchSize, loader.MaxBatchSize)
+	}
+	slotSize := loader.SlotBytes(ds, p.BatchSize)
+	if need := slotSize * int64(slots); need > m.cfg.MaxSessionBytes {
+		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
+			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
+	}
+	// Admission and insertion under the limit are one step: an open counts
+	// from here until it is in the table or has failed.
+	m.mu.Lock()
+	if n := len(m.sessions) + m.opening; n >= m.cfg.MaxSessions {
+		m.mu.Unlock()
+		return Opened{}, fmt.Errorf("%w: %d sessions open, the daemon's limit", ErrLimit, n)
+	}
+	m.opening++
+	m.mu.Unlock()
+	admitted := true
+	defer func() {
+		if admitted {
+			m.mu.Lock()
+			m.opening--
+			m.mu.Unlock()
+		}
+	}()
+	l, err := loader.New(context.Background(), ds, loader.Options{
+		ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
+		Memory: p.Memory, Device: p.Device, Spec: &spec, BackendOptions: p.BackendOptions, State: p.State,
+		Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.data.guard(p.Dataset), Shared: m.shared,
+	})
+	if err != nil {
+		switch {
+		case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, batchmem.ErrUnsupported):
+			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
+		case errors.Is(err, bmap.ErrStale), errors.Is(err, backend.ErrDevice):
+			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)
+		}
+		return Opened{}, fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
+	}
+	ss := &session{id: newID(), dataset: p.Dataset, backend: spec.Name, uid: c.UID, l: l, held: map[int]*loader.Batch{}, slots: slots}
+	ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, ss.id)
+	ss.touch()
+	m.mu.Lock()
+	m.opening--
+	admitted = false
+	m.sessions[ss.id] = ss
+	m.mu.Unlock()
+	m.metrics.sessions.Inc()
+	st := l.State()
+	desc := l.Memory().Desc()
+	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", spec.Name, "uid", c.UID,
+		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
+	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
+		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch)}, nil
+}
+
+// Memory returns the session's batch memory description and a new file
+// descriptor for it (read-only for host memory), for c to map: only the
+// session's owner gets it. The caller closes the file once passed on.
+func (m *Manager) Memory(c Caller, id string) (batchmem.Desc, *os.File, error) {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return batchmem.Desc{}, nil, err
+	}
+	if c.UID < 0 {
+		return batchmem.Desc{}, nil, fmt.Errorf("%w: session %s: batch memory is handed over only on the unix socket (as a file descriptor)", ErrForbidden, id)
+	}
+	mem := ss.l.Memory()
+	f, err := mem.Export()
+	if err != nil {
+		return batchmem.Desc{}, nil, fmt.Errorf("session %s: %w", id, err)
+	}
+	ss.touch()
+	return mem.Desc(), f, nil
+}
+
+// lookup resolves a session and checks c owns it.
+func (m *Manager) lookup(c Caller, id string) (*session, error) {
+	m.mu.Lock()
+	ss := m.sessions[id]
+	m.mu.Unlock()
+	if ss == nil {
+		return nil, fmt.Errorf("%w: unknown session %q (closed, reaped after %s idle, or never opened)", ErrNotFound, id, m.cfg.SessionTimeout)
+	}
+	if ss.uid >= 0 && c.UID != ss.uid {
+		return nil, fmt.Errorf("%w: session %s belongs to another user", ErrForbidden, id)
+	}
+	return ss, nil
+}
+
+// with resolves a session, checks c owns it, and runs fn holding its
+// consumer lock.
+func (m *Manager) with(c Caller, id string, fn func(*session) error) error {
+	ss, err := m.lookup(c, id)
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return fmt.Errorf("%w: unknown session %q (closed)", ErrNotFound, id)
+	}
+	ss.touch()
+	defer ss.touch()
+	return fn(ss)
+}
+
+// Check returns nil if the session exists and belongs to c.
+func (m *Manager) Check(c Caller, id string) error {
+	_, err := m.lookup(c, id)
+	return err
+}
+
+// Close ends a session (its stream first) and frees its memory.
+func (m *Manager) Close(c Caller, id string) error {
+	if ss, err := m.lookup(c, id); err == nil {
+		ss.cancelStream()
+	}
+	return m.with(c, id, func(ss *session) error {
+		m.closeSession(ss, "closed by client")
+		return nil
+	})
+}
+
+// closeSession frees a session; ss.mu must be held.
+func (m *Manager) closeSession(ss *session, why string) {
+	if ss.closed {
+		return
+	}
+	ss.closed = true
+	m.mu.Lock()
+	delete(m.sessions, ss.id)
+	m.mu.Unlock()
+	if err := ss.l.Close(); err != nil {
+		m.log.Warn("session: closing", "session", ss.id, "err", err)
+	}
+	m.metrics.forget(ss)
+	m.metrics.sessions.Dec()
+	m.log.Info("session: ended", "session", ss.id, "why", why)
+}
+
+// Reap closes sessions idle longer than the timeout at now.
+func (m *Manager) Reap(now time.Time) {
+	m.mu.Lock()
+	var idle []*session
+	for _, ss := range m.sessions {
+		// A streaming session's liveness is its connection: when the client
+		// goes, the stream ends and the idle clock runs again.
+		if !ss.streaming() && now.Sub(time.Unix(0, ss.lastUsed.Load())) > m.cfg.SessionTimeout {
+			idle = append(idle, ss)
+		}
+	}
+	m.mu.Unlock()
+	for _, ss := range idle {
+		if ss.mu.TryLock() { // a session busy in a request is not idle
+			m.closeSession(ss, fmt.Sprintf("idle for more than %s", m.cfg.SessionTimeout))
+			ss.mu.Unlock()
+		}
+	}
+}
+
+// CloseAll ends every session.
+func (m *Manager) CloseAll() {
+	for _, ss := range m.snapshot() {
+		ss.cancelStream()
+		ss.mu.Lock()
+		m.closeSession(ss, "daemon shutting down")
+		ss.mu.Unlock()
+	}
+}
+
+// snapshot returns the open sessions.
+func (m *Manager) snapshot() []*session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make([]*session, 0, len(m.sessions))
+	for _, ss := range m.sessions {
+		all = append(all, ss)
+	}
+	return all
+}

@@ -1,0 +1,114 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// OpenParams are a session's options, named as DALI's reader arguments:
+// the open request's wire form (msgpack, snake_case keys).
+type OpenParams struct {
+	Dataset           string `msgpack:"dataset"`
+	loader.ReaderArgs `msgpack:",inline"`
+	// Backend is a name from GET /v1/backends; "" means the default.
+	Backend            string         `msgpack:"backend"`
+	BackendOptions     map[string]any `msgpack:"backend_options"`      // the backend's options by name
+	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // 0 means loader.DefaultPrefetchQueueDepth
+	// ReleaseAfter: the client releases a batch after this many later ones;
+	// nil means PrefetchQueueDepth+1.
+	ReleaseAfter *int          `msgpack:"release_after"`
+	Memory       batchmem.Kind `msgpack:"memory"`    // "" means pinned
+	Device       int           `msgpack:"device_id"` // the GPU for gpu memory
+	State        *loader.State `msgpack:"state"`     // resume here
+}
+
+// Opened describes a new session: the open response's wire form.
+type Opened struct {
+	ID                 string        `msgpack:"id"`
+	Backend            string        `msgpack:"backend"`              // the backend that reads (the default filled in)
+	Memory             batchmem.Desc `msgpack:"memory"`               // the batch memory; its descriptor comes from POST .../memory
+	PrefetchQueueDepth int           `msgpack:"prefetch_queue_depth"` // in effect
+	ReleaseAfter       int           `msgpack:"release_after"`        // in effect
+	Epoch              int           `msgpack:"epoch"`                // the first batch's position:
+	Iteration          int           `msgpack:"iteration"`            // Iteration == EpochBatches means the end of Epoch comes first
+	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
+}
+
+// Delivery is one batch's descriptor, or the end of an epoch. Its slices
+// are its own.
+type Delivery struct {
+	EndOfEpoch   bool
+	Epoch        int
+	Iteration    int
+	EpochBatches int
+	Slot         int
+	Offsets      []int64 // of each sample in the session's memory
+	Lengths      []int64
+	Labels       []int32
+	Indices      []int32
+	Failed       []int    // positions whose sample could not be read (their lengths are 0)
+	Errors       []string // one message per failed sample, naming its path and the cause
+}
+
+type session struct {
+	id, dataset, backend string
+	uid                  int // -1 when unknown
+	l                    *loader.Loader
+	slots                int
+	lastUsed             atomic.Int64
+
+	mu     sync.Mutex // the consumer side: one Next, State, Close or stream step at a time
+	closed bool       // under mu
+
+	heldMu sync.Mutex
+	held   map[int]*loader.Batch // under heldMu: batches delivered and not released
+
+	streamMu   sync.Mutex
+	stopStream context.CancelFunc // under streamMu: set while a stream runs
+
+	metrics sessionMetrics
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (ss *session) touch() { ss.lastUsed.Store(time.Now().UnixNano()) }
+
+// cancelStream ends the session's stream, if one runs.
+func (ss *session) cancelStream() {
+	ss.streamMu.Lock()
+	if ss.stopStream != nil {
+		ss.stopStream()
+	}
+	ss.streamMu.Unlock()
+}
+
+func (ss *session) streaming() bool {
+	ss.streamMu.Lock()
+	defer ss.streamMu.Unlock()
+	return ss.stopStream != nil
+}
+
+// release gives back the batch the client holds in slot.
+func (ss *session) release(slot int) error {
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	b, ok := ss.held[slot]
+	if !ok {
+		return fmt.Errorf("%w: slot %d holds no batch of session %s", ErrInvalid, slot, ss.id)
+	}
+	delete(ss.held, slot)
+	b.Release()
+	return nil
+}

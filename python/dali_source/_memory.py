@@ -1,0 +1,40 @@
+"""A session's batch memory, received as a file descriptor: one more unix
+connection to loaderd is upgraded, and the daemon answers with one frame
+(a 4-byte big-endian length, then msgpack) whose bytes carry the
+descriptor as SCM_RIGHTS ancillary data, then closes it. Nothing is named
+in a filesystem, so no other user can open it, and nothing is left behind
+when the daemon dies; the mapping outlives the daemon."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Optional, cast
+
+import msgpack
+
+from ._upgrade import UpgradeError, upgrade
+from ._wire import MemoryResponse
+
+UPGRADE = "nvfeed-memory"
+
+
+def receive(path: str, session_id: str, timeout: Optional[float]) -> tuple[MemoryResponse, mmap.mmap]:
+    """Asks for the session's memory and maps it read-only. Raises
+    UpgradeError naming what went wrong."""
+    s, body, fds = upgrade(path, f"/v1/sessions/{session_id}/memory", UPGRADE, b"", timeout, until_eof=True)
+    s.close()
+    try:
+        n = int.from_bytes(body[:4], "big")
+        if len(body) < 4 or len(body) < 4 + n:
+            raise UpgradeError("the daemon's memory frame is cut short")
+        if len(fds) != 1:
+            raise UpgradeError(f"the daemon passed {len(fds)} descriptors with the memory frame, want 1")
+        r = cast(MemoryResponse, msgpack.unpackb(body[4:4 + n]))
+        kind = r["memory"]["kind"]
+        if kind != "pinned":
+            raise UpgradeError(f"batch memory of kind {kind!r} cannot be mapped as host memory")
+        return r, mmap.mmap(fds[0], r["memory"]["size"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -1,0 +1,65 @@
+"""An HTTP/1.1 upgrade on a new unix connection to loaderd: the request,
+then the daemon's answer read with room for ancillary data (a file
+descriptor may come with any of its bytes)."""
+
+from __future__ import annotations
+
+import os
+import socket as _socket
+from typing import Optional
+
+import msgpack
+
+
+class UpgradeError(RuntimeError):
+    """The upgrade was refused or the connection failed; ``status`` is the
+    daemon's HTTP status, ``None`` when there was no answer."""
+
+    def __init__(self, msg: str, status: Optional[int] = None) -> None:
+        super().__init__(msg)
+        self.status = status
+
+
+def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optional[float],
+            until_eof: bool = False) -> tuple[_socket.socket, bytearray, list[int]]:
+    """POSTs to target asking for protocol and returns the connected socket,
+    the bytes after the 101 answer's head, and any descriptors passed. With
+    until_eof it reads until the daemon closes the connection."""
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    data, fds = bytearray(), []
+    try:
+        s.connect(path)
+        s.sendall((f"POST {target} HTTP/1.1\r\nHost: loaderd\r\nUpgrade: {protocol}\r\nConnection: Upgrade\r\n"
+                   f"Content-Type: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+        while until_eof or b"\r\n\r\n" not in data:
+            chunk, got, _, _ = _socket.recv_fds(s, 65536, 4)
+            fds.extend(got)
+            if not chunk:
+                break
+            data += chunk
+        if b"\r\n\r\n" not in data:
+            raise UpgradeError("the daemon closed the connection before answering")
+        head, _, rest = bytes(data).partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        if status != 101:
+            length = next((int(h.split(":", 1)[1]) for h in lines[1:] if h.lower().startswith("content-length:")), 0)
+            while len(rest) < length:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+            try:
+                msg = msgpack.unpackb(rest[:length])["error"]
+            except Exception:
+                msg = rest[:length].decode(errors="replace")
+            raise UpgradeError(f"{msg} (HTTP {status})", status)
+    except BaseException as e:
+        s.close()
+        for fd in fds:
+            os.close(fd)
+        if isinstance(e, OSError):
+            raise UpgradeError(str(e)) from e
+        raise
+    return s, bytearray(rest), fds
