@@ -16,10 +16,15 @@ build: deps
 demo: build venv
 	bash scripts/demo.sh
 
-# Runs every test: vet, the Go tests under the race detector, then the
-# Python suite against a real loaderd (and real DALI where it installs).
+# Runs every test: vet, staticcheck, mypy --strict on the client, the Go
+# tests under the race detector, then the Python suite against a real
+# loaderd (and real DALI where it installs). Tests that need root or loop
+# devices skip with the reason; with NVFEED_REQUIRE_PRIVILEGED=1 (.ci/run)
+# such a skip is a failure.
 test: deps venv
 	go vet ./...
+	.tools/bin/staticcheck ./...
+	cd python && ../.venv/bin/mypy --strict dali_source
 	go test -race -count=1 ./...
 	@mkdir -p bin
 	go build -o bin/ ./cmd/...

@@ -16,6 +16,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/raw"
@@ -63,7 +64,7 @@ func TestRawBackendsByteExact(t *testing.T) {
 							l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 7, NumShards: 2, ShardID: shard, RandomShuffle: true, Seed: 9}, Backend: backend, PrefetchQueueDepth: 3, BackendOptions: map[string]any{"engine": engine, "queue_depth": 8}})
 							if err != nil {
 								if strings.Contains(err.Error(), "io_uring") {
-									t.Skipf("io_uring refused: %v", err)
+									testenv.SkipPrivileged(t, "io_uring refused: %v", err)
 								}
 								t.Fatal(err)
 							}
@@ -444,7 +445,7 @@ func TestSharedEngines(t *testing.T) {
 		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 5, NumShards: 3, ShardID: shard, RandomShuffle: true, Seed: 3}, Backend: be, PrefetchQueueDepth: 2, Shared: &shared, BackendOptions: map[string]any{"queue_depth": 8}})
 		if err != nil {
 			if strings.Contains(err.Error(), "io_uring") {
-				t.Skipf("io_uring refused: %v", err)
+				testenv.SkipPrivileged(t, "io_uring refused: %v", err)
 			}
 			t.Fatal(err)
 		}

@@ -36,3 +36,10 @@ if [[ -z $have ]] || [[ $(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)
     chmod +x .tools/go/bin/* .tools/go/pkg/tool/*/* 2>/dev/null || true
   fi
 fi
+
+# staticcheck, pinned, into .tools/bin (make test runs it).
+staticcheck_ver=v0.8.2
+if ! [[ -x .tools/bin/staticcheck ]] || ! .tools/bin/staticcheck -version 2>/dev/null | grep -q "(${staticcheck_ver#v})"; then
+  echo "deps: installing staticcheck $staticcheck_ver into .tools/bin" >&2
+  PATH=$PWD/.tools/go/bin:$PATH GOBIN=$PWD/.tools/bin go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_ver"
+fi

@@ -44,7 +44,7 @@ func main() {
 
 const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
-                     [--session-timeout 60s] [--max-session-mb 16384] [--engines session|device]
+                     [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64] [--engines session|device]
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
@@ -309,6 +309,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	sockMode := fs.String("socket-mode", "0660", "the socket's permission bits, octal")
 	timeout := fs.Duration("session-timeout", 60*time.Second, "close sessions idle for longer than this")
 	maxMem := fs.Int64("max-session-mb", 16<<10, "refuse sessions needing more batch memory than this (MiB)")
+	maxSessions := fs.Int("max-sessions", 64, "refuse new sessions while this many are open")
 	engines := fs.String("engines", session.EnginesPerSession, "raw engines (io_uring rings) per session, or per device: shared by the sessions reading it")
 	var faults *backend.Faults
 	fs.Func("inject-eio", "for testing error handling end to end: every read of the sample at this path (relative to the dataset root) fails with EIO (repeatable)", func(p string) error {
@@ -345,6 +346,9 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if *engines != session.EnginesPerDevice && *engines != session.EnginesPerSession {
 		return fmt.Errorf("%w: --engines %q: want %s or %s", errUsage, *engines, session.EnginesPerDevice, session.EnginesPerSession)
 	}
+	if *maxSessions < 1 {
+		return fmt.Errorf("%w: --max-sessions %d: want at least 1", errUsage, *maxSessions)
+	}
 	mode, err := strconv.ParseUint(*sockMode, 8, 32)
 	if err != nil || mode > 0o777 {
 		return fmt.Errorf("%w: --socket-mode %q: want octal permission bits such as 0660", errUsage, *sockMode)
@@ -366,7 +370,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	srv := serve.New(serve.Config{Datasets: maps, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, Faults: faults, Engines: *engines})
+	srv := serve.New(serve.Config{Datasets: maps, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions, Faults: faults, Engines: *engines})
 	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
 	if errors.Is(err, serve.ErrNoToken) {
 		return fmt.Errorf("%w: give --tcp-token FILE with --listen", err)

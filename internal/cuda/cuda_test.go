@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -17,8 +19,11 @@ func TestLoadWithoutDriverSaysSo(t *testing.T) {
 	if _, err := DriverVersion(); !errors.Is(err, ErrNoDriver) {
 		t.Errorf("DriverVersion: %v", err)
 	}
-	if c := ProbeCuFile(); c.Path == "" && c.Err == nil {
-		t.Error("ProbeCuFile: neither a library nor a reason")
+	switch c := ProbeCuFile(); {
+	case c.Path != "" && (c.Err != nil || !slices.Contains(cufileNames(), c.Path)):
+		t.Errorf("ProbeCuFile: loaded %q (not a name it tries) with err %v", c.Path, c.Err)
+	case c.Path == "" && (c.Err == nil || !strings.Contains(c.Err.Error(), "libcufile")):
+		t.Errorf("ProbeCuFile: no library, and the reason %v does not name the libraries tried", c.Err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 )
 
 // Options describes the filesystem to make.
@@ -49,7 +50,7 @@ func XFS() Options { return Options{Type: "xfs"} }
 func New(t testing.TB, o Options) *FS {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skipf("testfs: needs root to attach loop devices and mount (euid %d)", os.Geteuid())
+		testenv.SkipPrivileged(t, "testfs: needs root to attach loop devices and mount (euid %d)", os.Geteuid())
 	}
 	if o.SizeMB == 0 {
 		o.SizeMB = 512
@@ -61,14 +62,14 @@ func New(t testing.TB, o Options) *FS {
 	}
 	if o.Type == "tmpfs" {
 		if out, err := run("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm", o.SizeMB), "tmpfs", fs.Dir); err != nil {
-			t.Skipf("testfs: cannot mount tmpfs: %v: %s", err, out)
+			testenv.SkipPrivileged(t, "testfs: cannot mount tmpfs: %v: %s", err, out)
 		}
 		t.Cleanup(func() { fs.unmount(t) })
 		return fs
 	}
 	mkfs := "mkfs." + o.Type
 	if _, err := exec.LookPath(mkfs); err != nil {
-		t.Skipf("testfs: %s not installed (make test installs it through apt when run as root)", mkfs)
+		testenv.SkipPrivileged(t, "testfs: %s not installed (make test installs it through apt when run as root)", mkfs)
 	}
 	fs.Image = filepath.Join(dir, o.Type+".img")
 	f, err := os.Create(fs.Image)
@@ -88,7 +89,7 @@ func New(t testing.TB, o Options) *FS {
 	}
 	out, err := run("losetup", "--find", "--show", "--direct-io=on", fs.Image)
 	if err != nil {
-		t.Skipf("testfs: no loop device: losetup: %v: %s", err, out)
+		testenv.SkipPrivileged(t, "testfs: no loop device: losetup: %v: %s", err, out)
 	}
 	fs.Dev = strings.TrimSpace(out)
 	if out, err := run("mount", fs.Dev, fs.Dir); err != nil {

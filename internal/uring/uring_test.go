@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/internal/testenv"
 )
 
 func TestReadMany(t *testing.T) {
 	r, err := New(8)
 	if errors.Is(err, ErrUnsupported) {
-		t.Skipf("io_uring refused here: %v", err)
+		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

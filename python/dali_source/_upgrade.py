@@ -20,6 +20,13 @@ class UpgradeError(RuntimeError):
         self.status = status
 
 
+def _recv(s: _socket.socket, fds: list[int]) -> bytes:
+    """One read, with room for descriptors (added to fds)."""
+    chunk, got, _, _ = _socket.recv_fds(s, 65536, 4)
+    fds.extend(got)
+    return chunk
+
+
 def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optional[float],
             until_eof: bool = False) -> tuple[_socket.socket, bytearray, list[int]]:
     """POSTs to target asking for protocol and returns the connected socket,
@@ -27,22 +34,22 @@ def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optiona
     until_eof it reads until the daemon closes the connection."""
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     s.settimeout(timeout)
-    data, fds = bytearray(), []
+    data, fds = bytearray(), list[int]()
     try:
         s.connect(path)
         s.sendall((f"POST {target} HTTP/1.1\r\nHost: loaderd\r\nUpgrade: {protocol}\r\nConnection: Upgrade\r\n"
                    f"Content-Type: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
-        while until_eof or b"\r\n\r\n" not in data:
-            chunk, got, _, _ = _socket.recv_fds(s, 65536, 4)
-            fds.extend(got)
+        while b"\r\n\r\n" not in data:
+            chunk = _recv(s, fds)
             if not chunk:
-                break
+                raise UpgradeError("the daemon closed the connection before answering")
             data += chunk
-        if b"\r\n\r\n" not in data:
-            raise UpgradeError("the daemon closed the connection before answering")
         head, _, rest = bytes(data).partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split(" ", 2)[1])
+        if status == 101 and until_eof:
+            while chunk := _recv(s, fds):
+                rest += chunk
         if status != 101:
             length = next((int(h.split(":", 1)[1]) for h in lines[1:] if h.lower().startswith("content-length:")), 0)
             while len(rest) < length:

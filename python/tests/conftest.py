@@ -36,6 +36,25 @@ class Daemon:
     log: Path
 
 
+REQUIRE_VAR = "NVFEED_REQUIRE_PRIVILEGED"
+
+
+def skip_unprivileged(reason: str) -> None:
+    """Skips a test that needs what this machine lacks (root, loop devices,
+    a block map), or fails it where NVFEED_REQUIRE_PRIVILEGED=1 says the
+    machine has them all (.ci/run sets it): a CI that lost its loop
+    devices goes red, not green."""
+    if os.environ.get(REQUIRE_VAR) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_VAR}=1: this machine must run the test, not skip it)")
+    pytest.skip(reason)
+
+
+def need_raw(dataset: "Dataset", backend: str) -> None:
+    """Skips (see skip_unprivileged) a raw backend that cannot read here."""
+    if backend != "file" and not dataset.raw:
+        skip_unprivileged(f"{backend} needs read access to the block device (run as root)")
+
+
 def _jpeg(rng: np.random.Generator, w: int, h: int) -> bytes:
     from PIL import Image
     img = Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
@@ -51,7 +70,7 @@ def _run(*cmd: str) -> str:
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     if not (BIN / "loaderd").exists():
-        pytest.skip("bin/loaderd missing: run `make test` (it builds the binaries first)")
+        skip_unprivileged("bin/loaderd missing: run `make test` (it builds the binaries first)")
     work = tmp_path_factory.mktemp("ds")
     mnt, loop = work / "mnt", None
     if os.geteuid() == 0 and shutil.which("losetup"):
@@ -84,7 +103,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     raw = r.returncode == 0
     if not raw:  # a filesystem without FIEMAP device offsets: file backend only
         print(f"mkbmap refused the test filesystem ({r.stderr.strip()}): gds and bam tests will skip")
-        pytest.skip("no block map could be made here")
+        skip_unprivileged("no block map could be made here")
     yield Dataset(root=root, bmap=bmap, files=files, by_hash=by_hash, raw=loop is not None or os.geteuid() == 0)
     if loop:
         if subprocess.run(["umount", str(mnt)]).returncode != 0:

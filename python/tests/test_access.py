@@ -16,11 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from conftest import BIN, start_daemon, stop_daemon
+from conftest import BIN, skip_unprivileged, start_daemon, stop_daemon
 from dali_source import LoaderError, LoaderSource
 
 CLIENT = """
@@ -34,6 +36,19 @@ for name in sys.argv[2:]:
     except LoaderError as e:
         out[name] = str(e)
 print(json.dumps(out))
+"""
+
+STEAL = """
+import os, sys
+from dali_source._memory import receive
+from dali_source._upgrade import UpgradeError
+n = len(os.listdir("/proc/self/fd"))
+try:
+    receive(sys.argv[1], sys.argv[2], 10)
+    print("GOT the memory")
+except UpgradeError as e:
+    leaked = len(os.listdir("/proc/self/fd")) - n
+    print(f"refused {e.status} {e} leaked={leaked}")
 """
 
 
@@ -62,33 +77,38 @@ def _client_python(uid: int, gid: int) -> list[str]:
                            capture_output=True, text=True)
         if r.returncode == 0:
             return ["env", env, exe]
-    pytest.skip(f"no Python {sys.version_info.major}.{sys.version_info.minor} that uid {uid} can run with {site}")
-
-
-@pytest.fixture()
-def shared_tree():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: runs a client as the user nobody")
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no user nobody on this machine")
-    base = Path(tempfile.mkdtemp(prefix="nvfeed-access-"))  # /tmp: searchable by everyone
-    base.chmod(0o755)
-    yield base, nobody
-    shutil.rmtree(base, ignore_errors=True)
+    skip_unprivileged(f"no Python {sys.version_info.major}.{sys.version_info.minor} that uid {uid} can run with {site}")
 
 
 def _map(root: Path) -> Path:
     out = root.parent / f"{root.name}.bmap"
     r = subprocess.run([str(BIN / "mkbmap"), "--mountpoint", str(root), "-o", str(out)], capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"mkbmap refused {root.parent}'s filesystem: {r.stderr.strip()}")
+        skip_unprivileged(f"mkbmap refused {root.parent}'s filesystem: {r.stderr.strip()}")
     return out
 
 
-def test_permissions_are_the_access_policy(shared_tree) -> None:
-    base, nobody = shared_tree
+@dataclass
+class Served:
+    """A daemon serving three datasets to root and to nobody, a member of
+    its socket's group."""
+    socket: str
+    nobody: pwd.struct_passwd
+    py: list[str]  # an interpreter nobody can run, with this venv's packages
+    ok_hashes: list[str]
+    secret: Path
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    if os.geteuid() != 0:
+        skip_unprivileged("needs root: runs a client as the user nobody")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        skip_unprivileged("no user nobody on this machine")
+    base = Path(tempfile.mkdtemp(prefix="nvfeed-access-"))  # /tmp: searchable by everyone
+    base.chmod(0o755)
     ok, ok_hashes = _dataset(base, "ok")
     secret, _ = _dataset(base, "secret")
     (secret / "c1" / "3.jpg").chmod(0o600)  # root's own
@@ -101,30 +121,57 @@ def test_permissions_are_the_access_policy(shared_tree) -> None:
     args = [a for n, m in maps.items() for a in ("--dataset", f"{n}={m}")]
     d = start_daemon(sockdir, maps["ok"], *args, "--socket-group", str(nobody.pw_gid))
     try:
-        st = os.stat(d.socket)
-        assert stat.S_IMODE(st.st_mode) & 0o007 == 0, f"socket mode {oct(st.st_mode)}: others may connect"
-        assert st.st_gid == nobody.pw_gid
-        # nobody, a member of the socket's group.
-        py = _client_python(nobody.pw_uid, nobody.pw_gid)
-        r = subprocess.run([*py, "-c", CLIENT, d.socket, "train", "ok", "secret", "locked"],
-                           user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-        got = json.loads(r.stdout)
-        assert got["ok"] == ok_hashes, "a readable dataset was not read byte-exact"
-        assert "HTTP 403" in got["secret"] and "dataset secret" in got["secret"] and "secret/c1/3.jpg" in got["secret"], got["secret"]
-        assert "HTTP 403" in got["locked"] and "dataset locked" in got["locked"] and "locked/c0" in got["locked"], got["locked"]
-        # root reads both.
-        for name in ("secret", "locked"):
-            with LoaderSource(name, socket=d.socket, batch_size=2) as src:
-                assert sum(len(b) for b, _ in src) == 6
-        # Loosening the file is seen (the cached verdict is dropped).
-        (secret / "c1" / "3.jpg").chmod(0o644)
-        time.sleep(0.05)
-        r = subprocess.run([*py, "-c", CLIENT, d.socket, "secret"],
-                           user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], capture_output=True, text=True, timeout=120)
-        assert isinstance(json.loads(r.stdout)["secret"], list), r.stdout
+        yield Served(d.socket, nobody, _client_python(nobody.pw_uid, nobody.pw_gid), ok_hashes, secret)
     finally:
         assert stop_daemon(d) == 0
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _as_nobody(s: Served, script: str, *args: str) -> str:
+    r = subprocess.run([*s.py, "-c", script, s.socket, *args], user=s.nobody.pw_uid, group=s.nobody.pw_gid,
+                       extra_groups=[], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_socket_only_for_its_group(served: Served) -> None:
+    st = os.stat(served.socket)
+    assert stat.S_IMODE(st.st_mode) & 0o007 == 0, f"socket mode {oct(st.st_mode)}: others may connect"
+    assert st.st_gid == served.nobody.pw_gid
+
+
+def test_readable_dataset_byte_exact(served: Served) -> None:
+    got = json.loads(_as_nobody(served, CLIENT, "ok"))
+    assert got["ok"] == served.ok_hashes, "a readable dataset was not read byte-exact"
+
+
+def test_refusal_names_dataset_and_path(served: Served) -> None:
+    got = json.loads(_as_nobody(served, CLIENT, "secret", "locked"))
+    assert "HTTP 403" in got["secret"] and "dataset secret" in got["secret"] and "secret/c1/3.jpg" in got["secret"], got["secret"]
+    assert "HTTP 403" in got["locked"] and "dataset locked" in got["locked"] and "locked/c0" in got["locked"], got["locked"]
+
+
+def test_root_reads_everything(served: Served) -> None:
+    for name in ("secret", "locked"):
+        with LoaderSource(name, socket=served.socket, batch_size=2) as src:
+            assert sum(len(b) for b, _ in src) == 6
+
+
+def test_other_uid_cannot_take_a_sessions_memory(served: Served) -> None:
+    """nobody, on the same socket, asks for the memory of root's session by
+    its id: refused (403), and no descriptor arrives."""
+    with LoaderSource("ok", socket=served.socket, batch_size=2) as src:
+        next(src)
+        out = _as_nobody(served, STEAL, str(src._id))
+    assert out.startswith("refused 403") and "belongs to another user" in out, out
+
+
+def test_loosening_is_seen(served: Served) -> None:
+    """Loosening a file's mode drops the cached verdict (runs last: it
+    changes the tree)."""
+    (served.secret / "c1" / "3.jpg").chmod(0o644)
+    time.sleep(0.05)
+    assert isinstance(json.loads(_as_nobody(served, CLIENT, "secret"))["secret"], list)
 
 
 def _get(port: int, path: str, token: str | None) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN, Daemon, Dataset, start_daemon, stop_daemon
+from conftest import BIN, Daemon, Dataset, need_raw, start_daemon, stop_daemon
 from dali_source import LoaderError, LoaderSource, SampleError
 
 BACKENDS = ["file", "gds", "bam"]
@@ -36,11 +36,6 @@ def _small_dataset(parent: Path, name: str) -> tuple[Path, Path, dict[str, str]]
     return root, bmap, by_hash
 
 
-def _need(dataset: Dataset, backend: str) -> None:
-    if backend != "file" and not dataset.raw:
-        pytest.skip(f"{backend} needs read access to the block device (run as root)")
-
-
 def _drain(src: LoaderSource) -> list[str]:
     """One epoch, as the sha256 of each sample (taken at once: a batch's
     memory is reused once it is released)."""
@@ -54,7 +49,7 @@ def _drain(src: LoaderSource) -> list[str]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_deleted_sample_raises_or_is_skipped(dataset: Dataset, tmp_path: Path, backend: str) -> None:
-    _need(dataset, backend)
+    need_raw(dataset, backend)
     root, bmap, by_hash = _small_dataset(dataset.root.parent, f"del-{backend}")
     d = start_daemon(tmp_path, bmap)
     try:
@@ -88,7 +83,7 @@ def test_deleted_sample_raises_or_is_skipped(dataset: Dataset, tmp_path: Path, b
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_injected_eio_names_the_sample(dataset: Dataset, tmp_path: Path, backend: str) -> None:
-    _need(dataset, backend)
+    need_raw(dataset, backend)
     victim = dataset.files[7][0]
     d = start_daemon(tmp_path, dataset.bmap, "--inject-eio", victim)
     try:

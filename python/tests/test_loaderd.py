@@ -17,15 +17,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from conftest import Daemon, Dataset, start_daemon, stop_daemon
+from conftest import Daemon, Dataset, need_raw, start_daemon, stop_daemon
 from dali_source import DaemonGoneError, LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
-
-
-def _need(dataset: Dataset, backend: str) -> None:
-    if backend != "file" and not dataset.raw:
-        pytest.skip(f"{backend} needs read access to the block device (run as root)")
 
 
 def _epoch(src: LoaderSource, dataset: Dataset) -> list[tuple[str, int]]:
@@ -43,7 +38,7 @@ def _epoch(src: LoaderSource, dataset: Dataset) -> list[tuple[str, int]]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_byte_exact_two_shards_two_epochs(daemon: Daemon, dataset: Dataset, backend: str) -> None:
-    _need(dataset, backend)
+    need_raw(dataset, backend)
     srcs = [LoaderSource("train", socket=daemon.socket, batch_size=4, shard_id=k, num_shards=2,
                          random_shuffle=True, seed=3, backend=backend) for k in range(2)]
     try:
@@ -241,7 +236,7 @@ def test_engines_per_device(dataset: Dataset, tmp_path: Path) -> None:
     """A daemon whose sessions share one engine per device: three sessions
     read at once (threads), each byte- and label-exact, the shards covering
     the dataset; one closed mid-way leaves the engine to the others."""
-    _need(dataset, "gds")
+    need_raw(dataset, "gds")
     d = start_daemon(tmp_path, dataset.bmap, "--engines", "device")
     try:
         srcs = [LoaderSource("train", socket=d.socket, batch_size=3, shard_id=k, num_shards=3,

@@ -12,6 +12,7 @@
 package serve
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/subtle"
@@ -216,6 +217,23 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 	writeMsg(w, http.StatusOK, o)
 }
 
+// switchProtocols takes over the connection and answers 101 for
+// protocol; ok is false when the connection is lost (an error was written
+// if it could be).
+func switchProtocols(w http.ResponseWriter, protocol string) (net.Conn, *bufio.ReadWriter, bool) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, fmt.Sprintf("cannot take over the connection for %s: %v", protocol, err))
+		return nil, nil, false
+	}
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", protocol)
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		return nil, nil, false
+	}
+	return conn, brw, true
+}
+
 // memory hands the session's batch memory to its owner as a file
 // descriptor (see MemoryUpgrade).
 func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
@@ -235,18 +253,13 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		writeErr(w, http.StatusInternalServerError, fmt.Sprintf("cannot take over the connection to pass a descriptor: %v", err))
+	conn, _, ok := switchProtocols(w, MemoryUpgrade)
+	if !ok {
 		return
 	}
 	defer conn.Close()
 	uc, ok := conn.(*net.UnixConn)
 	if !ok { // Manager.Memory refuses callers of unknown uid, so this is not reached over TCP
-		return
-	}
-	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", MemoryUpgrade)
-	if err := brw.Flush(); err != nil {
 		return
 	}
 	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(frame)), uint32(len(frame)))

@@ -38,16 +38,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		writeErr(w, http.StatusInternalServerError, fmt.Sprintf("cannot take over the connection for a stream: %v", err))
+	conn, brw, ok := switchProtocols(w, StreamUpgrade)
+	if !ok {
 		return
 	}
 	defer conn.Close()
-	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", StreamUpgrade)
-	if err := brw.Flush(); err != nil {
-		return
-	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	type control struct {

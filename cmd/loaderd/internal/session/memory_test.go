@@ -1,0 +1,76 @@
+package session
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// TestMemoryOnlyToItsOwner: a session's batch memory goes to the uid that
+// opened it, as a descriptor with the session's description; another
+// uid, and any caller over TCP (no uid, no descriptor passing), get
+// ErrForbidden and no descriptor.
+func TestMemoryOnlyToItsOwner(t *testing.T) {
+	ds := tree(t)
+	for _, d := range []string{ds.Root, filepath.Dir(ds.Root)} {
+		os.Chmod(d, 0o755) // t.TempDir's: ours, so that an unknown uid (other) may read it
+	}
+	if err := checkAncestors(ds.Root, identity{uid: -1}); err != nil {
+		t.Skipf("the test tree's ancestry is not searchable by others here: %v", err)
+	}
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}})
+	defer m.Stop()
+	owner := Caller{UID: os.Getuid(), GID: os.Getgid()}
+	other := Caller{UID: owner.UID + 4242, GID: owner.GID + 4242}
+	tcp := Caller{UID: -1, GID: -1}
+	open := func(c Caller) string {
+		o, err := m.Open(c, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.ID
+	}
+	mine, overTCP := open(owner), open(tcp)
+	tests := []struct {
+		name   string
+		c      Caller
+		id     string
+		refuse string // "" granted, else the refusal mentions it
+	}{
+		{"owner", owner, mine, ""},
+		{"another uid", other, mine, "belongs to another user"},
+		{"TCP caller, TCP session", tcp, overTCP, "only on the unix socket"},
+		{"TCP caller, a uid's session", tcp, mine, "belongs to another user"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			desc, f, err := m.Memory(tt.c, tt.id)
+			if tt.refuse == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if desc.Kind != batchmem.Pinned || desc.Slots < 1 || desc.Size != int64(desc.Slots)*desc.SlotSize {
+					t.Errorf("description %+v", desc)
+				}
+				if st, err := f.Stat(); err != nil || st.Size() != desc.Size {
+					t.Errorf("descriptor of %v bytes (%v), want %d", st.Size(), err, desc.Size)
+				}
+				return
+			}
+			if f != nil {
+				f.Close()
+				t.Errorf("a descriptor was handed out")
+			}
+			if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), tt.refuse) {
+				t.Errorf("err = %v, want ErrForbidden mentioning %q", err, tt.refuse)
+			}
+		})
+	}
+}

@@ -1,0 +1,148 @@
+package batchmem
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/loader/backend"
+)
+
+func TestOpenErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		kind     Kind
+		slots    int
+		slotSize int64
+		want     error
+	}{
+		{"unknown kind", "hbm", 2, 4096, ErrKind},
+		{"more than the machine has", Pinned, 4, 1 << 50, ErrNoSpace},
+	}
+	if _, err := os.Stat("/proc/driver/nvidia/version"); err != nil {
+		tests = append(tests, struct {
+			name     string
+			kind     Kind
+			slots    int
+			slotSize int64
+			want     error
+		}{"gpu without a driver", GPU, 2, 4096, ErrNoCUDA})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Open(tt.kind, tt.slots, tt.slotSize, Options{})
+			if !errors.Is(err, tt.want) {
+				if m != nil {
+					m.Close()
+				}
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	for _, bad := range []struct {
+		slots int
+		size  int64
+	}{{0, 4096}, {2, 0}, {-1, 4096}} {
+		if _, err := Open(Pinned, bad.slots, bad.size, Options{}); err == nil {
+			t.Errorf("%d slots of %d bytes: no error", bad.slots, bad.size)
+		}
+	}
+}
+
+// TestHostSlots: slots are backend.Align-sized and aligned, adjacent at
+// i·SlotSize, and the description says so.
+func TestHostSlots(t *testing.T) {
+	m, err := Open("", 3, 5000, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	d := m.Desc()
+	want := Desc{Kind: Pinned, Size: 3 * 8192, SlotSize: 8192, Slots: 3, Device: -1}
+	if d != want {
+		t.Fatalf("Desc() = %+v, want %+v", d, want)
+	}
+	base := uintptr(unsafeAddr(m.Slot(0).Host))
+	for i := range d.Slots {
+		r := m.Slot(i)
+		if r.Dev != 0 || int64(len(r.Host)) != d.SlotSize || int64(cap(r.Host)) != d.SlotSize {
+			t.Fatalf("slot %d: %d bytes (cap %d), dev %#x", i, len(r.Host), cap(r.Host), r.Dev)
+		}
+		if a := uintptr(unsafeAddr(r.Host)); a%backend.Align != 0 || a-base != uintptr(int64(i)*d.SlotSize) {
+			t.Fatalf("slot %d at %#x: not aligned or not at i*SlotSize from slot 0 (%#x)", i, a, base)
+		}
+	}
+}
+
+// TestHostExport: the client's descriptor maps the memory read-only and
+// sees what was written into the slots; it can neither write, map
+// writable, nor resize the memory; no page is allocated before it is
+// used; the client's mapping outlives Close.
+func TestHostExport(t *testing.T) {
+	m, err := Open(Pinned, 4, 1<<20, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			m.Close()
+		}
+	}()
+	f, err := m.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != m.Desc().Size {
+		t.Fatalf("exported size %d, want %d", st.Size, m.Desc().Size)
+	}
+	if st.Blocks != 0 {
+		t.Errorf("a new memory already has %d blocks: pages allocated before use", st.Blocks)
+	}
+	if _, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); !errors.Is(err, unix.EACCES) {
+		t.Errorf("writable shared mapping of the exported descriptor: err = %v, want EACCES", err)
+	}
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Errorf("write through the exported descriptor succeeded")
+	}
+	if err := unix.Ftruncate(fd, 0); err == nil {
+		t.Errorf("the exported descriptor could shrink the memory")
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if want := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL; err != nil || seals&want != want {
+		t.Errorf("seals %#x (err %v), want shrink, grow and seal sealed", seals, err)
+	}
+	view, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(view)
+	slot := m.Slot(2).Host
+	copy(slot, "batch bytes")
+	off := 2 * m.Desc().SlotSize
+	if !bytes.Equal(view[off:off+11], []byte("batch bytes")) {
+		t.Fatalf("the client's view at slot 2 reads %q", view[off:off+11])
+	}
+	unix.Fstat(fd, &st)
+	if st.Blocks == 0 {
+		t.Errorf("a written slot allocated no blocks: the export is not the same memory")
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if !bytes.Equal(view[off:off+11], []byte("batch bytes")) {
+		t.Fatalf("after Close the client's view reads %q", view[off:off+11])
+	}
+}
+func unsafeAddr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
