@@ -3,9 +3,15 @@
 // build time, no cgo, and a build that runs unchanged on machines without
 // a driver, where Load says so plainly.
 //
-// Only what this project calls is bound: versions, device count, and
-// registering host memory (cudaHostRegister, portable) so that copies from
-// the batch ring to a GPU are DMA rather than staged.
+// Only what this project calls is bound: versions and devices, host
+// registration (cudaHostRegister, portable) so that copies from batch
+// memory to a GPU are DMA, streams, events and host-to-device copies
+// (runtime.go), exportable device memory through the driver's virtual
+// memory management API, reached through the runtime's driver entry points
+// (vmm.go), a locked OS thread to make every call on (thread.go), and
+// cuFile (cufile.go). The C structs mirrored here are checked against
+// NVIDIA's headers by abi_test.go, and every bound symbol against the real
+// libraries by symbols_test.go.
 package cuda
 
 import (
@@ -46,11 +52,38 @@ type Runtime struct {
 	hostRegister      func(unsafe.Pointer, uintptr, uint32) int32
 	hostUnregister    func(unsafe.Pointer) int32
 	getErrorString    func(int32) string
+	getErrorName      func(int32) string
+	setDevice         func(int32) int32
+	streamCreate      func(*uintptr, uint32) int32
+	streamDestroy     func(uintptr) int32
+	eventCreate       func(*uintptr, uint32) int32
+	eventRecord       func(uintptr, uintptr) int32
+	eventSynchronize  func(uintptr) int32
+	eventDestroy      func(uintptr) int32
+	memcpyAsync       func(dst, src, n uintptr, kind int32, stream uintptr) int32
+	entryPoint        func(symbol string, fn *uintptr, version uint32, flags uint64, status *int32) int32
 }
 
-// cudaHostRegisterPortable makes a registration visible to every CUDA
-// context, not only the current one.
-const cudaHostRegisterPortable = 1
+// runtimeSymbols are the libcudart functions Runtime binds, by name.
+func (r *Runtime) runtimeSymbols() map[string]any {
+	return map[string]any{
+		"cudaDriverGetVersion": &r.driverGetVersion, "cudaRuntimeGetVersion": &r.runtimeGetVersion,
+		"cudaGetDeviceCount": &r.getDeviceCount, "cudaHostRegister": &r.hostRegister,
+		"cudaHostUnregister": &r.hostUnregister, "cudaGetErrorString": &r.getErrorString,
+		"cudaGetErrorName": &r.getErrorName, "cudaSetDevice": &r.setDevice,
+		"cudaStreamCreateWithFlags": &r.streamCreate, "cudaStreamDestroy": &r.streamDestroy,
+		"cudaEventCreateWithFlags": &r.eventCreate, "cudaEventRecord": &r.eventRecord,
+		"cudaEventSynchronize": &r.eventSynchronize, "cudaEventDestroy": &r.eventDestroy,
+		"cudaMemcpyAsync": &r.memcpyAsync,
+	}
+}
+
+// optionalSymbols are bound where the library has them:
+// cudaGetDriverEntryPointByVersion came with CUDA 12.5 (device memory
+// needs it; host registration does not).
+func (r *Runtime) optionalSymbols() map[string]any {
+	return map[string]any{"cudaGetDriverEntryPointByVersion": &r.entryPoint}
+}
 
 // DriverVersion returns the first line of the kernel module's version
 // file, or ErrNoDriver.
@@ -73,19 +106,43 @@ func Load() (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w: %v", ErrNoRuntime, err)
 	}
+	return bindRuntime(lib, path)
+}
+
+// LoadRuntime loads the libcudart at path whether or not a driver is
+// present: for tests of the bindings against a real library, whose calls
+// then fail with CUDA's own "no driver" errors.
+func LoadRuntime(path string) (*Runtime, error) {
+	lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %w: %s: %v", ErrNoRuntime, path, err)
+	}
+	return bindRuntime(lib, path)
+}
+
+func bindRuntime(lib uintptr, path string) (*Runtime, error) {
 	r := &Runtime{Path: path}
-	for name, fn := range map[string]any{
-		"cudaDriverGetVersion": &r.driverGetVersion, "cudaRuntimeGetVersion": &r.runtimeGetVersion,
-		"cudaGetDeviceCount": &r.getDeviceCount, "cudaHostRegister": &r.hostRegister,
-		"cudaHostUnregister": &r.hostUnregister, "cudaGetErrorString": &r.getErrorString,
-	} {
+	if err := bind(lib, path, r.runtimeSymbols()); err != nil {
+		return nil, err
+	}
+	for name, fn := range r.optionalSymbols() {
+		if sym, err := purego.Dlsym(lib, name); err == nil {
+			purego.RegisterFunc(fn, sym)
+		}
+	}
+	return r, nil
+}
+
+// bind resolves every symbol of fns in lib into its function variable.
+func bind(lib uintptr, path string, fns map[string]any) error {
+	for name, fn := range fns {
 		sym, err := purego.Dlsym(lib, name)
 		if err != nil {
-			return nil, fmt.Errorf("cuda: %s: %s: %w", path, name, err)
+			return fmt.Errorf("cuda: %s: %s: %w", path, name, err)
 		}
 		purego.RegisterFunc(fn, sym)
 	}
-	return r, nil
+	return nil
 }
 
 // open dlopens the first of names that loads.
@@ -101,21 +158,31 @@ func open(names []string) (uintptr, string, error) {
 	return 0, "", errors.New(strings.Join(errs, "; "))
 }
 
-// Error is a CUDA runtime error code with its message.
+// Error is a CUDA runtime or driver error: the call, the code, its name
+// (cudaErrorNoDevice, CUDA_ERROR_OUT_OF_MEMORY) and its message.
 type Error struct {
 	Call string
 	Code int32
+	Name string
 	Msg  string
 }
 
-// Error returns "CALL: CUDA error CODE: MESSAGE".
-func (e *Error) Error() string { return fmt.Sprintf("%s: CUDA error %d: %s", e.Call, e.Code, e.Msg) }
+// Error returns "CALL: NAME (CODE): MESSAGE".
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s (%d): %s", e.Call, e.Name, e.Code, e.Msg)
+}
+
+// Runtime error codes callers branch on.
+const (
+	ErrorInsufficientDriver int32 = 35  // cudaErrorInsufficientDriver
+	ErrorNoDevice           int32 = 100 // cudaErrorNoDevice
+)
 
 func (r *Runtime) check(call string, code int32) error {
 	if code == 0 {
 		return nil
 	}
-	return &Error{Call: call, Code: code, Msg: r.getErrorString(code)}
+	return &Error{Call: call, Code: code, Name: r.getErrorName(code), Msg: r.getErrorString(code)}
 }
 
 // Versions returns the CUDA driver and runtime versions as 1000·major +
@@ -150,7 +217,7 @@ func (r *Runtime) HostRegister(mem []byte) error {
 	if len(mem) == 0 {
 		return nil
 	}
-	return r.check("cudaHostRegister", r.hostRegister(unsafe.Pointer(&mem[0]), uintptr(len(mem)), cudaHostRegisterPortable))
+	return r.check("cudaHostRegister", r.hostRegister(unsafe.Pointer(&mem[0]), uintptr(len(mem)), hostRegisterPortable))
 }
 
 // HostUnregister undoes HostRegister.

@@ -1,0 +1,108 @@
+package cuda
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/nvfeed/nvfeed/internal/testenv"
+)
+
+// cudaWheels returns the directory holding NVIDIA's nvidia-cuda-runtime and
+// nvidia-cufile wheels' include/ and lib/ (make test installs them into
+// .venv; NVFEED_CUDA_WHEELS overrides), or skips.
+func cudaWheels(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("NVFEED_CUDA_WHEELS"); d != "" {
+		return d
+	}
+	m, _ := filepath.Glob("../../.venv/lib/python3*/site-packages/nvidia/cu13")
+	for _, d := range m {
+		if _, err := os.Stat(filepath.Join(d, "include", "cuda.h")); err == nil {
+			return d
+		}
+	}
+	testenv.SkipPrivileged(t, "NVIDIA's CUDA wheels are not installed (make test installs nvidia-cuda-runtime and nvidia-cufile into .venv)")
+	return ""
+}
+
+// TestABIMatchesHeaders compiles a probe against NVIDIA's headers and
+// compares every size, offset and constant of the mirrored structs and
+// enums with the Go side.
+func TestABIMatchesHeaders(t *testing.T) {
+	dir := cudaWheels(t)
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		testenv.SkipPrivileged(t, "no C compiler: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "probe")
+	if out, err := exec.Command(cc, "-o", bin, "-I", filepath.Join(dir, "include"), "testdata/abi_probe.c").CombinedOutput(); err != nil {
+		t.Fatalf("compiling the probe: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseInt(line[i+1:], 10, 64)
+		if err != nil {
+			t.Fatalf("probe line %q", line)
+		}
+		c[line[:i]] = v
+	}
+	var prop MemAllocationProp
+	var access MemAccessDesc
+	var loc MemLocation
+	var handle uint64
+	want := map[string]int64{
+		"sizeof CUmemLocation":                                         int64(unsafe.Sizeof(loc)),
+		"offsetof CUmemLocation.type":                                  int64(unsafe.Offsetof(loc.Type)),
+		"offsetof CUmemLocation.id":                                    int64(unsafe.Offsetof(loc.ID)),
+		"sizeof CUmemAllocationProp":                                   int64(unsafe.Sizeof(prop)),
+		"offsetof CUmemAllocationProp.type":                            int64(unsafe.Offsetof(prop.Type)),
+		"offsetof CUmemAllocationProp.requestedHandleTypes":            int64(unsafe.Offsetof(prop.RequestedHandleTypes)),
+		"offsetof CUmemAllocationProp.location":                        int64(unsafe.Offsetof(prop.Location)),
+		"offsetof CUmemAllocationProp.win32HandleMetaData":             int64(unsafe.Offsetof(prop.Win32HandleMetaData)),
+		"offsetof CUmemAllocationProp.allocFlags.compressionType":      int64(unsafe.Offsetof(prop.CompressionType)),
+		"offsetof CUmemAllocationProp.allocFlags.gpuDirectRDMACapable": int64(unsafe.Offsetof(prop.GPUDirectRDMACapable)),
+		"offsetof CUmemAllocationProp.allocFlags.usage":                int64(unsafe.Offsetof(prop.Usage)),
+		"offsetof CUmemAllocationProp.allocFlags.reserved":             int64(unsafe.Offsetof(prop.Reserved)),
+		"sizeof CUmemAccessDesc":                                       int64(unsafe.Sizeof(access)),
+		"offsetof CUmemAccessDesc.location":                            int64(unsafe.Offsetof(access.Location)),
+		"offsetof CUmemAccessDesc.flags":                               int64(unsafe.Offsetof(access.Flags)),
+		"sizeof CUmemGenericAllocationHandle":                          int64(unsafe.Sizeof(handle)),
+		"sizeof CUresult":                                              4, // every bound driver function returns int32
+		"sizeof cudaError_t":                                           4, // and every runtime function
+		"CU_MEM_ALLOCATION_TYPE_PINNED":                                memAllocationTypePinned,
+		"CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR":                     memHandleTypePosixFD,
+		"CU_MEM_LOCATION_TYPE_DEVICE":                                  memLocationTypeDevice,
+		"CU_MEM_ACCESS_FLAGS_PROT_READWRITE":                           memAccessReadWrite,
+		"CU_MEM_ALLOC_GRANULARITY_MINIMUM":                             memGranularityMinimum,
+		"cudaStreamNonBlocking":                                        streamNonBlocking,
+		"cudaEventDisableTiming":                                       eventDisableTiming,
+		"cudaMemcpyHostToDevice":                                       memcpyHostToDevice,
+		"cudaHostRegisterPortable":                                     hostRegisterPortable,
+		"cudaErrorInsufficientDriver":                                  int64(ErrorInsufficientDriver),
+		"cudaErrorNoDevice":                                            int64(ErrorNoDevice),
+	}
+	for name, w := range want {
+		got, ok := c[name]
+		switch {
+		case !ok:
+			t.Errorf("%s: the probe does not print it", name)
+		case got != w:
+			t.Errorf("%s: the header says %d, the Go mirror %d", name, got, w)
+		}
+	}
+	for name := range c {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s: printed by the probe but not compared", name)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package cuda
+
+import "runtime"
+
+// Stream and event flags, and the copy kind (driver_types.h).
+const (
+	streamNonBlocking    = 0x01 // cudaStreamNonBlocking
+	eventDisableTiming   = 0x02 // cudaEventDisableTiming
+	memcpyHostToDevice   = 1    // cudaMemcpyHostToDevice
+	hostRegisterPortable = 1    // cudaHostRegisterPortable
+)
+
+// SetDevice makes device current on the calling OS thread (binding its
+// primary context). Call it on a locked thread (Thread does).
+func (r *Runtime) SetDevice(device int) error {
+	return r.check("cudaSetDevice", r.setDevice(int32(device)))
+}
+
+// Stream is a CUDA stream (cudaStream_t).
+type Stream uintptr
+
+// Event is a CUDA event (cudaEvent_t).
+type Event uintptr
+
+// NewStream creates a non-blocking stream on the current device.
+func (r *Runtime) NewStream() (Stream, error) {
+	var s uintptr
+	if err := r.check("cudaStreamCreateWithFlags", r.streamCreate(&s, streamNonBlocking)); err != nil {
+		return 0, err
+	}
+	return Stream(s), nil
+}
+
+// DestroyStream destroys s.
+func (r *Runtime) DestroyStream(s Stream) error {
+	return r.check("cudaStreamDestroy", r.streamDestroy(uintptr(s)))
+}
+
+// NewEvent creates an event without timing.
+func (r *Runtime) NewEvent() (Event, error) {
+	var e uintptr
+	if err := r.check("cudaEventCreateWithFlags", r.eventCreate(&e, eventDisableTiming)); err != nil {
+		return 0, err
+	}
+	return Event(e), nil
+}
+
+// Record records e on s.
+func (r *Runtime) Record(e Event, s Stream) error {
+	return r.check("cudaEventRecord", r.eventRecord(uintptr(e), uintptr(s)))
+}
+
+// Wait blocks until the work recorded by e is done.
+func (r *Runtime) Wait(e Event) error {
+	return r.check("cudaEventSynchronize", r.eventSynchronize(uintptr(e)))
+}
+
+// DestroyEvent destroys e.
+func (r *Runtime) DestroyEvent(e Event) error {
+	return r.check("cudaEventDestroy", r.eventDestroy(uintptr(e)))
+}
+
+// CopyToDevice enqueues a copy of src (host memory outside the Go heap,
+// registered with HostRegister for DMA) to the device address dst on s.
+// src must stay mapped and unchanged until the copy completes (an event
+// recorded after it).
+func (r *Runtime) CopyToDevice(dst uintptr, src []byte, s Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	err := r.check("cudaMemcpyAsync", r.memcpyAsync(dst, uintptrOf(src), uintptr(len(src)), memcpyHostToDevice, uintptr(s)))
+	runtime.KeepAlive(src)
+	return err
+}

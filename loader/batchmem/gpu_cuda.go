@@ -1,0 +1,127 @@
+package batchmem
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/nvfeed/nvfeed/internal/cuda"
+)
+
+// cudaDevice is gpuDevice on a real GPU: every call runs on the device's
+// locked OS thread (cuda.Thread), with one stream for the copies and one
+// event per slot.
+type cudaDevice struct {
+	t      *cuda.Thread
+	drv    *cuda.Driver
+	stream cuda.Stream
+	events map[int]cuda.Event // on the thread only
+}
+
+// openCUDADevice starts the thread for device and resolves what GPU memory
+// needs; without a driver it fails with ErrNoCUDA.
+func openCUDADevice(device int) (*cudaDevice, error) {
+	if _, err := cuda.DriverVersion(); err != nil {
+		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrNoCUDA, err)
+	}
+	rt, err := cuda.Load()
+	if err != nil {
+		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
+	}
+	t, err := rt.NewThread(device)
+	if err != nil {
+		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
+	}
+	d := &cudaDevice{t: t, events: map[int]cuda.Event{}}
+	err = t.Do(func() error {
+		var err error
+		if d.drv, err = rt.Driver(); err != nil {
+			return err
+		}
+		d.stream, err = rt.NewStream()
+		return err
+	})
+	if err != nil {
+		t.Close()
+		if errors.Is(err, cuda.ErrNoVMM) {
+			return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
+		}
+		return nil, fmt.Errorf("batchmem: memory kind gpu on device %d: %w", device, err)
+	}
+	return d, nil
+}
+
+// cudaAlloc is a gpuAlloc of exportable device memory.
+type cudaAlloc struct {
+	d *cudaDevice
+	m *cuda.DeviceMemory
+}
+
+func (a cudaAlloc) Ptr() uintptr { return a.m.Ptr }
+func (a cudaAlloc) Size() int64  { return a.m.Size }
+
+func (a cudaAlloc) Export() (*os.File, error) {
+	var f *os.File
+	err := a.d.t.Do(func() error {
+		var err error
+		f, err = a.m.Export()
+		return err
+	})
+	return f, err
+}
+
+func (a cudaAlloc) Free() error { return a.d.t.Do(a.m.Free) }
+
+// Alloc allocates exportable memory on the device (cuMemCreate with POSIX
+// file descriptor handles, mapped read-write).
+func (d *cudaDevice) Alloc(size int64) (gpuAlloc, error) {
+	var m *cuda.DeviceMemory
+	err := d.t.Do(func() error {
+		var err error
+		m, err = d.drv.Alloc(d.t.Device, size)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cudaAlloc{d, m}, nil
+}
+
+// CopyAndWait copies on the stream, records the slot's event and waits for it.
+func (d *cudaDevice) CopyAndWait(slot int, dst uintptr, src []byte) error {
+	rt := d.t.Runtime
+	return d.t.Do(func() error {
+		ev, ok := d.events[slot]
+		if !ok {
+			var err error
+			if ev, err = rt.NewEvent(); err != nil {
+				return err
+			}
+			d.events[slot] = ev
+		}
+		if err := rt.CopyToDevice(dst, src, d.stream); err != nil {
+			return err
+		}
+		if err := rt.Record(ev, d.stream); err != nil {
+			return err
+		}
+		return rt.Wait(ev)
+	})
+}
+
+// Close destroys the events and the stream and ends the thread.
+func (d *cudaDevice) Close() error {
+	rt := d.t.Runtime
+	err := d.t.Do(func() error {
+		var errs []error
+		for _, ev := range d.events {
+			errs = append(errs, rt.DestroyEvent(ev))
+		}
+		if d.stream != 0 {
+			errs = append(errs, rt.DestroyStream(d.stream))
+		}
+		return errors.Join(errs...)
+	})
+	d.t.Close()
+	return err
+}
