@@ -2,13 +2,13 @@
 # A/B of `loaderd bench` variants on one dataset, side by side in one run:
 # every round runs every case cold (sync; drop_caches), the order of the
 # cases reversed every other round; bench/compare.py-style medians at the
-# end. A case is "LABEL=BINARY ARGS..." (BINARY: a loaderd; ARGS: its bench
+# end. A case is "LABEL=BINARY bench ARGS..." (BINARY: a loaderd; ARGS: its bench
 # flags after --bmap, --shuffle, --seed 1, --json).
 #
 # Needs root. Usage: bench/ab.sh DEVICE ROUNDS CASE...   (DEVICE: virtio or
 # ram; env: FILES, default 12000)
-# Example: bench/ab.sh ram 5 "sorted=bin/loaderd --backend gds" \
-#            "issue=/tmp/loaderd-issueorder --backend gds"
+# Example: bench/ab.sh ram 5 "sorted=bin/loaderd bench --backend gds" \
+#            "issue=/tmp/loaderd-issueorder bench --backend gds"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 3 ]] || { sed -n '2,12p' "$0" >&2; exit 2; }

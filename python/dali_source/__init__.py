@@ -28,25 +28,30 @@ Needs only the standard library, numpy and msgpack.
 from __future__ import annotations
 
 import collections
+import os
 import http.client
 import socket as _socket
 import warnings
-from typing import Any, Literal, Optional, cast
+from typing import Any, Literal, Optional, Union, cast
 
 import msgpack
 import numpy as np
 
-from ._memory import receive
+from ._cuda import CudaArray, CudaError, DeviceMapping
+from ._memory import map_host, receive
 from ._upgrade import UpgradeError
 from ._stream import Stream, StreamError
-from ._wire import BackendsResponse, NextRequest, NextResponse, OpenRequest, OpenResponse, State
+from ._wire import BackendsResponse, MemoryDesc, NextRequest, NextResponse, OpenRequest, OpenResponse, State
 
-__all__ = ["BadRequestError", "ConflictError", "DaemonGoneError", "ForbiddenError", "LimitError", "LoaderError",
+__all__ = ["BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError", "ForbiddenError", "LimitError", "LoaderError",
            "LoaderSource", "NoSpaceError", "NotFoundError", "SampleError", "State", "backends"]
 
-Batch = tuple[list["np.ndarray[Any, np.dtype[np.uint8]]"], "np.ndarray[Any, np.dtype[np.int32]]"]
-"""A batch: the samples' bytes (1-D uint8 views of batch memory) and the
-labels (int32, shape (batch, 1))."""
+Sample = Union["np.ndarray[Any, np.dtype[np.uint8]]", CudaArray]
+"""One sample's bytes: a 1-D uint8 numpy view of host batch memory, or a
+CudaArray (``__cuda_array_interface__``) of GPU batch memory."""
+
+Batch = tuple[list[Sample], "np.ndarray[Any, np.dtype[np.int32]]"]
+"""A batch: the samples and their labels (int32, shape (batch, 1), host)."""
 
 OnError = Literal["raise", "skip"]
 Transport = Literal["stream", "http"]
@@ -236,9 +241,15 @@ class LoaderSource:
         request.
     device : {"cpu", "gpu"}, optional, default = "cpu"
         Where batches land. ``"cpu"``: page-locked host memory,
-        CUDA-registered where a driver is present. ``"gpu"``: GPU memory; on
-        a machine without an NVIDIA driver the daemon refuses the session
-        with a ``BadRequestError`` saying so.
+        CUDA-registered where a driver is present; samples are numpy views.
+        ``"gpu"``: GPU memory on ``device_id`` (the daemon reads into
+        page-locked staging memory and copies each batch to the device,
+        waiting for the copy before handing the batch out); samples are
+        ``CudaArray`` objects with ``__cuda_array_interface__``, taken
+        without a copy by ``fn.external_source(device="gpu")``,
+        ``torch.as_tensor(x, device="cuda")`` and ``cupy.asarray(x)``;
+        labels stay on the host. On a machine without an NVIDIA driver the
+        daemon refuses the session with a ``BadRequestError`` saying so.
     device_id : int, optional, default = 0
         The GPU for ``device="gpu"``.
 
@@ -298,12 +309,36 @@ class LoaderSource:
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]
         self._epoch_batches: int = r["epoch_batches"]
         self._expect = (r["epoch"], r["iteration"])
+        self._gpu: Optional[DeviceMapping] = None
         try:
-            _, self._mm = receive(socket, r["id"], timeout)
+            mr, fd = receive(socket, r["id"], timeout)
         except UpgradeError as e:
             self.close()
             raise _error(f"loaderd: session {r['id']}: cannot receive its batch memory: {e}", e.status) from e
-        self._buf = np.frombuffer(self._mm, dtype=np.uint8)
+        desc = mr["memory"]
+        self.memory: MemoryDesc = desc
+        """The session's batch memory: kind, size, slot size, slots, device."""
+        try:
+            if desc["kind"] == "gpu":
+                self._gpu = DeviceMapping(fd, desc["size"], desc["device"])
+                self._buf: np.ndarray[Any, np.dtype[np.uint8]] = np.empty(0, dtype=np.uint8)
+            else:
+                self._mm = map_host(fd, desc["size"])
+                self._buf = np.frombuffer(self._mm, dtype=np.uint8)
+        except (CudaError, OSError) as e:
+            self.close()
+            raise LoaderError(f"loaderd: session {r['id']}: cannot map its {desc['kind']} batch memory: {e}") from e
+        finally:
+            os.close(fd)
+
+    def _samples(self, offsets: list[int], lengths: list[int]) -> list[Sample]:
+        """Views of the samples at offsets: numpy arrays of host memory, or
+        CudaArrays of GPU memory."""
+        g = self._gpu
+        if g is None:
+            buf = self._buf
+            return [buf[o:o + n] for o, n in zip(offsets, lengths)]
+        return [CudaArray(g.ptr + o, n, g.device, g) for o, n in zip(offsets, lengths)]
 
     def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
         return _call(self._conn, self._socket, method, path, body)
@@ -351,14 +386,12 @@ class LoaderSource:
             self._give_back.append(r["slot"])
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
         self._held.append(r["slot"])
-        buf = self._buf
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
         if not failed:  # the common case: every sample, no index juggling
-            samples = [buf[o:o + n] for o, n in zip(offsets, lengths)]
-            return samples, np.array(lbls, dtype=np.int32).reshape(-1, 1)
+            return self._samples(offsets, lengths), np.array(lbls, dtype=np.int32).reshape(-1, 1)
         bad = set(failed)
         keep = [i for i in range(len(offsets)) if i not in bad]
-        samples = [buf[offsets[i]:offsets[i] + lengths[i]] for i in keep]
+        samples = self._samples([offsets[i] for i in keep], [lengths[i] for i in keep])
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
         if failed:
             self.skipped_samples += len(failed)
@@ -432,6 +465,9 @@ class LoaderSource:
                 pass
             self._id = None
         self._conn.close()
+        if getattr(self, "_gpu", None) is not None:
+            cast(DeviceMapping, self._gpu).close()
+            self._gpu = None
 
     def __enter__(self) -> LoaderSource:
         return self

@@ -19,9 +19,10 @@ from ._wire import MemoryResponse
 UPGRADE = "nvfeed-memory"
 
 
-def receive(path: str, session_id: str, timeout: Optional[float]) -> tuple[MemoryResponse, mmap.mmap]:
-    """Asks for the session's memory and maps it read-only. Raises
-    UpgradeError naming what went wrong."""
+def receive(path: str, session_id: str, timeout: Optional[float]) -> tuple[MemoryResponse, int]:
+    """Asks for the session's memory: its description and a descriptor
+    the caller owns (and closes). Raises UpgradeError naming what went
+    wrong."""
     s, body, fds = upgrade(path, f"/v1/sessions/{session_id}/memory", UPGRADE, b"", timeout, until_eof=True)
     s.close()
     try:
@@ -31,10 +32,13 @@ def receive(path: str, session_id: str, timeout: Optional[float]) -> tuple[Memor
         if len(fds) != 1:
             raise UpgradeError(f"the daemon passed {len(fds)} descriptors with the memory frame, want 1")
         r = cast(MemoryResponse, msgpack.unpackb(body[4:4 + n]))
-        kind = r["memory"]["kind"]
-        if kind != "pinned":
-            raise UpgradeError(f"batch memory of kind {kind!r} cannot be mapped as host memory")
-        return r, mmap.mmap(fds[0], r["memory"]["size"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        fd = fds.pop()
+        return r, fd
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def map_host(fd: int, size: int) -> mmap.mmap:
+    """Maps host batch memory read-only (shared: the daemon's writes show)."""
+    return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
