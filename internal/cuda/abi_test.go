@@ -60,7 +60,30 @@ func TestABIMatchesHeaders(t *testing.T) {
 	var access MemAccessDesc
 	var loc MemLocation
 	var handle uint64
+	var descr FileDescr
 	want := map[string]int64{
+		"sizeof CUfileDescr_t":                       int64(unsafe.Sizeof(descr)),
+		"offsetof CUfileDescr_t.type":                int64(unsafe.Offsetof(descr.Type)),
+		"offsetof CUfileDescr_t.handle":              int64(unsafe.Offsetof(descr.Handle)),
+		"offsetof CUfileDescr_t.fs_ops":              int64(unsafe.Offsetof(descr.FSOps)),
+		"sizeof CUfileError_t":                       8, // returned in RAX as a uint64: err low, cu_err high
+		"offsetof CUfileError_t.err":                 0,
+		"offsetof CUfileError_t.cu_err":              4,
+		"sizeof CUfileHandle_t":                      int64(unsafe.Sizeof(uintptr(0))),
+		"sizeof ssize_t":                             8, // cuFileRead's return, an int64
+		"sizeof off_t":                               8, // its offsets, int64
+		"sizeof CUfileStatsLevel3_t":                 statsL3Size,
+		"offsetof CUfileStatsLevel3_t.num_gpus":      statsL3NumGPUs,
+		"offsetof CUfileStatsLevel3_t.per_gpu_stats": statsL3PerGPU,
+		"sizeof CUfilePerGpuStats_t":                 perGPUSize,
+		"offsetof CUfilePerGpuStats_t.n_total_reads": perGPUTotalReads,
+		"offsetof CUfilePerGpuStats_t.n_p2p_reads":   perGPUP2PReads,
+		"offsetof CUfilePerGpuStats_t.n_nvfs_reads":  perGPUNVFSReads,
+		"offsetof CUfilePerGpuStats_t.n_posix_reads": perGPUPosixReads,
+		"per_gpu_stats count":                        statsL3MaxGPUs,
+		"CU_FILE_HANDLE_TYPE_OPAQUE_FD":              fileHandleTypeOpaqueFD,
+		"CUFILEOP_BASE_ERR":                          cuFileBaseErr,
+
 		"sizeof CUmemLocation":                                         int64(unsafe.Sizeof(loc)),
 		"offsetof CUmemLocation.type":                                  int64(unsafe.Offsetof(loc.Type)),
 		"offsetof CUmemLocation.id":                                    int64(unsafe.Offsetof(loc.ID)),
@@ -90,6 +113,12 @@ func TestABIMatchesHeaders(t *testing.T) {
 		"cudaHostRegisterPortable":                                     hostRegisterPortable,
 		"cudaErrorInsufficientDriver":                                  int64(ErrorInsufficientDriver),
 		"cudaErrorNoDevice":                                            int64(ErrorNoDevice),
+	}
+	for code, name := range cuFileErrorNames {
+		want["cufile error "+name] = int64(code)
+	}
+	if cuFileErrorNames[cuFileCUDADriverError] != "CU_FILE_CUDA_DRIVER_ERROR" {
+		t.Errorf("cuFileCUDADriverError %d is not CU_FILE_CUDA_DRIVER_ERROR", cuFileCUDADriverError)
 	}
 	for name, w := range want {
 		got, ok := c[name]

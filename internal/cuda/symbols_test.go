@@ -48,3 +48,61 @@ func TestRuntimeSymbolsResolve(t *testing.T) {
 		t.Errorf("driver entry points resolved without a driver")
 	}
 }
+
+// TestCuFileSymbolsResolve binds every cuFile symbol from the real
+// libcufile.so.0 of NVIDIA's wheel. Without a driver, opening cuFile is
+// an error that names the call and cuFile's code, not a crash.
+func TestCuFileSymbolsResolve(t *testing.T) {
+	c, err := LoadCuFile(filepath.Join(cudaWheels(t), "lib", "libcufile.so.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(DriverVersionFile); err == nil {
+		t.Skipf("an NVIDIA driver is present: the no-driver error cannot be seen here")
+	}
+	err = c.Open()
+	t.Logf("cuFileDriverOpen here: %v", err)
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.Call != "cuFileDriverOpen" || fe.Code <= cuFileBaseErr {
+		t.Errorf("cuFile without a driver: %v, want a cuFile error naming cuFileDriverOpen", err)
+	}
+}
+
+// TestStatsL3Parse reads per-GPU counts from a level-3 statistics block
+// laid out as the header says, and the mode each shows.
+func TestStatsL3Parse(t *testing.T) {
+	b := make([]byte, statsL3Size)
+	put := func(gpu, off int, v uint64) {
+		p := b[statsL3PerGPU+gpu*perGPUSize+off:]
+		for i := range 8 {
+			p[i] = byte(v >> (8 * i))
+		}
+	}
+	b[statsL3NumGPUs] = 3
+	put(0, perGPUTotalReads, 10)
+	put(0, perGPUP2PReads, 10)
+	put(1, perGPUTotalReads, 7)
+	put(1, perGPUPosixReads, 7)
+	put(2, perGPUNVFSReads, 2)
+	put(2, perGPUPosixReads, 1)
+	got, err := parseStatsL3(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"gds", "compat", "mixed"}
+	if len(got) != 3 {
+		t.Fatalf("%d GPUs, want 3", len(got))
+	}
+	for i, w := range want {
+		if got[i].Mode() != w {
+			t.Errorf("GPU %d %+v: mode %s, want %s", i, got[i], got[i].Mode(), w)
+		}
+	}
+	if (GPUReads{}).Mode() != "none" {
+		t.Errorf("no reads: mode %s", GPUReads{}.Mode())
+	}
+	b[statsL3NumGPUs] = 17
+	if _, err := parseStatsL3(b); err == nil {
+		t.Errorf("17 GPUs (more than the 16 slots): no error")
+	}
+}

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <cuda.h>
 #include <driver_types.h>
+#include <sys/types.h>
+#include <cufile.h>
 
 #define P(name, v) printf("%s %ld\n", name, (long)(v))
 #define S(t) P("sizeof " #t, sizeof(t))
@@ -40,5 +42,47 @@ int main(void) {
 	P("cudaHostRegisterPortable", cudaHostRegisterPortable);
 	P("cudaErrorInsufficientDriver", cudaErrorInsufficientDriver);
 	P("cudaErrorNoDevice", cudaErrorNoDevice);
+	S(CUfileDescr_t);
+	O(CUfileDescr_t, type);
+	O(CUfileDescr_t, handle);
+	O(CUfileDescr_t, fs_ops);
+	S(CUfileError_t);
+	O(CUfileError_t, err);
+	O(CUfileError_t, cu_err);
+	S(CUfileHandle_t);
+	S(ssize_t);
+	S(off_t);
+	S(CUfileStatsLevel3_t);
+	O(CUfileStatsLevel3_t, num_gpus);
+	O(CUfileStatsLevel3_t, per_gpu_stats);
+	S(CUfilePerGpuStats_t);
+	O(CUfilePerGpuStats_t, n_total_reads);
+	O(CUfilePerGpuStats_t, n_p2p_reads);
+	O(CUfilePerGpuStats_t, n_nvfs_reads);
+	O(CUfilePerGpuStats_t, n_posix_reads);
+	P("per_gpu_stats count", sizeof(((CUfileStatsLevel3_t *)0)->per_gpu_stats) / sizeof(CUfilePerGpuStats_t));
+	P("CU_FILE_HANDLE_TYPE_OPAQUE_FD", CU_FILE_HANDLE_TYPE_OPAQUE_FD);
+	P("CUFILEOP_BASE_ERR", CUFILEOP_BASE_ERR);
+	P("cufile error CU_FILE_DRIVER_NOT_INITIALIZED", CU_FILE_DRIVER_NOT_INITIALIZED);
+	P("cufile error CU_FILE_PLATFORM_NOT_SUPPORTED", CU_FILE_PLATFORM_NOT_SUPPORTED);
+	P("cufile error CU_FILE_IO_NOT_SUPPORTED", CU_FILE_IO_NOT_SUPPORTED);
+	P("cufile error CU_FILE_DEVICE_NOT_SUPPORTED", CU_FILE_DEVICE_NOT_SUPPORTED);
+	P("cufile error CU_FILE_CUDA_DRIVER_ERROR", CU_FILE_CUDA_DRIVER_ERROR);
+	P("cufile error CU_FILE_CUDA_POINTER_INVALID", CU_FILE_CUDA_POINTER_INVALID);
+	P("cufile error CU_FILE_CUDA_POINTER_RANGE_ERROR", CU_FILE_CUDA_POINTER_RANGE_ERROR);
+	P("cufile error CU_FILE_CUDA_CONTEXT_MISMATCH", CU_FILE_CUDA_CONTEXT_MISMATCH);
+	P("cufile error CU_FILE_INVALID_FILE_TYPE", CU_FILE_INVALID_FILE_TYPE);
+	P("cufile error CU_FILE_INVALID_FILE_OPEN_FLAG", CU_FILE_INVALID_FILE_OPEN_FLAG);
+	P("cufile error CU_FILE_DIO_NOT_SET", CU_FILE_DIO_NOT_SET);
+	P("cufile error CU_FILE_INVALID_VALUE", CU_FILE_INVALID_VALUE);
+	P("cufile error CU_FILE_MEMORY_ALREADY_REGISTERED", CU_FILE_MEMORY_ALREADY_REGISTERED);
+	P("cufile error CU_FILE_DRIVER_ALREADY_OPEN", CU_FILE_DRIVER_ALREADY_OPEN);
+	P("cufile error CU_FILE_DEVICE_NOT_FOUND", CU_FILE_DEVICE_NOT_FOUND);
+	P("cufile error CU_FILE_INTERNAL_ERROR", CU_FILE_INTERNAL_ERROR);
+	P("cufile error CU_FILE_NVFS_SETUP_ERROR", CU_FILE_NVFS_SETUP_ERROR);
+	P("cufile error CU_FILE_IO_DISABLED", CU_FILE_IO_DISABLED);
+	P("cufile error CU_FILE_IO_ERROR", CU_FILE_IO_ERROR);
+	P("cufile error CU_FILE_INTERNAL_BUF_REGISTER_ERROR", CU_FILE_INTERNAL_BUF_REGISTER_ERROR);
+	P("cufile error CU_FILE_INVALID_CONTEXT_ERROR", CU_FILE_INVALID_CONTEXT_ERROR);
 	return 0;
 }

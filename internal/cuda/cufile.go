@@ -1,0 +1,237 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// cuFile (GPUDirect Storage): reads from a file opened O_DIRECT on ext4 or
+// xfs straight into device memory, through nvidia-fs (P2P DMA) or, in
+// compatibility mode, through cuFile's own POSIX reads and copies. Every
+// call must run on a Thread of the device (cuFile 5015/5047 otherwise).
+
+// FileDescr mirrors CUfileDescr_t (24 bytes): the handle type, a union of
+// an fd and a pointer, and the file system operations (nil).
+type FileDescr struct {
+	Type   int32 // fileHandleTypeOpaqueFD
+	_      [4]byte
+	Handle uintptr // the fd, in the union's low bytes
+	FSOps  uintptr
+}
+
+// cufile.h's constants and the stats level-3 layout read here (checked
+// against the header by abi_test.go).
+const (
+	fileHandleTypeOpaqueFD = 1    // CU_FILE_HANDLE_TYPE_OPAQUE_FD
+	cuFileBaseErr          = 5000 // CUFILEOP_BASE_ERR
+	cuFileCUDADriverError  = 5011 // CU_FILE_CUDA_DRIVER_ERROR
+
+	statsL3Size       = 5000 // sizeof(CUfileStatsLevel3_t)
+	statsL3NumGPUs    = 1024 // offsetof(CUfileStatsLevel3_t, num_gpus)
+	statsL3PerGPU     = 1032 // offsetof(CUfileStatsLevel3_t, per_gpu_stats)
+	perGPUSize        = 248  // sizeof(CUfilePerGpuStats_t)
+	perGPUTotalReads  = 48   // offsetof(CUfilePerGpuStats_t, n_total_reads)
+	perGPUP2PReads    = 56   // n_p2p_reads
+	perGPUNVFSReads   = 64   // n_nvfs_reads
+	perGPUPosixReads  = 72   // n_posix_reads
+	statsL3MaxGPUs    = 16
+	cuFileStatsLevel3 = 3
+)
+
+// cuFileErrorNames names the cuFile errors this project meets (cufile.h).
+var cuFileErrorNames = map[int32]string{
+	5001: "CU_FILE_DRIVER_NOT_INITIALIZED", 5007: "CU_FILE_PLATFORM_NOT_SUPPORTED", 5008: "CU_FILE_IO_NOT_SUPPORTED",
+	5009: "CU_FILE_DEVICE_NOT_SUPPORTED", 5011: "CU_FILE_CUDA_DRIVER_ERROR", 5012: "CU_FILE_CUDA_POINTER_INVALID",
+	5014: "CU_FILE_CUDA_POINTER_RANGE_ERROR", 5015: "CU_FILE_CUDA_CONTEXT_MISMATCH", 5018: "CU_FILE_INVALID_FILE_TYPE",
+	5019: "CU_FILE_INVALID_FILE_OPEN_FLAG", 5020: "CU_FILE_DIO_NOT_SET", 5022: "CU_FILE_INVALID_VALUE",
+	5023: "CU_FILE_MEMORY_ALREADY_REGISTERED", 5026: "CU_FILE_DRIVER_ALREADY_OPEN", 5029: "CU_FILE_DEVICE_NOT_FOUND",
+	5030: "CU_FILE_INTERNAL_ERROR", 5033: "CU_FILE_NVFS_SETUP_ERROR", 5034: "CU_FILE_IO_DISABLED",
+	5044: "CU_FILE_IO_ERROR", 5045: "CU_FILE_INTERNAL_BUF_REGISTER_ERROR", 5047: "CU_FILE_INVALID_CONTEXT_ERROR",
+}
+
+// FileError is a cuFile error: the call, cuFile's code and name, and the
+// CUDA driver's code when cuFile says the driver failed.
+type FileError struct {
+	Call string
+	Code int32 // CUfileOpError, or -errno from cuFileRead
+	CUDA int32 // CUresult with CU_FILE_CUDA_DRIVER_ERROR
+}
+
+// Name is cuFile's name for the code ("CU_FILE_IO_NOT_SUPPORTED"), or the
+// errno's.
+func (e *FileError) Name() string {
+	if n, ok := cuFileErrorNames[e.Code]; ok {
+		return n
+	}
+	if e.Code < 0 {
+		return fmt.Sprintf("errno %d", -e.Code)
+	}
+	return fmt.Sprintf("CU_FILE_ERROR_%d", e.Code)
+}
+
+// Error returns "CALL: NAME" (with the CUDA driver error when there is one).
+func (e *FileError) Error() string {
+	if e.CUDA != 0 {
+		return fmt.Sprintf("%s: %s (CUDA driver error %d)", e.Call, e.Name(), e.CUDA)
+	}
+	return fmt.Sprintf("%s: %s", e.Call, e.Name())
+}
+
+// fileErr unpacks a CUfileError_t returned in RAX: err in the low 32
+// bits, cu_err in the high.
+func fileErr(call string, r uint64) error {
+	if int32(r) == 0 {
+		return nil
+	}
+	return &FileError{Call: call, Code: int32(r), CUDA: int32(r >> 32)}
+}
+
+// CuFileLib is a loaded libcufile.
+type CuFileLib struct {
+	Path             string
+	driverOpen       func() uint64
+	driverClose      func() uint64
+	handleRegister   func(*uintptr, *FileDescr) uint64
+	handleDeregister func(uintptr)
+	bufRegister      func(uintptr, uintptr, int32) uint64
+	bufDeregister    func(uintptr) uint64
+	read             func(fh, buf, size uintptr, fileOff, bufOff int64) int64
+	setStatsLevel    func(int32) uint64
+	statsStart       func() uint64
+	getStatsL3       func(unsafe.Pointer) uint64
+}
+
+func (c *CuFileLib) symbols() map[string]any {
+	return map[string]any{
+		"cuFileDriverOpen": &c.driverOpen, "cuFileDriverClose_v2": &c.driverClose,
+		"cuFileHandleRegister": &c.handleRegister, "cuFileHandleDeregister": &c.handleDeregister,
+		"cuFileBufRegister": &c.bufRegister, "cuFileBufDeregister": &c.bufDeregister, "cuFileRead": &c.read,
+		"cuFileSetStatsLevel": &c.setStatsLevel, "cuFileStatsStart": &c.statsStart, "cuFileGetStatsL3": &c.getStatsL3,
+	}
+}
+
+// LoadCuFile loads libcufile (path "" tries the usual names).
+func LoadCuFile(path string) (*CuFileLib, error) {
+	var lib uintptr
+	var err error
+	if path == "" {
+		lib, path, err = open(cufileNames())
+	} else {
+		lib, err = purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cuda: no libcufile: %w", err)
+	}
+	c := &CuFileLib{Path: path}
+	if err := bind(lib, path, c.symbols()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Open opens the cuFile driver and turns on per-GPU statistics (level 3),
+// from which Mode reads what ran. Call it on a Thread.
+func (c *CuFileLib) Open() error {
+	if err := fileErr("cuFileDriverOpen", c.driverOpen()); err != nil {
+		return err
+	}
+	if err := fileErr("cuFileSetStatsLevel", c.setStatsLevel(cuFileStatsLevel3)); err != nil {
+		return err
+	}
+	return fileErr("cuFileStatsStart", c.statsStart())
+}
+
+// Close closes the driver.
+func (c *CuFileLib) Close() error { return fileErr("cuFileDriverClose", c.driverClose()) }
+
+// RegisterFile registers an fd (opened O_DIRECT) and returns its handle.
+func (c *CuFileLib) RegisterFile(fd int) (uintptr, error) {
+	d := FileDescr{Type: fileHandleTypeOpaqueFD, Handle: uintptr(uint32(fd))}
+	var h uintptr
+	if err := fileErr("cuFileHandleRegister", c.handleRegister(&h, &d)); err != nil {
+		return 0, err
+	}
+	return h, nil
+}
+
+// DeregisterFile releases a handle.
+func (c *CuFileLib) DeregisterFile(h uintptr) { c.handleDeregister(h) }
+
+// RegisterBuffer registers device memory for direct DMA (once, at the
+// memory's opening).
+func (c *CuFileLib) RegisterBuffer(ptr uintptr, size int64) error {
+	return fileErr("cuFileBufRegister", c.bufRegister(ptr, uintptr(size), 0))
+}
+
+// DeregisterBuffer undoes RegisterBuffer.
+func (c *CuFileLib) DeregisterBuffer(ptr uintptr) error {
+	return fileErr("cuFileBufDeregister", c.bufDeregister(ptr))
+}
+
+// Read reads size bytes at fileOff of the file into the registered buffer
+// base at bufOff, returning the bytes read (short only at the end of the
+// file). A negative return is -errno or a cuFile error.
+func (c *CuFileLib) Read(fh, base uintptr, size int64, fileOff, bufOff int64) (int64, error) {
+	n := c.read(fh, base, uintptr(size), fileOff, bufOff)
+	if n < 0 {
+		code := int32(-n)
+		if code <= cuFileBaseErr {
+			code = int32(n) // -errno
+		}
+		return 0, &FileError{Call: "cuFileRead", Code: code}
+	}
+	return n, nil
+}
+
+// GPUReads are one GPU's read counts from cuFile's level-3 statistics.
+type GPUReads struct {
+	Total, P2P, NVFS, POSIX uint64
+}
+
+// Mode says what the counts show: "gds" when every read went peer to peer
+// or through nvidia-fs, "compat" when every read was cuFile's POSIX
+// fallback, "mixed", or "none" before any read.
+func (r GPUReads) Mode() string {
+	direct := r.P2P + r.NVFS
+	switch {
+	case direct > 0 && r.POSIX == 0:
+		return "gds"
+	case direct == 0 && r.POSIX > 0:
+		return "compat"
+	case direct > 0:
+		return "mixed"
+	}
+	return "none"
+}
+
+// Reads returns each GPU's read counts from cuFile's statistics.
+func (c *CuFileLib) Reads() ([]GPUReads, error) {
+	buf := make([]byte, statsL3Size)
+	if err := fileErr("cuFileGetStatsL3", c.getStatsL3(unsafe.Pointer(&buf[0]))); err != nil {
+		return nil, err
+	}
+	return parseStatsL3(buf)
+}
+
+// parseStatsL3 reads the per-GPU read counts of a CUfileStatsLevel3_t.
+func parseStatsL3(b []byte) ([]GPUReads, error) {
+	if len(b) < statsL3Size {
+		return nil, errors.New("cuda: cuFile statistics cut short")
+	}
+	le := binary.LittleEndian
+	n := int(le.Uint32(b[statsL3NumGPUs:]))
+	if n > statsL3MaxGPUs {
+		return nil, fmt.Errorf("cuda: cuFile statistics name %d GPUs (at most %d)", n, statsL3MaxGPUs)
+	}
+	out := make([]GPUReads, n)
+	for i := range out {
+		g := b[statsL3PerGPU+i*perGPUSize:]
+		out[i] = GPUReads{Total: le.Uint64(g[perGPUTotalReads:]), P2P: le.Uint64(g[perGPUP2PReads:]),
+			NVFS: le.Uint64(g[perGPUNVFSReads:]), POSIX: le.Uint64(g[perGPUPosixReads:])}
+	}
+	return out, nil
+}
