@@ -206,7 +206,11 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		}
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	if l.backend, err = spec.Open(m, l.params, backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared}); err != nil {
+	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared}
+	if d := mem.Desc(); d.Kind == batchmem.GPU {
+		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size}
+	}
+	if l.backend, err = spec.Open(m, l.params, env); err != nil {
 		mem.Close()
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/cufile"
 	"github.com/nvfeed/nvfeed/loader/fsread"
 	"github.com/nvfeed/nvfeed/loader/raw"
 )
@@ -16,7 +17,7 @@ const DefaultBackend = fsread.Name
 // the default first. Adding a backend is one package implementing
 // backend.Backend and one line here.
 func Backends() []backend.Spec {
-	return []backend.Spec{fsread.Spec(), raw.GDSSpec(), raw.BAMSpec()}
+	return []backend.Spec{fsread.Spec(), raw.GDSSpec(), raw.BAMSpec(), cufile.Spec()}
 }
 
 // BackendSpec returns the named backend's description ("" names the

@@ -33,6 +33,7 @@ import (
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 func main() {
@@ -46,7 +47,7 @@ const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset 
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64] [--engines session|device]
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
-                     [--prefetch 2] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
+                     [--prefetch 2] [--memory pinned|gpu --device-id 0] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
        loaderd backends [--json]   (the backends and their options' flags, defaults and limits)
        loaderd check [--dataset NAME=MAP ...] [--json]   (what this machine offers: io_uring, O_DIRECT, driver, CUDA, cuFile, GPUs, topology)`
@@ -94,6 +95,8 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	batches := fs.Int("batches", 0, "stop after N batches")
 	epochs := fs.Int("epochs", 0, "stop after E epochs (default 1 when --batches is not given)")
 	prefetch := fs.Int("prefetch", loader.DefaultPrefetchQueueDepth, "batches read ahead (prefetch_queue_depth)")
+	memory := fs.String("memory", string(batchmem.Pinned), "where batches land: pinned (host) or gpu (with --backend cufile: cuFileRead into the device; any other backend: a staging copy per batch)")
+	deviceID := fs.Int("device-id", 0, "the GPU for --memory gpu")
 	shuffle := fs.Bool("shuffle", false, "random_shuffle: a full permutation per epoch")
 	seed := fs.Uint64("seed", 0, "shuffle seed")
 	shard := fs.Int("shard-id", 0, "shard_id")
@@ -122,7 +125,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	lo := loader.Options{ReaderArgs: loader.ReaderArgs{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed},
-		PrefetchQueueDepth: *prefetch, Backend: *backendName, BackendOptions: backendOpts, SkipErrors: *skipErrors}
+		PrefetchQueueDepth: *prefetch, Backend: *backendName, Memory: batchmem.Kind(*memory), Device: *deviceID, BackendOptions: backendOpts, SkipErrors: *skipErrors}
 	if *iolog != "" {
 		f, err := os.Create(*iolog)
 		if err != nil {

@@ -72,6 +72,17 @@ type Env struct {
 	// opened with the same Shared: raw backends share one engine per
 	// device and configuration (not when tracing). nil: their own.
 	Shared *Shared
+	// GPU is the batch memory on a GPU, for a backend that writes device
+	// memory (its Spec's DeviceWrites); nil for host memory.
+	GPU *GPUMemory
+}
+
+// GPUMemory is batch memory on a GPU: one allocation at Base of Size
+// bytes, every Request.Dev inside it.
+type GPUMemory struct {
+	Device int
+	Base   uintptr
+	Size   int64
 }
 
 // Opener opens a backend over a map with resolved options.

@@ -15,6 +15,12 @@ type Stats struct {
 	PeakInFlight  int64  `json:"peak_in_flight"`      // most requests in flight at once
 	CacheHits     int64  `json:"cache_hits"`          // bam: blocks served from the cache
 	CacheMisses   int64  `json:"cache_misses"`
+	// cufile: what cuFile's own statistics say ran on this GPU (process
+	// wide): "gds" (peer-to-peer or nvidia-fs reads only), "compat" (its
+	// POSIX fallback only), "mixed", or "none" yet; and the read counts.
+	CuFileMode       string `json:"cufile_mode,omitempty"`
+	CuFileP2PReads   int64  `json:"cufile_p2p_reads"`
+	CuFilePOSIXReads int64  `json:"cufile_posix_reads"`
 }
 
 // Counter is one named counter of Stats.
@@ -30,6 +36,7 @@ func (s Stats) Counters() []Counter {
 		{"samples", s.Samples}, {"raw_samples", s.RawSamples}, {"fs_only_samples", s.FSOnlySamples},
 		{"stale_samples", s.StaleSamples}, {"errors", s.Errors}, {"requests", s.Requests},
 		{"peak_in_flight", s.PeakInFlight}, {"cache_hits", s.CacheHits}, {"cache_misses", s.CacheMisses},
+		{"cufile_p2p_reads", s.CuFileP2PReads}, {"cufile_posix_reads", s.CuFilePOSIXReads},
 	}
 }
 

@@ -56,6 +56,7 @@ Batch = tuple[list[Sample], "np.ndarray[Any, np.dtype[np.int32]]"]
 OnError = Literal["raise", "skip"]
 Transport = Literal["stream", "http"]
 Device = Literal["cpu", "gpu"]
+GPUPath = Literal["auto", "cufile", "bounce"]
 
 
 class LoaderError(RuntimeError):
@@ -252,6 +253,14 @@ class LoaderSource:
         daemon refuses the session with a ``BadRequestError`` saying so.
     device_id : int, optional, default = 0
         The GPU for ``device="gpu"``.
+    gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
+        How batches reach GPU memory (``device="gpu"`` only). ``"cufile"``:
+        the daemon reads each sample's file with ``cuFileRead`` straight
+        into the device (GPUDirect Storage where the platform has it, else
+        cuFile's compatibility mode); ``"bounce"``: ``backend`` reads into
+        page-locked staging memory, copied to the device once per batch;
+        ``"auto"``: cufile when cuFile runs on the daemon's machine and no
+        host backend is named, else bounce. ``gpu_path`` says which ran.
 
     Raises
     ------
@@ -268,13 +277,16 @@ class LoaderSource:
                  backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
                  state: Optional[State] = None, timeout: float = 600.0, on_error: OnError = "raise",
-                 transport: Transport = "stream", device: Device = "cpu", device_id: int = 0) -> None:
+                 transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
+                 gpu_path: GPUPath = "auto") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if transport not in ("stream", "http"):
             raise ValueError(f"transport must be 'stream' or 'http', got {transport!r}")
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+        if gpu_path not in ("auto", "cufile", "bounce"):
+            raise ValueError(f"gpu_path must be 'auto', 'cufile' or 'bounce', got {gpu_path!r}")
         if release_after is not None and release_after < 0:
             raise ValueError(f"release_after must be >= 0, got {release_after}")
         self._transport = transport
@@ -301,9 +313,13 @@ class LoaderSource:
             req["backend_options"] = backend_options
         if prefetch_queue_depth is not None:
             req["prefetch_queue_depth"] = prefetch_queue_depth
+        if device == "gpu":
+            req["gpu_path"] = gpu_path
         r = cast(OpenResponse, self._call("POST", "/v1/sessions", req))
         self._id = r["id"]
         self.backend: str = r["backend"]
+        self.gpu_path: str = r["gpu_path"]
+        """For GPU batches, the path that runs: "cufile" or "bounce"; else ""."""
         """The backend that reads for this source (the daemon's default filled in)."""
         self._release_after: int = r["release_after"]
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]

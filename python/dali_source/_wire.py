@@ -39,6 +39,7 @@ class OpenRequest(ReaderArgs, total=False):
     release_after: Optional[int]
     memory: str  # "pinned" or "gpu"
     device_id: int
+    gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
 
 
@@ -55,6 +56,7 @@ class OpenResponse(TypedDict):
     id: str
     backend: str
     memory: MemoryDesc
+    gpu_path: str  # for GPU memory, the path that runs: "cufile" or "bounce"; else ""
     prefetch_queue_depth: int
     release_after: int
     epoch: int  # the first batch's position

@@ -205,7 +205,8 @@ def test_backends_described(daemon: Daemon) -> None:
     d = backends(daemon.socket)
     assert d["default"] == "file" and d["prefetch_queue_depth"] == 2
     by_name = {b["name"]: b for b in d["backends"]}
-    assert set(by_name) == {"file", "gds", "bam"}
+    assert set(by_name) == {"file", "gds", "bam", "cufile"}
+    assert by_name["cufile"]["device_writes"] and not by_name["gds"]["device_writes"]
     qd = {o["name"]: o for o in by_name["gds"]["options"]}["queue_depth"]
     assert qd["kind"] == "int" and qd["default"] == 32 and qd["min"] == 1
     with pytest.raises(LoaderError, match='backend file has no option "queue_depth"'):

@@ -18,6 +18,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // Options says how long to run and whether to verify.
@@ -31,6 +32,7 @@ type Options struct {
 // --json` prints.
 type Result struct {
 	Backend     string         `json:"backend"`
+	Memory      string         `json:"memory"` // batch memory kind: pinned or gpu
 	Samples     int64          `json:"samples"`
 	Bytes       int64          `json:"bytes"` // file bytes delivered
 	Seconds     float64        `json:"seconds"`
@@ -53,6 +55,9 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 	if o.Batches == 0 && o.Epochs == 0 {
 		o.Epochs = 1
 	}
+	if o.Verify && lo.Memory == batchmem.GPU {
+		return Result{}, fmt.Errorf("%w: --verify compares host memory with the files: not with memory gpu (bench/gpu.sh checks GPU batches)", loader.ErrOptions)
+	}
 	l, err := loader.New(ctx, m, lo)
 	if err != nil {
 		return Result{}, err
@@ -63,7 +68,7 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 	// reads are already under way, so the timed part includes them.
 	cpu0 := cpuSeconds()
 	t0 := time.Now()
-	res := Result{Backend: l.Backend().Name()}
+	res := Result{Backend: l.Backend().Name(), Memory: string(l.Memory().Desc().Kind)}
 	var lat []float64
 	for epochs, batches := 0, 0; (o.Batches == 0 || batches < o.Batches) && (o.Epochs == 0 || epochs < o.Epochs); {
 		b, err := l.Next(ctx)
@@ -148,13 +153,13 @@ func InfoLine(w io.Writer, r Result) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	fmt.Fprintf(w, "%s:", r.Backend)
+	fmt.Fprintf(w, "%s into %s memory:", r.Backend, r.Memory)
 	for _, k := range keys {
 		fmt.Fprintf(w, " %s=%v", k, r.Options[k])
 	}
 	st := r.Stats
 	fmt.Fprint(w, " | ran:")
-	for _, kv := range [][2]string{{"engine", st.Engine}, {"device", st.Device}, {"freshness", st.Freshness}} {
+	for _, kv := range [][2]string{{"engine", st.Engine}, {"device", st.Device}, {"freshness", st.Freshness}, {"cufile_mode", st.CuFileMode}} {
 		if kv[1] != "" {
 			fmt.Fprintf(w, " %s=%s", kv[0], kv[1])
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
+	"github.com/nvfeed/nvfeed/loader/cufile"
 )
 
 // Limits on what one session may ask for.
@@ -156,9 +157,9 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err := m.authorize(p.Dataset, ds, c); err != nil {
 		return Opened{}, err
 	}
-	spec, err := loader.BackendSpec(p.Backend)
+	candidates, err := gpuPaths(p)
 	if err != nil {
-		return Opened{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Opened{}, err
 	}
 	prefetch, releaseAfter, slots, err := budget(p)
 	if err != nil {
@@ -189,19 +190,37 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 			m.mu.Unlock()
 		}
 	}()
-	l, err := loader.New(context.Background(), ds, loader.Options{
-		ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
-		Memory: p.Memory, Device: p.Device, Spec: &spec, BackendOptions: p.BackendOptions, State: p.State,
-		Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.data.guard(p.Dataset), Shared: m.shared,
-	})
+	var l *loader.Loader
+	var spec backend.Spec
+	var gpuPath, why string
+	for i, c := range candidates {
+		if spec, err = loader.BackendSpec(c.backend); err != nil {
+			return Opened{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		gpuPath, why = c.path, c.why
+		l, err = loader.New(context.Background(), ds, loader.Options{
+			ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
+			Memory: p.Memory, Device: p.Device, Spec: &spec, BackendOptions: p.BackendOptions, State: p.State,
+			Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.data.guard(p.Dataset), Shared: m.shared,
+		})
+		if err != nil && i+1 < len(candidates) && errors.Is(err, cufile.ErrUnavailable) {
+			m.log.Info("session: gpu_path auto: cufile cannot run here, using bounce", "dataset", p.Dataset, "why", err)
+			continue
+		}
+		break
+	}
 	if err != nil {
 		switch {
-		case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, batchmem.ErrUnsupported):
+		case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, batchmem.ErrUnsupported), errors.Is(err, cufile.ErrUnavailable):
 			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
 		case errors.Is(err, bmap.ErrStale), errors.Is(err, backend.ErrDevice):
 			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)
 		}
 		return Opened{}, fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
+	}
+	if gpuPath != "" {
+		m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", gpuPath, "backend", spec.Name, "device", p.Device,
+			"why", why)
 	}
 	ss := &session{id: newID(), dataset: p.Dataset, backend: spec.Name, uid: c.UID, l: l, held: map[int]*loader.Batch{}, slots: slots}
 	ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, ss.id)
@@ -214,10 +233,49 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	m.metrics.sessions.Inc()
 	st := l.State()
 	desc := l.Memory().Desc()
+	m.metrics.memory.WithLabelValues(ss.dataset, ss.backend, ss.id, string(desc.Kind), fmt.Sprint(desc.Device), gpuPath).Set(float64(desc.Size))
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", spec.Name, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
-	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
+	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch)}, nil
+}
+
+// gpuPath is one way to open a session's loader: the GPU path and the
+// backend it uses, and why it was chosen.
+type gpuPath struct {
+	path, backend, why string
+}
+
+// gpuPaths returns the ways to try, in order: one, or for gpu_path auto
+// without a named backend, cufile then bounce.
+func gpuPaths(p OpenParams) ([]gpuPath, error) {
+	if p.Memory != batchmem.GPU {
+		if p.GPUPath != "" {
+			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrInvalid, p.GPUPath)
+		}
+		return []gpuPath{{"", p.Backend, ""}}, nil
+	}
+	switch p.GPUPath {
+	case GPUPathCuFile:
+		if p.Backend != "" && p.Backend != cufile.Name {
+			return nil, fmt.Errorf("%w: gpu_path cufile reads with the cufile backend, not %s (use gpu_path bounce for it)", ErrInvalid, p.Backend)
+		}
+		return []gpuPath{{GPUPathCuFile, cufile.Name, "asked for"}}, nil
+	case GPUPathBounce:
+		if p.Backend == cufile.Name {
+			return nil, fmt.Errorf("%w: gpu_path bounce with backend cufile: cufile writes the device itself", ErrInvalid)
+		}
+		return []gpuPath{{GPUPathBounce, p.Backend, "asked for"}}, nil
+	case "", GPUPathAuto:
+		switch p.Backend {
+		case cufile.Name:
+			return []gpuPath{{GPUPathCuFile, cufile.Name, "backend cufile named"}}, nil
+		case "":
+			return []gpuPath{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here"}}, nil
+		}
+		return []gpuPath{{GPUPathBounce, p.Backend, "auto: backend " + p.Backend + " named, which writes host memory"}}, nil
+	}
+	return nil, fmt.Errorf("%w: gpu_path %q (want auto, cufile or bounce)", ErrInvalid, p.GPUPath)
 }
 
 // Memory returns the session's batch memory description and a new file

@@ -11,6 +11,7 @@ type metrics struct {
 	failed                          *prometheus.CounterVec // per dataset and backend: kept after sessions end
 	readSeconds                     *prometheus.HistogramVec
 	sessions                        prometheus.Gauge
+	memory                          *prometheus.GaugeVec // batch memory per session, by kind and GPU path
 }
 
 var sessionLabels = []string{"dataset", "backend", "session"}
@@ -26,8 +27,11 @@ func newMetrics(reg *prometheus.Registry, mgr *Manager) *metrics {
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_failed_samples_total", Help: "Samples that could not be read, by dataset and backend."},
 			[]string{"dataset", "backend"}),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nvfeed_sessions", Help: "Open sessions."}),
+		memory: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nvfeed_batch_memory_bytes",
+			Help: "Batch memory allocated per session: kind pinned or gpu, the GPU, and for gpu the path in (cufile or bounce)."},
+			[]string{"dataset", "backend", "session", "kind", "device", "gpu_path"}),
 	}
-	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.failed, m.sessions, &backendCollector{m: mgr})
+	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.failed, m.sessions, m.memory, &backendCollector{m: mgr})
 	return m
 }
 
@@ -65,6 +69,7 @@ func (m *metrics) forget(ss *session) {
 	for _, v := range []*prometheus.CounterVec{m.samples, m.bytes, m.batches, m.errors} {
 		v.DeletePartialMatch(l)
 	}
+	m.memory.DeletePartialMatch(l)
 }
 
 // backendCollector exports each session's backend counters (cache hits,

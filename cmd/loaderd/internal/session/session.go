@@ -27,14 +27,25 @@ type OpenParams struct {
 	ReleaseAfter *int          `msgpack:"release_after"`
 	Memory       batchmem.Kind `msgpack:"memory"`    // "" means pinned
 	Device       int           `msgpack:"device_id"` // the GPU for gpu memory
-	State        *loader.State `msgpack:"state"`     // resume here
+	// GPUPath is how batches reach gpu memory: GPUPathCuFile, GPUPathBounce
+	// or GPUPathAuto ("" too).
+	GPUPath string        `msgpack:"gpu_path"`
+	State   *loader.State `msgpack:"state"` // resume here
 }
+
+// How batches reach GPU memory (OpenParams.GPUPath).
+const (
+	GPUPathAuto   = "auto"   // cufile when cuFile opens here, else bounce; the log says which and why
+	GPUPathCuFile = "cufile" // the cufile backend reads each sample's file straight into the device slot
+	GPUPathBounce = "bounce" // any backend reads into page-locked staging memory, copied to the device per batch
+)
 
 // Opened describes a new session: the open response's wire form.
 type Opened struct {
 	ID                 string        `msgpack:"id"`
 	Backend            string        `msgpack:"backend"`              // the backend that reads (the default filled in)
 	Memory             batchmem.Desc `msgpack:"memory"`               // the batch memory; its descriptor comes from POST .../memory
+	GPUPath            string        `msgpack:"gpu_path"`             // for gpu memory, the path that runs: cufile or bounce
 	PrefetchQueueDepth int           `msgpack:"prefetch_queue_depth"` // in effect
 	ReleaseAfter       int           `msgpack:"release_after"`        // in effect
 	Epoch              int           `msgpack:"epoch"`                // the first batch's position:

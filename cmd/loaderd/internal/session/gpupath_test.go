@@ -1,0 +1,59 @@
+package session
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// TestGPUPaths: which ways a session's loader is opened in, by memory,
+// gpu_path and backend; contradictions are refused naming them.
+func TestGPUPaths(t *testing.T) {
+	tests := []struct {
+		memory  batchmem.Kind
+		path    string
+		backend string
+		want    []string // path/backend tried, in order
+		refuse  string
+	}{
+		{"", "", "gds", []string{"/gds"}, ""},
+		{"pinned", "cufile", "", nil, "applies to memory gpu only"},
+		{"gpu", "", "", []string{"cufile/cufile", "bounce/"}, ""},
+		{"gpu", "auto", "", []string{"cufile/cufile", "bounce/"}, ""},
+		{"gpu", "auto", "bam", []string{"bounce/bam"}, ""},
+		{"gpu", "auto", "cufile", []string{"cufile/cufile"}, ""},
+		{"gpu", "cufile", "", []string{"cufile/cufile"}, ""},
+		{"gpu", "cufile", "gds", nil, "not gds"},
+		{"gpu", "bounce", "", []string{"bounce/"}, ""},
+		{"gpu", "bounce", "file", []string{"bounce/file"}, ""},
+		{"gpu", "bounce", "cufile", nil, "writes the device itself"},
+		{"gpu", "p2p", "", nil, `gpu_path "p2p"`},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.memory)+"/"+tt.path+"/"+tt.backend, func(t *testing.T) {
+			got, err := gpuPaths(OpenParams{Memory: tt.memory, GPUPath: tt.path, Backend: tt.backend})
+			if tt.refuse != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.refuse) {
+					t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tt.refuse)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, c := range got {
+				names = append(names, c.path+"/"+c.backend)
+				if c.path != "" && c.why == "" {
+					t.Errorf("%s: no reason given", c.path)
+				}
+			}
+			if !slices.Equal(names, tt.want) {
+				t.Errorf("tried %v, want %v", names, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,183 @@
+// Package cufile is the cufile backend: each sample is read through its
+// file (opened O_DIRECT on ext4 or xfs, which cuFile needs; raw block
+// devices are not supported by it) with cuFileRead straight into its
+// place in GPU batch memory, registered once with cuFileBufRegister. The
+// block map still gives the order, sizes, labels and freshness. Whether
+// cuFile ran peer to peer (GDS) or in its compatibility mode is read from
+// cuFile's own statistics (Stats.CuFileMode), not guessed.
+package cufile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader/backend"
+)
+
+// Name is the backend's registered name.
+const Name = "cufile"
+
+// ErrUnavailable is returned (wrapped) by Open when cuFile cannot run
+// here (no libcufile, no driver, or its driver refused to open).
+var ErrUnavailable = errors.New("cuFile unavailable")
+
+// Spec describes the cufile backend.
+func Spec() backend.Spec {
+	return backend.Spec{
+		Name: Name,
+		Doc:  "reads each sample through its file with cuFileRead straight into GPU batch memory (memory gpu only; GPUDirect Storage where the platform has it, else cuFile's compatibility mode)",
+		Options: []backend.Option{
+			{Name: "workers", Kind: backend.Int, Default: int64(8), Min: 1, Max: 64, Doc: "reads in flight (each on its own thread with the GPU's context)"},
+		},
+		DeviceWrites: true,
+		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
+			if env.GPU == nil {
+				return nil, fmt.Errorf("%w: backend %s reads into GPU memory: open the session with memory gpu", backend.ErrOptions, Name)
+			}
+			workers := int(p.Int("workers"))
+			r, err := openCuFile(*env.GPU, workers)
+			if err != nil {
+				return nil, fmt.Errorf("%w on GPU %d: %w", ErrUnavailable, env.GPU.Device, err)
+			}
+			return New(m.Root, workers, r, env.Faults), nil
+		},
+	}
+}
+
+// reader is the cuFile surface the backend uses: real cuFile on the GPU's
+// threads (openCuFile), a pread double in tests.
+type reader interface {
+	// Read reads up to size bytes from offset 0 of the open file fd into
+	// device memory at dst, on worker's thread, and returns the bytes read.
+	Read(worker, fd int, dst uintptr, size int64) (int64, error)
+	// Stats returns cuFile's read counts for the GPU and the mode they show.
+	Stats() (mode string, p2p, posix int64)
+	Close() error
+}
+
+// Backend reads samples with a pool of workers, each on its own thread.
+type Backend struct {
+	root   string
+	r      reader
+	faults *backend.Faults
+	jobs   chan job
+	wg     sync.WaitGroup
+
+	samples, errs atomic.Int64
+}
+
+type job struct {
+	ctx  context.Context
+	req  *backend.Request
+	done func(error)
+}
+
+// New starts workers reading files under root through r.
+func New(root string, workers int, r reader, faults *backend.Faults) *Backend {
+	b := &Backend{root: root, r: r, faults: faults, jobs: make(chan job, 4*workers)}
+	for i := range workers {
+		b.wg.Add(1)
+		go b.worker(i)
+	}
+	return b
+}
+
+// Name returns "cufile".
+func (b *Backend) Name() string { return Name }
+
+// Stats returns the samples read and failed, and what cuFile says ran.
+func (b *Backend) Stats() backend.Stats {
+	mode, p2p, posix := b.r.Stats()
+	n := b.samples.Load()
+	return backend.Stats{Samples: n, FSOnlySamples: n, Errors: b.errs.Load(), CuFileMode: mode, CuFileP2PReads: p2p, CuFilePOSIXReads: posix}
+}
+
+// ReadBatch reads the requests; see backend.Backend. Every request's
+// destination is Request.Dev.
+func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	wg.Add(len(reqs))
+	for i := range reqs {
+		b.jobs <- job{ctx: ctx, req: &reqs[i], done: func(err error) {
+			if err != nil {
+				once.Do(func() { first = err })
+			}
+			wg.Done()
+		}}
+	}
+	wg.Wait()
+	b.samples.Add(int64(len(reqs)))
+	for i := range reqs {
+		if reqs[i].Err != nil {
+			b.errs.Add(1)
+		}
+	}
+	if first == nil {
+		return ctx.Err()
+	}
+	return first
+}
+
+func (b *Backend) worker(id int) {
+	defer b.wg.Done()
+	for j := range b.jobs {
+		err := j.ctx.Err()
+		if err == nil {
+			err = b.read(id, j.req)
+		}
+		j.req.Err = err
+		j.done(err)
+	}
+}
+
+// read reads one sample into its device destination, failing with a
+// *backend.SampleError that names it (and cuFile's error).
+func (b *Backend) read(worker int, req *backend.Request) error {
+	s := req.Sample
+	if req.Dev == 0 {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: errors.New("cufile: no device destination (batch memory is not GPU memory)")}
+	}
+	path := filepath.Join(b.root, s.Path)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_DIRECT, 0)
+	if errors.Is(err, unix.EINVAL) { // a filesystem without O_DIRECT: cuFile (1.7+) takes the fd as it is
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("open: %w", err)}
+	}
+	defer unix.Close(fd)
+	// The whole aligned length: what O_DIRECT needs; a file that grew shows
+	// up as a longer read.
+	n, err := b.r.Read(worker, fd, req.Dev, backend.AlignUp(s.Size))
+	if ft, ok := b.faults.Inject(backend.FileRead, s.Path); ok {
+		var in int
+		in, err = ft.Apply(int(n), err, 1)
+		n = int64(in)
+	}
+	if err != nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
+	}
+	if n != s.Size {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d bytes, map says %d", backend.ErrShortRead, n, s.Size)}
+	}
+	return nil
+}
+
+// Close stops the workers and releases cuFile's registrations. No
+// ReadBatch may be running.
+func (b *Backend) Close() error {
+	close(b.jobs)
+	b.wg.Wait()
+	return b.r.Close()
+}
+
+var _ backend.Backend = (*Backend)(nil)
