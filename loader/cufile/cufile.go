@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -67,25 +65,13 @@ type Backend struct {
 	root   string
 	r      reader
 	faults *backend.Faults
-	jobs   chan job
-	wg     sync.WaitGroup
-
-	samples, errs atomic.Int64
-}
-
-type job struct {
-	ctx  context.Context
-	req  *backend.Request
-	done func(error)
+	pool   *backend.Pool
 }
 
 // New starts workers reading files under root through r.
 func New(root string, workers int, r reader, faults *backend.Faults) *Backend {
-	b := &Backend{root: root, r: r, faults: faults, jobs: make(chan job, 4*workers)}
-	for i := range workers {
-		b.wg.Add(1)
-		go b.worker(i)
-	}
+	b := &Backend{root: root, r: r, faults: faults}
+	b.pool = backend.NewPool(workers, b.read)
 	return b
 }
 
@@ -95,48 +81,14 @@ func (b *Backend) Name() string { return Name }
 // Stats returns the samples read and failed, and what cuFile says ran.
 func (b *Backend) Stats() backend.Stats {
 	mode, p2p, posix := b.r.Stats()
-	n := b.samples.Load()
-	return backend.Stats{Samples: n, FSOnlySamples: n, Errors: b.errs.Load(), CuFileMode: mode, CuFileP2PReads: p2p, CuFilePOSIXReads: posix}
+	n, errs := b.pool.Counts()
+	return backend.Stats{Samples: n, FSOnlySamples: n, Errors: errs, CuFileMode: mode, CuFileP2PReads: p2p, CuFilePOSIXReads: posix}
 }
 
 // ReadBatch reads the requests; see backend.Backend. Every request's
 // destination is Request.Dev.
 func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	wg.Add(len(reqs))
-	for i := range reqs {
-		b.jobs <- job{ctx: ctx, req: &reqs[i], done: func(err error) {
-			if err != nil {
-				once.Do(func() { first = err })
-			}
-			wg.Done()
-		}}
-	}
-	wg.Wait()
-	b.samples.Add(int64(len(reqs)))
-	for i := range reqs {
-		if reqs[i].Err != nil {
-			b.errs.Add(1)
-		}
-	}
-	if first == nil {
-		return ctx.Err()
-	}
-	return first
-}
-
-func (b *Backend) worker(id int) {
-	defer b.wg.Done()
-	for j := range b.jobs {
-		err := j.ctx.Err()
-		if err == nil {
-			err = b.read(id, j.req)
-		}
-		j.req.Err = err
-		j.done(err)
-	}
+	return b.pool.ReadBatch(ctx, reqs)
 }
 
 // read reads one sample into its device destination, failing with a
@@ -175,8 +127,7 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 // Close stops the workers and releases cuFile's registrations. No
 // ReadBatch may be running.
 func (b *Backend) Close() error {
-	close(b.jobs)
-	b.wg.Wait()
+	b.pool.Close()
 	return b.r.Close()
 }
 

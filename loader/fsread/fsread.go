@@ -8,8 +8,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -37,38 +35,14 @@ func Spec() backend.Spec {
 
 // Backend reads samples through the filesystem with a pool of workers.
 type Backend struct {
-	root   string
-	direct bool
-	faults *backend.Faults
-	jobs   chan job
-	wg     sync.WaitGroup
-
-	samples, errs atomic.Int64
+	pool *backend.Pool
 }
-
-type job struct {
-	ctx  context.Context
-	req  *backend.Request
-	wait *batchWait
-}
-
-// batchWait collects the completion of one batch's requests.
-type batchWait struct {
-	wg   sync.WaitGroup
-	once sync.Once
-	err  error
-}
-
-func (w *batchWait) fail(err error) { w.once.Do(func() { w.err = err }) }
 
 // New starts workers goroutines reading files under root.
 func New(root string, workers int, direct bool, faults *backend.Faults) *Backend {
-	b := &Backend{root: root, direct: direct, faults: faults, jobs: make(chan job, 4*workers)}
-	for i := 0; i < workers; i++ {
-		b.wg.Add(1)
-		go b.worker()
-	}
-	return b
+	return &Backend{pool: backend.NewPool(workers, func(_ int, r *backend.Request) error {
+		return ReadFile(root, r, direct, faults)
+	})}
 }
 
 // Name returns "file".
@@ -76,48 +50,18 @@ func (b *Backend) Name() string { return Name }
 
 // Stats returns the samples read and failed.
 func (b *Backend) Stats() backend.Stats {
-	n := b.samples.Load()
-	return backend.Stats{Samples: n, FSOnlySamples: n, Errors: b.errs.Load()}
+	n, errs := b.pool.Counts()
+	return backend.Stats{Samples: n, FSOnlySamples: n, Errors: errs}
 }
 
 // ReadBatch reads the requests with the worker pool; see backend.Backend.
 func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
-	w := &batchWait{}
-	w.wg.Add(len(reqs))
-	for i := range reqs {
-		b.jobs <- job{ctx: ctx, req: &reqs[i], wait: w}
-	}
-	w.wg.Wait()
-	b.samples.Add(int64(len(reqs)))
-	for i := range reqs {
-		if reqs[i].Err != nil {
-			b.errs.Add(1)
-		}
-	}
-	if w.err == nil {
-		return ctx.Err()
-	}
-	return w.err
-}
-
-func (b *Backend) worker() {
-	defer b.wg.Done()
-	for j := range b.jobs {
-		err := j.ctx.Err()
-		if err == nil {
-			err = ReadFile(b.root, j.req, b.direct, b.faults)
-		}
-		if j.req.Err = err; err != nil {
-			j.wait.fail(err)
-		}
-		j.wait.wg.Done()
-	}
+	return b.pool.ReadBatch(ctx, reqs)
 }
 
 // Close stops the workers. No ReadBatch may be running.
 func (b *Backend) Close() error {
-	close(b.jobs)
-	b.wg.Wait()
+	b.pool.Close()
 	return nil
 }
 
