@@ -208,7 +208,7 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	}
 	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared}
 	if d := mem.Desc(); d.Kind == batchmem.GPU {
-		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size}
+		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
 	}
 	if l.backend, err = spec.Open(m, l.params, env); err != nil {
 		mem.Close()

@@ -61,6 +61,7 @@ type Runtime struct {
 	eventSynchronize  func(uintptr) int32
 	eventDestroy      func(uintptr) int32
 	memcpyAsync       func(dst, src, n uintptr, kind int32, stream uintptr) int32
+	pciBusID          func(buf *byte, n int32, device int32) int32
 	entryPoint        func(symbol string, fn *uintptr, version uint32, flags uint64, status *int32) int32
 }
 
@@ -74,7 +75,7 @@ func (r *Runtime) runtimeSymbols() map[string]any {
 		"cudaStreamCreateWithFlags": &r.streamCreate, "cudaStreamDestroy": &r.streamDestroy,
 		"cudaEventCreateWithFlags": &r.eventCreate, "cudaEventRecord": &r.eventRecord,
 		"cudaEventSynchronize": &r.eventSynchronize, "cudaEventDestroy": &r.eventDestroy,
-		"cudaMemcpyAsync": &r.memcpyAsync,
+		"cudaMemcpyAsync": &r.memcpyAsync, "cudaDeviceGetPCIBusId": &r.pciBusID,
 	}
 }
 

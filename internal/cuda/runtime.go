@@ -1,6 +1,9 @@
 package cuda
 
-import "runtime"
+import (
+	"bytes"
+	"runtime"
+)
 
 // Stream and event flags, and the copy kind (driver_types.h).
 const (
@@ -71,4 +74,16 @@ func (r *Runtime) CopyToDevice(dst uintptr, src []byte, s Stream) error {
 	err := r.check("cudaMemcpyAsync", r.memcpyAsync(dst, uintptrOf(src), uintptr(len(src)), memcpyHostToDevice, uintptr(s)))
 	runtime.KeepAlive(src)
 	return err
+}
+
+// PCIBusID returns device's PCI bus id ("0000:3B:00.0").
+func (r *Runtime) PCIBusID(device int) (string, error) {
+	buf := make([]byte, 32)
+	if err := r.check("cudaDeviceGetPCIBusId", r.pciBusID(&buf[0], int32(len(buf)), int32(device))); err != nil {
+		return "", err
+	}
+	if i := bytes.IndexByte(buf, 0); i >= 0 {
+		buf = buf[:i]
+	}
+	return string(buf), nil
 }

@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+
+	"github.com/nvfeed/nvfeed/internal/numa"
 )
 
 // Thread runs functions on one OS thread, locked, whose current device is
@@ -43,6 +45,11 @@ func (t *Thread) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	t.work <- func() { errc <- fn() }
 	return <-errc
+}
+
+// Pin restricts the thread to cpus (the GPU's NUMA node).
+func (t *Thread) Pin(cpus []int) error {
+	return t.Do(func() error { return numa.PinThread(cpus) })
 }
 
 // Close ends the thread once the functions queued have run. Do must not

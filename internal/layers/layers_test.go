@@ -19,7 +19,8 @@ const module = "github.com/nvfeed/nvfeed/"
 var layer = map[string]int{
 	"extentinfo":       0, // building blocks: the kernel's interfaces
 	"internal/uring":   0,
-	"internal/cuda":    0,
+	"internal/cuda":    1,
+	"internal/numa":    0,
 	"internal/testenv": 0, // tests: skip or fail when the machine lacks root, loop devices
 
 	"bmap":            1, // the block map

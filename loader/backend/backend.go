@@ -80,9 +80,10 @@ type Env struct {
 // GPUMemory is batch memory on a GPU: one allocation at Base of Size
 // bytes, every Request.Dev inside it.
 type GPUMemory struct {
-	Device int
-	Base   uintptr
-	Size   int64
+	Device   int
+	Base     uintptr
+	Size     int64
+	NUMANode int // the GPU's NUMA node, -1 unknown: workers go on its CPUs
 }
 
 // Opener opens a backend over a map with resolved options.

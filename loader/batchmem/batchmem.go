@@ -57,6 +57,9 @@ type Desc struct {
 	SlotSize int64 `msgpack:"slot_size" json:"slot_size"` // slot i starts at i·SlotSize
 	Slots    int   `msgpack:"slots" json:"slots"`
 	Device   int   `msgpack:"device" json:"device"` // the GPU's ordinal for GPU memory; -1 for host memory
+	// NUMANode is the node the memory (GPU memory: its GPU and staging
+	// area) is placed on; -1 unknown or not placed.
+	NUMANode int `msgpack:"numa_node" json:"numa_node"`
 }
 
 // Region is one slot: where writers put a batch's bytes. Host is the
@@ -128,7 +131,7 @@ func Open(kind Kind, slots int, slotSize int64, o Options) (Memory, error) {
 	slotSize = backend.AlignUp(slotSize)
 	switch kind {
 	case "", Pinned:
-		return openHost(slots, slotSize, o)
+		return openHost(slots, slotSize, o, -1)
 	case GPU:
 		return openGPU(slots, slotSize, o)
 	}

@@ -18,6 +18,8 @@ type gpuDevice interface {
 	// device address dst on the memory's stream, records slot's event
 	// after it and returns once the event has completed.
 	CopyAndWait(slot int, dst uintptr, src []byte) error
+	// NUMANode is the GPU's NUMA node, -1 when unknown.
+	NUMANode() int
 	// Close frees the stream, events and thread.
 	Close() error
 }
@@ -65,9 +67,9 @@ func newGPU(dev gpuDevice, slots int, slotSize int64, o Options) (*gpu, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batchmem: %d slots of %d KiB on GPU %d: %w", slots, slotSize>>10, o.Device, err)
 	}
-	m := &gpu{desc: Desc{Kind: GPU, Size: alloc.Size(), SlotSize: slotSize, Slots: slots, Device: o.Device}, dev: dev, alloc: alloc}
+	m := &gpu{desc: Desc{Kind: GPU, Size: alloc.Size(), SlotSize: slotSize, Slots: slots, Device: o.Device, NUMANode: dev.NUMANode()}, dev: dev, alloc: alloc}
 	if !o.DeviceWrites {
-		if m.staging, err = openHost(slots, slotSize, o); err != nil {
+		if m.staging, err = openHost(slots, slotSize, o, dev.NUMANode()); err != nil {
 			alloc.Free()
 			return nil, fmt.Errorf("batchmem: host staging for GPU memory: %w", err)
 		}

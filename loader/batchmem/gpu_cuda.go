@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/nvfeed/nvfeed/internal/cuda"
+	"github.com/nvfeed/nvfeed/internal/numa"
 )
 
 // cudaDevice is gpuDevice on a real GPU: every call runs on the device's
@@ -16,6 +17,7 @@ type cudaDevice struct {
 	drv    *cuda.Driver
 	stream cuda.Stream
 	events map[int]cuda.Event // on the thread only
+	node   int                // the GPU's NUMA node, -1 unknown
 }
 
 // openCUDADevice starts the thread for device and resolves what GPU memory
@@ -32,15 +34,22 @@ func openCUDADevice(device int) (*cudaDevice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
 	}
-	d := &cudaDevice{t: t, events: map[int]cuda.Event{}}
+	d := &cudaDevice{t: t, events: map[int]cuda.Event{}, node: -1}
+	var bus string
 	err = t.Do(func() error {
 		var err error
 		if d.drv, err = rt.Driver(); err != nil {
 			return err
 		}
+		if bus, err = rt.PCIBusID(device); err != nil {
+			return err
+		}
 		d.stream, err = rt.NewStream()
 		return err
 	})
+	if err == nil {
+		d.place(bus)
+	}
 	if err != nil {
 		t.Close()
 		if errors.Is(err, cuda.ErrNoVMM) {
@@ -50,6 +59,21 @@ func openCUDADevice(device int) (*cudaDevice, error) {
 	}
 	return d, nil
 }
+
+// place pins the device's thread to the CPUs of its GPU's NUMA node (host
+// staging memory goes there too: openHost), where the machine has NUMA
+// information.
+func (d *cudaDevice) place(bus string) {
+	if d.node = numa.OfPCI(numa.SysFS, bus); d.node < 0 {
+		return
+	}
+	if cpus, err := numa.CPUs(numa.SysFS, d.node); err == nil {
+		d.t.Pin(cpus)
+	}
+}
+
+// NUMANode returns the GPU's NUMA node.
+func (d *cudaDevice) NUMANode() int { return d.node }
 
 // cudaAlloc is a gpuAlloc of exportable device memory.
 type cudaAlloc struct {

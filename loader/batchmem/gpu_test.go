@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -21,6 +23,7 @@ type fakeDevice struct {
 	closed  bool
 	freed   int
 	granule int64
+	node    int
 }
 
 type fakeCopy struct {
@@ -77,9 +80,12 @@ func (d *fakeDevice) CopyAndWait(slot int, dst uintptr, src []byte) error {
 	return nil
 }
 
-func (d *fakeDevice) Close() error { d.closed = true; return nil }
+func (d *fakeDevice) Close() error  { d.closed = true; return nil }
+func (d *fakeDevice) NUMANode() int { return d.node }
 
-func newFake(t *testing.T) *fakeDevice { return &fakeDevice{t: t, failOn: -1, granule: 64 << 10} }
+func newFake(t *testing.T) *fakeDevice {
+	return &fakeDevice{t: t, failOn: -1, granule: 64 << 10, node: -1}
+}
 
 // TestGPUBounce: a backend writing host memory writes slot i's staging
 // area; Publish copies exactly bytes [0, n) of it to slot i on the device,
@@ -92,7 +98,7 @@ func TestGPUBounce(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := m.Desc()
-	if d.Kind != GPU || d.Device != 1 || d.Slots != 3 || d.SlotSize != 8192 || d.Size != 64<<10 {
+	if d.Kind != GPU || d.Device != 1 || d.Slots != 3 || d.SlotSize != 8192 || d.Size != 64<<10 || d.NUMANode != -1 {
 		t.Fatalf("Desc() = %+v, want 3 slots of 8192 on GPU 1, size rounded to the 64 KiB granularity", d)
 	}
 	base := dev.allocs[0].Ptr()
@@ -175,4 +181,34 @@ func TestGPUDeviceWrites(t *testing.T) {
 	if err := m.Publish(context.Background(), 1, 4096); err != nil || len(dev.copies) != 0 {
 		t.Fatalf("Publish: %v, copies %+v", err, dev.copies)
 	}
+}
+
+// TestGPUStagingOnTheGPUsNode: for a GPU on NUMA node 0 (this machine has
+// one), the host staging area prefers that node (mbind, before any page
+// is used), and the description says so.
+func TestGPUStagingOnTheGPUsNode(t *testing.T) {
+	if _, err := os.Stat("/sys/devices/system/node/node0"); err != nil {
+		t.Skipf("no NUMA node 0 here: %v", err)
+	}
+	dev := newFake(t)
+	dev.node = 0
+	m, err := newGPU(dev, 2, 1<<20, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Desc().NUMANode != 0 {
+		t.Fatalf("Desc().NUMANode = %d, want 0", m.Desc().NUMANode)
+	}
+	maps, _ := os.ReadFile("/proc/self/numa_maps")
+	addr := fmt.Sprintf("%x ", uintptr(unsafeAddr(m.Slot(0).Host)))
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.HasPrefix(line, addr) {
+			if !strings.Contains(line, "prefer:0") {
+				t.Errorf("staging area's policy: %s, want prefer:0", line)
+			}
+			return
+		}
+	}
+	t.Errorf("no numa_maps line for the staging area at %s", addr)
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/internal/cuda"
+	"github.com/nvfeed/nvfeed/internal/numa"
 )
 
 // host is Pinned memory: one memfd mapping, outside the Go heap, sealed
@@ -35,13 +36,13 @@ type host struct {
 // MLOCK_ONFAULT every page is populated and locked at once. When locking
 // fails (RLIMIT_MEMLOCK) the memory still works and Pinned says why it is
 // not locked.
-func openHost(slots int, slotSize int64, o Options) (*host, error) {
+func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 	size := int64(slots) * slotSize
 	if avail, err := memAvailable(); err == nil && size > avail {
 		return nil, fmt.Errorf("batchmem: %w: %d slots of %d KiB need up to %d MiB, the machine has %d MiB available (a smaller batch_size or prefetch)",
 			ErrNoSpace, slots, slotSize>>10, size>>20, avail>>20)
 	}
-	h := &host{desc: Desc{Kind: Pinned, Size: size, SlotSize: slotSize, Slots: slots, Device: -1}, fd: -1}
+	h := &host{desc: Desc{Kind: Pinned, Size: size, SlotSize: slotSize, Slots: slots, Device: -1, NUMANode: -1}, fd: -1}
 	var err error
 	if h.fd, err = unix.MemfdCreate("nvfeed-batches", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING); err != nil {
 		return nil, fmt.Errorf("batchmem: memfd_create: %w", err)
@@ -57,6 +58,13 @@ func openHost(slots int, slotSize int64, o Options) (*host, error) {
 	if h.mem, err = unix.Mmap(h.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		h.Close()
 		return nil, fmt.Errorf("batchmem: map %d bytes of batch memory: %w", size, err)
+	}
+	if node >= 0 { // before any page is allocated
+		if err := numa.Prefer(h.mem, node); err != nil {
+			o.Logger.Warn("batchmem: batch memory not placed on the GPU's NUMA node", "node", node, "err", err)
+		} else {
+			h.desc.NUMANode = node
+		}
 	}
 	err = mlockOnFault(h.mem)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // no MLOCK_ONFAULT: lock (and populate) it all

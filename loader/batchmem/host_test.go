@@ -62,7 +62,7 @@ func TestHostSlots(t *testing.T) {
 	}
 	defer m.Close()
 	d := m.Desc()
-	want := Desc{Kind: Pinned, Size: 3 * 8192, SlotSize: 8192, Slots: 3, Device: -1}
+	want := Desc{Kind: Pinned, Size: 3 * 8192, SlotSize: 8192, Slots: 3, Device: -1, NUMANode: -1}
 	if d != want {
 		t.Fatalf("Desc() = %+v, want %+v", d, want)
 	}

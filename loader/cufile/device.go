@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/nvfeed/nvfeed/internal/cuda"
+	"github.com/nvfeed/nvfeed/internal/numa"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
@@ -36,6 +37,11 @@ func openCuFile(mem backend.GPUMemory, workers int) (*cuFileReader, error) {
 			return nil, err
 		}
 		c.threads = append(c.threads, t)
+		if mem.NUMANode >= 0 { // the readers on the GPU's node
+			if cpus, err := numa.CPUs(numa.SysFS, mem.NUMANode); err == nil {
+				t.Pin(cpus)
+			}
+		}
 	}
 	err = c.threads[0].Do(func() error {
 		if err := lib.Open(); err != nil {

@@ -50,6 +50,7 @@ class MemoryDesc(TypedDict):
     slot_size: int
     slots: int
     device: int  # the GPU's ordinal; -1 for host memory
+    numa_node: int  # the node the memory is placed on; -1 unknown or not placed
 
 
 class OpenResponse(TypedDict):
