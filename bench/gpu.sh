@@ -8,14 +8,16 @@
 # It runs `loaderd check`; builds a small ImageNet-shaped set on an ext4
 # loop device; serves it; for the bounce path (the backend reads into
 # page-locked staging memory, one copy per batch to the device) x file,
-# gds, bam, a client process receives GPU batches for two epochs, two
-# shards, shuffled, copies every sample back with PyTorch or CuPy and
-# compares bytes and labels with the files, and checks zero copy (the
-# consumer's pointer lies inside the imported allocation); then it times
-# samples/s into GPU memory (gds, bounce) against host gds and a PyTorch
+# gds, bam, and for the cufile path (cuFileRead straight into the slots),
+# a client process receives GPU batches for two epochs, two shards,
+# shuffled, copies every sample back with PyTorch or CuPy and compares
+# bytes and labels with the files, and checks zero copy (the consumer's
+# pointer lies inside the imported allocation); it reports whether cuFile
+# ran in GDS or compatibility mode from cuFile's own statistics (loaderd
+# bench --backend cufile --memory gpu); then it times samples/s into GPU
+# memory (cufile; gds through bounce) against host gds and a PyTorch
 # baseline (read each file, torch.frombuffer(...).cuda()), cold, in one
-# run. The cufile path (cuFileRead straight into the slots) is not built
-# yet: it is reported as such.
+# run.
 #
 # Needs root (loop device, drop_caches). Usage: bench/gpu.sh [FILES]
 set -euo pipefail
@@ -54,11 +56,14 @@ bin/loaderd check --dataset "train=$w/train.bmap" || true
 bin/loaderd serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
 while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
 status=0
-echo "== bytes, labels and zero copy: bounce x file, gds, bam; 2 epochs, 2 shards, shuffled"
+echo "== bytes, labels and zero copy: bounce x file, gds, bam, and cufile; 2 epochs, 2 shards, shuffled"
 for backend in file gds bam; do
-  "$PY" bench/gpu_check.py exact --socket "$w/d.sock" --root "$w/mnt/train" --backend "$backend" || status=1
+  "$PY" bench/gpu_check.py exact --socket "$w/d.sock" --root "$w/mnt/train" --backend "$backend" --gpu-path bounce || status=1
 done
-echo "cufile path: not built (reported, not run)"
+"$PY" bench/gpu_check.py exact --socket "$w/d.sock" --root "$w/mnt/train" --backend cufile --gpu-path cufile || status=1
+echo "== cuFile's mode, from its own statistics (one cold epoch)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+bin/loaderd bench --bmap "$w/train.bmap" --backend cufile --memory gpu --shuffle || status=1
 echo "== samples/s, cold (drop_caches before each)"
 "$PY" bench/gpu_check.py speed --socket "$w/d.sock" --root "$w/mnt/train" || status=1
 echo "== daemon log (tail)"

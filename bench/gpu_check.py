@@ -52,7 +52,10 @@ def exact(a: argparse.Namespace) -> int:
     bad, seen = 0, {}
     for shard in range(2):
         with LoaderSource("train", socket=a.socket, batch_size=16, shard_id=shard, num_shards=2, random_shuffle=True,
-                          seed=7, backend=a.backend, device="gpu", device_id=0) as src:
+                          seed=7, backend=a.backend, device="gpu", device_id=0, gpu_path=a.gpu_path) as src:
+            if src.gpu_path != a.gpu_path:
+                print(f"  {a.backend}: asked for gpu_path {a.gpu_path}, the daemon ran {src.gpu_path}")
+                bad += 1
             g = src._gpu
             assert g is not None, "the session's memory is not GPU memory"
             for epoch in range(2):
@@ -74,7 +77,7 @@ def exact(a: argparse.Namespace) -> int:
         if sorted(both) != sorted(p for p, _ in by_hash.values()):
             bad += 1
             print(f"  {a.backend}: epoch {epoch}: the two shards do not cover the dataset exactly once")
-    print(f"{a.backend} bounce ({lib}): {sum(map(len, seen.values()))} samples, "
+    print(f"{a.backend} {a.gpu_path} ({lib}): {sum(map(len, seen.values()))} samples, "
           f"{'byte- and label-exact, zero copy' if bad == 0 else f'{bad} FAILURES'}")
     return 1 if bad else 0
 
@@ -88,10 +91,11 @@ def speed(a: argparse.Namespace) -> int:
     import torch
     _, paths = files(Path(a.root))
 
-    def epoch_source(device: str) -> float:
+    def epoch_source(device: str, backend: str = "gds") -> float:
         drop()
-        with LoaderSource("train", socket=a.socket, batch_size=64, random_shuffle=True, seed=1, backend="gds",
-                          device=device) as src:  # type: ignore[arg-type]
+        kw: dict[str, Any] = {"gpu_path": "cufile" if backend == "cufile" else "bounce"} if device == "gpu" else {}
+        with LoaderSource("train", socket=a.socket, batch_size=64, random_shuffle=True, seed=1, backend=backend,
+                          device=device, **kw) as src:  # type: ignore[arg-type]
             t0, n = time.perf_counter(), 0
             for samples, _ in src:
                 n += len(samples)
@@ -106,8 +110,9 @@ def speed(a: argparse.Namespace) -> int:
         torch.cuda.synchronize()
         return len(paths) / (time.perf_counter() - t0)
 
-    rows: dict[str, list[float]] = {"gpu gds bounce": [], "host gds": [], "torch read + .cuda()": []}
+    rows: dict[str, list[float]] = {"gpu cufile": [], "gpu gds bounce": [], "host gds": [], "torch read + .cuda()": []}
     for _ in range(a.rounds):
+        rows["gpu cufile"].append(epoch_source("gpu", "cufile"))
         rows["gpu gds bounce"].append(epoch_source("gpu"))
         rows["host gds"].append(epoch_source("cpu"))
         rows["torch read + .cuda()"].append(baseline())
@@ -127,6 +132,7 @@ def main() -> int:
     ap.add_argument("--root", required=True)
     ap.add_argument("--backend", default="gds")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gpu-path", default="bounce", choices=["bounce", "cufile"])
     a = ap.parse_args()
     return exact(a) if a.mode == "exact" else speed(a)
 

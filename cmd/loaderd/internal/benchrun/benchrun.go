@@ -32,7 +32,8 @@ type Options struct {
 // --json` prints.
 type Result struct {
 	Backend     string         `json:"backend"`
-	Memory      string         `json:"memory"` // batch memory kind: pinned or gpu
+	Memory      string         `json:"memory"`             // batch memory kind: pinned or gpu
+	GPUPath     string         `json:"gpu_path,omitempty"` // for gpu memory: cufile (the backend writes the device) or bounce
 	Samples     int64          `json:"samples"`
 	Bytes       int64          `json:"bytes"` // file bytes delivered
 	Seconds     float64        `json:"seconds"`
@@ -69,6 +70,12 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 	cpu0 := cpuSeconds()
 	t0 := time.Now()
 	res := Result{Backend: l.Backend().Name(), Memory: string(l.Memory().Desc().Kind)}
+	if l.Memory().Desc().Kind == batchmem.GPU {
+		res.GPUPath = "bounce"
+		if l.Memory().Slot(0).Host == nil {
+			res.GPUPath = "cufile"
+		}
+	}
 	var lat []float64
 	for epochs, batches := 0, 0; (o.Batches == 0 || batches < o.Batches) && (o.Epochs == 0 || epochs < o.Epochs); {
 		b, err := l.Next(ctx)
@@ -154,6 +161,9 @@ func InfoLine(w io.Writer, r Result) {
 	}
 	slices.Sort(keys)
 	fmt.Fprintf(w, "%s into %s memory:", r.Backend, r.Memory)
+	if r.GPUPath != "" {
+		fmt.Fprintf(w, " gpu_path=%s", r.GPUPath)
+	}
 	for _, k := range keys {
 		fmt.Fprintf(w, " %s=%v", k, r.Options[k])
 	}
