@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 import http.client
 import socket as _socket
 import warnings
@@ -261,6 +262,15 @@ class LoaderSource:
         page-locked staging memory, copied to the device once per batch;
         ``"auto"``: cufile when cuFile runs on the daemon's machine and no
         host backend is named, else bounce. ``gpu_path`` says which ran.
+    reconnect_timeout : float, optional, default = 60.0
+        Seconds to keep trying when the daemon goes away (an upgrade, a
+        crash, ``systemctl restart``): the source reconnects on the same
+        socket, reopens its session at its own position and goes on
+        yielding exactly the batches an uninterrupted source would have,
+        for ``__iter__`` and ``batch(info)`` alike. Batches already handed
+        out stay valid and unchanged (their memory outlives the daemon).
+        After the timeout, ``DaemonGoneError`` says since when the daemon
+        is gone. 0 turns reconnection off.
 
     Raises
     ------
@@ -278,7 +288,7 @@ class LoaderSource:
                  prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
                  state: Optional[State] = None, timeout: float = 600.0, on_error: OnError = "raise",
                  transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
-                 gpu_path: GPUPath = "auto") -> None:
+                 gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if transport not in ("stream", "http"):
@@ -300,6 +310,8 @@ class LoaderSource:
         self._id: Optional[str] = None
         self._held: collections.deque[int] = collections.deque()
         self._give_back: list[int] = []  # slots of batches not handed out (failed)
+        self._reconnect_timeout = reconnect_timeout
+        self._gpu: Optional[DeviceMapping] = None
         req: OpenRequest = {
             "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
             "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
@@ -315,25 +327,31 @@ class LoaderSource:
             req["prefetch_queue_depth"] = prefetch_queue_depth
         if device == "gpu":
             req["gpu_path"] = gpu_path
+        self._req = req
+        self._open(req)
+
+    def _open(self, req: OpenRequest) -> None:
+        """Opens a session and maps its batch memory."""
         r = cast(OpenResponse, self._call("POST", "/v1/sessions", req))
         self._id = r["id"]
         self.backend: str = r["backend"]
+        """The backend that reads for this source (the daemon's default filled in)."""
         self.gpu_path: str = r["gpu_path"]
         """For GPU batches, the path that runs: "cufile" or "bounce"; else ""."""
-        """The backend that reads for this source (the daemon's default filled in)."""
         self._release_after: int = r["release_after"]
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]
         self._epoch_batches: int = r["epoch_batches"]
         self._expect = (r["epoch"], r["iteration"])
-        self._gpu: Optional[DeviceMapping] = None
+        self._state0: State = r["state"]
         try:
-            mr, fd = receive(socket, r["id"], timeout)
+            mr, fd = receive(self._socket, r["id"], self._timeout)
         except UpgradeError as e:
             self.close()
             raise _error(f"loaderd: session {r['id']}: cannot receive its batch memory: {e}", e.status) from e
         desc = mr["memory"]
         self.memory: MemoryDesc = desc
         """The session's batch memory: kind, size, slot size, slots, device."""
+        old_gpu = self._gpu  # arrays already handed out keep their own mapping alive
         try:
             if desc["kind"] == "gpu":
                 self._gpu = DeviceMapping(fd, desc["size"], desc["device"])
@@ -346,6 +364,38 @@ class LoaderSource:
             raise LoaderError(f"loaderd: session {r['id']}: cannot map its {desc['kind']} batch memory: {e}") from e
         finally:
             os.close(fd)
+        del old_gpu
+
+    def _reconnect(self, cause: LoaderError) -> None:
+        """Reopens the session at this source's position after the daemon
+        went away, retrying with backoff for reconnect_timeout seconds."""
+        if self._reconnect_timeout <= 0 or self._expect is None:
+            raise cause
+        since = time.time()
+        deadline = time.monotonic() + self._reconnect_timeout
+        self._drop_stream()
+        self._conn.close()
+        epoch, batch = self._expect
+        req = cast(OpenRequest, dict(self._req))
+        req["state"] = {"version": self._state0["version"], "sampling": self._state0["sampling"], "epoch": epoch, "batch": batch}
+        delay, last = 0.05, str(cause)
+        warnings.warn(f"LoaderSource: loaderd at {self._socket} went away ({cause}); reconnecting for up to "
+                      f"{self._reconnect_timeout:g} s", RuntimeWarning, stacklevel=4)
+        while True:
+            try:
+                self._open(req)
+                break
+            except DaemonGoneError as e:
+                last = str(e)
+            if time.monotonic() >= deadline:
+                raise DaemonGoneError(f"loaderd at {self._socket} gone since {time.strftime('%H:%M:%S', time.localtime(since))} "
+                                      f"({time.time() - since:.0f} s without it): {last}") from cause
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
+        # Slots of the old session mean nothing to the new one; what DALI
+        # still holds keeps its memory (the old mapping) alive.
+        self._held.clear()
+        self._give_back.clear()
 
     def _samples(self, offsets: list[int], lengths: list[int]) -> list[Sample]:
         """Views of the samples at offsets: numpy arrays of host memory, or
@@ -385,18 +435,19 @@ class LoaderSource:
         release, self._give_back = self._give_back, []
         while len(self._held) > self._release_after:
             release.append(self._held.popleft())
-        if self._transport == "stream":
-            r = self._stream_next(release, at)
-        else:
-            body: NextRequest = {}
-            if release:
-                body["release"] = release
-            if at is not None:
-                body["epoch"], body["iteration"] = at
-            r = cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", body or None))
+        try:
+            r = self._next(release, at)
+        except (DaemonGoneError, NotFoundError) as e:  # NotFound: a restarted daemon does not know the session
+            self._reconnect(e)
+            r = self._next([], at)
         self._epoch_batches = r["epoch_batches"]
         if r["end_of_epoch"]:
+            self._expect = (r["epoch"], 0)
             raise StopIteration
+        if at is not None and (r["epoch"], r["iteration"]) != at:
+            self._drop_stream()
+            raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
+        self._expect = (r["epoch"], r["iteration"] + 1)
         failed = r.get("failed") or []
         if failed and (self._on_error == "raise" or len(failed) == len(r["offsets"])):
             self._give_back.append(r["slot"])
@@ -414,6 +465,17 @@ class LoaderSource:
             warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
                           "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
         return samples, labels
+
+    def _next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
+        """The next descriptor, by the source's transport."""
+        if self._transport == "stream":
+            return self._stream_next(release, at)
+        body: NextRequest = {}
+        if release:
+            body["release"] = release
+        if at is not None:
+            body["epoch"], body["iteration"] = at
+        return cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", body or None))
 
     def _stream_next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
         """The next frame of the stream, opening it (at at) or moving it
@@ -438,14 +500,7 @@ class LoaderSource:
             raise DaemonGoneError(f"loaderd at {self._socket}: stream: {e}") from e
         if r.get("error"):
             self._drop_stream()
-            raise LoaderError(f"loaderd: {r['error']}")
-        if r["end_of_epoch"]:
-            self._expect = (r["epoch"], 0)
-        else:
-            if at is not None and (r["epoch"], r["iteration"]) != at:
-                self._drop_stream()
-                raise LoaderError(f"loaderd: stream sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
-            self._expect = (r["epoch"], r["iteration"] + 1)
+            raise _error(f"loaderd: {r['error']}", r.get("error_status"))
         return r
 
     def _drop_stream(self) -> None:

@@ -63,6 +63,7 @@ class OpenResponse(TypedDict):
     epoch: int  # the first batch's position
     iteration: int
     epoch_batches: int
+    state: State  # the position at open, with its sampling
 
 
 class MemoryResponse(TypedDict):
@@ -83,6 +84,7 @@ class NextResponse(TypedDict, total=False):
     failed: List[int]
     errors: List[str]
     error: str  # in a stream: it ended with this error
+    error_status: int  # and the HTTP status it maps to
     stopped: bool  # in a stream: the answer to a stop
 
 

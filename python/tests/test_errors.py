@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import BIN, Daemon, Dataset, need_raw, start_daemon, stop_daemon
-from dali_source import LoaderError, LoaderSource, SampleError
+from dali_source import DaemonGoneError, LoaderError, LoaderSource, SampleError
 
 BACKENDS = ["file", "gds", "bam"]
 
@@ -111,14 +111,16 @@ def test_daemon_stopped_mid_epoch_then_resume(dataset: Dataset, tmp_path: Path) 
     try:
         with LoaderSource("train", socket=d.socket, **kw) as ref:
             want = _drain(ref) + _drain(ref)
-        src = LoaderSource("train", socket=d.socket, timeout=5, **kw)
+        src = LoaderSource("train", socket=d.socket, timeout=5, reconnect_timeout=1, **kw)
         got = []
         for _ in range(3):
             got += [hashlib.sha256(s.tobytes()).hexdigest() for s in next(src)[0]]
         state = src.state()
     finally:
         assert stop_daemon(d) == 0
-    with pytest.raises(LoaderError, match="loaderd"):  # batches already streamed may come first; then a clear error
+    # Batches already streamed may come first; then, after a second of trying
+    # to reconnect, a clear error saying since when the daemon is gone.
+    with pytest.raises(DaemonGoneError, match=r"gone since \d\d:\d\d:\d\d"), pytest.warns(RuntimeWarning, match="reconnecting"):
         for _ in range(64):
             next(src)
     src.close()  # closing a source whose daemon is gone does not hang or raise

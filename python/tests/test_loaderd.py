@@ -140,7 +140,7 @@ def test_daemon_killed_leaves_nothing_and_batches_stay(dataset: Dataset, tmp_pat
     before = set(os.listdir("/dev/shm"))
     d = start_daemon(tmp_path, dataset.bmap)
     try:
-        src = LoaderSource("train", socket=d.socket, batch_size=4, random_shuffle=True, seed=3)
+        src = LoaderSource("train", socket=d.socket, batch_size=4, random_shuffle=True, seed=3, reconnect_timeout=0)
         samples, labels = next(src)
         assert _batch_memories(d.proc.pid) == 1
         assert set(os.listdir("/dev/shm")) == before, "the daemon named its batch memory in /dev/shm"

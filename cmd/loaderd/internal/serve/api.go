@@ -60,8 +60,11 @@ type NextResponse struct {
 	Indices      []int32  `msgpack:"indices"`
 	Failed       []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
 	Errors       []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
-	// In a stream only: the stream ended with this error (the last frame).
-	Error string `msgpack:"error,omitempty"`
+	// In a stream only: the stream ended with this error (the last frame),
+	// and the HTTP status a request would have had for it (404: the
+	// session is gone, e.g. the daemon stopped).
+	Error       string `msgpack:"error,omitempty"`
+	ErrorStatus int    `msgpack:"error_status,omitempty"`
 	// In a stream only: the answer to a stop; the releases are done (the last frame).
 	Stopped bool `msgpack:"stopped,omitempty"`
 }

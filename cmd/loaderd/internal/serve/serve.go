@@ -134,6 +134,11 @@ func writeErr(w http.ResponseWriter, code int, msg string) {
 
 // fail writes err with the status its sentinel maps to.
 func fail(w http.ResponseWriter, err error) {
+	writeErr(w, status(err), err.Error())
+}
+
+// status is the HTTP status err's sentinel maps to.
+func status(err error) int {
 	code := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, session.ErrInvalid):
@@ -151,7 +156,7 @@ func fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.Canceled):
 		code = 499 // client went away
 	}
-	writeErr(w, code, err.Error())
+	return code
 }
 
 func writeMsg(w http.ResponseWriter, code int, v any) {

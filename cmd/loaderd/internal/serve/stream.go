@@ -96,7 +96,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		send(NextResponse{Error: err.Error()})
+		send(NextResponse{Error: err.Error(), ErrorStatus: status(err)})
 	}
 }
 

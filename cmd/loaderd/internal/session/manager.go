@@ -237,7 +237,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", spec.Name, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
-		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch)}, nil
+		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st}, nil
 }
 
 // gpuPath is one way to open a session's loader: the GPU path and the

@@ -51,6 +51,7 @@ type Opened struct {
 	Epoch              int           `msgpack:"epoch"`                // the first batch's position:
 	Iteration          int           `msgpack:"iteration"`            // Iteration == EpochBatches means the end of Epoch comes first
 	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
+	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices
