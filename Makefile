@@ -40,3 +40,4 @@ venv:
 
 fuzz: deps
 	go test -run XXX -fuzz FuzzDecode -fuzztime 60s ./bmap/
+	go test -run XXX -fuzz FuzzParseConfig -fuzztime 30s ./cmd/loaderd/

@@ -43,7 +43,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
+const usage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64] [--engines session|device]
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
@@ -305,6 +305,7 @@ func (d datasetFlags) Set(v string) error {
 func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	config := fs.String("config", "", "read settings from FILE: one flag per line, KEY = VALUE, as on the command line without the dashes; flags given on the command line win")
 	socket := fs.String("socket", "", "unix socket to listen on (required); ready when it exists")
 	listen := fs.String("listen", "", "also listen on this loopback TCP address, e.g. 127.0.0.1:7070 (needs --tcp-token)")
 	tokenFile := fs.String("tcp-token", "", "FILE holding the bearer token every TCP request must carry (Authorization: Bearer TOKEN)")
@@ -331,6 +332,11 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *config != "" {
+		if err := applyConfig(fs, *config); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
 	}
 	if *socket == "" || len(datasets) == 0 {
 		return fmt.Errorf("%w: --socket and at least one --dataset are required", errUsage)

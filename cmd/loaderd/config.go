@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// A config file holds flags, one per line, as on the command line without
+// the dashes, so that a deployment names its datasets and options in a
+// file instead of a long command line:
+//
+//	# /etc/loaderd/loaderd.conf
+//	socket = /run/loaderd/loaderd.sock
+//	socket-group = loaderd
+//	dataset = imagenet=/data/imagenet/train.bmap
+//	dataset = openimages=/data/openimages/train.bmap
+//	session-timeout = 60s
+//
+// Blank lines and lines starting with # are ignored; a repeatable flag
+// (dataset) may appear several times. Every value is text, parsed by its
+// flag as on the command line. A flag given on the command line wins over
+// the file (all of the file's lines for it are skipped).
+
+// configLine is one setting of a config file.
+type configLine struct {
+	line       int
+	key, value string
+}
+
+// parseConfig reads a config file's settings; errors name the line.
+func parseConfig(data []byte) ([]configLine, error) {
+	var out []configLine
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		key, value, ok := strings.Cut(text, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("line %d: want KEY = VALUE, got %q", n, text)
+		}
+		if strings.HasPrefix(key, "-") {
+			return nil, fmt.Errorf("line %d: %q: write flags without dashes", n, key)
+		}
+		out = append(out, configLine{n, key, value})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// applyConfig sets fs's flags from the file at path, except those given on
+// the command line (already parsed into fs) and the config flag itself.
+func applyConfig(fs *flag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	lines, err := parseConfig(data)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	given := map[string]bool{"config": true}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, l := range lines {
+		if fs.Lookup(l.key) == nil {
+			return fmt.Errorf("config %s: line %d: unknown setting %q (see loaderd serve -h)", path, l.line, l.key)
+		}
+		if given[l.key] {
+			continue
+		}
+		if err := fs.Set(l.key, l.value); err != nil {
+			return fmt.Errorf("config %s: line %d: %s: %w", path, l.line, l.key, err)
+		}
+	}
+	return nil
+}
