@@ -2,15 +2,18 @@
 # Both install what they need first (scripts/deps.sh).
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/go/bin:$(PATH)
+# The one place the version is set (the Python package reads it too).
+VERSION := $(shell cat python/dali_source/VERSION)
+GOLDFLAGS := -ldflags "-X main.version=$(VERSION)"
 
-.PHONY: demo test deps build bench fuzz venv
+.PHONY: demo test deps build bench fuzz venv wheel
 
 deps:
 	@bash scripts/deps.sh
 
 build: deps
 	@mkdir -p bin
-	go build -o bin/ ./cmd/... ./tools/...
+	go build $(GOLDFLAGS) -o bin/ ./cmd/... ./tools/...
 
 # Runs the main job on a generated ImageNet-shaped demo dataset.
 demo: build venv
@@ -27,7 +30,7 @@ test: deps venv
 	cd python && ../.venv/bin/mypy --strict dali_source
 	go test -race -count=1 ./...
 	@mkdir -p bin
-	go build -o bin/ ./cmd/...
+	go build $(GOLDFLAGS) -o bin/ ./cmd/...
 	cd python && ../.venv/bin/pytest -q -rs tests  # not `python -m`: the tests import the installed client
 
 # Benchmarks (not tests): see README "Figures". Needs root.
@@ -41,3 +44,7 @@ venv:
 fuzz: deps
 	go test -run XXX -fuzz FuzzDecode -fuzztime 60s ./bmap/
 	go test -run XXX -fuzz FuzzParseConfig -fuzztime 30s ./cmd/loaderd/
+
+# One pip install: the client and both binaries (scripts/wheel.sh).
+wheel: deps venv
+	bash scripts/wheel.sh

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 missing=()
 for pair in mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.ext4:e2fsprogs filefrag:e2fsprogs \
-            fio:fio losetup:mount curl:curl unzip:unzip python3:python3; do
+            fio:fio objcopy:binutils losetup:mount curl:curl unzip:unzip python3:python3; do
   tool=${pair%%:*} pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || [[ -x /usr/sbin/$tool || -x /sbin/$tool ]] || missing+=("$pkg")
 done

@@ -50,7 +50,12 @@ const usage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME
                      [--prefetch 2] [--memory pinned|gpu --device-id 0] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
        loaderd backends [--json]   (the backends and their options' flags, defaults and limits)
+       loaderd --version
        loaderd check [--dataset NAME=MAP ...] [--json]   (what this machine offers: io_uring, O_DIRECT, driver, CUDA, cuFile, GPUs, topology)`
+
+// version is this release, set at link time from python/dali_source/VERSION
+// (make build, make wheel): -ldflags "-X main.version=...".
+var version = "dev"
 
 // errUsage marks errors that print usage; exit status 2.
 var errUsage = errors.New("usage")
@@ -69,6 +74,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = backendsCmd(args[1:], stdout, stderr)
 	case args[0] == "check":
 		err = checkCmd(args[1:], stdout, stderr)
+	case args[0] == "--version" || args[0] == "version":
+		fmt.Fprintf(stdout, "loaderd %s\n", version)
+		return 0
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprintln(stderr, usage)
 		return 0

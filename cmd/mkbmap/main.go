@@ -31,11 +31,19 @@ func main() {
 	os.Exit(code)
 }
 
+// version is this release, set at link time from python/dali_source/VERSION
+// (make build, make wheel): -ldflags "-X main.version=...".
+var version = "dev"
+
 // errUsage marks errors that should print usage; exit status 2.
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "version") {
+		fmt.Fprintf(stdout, "mkbmap %s\n", version)
+		return 0
+	}
 	if len(args) > 0 && args[0] == "inspect" {
 		err = inspect(ctx, args[1:], stdout, stderr)
 	} else {

@@ -33,6 +33,7 @@ import time
 import http.client
 import socket as _socket
 import warnings
+from pathlib import Path
 from typing import Any, Literal, Optional, Union, cast
 
 import msgpack
@@ -43,6 +44,10 @@ from ._memory import map_host, receive
 from ._upgrade import UpgradeError
 from ._stream import Stream, StreamError
 from ._wire import BackendsResponse, MemoryDesc, NextRequest, NextResponse, OpenRequest, OpenResponse, State
+
+__version__ = (Path(__file__).parent / "VERSION").read_text().strip()
+"""This release: the same for the client, loaderd and mkbmap (one place:
+the file VERSION beside this module)."""
 
 __all__ = ["BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError", "ForbiddenError", "LimitError", "LoaderError",
            "LoaderSource", "NoSpaceError", "NotFoundError", "SampleError", "State", "backends"]

@@ -1,0 +1,43 @@
+"""make wheel: one platform wheel with the client and both binaries, one
+version for all three, a manylinux tag that auditwheel agrees with."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import dali_source
+
+from conftest import BIN
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_binaries_and_client_share_one_version() -> None:
+    v = (REPO / "python" / "dali_source" / "VERSION").read_text().strip()
+    assert dali_source.__version__ == v
+    for b in ("loaderd", "mkbmap"):
+        out = subprocess.run([str(BIN / b), "--version"], capture_output=True, text=True, check=True).stdout
+        assert out == f"{b} {v}\n", out
+
+
+def test_wheel(tmp_path: Path) -> None:
+    r = subprocess.run(["bash", str(REPO / "scripts" / "wheel.sh")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    wheel = Path(REPO / r.stdout.strip().splitlines()[-1])
+    v = dali_source.__version__
+    assert wheel.name == f"nvfeed-{v}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", wheel.name
+    show = subprocess.run([str(Path(sys.executable).parent / "auditwheel"), "show", str(wheel)], capture_output=True, text=True)
+    assert show.returncode == 0, show.stderr
+    m = re.search(r'consistent with the following platform tag: "manylinux_(\d+)_(\d+)_x86_64"', show.stdout)
+    assert m and (int(m[1]), int(m[2])) <= (2, 17), f"auditwheel does not back manylinux_2_17: {show.stdout}"
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True)
+    for b in ("loaderd", "mkbmap"):
+        out = subprocess.run([str(target / "bin" / b), "--version"], capture_output=True, text=True, check=True).stdout
+        assert out == f"{b} {v}\n", f"the wheel's {b}: {out!r}"
+    py = subprocess.run([sys.executable, "-c", "import dali_source, sys; print(dali_source.__version__, dali_source.__file__)"],
+                        capture_output=True, text=True, env={"PYTHONPATH": str(target)}, cwd=tmp_path, check=True).stdout.split()
+    assert py[0] == v and py[1].startswith(str(target)), py
