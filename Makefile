@@ -33,7 +33,7 @@ test: deps venv
 	go build $(GOLDFLAGS) -o bin/ ./cmd/...
 	cd python && ../.venv/bin/pytest -q -rs tests  # not `python -m`: the tests import the installed client
 
-# Benchmarks (not tests): see README "Figures". Needs root.
+# Benchmarks (not tests): see bench/RESULTS.md. Needs root.
 bench: build venv
 	go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/
 	bash bench/run.sh 3

@@ -186,7 +186,7 @@ func (e *uringEngine) loop() {
 		}
 		// Wait for half of what is in flight, not for one completion: half
 		// the enter calls (and thread hand-offs), the device queue staying
-		// at least half full. Measured (README, Figures): CPU per GB 0.094
+		// at least half full. Measured (bench/RESULTS.md): CPU per GB 0.094
 		// -> 0.080 s on the RAM-backed device, 0.147 -> 0.134 s on the
 		// virtio one, throughput the same or better on both.
 		if err := e.ring.Submit(uint32(max(1, inflight/2))); err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) {
