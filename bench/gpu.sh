@@ -36,26 +36,21 @@ for b in loaderd mkbmap gendataset; do
 done
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-w=$(mktemp -d /tmp/nvfeed-gpu.XXXXXX)
-img=$w/img loop= d=
+. bench/lib.sh
+d=
 cleanup() {
   [[ -n $d ]] && { kill -TERM "$d" 2>/dev/null; wait "$d" 2>/dev/null || true; }
-  mountpoint -q "$w/mnt" && umount "$w/mnt"
-  [[ -n $loop ]] && losetup -d "$loop"
-  rm -rf "$w"
+  bench_cleanup
 }
 trap cleanup EXIT
 echo "== loaderd check"
 bin/loaderd check || true
-truncate -s 2G "$img"
-mkfs.ext4 -q -F -b 4096 "$img"
-loop=$(losetup --find --show --direct-io=on "$img")
-mkdir -p "$w/mnt" && mount "$loop" "$w/mnt"
-bin/gendataset --out "$w/mnt/train" --files "$FILES" --classes 20 --mean 110000 >/dev/null
-sync
-bin/mkbmap --mountpoint "$w/mnt/train" -o "$w/train.bmap" 2>/dev/null
+# The machine's own disk (an image file on it, as bench's "virtio" device).
+FILES=$FILES bench_dataset virtio "$PWD/.bench/gpu"
+w=$bench_work
 echo "== loaderd check --dataset"
 bin/loaderd check --dataset "train=$w/train.bmap" || true
+rm -f "$w/d.sock"
 bin/loaderd serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
 while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
 status=0
@@ -65,7 +60,7 @@ for backend in file gds bam; do
 done
 "$PY" bench/gpu_check.py exact --socket "$w/d.sock" --root "$w/mnt/train" --backend cufile --gpu-path cufile || status=1
 echo "== cuFile's mode, from its own statistics (one cold epoch)"
-sync; echo 3 > /proc/sys/vm/drop_caches
+drop
 bin/loaderd bench --bmap "$w/train.bmap" --backend cufile --memory gpu --shuffle || status=1
 echo "== samples/s, cold (drop_caches before each)"
 "$PY" bench/gpu_check.py speed --socket "$w/d.sock" --root "$w/mnt/train" || status=1
