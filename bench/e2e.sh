@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# End to end, as a user runs it: CPU DALI pipelines that read (no decode),
+# num_threads=2, one epoch each, side by side in one run, at batch 16, 64
+# and 256: the ceiling (fn.external_source over the same files already in
+# memory: no loader can beat it), fn.readers.file, and
+# fn.external_source(LoaderSource) for every backend. Loader and reader
+# cases are cold (sync; drop_caches before each); the case order is
+# reversed every other round. The summary gives medians and each case's
+# ratio to readers.file and to the ceiling.
+#
+# Needs root. Usage: bench/e2e.sh DEVICE [ROUNDS]   (DEVICE virtio or ram;
+# env: FILES, default 12000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+device=${1:?usage: bench/e2e.sh virtio|ram [ROUNDS]} rounds=${2:-3}
+. bench/lib.sh
+d=
+cleanup() {
+  [[ -n $d ]] && { kill -TERM "$d" 2>/dev/null; wait "$d" 2>/dev/null || true; }
+  bench_cleanup
+}
+trap cleanup EXIT
+bench_dataset "$device" "$PWD/.bench/e2e"
+w=$bench_work root=$w/mnt/train out=$w/e2e.jsonl
+: > "$out"
+rm -f "$w/d.sock"
+bin/loaderd serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
+while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
+bm() { .venv/bin/python python/examples/benchmark.py --threads 2 --json --batchsize "$@"; }
+cases=()
+for bs in 16 64 256; do
+  cases+=("ceiling|$bs|warm|dali-memory --datadir $root" "readers.file|$bs|cold|dali --datadir $root")
+  for b in file gds bam; do cases+=("LoaderSource $b|$bs|cold|loader-dali --socket $w/d.sock --dataset train --backend $b"); done
+done
+for r in $(seq 1 "$rounds"); do
+  order=("${cases[@]}")
+  if (( r % 2 == 0 )); then order=(); for ((i = ${#cases[@]} - 1; i >= 0; i--)); do order+=("${cases[i]}"); done; fi
+  for c in "${order[@]}"; do
+    IFS='|' read -r label bs temp args <<<"$c"
+    [[ $temp == cold ]] && drop
+    # shellcheck disable=SC2086 # args are the source's flags
+    bm "$bs" $args | .venv/bin/python -c 'import json,sys; r=json.load(sys.stdin); r.update(case=sys.argv[1], batch=int(sys.argv[2])); print(json.dumps(r))' "$label" "$bs" >> "$out"
+  done
+  echo "e2e: $device: round $r of $rounds done" >&2
+done
+.venv/bin/python - "$out" "$device" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"\n{sys.argv[2]} device, DALI CPU pipelines (num_threads=2, read only), one epoch, medians of {len(rows) // 15} rounds")
+print(f"{'case':<22}{'batch':>6}{'samples/s':>11}{'vs readers.file':>17}{'vs ceiling':>12}")
+for bs in (16, 64, 256):
+    med = {}
+    for r in rows:
+        if r["batch"] == bs:
+            med.setdefault(r["case"], []).append(r["samples_per_s"])
+    med = {k: statistics.median(v) for k, v in med.items()}
+    for case, v in med.items():
+        print(f"{case:<22}{bs:>6}{v:>11.0f}{v / med['readers.file']:>16.2f}x{v / med['ceiling']:>11.2f}x")
+PY
