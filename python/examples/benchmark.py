@@ -78,7 +78,7 @@ def _dali_run(pipe, batches: int) -> tuple[int, int, float]:
         except StopIteration:
             break
         n += len(data)
-        nbytes += sum(data[i].shape()[0] for i in range(len(data)))  # no copy of the sample
+        nbytes += sum(s[0] for s in data.shape())  # one call per batch: a Python call per sample costs ~40% here
     return n, nbytes, time.perf_counter() - t0
 
 
@@ -110,15 +110,26 @@ def loader_dali(a: argparse.Namespace) -> tuple[int, int, float]:
 
 def dali_memory(a: argparse.Namespace) -> tuple[int, int, float]:
     """The ceiling no loader can beat: fn.external_source over the same
-    files already in memory as numpy arrays (read before the clock starts),
-    one shuffled epoch."""
+    files already in memory (read before the clock starts), fed exactly as
+    LoaderSource feeds DALI, one shuffled epoch."""
     import nvidia.dali.fn as fn
     import nvidia.dali.types as types
     from nvidia.dali import pipeline_def
 
     files = _files(a.datadir)
     classes = {c: i for i, c in enumerate(sorted({os.path.basename(os.path.dirname(f)) for f in files}, key=os.fsencode))}
-    data = [np.fromfile(f, dtype=np.uint8) for f in files]
+    # Laid out as loaderd lays out batch memory: one buffer, every sample
+    # 4 KiB-aligned, handed to DALI as views (no_copy=True), so the only
+    # difference from LoaderSource is the reading.
+    sizes = [os.path.getsize(f) for f in files]
+    offs, off = [], 0
+    for n in sizes:
+        offs.append(off)
+        off += (n + 4095) // 4096 * 4096
+    buf = np.empty(off, dtype=np.uint8)
+    for f, o, n in zip(files, offs, sizes):
+        buf[o:o + n] = np.fromfile(f, dtype=np.uint8)
+    data = [buf[o:o + n] for o, n in zip(offs, sizes)]
     labels = [np.array([classes[os.path.basename(os.path.dirname(f))]], dtype=np.int32) for f in files]
     order = list(range(len(files)))
     random.Random(0).shuffle(order)
@@ -127,7 +138,7 @@ def dali_memory(a: argparse.Namespace) -> tuple[int, int, float]:
     def source():
         for b in range(nb):
             idx = order[b * a.batchsize:(b + 1) * a.batchsize]
-            yield [data[i] for i in idx], [labels[i] for i in idx]
+            yield [data[i] for i in idx], np.array([labels[i] for i in idx], dtype=np.int32)
 
     @pipeline_def(batch_size=a.batchsize, num_threads=a.threads, device_id=None)
     def pipe():
