@@ -1,10 +1,6 @@
 package cuda
 
-import (
-	"unsafe"
-
-	"github.com/ebitengine/purego"
-)
+import "unsafe"
 
 // uintptrOf is the address of b's first byte; b must be outside the Go
 // heap (mmap'd) when C keeps using it after the call.
@@ -18,6 +14,3 @@ func goString(p *byte) string {
 	}
 	return string(unsafe.Slice(p, n))
 }
-
-// registerFunc binds the C function at addr to the Go function variable fn.
-func registerFunc(fn any, addr uintptr) { purego.RegisterFunc(fn, addr) }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 )
 
 // The driver API's exportable memory (virtual memory management), bound
@@ -93,7 +95,7 @@ func (r *Runtime) Driver() (*Driver, error) {
 		if p == 0 || status != 0 {
 			return nil, fmt.Errorf("cuda: %w: the driver has no %s (query status %d)", ErrNoVMM, name, status)
 		}
-		registerFunc(fn, p)
+		purego.RegisterFunc(fn, p)
 	}
 	return d, nil
 }

@@ -47,7 +47,7 @@ type gpu struct {
 // openGPU makes GPU memory on o.Device. Without a driver it fails with
 // ErrNoCUDA.
 func openGPU(slots int, slotSize int64, o Options) (Memory, error) {
-	dev, err := openCUDADevice(o.Device)
+	dev, err := openCUDADevice(o.Device, o.Logger)
 	if err != nil {
 		return nil, err
 	}

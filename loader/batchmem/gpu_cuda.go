@@ -3,6 +3,7 @@ package batchmem
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/nvfeed/nvfeed/internal/cuda"
@@ -22,7 +23,7 @@ type cudaDevice struct {
 
 // openCUDADevice starts the thread for device and resolves what GPU memory
 // needs; without a driver it fails with ErrNoCUDA.
-func openCUDADevice(device int) (*cudaDevice, error) {
+func openCUDADevice(device int, log *slog.Logger) (*cudaDevice, error) {
 	if _, err := cuda.DriverVersion(); err != nil {
 		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrNoCUDA, err)
 	}
@@ -47,9 +48,6 @@ func openCUDADevice(device int) (*cudaDevice, error) {
 		d.stream, err = rt.NewStream()
 		return err
 	})
-	if err == nil {
-		d.place(bus)
-	}
 	if err != nil {
 		t.Close()
 		if errors.Is(err, cuda.ErrNoVMM) {
@@ -57,18 +55,23 @@ func openCUDADevice(device int) (*cudaDevice, error) {
 		}
 		return nil, fmt.Errorf("batchmem: memory kind gpu on device %d: %w", device, err)
 	}
+	d.place(bus, log)
 	return d, nil
 }
 
 // place pins the device's thread to the CPUs of its GPU's NUMA node (host
 // staging memory goes there too: openHost), where the machine has NUMA
 // information.
-func (d *cudaDevice) place(bus string) {
+func (d *cudaDevice) place(bus string, log *slog.Logger) {
 	if d.node = numa.OfPCI(numa.SysFS, bus); d.node < 0 {
 		return
 	}
-	if cpus, err := numa.CPUs(numa.SysFS, d.node); err == nil {
-		d.t.Pin(cpus)
+	cpus, err := numa.CPUs(numa.SysFS, d.node)
+	if err == nil {
+		err = d.t.Pin(cpus)
+	}
+	if err != nil {
+		log.Warn("batchmem: the GPU's thread is not on its NUMA node", "gpu", d.t.Device, "node", d.node, "err", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -40,7 +41,11 @@ func Spec() backend.Spec {
 				return nil, fmt.Errorf("%w: backend %s reads into GPU memory: open the session with memory gpu", backend.ErrOptions, Name)
 			}
 			workers := int(p.Int("workers"))
-			r, err := openCuFile(*env.GPU, workers)
+			log := env.Logger
+			if log == nil {
+				log = slog.Default()
+			}
+			r, err := openCuFile(*env.GPU, workers, log)
 			if err != nil {
 				return nil, fmt.Errorf("%w on GPU %d: %w", ErrUnavailable, env.GPU.Device, err)
 			}

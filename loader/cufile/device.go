@@ -3,6 +3,7 @@ package cufile
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/numa"
@@ -20,7 +21,7 @@ type cuFileReader struct {
 // openCuFile loads libcufile, opens its driver (left open for the
 // process's life, as KvikIO does: the driver is process-wide and shared by
 // every session) and registers mem.
-func openCuFile(mem backend.GPUMemory, workers int) (*cuFileReader, error) {
+func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger) (*cuFileReader, error) {
 	rt, err := cuda.Load()
 	if err != nil {
 		return nil, err
@@ -38,8 +39,12 @@ func openCuFile(mem backend.GPUMemory, workers int) (*cuFileReader, error) {
 		}
 		c.threads = append(c.threads, t)
 		if mem.NUMANode >= 0 { // the readers on the GPU's node
-			if cpus, err := numa.CPUs(numa.SysFS, mem.NUMANode); err == nil {
-				t.Pin(cpus)
+			cpus, err := numa.CPUs(numa.SysFS, mem.NUMANode)
+			if err == nil {
+				err = t.Pin(cpus)
+			}
+			if err != nil {
+				log.Warn("cufile: a reader is not on the GPU's NUMA node", "gpu", mem.Device, "node", mem.NUMANode, "err", err)
 			}
 		}
 	}

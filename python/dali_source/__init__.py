@@ -465,10 +465,9 @@ class LoaderSource:
         keep = [i for i in range(len(offsets)) if i not in bad]
         samples = self._samples([offsets[i] for i in keep], [lengths[i] for i in keep])
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
-        if failed:
-            self.skipped_samples += len(failed)
-            warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
-                          "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
+        self.skipped_samples += len(failed)
+        warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
+                      "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
         return samples, labels
 
     def _next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:

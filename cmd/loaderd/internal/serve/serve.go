@@ -252,26 +252,29 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	defer f.Close()
 	frame, err := msgpack.Marshal(MemoryResponse{Memory: desc})
 	if err != nil {
+		f.Close()
 		writeErr(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	conn, _, ok := switchProtocols(w, MemoryUpgrade)
 	if !ok {
+		f.Close()
 		return
 	}
-	defer conn.Close()
-	uc, ok := conn.(*net.UnixConn)
-	if !ok { // Manager.Memory refuses callers of unknown uid, so this is not reached over TCP
-		return
+	// Manager.Memory refuses callers of unknown uid, so conn is a unix one.
+	if uc, ok := conn.(*net.UnixConn); ok {
+		msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(frame)), uint32(len(frame)))
+		msg = append(msg, frame...)
+		if _, _, err := uc.WriteMsgUnix(msg, unix.UnixRights(int(f.Fd())), nil); err != nil {
+			s.log.Warn("serve: passing batch memory", "session", id, "err", err)
+		}
 	}
-	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(frame)), uint32(len(frame)))
-	msg = append(msg, frame...)
-	if _, _, err := uc.WriteMsgUnix(msg, unix.UnixRights(int(f.Fd())), nil); err != nil {
-		s.log.Warn("serve: passing batch memory", "session", id, "err", err)
-	}
+	// The daemon's copy of the descriptor goes before the connection does:
+	// a client that has read to the end finds none left here.
+	f.Close()
+	conn.Close()
 }
 
 func (s *Server) next(w http.ResponseWriter, r *http.Request) {

@@ -182,62 +182,68 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	}
 	m.opening++
 	m.mu.Unlock()
-	admitted := true
-	defer func() {
-		if admitted {
-			m.mu.Lock()
-			m.opening--
-			m.mu.Unlock()
+	l, spec, way, err := m.openLoader(ds, p, candidates, loader.Options{
+		ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
+		Memory: p.Memory, Device: p.Device, BackendOptions: p.BackendOptions, State: p.State,
+		Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.data.guard(p.Dataset), Shared: m.shared,
+	})
+	var ss *session
+	if err == nil {
+		ss = &session{id: newID(), dataset: p.Dataset, backend: spec.Name, uid: c.UID, l: l, held: map[int]*loader.Batch{}, slots: slots}
+		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, ss.id)
+		ss.touch()
+	}
+	m.mu.Lock()
+	m.opening--
+	if ss != nil {
+		m.sessions[ss.id] = ss
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return Opened{}, err
+	}
+	m.metrics.sessions.Inc()
+	st := l.State()
+	desc := l.Memory().Desc()
+	m.metrics.memory.WithLabelValues(ss.dataset, ss.backend, ss.id, string(desc.Kind), fmt.Sprint(desc.Device), way.path).Set(float64(desc.Size))
+	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", spec.Name, "uid", c.UID,
+		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
+	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, GPUPath: way.path, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
+		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st}, nil
+}
+
+// openLoader opens the session's loader the first of the ways that runs
+// (o gets each way's backend spec), and maps its errors to the sentinels.
+func (m *Manager) openLoader(ds *bmap.Map, p OpenParams, ways []gpuPath, o loader.Options) (*loader.Loader, backend.Spec, gpuPath, error) {
+	var err error
+	for i, way := range ways {
+		var spec backend.Spec
+		if spec, err = loader.BackendSpec(way.backend); err != nil {
+			return nil, spec, way, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-	}()
-	var l *loader.Loader
-	var spec backend.Spec
-	var gpuPath, why string
-	for i, c := range candidates {
-		if spec, err = loader.BackendSpec(c.backend); err != nil {
-			return Opened{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		o.Spec = &spec
+		var l *loader.Loader
+		if l, err = loader.New(context.Background(), ds, o); err == nil {
+			if way.path != "" {
+				m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", way.path, "backend", spec.Name, "device", p.Device, "why", way.why)
+			}
+			return l, spec, way, nil
 		}
-		gpuPath, why = c.path, c.why
-		l, err = loader.New(context.Background(), ds, loader.Options{
-			ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
-			Memory: p.Memory, Device: p.Device, Spec: &spec, BackendOptions: p.BackendOptions, State: p.State,
-			Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.data.guard(p.Dataset), Shared: m.shared,
-		})
-		if err != nil && i+1 < len(candidates) && errors.Is(err, cufile.ErrUnavailable) {
+		if i+1 < len(ways) && errors.Is(err, cufile.ErrUnavailable) {
 			m.log.Info("session: gpu_path auto: cufile cannot run here, using bounce", "dataset", p.Dataset, "why", err)
 			continue
 		}
 		break
 	}
-	if err != nil {
-		switch {
-		case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, batchmem.ErrUnsupported), errors.Is(err, cufile.ErrUnavailable):
-			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
-		case errors.Is(err, bmap.ErrStale), errors.Is(err, backend.ErrDevice):
-			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)
-		}
-		return Opened{}, fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
+	switch {
+	case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, batchmem.ErrUnsupported), errors.Is(err, cufile.ErrUnavailable):
+		err = fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
+	case errors.Is(err, bmap.ErrStale), errors.Is(err, backend.ErrDevice):
+		err = fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)
+	default:
+		err = fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
 	}
-	if gpuPath != "" {
-		m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", gpuPath, "backend", spec.Name, "device", p.Device,
-			"why", why)
-	}
-	ss := &session{id: newID(), dataset: p.Dataset, backend: spec.Name, uid: c.UID, l: l, held: map[int]*loader.Batch{}, slots: slots}
-	ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, ss.id)
-	ss.touch()
-	m.mu.Lock()
-	m.opening--
-	admitted = false
-	m.sessions[ss.id] = ss
-	m.mu.Unlock()
-	m.metrics.sessions.Inc()
-	st := l.State()
-	desc := l.Memory().Desc()
-	m.metrics.memory.WithLabelValues(ss.dataset, ss.backend, ss.id, string(desc.Kind), fmt.Sprint(desc.Device), gpuPath).Set(float64(desc.Size))
-	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", spec.Name, "uid", c.UID,
-		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
-	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
-		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st}, nil
+	return nil, backend.Spec{}, gpuPath{}, err
 }
 
 // gpuPath is one way to open a session's loader: the GPU path and the
