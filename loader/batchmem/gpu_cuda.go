@@ -84,9 +84,14 @@ type cudaAlloc struct {
 	m *cuda.DeviceMemory
 }
 
+// Ptr returns the allocation's device address.
 func (a cudaAlloc) Ptr() uintptr { return a.m.Ptr }
-func (a cudaAlloc) Size() int64  { return a.m.Size }
 
+// Size returns its size, granularity-rounded.
+func (a cudaAlloc) Size() int64 { return a.m.Size }
+
+// Export returns a new VMM POSIX file descriptor for it, made on the
+// device's thread.
 func (a cudaAlloc) Export() (*os.File, error) {
 	var f *os.File
 	err := a.d.t.Do(func() error {
@@ -97,6 +102,7 @@ func (a cudaAlloc) Export() (*os.File, error) {
 	return f, err
 }
 
+// Free unmaps and releases it on the device's thread.
 func (a cudaAlloc) Free() error { return a.d.t.Do(a.m.Free) }
 
 // Alloc allocates exportable memory on the device (cuMemCreate with POSIX
