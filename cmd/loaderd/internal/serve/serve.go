@@ -20,11 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -357,26 +359,11 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 			return fmt.Errorf("serve: TCP address %s: %w", l.TCP, ErrNoToken)
 		}
 	}
-	if err := removeStaleSocket(l.Socket); err != nil {
+	ln, err := listenUnix(l.Socket, gid, l.Mode)
+	if err != nil {
 		return err
 	}
-	// Create the socket with no access for others from the start, then set
-	// its group and mode: no moment where anyone else may connect.
-	old := unix.Umask(0o177)
-	ln, err := net.Listen("unix", l.Socket)
-	unix.Umask(old)
-	if err != nil {
-		return fmt.Errorf("serve: listen on %s: %w", l.Socket, err)
-	}
 	defer os.Remove(l.Socket)
-	if err := os.Chown(l.Socket, -1, gid); err != nil {
-		ln.Close()
-		return fmt.Errorf("serve: socket %s: chgrp %d: %w", l.Socket, gid, err)
-	}
-	if err := os.Chmod(l.Socket, l.Mode); err != nil {
-		ln.Close()
-		return fmt.Errorf("serve: socket %s: chmod %o: %w", l.Socket, l.Mode, err)
-	}
 	handler := s.Handler()
 	if l.TCP != "" {
 		handler = requireToken(l.Token, handler)
@@ -423,6 +410,53 @@ func lookupGroup(g string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(gr.Gid)
+}
+
+// listenUnix listens on a unix socket at path with group gid (-1: the
+// daemon's) and the given mode. The socket appears at path only when it is
+// ready: bound, listening, with its group and mode set. It is made under a
+// private name in the same directory and then linked to path, so a client
+// that sees the path can connect (no "connection refused" window between
+// bind and listen, no moment with the wrong mode), and linking fails if
+// another daemon took path meanwhile.
+func listenUnix(path string, gid int, mode os.FileMode) (*net.UnixListener, error) {
+	if err := removeStaleSocket(path); err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"~")
+	if err := removeStaleSocket(tmp); err != nil {
+		return nil, err
+	}
+	// No access for others from the start: the private name is never
+	// reachable by anyone but the daemon's user.
+	old := unix.Umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("serve: listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	fail := func(err error) (*net.UnixListener, error) {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Chown(tmp, -1, gid); err != nil {
+		return fail(fmt.Errorf("serve: socket %s: chgrp %d: %w", path, gid, err))
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return fail(fmt.Errorf("serve: socket %s: chmod %o: %w", path, mode, err))
+	}
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("serve: %s is in use by another daemon", path)
+		} else {
+			err = fmt.Errorf("serve: socket %s: %w", path, err)
+		}
+		return fail(err)
+	}
+	os.Remove(tmp)
+	return ln, nil
 }
 
 // removeStaleSocket removes a socket file nobody listens on, and refuses
