@@ -15,9 +15,12 @@ def main() -> None:
     ap.add_argument("--samples", type=int, required=True)
     ap.add_argument("--iodepth", type=int, default=32)
     ap.add_argument("--ioengine", default="io_uring")
+    ap.add_argument("--fixedbufs", action="store_true",
+                    help="io_uring: register the buffers and files once (--fixedbufs --registerfiles)")
     a = ap.parse_args()
+    extra = ["--fixedbufs", "--registerfiles"] if a.fixedbufs else []
     out = subprocess.run(["fio", "--name=replay", f"--read_iolog={a.iolog}", "--replay_no_stall=1", "--direct=1",
-                          f"--ioengine={a.ioengine}", f"--iodepth={a.iodepth}", "--output-format=json"],
+                          f"--ioengine={a.ioengine}", f"--iodepth={a.iodepth}", "--output-format=json", *extra],
                          check=True, capture_output=True, text=True).stdout
     job = json.loads(out[out.index("{"):])["jobs"][0]
     secs = job["job_runtime"] / 1000

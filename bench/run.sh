@@ -7,7 +7,8 @@
 # cache first (sync; drop_caches), "warm" ones get an untimed pass first.
 #
 # The device limit is fio's best on the same bytes (every raw sample's
-# extents, in a shuffled order, at queue depth 16, 32 and 64), never a
+# extents, in a shuffled order, at queue depth 16, 32 and 64, each with
+# and without fio's registered buffers and files), never a
 # replay of the loader's own order (that is shown beside it). bam is also
 # compared with fio replaying bam's own 4 KiB requests. The summary
 # (bench/compare.py) gives medians and ratios.
@@ -55,7 +56,7 @@ for device in $DEVICES; do
   ld() { bin/loaderd bench --bmap "$work/train.bmap" --shuffle --seed 1 --json "$@" 2>/dev/null; }
   ld --batch-size 64 --backend gds --iolog "$work/gds.iolog" >/dev/null
   ld --batch-size 64 --backend bam --cache-mb 0 --iolog "$work/bam.iolog" >/dev/null
-  fio() { .venv/bin/python bench/fio_replay.py --iolog "$1" --samples "$FILES" --iodepth "$2"; }
+  fio() { .venv/bin/python bench/fio_replay.py --iolog "$1" --samples "$FILES" --iodepth "$2" "${@:3}"; }
   py() { .venv/bin/python bench/python_file.py --root "$root" --batch-size 64 --seed "$1"; }
   bin/loaderd serve --socket "$work/loaderd.sock" --dataset "train=$work/train.bmap" 2>"$work/loaderd.log" &
   daemon=$!
@@ -84,7 +85,10 @@ for device in $DEVICES; do
     run cold "bam" ld --batch-size 64 --backend bam --cache-mb 0
     run cold "shim gds b64" shim 64 loader --backend gds
     run cold "shim bam b64" shim 64 loader --backend bam
-    for qd in 16 32 64; do run cold "fio shuffled qd$qd" fio "$work/shuffled.iolog" $qd; done
+    for qd in 16 32 64; do
+      run cold "fio shuffled qd$qd" fio "$work/shuffled.iolog" $qd
+      run cold "fio shuffled qd$qd+fixedbufs" fio "$work/shuffled.iolog" $qd --fixedbufs
+    done
     run cold "fio gds order qd32" fio "$work/gds.iolog" 32
     run cold "fio bam requests qd256" fio "$work/bam.iolog" 256
     run cold "fio shuffled 4k qd256" fio "$work/shuffled4k.iolog" 256

@@ -210,6 +210,11 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if d := mem.Desc(); d.Kind == batchmem.GPU {
 		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
 	}
+	for i := 0; i < o.Slots; i++ {
+		if h := mem.Slot(i).Host; len(h) > 0 {
+			env.HostBuffers = append(env.HostBuffers, h)
+		}
+	}
 	if l.backend, err = spec.Open(m, l.params, env); err != nil {
 		mem.Close()
 		return nil, err

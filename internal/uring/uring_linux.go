@@ -1,8 +1,11 @@
 // Package uring is the small part of io_uring the loader needs, written
 // over golang.org/x/sys/unix: a ring of fixed size, READ submissions into
-// caller-owned memory outside the Go heap, and completion reaping.
+// caller-owned memory outside the Go heap, registered buffers (READ_FIXED),
+// and completion reaping.
 //
-// A Ring is not safe for concurrent use: one goroutine owns it.
+// A Ring is not safe for concurrent use: one goroutine owns it. A ring set
+// up with SingleIssuer must be created, registered with, submitted to and
+// reaped from one OS thread (runtime.LockOSThread).
 package uring
 
 import (
@@ -20,8 +23,26 @@ const (
 
 	featSingleMmap = 1 << 0
 	enterGetEvents = 1 << 0
+	opReadFixed    = 4  // IORING_OP_READ_FIXED
 	opRead         = 22 // IORING_OP_READ
+
+	setupSingleIssuer = 1 << 12 // IORING_SETUP_SINGLE_ISSUER
+	setupDeferTaskrun = 1 << 13 // IORING_SETUP_DEFER_TASKRUN
+
+	registerBuffers = 0 // IORING_REGISTER_BUFFERS
+
+	// MaxBuffer is the largest buffer the kernel registers (1 GiB);
+	// RegisterBuffers splits larger regions.
+	MaxBuffer = 1 << 30
 )
+
+// Options choose how a ring is set up.
+type Options struct {
+	// SingleIssuer sets IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN: only the
+	// creating thread submits, and completion work runs when that thread
+	// waits for completions instead of interrupting it.
+	SingleIssuer bool
+}
 
 type sqOffsets struct {
 	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
@@ -80,12 +101,22 @@ type Ring struct {
 	entries        uint32
 	pendingSubmit  uint32
 	localTail      uint32
+	bufs           [][]byte // registered buffers, by index
 }
 
 // New sets up a ring with room for entries submissions.
-func New(entries uint32) (*Ring, error) {
+func New(entries uint32) (*Ring, error) { return NewWith(entries, Options{}) }
+
+// NewWith sets up a ring with room for entries submissions, as o says.
+func NewWith(entries uint32, o Options) (*Ring, error) {
 	var p params
+	if o.SingleIssuer {
+		p.flags |= setupSingleIssuer | setupDeferTaskrun
+	}
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
+	if errno == unix.EINVAL && o.SingleIssuer {
+		return nil, fmt.Errorf("uring: setup SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1+): %w: %w", ErrFlags, errno)
+	}
 	if errno != 0 {
 		if errno == unix.ENOSYS || errno == unix.EPERM || errno == unix.EACCES {
 			return nil, fmt.Errorf("uring: setup: %w: %w", ErrUnsupported, errno)
@@ -141,9 +172,51 @@ func (r *Ring) SQSpace() uint32 {
 	return r.entries - (r.localTail - atomic.LoadUint32(r.sqHead))
 }
 
+// RegisterBuffers registers memory with the ring, pinned once: later
+// reads into it are READ_FIXED, with no page pinning per request. Each
+// buffer must live outside the Go heap and stay mapped until Close;
+// regions over MaxBuffer are split. Registering pins every page now.
+func (r *Ring) RegisterBuffers(bufs [][]byte) error {
+	var split [][]byte
+	for _, b := range bufs {
+		for len(b) > 0 {
+			n := min(len(b), MaxBuffer)
+			split = append(split, b[:n])
+			b = b[n:]
+		}
+	}
+	if len(split) == 0 {
+		return nil
+	}
+	iov := make([]unix.Iovec, len(split))
+	for i, b := range split {
+		iov[i].Base = &b[0]
+		iov[i].SetLen(len(b))
+	}
+	if err := r.register(registerBuffers, unsafe.Pointer(&iov[0]), len(iov)); err != nil {
+		return fmt.Errorf("uring: register %d buffers: %w", len(iov), err)
+	}
+	r.bufs = split
+	return nil
+}
+
+func (r *Ring) register(op uintptr, arg unsafe.Pointer, n int) error {
+	for {
+		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), op, uintptr(arg), uintptr(n), 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+}
+
 // PrepRead queues a read of len(buf) bytes at off from fd into buf. buf
 // must not move until the completion arrives: it must live outside the Go
-// heap (mmap'd memory). It returns false when the queue is full.
+// heap (mmap'd memory). A buf inside a registered buffer is read with
+// READ_FIXED. It returns false when the queue is full.
 func (r *Ring) PrepRead(fd int, buf []byte, off uint64, userData uint64) bool {
 	if r.SQSpace() == 0 {
 		return false
@@ -153,6 +226,13 @@ func (r *Ring) PrepRead(fd int, buf []byte, off uint64, userData uint64) bool {
 	*e = sqe{opcode: opRead, fd: int32(fd), off: off, len: uint32(len(buf)), userData: userData}
 	if len(buf) > 0 {
 		e.addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
+		for i, b := range r.bufs {
+			lo := uint64(uintptr(unsafe.Pointer(&b[0])))
+			if e.addr >= lo && e.addr+uint64(len(buf)) <= lo+uint64(len(b)) {
+				e.opcode, e.bufIndex = opReadFixed, uint16(i)
+				break
+			}
+		}
 	}
 	r.sqArray[idx] = idx
 	r.localTail++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -75,4 +76,104 @@ func TestReadMany(t *testing.T) {
 			t.Errorf("bad fd: %+v", c)
 		}
 	})
+}
+
+// Reads through every setup the loader uses: plain, SINGLE_ISSUER|
+// DEFER_TASKRUN on a locked thread, and into registered buffers (READ_FIXED
+// for the part inside them, plain READ for the rest). Bytes must be the
+// file's in every case.
+func TestSetups(t *testing.T) {
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i*13 + i>>12)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tt := range []struct {
+		name       string
+		opts       Options
+		registered int // bytes at the start of the buffer registered (in two regions)
+	}{
+		{"plain", Options{}, 0},
+		{"single issuer", Options{SingleIssuer: true}, 0},
+		{"fixed buffers", Options{}, 3 << 20},
+		{"single issuer, fixed buffers", Options{SingleIssuer: true}, len(data)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			r, err := NewWith(16, tt.opts)
+			if errors.Is(err, ErrUnsupported) {
+				testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			buf, err := unix.Mmap(-1, 0, len(data), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Munmap(buf)
+			if tt.registered > 0 {
+				half := tt.registered / 2
+				if err := r.RegisterBuffers([][]byte{buf[:half], buf[half:tt.registered]}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const chunk = 64 << 10
+			fixed, next, done := 0, 0, 0
+			for done < len(data)/chunk {
+				for next < len(data)/chunk && r.SQSpace() > 0 {
+					off := next * chunk
+					idx := r.localTail & r.sqMask
+					r.PrepRead(int(f.Fd()), buf[off:off+chunk], uint64(off), uint64(next))
+					inside := off+chunk <= tt.registered && (off+chunk <= tt.registered/2 || off >= tt.registered/2)
+					if got := r.sqes[idx].opcode == opReadFixed; got != inside {
+						t.Fatalf("chunk at %d: READ_FIXED %v, want %v", off, got, inside)
+					}
+					if inside {
+						fixed++
+					}
+					next++
+				}
+				if err := r.Submit(1); err != nil {
+					t.Fatal(err)
+				}
+				done += r.Reap(func(c CQE) {
+					if c.Res != chunk {
+						t.Errorf("chunk %d: res %d", c.UserData, c.Res)
+					}
+				})
+			}
+			if !bytes.Equal(buf, data) {
+				t.Error("bytes differ from the file's")
+			}
+			if tt.registered > 0 && fixed == 0 {
+				t.Error("no read went through READ_FIXED")
+			}
+		})
+	}
+}
+
+// Empty regions register nothing (the kernel refuses a zero-length iovec).
+func TestRegisterBuffersEmpty(t *testing.T) {
+	r, err := New(4)
+	if errors.Is(err, ErrUnsupported) {
+		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.RegisterBuffers([][]byte{nil, {}}); err != nil || len(r.bufs) != 0 {
+		t.Errorf("empty regions: %v, %d registered", err, len(r.bufs))
+	}
 }

@@ -75,6 +75,10 @@ type Env struct {
 	// GPU is the batch memory on a GPU, for a backend that writes device
 	// memory (its Spec's DeviceWrites); nil for host memory.
 	GPU *GPUMemory
+	// HostBuffers is the host batch memory every Request.Buf lies in
+	// (slot by slot), for a backend that registers it once (io_uring
+	// fixed buffers); nil when not known.
+	HostBuffers [][]byte
 }
 
 // GPUMemory is batch memory on a GPU: one allocation at Base of Size

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -26,6 +28,9 @@ type host struct {
 	fd     int
 	pinErr error         // why mlock failed, nil when pinned
 	cuda   *cuda.Runtime // set once registered with CUDA
+	// pageSize is the huge page size the memory is on, 0 for ordinary
+	// pages.
+	pageSize int64
 }
 
 // openHost maps the memory. It is locked with mlock2(MLOCK_ONFAULT): each
@@ -36,28 +41,32 @@ type host struct {
 // MLOCK_ONFAULT every page is populated and locked at once. When locking
 // fails (RLIMIT_MEMLOCK) the memory still works and Pinned says why it is
 // not locked.
+//
+// Where the system has enough free huge pages (vm.nr_hugepages), the
+// memory is a hugetlb memfd, its size rounded up to whole huge pages:
+// fewer pages to pin per read and to map. Huge pages are taken from the
+// pool when the memory is mapped, all of them, not on first use. Else it says so in the log and uses
+// ordinary pages, advised to be huge where the kernel allows it for
+// shared memory (transparent_hugepage/shmem_enabled).
 func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	size := int64(slots) * slotSize
 	if avail, err := memAvailable(); err == nil && size > avail {
 		return nil, fmt.Errorf("batchmem: %w: %d slots of %d KiB need up to %d MiB, the machine has %d MiB available (a smaller batch_size or prefetch)",
 			ErrNoSpace, slots, slotSize>>10, size>>20, avail>>20)
 	}
-	h := &host{desc: Desc{Kind: Pinned, Size: size, SlotSize: slotSize, Slots: slots, Device: -1, NUMANode: -1}, fd: -1}
-	var err error
-	if h.fd, err = unix.MemfdCreate("nvfeed-batches", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING); err != nil {
-		return nil, fmt.Errorf("batchmem: memfd_create: %w", err)
-	}
-	if err := unix.Ftruncate(h.fd, size); err != nil {
-		h.Close()
-		return nil, fmt.Errorf("batchmem: size batch memory to %d bytes: %w", size, err)
-	}
-	if _, err := unix.FcntlInt(uintptr(h.fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		h.Close()
-		return nil, fmt.Errorf("batchmem: seal batch memory: %w", err)
-	}
-	if h.mem, err = unix.Mmap(h.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
-		h.Close()
-		return nil, fmt.Errorf("batchmem: map %d bytes of batch memory: %w", size, err)
+	h, why := openHuge(slots, slotSize)
+	if h == nil {
+		o.Logger.Info("batchmem: batch memory on small pages", "why", why)
+		var err error
+		if h, err = openMemfd(slots, slotSize, 0); err != nil {
+			return nil, err
+		}
+		unix.Madvise(h.mem, unix.MADV_HUGEPAGE) // effective only where shmem_enabled allows it
+	} else {
+		o.Logger.Info("batchmem: batch memory on huge pages", "page_kib", h.pageSize>>10, "size_mib", h.desc.Size>>20)
 	}
 	if node >= 0 { // before any page is allocated
 		if err := numa.Prefer(h.mem, node); err != nil {
@@ -66,7 +75,7 @@ func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 			h.desc.NUMANode = node
 		}
 	}
-	err = mlockOnFault(h.mem)
+	err := mlockOnFault(h.mem)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // no MLOCK_ONFAULT: lock (and populate) it all
 		err = unix.Mlock(h.mem)
 	}
@@ -82,6 +91,55 @@ func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 		}
 	} else if !errors.Is(err, cuda.ErrNoDriver) { // a driver without a usable runtime: say so
 		o.Logger.Warn("batchmem: batch memory is not registered with CUDA", "err", err)
+	}
+	return h, nil
+}
+
+// openHuge opens the memory on huge pages when enough are free, its size
+// rounded up to whole pages; else nil and why not.
+func openHuge(slots int, slotSize int64) (*host, string) {
+	info, err := meminfo("Hugepagesize:", "HugePages_Free:")
+	page, free := info["Hugepagesize:"]<<10, info["HugePages_Free:"]
+	if err != nil || page == 0 {
+		return nil, "the kernel has no huge pages"
+	}
+	if need := (int64(slots)*slotSize + page - 1) / page; free < need {
+		return nil, fmt.Sprintf("%d huge pages of %d KiB needed, %d free (vm.nr_hugepages)", need, page>>10, free)
+	}
+	h, err := openMemfd(slots, slotSize, page)
+	if err != nil { // reserved by another process meanwhile, or no hugetlb memfd
+		return nil, err.Error()
+	}
+	return h, ""
+}
+
+// openMemfd makes, seals and maps a memfd for slots slots of slotSize
+// bytes; pageSize 0 means ordinary pages, else hugetlb pages of that size.
+func openMemfd(slots int, slotSize, pageSize int64) (*host, error) {
+	size := int64(slots) * slotSize
+	if pageSize > 0 {
+		size = (size + pageSize - 1) / pageSize * pageSize
+	}
+	h := &host{desc: Desc{Kind: Pinned, Size: size, SlotSize: slotSize, Slots: slots, Device: -1, NUMANode: -1}, fd: -1, pageSize: pageSize}
+	flags := unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
+	if pageSize > 0 {
+		flags |= unix.MFD_HUGETLB
+	}
+	var err error
+	if h.fd, err = unix.MemfdCreate("nvfeed-batches", flags); err != nil {
+		return nil, fmt.Errorf("batchmem: memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(h.fd, size); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("batchmem: size batch memory to %d bytes: %w", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(h.fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("batchmem: seal batch memory: %w", err)
+	}
+	if h.mem, err = unix.Mmap(h.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("batchmem: map %d bytes of batch memory: %w", size, err)
 	}
 	return h, nil
 }
@@ -144,19 +202,33 @@ func mlockOnFault(b []byte) error {
 
 // memAvailable returns /proc/meminfo's MemAvailable in bytes.
 func memAvailable() (int64, error) {
+	info, err := meminfo("MemAvailable:")
+	return info["MemAvailable:"] << 10, err
+}
+
+// meminfo returns the numbers /proc/meminfo gives for keys (kB for sizes,
+// counts for page counts); a key it lacks is an error.
+func meminfo(keys ...string) (map[string]int64, error) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := map[string]int64{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		f := bytes.Fields(sc.Bytes())
-		if len(f) >= 2 && string(f[0]) == "MemAvailable:" {
-			kb, err := strconv.ParseInt(string(f[1]), 10, 64)
-			return kb << 10, err
+		if len(f) >= 2 && slices.Contains(keys, string(f[0])) {
+			if out[string(f[0])], err = strconv.ParseInt(string(f[1]), 10, 64); err != nil {
+				return nil, fmt.Errorf("/proc/meminfo: %s: %w", f[0], err)
+			}
 		}
 	}
-	return 0, errors.New("no MemAvailable in /proc/meminfo")
+	for _, k := range keys {
+		if _, ok := out[k]; !ok {
+			return out, fmt.Errorf("no %s in /proc/meminfo", k)
+		}
+	}
+	return out, nil
 }
 
 var _ Memory = (*host)(nil)

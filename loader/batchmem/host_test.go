@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
@@ -87,6 +90,62 @@ func TestHostExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if m.(*host).pageSize != 0 {
+		t.Skip("this machine has free huge pages: TestHostHugePages covers them")
+	}
+	testExport(t, m, false)
+}
+
+// TestHostHugePages reserves huge pages (vm.nr_hugepages, restored after)
+// and checks that batch memory goes on them, its size rounded up to whole
+// pages, with every promise of TestHostExport but allocation on first use
+// (huge pages are taken when mapped); and that without enough free ones
+// it goes on small pages and says why.
+func TestHostHugePages(t *testing.T) {
+	const sysctl = "/proc/sys/vm/nr_hugepages"
+	old, err := os.ReadFile(sysctl)
+	if err != nil {
+		t.Skipf("no huge pages in this kernel: %v", err)
+	}
+	defer os.WriteFile(sysctl, old, 0o644)
+	info, err := meminfo("HugePages_Free:", "Hugepagesize:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := info["Hugepagesize:"] << 10
+	want := info["HugePages_Free:"] + 3
+	n, _ := strconv.Atoi(strings.TrimSpace(string(old)))
+	if err := os.WriteFile(sysctl, []byte(strconv.Itoa(n+3)), 0o644); err != nil {
+		testenv.SkipPrivileged(t, "cannot reserve huge pages: %v", err)
+	}
+	if info, _ := meminfo("HugePages_Free:"); info["HugePages_Free:"] < want {
+		t.Skipf("the kernel found only %d free huge pages (fragmented memory)", info["HugePages_Free:"])
+	}
+	// Three slots of a page and a bit need four pages; three are free.
+	h, why := openHuge(3, page+4096)
+	if h != nil || !strings.Contains(why, "4 huge pages") {
+		t.Errorf("3 slots of a page and a bit: %v, %q; want refused, naming the 4 pages needed", h, why)
+		if h != nil {
+			h.Close()
+		}
+	}
+	m, err := Open(Pinned, 5, page/2+4096, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := m.(*host); h.pageSize != page || m.Desc().SlotSize != page/2+4096 || m.Desc().Size != 3*page {
+		t.Fatalf("page %d, desc %+v: want slots as asked in 3 huge pages of %d", h.pageSize, m.Desc(), page)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(m.(*host).fd, &fs); err != nil || fs.Type != unix.HUGETLBFS_MAGIC {
+		t.Fatalf("memory on filesystem %#x (err %v), want hugetlbfs", fs.Type, err)
+	}
+	testExport(t, m, true)
+}
+
+// testExport checks m's export as TestHostExport says, and closes m.
+// reserved says its pages are all allocated when mapped (huge pages).
+func testExport(t *testing.T, m Memory, reserved bool) {
 	closed := false
 	defer func() {
 		if !closed {
@@ -106,7 +165,7 @@ func TestHostExport(t *testing.T) {
 	if st.Size != m.Desc().Size {
 		t.Fatalf("exported size %d, want %d", st.Size, m.Desc().Size)
 	}
-	if st.Blocks != 0 {
+	if st.Blocks != 0 && !reserved {
 		t.Errorf("a new memory already has %d blocks: pages allocated before use", st.Blocks)
 	}
 	if _, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); !errors.Is(err, unix.EACCES) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -58,10 +60,10 @@ type engine interface {
 // newEngine starts an engine reading fd with qd requests in flight. With
 // EngineAuto it falls back to pread when io_uring is refused (Docker's
 // default seccomp profile blocks it) and says so in fallback.
-func newEngine(kind string, fd, qd int, trace *tracer, faults *backend.Faults) (e engine, fallback error, err error) {
+func newEngine(kind string, fd, qd int, rs ringSetup, trace *tracer, faults *backend.Faults) (e engine, fallback error, err error) {
 	switch kind {
 	case "", EngineAuto, EngineUring:
-		u, err := newUringEngine(fd, qd, trace, faults)
+		u, err := newUringEngine(fd, qd, rs, trace, faults)
 		if err == nil {
 			return u, nil, nil
 		}
@@ -121,24 +123,58 @@ type uringEngine struct {
 	wg     sync.WaitGroup
 }
 
-func newUringEngine(fd, qd int, trace *tracer, faults *backend.Faults) (*uringEngine, error) {
-	r, err := uring.New(uint32(qd))
-	if err != nil {
+// ringSetup says how an engine sets up its ring.
+type ringSetup struct {
+	// buffers are registered once (batch memory): reads into them are
+	// READ_FIXED, with no page pinning per request. bench/RESULTS.md has
+	// the A/B. If the kernel refuses (a memlock limit), the engine reads
+	// without and says so through log.
+	buffers [][]byte
+	log     *slog.Logger
+}
+
+func newUringEngine(fd, qd int, rs ringSetup, trace *tracer, faults *backend.Faults) (*uringEngine, error) {
+	e := &uringEngine{fd: fd, in: make(chan []*ioOp, 64), trace: trace, faults: faults}
+	// The ring is made, registered with, submitted to and reaped from one
+	// locked OS thread: what SINGLE_ISSUER requires.
+	ready := make(chan error, 1)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		// SINGLE_ISSUER|DEFER_TASKRUN: completion work runs when this
+		// thread waits for it, not as interrupts of it (A/B in
+		// bench/RESULTS.md); kernels before 6.1 refuse it: plain ring.
+		r, err := uring.NewWith(uint32(qd), uring.Options{SingleIssuer: true})
+		if errors.Is(err, uring.ErrFlags) {
+			r, err = uring.New(uint32(qd))
+		}
+		if err != nil {
+			ready <- err
+			return
+		}
+		if err := r.RegisterBuffers(rs.buffers); err != nil && rs.log != nil {
+			rs.log.Warn("raw: batch memory not registered with io_uring: requests pin their pages one by one", "err", err)
+		}
+		e.ring, e.qd = r, min(qd, int(r.Entries()))
+		ready <- nil
+		e.loop()
+		r.Close()
+	}()
+	if err := <-ready; err != nil {
+		e.wg.Wait()
 		return nil, err
 	}
-	e := &uringEngine{fd: fd, ring: r, in: make(chan []*ioOp, 64), qd: min(qd, int(r.Entries())), trace: trace, faults: faults}
-	e.wg.Add(1)
-	go e.loop()
 	return e, nil
 }
 
 func (e *uringEngine) name() string        { return EngineUring }
 func (e *uringEngine) submit(ops []*ioOp)  { e.in <- ops }
 func (e *uringEngine) peakInflight() int64 { return e.peak.Load() }
-func (e *uringEngine) close()              { close(e.in); e.wg.Wait(); e.ring.Close() }
+func (e *uringEngine) close()              { close(e.in); e.wg.Wait() }
 
 func (e *uringEngine) loop() {
-	defer e.wg.Done()
 	slots := make([]*ioOp, e.qd)
 	free := make([]int, 0, e.qd)
 	for i := e.qd - 1; i >= 0; i-- {

@@ -73,7 +73,7 @@ func engines(t *testing.T, fd, qd int, newFaults func() *backend.Faults) map[str
 		newFaults = func() *backend.Faults { return nil }
 	}
 	out := map[string]engine{EnginePread: newPreadEngine(fd, qd, nil, newFaults())}
-	u, err := newUringEngine(fd, qd, nil, newFaults())
+	u, err := newUringEngine(fd, qd, ringSetup{}, nil, newFaults())
 	switch {
 	case errors.Is(err, uring.ErrUnsupported):
 		t.Logf("io_uring refused here (%v): testing the pread engine only", err)
@@ -171,7 +171,7 @@ func TestEnginesInjectedFaults(t *testing.T) {
 }
 
 func TestNewEngineRejectsUnknown(t *testing.T) {
-	if _, _, err := newEngine("spdk", 0, 4, nil, nil); !errors.Is(err, backend.ErrOptions) || !strings.Contains(err.Error(), `"spdk"`) {
+	if _, _, err := newEngine("spdk", 0, 4, ringSetup{}, nil, nil); !errors.Is(err, backend.ErrOptions) || !strings.Contains(err.Error(), `"spdk"`) {
 		t.Errorf("err = %v", err)
 	}
 }

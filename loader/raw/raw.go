@@ -63,12 +63,21 @@ type Config struct {
 	FixedBlocks bool
 	CacheBytes  int64  // a block cache of this size serves repeated blocks (needs FixedBlocks); 0 means none
 	OnStale     string // StaleFallback or StaleFail
-	Freshness   string // FreshWatch or FreshRead
+	// FixedBuffers registers the session's host batch memory with each
+	// io_uring engine of its own (not with engines shared by sessions):
+	// every page pinned at open instead of per request.
+	FixedBuffers bool
+	Freshness    string // FreshWatch or FreshRead
 }
 
-func engineOption() backend.Option {
-	return backend.Option{Name: "engine", Kind: backend.Enum, Default: EngineAuto, Choices: []string{EngineAuto, EngineUring, EnginePread},
-		Doc: "auto: io_uring, else pread workers (Docker's default seccomp profile refuses io_uring)"}
+// engineOptions are the engine options gds and bam share.
+func engineOptions() []backend.Option {
+	return []backend.Option{
+		{Name: "engine", Kind: backend.Enum, Default: EngineAuto, Choices: []string{EngineAuto, EngineUring, EnginePread},
+			Doc: "auto: io_uring, else pread workers (Docker's default seccomp profile refuses io_uring)"},
+		{Name: "fixed_buffers", Kind: backend.Bool, Default: true,
+			Doc: "register the batch memory with io_uring once (READ_FIXED): its pages are pinned at open, all of them, instead of per request"},
+	}
 }
 
 func freshnessOptions() []backend.Option {
@@ -82,7 +91,8 @@ func freshnessOptions() []backend.Option {
 
 // commonConfig reads the options gds and bam share.
 func commonConfig(p backend.Params) Config {
-	return Config{Engine: p.String("engine"), QueueDepth: int(p.Int("queue_depth")), OnStale: p.String("on_stale"), Freshness: p.String("freshness")}
+	return Config{Engine: p.String("engine"), QueueDepth: int(p.Int("queue_depth")), OnStale: p.String("on_stale"), Freshness: p.String("freshness"),
+		FixedBuffers: p.Bool("fixed_buffers")}
 }
 
 // GDSSpec describes the gds backend.
@@ -90,10 +100,10 @@ func GDSSpec() backend.Spec {
 	return backend.Spec{
 		Name: "gds",
 		Doc:  "GPUDirect-Storage-like: CPU-initiated O_DIRECT reads of whole raw extents from the block device at a queue depth",
-		Options: append([]backend.Option{engineOption(),
-			{Name: "queue_depth", Kind: backend.Int, Default: int64(32), Min: 1, Max: 4096, Doc: "device requests in flight"},
-			{Name: "max_request", Kind: backend.Int, Default: int64(1 << 20), Min: backend.Align, Max: 64 << 20, Multiple: backend.Align, Doc: "split reads larger than this (bytes)"},
-		}, freshnessOptions()...),
+		Options: append(append(engineOptions(),
+			backend.Option{Name: "queue_depth", Kind: backend.Int, Default: int64(32), Min: 1, Max: 4096, Doc: "device requests in flight"},
+			backend.Option{Name: "max_request", Kind: backend.Int, Default: int64(1 << 20), Min: backend.Align, Max: 64 << 20, Multiple: backend.Align, Doc: "split reads larger than this (bytes)"},
+		), freshnessOptions()...),
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			c := commonConfig(p)
 			c.Queues, c.RequestSize = 1, int(p.Int("max_request"))
@@ -107,12 +117,12 @@ func BAMSpec() backend.Spec {
 	return backend.Spec{
 		Name: "bam",
 		Doc:  "BaM-style: fixed-size block requests from several queues, with a shared block cache",
-		Options: append([]backend.Option{engineOption(),
-			{Name: "queue_depth", Kind: backend.Int, Default: int64(64), Min: 1, Max: 4096, Doc: "requests in flight per queue"},
-			{Name: "queues", Kind: backend.Int, Default: int64(4), Min: 1, Max: 256, Doc: "submission queues"},
-			{Name: "block_size", Kind: backend.Int, Default: int64(backend.Align), Min: backend.Align, Max: 1 << 20, Multiple: backend.Align, Doc: "request size (bytes)"},
-			{Name: "cache_mb", Kind: backend.Int, Default: int64(256), Min: 0, Max: 1 << 20, Doc: "block cache (MiB); 0 disables it"},
-		}, freshnessOptions()...),
+		Options: append(append(engineOptions(),
+			backend.Option{Name: "queue_depth", Kind: backend.Int, Default: int64(64), Min: 1, Max: 4096, Doc: "requests in flight per queue"},
+			backend.Option{Name: "queues", Kind: backend.Int, Default: int64(4), Min: 1, Max: 256, Doc: "submission queues"},
+			backend.Option{Name: "block_size", Kind: backend.Int, Default: int64(backend.Align), Min: backend.Align, Max: 1 << 20, Multiple: backend.Align, Doc: "request size (bytes)"},
+			backend.Option{Name: "cache_mb", Kind: backend.Int, Default: int64(256), Min: 0, Max: 1 << 20, Doc: "block cache (MiB); 0 disables it"},
+		), freshnessOptions()...),
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			c := commonConfig(p)
 			c.Queues, c.RequestSize, c.FixedBlocks, c.CacheBytes = int(p.Int("queues")), int(p.Int("block_size")), true, p.Int("cache_mb")<<20
@@ -223,7 +233,7 @@ func (b *Backend) addEngine(q int, env backend.Env) error {
 		}
 	}
 	if env.Shared == nil || b.trace != nil {
-		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, b.trace, env.Faults)
+		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, b.ringSetup(env, true), b.trace, env.Faults)
 		if err != nil {
 			return err
 		}
@@ -240,7 +250,7 @@ func (b *Backend) addEngine(q int, env backend.Env) error {
 		if err != nil {
 			return nil, fmt.Errorf("dup %s: %w", b.plan.devPath, err)
 		}
-		e, fallback, err := newEngine(b.cfg.Engine, dup, b.cfg.QueueDepth, nil, env.Faults)
+		e, fallback, err := newEngine(b.cfg.Engine, dup, b.cfg.QueueDepth, b.ringSetup(env, false), nil, env.Faults)
 		if err != nil {
 			unix.Close(dup)
 			return nil, err
@@ -257,6 +267,17 @@ func (b *Backend) addEngine(q int, env backend.Env) error {
 	b.engines = append(b.engines, v.(*ownedEngine).engine)
 	b.release = append(b.release, release)
 	return nil
+}
+
+// ringSetup is how this backend's io_uring engines are set up; own says
+// the engine is this backend's alone (a shared engine serves other
+// sessions' memory too, so it registers none).
+func (b *Backend) ringSetup(env backend.Env, own bool) ringSetup {
+	rs := ringSetup{log: b.log}
+	if own && b.cfg.FixedBuffers {
+		rs.buffers = env.HostBuffers
+	}
+	return rs
 }
 
 // ownedEngine is a shared engine with the descriptor it reads.
