@@ -38,6 +38,7 @@ bench: build venv
 	go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/
 	bash bench/run.sh 3
 	bash bench/e2e.sh ram 3
+	CONSUME=operator bash bench/e2e.sh ram 3
 	bash bench/e2e.sh virtio 3
 
 venv:

@@ -8,8 +8,12 @@
 # reversed every other round. The summary gives medians and each case's
 # ratio to readers.file and to the ceiling.
 #
+# CONSUME=output (default) returns the bytes from the pipeline, which DALI
+# makes contiguous with a copy of every byte; CONSUME=operator hands them
+# to an operator instead (their shape, standing in for a decoder: no copy).
+#
 # Needs root. Usage: bench/e2e.sh DEVICE [ROUNDS]   (DEVICE virtio or ram;
-# env: FILES, default 12000)
+# env: FILES, default 12000; BATCHES, default "16 64 256"; CONSUME)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 device=${1:?usage: bench/e2e.sh virtio|ram [ROUNDS]} rounds=${2:-3}
@@ -26,9 +30,10 @@ w=$bench_work root=$w/mnt/train out=$w/e2e.jsonl
 rm -f "$w/d.sock"
 bin/loaderd serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
 while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
-bm() { .venv/bin/python python/examples/benchmark.py --threads 2 --json --batchsize "$@"; }
+consume=${CONSUME:-output} batches=${BATCHES:-16 64 256}
+bm() { .venv/bin/python python/examples/benchmark.py --threads 2 --consume "$consume" --json --batchsize "$@"; }
 cases=()
-for bs in 16 64 256; do
+for bs in $batches; do
   cases+=("ceiling|$bs|warm|dali-memory --datadir $root" "readers.file|$bs|cold|dali --datadir $root")
   for b in file gds bam; do cases+=("LoaderSource $b|$bs|cold|loader-dali --socket $w/d.sock --dataset train --backend $b"); done
 done
@@ -43,12 +48,13 @@ for r in $(seq 1 "$rounds"); do
   done
   echo "e2e: $device: round $r of $rounds done" >&2
 done
-.venv/bin/python - "$out" "$device" <<'PY'
+.venv/bin/python - "$out" "$device" "$consume" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"\n{sys.argv[2]} device, DALI CPU pipelines (num_threads=2, read only), one epoch, medians of {len(rows) // 15} rounds")
+nb = len({r["batch"] for r in rows})
+print(f"\n{sys.argv[2]} device, DALI CPU pipelines (num_threads=2, read only, bytes to {sys.argv[3]}), one epoch, medians of {len(rows) // (5 * nb)} rounds")
 print(f"{'case':<22}{'batch':>6}{'samples/s':>11}{'vs readers.file':>17}{'vs ceiling':>12}")
-for bs in (16, 64, 256):
+for bs in sorted({r["batch"] for r in rows}):
     med = {}
     for r in rows:
         if r["batch"] == bs:
