@@ -100,7 +100,10 @@ func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 func openHuge(slots int, slotSize int64) (*host, string) {
 	info, err := meminfo("Hugepagesize:", "HugePages_Free:")
 	page, free := info["Hugepagesize:"]<<10, info["HugePages_Free:"]
-	if err != nil || page == 0 {
+	if err != nil {
+		return nil, err.Error() // e.g. "no Hugepagesize: in /proc/meminfo": a kernel without huge pages
+	}
+	if page == 0 {
 		return nil, "the kernel has no huge pages"
 	}
 	if need := (int64(slots)*slotSize + page - 1) / page; free < need {
