@@ -124,7 +124,8 @@ def loader_dali(a: argparse.Namespace) -> tuple[int, int, float]:
     from nvidia.dali import pipeline_def
 
     with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batchsize, random_shuffle=True,
-                      backend=a.backend, prefetch_queue_depth=a.prefetch, transport=a.transport) as src:
+                      backend=a.backend, prefetch_queue_depth=a.prefetch, transport=a.transport,
+                      batch_format=a.batch_format) as src:
         @pipeline_def(batch_size=a.batchsize, num_threads=a.threads, device_id=None)
         def pipe():
             jpegs, labels = fn.external_source(source=src, num_outputs=2, batch=True, no_copy=True,
@@ -140,6 +141,8 @@ def dali_memory(a: argparse.Namespace) -> tuple[int, int, float]:
     import nvidia.dali.fn as fn
     import nvidia.dali.types as types
     from nvidia.dali import pipeline_def
+
+    from nvidia.dali.backend import TensorCPU, TensorListCPU
 
     files = _files(a.datadir)
     classes = {c: i for i, c in enumerate(sorted({os.path.basename(os.path.dirname(f)) for f in files}, key=os.fsencode))}
@@ -163,7 +166,11 @@ def dali_memory(a: argparse.Namespace) -> tuple[int, int, float]:
     def source():
         for b in range(nb):
             idx = order[b * a.batchsize:(b + 1) * a.batchsize]
-            yield [data[i] for i in idx], np.array([labels[i] for i in idx], dtype=np.int32)
+            views, lbls = [data[i] for i in idx], np.array([labels[i] for i in idx], dtype=np.int32)
+            if a.batch_format == "dali":  # as LoaderSource(batch_format="dali") hands them over
+                yield TensorListCPU([TensorCPU(v) for v in views], contiguous=False), TensorListCPU(lbls)
+            else:
+                yield views, lbls
 
     @pipeline_def(batch_size=a.batchsize, num_threads=a.threads, device_id=None)
     def pipe():
@@ -182,9 +189,13 @@ def main() -> None:
     ap.add_argument("--consume", default="output", choices=["output", "operator"],
                     help="DALI pipelines: return the bytes (a copy by DALI) or hand them to an operator (no copy)")
     sub = ap.add_subparsers(dest="source", required=True)
+    fmt = dict(default="dali", choices=["numpy", "dali"],
+               help="what DALI is handed per batch: a TensorListCPU of views (dali) or a list of numpy views")
     for name in ("python-file", "dali", "dali-memory"):
         p = sub.add_parser(name)
         p.add_argument("--datadir", required=True)
+        if name == "dali-memory":
+            p.add_argument("--batch-format", **fmt)
     for name in ("loader", "loader-dali"):
         p = sub.add_parser(name)
         p.add_argument("--socket", default="/run/loaderd.sock")
@@ -192,6 +203,8 @@ def main() -> None:
         p.add_argument("--backend", default="file", choices=["file", "gds", "bam"])
         p.add_argument("--prefetch", type=int, default=2)
         p.add_argument("--transport", default="stream", choices=["stream", "http"])
+        if name == "loader-dali":
+            p.add_argument("--batch-format", **fmt)
     a = ap.parse_args()
     run = {"python-file": python_file, "dali": dali, "dali-memory": dali_memory, "loader": loader,
            "loader-dali": loader_dali}[a.source]

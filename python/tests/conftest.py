@@ -111,6 +111,24 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
         subprocess.run(["losetup", "-d", loop])
 
 
+def small_dataset(parent: Path, name: str) -> tuple[Path, Path, dict[str, str]]:
+    """Two classes of random 'JPEGs' next to the shared dataset (same
+    filesystem); returns the root, its map and sha256 -> path."""
+    root = parent / name
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    by_hash = {}
+    for i in range(30):
+        p = root / f"c{i % 2}" / f"{i:02d}.jpg"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = rng.integers(0, 255, 3000 + 700 * i, dtype=np.uint8).tobytes()
+        p.write_bytes(data)
+        by_hash[hashlib.sha256(data).hexdigest()] = str(p.relative_to(root))
+    os.sync()
+    bmap = parent / f"{name}.bmap"
+    subprocess.run([str(BIN / "mkbmap"), "--mountpoint", str(root), "-o", str(bmap)], check=True, capture_output=True)
+    return root, bmap, by_hash
+
+
 def start_daemon(tmp: Path, bmap: Path, *extra: str) -> Daemon:
     sock = str(tmp / "loaderd.sock")
     log = tmp / "loaderd.log"

@@ -4,36 +4,18 @@ daemon going away is a clear error, and a saved state resumes exactly."""
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
+import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import BIN, Daemon, Dataset, need_raw, start_daemon, stop_daemon
+from conftest import Daemon, Dataset, need_raw, small_dataset, start_daemon, stop_daemon
 from dali_source import DaemonGoneError, LoaderError, LoaderSource, SampleError
 
 BACKENDS = ["file", "gds", "bam"]
-
-
-def _small_dataset(parent: Path, name: str) -> tuple[Path, Path, dict[str, str]]:
-    """Two classes of random 'JPEGs' next to the shared dataset (same
-    filesystem); returns the root, its map and sha256 -> path."""
-    root = parent / name
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
-    by_hash = {}
-    for i in range(30):
-        p = root / f"c{i % 2}" / f"{i:02d}.jpg"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        data = rng.integers(0, 255, 3000 + 700 * i, dtype=np.uint8).tobytes()
-        p.write_bytes(data)
-        by_hash[hashlib.sha256(data).hexdigest()] = str(p.relative_to(root))
-    os.sync()
-    bmap = parent / f"{name}.bmap"
-    subprocess.run([str(BIN / "mkbmap"), "--mountpoint", str(root), "-o", str(bmap)], check=True, capture_output=True)
-    return root, bmap, by_hash
 
 
 def _drain(src: LoaderSource) -> list[str]:
@@ -50,7 +32,7 @@ def _drain(src: LoaderSource) -> list[str]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_deleted_sample_raises_or_is_skipped(dataset: Dataset, tmp_path: Path, backend: str) -> None:
     need_raw(dataset, backend)
-    root, bmap, by_hash = _small_dataset(dataset.root.parent, f"del-{backend}")
+    root, bmap, by_hash = small_dataset(dataset.root.parent, f"del-{backend}")
     d = start_daemon(tmp_path, bmap)
     try:
         victim = "c1/29.jpg"  # the last batch: not yet prefetched when it is deleted
@@ -132,3 +114,19 @@ def test_daemon_stopped_mid_epoch_then_resume(dataset: Dataset, tmp_path: Path) 
         assert got == want
     finally:
         assert stop_daemon(d2) == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip', got 'ignore'"),
+    ({"transport": "udp"}, "transport must be 'stream' or 'http', got 'udp'"),
+    ({"device": "tpu"}, "device must be 'cpu' or 'gpu', got 'tpu'"),
+    ({"gpu_path": "dma"}, "gpu_path must be 'auto', 'cufile' or 'bounce', got 'dma'"),
+    ({"batch_format": "torch"}, "batch_format must be 'numpy' or 'dali', got 'torch'"),
+    ({"batch_format": "dali", "device": "gpu"}, "batch_format='dali' is for device='cpu'"),
+    ({"release_after": -1}, "release_after must be >= 0, got -1"),
+])
+def test_bad_arguments_named_before_connecting(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    """A bad argument is a ValueError naming it, raised before any daemon
+    is asked (the socket here does not exist)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LoaderSource("train", socket=str(tmp_path / "none.sock"), **kwargs)
