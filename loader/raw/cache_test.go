@@ -78,3 +78,88 @@ func TestBlockCacheConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// entries counts the blocks the cache holds.
+func (c *blockCache) entries() (n int) {
+	for i := range c.shards {
+		c.shards[i].mu.Lock()
+		n += len(c.shards[i].idx)
+		c.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+// TestBlockCacheAdmission: a cache stores every block until it is full; a
+// full cache whose lookups miss then looks up and stores only a sample of
+// the blocks; a window of hits on the sample turns every block back on.
+func TestBlockCacheAdmission(t *testing.T) {
+	const bs = 4096
+	c, err := newBlockCache(cacheShards*64*bs, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	data := make([]byte, bs)
+	dst := make([]byte, 1)
+	// Not full: a window of misses changes nothing.
+	for i := 0; i < admitWindow; i++ {
+		c.get(1<<40+uint64(i), dst, 0)
+	}
+	if !c.all.Load() {
+		t.Fatal("a cache with free room samples")
+	}
+	for b := uint64(0); c.filled.Load() < c.capacity; b++ {
+		c.put(b, data)
+	}
+	if got := c.entries(); int64(got) != c.capacity {
+		t.Fatalf("filling stored %d blocks of %d", got, c.capacity)
+	}
+	// Full, and a window of misses: sampling.
+	for i := 0; i < admitWindow; i++ {
+		c.get(1<<41+uint64(i), dst, 0)
+	}
+	if c.all.Load() {
+		t.Fatal("a full cache with no hits in a window still caches every block")
+	}
+	var sampled, other []uint64
+	for b := uint64(1 << 42); len(sampled) < 64 || len(other) < 64; b++ {
+		if c.cached(b) {
+			sampled = append(sampled, b)
+		} else {
+			other = append(other, b)
+		}
+	}
+	if n := len(sampled) + len(other); len(sampled) < n/admitSample/2 || len(sampled) > n/admitSample*2 {
+		t.Errorf("sampling takes %d of %d blocks; want about 1 in %d", len(sampled), n, admitSample)
+	}
+	shards := map[*cacheShard]bool{}
+	for b := uint64(0); len(shards) < cacheShards && b < 1<<20; b++ {
+		if c.cached(b) {
+			shards[c.shard(b)] = true
+		}
+	}
+	if len(shards) < cacheShards {
+		t.Errorf("sampled blocks land in %d of %d shards: sampling and sharding are correlated", len(shards), cacheShards)
+	}
+	for _, b := range other {
+		c.put(b, data)
+		if c.get(b, dst, 0) {
+			t.Fatalf("block %d, not in the sample, was stored while sampling", b)
+		}
+	}
+	for _, b := range sampled[:8] {
+		c.put(b, data)
+	}
+	// Hits on the sample: within a window of sampled lookups, every block
+	// is cached again.
+	for i := 0; i < admitWindow/admitSample && !c.all.Load(); i++ {
+		c.get(sampled[i%8], dst, 0)
+	}
+	if !c.all.Load() {
+		t.Fatal("a window of hits on the sampled blocks left the cache sampling")
+	}
+	c.put(other[0], data)
+	if !c.get(other[0], dst, 0) {
+		t.Error("after a window of hits, a block outside the sample was not stored")
+	}
+}

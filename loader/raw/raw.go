@@ -121,7 +121,7 @@ func BAMSpec() backend.Spec {
 			backend.Option{Name: "queue_depth", Kind: backend.Int, Default: int64(64), Min: 1, Max: 4096, Doc: "requests in flight per queue"},
 			backend.Option{Name: "queues", Kind: backend.Int, Default: int64(4), Min: 1, Max: 256, Doc: "submission queues"},
 			backend.Option{Name: "block_size", Kind: backend.Int, Default: int64(backend.Align), Min: backend.Align, Max: 1 << 20, Multiple: backend.Align, Doc: "request size (bytes)"},
-			backend.Option{Name: "cache_mb", Kind: backend.Int, Default: int64(256), Min: 0, Max: 1 << 20, Doc: "block cache (MiB); 0 disables it"},
+			backend.Option{Name: "cache_mb", Kind: backend.Int, Default: int64(256), Min: 0, Max: 1 << 20, Doc: "block cache (MiB); 0 disables it; when full and rarely hit it caches a sample of the blocks"},
 		), freshnessOptions()...),
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			c := commonConfig(p)
