@@ -39,7 +39,7 @@ bench: build venv
 	bash bench/run.sh 3
 	bash bench/e2e.sh ram 3
 	CONSUME=operator bash bench/e2e.sh ram 3
-	bash bench/e2e.sh virtio 3
+	CONSUME=operator bash bench/e2e.sh virtio 3
 
 venv:
 	@bash scripts/venv.sh

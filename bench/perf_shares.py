@@ -2,7 +2,8 @@
 column per profile: DALI's thread pool and executor, the Python main thread
 (the source's per-batch code and DALI's Python side), loaderd, the kernel's
 unbound workers (the loop device's copy of every byte; DMA on real NVMe),
-softirqs, idle. Usage: python bench/perf_shares.py PERF.DATA...
+softirqs, idle; then loaderd's own samples by what their call stacks
+are doing. Usage: python bench/perf_shares.py PERF.DATA...
 """
 
 from __future__ import annotations
@@ -23,6 +24,17 @@ GROUPS = [
 ]
 OTHER = "other"
 
+# loaderd's samples by the first rule any frame of the stack matches.
+LOADERD = [
+    ("io_uring submission (block layer, loop queueing)", ("io_submit_sqes", "io_issue_sqe")),
+    ("io_uring waits and completions", ("io_cqring_wait", "io_uring_enter")),
+    ("futex (goroutine hand-offs, the ring's locked thread)", ("futex",)),
+    ("the stream (frame encoding, socket write)", ("msgpack", "serve.(*Server).stream", "netFD")),
+    ("Go scheduler, allocation, GC", ("runtime.schedule", "runtime.findRunnable", "gcBgMarkWorker", "runtime.mallocgc",
+                                      "runtime.sysmon", "runtime.usleep")),
+    ("planning, freshness", ("raw.", "fresh.", "bmap.")),
+]
+
 
 def shares(path: str) -> dict[str, float]:
     """Percent of samples per group in one profile."""
@@ -39,6 +51,21 @@ def shares(path: str) -> dict[str, float]:
     return got
 
 
+def loaderd_stacks(path: str) -> tuple[int, dict[str, int]]:
+    """loaderd's samples in one profile, counted by LOADERD's rules."""
+    out = subprocess.run(["perf", "script", "-i", path, "--comms", "loaderd"],
+                         capture_output=True, text=True, check=True).stdout
+    got: dict[str, int] = {}
+    n = 0
+    for stack in out.split("\n\n"):
+        if not stack.strip():
+            continue
+        n += 1
+        group = next((g for g, keys in LOADERD if any(k in stack for k in keys)), OTHER)
+        got[group] = got.get(group, 0) + 1
+    return n, got
+
+
 def main() -> None:
     paths = sys.argv[1:]
     cols = [shares(p) for p in paths]
@@ -47,6 +74,13 @@ def main() -> None:
     print("|---|" + "---|" * len(names))
     for g in [g for g, _ in GROUPS] + [OTHER]:
         print(f"| {g} | " + " | ".join(f"{c.get(g, 0.0):.1f}%" for c in cols) + " |")
+    stacks = [(name, *loaderd_stacks(p)) for name, p in zip(names, paths)]
+    stacks = [t for t in stacks if t[1] > 0]
+    if stacks:
+        print("\n| loaderd's samples | " + " | ".join(f"{name} ({n})" for name, n, _ in stacks) + " |")
+        print("|---|" + "---|" * len(stacks))
+        for g in [g for g, _ in LOADERD] + [OTHER]:
+            print(f"| {g} | " + " | ".join(f"{100 * c.get(g, 0) / n:.0f}%" for _, n, c in stacks) + " |")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ reads one epoch. --json prints one JSON object instead. `dali-memory` is the
 ceiling: external_source over the files already in memory. --consume
 operator hands the bytes to an operator (their shape, standing in for a
 decoder) instead of returning them, which DALI does with a copy.
+`loader-dali` and `dali-memory` hand DALI one TensorListCPU of views per
+batch (--batch-format dali, the default) or a list of numpy views
+(--batch-format numpy).
 """
 
 from __future__ import annotations
