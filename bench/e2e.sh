@@ -3,7 +3,9 @@
 # num_threads=2, one epoch each, side by side in one run, at batch 16, 64
 # and 256: the ceiling (fn.external_source over the same files already in
 # memory: no loader can beat it), fn.readers.file, and
-# fn.external_source(LoaderSource) for every backend. Loader and reader
+# fn.external_source(LoaderSource) for every backend. The ceiling is fed
+# as LoaderSource feeds DALI (one TensorListCPU of views per batch); the
+# same fed lists of numpy views is shown beside it. Loader and reader
 # cases are cold (sync; drop_caches before each); the case order is
 # reversed every other round. The summary gives medians and each case's
 # ratio to readers.file and to the ceiling.
@@ -34,7 +36,8 @@ consume=${CONSUME:-output} batches=${BATCHES:-16 64 256}
 bm() { .venv/bin/python python/examples/benchmark.py --threads 2 --consume "$consume" --json --batchsize "$@"; }
 cases=()
 for bs in $batches; do
-  cases+=("ceiling|$bs|warm|dali-memory --datadir $root" "readers.file|$bs|cold|dali --datadir $root")
+  cases+=("ceiling|$bs|warm|dali-memory --datadir $root" "ceiling, numpy lists|$bs|warm|dali-memory --datadir $root --batch-format numpy"
+          "readers.file|$bs|cold|dali --datadir $root")
   for b in file gds bam; do cases+=("LoaderSource $b|$bs|cold|loader-dali --socket $w/d.sock --dataset train --backend $b"); done
 done
 for r in $(seq 1 "$rounds"); do
@@ -52,7 +55,8 @@ done
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 nb = len({r["batch"] for r in rows})
-print(f"\n{sys.argv[2]} device, DALI CPU pipelines (num_threads=2, read only, bytes to {sys.argv[3]}), one epoch, medians of {len(rows) // (5 * nb)} rounds")
+ncases = len({r["case"] for r in rows})
+print(f"\n{sys.argv[2]} device, DALI CPU pipelines (num_threads=2, read only, bytes to {sys.argv[3]}), one epoch, medians of {len(rows) // (ncases * nb)} rounds")
 print(f"{'case':<22}{'batch':>6}{'samples/s':>11}{'vs readers.file':>17}{'vs ceiling':>12}")
 for bs in sorted({r["batch"] for r in rows}):
     med = {}
