@@ -20,13 +20,14 @@ import (
 // off only if blocks are asked for again before they are evicted. A
 // shuffled pass over a dataset larger than the cache almost never is (hit
 // rate 0.1 % over an epoch of 12 000 files with 256 MiB), and caching every
-// block then made bam 1.6x slower than no cache. So the cache starts by
-// sampling: only one block in admitSample (chosen by block number) is
-// looked up and stored. A window of lookups (admitWindow blocks' worth)
-// with at least one hit in admitHitRate turns every block's lookup and
-// storing on; a window under that rate turns sampling back on. The sampled blocks keep
-// measuring reuse: a hot set, or repeated epochs over data that fits,
-// shows up in one pass.
+// block then made bam 1.6-1.8x slower than no cache. So once the cache is
+// full, a window of admitWindow lookups with less than one hit in
+// admitHitRate turns sampling on: only one block in admitSample (chosen by
+// block number) is looked up and stored. The sampled blocks keep measuring
+// reuse, over windows of as many blocks: a window that reaches the rate (a
+// hot set, repeated epochs over data that fits) turns every block's lookup
+// and storing back on. Until it is full the cache stores every block, so
+// data that fits is cached whole on its first pass.
 type blockCache struct {
 	bs           int
 	arena        []byte
@@ -121,7 +122,7 @@ func (c *blockCache) get(block uint64, dst []byte, off int) bool {
 // while sampling one in admitSample (by a hash of its number independent
 // of the shard's).
 func (c *blockCache) cached(block uint64) bool {
-	return c.all.Load() || (block*0xBF58476D1CE4E5B9)>>60 < 16/admitSample
+	return c.all.Load() || (block*0xBF58476D1CE4E5B9)>>32%admitSample == 0
 }
 
 // put stores a whole block read from the device.
