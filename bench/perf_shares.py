@@ -26,6 +26,7 @@ OTHER = "other"
 
 # loaderd's samples by the first rule any frame of the stack matches.
 LOADERD = [
+    ("registering batch memory (session open: pins every page)", ("RegisterBuffers",)),
     ("io_uring submission (block layer, loop queueing)", ("io_submit_sqes", "io_issue_sqe")),
     ("io_uring waits and completions", ("io_cqring_wait", "io_uring_enter")),
     ("futex (goroutine hand-offs, the ring's locked thread)", ("futex",)),
