@@ -62,8 +62,7 @@ def synthetic(bs: int, n: int = 20000) -> None:
             while b.recv(65536):
                 pass
             os._exit(0)
-        b.sendall(blob)
-        time.sleep(30)
+        b.sendall(blob)  # then exits: the drainer's copy keeps the socket open
         os._exit(0)
     b.close()
     st = Stream.__new__(Stream)

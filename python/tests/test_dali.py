@@ -3,6 +3,7 @@ yield the same bytes, labels and decoded images for a whole epoch."""
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from pathlib import Path
 
@@ -77,8 +78,6 @@ def test_external_source_matches_readers_file(daemon: Daemon, dataset: Dataset, 
 def test_dali_batch_format_views_batch_memory(daemon: Daemon, dataset: Dataset) -> None:
     """batch_format="dali": each sample of the TensorListCPU lies inside the
     source's batch memory (no copy) and holds its file's bytes and label."""
-    import hashlib
-
     from nvidia.dali.backend import TensorListCPU
 
     with LoaderSource("train", socket=daemon.socket, batch_size=BATCH, random_shuffle=True, seed=3,
@@ -104,8 +103,6 @@ def test_dali_batch_format_skips_failed_samples(dataset: Dataset, tmp_path: Path
     """on_error="skip" with batch_format="dali": the failed sample is left
     out of the TensorListCPU (a smaller batch, never a zero-length
     stand-in), counted and warned about; every other file comes once."""
-    import hashlib
-
     root, bmap, by_hash = small_dataset(dataset.root.parent, "dali-skip")
     d = start_daemon(tmp_path, bmap)
     try:
