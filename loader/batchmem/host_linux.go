@@ -45,9 +45,9 @@ type host struct {
 // Where the system has enough free huge pages (vm.nr_hugepages), the
 // memory is a hugetlb memfd, its size rounded up to whole huge pages:
 // fewer pages to pin per read and to map. Huge pages are taken from the
-// pool when the memory is mapped, all of them, not on first use. Else it says so in the log and uses
-// ordinary pages, advised to be huge where the kernel allows it for
-// shared memory (transparent_hugepage/shmem_enabled).
+// pool when the memory is mapped, all of them, not on first use. Else it
+// says so in the log and uses ordinary pages, advised to be huge where
+// the kernel allows it for shared memory (transparent_hugepage/shmem_enabled).
 func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -99,10 +99,10 @@ func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 // rounded up to whole pages; else nil and why not.
 func openHuge(slots int, slotSize int64) (*host, string) {
 	info, err := meminfo("Hugepagesize:", "HugePages_Free:")
-	page, free := info["Hugepagesize:"]<<10, info["HugePages_Free:"]
 	if err != nil {
 		return nil, err.Error() // e.g. "no Hugepagesize: in /proc/meminfo": a kernel without huge pages
 	}
+	page, free := info["Hugepagesize:"]<<10, info["HugePages_Free:"]
 	if page == 0 {
 		return nil, "the kernel has no huge pages"
 	}

@@ -17,8 +17,8 @@ Each ``next()`` returns ``(samples, labels)``: a list of 1-D uint8 numpy
 arrays that view the session's batch memory (no copy; the daemon passes
 it to this process as a file descriptor, read-only) and int32 labels of
 shape (batch, 1); with ``batch_format="dali"``, two DALI ``TensorListCPU``
-of the same views and labels. At the end of an epoch it raises ``StopIteration``;
-iterating again starts the next epoch, as DALI does after
+of the same views and labels. At the end of an epoch it raises
+``StopIteration``; iterating again starts the next epoch, as DALI does after
 ``pipeline.reset()``. A batch's memory is given back to the daemon only
 after ``release_after`` (the daemon's default: ``prefetch_queue_depth + 1``)
 later batches, so DALI may use it with ``no_copy=True``.
