@@ -537,11 +537,13 @@ class LoaderSource:
                 self._stream = None
             if self._stream is None:
                 # From the source's own position (known since the open, kept
-                # by every batch): no request for it.
+                # by every batch): no request for it. What this source still
+                # holds is kept; everything else the daemon delivered
+                # (release included) goes back before the first frame.
                 if at is not None:
                     self._expect = at
-                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect)
-            if release:
+                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect, list(self._held))
+            elif release:
                 self._stream.send({"release": release})
             r = cast(NextResponse, self._stream.recv())
         except StreamError as e:

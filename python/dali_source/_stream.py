@@ -22,11 +22,19 @@ class StreamError(UpgradeError):
 
 
 class Stream:
-    def __init__(self, path: str, session_id: str, timeout: Optional[float], at: Optional[tuple[int, int]]) -> None:
-        req: StreamRequest = {"epoch": at[0], "iteration": at[1]} if at is not None else {}
+    """A session's stream, from ``at`` (or the session's next batch).
+    ``keep`` names the slots of batches this client still holds from
+    earlier streams; the daemon releases every other batch it delivered
+    before the first frame (a stream that broke leaves them held)."""
+
+    def __init__(self, path: str, session_id: str, timeout: Optional[float], at: Optional[tuple[int, int]],
+                 keep: list[int]) -> None:
+        req: StreamRequest = {"keep": keep}
+        if at is not None:
+            req["epoch"], req["iteration"] = at
         try:
             self._sock, self._buf, fds = upgrade(path, f"/v1/sessions/{session_id}/stream", UPGRADE,
-                                                 msgpack.packb(req) if req else b"", timeout)
+                                                 msgpack.packb(req), timeout)
         except UpgradeError as e:
             raise StreamError(str(e), e.status) from e
         for fd in fds:  # none is expected

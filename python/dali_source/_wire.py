@@ -129,6 +129,7 @@ class ReleaseRequest(TypedDict):
 class StreamRequest(TypedDict, total=False):
     epoch: Optional[int]  # both or neither: where the stream starts
     iteration: Optional[int]
+    keep: List[int]  # slots of delivered batches still held; every other one is released
 
 
 class StreamControl(TypedDict, total=False):

@@ -81,11 +81,16 @@ const StreamUpgrade = "nvfeed-stream"
 // bounded by the session's slots. The client sends StreamControl frames:
 // releases (no reply: no round trip per batch), or a stop naming the slots
 // it still holds, answered by a frame with stopped set once every other
-// delivered batch is released. When the connection closes without a stop,
-// every delivered batch is released.
+// delivered batch is released. When the connection closes without a stop
+// (the client died, or its connection broke while it may still be using
+// the batches), every delivered batch stays held: the next stream's keep
+// says which of them the client still holds, and every other one is
+// released before its first frame; an abandoned session's batches go with
+// the session (closed or reaped).
 type StreamRequest struct {
-	Epoch     *int `msgpack:"epoch"`
-	Iteration *int `msgpack:"iteration"`
+	Epoch     *int  `msgpack:"epoch"`
+	Iteration *int  `msgpack:"iteration"`
+	Keep      []int `msgpack:"keep"` // slots of delivered batches the client still holds
 }
 
 // StreamControl is a frame from the client in a stream.

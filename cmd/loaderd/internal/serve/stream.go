@@ -67,7 +67,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		out.Write(b)
 		return out.Flush()
 	}
-	err = s.mgr.Stream(ctx, c, id, at, func(d session.Delivery) error { return send(toResponse(d)) })
+	err = s.mgr.Stream(ctx, c, id, at, req.Keep, func(d session.Delivery) error { return send(toResponse(d)) })
 	cancel()
 	var cr control
 	stopped := false
@@ -85,8 +85,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			send(NextResponse{Stopped: true})
 			return
 		}
-	default: // the client went away or broke the protocol, or the session ended: nothing is held any more
-		s.mgr.ReleaseExcept(c, id, nil)
+	default:
+		// The client went away or broke the protocol, or the session ended.
+		// What it was handed stays held: a client whose connection broke
+		// may still be using those batches, and releasing them would let
+		// the session's reads overwrite them. Its next stream says what it
+		// still holds; a session nobody comes back to is reaped.
 		switch {
 		case cr.err != nil && !errors.Is(cr.err, io.EOF) && !errors.Is(cr.err, net.ErrClosed):
 			s.log.Warn("serve: stream control", "session", id, "err", cr.err)

@@ -25,12 +25,20 @@ type streamClient struct {
 	rd   *bufio.Reader
 }
 
-func (f *fixture) openStream(t *testing.T, id string) *streamClient {
+// openStream opens a stream of session id, with req as its body when not
+// nil.
+func (f *fixture) openStream(t *testing.T, id string, req *StreamRequest) *streamClient {
 	conn, err := net.Dial("unix", f.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(conn, "POST /v1/sessions/%s/stream HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n", id, StreamUpgrade)
+	var body []byte
+	if req != nil {
+		if body, err = msgpack.Marshal(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Fprintf(conn, "POST /v1/sessions/%s/stream HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: %d\r\n\r\n%s", id, StreamUpgrade, len(body), body)
 	rd := bufio.NewReader(conn)
 	status, err := rd.ReadString('\n')
 	if err != nil || !strings.Contains(status, " 101 ") {
@@ -78,12 +86,10 @@ func (c *streamClient) send(v StreamControl) {
 	}
 }
 
-// TestStreamLifetimes: a stream pushes no more batches than the session
-// has slots while the client holds them; releases out of order let it go
-// on and never touch a batch still held; a client that dies gives every
-// batch back; a stop keeps what the client names.
-func TestStreamLifetimes(t *testing.T) {
-	f := start(t, time.Minute)
+// openThreeSlots opens a session of batches of 3 with three slots:
+// prefetch 1, release_after 1, and one more.
+func (f *fixture) openThreeSlots(t *testing.T) OpenResponse {
+	t.Helper()
 	var open OpenResponse
 	ra := 1
 	if code := f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 3}, Dataset: "ds", PrefetchQueueDepth: 1, ReleaseAfter: &ra}, &open); code != 200 {
@@ -92,6 +98,17 @@ func TestStreamLifetimes(t *testing.T) {
 	if open.Memory.Slots != 3 {
 		t.Fatalf("slots %d, want prefetch 1 + release_after 1 + 1", open.Memory.Slots)
 	}
+	return open
+}
+
+// TestStreamLifetimes: a stream pushes no more batches than the session
+// has slots while the client holds them; releases out of order let it go
+// on and never touch a batch still held; a stop keeps what the client
+// names; after a client died, a new stream that keeps nothing gets every
+// slot back.
+func TestStreamLifetimes(t *testing.T) {
+	f := start(t, time.Minute)
+	open := f.openThreeSlots(t)
 	mem, mr := f.memory(t, open.ID)
 	if mr.Memory != open.Memory {
 		t.Fatalf("memory frame %+v, open response %+v: the description must arrive unchanged", mr.Memory, open.Memory)
@@ -105,7 +122,7 @@ func TestStreamLifetimes(t *testing.T) {
 			}
 		}
 	}
-	s := f.openStream(t, open.ID)
+	s := f.openStream(t, open.ID, nil)
 	var got []NextResponse
 	for len(got) < 3 {
 		r, ok := s.recv(5 * time.Second)
@@ -162,9 +179,9 @@ func TestStreamLifetimes(t *testing.T) {
 		t.Fatalf("next after the stream: %d", code)
 	}
 	f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: nb.Slot}, nil)
-	// A client that dies mid-stream, holding everything: all comes back,
-	// and a new stream gets the full window again.
-	s = f.openStream(t, open.ID)
+	// A client that dies mid-stream, holding everything: a new stream that
+	// keeps nothing gets the full window again.
+	s = f.openStream(t, open.ID, nil)
 	for held := 0; held < 3; {
 		r, ok := s.recv(5 * time.Second)
 		if !ok {
@@ -177,7 +194,7 @@ func TestStreamLifetimes(t *testing.T) {
 	s.conn.Close()
 	var s2 *streamClient
 	for i := 0; i < 100; i++ { // the first stream ends asynchronously
-		s2 = f.openStream(t, open.ID)
+		s2 = f.openStream(t, open.ID, nil)
 		if r, ok := s2.recv(2 * time.Second); ok && r.Error == "" {
 			break
 		}
@@ -208,4 +225,83 @@ func TestStreamLifetimes(t *testing.T) {
 		}
 	}
 	s2.conn.Close()
+}
+
+// TestStreamBrokenKeepsBatches: a stream whose connection breaks leaves
+// the batches it delivered held (the client may still be using them: its
+// reads must not overwrite them), and the next stream's keep says which
+// of them the client still holds; every other one is released.
+func TestStreamBrokenKeepsBatches(t *testing.T) {
+	f := start(t, time.Minute)
+	open := f.openThreeSlots(t)
+	mem, _ := f.memory(t, open.ID)
+	// The bytes each held sample had when delivered, checked against its file.
+	type held struct {
+		r     NextResponse
+		bytes [][]byte
+	}
+	take := func(r NextResponse) held {
+		t.Helper()
+		h := held{r: r}
+		for i, idx := range r.Indices {
+			b := bytes.Clone(mem[r.Offsets[i] : r.Offsets[i]+r.Lengths[i]])
+			if want, _ := os.ReadFile(filepath.Join(f.m.Root, f.m.Samples[idx].Path)); !bytes.Equal(b, want) {
+				t.Fatalf("epoch %d batch %d: sample %d differs from its file", r.Epoch, r.Iteration, idx)
+			}
+			h.bytes = append(h.bytes, b)
+		}
+		return h
+	}
+	unchanged := func(h held) {
+		t.Helper()
+		for i := range h.r.Indices {
+			if !bytes.Equal(mem[h.r.Offsets[i]:h.r.Offsets[i]+h.r.Lengths[i]], h.bytes[i]) {
+				t.Fatalf("batch %d (slot %d), held by the client, was overwritten", h.r.Iteration, h.r.Slot)
+			}
+		}
+	}
+	s := f.openStream(t, open.ID, nil)
+	var a, b held
+	for i, h := range []*held{&a, &b} {
+		r, ok := s.recv(5 * time.Second)
+		if !ok || r.EndOfEpoch {
+			t.Fatalf("batch %d: %+v %v", i, r, ok)
+		}
+		*h = take(r)
+	}
+	s.conn.Close() // broken, not stopped: the client still uses a and b
+	time.Sleep(300 * time.Millisecond)
+	unchanged(a)
+	unchanged(b)
+	// A new stream keeping a and b: the session has one slot left.
+	s = f.openStream(t, open.ID, &StreamRequest{Keep: []int{a.r.Slot, b.r.Slot}})
+	var c NextResponse
+	for i := 0; i < 100; i++ { // the broken stream ends asynchronously
+		r, ok := s.recv(2 * time.Second)
+		if ok && r.Error == "" {
+			c = r
+			break
+		}
+		s.conn.Close()
+		time.Sleep(20 * time.Millisecond)
+		s = f.openStream(t, open.ID, &StreamRequest{Keep: []int{a.r.Slot, b.r.Slot}})
+	}
+	if c.Slot == a.r.Slot || c.Slot == b.r.Slot {
+		t.Fatalf("batch %d came in slot %d, which the client keeps", c.Iteration, c.Slot)
+	}
+	take(c)
+	if r, ok := s.recv(300 * time.Millisecond); ok {
+		t.Fatalf("batch %d (slot %d) came while the client held all 3 slots", r.Iteration, r.Slot)
+	}
+	unchanged(a)
+	unchanged(b)
+	// Releasing a lets exactly one more come, in a's slot.
+	s.send(StreamControl{Release: []int{a.r.Slot}})
+	r, ok := s.recv(5 * time.Second)
+	if !ok || r.Slot != a.r.Slot {
+		t.Fatalf("after releasing slot %d: %+v %v", a.r.Slot, r, ok)
+	}
+	take(r)
+	unchanged(b)
+	s.conn.Close()
 }

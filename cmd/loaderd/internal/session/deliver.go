@@ -86,12 +86,14 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 // Stream hands the session's batches to out as soon as each is read, in
 // order, from at (or the session's next batch), with the ends of epochs,
 // until ctx ends, the session closes, or out fails: no request per batch.
-// The loader's slots bound how far it runs ahead of the client: a pushed
-// batch holds its slot until released (Release, from any goroutine). It
-// returns nil when ctx ended. One stream per session at a time; the
-// caller releases what the client no longer holds when it returns
-// (ReleaseExcept).
-func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position, out func(Delivery) error) error {
+// Before the first, it releases every batch the session has delivered
+// except those in the slots keep (what the client still holds from
+// earlier streams or requests). The loader's slots bound how far it runs
+// ahead of the client: a pushed batch holds its slot until released
+// (Release, from any goroutine, or the next stream's keep). It returns nil
+// when ctx ended. One stream per session at a time. When it returns,
+// delivered batches stay held: the client may still be using them.
+func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position, keep []int, out func(Delivery) error) error {
 	ss, err := m.lookup(c, id)
 	if err != nil {
 		return err
@@ -104,6 +106,7 @@ func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position,
 	ctx, cancel := context.WithCancel(ctx)
 	ss.stopStream = cancel
 	ss.streamMu.Unlock()
+	ss.releaseExcept(keep)
 	defer func() {
 		ss.streamMu.Lock()
 		ss.stopStream = nil
@@ -149,14 +152,7 @@ func (m *Manager) ReleaseExcept(c Caller, id string, keep []int) error {
 	if err != nil {
 		return err
 	}
-	ss.heldMu.Lock()
-	defer ss.heldMu.Unlock()
-	for slot, b := range ss.held {
-		if !slices.Contains(keep, slot) {
-			delete(ss.held, slot)
-			b.Release()
-		}
-	}
+	ss.releaseExcept(keep)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,4 +124,17 @@ func (ss *session) release(slot int) error {
 	delete(ss.held, slot)
 	b.Release()
 	return nil
+}
+
+// releaseExcept gives back every batch the client holds but those in the
+// slots keep.
+func (ss *session) releaseExcept(keep []int) {
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	for slot, b := range ss.held {
+		if !slices.Contains(keep, slot) {
+			delete(ss.held, slot)
+			b.Release()
+		}
+	}
 }
