@@ -297,7 +297,9 @@ class LoaderSource:
         socket, reopens its session at its own position and goes on
         yielding exactly the batches an uninterrupted source would have,
         for ``__iter__`` and ``batch(info)`` alike. Batches already handed
-        out stay valid and unchanged (their memory outlives the daemon).
+        out stay valid and unchanged (their memory outlives the daemon). A
+        stream that breaks while the daemon lives on is handled the same
+        way, and the old session is closed.
         After the timeout, ``DaemonGoneError`` says since when the daemon
         is gone. 0 turns reconnection off.
     batch_format : {"numpy", "dali"}, optional, default = "numpy"
@@ -427,6 +429,14 @@ class LoaderSource:
         delay, last = 0.05, str(cause)
         warnings.warn(f"LoaderSource: loaderd at {self._socket} went away ({cause}); reconnecting for up to "
                       f"{self._reconnect_timeout:g} s", RuntimeWarning, stacklevel=4)
+        # A daemon that lives on (only the stream broke) frees the old
+        # session now rather than when it is reaped as idle; arrays handed
+        # out keep their memory mapped either way.
+        try:
+            _call(_UnixHTTPConnection(self._socket, min(self._timeout, 5.0)), self._socket, "DELETE",
+                  f"/v1/sessions/{self._id}")
+        except LoaderError:
+            pass
         while True:
             try:
                 self._open(req)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import Dataset, start_daemon, stop_daemon
-from dali_source import LoaderSource
+from dali_source import LoaderSource, NotFoundError
 
 KW: dict[str, Any] = dict(batch_size=4, random_shuffle=True, seed=11, num_shards=2)
 
@@ -104,9 +104,12 @@ def test_broken_stream_keeps_batches(dataset: Dataset, tmp_path: Path) -> None:
                 held.append((b[0], [bytes(s) for s in b[0]]))
             time.sleep(0.3)  # the daemon's read-ahead fills every slot it may
             assert src._stream is not None
+            old = src._id
             src._stream._sock.shutdown(socket.SHUT_RDWR)  # the connection breaks
             with pytest.warns(RuntimeWarning, match="reconnecting"):
                 got += [_key(*b) for b in it]
+            with pytest.raises(NotFoundError):  # the old session is closed, not left to the reaper
+                src._call("GET", f"/v1/sessions/{old}/state")
             time.sleep(0.3)  # a read into a held slot would land by now
         assert got == want, "the sequence across a broken stream differs from an unbroken one"
         for arrays, copies in held:
