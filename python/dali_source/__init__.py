@@ -432,11 +432,13 @@ class LoaderSource:
         # A daemon that lives on (only the stream broke) frees the old
         # session now rather than when it is reaped as idle; arrays handed
         # out keep their memory mapped either way.
+        conn = _UnixHTTPConnection(self._socket, min(self._timeout, 5.0))
         try:
-            _call(_UnixHTTPConnection(self._socket, min(self._timeout, 5.0)), self._socket, "DELETE",
-                  f"/v1/sessions/{self._id}")
+            _call(conn, self._socket, "DELETE", f"/v1/sessions/{self._id}")
         except LoaderError:
             pass
+        finally:
+            conn.close()
         while True:
             try:
                 self._open(req)
