@@ -21,6 +21,7 @@ var layer = map[string]int{
 	"internal/uring":   0,
 	"internal/cuda":    1,
 	"internal/numa":    0,
+	"internal/cred":    0,
 	"internal/testenv": 0, // tests: skip or fail when the machine lacks root, loop devices
 
 	"bmap":            1, // the block map

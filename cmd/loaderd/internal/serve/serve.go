@@ -37,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -76,16 +77,17 @@ func caller(r *http.Request) session.Caller {
 	return session.Caller{UID: -1, GID: -1}
 }
 
-// connContext records the peer's credentials (SO_PEERCRED) for unix
-// connections, and marks TCP ones.
+// connContext records the peer's credentials (SO_PEERCRED and
+// SO_PEERGROUPS: what the process had when it connected, not what the
+// user database says) for unix connections, and marks TCP ones.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	p := peer{caller: session.Caller{UID: -1, GID: -1}}
 	switch c := c.(type) {
 	case *net.UnixConn:
 		if raw, err := c.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
-				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-					p.caller = session.Caller{UID: int(cred.Uid), GID: int(cred.Gid)}
+				if c, err := cred.Peer(int(fd)); err == nil {
+					p.caller = session.Caller{UID: int(c.UID), GID: int(c.GID), Groups: c.Groups}
 				}
 			})
 		}

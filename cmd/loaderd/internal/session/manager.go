@@ -60,10 +60,13 @@ const (
 	EnginesPerSession = "session" // every session has its own
 )
 
-// Caller is who makes a request: the uid and gid from SO_PEERCRED, or -1
-// when the transport cannot know (loopback TCP).
+// Caller is who makes a request: for a unix-socket client, the uid, gid
+// and supplementary groups the kernel recorded when it connected
+// (SO_PEERCRED, SO_PEERGROUPS); -1 when the transport cannot know
+// (loopback TCP).
 type Caller struct {
 	UID, GID int
+	Groups   []uint32 // supplementary groups (SO_PEERGROUPS)
 }
 
 // Manager owns the sessions.

@@ -1,0 +1,116 @@
+// Package cred lets the daemon do filesystem work as another user: on a
+// locked OS thread whose filesystem uid, filesystem gid and supplementary
+// groups are that user's, so the kernel judges every open exactly as it
+// would judge the user's own (mode bits, ACLs, every directory on the
+// resolved path, symlinks, LSMs), and root's capabilities to override
+// permissions do not apply (setfsuid to a nonzero uid drops them from the
+// thread's effective set).
+//
+// Linux keeps credentials per thread; the C library and Go's syscall
+// package make setgroups process-wide on purpose, so this package calls
+// the raw system calls, which change only the calling thread. A thread
+// switched to a Cred is never handed back to the Go scheduler: its
+// goroutine exits while still locked, and the runtime ends the thread.
+package cred
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cred is who the kernel judges: a filesystem uid, a filesystem gid and
+// the supplementary groups, as a unix socket's peer had them when it
+// connected (SO_PEERCRED, SO_PEERGROUPS).
+type Cred struct {
+	UID, GID uint32
+	Groups   []uint32
+}
+
+// String names the credentials for messages: "uid 1000 gid 1000 groups [4 27]".
+func (c Cred) String() string {
+	return fmt.Sprintf("uid %d gid %d groups %v", c.UID, c.GID, c.Groups)
+}
+
+// ErrSwitch is wrapped by the errors of a switch of credentials that the
+// kernel refused or did not apply.
+var ErrSwitch = errors.New("cred: cannot switch the thread's credentials")
+
+// maxGroups is the kernel's NGROUPS_MAX.
+const maxGroups = 65536
+
+// Peer returns the credentials of the peer of the connected unix socket
+// fd, taken by the kernel when the peer connected: its effective uid and
+// gid (SO_PEERCRED) and its supplementary groups (SO_PEERGROUPS), not
+// what the user database says it could have.
+func Peer(fd int) (Cred, error) {
+	uc, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		return Cred{}, fmt.Errorf("cred: SO_PEERCRED: %w", err)
+	}
+	c := Cred{UID: uc.Uid, GID: uc.Gid}
+	buf := make([]uint32, 64)
+	for {
+		n := uint32(len(buf) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch {
+		case e == 0:
+			c.Groups = append([]uint32(nil), buf[:n/4]...)
+			return c, nil
+		case e == unix.ERANGE && int(n/4) > len(buf) && int(n/4) <= maxGroups:
+			buf = make([]uint32, n/4)
+		default:
+			return Cred{}, fmt.Errorf("cred: SO_PEERGROUPS: %w", e)
+		}
+	}
+}
+
+// Become switches the calling thread to c: supplementary groups, then
+// filesystem gid, then filesystem uid (after which the thread could not
+// change its groups any more). The calling goroutine must have locked its
+// OS thread with runtime.LockOSThread and must never unlock it: let the
+// goroutine end locked, and the runtime ends the thread with it. Become
+// checks that the kernel applied each change.
+func (c Cred) Become() error {
+	if len(c.Groups) > maxGroups {
+		return fmt.Errorf("%w: %d supplementary groups, the kernel allows %d", ErrSwitch, len(c.Groups), maxGroups)
+	}
+	var p unsafe.Pointer
+	if len(c.Groups) > 0 {
+		p = unsafe.Pointer(&c.Groups[0])
+	}
+	// Raw system calls: only this thread (glibc and Go's syscall.Setgroups
+	// broadcast to every thread of the process).
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(c.Groups)), uintptr(p), 0); e != 0 {
+		return fmt.Errorf("%w: setgroups %v: %w", ErrSwitch, c.Groups, e)
+	}
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(c.GID), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(c.UID), 0, 0)
+	// setfsuid/setfsgid return the previous value and no error; an invalid
+	// id (-1) changes nothing and returns the current one.
+	fsgid, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	fsuid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	if uint32(fsuid) != c.UID || uint32(fsgid) != c.GID {
+		return fmt.Errorf("%w: asked for fsuid %d fsgid %d, the thread has %d %d", ErrSwitch, c.UID, c.GID, uint32(fsuid), uint32(fsgid))
+	}
+	return nil
+}
+
+// Do runs fn on a new OS thread switched to c and returns fn's error (or
+// the switch's). The thread ends with the call.
+func (c Cred) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		if err := c.Become(); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
