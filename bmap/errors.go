@@ -18,3 +18,9 @@ var ErrCorrupt = errors.New("corrupt block map")
 // errNotRegular is returned for a sample whose symlink leads to something
 // other than a regular file.
 var errNotRegular = errors.New("not a regular file")
+
+// ErrExtents is wrapped by the error of a sample whose mapped extents are
+// not the file's own on the live filesystem: a map that would make a raw
+// read return other blocks than the file's. Such a sample is never read
+// raw.
+var ErrExtents = errors.New("mapped extents are not the file's")

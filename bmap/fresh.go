@@ -2,6 +2,7 @@ package bmap
 
 import (
 	"fmt"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -64,6 +65,12 @@ func (c *Checker) CheckLinks(i int) (nlink uint64, err error) {
 	if err := unix.Fstatat(c.rootFd, s.Path, &st, 0); err != nil {
 		return 0, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
 	}
+	return c.compare(i, &st)
+}
+
+// compare checks sample i against st, the file now at its path.
+func (c *Checker) compare(i int, st *unix.Stat_t) (nlink uint64, err error) {
+	s := &c.m.Samples[i]
 	var what string
 	switch {
 	case s.Reason != OtherFS && st.Dev != c.devNum:
@@ -80,6 +87,42 @@ func (c *Checker) CheckLinks(i int) (nlink uint64, err error) {
 		return uint64(st.Nlink), nil
 	}
 	return 0, fmt.Errorf("bmap: sample %d (%s): %w: %s", i, s.Path, ErrStale, what)
+}
+
+// CheckFd is Check of the file open at fd (opened by whoever must be
+// able to open it), and, for a raw sample, that the extents the map gives
+// for its bytes are the file's own now (FIEMAP with mp): a map that names
+// other blocks fails with ErrExtents.
+func (c *Checker) CheckFd(i, fd int, mp *extentinfo.Mapper) (nlink uint64, err error) {
+	s := &c.m.Samples[i]
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
+	}
+	if nlink, err = c.compare(i, &st); err != nil || s.Reason != Raw {
+		return nlink, err
+	}
+	live, err := mp.ExtentsFd(fd, nil)
+	if err != nil {
+		return 0, fmt.Errorf("bmap: sample %d (%s): %w: FIEMAP: %w", i, s.Path, ErrExtents, err)
+	}
+	now := Sample{Size: s.Size, Extents: live}
+	if classify(s.Size, live) != Raw || !slices.Equal(s.Segments(nil), now.Segments(nil)) {
+		return 0, fmt.Errorf("bmap: sample %d (%s): %w", i, s.Path, ErrExtents)
+	}
+	return nlink, nil
+}
+
+// Verify opens sample i as the process (following links, as Build does)
+// and checks it with CheckFd.
+func (c *Checker) Verify(i int, mp *extentinfo.Mapper) (nlink uint64, err error) {
+	s := &c.m.Samples[i]
+	fd, err := unix.Openat(c.rootFd, s.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return 0, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
+	}
+	defer unix.Close(fd)
+	return c.CheckFd(i, fd, mp)
 }
 
 // Close releases the checker's directory handle.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
@@ -58,6 +59,11 @@ type Options struct {
 	// Shared lets loaders share backend resources (the daemon: one raw
 	// engine per device for all sessions); nil: each loader has its own.
 	Shared *backend.Shared
+	// Cred is who the loader reads for: every filesystem open is made as
+	// this user (the kernel checks it) and a raw sample whose file changed
+	// is read only after the user's check passes; nil: the process's own
+	// credentials. The daemon sets it to its client's.
+	Cred *cred.Cred
 }
 
 // StateVersion is the version of State's wire form; a state of another
@@ -206,7 +212,7 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		}
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared}
+	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared, Cred: o.Cred}
 	if d := mem.Desc(); d.Kind == batchmem.GPU {
 		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/fsread"
 	"github.com/nvfeed/nvfeed/loader/raw"
 )
 
@@ -118,7 +119,7 @@ func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
 	}
 	for _, policy := range []string{raw.StaleFallback, raw.StaleFail} {
 		for _, backend := range []string{"gds", "bam"} {
-			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: backend, SkipErrors: policy == raw.StaleFail, BackendOptions: map[string]any{"on_stale": policy}})
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 2}, Backend: backend, SkipErrors: true, BackendOptions: map[string]any{"on_stale": policy}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,23 +128,25 @@ func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
 				t.Fatalf("%s/%s: %v", backend, policy, err)
 			}
 			for i := 0; i < b.Len(); i++ {
-				if bytes.Contains(b.Sample(i), []byte("SECRET")) || bytes.Contains(b.Sample(i), []byte("OLD-CONTENT")) {
-					t.Fatalf("%s/%s: sample %d served from the old blocks", backend, policy, b.Indices[i])
+				if bytes.Contains(b.Sample(i), []byte("SECRET")) || bytes.Contains(b.Sample(i), []byte("OLD-CONTENT")) || bytes.Contains(b.Sample(i), []byte("NEW-CONTENT")) {
+					t.Fatalf("%s/%s: sample %d served from the old blocks or from the file that replaced it", backend, policy, b.Indices[i])
 				}
 			}
-			switch policy {
-			case raw.StaleFallback:
-				checkBatch(t, m2(t, m), b)
+			// The path now names another file: with either policy a failed
+			// sample (read through the filesystem, the new file is refused
+			// as not the one mapped).
+			want := bmap.ErrStale
+			if policy == raw.StaleFallback {
+				want = fsread.ErrReplaced
 				if n := l.Backend().Stats().StaleSamples; n < 1 {
 					t.Errorf("%s: stale_samples = %d, want the replaced file counted", backend, n)
 				}
-			case raw.StaleFail:
-				if len(b.Errors) != 1 || !errors.Is(b.Errors[0], bmap.ErrStale) || !strings.Contains(b.Errors[0].Error(), "victim.jpg") || b.Lengths[1] != 0 {
-					t.Errorf("%s: errors %v lengths %v, want one ErrStale naming victim.jpg", backend, b.Errors, b.Lengths)
-				}
-				if !bytes.Equal(b.Sample(0), []byte("unchanged")) {
-					t.Errorf("%s: the other sample of the batch was affected", backend)
-				}
+			}
+			if len(b.Errors) != 1 || !errors.Is(b.Errors[0], want) || !strings.Contains(b.Errors[0].Error(), "victim.jpg") || b.Lengths[1] != 0 {
+				t.Errorf("%s/%s: errors %v lengths %v, want one error wrapping %v naming victim.jpg", backend, policy, b.Errors, b.Lengths, want)
+			}
+			if !bytes.Equal(b.Sample(0), []byte("unchanged")) {
+				t.Errorf("%s/%s: the other sample of the batch was affected", backend, policy)
 			}
 			b.Release()
 			l.Close()
@@ -251,7 +254,10 @@ func TestShrunkDeviceGivesNamedError(t *testing.T) {
 // TestChangeAfterOpenDetected changes files while a loader runs: one is
 // replaced (its blocks going to a secret file), one with a hard link
 // outside the dataset is truncated and rewritten through that link. No
-// batch may ever hold the secret, and the new contents must show up.
+// batch may ever hold the secret; the rewritten file's new contents show
+// up (read through the filesystem), and the replaced one is a failed
+// sample: its path names another file than the one mapped, whose bytes
+// are never served.
 func TestChangeAfterOpenDetected(t *testing.T) {
 	for _, fresh := range []string{raw.FreshWatch, raw.FreshRead} {
 		t.Run(fresh, func(t *testing.T) {
@@ -296,7 +302,7 @@ func TestChangeAfterOpenDetected(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, err := range b.Errors {
-						if !errors.Is(err, backend.ErrShortRead) && !errors.Is(err, bmap.ErrStale) {
+						if !errors.Is(err, backend.ErrShortRead) && !errors.Is(err, bmap.ErrStale) && !errors.Is(err, fsread.ErrReplaced) {
 							t.Errorf("unexpected sample error: %v", err)
 						}
 					}
@@ -305,15 +311,18 @@ func TestChangeAfterOpenDetected(t *testing.T) {
 						if bytes.Contains(d, []byte("SECRET")) {
 							t.Fatalf("epoch %d: sample %d served another file's blocks", b.Epoch, b.Indices[i])
 						}
-						if bytes.HasPrefix(d, []byte("NEW-")) {
+						if bytes.HasPrefix(d, []byte("NEW-CONTENT")) {
+							t.Fatalf("epoch %d: sample %d served the file that replaced it", b.Epoch, b.Indices[i])
+						}
+						if bytes.HasPrefix(d, []byte("NEW-LINKED")) {
 							sawNew++
 						}
 					}
 					b.Release()
 				}
 			}
-			if sawNew < 4 {
-				t.Errorf("new contents seen %d times over the later epochs, want both files in at least 2 epochs", sawNew)
+			if sawNew < 2 {
+				t.Errorf("the rewritten file's new contents seen %d times over the later epochs, want at least 2", sawNew)
 			}
 			if n := l.Backend().Stats().StaleSamples; n < 2 {
 				t.Errorf("stale_samples = %d, want both changes counted", n)
@@ -375,7 +384,8 @@ func TestRawInjectedEIO(t *testing.T) {
 
 // TestSharedGuard runs two raw loaders over one freshness guard, as the
 // daemon's sessions do: a file replaced after the guard's stat pass is
-// caught through the shared watch by both, and closing the loaders leaves
+// caught through the shared watch by both (a failed sample: neither its
+// old blocks nor the new file are served), and closing the loaders leaves
 // the guard to its owner.
 func TestSharedGuard(t *testing.T) {
 	fs := testfs.New(t, testfs.Ext4())
@@ -406,22 +416,24 @@ func TestSharedGuard(t *testing.T) {
 	fs.WriteFile(t, "secret.dat", bytes.Repeat([]byte("SECRET-DATA!"), 300_000))
 	fs.Sync(t)
 	for _, l := range ls {
-		sawNew := 0
+		replaced := 0
 		for e := 0; e < 5; e++ { // batches prefetched before the change may hold the old contents: then still the file's
 			eachBatch(l, func(b *Batch) {
 				for i := 0; i < b.Len(); i++ {
 					d := b.Sample(i)
-					if bytes.Contains(d, []byte("SECRET")) {
-						t.Fatalf("%s: sample %d served from blocks it no longer owns", l.Backend().Name(), b.Indices[i])
+					if bytes.Contains(d, []byte("SECRET")) || bytes.Contains(d, []byte("NEW-CONTENT")) {
+						t.Fatalf("%s: sample %d served from blocks it no longer owns, or the file that replaced it", l.Backend().Name(), b.Indices[i])
 					}
-					if bytes.HasPrefix(d, []byte("NEW-CONTENT")) {
-						sawNew++
+				}
+				for _, err := range b.Errors {
+					if errors.Is(err, fsread.ErrReplaced) {
+						replaced++
 					}
 				}
 			})
 		}
-		if sawNew < 2 {
-			t.Errorf("%s: the new contents came %d times in 5 epochs", l.Backend().Name(), sawNew)
+		if replaced < 2 {
+			t.Errorf("%s: the replaced file failed %d times in 5 epochs, want every epoch after the change", l.Backend().Name(), replaced)
 		}
 		if st := l.Backend().Stats(); st.StaleSamples == 0 {
 			t.Errorf("%s: the replaced file was not counted stale: %+v", l.Backend().Name(), st)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need on a fresh machine:
-#  - Debian packages (xfsprogs, btrfs-progs, e2fsprogs, fio, util-linux), through
+#  - Debian packages (xfsprogs, btrfs-progs, e2fsprogs, fio, util-linux, acl), through
 #    apt when running as root and a tool is missing;
 #  - a Go toolchain >= the go.mod version, from the Go module proxy, into
 #    .tools/go when `go` is missing or too old.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 missing=()
 for pair in mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.ext4:e2fsprogs filefrag:e2fsprogs \
-            fio:fio objcopy:binutils losetup:mount curl:curl unzip:unzip python3:python3; do
+            fio:fio objcopy:binutils losetup:mount curl:curl unzip:unzip python3:python3 setfacl:acl; do
   tool=${pair%%:*} pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || [[ -x /usr/sbin/$tool || -x /sbin/$tool ]] || missing+=("$pkg")
 done

@@ -3,15 +3,17 @@
 // rewritten since mapping may have given its blocks to another file: its
 // old extents must never be read.
 //
-// A Guard checks the filesystem's identity, stats every raw sample once
-// (changed ones are never read raw; ones with other hard links are always
-// re-checked), and watches the dataset's directories with inotify so that
+// A Guard checks the filesystem's identity, checks every raw sample once
+// (changed ones, and ones whose mapped extents are not the file's own on
+// the live filesystem — a map file is not trusted —, are never read raw;
+// ones with other hard links are always re-checked), and watches the dataset's directories with inotify so that
 // after a read, a sample needs a stat only if its class saw a change. The
 // daemon keeps one Guard per dataset for all its sessions; a loader
 // without one makes its own.
 package fresh
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -45,8 +47,11 @@ type Guard struct {
 
 // Open checks that the filesystem mounted at m's root is the one mapped
 // (bmap.ErrStale otherwise), starts the watch (method Watch; if inotify
-// refuses, the guard falls back to Read and logs why), then stats every
-// raw sample.
+// refuses, the guard falls back to Read and logs why), then checks every
+// raw sample: the file's identity and times against the map, and its
+// extents against FIEMAP (bmap.Checker.Verify). Samples whose extents are
+// not the file's own are logged (their count and the first) and never
+// read raw.
 func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
 	if method != Watch && method != Read {
 		return nil, fmt.Errorf("fresh: method %q (want %s or %s)", method, Watch, Read)
@@ -68,20 +73,30 @@ func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
 			g.watch = w
 		}
 	}
-	g.statAll()
+	if n, first := g.verifyAll(); n > 0 {
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("fresh: the map's extents are not the files' own: those samples are read through the filesystem only",
+			"root", m.Root, "samples", n, "first", first)
+	}
 	return g, nil
 }
 
-// statAll stats every raw sample with 8 goroutines.
-func (g *Guard) statAll() {
+// verifyAll checks every raw sample with 8 goroutines and returns how many
+// have extents that are not the file's own, and the first such error.
+func (g *Guard) verifyAll() (forged int, first error) {
 	n := len(g.m.Samples)
 	g.staleOpen, g.multiLink = newBitset(n), newBitset(n)
-	var next atomic.Int64
+	var next, nForged atomic.Int64
+	var firstMu sync.Mutex
+	firstIdx := n
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var mp extentinfo.Mapper
 			for {
 				lo := int(next.Add(256)) - 256
 				if lo >= n {
@@ -91,10 +106,19 @@ func (g *Guard) statAll() {
 					if g.m.Samples[i].Reason != bmap.Raw {
 						continue
 					}
-					nlink, err := g.ck.CheckLinks(i)
-					if err != nil {
+					nlink, err := g.ck.Verify(i, &mp)
+					switch {
+					case errors.Is(err, bmap.ErrExtents):
+						nForged.Add(1)
+						firstMu.Lock()
+						if i < firstIdx {
+							first, firstIdx = err, i
+						}
+						firstMu.Unlock()
 						g.staleOpen.set(i)
-					} else if nlink > 1 {
+					case err != nil:
+						g.staleOpen.set(i)
+					case nlink > 1:
 						g.multiLink.set(i)
 					}
 				}
@@ -102,6 +126,7 @@ func (g *Guard) statAll() {
 		}()
 	}
 	wg.Wait()
+	return int(nForged.Load()), first
 }
 
 // Map returns the guarded map.
@@ -119,6 +144,15 @@ func (g *Guard) ChangedAtOpen(i int) bool { return g.staleOpen.has(i) }
 
 // Check stats sample i now; the error wraps bmap.ErrStale if it changed.
 func (g *Guard) Check(i int) error { return g.ck.Check(i) }
+
+// CheckFd checks sample i against the file open at fd (opened by the
+// user the read is for): identity and times (bmap.ErrStale) and that its
+// extents are the map's (bmap.ErrExtents).
+func (g *Guard) CheckFd(i, fd int) error {
+	var mp extentinfo.Mapper
+	_, err := g.ck.CheckFd(i, fd, &mp)
+	return err
+}
 
 // Poll takes in the changes the watch has seen; call it after a batch's
 // raw reads complete and before NeedStat.

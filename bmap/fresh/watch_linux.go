@@ -92,7 +92,9 @@ func (w *Watcher) Poll() {
 				}
 				if i, found := slices.BinarySearch(w.classes, string(name)); found {
 					w.dirty[i] = true
-				} else if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 {
+				} else if len(name) == 0 {
+					// The root itself: moved, deleted, or its mode, owner or
+					// ACL changed, which may change who can reach any sample.
 					w.allDirty = true
 				}
 			}

@@ -31,7 +31,7 @@ var layer = map[string]int{
 	"loader/backend":  3, // the contract between the core and backends
 	"loader/batchmem": 4, // batch memory
 	"loader/fsread":   4, // backends
-	"loader/cufile":   4,
+	"loader/cufile":   5, // opens samples with fsread's
 	"loader/raw":      5,
 	"loader":          6, // the core
 

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 )
@@ -176,11 +178,12 @@ func MapDir(t testing.TB, root string) *bmap.Map {
 	}
 	m := &bmap.Map{Version: bmap.Version, Root: root, Classes: classes}
 	for _, e := range entries {
-		fi, err := os.Stat(filepath.Join(root, e.Path))
-		if err != nil {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(root, e.Path), &st); err != nil {
 			t.Fatal(err)
 		}
-		m.Samples = append(m.Samples, bmap.Sample{Path: e.Path, Label: e.Label, Size: fi.Size(), Reason: bmap.UnknownPlace})
+		m.Samples = append(m.Samples, bmap.Sample{Path: e.Path, Label: e.Label, Size: st.Size, Inode: st.Ino,
+			MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(), Reason: bmap.UnknownPlace})
 	}
 	return m
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/internal/cred"
 )
 
 // Align is the alignment of batch slots and of every sample inside a
@@ -65,9 +66,13 @@ type Backend interface {
 // tests and benchmarks a trace of device reads and injected faults.
 type Env struct {
 	Logger *slog.Logger
-	Trace  io.Writer    // if set, raw backends log every device read as a fio iolog (v2) line
-	Faults *Faults      // if set, reads consult it (tests)
-	Guard  *fresh.Guard // the map's shared freshness state; nil: raw backends open their own
+	Trace  io.Writer // if set, raw backends log every device read as a fio iolog (v2) line
+	Faults *Faults   // if set, reads consult it (tests)
+	// Cred, if set, is who every filesystem open is made as (the kernel
+	// checks it), and whose check a raw read of a changed sample must pass;
+	// nil: the process's own credentials.
+	Cred  *cred.Cred
+	Guard *fresh.Guard // the map's shared freshness state; nil: raw backends open their own
 	// Shared, if set, lets backends share resources with other backends
 	// opened with the same Shared: raw backends share one engine per
 	// device and configuration (not when tracing). nil: their own.

@@ -11,6 +11,7 @@ import (
 // read is called with the worker's number (0..workers-1) and sets nothing
 // itself: its error becomes the request's Err.
 type Pool struct {
+	init func() error // run by each worker on its goroutine before its first read
 	read func(worker int, r *Request) error
 	jobs chan poolJob
 	wg   sync.WaitGroup
@@ -26,7 +27,14 @@ type poolJob struct {
 
 // NewPool starts workers goroutines calling read.
 func NewPool(workers int, read func(worker int, r *Request) error) *Pool {
-	p := &Pool{read: read, jobs: make(chan poolJob, 4*workers)}
+	return NewPoolInit(workers, nil, read)
+}
+
+// NewPoolInit is NewPool whose workers each first call init (nil: none)
+// on their own goroutine, e.g. to lock and set up their OS thread; a
+// worker whose init failed fails every request it takes with that error.
+func NewPoolInit(workers int, init func() error, read func(worker int, r *Request) error) *Pool {
+	p := &Pool{init: init, read: read, jobs: make(chan poolJob, 4*workers)}
 	for i := range workers {
 		p.wg.Add(1)
 		go p.worker(i)
@@ -63,9 +71,17 @@ func (p *Pool) ReadBatch(ctx context.Context, reqs []Request) error {
 
 func (p *Pool) worker(id int) {
 	defer p.wg.Done()
+	var initErr error
+	if p.init != nil {
+		initErr = p.init()
+	}
 	for j := range p.jobs {
 		err := j.ctx.Err()
-		if err == nil {
+		switch {
+		case err != nil:
+		case initErr != nil:
+			err = &SampleError{Index: j.req.Index, Path: j.req.Sample.Path, Err: initErr}
+		default:
 			err = p.read(id, j.req)
 		}
 		j.req.Err = err

@@ -12,12 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/fsread"
 )
 
 // Name is the backend's registered name.
@@ -49,7 +50,12 @@ func Spec() backend.Spec {
 			if err != nil {
 				return nil, fmt.Errorf("%w on GPU %d: %w", ErrUnavailable, env.GPU.Device, err)
 			}
-			return New(m.Root, workers, r, env.Faults), nil
+			b, err := New(m, workers, r, env)
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			return b, nil
 		},
 	}
 }
@@ -67,17 +73,28 @@ type reader interface {
 
 // Backend reads samples with a pool of workers, each on its own thread.
 type Backend struct {
-	root   string
+	fs     *fsread.Reader // opens each sample's file, bound to the mapped one
+	caller *cred.Opener   // opens as the caller (Env.Cred); nil: as the process
 	r      reader
 	faults *backend.Faults
 	pool   *backend.Pool
 }
 
-// New starts workers reading files under root through r.
-func New(root string, workers int, r reader, faults *backend.Faults) *Backend {
-	b := &Backend{root: root, r: r, faults: faults}
+// New starts workers reading m's samples through r. With env.Cred every
+// file is opened as that user (the kernel checks it).
+func New(m *bmap.Map, workers int, r reader, env backend.Env) (*Backend, error) {
+	fs, err := fsread.NewReader(m, false, env.Faults)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{fs: fs, r: r, faults: env.Faults}
+	if env.Cred != nil {
+		if b.caller, err = cred.NewOpener(*env.Cred, 2); err != nil {
+			return nil, fmt.Errorf("cufile: reading as %v: %w", *env.Cred, err)
+		}
+	}
 	b.pool = backend.NewPool(workers, b.read)
-	return b
+	return b, nil
 }
 
 // Name returns "cufile".
@@ -103,13 +120,13 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	if req.Dev == 0 {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: errors.New("cufile: no device destination (batch memory is not GPU memory)")}
 	}
-	path := filepath.Join(b.root, s.Path)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_DIRECT, 0)
+	open := fsread.AsCaller(b.caller)
+	fd, err := b.fs.OpenSample(s, unix.O_DIRECT, open)
 	if errors.Is(err, unix.EINVAL) { // a filesystem without O_DIRECT: cuFile (1.7+) takes the fd as it is
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err = b.fs.OpenSample(s, 0, open)
 	}
 	if err != nil {
-		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("open: %w", err)}
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
 	defer unix.Close(fd)
 	// The whole aligned length: what O_DIRECT needs; a file that grew shows
@@ -133,6 +150,9 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 // ReadBatch may be running.
 func (b *Backend) Close() error {
 	b.pool.Close()
+	if b.caller != nil {
+		b.caller.Close()
+	}
 	return b.r.Close()
 }
 

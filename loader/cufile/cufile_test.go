@@ -82,7 +82,10 @@ func TestReadsIntoDeviceDestinations(t *testing.T) {
 			}
 			defer unix.Munmap(mem)
 			r := &preadReader{mem: mem}
-			b := New(m.Root, 3, r, nil)
+			b, err := New(m, 3, r, backend.Env{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			reqs, offs := requests(m, r.base())
 			if err := b.ReadBatch(context.Background(), reqs); err != nil {
 				t.Fatal(err)
@@ -112,7 +115,10 @@ func TestSampleErrors(t *testing.T) {
 	defer unix.Munmap(mem)
 	r := &preadReader{mem: mem}
 	faults := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[2].Path, Err: syscall.EIO})
-	b := New(m.Root, 2, r, faults)
+	b, err := New(m, 2, r, backend.Env{Faults: faults})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer b.Close()
 	os.Remove(filepath.Join(m.Root, m.Samples[0].Path))
 	os.WriteFile(filepath.Join(m.Root, m.Samples[1].Path), []byte("grown? no: shorter"), 0o644)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/fsread"
 )
@@ -150,6 +151,8 @@ type Backend struct {
 	trace   *tracer
 	faults  *backend.Faults
 	log     *slog.Logger
+	fs      *fsread.Reader // filesystem reads: filesystem-only and changed samples
+	caller  *cred.Opener   // opens as the caller (Env.Cred); nil: as the process
 
 	scMu      sync.Mutex
 	scratches []*scratch // free planning scratch, reused across batches
@@ -174,13 +177,24 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 		log = slog.Default()
 	}
 	b := &Backend{name: name, m: m, guard: env.Guard, cfg: cfg, faults: env.Faults, log: log}
+	var err error
+	if b.fs, err = fsread.NewReader(m, false, env.Faults); err != nil {
+		return nil, fmt.Errorf("raw: %s: %w", name, err)
+	}
+	if env.Cred != nil {
+		if b.caller, err = cred.NewOpener(*env.Cred, 2); err != nil {
+			return nil, fmt.Errorf("raw: %s: reading as %v: %w", name, *env.Cred, err)
+		}
+	}
 	if b.guard == nil {
 		g, err := fresh.Open(m, cfg.Freshness, log)
 		if err != nil {
+			b.Close()
 			return nil, fmt.Errorf("raw: %s: %w", name, err)
 		}
 		b.guard, b.ownG = g, true
 	} else if b.guard.Map() != m {
+		b.Close()
 		return nil, fmt.Errorf("%w: %s: the freshness guard given is another map's", backend.ErrOptions, name)
 	}
 	if b.guard.Method() == FreshRead {
@@ -189,9 +203,7 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 	devPath := b.guard.Device().Path
 	fd, err := unix.Open(devPath, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if b.ownG {
-			b.guard.Close()
-		}
+		b.Close()
 		return nil, fmt.Errorf("raw: %s: %w: open %s: %w (raw reads need read access to the device)", name, backend.ErrDevice, devPath, err)
 	}
 	b.dev = os.NewFile(uintptr(fd), devPath)
@@ -322,7 +334,7 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 		case r.Sample.Reason != bmap.Raw:
 			fsIdx = append(fsIdx, i)
 		case b.guard.ChangedAtOpen(r.Index):
-			b.onStale(r, b.guard.Check(r.Index))
+			b.onStale(r, b.check(r.Index))
 		default:
 			r.Err = b.plan.plan(i, r, sc)
 		}
@@ -344,7 +356,7 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 		if err := ctx.Err(); err != nil {
 			reqs[i].Err = err
 		} else {
-			reqs[i].Err = fsread.ReadFile(b.m.Root, &reqs[i], false, b.faults)
+			reqs[i].Err = b.fs.Read(&reqs[i], fsread.AsCaller(b.caller))
 		}
 	}
 	<-grp.done // ops write into batch memory: always wait for them
@@ -378,7 +390,7 @@ func (b *Backend) onStale(r *backend.Request, cause error) {
 		r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: cause}
 		return
 	}
-	r.Err = fsread.ReadFile(b.m.Root, r, false, b.faults)
+	r.Err = b.fs.Read(r, fsread.AsCaller(b.caller))
 }
 
 // checkFresh verifies each raw sample read against the live file, applies
@@ -392,7 +404,7 @@ func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request) error 
 		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.guard.ChangedAtOpen(r.Index) {
 			b.raw.Add(1)
 			if statAll || b.guard.NeedStat(r.Index) {
-				if err := b.guard.Check(r.Index); err != nil {
+				if err := b.check(r.Index); err != nil {
 					b.onStale(r, err)
 				}
 			}
@@ -477,6 +489,9 @@ func (b *Backend) Close() error {
 	b.scratches = nil
 	if b.ownG {
 		errs = append(errs, b.guard.Close())
+	}
+	if b.caller != nil {
+		b.caller.Close()
 	}
 	return errors.Join(errs...)
 }

@@ -1,11 +1,13 @@
 package session
 
 import (
+	"errors"
 	"fmt"
-	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -13,111 +15,86 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/internal/cred"
 )
 
-// The access model: the daemon may run as root (raw reads need the block
-// device), so it serves a caller a dataset only if the caller could read
-// every sample of it through the filesystem itself: search permission on
-// every directory from / down to each class directory, read permission on
-// every file. Permission is judged from owner, group and mode bits, as the
-// kernel does (the owner class if the uid owns it, else the group class if
-// one of its groups owns it, else other). A file or directory with a POSIX
-// ACL is granted through its owner class only, so an ACL entry can never
-// make the daemon more permissive than the filesystem. Root may read
-// everything. A caller whose uid is unknown (loopback TCP) is judged as a
-// user in no group (the other class).
+// The access model (docs/security.md): the daemon runs as root (raw reads
+// need the block device), so it serves a caller a dataset only if the
+// kernel lets the caller open every sample of it. The check does not
+// re-implement permissions: it opens each sample by its absolute path on
+// threads switched to the caller's filesystem uid, gid and the
+// supplementary groups its process had when it connected (internal/cred),
+// so the kernel judges mode bits, ACLs, every directory on the resolved
+// path and every symlink exactly as for the caller. Root may read
+// everything. A caller of unknown uid (loopback TCP) is judged as nobody
+// (uid and gid 65534, no groups).
+//
+// The session's loader then reads for the same credentials
+// (loader.Options.Cred): every filesystem read opens as the caller, and
+// a raw sample whose class directory changed is read only after an open
+// as the caller checks it again (loader/raw).
 
-// identity is who is judged: uid (-1 unknown) and every group it is in.
-type identity struct {
-	uid  int
-	gids []uint32
-}
+// nobody is who a caller of unknown uid is judged as.
+const nobody = 65534
 
-// identify resolves a caller's groups: its primary group from the
-// connection (SO_PEERCRED) and its supplementary groups from the user
-// database.
-func identify(c Caller) identity {
-	id := identity{uid: c.UID}
+// credOf returns the credentials c is judged as, or nil for root (who
+// needs no switch: the daemon's own credentials).
+func credOf(c Caller) *cred.Cred {
+	if c.UID == 0 {
+		return nil
+	}
 	if c.UID < 0 {
-		return id
+		return &cred.Cred{UID: nobody, GID: nobody}
 	}
-	if c.GID >= 0 {
-		id.gids = append(id.gids, uint32(c.GID))
-	}
-	if u, err := user.LookupId(strconv.Itoa(c.UID)); err == nil {
-		if gs, err := u.GroupIds(); err == nil {
-			for _, g := range gs {
-				if n, err := strconv.ParseUint(g, 10, 32); err == nil && !slices.Contains(id.gids, uint32(n)) {
-					id.gids = append(id.gids, uint32(n))
-				}
-			}
-		}
-	}
-	return id
+	return &cred.Cred{UID: uint32(c.UID), GID: uint32(c.GID), Groups: slices.Clone(c.Groups)}
 }
 
-const aclXattr = "system.posix_acl_access"
-
-// allowed reports whether id has perm (unix.R_OK, unix.X_OK: the "other"
-// bit) on the file described by st at path.
-func (id identity) allowed(path string, st *unix.Stat_t, perm uint32) bool {
-	if id.uid == 0 {
-		return true
-	}
-	mode := st.Mode
-	switch {
-	case id.uid >= 0 && st.Uid == uint32(id.uid):
-		return mode&(perm<<6) != 0
-	case slices.Contains(id.gids, st.Gid):
-		if mode&(perm<<3) == 0 {
-			return false
-		}
-	default:
-		if mode&perm == 0 {
-			return false
-		}
-	}
-	// Granted through the group or other class: an ACL could narrow that
-	// for this uid (a named-user entry), so one present refuses.
-	n, err := unix.Getxattr(path, aclXattr, nil)
-	return n <= 0 && err != nil
+// refused reports whether an open's error means the caller may not read
+// the file (rather than that the file is gone, which makes it a failed
+// sample when read, not a refusal of the whole dataset).
+func refused(err error) bool {
+	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
 }
 
-// checkAccess returns nil if id may read every sample of ds through the
-// filesystem, else an error naming the first path refused. Ancestors of
-// the root are checked apart (they are outside the dataset's watch).
-func checkAccess(ds *bmap.Map, id identity) error {
-	if id.uid == 0 {
+// accessWorkers is how many threads open samples as the caller.
+const accessWorkers = 8
+
+// checkAccess returns nil if c (nil: root) may open the dataset root and
+// every sample of ds, else an error naming the first path refused.
+func checkAccess(ds *bmap.Map, c *cred.Cred) error {
+	if c == nil {
 		return nil
 	}
-	var st unix.Stat_t
-	dir := func(p string) error {
-		if err := unix.Stat(p, &st); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
+	if err := c.Do(func() error {
+		fd, err := unix.Open(ds.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ds.Root, err)
 		}
-		if !id.allowed(p, &st, unix.X_OK) {
-			return fmt.Errorf("%s: no search permission on the directory", p)
-		}
-		return nil
-	}
-	if err := dir(ds.Root); err != nil {
+		return unix.Close(fd)
+	}); err != nil {
 		return err
-	}
-	for _, c := range ds.Classes {
-		if err := dir(filepath.Join(ds.Root, c)); err != nil {
-			return err
-		}
 	}
 	n := len(ds.Samples)
 	var next atomic.Int64
 	var mu sync.Mutex
 	first, firstIdx := error(nil), n
 	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
+	for range accessWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var st unix.Stat_t
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			fail := func(i int, err error) {
+				mu.Lock()
+				if i < firstIdx {
+					first, firstIdx = err, i
+				}
+				mu.Unlock()
+			}
+			if err := c.Become(); err != nil {
+				fail(-1, err)
+				return
+			}
 			for {
 				lo := int(next.Add(512)) - 512
 				if lo >= n {
@@ -125,18 +102,13 @@ func checkAccess(ds *bmap.Map, id identity) error {
 				}
 				for i := lo; i < min(lo+512, n); i++ {
 					p := filepath.Join(ds.Root, ds.Samples[i].Path)
-					var err error
-					if e := unix.Stat(p, &st); e != nil {
-						err = fmt.Errorf("%s: %w", p, e)
-					} else if !id.allowed(p, &st, unix.R_OK) {
-						err = fmt.Errorf("%s: no read permission", p)
+					fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+					if err == nil {
+						unix.Close(fd)
+						continue
 					}
-					if err != nil {
-						mu.Lock()
-						if i < firstIdx {
-							first, firstIdx = err, i
-						}
-						mu.Unlock()
+					if refused(err) {
+						fail(i, fmt.Errorf("%s: %w", p, err))
 						break
 					}
 				}
@@ -147,33 +119,13 @@ func checkAccess(ds *bmap.Map, id identity) error {
 	return first
 }
 
-// checkAncestors checks search permission on every directory above the
-// dataset root.
-func checkAncestors(root string, id identity) error {
-	if id.uid == 0 {
-		return nil
-	}
-	var st unix.Stat_t
-	for d := filepath.Dir(root); ; d = filepath.Dir(d) {
-		if err := unix.Stat(d, &st); err != nil {
-			return fmt.Errorf("%s: %w", d, err)
-		}
-		if !id.allowed(d, &st, unix.X_OK) {
-			return fmt.Errorf("%s: no search permission on the directory", d)
-		}
-		if d == "/" {
-			return nil
-		}
-	}
-}
-
-// verdicts caches access verdicts per (dataset, uid, gid) while the
+// verdicts caches access verdicts per (dataset, credentials) while the
 // dataset's watch generation is unchanged.
 type verdicts struct {
 	mu       sync.Mutex
-	cache    map[verdictKey]verdict          // under mu
-	checking map[verdictKey]*pendingVerdict  // under mu: checks running now
-	check    func(*bmap.Map, identity) error // checkAccess; tests replace it
+	cache    map[verdictKey]verdict            // under mu
+	checking map[verdictKey]*pendingVerdict    // under mu: checks running now
+	check    func(*bmap.Map, *cred.Cred) error // checkAccess; tests replace it
 }
 
 func newVerdicts() *verdicts {
@@ -188,14 +140,27 @@ type pendingVerdict struct {
 	v    verdict // set before done is closed
 }
 
-// verdictKey is a cached access verdict's key: a dataset and a caller's
-// uid and primary gid.
+// verdictKey is a cached access verdict's key: a dataset and the
+// credentials judged (uid, gid and every supplementary group: a process
+// that dropped a group never shares a verdict with one that kept it).
 type verdictKey struct {
 	dataset  string
 	uid, gid int
+	groups   string
 }
 
-// verdict is checkAccess's result for a uid, valid while the dataset's
+func keyOf(dataset string, c Caller) verdictKey {
+	gs := slices.Clone(c.Groups)
+	slices.Sort(gs)
+	var b strings.Builder
+	for _, g := range gs {
+		b.WriteString(strconv.FormatUint(uint64(g), 10))
+		b.WriteByte(',')
+	}
+	return verdictKey{dataset, c.UID, c.GID, b.String()}
+}
+
+// verdict is checkAccess's result for a caller, valid while the dataset's
 // watch generation is gen.
 type verdict struct {
 	err error
@@ -208,28 +173,24 @@ type verdict struct {
 // Verdicts are cached until the watch sees a change; without a watch
 // every call checks.
 func (v *verdicts) authorize(name string, ds *bmap.Map, g *fresh.Guard, c Caller) error {
-	id := identify(c)
-	err := checkAncestors(ds.Root, id)
-	if err == nil {
-		err = v.get(name, ds, g, c, id).err
-	}
+	err := v.get(name, ds, g, c).err
 	if err != nil {
-		who := "a caller of unknown uid (TCP)"
+		who := "a caller of unknown uid (TCP), judged as nobody,"
 		if c.UID >= 0 {
-			who = fmt.Sprintf("uid %d", c.UID)
+			who = fmt.Sprintf("uid %d (gid %d, groups %v)", c.UID, c.GID, c.Groups)
 		}
 		return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, who, err)
 	}
 	return nil
 }
 
-// get returns the cached verdict for (dataset, uid, gid) while the
+// get returns the cached verdict for (dataset, credentials) while the
 // dataset's watch generation is unchanged, else checks access. The check
-// (a stat of every file: seconds at ImageNet scale) runs outside the lock:
-// concurrent opens by the same caller share one check, and other callers
-// and datasets are not held up by it.
-func (v *verdicts) get(name string, ds *bmap.Map, g *fresh.Guard, c Caller, id identity) verdict {
-	key := verdictKey{name, c.UID, c.GID}
+// (an open of every file: seconds at ImageNet scale) runs outside the
+// lock: concurrent opens by the same caller share one check, and other
+// callers and datasets are not held up by it.
+func (v *verdicts) get(name string, ds *bmap.Map, g *fresh.Guard, c Caller) verdict {
+	key := keyOf(name, c)
 	v.mu.Lock()
 	var gen uint64
 	if g != nil {
@@ -251,7 +212,7 @@ func (v *verdicts) get(name string, ds *bmap.Map, g *fresh.Guard, c Caller, id i
 	}
 	v.mu.Unlock()
 
-	p.v.err = v.check(ds, id)
+	p.v.err = v.check(ds, credOf(c))
 	v.mu.Lock()
 	if g != nil {
 		if v.checking[key] == p {

@@ -3,15 +3,22 @@ package session
 import (
 	"errors"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 )
 
 // tree makes root/{a,b}/x.jpg and its map, all 0755 dirs and 0644 files.
@@ -24,56 +31,104 @@ func tree(t *testing.T) *bmap.Map {
 		if err := os.WriteFile(filepath.Join(root, p), []byte("jpeg"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		m.Samples = append(m.Samples, bmap.Sample{Path: p, Label: int32(i), Size: 4})
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(root, p), &st); err != nil {
+			t.Fatal(err)
+		}
+		m.Samples = append(m.Samples, bmap.Sample{Path: p, Label: int32(i), Size: 4, Inode: st.Ino})
 	}
 	return m
 }
 
+// asRoot skips (or, in CI, fails) a test that switches credentials.
+func asRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.SkipPrivileged(t, "session: judging as another user needs root (euid %d)", os.Geteuid())
+	}
+}
+
+// searchable makes t.TempDir's parent (0700) searchable by others.
+func searchable(t *testing.T, root string) {
+	t.Helper()
+	for _, d := range []string{root, filepath.Dir(root)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCheckAccess judges as the kernel does, as an attacker would probe
+// it: real uids, groups from the caller's connection (not the user
+// database), symlinks into places the caller cannot reach, ACLs.
 func TestCheckAccess(t *testing.T) {
-	owner := os.Getuid() // the owner cases need an owner that is not root
-	if owner == 0 {
-		owner = 54320
+	asRoot(t)
+	nobodyC := Caller{UID: nobody, GID: nobody}
+	file := func(r string) string { return filepath.Join(r, "b/x.jpg") }
+	// hide moves what rel names into a 0700 directory beside the root and
+	// leaves a symlink to it in its place.
+	hide := func(rel string) func(string) {
+		return func(r string) {
+			vault := filepath.Join(filepath.Dir(r), "vault")
+			os.Mkdir(vault, 0o700)
+			dst := filepath.Join(vault, filepath.Base(rel))
+			if err := os.Rename(filepath.Join(r, rel), dst); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(dst, filepath.Join(r, rel)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	own := func(r string, mode os.FileMode) {
-		os.Chown(filepath.Join(r, "b/x.jpg"), owner, -1)
-		os.Chmod(filepath.Join(r, "b/x.jpg"), mode)
+	group := func(gid int, mode os.FileMode) func(string) {
+		return func(r string) {
+			os.Chown(file(r), 0, gid)
+			os.Chmod(file(r), mode)
+		}
 	}
-	me := os.Getuid()
-	other := identity{uid: 54321, gids: []uint32{54321}}
+	pg, pgErr := user.Lookup("postgres") // a member of ssl-cert in /etc/group on Debian
 	type accessCase struct {
 		name  string
 		setup func(root string)
-		id    identity
+		c     Caller
 		want  string // "" allowed, else the refusal mentions it
 	}
 	tests := []accessCase{
-		{"readable by all", func(string) {}, other, ""},
-		{"a file of mode 0600", func(r string) { os.Chmod(filepath.Join(r, "b/x.jpg"), 0o600) }, other, "b/x.jpg: no read permission"},
-		{"a class directory others cannot search", func(r string) { os.Chmod(filepath.Join(r, "a"), 0o754) }, other, "/a: no search permission"},
-		{"a missing file", func(r string) { os.Remove(filepath.Join(r, "a/x.jpg")) }, other, "a/x.jpg: no such file"},
-		{"the owner's own 0600 file", func(r string) { own(r, 0o600) }, identity{uid: owner}, ""},
-		{"the owner class decides for the owner", func(r string) { own(r, 0o044) }, identity{uid: owner}, "b/x.jpg: no read permission"},
-		{"root reads everything", func(r string) { os.Chmod(filepath.Join(r, "b/x.jpg"), 0o000) }, identity{uid: 0}, ""},
-		{"unknown uid (TCP): the other class", func(r string) { os.Chmod(filepath.Join(r, "b/x.jpg"), 0o640) }, identity{uid: -1}, "b/x.jpg: no read permission"},
+		{"readable by all", func(string) {}, nobodyC, ""},
+		{"a file of mode 0600", func(r string) { os.Chmod(file(r), 0o600) }, nobodyC, "b/x.jpg: permission denied"},
+		{"a class directory others cannot search", func(r string) { os.Chmod(filepath.Join(r, "a"), 0o754) }, nobodyC, "a/x.jpg: permission denied"},
+		{"a missing file is a failed sample, not a refusal", func(r string) { os.Remove(filepath.Join(r, "a/x.jpg")) }, nobodyC, ""},
+		{"a sample symlinked into a 0700 directory", hide("b/x.jpg"), nobodyC, "b/x.jpg: permission denied"},
+		{"a class directory symlinked into a 0700 directory", hide("b"), nobodyC, "b/x.jpg: permission denied"},
+		{"the owner's own 0600 file", func(r string) { os.Chown(file(r), 54320, -1); os.Chmod(file(r), 0o600) }, Caller{UID: 54320, GID: 54320}, ""},
+		{"the owner class decides for the owner", func(r string) { os.Chown(file(r), 54320, -1); os.Chmod(file(r), 0o044) }, Caller{UID: 54320, GID: 54320}, "b/x.jpg: permission denied"},
+		{"a group the caller's process has", group(4242, 0o640), Caller{UID: nobody, GID: nobody, Groups: []uint32{7, 4242}}, ""},
+		{"a group the caller's process does not have", group(4242, 0o640), nobodyC, "b/x.jpg: permission denied"},
+		{"the group class decides for members", group(4242, 0o604), Caller{UID: nobody, GID: nobody, Groups: []uint32{4242}}, "b/x.jpg: permission denied"},
+		{"root reads everything", func(r string) { os.Chmod(file(r), 0o000) }, Caller{UID: 0, GID: 0}, ""},
+		{"unknown uid (TCP) is judged as nobody", func(r string) { os.Chmod(file(r), 0o640) }, Caller{UID: -1, GID: -1}, "b/x.jpg: permission denied"},
 	}
-	if me != 0 {
-		t.Logf("not root: the group cases (chown to another group) are skipped")
-	} else {
-		group := func(mode os.FileMode) func(string) {
-			return func(r string) {
-				os.Chown(filepath.Join(r, "b/x.jpg"), 0, 4242)
-				os.Chmod(filepath.Join(r, "b/x.jpg"), mode)
+	if pgErr == nil {
+		uid, _ := strconv.Atoi(pg.Uid)
+		gid, _ := strconv.Atoi(pg.Gid)
+		tests = append(tests, accessCase{"a group the user database lists but the process dropped",
+			group(103, 0o640), Caller{UID: uid, GID: gid}, "b/x.jpg: permission denied"})
+	}
+	if _, err := exec.LookPath("setfacl"); err == nil {
+		tests = append(tests, accessCase{"an ACL entry that excludes the caller", func(r string) {
+			if out, err := exec.Command("setfacl", "-m", "u:nobody:---", file(r)).CombinedOutput(); err != nil {
+				t.Skipf("setfacl: %v: %s", err, out)
 			}
-		}
-		tests = append(tests,
-			accessCase{"a member of the file's group", group(0o640), identity{uid: 54321, gids: []uint32{7, 4242}}, ""},
-			accessCase{"the group class decides for members", group(0o604), identity{uid: 54321, gids: []uint32{4242}}, "b/x.jpg: no read permission"})
+		}, nobodyC, "b/x.jpg: permission denied"})
+	} else {
+		testenv.SkipPrivileged(t, "setfacl missing (apt install acl): the ACL case cannot run")
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := tree(t)
+			searchable(t, m.Root)
 			tt.setup(m.Root)
-			err := checkAccess(m, tt.id)
+			err := checkAccess(m, credOf(tt.c))
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -84,24 +139,27 @@ func TestCheckAccess(t *testing.T) {
 	}
 }
 
-func TestCheckAncestors(t *testing.T) {
-	base := t.TempDir()
-	root := filepath.Join(base, "x", "train")
-	os.MkdirAll(root, 0o755)
-	os.Chmod(base, 0o755)
-	os.Chmod(filepath.Dir(base), 0o755) // t.TempDir's parent, ours too
-	for d := filepath.Dir(base); d != "/"; d = filepath.Dir(d) {
-		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
-			t.Skipf("%s is not searchable by others here: cannot test from a clean ancestry", d)
-		}
+// TestCheckAccessRoot: the root of the dataset and every directory above
+// it must be searchable by the caller, symlinks included.
+func TestCheckAccessRoot(t *testing.T) {
+	asRoot(t)
+	m := tree(t)
+	searchable(t, m.Root)
+	base := filepath.Dir(m.Root)
+	vault := filepath.Join(base, "vault")
+	os.Mkdir(vault, 0o700)
+	os.Rename(m.Root, filepath.Join(vault, "ds"))
+	os.Symlink(filepath.Join(vault, "ds"), m.Root)
+	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody})); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("a root symlinked into a 0700 directory: err = %v, want permission denied", err)
 	}
-	other := identity{uid: 54321}
-	if err := checkAncestors(root, other); err != nil {
-		t.Fatalf("searchable ancestry refused: %v", err)
+	os.Chmod(vault, 0o755)
+	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody})); err != nil {
+		t.Errorf("the same tree made searchable: %v", err)
 	}
-	os.Chmod(filepath.Join(base, "x"), 0o750)
-	if err := checkAncestors(root, other); err == nil || !strings.Contains(err.Error(), filepath.Join(base, "x")+": no search permission") {
-		t.Errorf("err = %v, want the unsearchable parent named", err)
+	os.Chmod(base, 0o750)
+	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody})); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("a parent of the root that others cannot search: err = %v", err)
 	}
 }
 
@@ -115,11 +173,7 @@ func TestVerdictConcurrent(t *testing.T) {
 		t.Skipf("cannot resolve the device of %s: %v", ds.Root, err)
 	}
 	ds.Device = dev
-	os.Chmod(ds.Root, 0o755)
-	os.Chmod(filepath.Dir(ds.Root), 0o755) // t.TempDir's parent, ours too
-	if err := checkAncestors(ds.Root, identity{uid: 1001}); err != nil {
-		t.Skipf("the test tree's ancestry is not searchable by others here: %v", err)
-	}
+	searchable(t, ds.Root)
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}})
 	defer m.Stop()
 	if m.data.guard("d") == nil {
@@ -128,10 +182,10 @@ func TestVerdictConcurrent(t *testing.T) {
 	slow, fast := Caller{UID: 1001, GID: 1001}, Caller{UID: 1002, GID: 1002}
 	release := make(chan struct{})
 	var calls sync.Map // uid -> *atomic.Int32
-	m.access.check = func(_ *bmap.Map, id identity) error {
-		n, _ := calls.LoadOrStore(id.uid, new(atomic.Int32))
+	m.access.check = func(_ *bmap.Map, c *cred.Cred) error {
+		n, _ := calls.LoadOrStore(int(c.UID), new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
-		if id.uid == slow.UID {
+		if int(c.UID) == slow.UID {
 			<-release
 			return errors.New("b/x.jpg: no read permission")
 		}

@@ -189,6 +189,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
 		Memory: p.Memory, Device: p.Device, BackendOptions: p.BackendOptions, State: p.State,
 		Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.data.guard(p.Dataset), Shared: m.shared,
+		Cred: credOf(c),
 	})
 	var ss *session
 	if err == nil {
