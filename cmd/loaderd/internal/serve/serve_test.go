@@ -109,11 +109,16 @@ func (f *fixture) memory(t *testing.T, id string) ([]byte, MemoryResponse) {
 // receiveMemory does the memory upgrade on a new connection to sock and
 // returns the frame and the descriptor passed with it.
 func receiveMemory(sock, id string) (MemoryResponse, int, error) {
-	var mr MemoryResponse
 	c, err := net.Dial("unix", sock)
 	if err != nil {
-		return mr, -1, err
+		return MemoryResponse{}, -1, err
 	}
+	return receiveMemoryOn(c, id)
+}
+
+// receiveMemoryOn is receiveMemory on the connection c, which it closes.
+func receiveMemoryOn(c net.Conn, id string) (MemoryResponse, int, error) {
+	var mr MemoryResponse
 	defer c.Close()
 	uc := c.(*net.UnixConn)
 	fmt.Fprintf(uc, "POST /v1/sessions/%s/memory HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n", id, MemoryUpgrade)
