@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"os/user"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -115,6 +117,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	skipErrors := fs.Bool("skip-errors", false, "deliver batches with failed samples (length 0) instead of failing")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to FILE")
 	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
+	asUser := fs.String("as-user", "", "read as the daemon reads for a client of this user (name or uid): every open made with its uid, gid and groups from the user database (default: this process's credentials)")
 	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,6 +137,13 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	lo := loader.Options{ReaderArgs: loader.ReaderArgs{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed},
 		PrefetchQueueDepth: *prefetch, Backend: *backendName, Memory: batchmem.Kind(*memory), Device: *deviceID, BackendOptions: backendOpts, SkipErrors: *skipErrors}
+	if *asUser != "" {
+		c, err := userCred(*asUser)
+		if err != nil {
+			return fmt.Errorf("%w: --as-user %q: %v", errUsage, *asUser, err)
+		}
+		lo.Cred = &c
+	}
 	if *iolog != "" {
 		f, err := os.Create(*iolog)
 		if err != nil {
@@ -168,6 +178,36 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "verified: %d samples equal their files (the timing includes verification)\n", res.Verified)
 	}
 	return nil
+}
+
+// userCred returns the credentials of a user named or numbered u: its
+// uid, primary gid and the groups the user database gives it.
+func userCred(u string) (cred.Cred, error) {
+	usr, err := user.LookupId(u)
+	if err != nil {
+		if usr, err = user.Lookup(u); err != nil {
+			return cred.Cred{}, err
+		}
+	}
+	uid, err := strconv.ParseUint(usr.Uid, 10, 32)
+	if err != nil {
+		return cred.Cred{}, err
+	}
+	gid, err := strconv.ParseUint(usr.Gid, 10, 32)
+	if err != nil {
+		return cred.Cred{}, err
+	}
+	c := cred.Cred{UID: uint32(uid), GID: uint32(gid)}
+	gs, err := usr.GroupIds()
+	if err != nil {
+		return cred.Cred{}, err
+	}
+	for _, g := range gs {
+		if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+			c.Groups = append(c.Groups, uint32(n))
+		}
+	}
+	return c, nil
 }
 
 func backendNames() []string {
