@@ -48,3 +48,28 @@ func TestWatcher(t *testing.T) {
 		t.Error("renaming class c away was not seen")
 	}
 }
+
+// TestWatcherRootChange: a change to the dataset root itself (its mode:
+// who may reach any sample) marks every class.
+func TestWatcherRootChange(t *testing.T) {
+	root := t.TempDir()
+	classes := []string{"a", "b"}
+	for _, c := range classes {
+		os.Mkdir(filepath.Join(root, c), 0o755)
+	}
+	w, err := NewWatcher(root, classes)
+	if err != nil {
+		testenv.SkipPrivileged(t, "inotify refused here: %v", err)
+	}
+	defer w.Close()
+	os.WriteFile(filepath.Join(root, "not-a-class.txt"), []byte("x"), 0o644)
+	w.Poll()
+	if w.Changed(0) || w.Changed(1) {
+		t.Fatalf("a file beside the classes marked a class")
+	}
+	os.Chmod(root, 0o700)
+	w.Poll()
+	if !w.Changed(0) || !w.Changed(1) {
+		t.Errorf("after a chmod of the root: changed a=%v b=%v, want both", w.Changed(0), w.Changed(1))
+	}
+}

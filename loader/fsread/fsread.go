@@ -185,6 +185,11 @@ func (r *Reader) Read(req *backend.Request, open Opener) error {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("read: %w", err)}
 	}
 	if n != want {
+		// The read asks for the aligned length: say the file's own size.
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, want)}
+		}
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d bytes, map says %d", backend.ErrShortRead, n, want)}
 	}
 	return nil

@@ -1,0 +1,74 @@
+package fresh
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/testfs"
+)
+
+// TestOpenRefusesForgedExtents: a map whose extents for a sample are not
+// the file's own (a map written by a user, pointing its sample at another
+// file's blocks) marks that sample changed at open, so it is never read
+// raw; the others stay readable; CheckFd of the live file says
+// bmap.ErrExtents.
+func TestOpenRefusesForgedExtents(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	fs.WriteFile(t, "train/a/mine.jpg", bytes.Repeat([]byte("MINE"), 3000))
+	fs.WriteFile(t, "train/a/other.jpg", bytes.Repeat([]byte("OTHR"), 3000))
+	fs.WriteFile(t, "secret.dat", bytes.Repeat([]byte("SECRET!!"), 4096))
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(fs.Path("secret.dat"))
+	var mp extentinfo.Mapper
+	exts, err := mp.Extents(f)
+	f.Close()
+	if err != nil || len(exts) == 0 {
+		t.Fatalf("FIEMAP of the secret: %v %v", exts, err)
+	}
+	for _, tc := range []struct {
+		name  string
+		forge func(s *bmap.Sample)
+	}{
+		{"another file's blocks", func(s *bmap.Sample) { s.Extents[0].Physical = exts[0].Physical }},
+		{"one block off", func(s *bmap.Sample) { s.Extents[0].Physical += 4096 }},
+		{"marked unwritten (reads as zeros)", func(s *bmap.Sample) { s.Extents[0].Flags |= extentinfo.FlagUnwritten }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forged := *m
+			forged.Samples = append([]bmap.Sample(nil), m.Samples...)
+			s := &forged.Samples[0]
+			s.Extents = append([]extentinfo.Extent(nil), s.Extents...)
+			tc.forge(s)
+			g, err := Open(&forged, Watch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			if !g.ChangedAtOpen(0) {
+				t.Errorf("the forged sample may be read raw")
+			}
+			if g.ChangedAtOpen(1) {
+				t.Errorf("the honest sample was marked")
+			}
+			fd, err := unix.Open(fs.Path("train", s.Path), unix.O_RDONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			if err := g.CheckFd(0, fd); !errors.Is(err, bmap.ErrExtents) {
+				t.Errorf("CheckFd of the forged sample: %v, want ErrExtents", err)
+			}
+		})
+	}
+}
