@@ -47,7 +47,9 @@ func main() {
 
 const usage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
-                     [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64] [--engines session|device]
+                     [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
+                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64]
+                     [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m] [--engines session|device]
        loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--memory pinned|gpu --device-id 0] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
@@ -359,9 +361,17 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	tokenFile := fs.String("tcp-token", "", "FILE holding the bearer token every TCP request must carry (Authorization: Bearer TOKEN)")
 	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group)")
 	sockMode := fs.String("socket-mode", "0660", "the socket's permission bits, octal")
-	timeout := fs.Duration("session-timeout", 60*time.Second, "close sessions idle for longer than this")
-	maxMem := fs.Int64("max-session-mb", 16<<10, "refuse sessions needing more batch memory than this (MiB)")
-	maxSessions := fs.Int("max-sessions", 64, "refuse new sessions while this many are open")
+	tcpUser := fs.String("tcp-user", serve.DefaultTCPUser, "the user (name or uid) TCP callers are judged as: the datasets it may read, and the owner of their sessions (which unix-socket callers cannot reach, nor they a unix caller's)")
+	timeout := fs.Duration("session-timeout", session.DefaultSessionTimeout, "close sessions idle for longer than this")
+	maxMem := fs.Int64("max-session-mb", session.DefaultMaxSessionBytes>>20, "refuse sessions needing more batch memory than this (MiB)")
+	maxSessions := fs.Int("max-sessions", session.DefaultMaxSessions, "refuse new sessions while this many are open (429)")
+	maxPerUID := fs.Int("max-sessions-per-uid", session.DefaultMaxSessionsPerUID, "refuse a uid's new sessions while it has this many open (429; TCP callers count as one uid)")
+	maxLocked := fs.Int64("max-locked-mb", 0, fmt.Sprintf("refuse sessions whose batch memory would take all open sessions' past this (MiB; 507); 0: %.0f%% of the machine's memory, within RLIMIT_MEMLOCK unless the daemon has CAP_IPC_LOCK", session.DefaultLockedShare*100))
+	maxConns := fs.Int("max-conns-per-uid", serve.DefaultMaxConnsPerUID, "answer a uid's connections past this many open with 429 and close them (TCP clients count as one uid)")
+	readTimeout := fs.Duration("read-timeout", serve.DefaultReadTimeout, "close a connection whose request (headers and body) takes longer than this to arrive")
+	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "bound each response (a next's wait for its batch included) and each frame of a stream")
+	idleTimeout := fs.Duration("idle-timeout", serve.DefaultIdleTimeout, "close keep-alive connections idle between requests for longer than this")
+	streamIdle := fs.Duration("stream-idle-timeout", serve.DefaultStreamIdleTimeout, "close a batch stream with no frame either way for longer than this (at least --session-timeout)")
 	engines := fs.String("engines", session.EnginesPerSession, "raw engines (io_uring rings) per session, or per device: shared by the sessions reading it")
 	var faults *backend.Faults
 	fs.Func("inject-eio", "for testing error handling end to end: every read of the sample at this path (relative to the dataset root) fails with EIO (repeatable)", func(p string) error {
@@ -403,8 +413,24 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if *engines != session.EnginesPerDevice && *engines != session.EnginesPerSession {
 		return fmt.Errorf("%w: --engines %q: want %s or %s", errUsage, *engines, session.EnginesPerDevice, session.EnginesPerSession)
 	}
-	if *maxSessions < 1 {
-		return fmt.Errorf("%w: --max-sessions %d: want at least 1", errUsage, *maxSessions)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}} {
+		if f.v < 1 {
+			return fmt.Errorf("%w: --%s %d: want at least 1", errUsage, f.name, f.v)
+		}
+	}
+	if *maxLocked < 0 {
+		return fmt.Errorf("%w: --max-locked-mb %d: want 0 (the default) or more", errUsage, *maxLocked)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"session-timeout", *timeout}, {"read-timeout", *readTimeout}, {"write-timeout", *writeTimeout}, {"idle-timeout", *idleTimeout}, {"stream-idle-timeout", *streamIdle}} {
+		if f.v <= 0 {
+			return fmt.Errorf("%w: --%s %s: want a positive duration", errUsage, f.name, f.v)
+		}
 	}
 	mode, err := strconv.ParseUint(*sockMode, 8, 32)
 	if err != nil || mode > 0o777 {
@@ -427,8 +453,10 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	srv := serve.New(serve.Config{Datasets: maps, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions, Faults: faults, Engines: *engines})
-	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token})
+	srv := serve.New(serve.Config{Datasets: maps, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, Faults: faults, Engines: *engines})
+	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token, TCPUser: *tcpUser,
+		MaxConnsPerUID: *maxConns, ReadTimeout: *readTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout, StreamIdleTimeout: *streamIdle})
 	if errors.Is(err, serve.ErrNoToken) {
 		return fmt.Errorf("%w: give --tcp-token FILE with --listen", err)
 	}

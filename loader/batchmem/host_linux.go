@@ -20,8 +20,9 @@ import (
 
 // host is Pinned memory: one memfd mapping, outside the Go heap, sealed
 // against resizing (a client holding its descriptor cannot shrink it under
-// the daemon's writes), page-locked on first use and registered with CUDA
-// where a driver is present.
+// the daemon's writes) and against writes other than through the
+// daemon's own mapping (see openMemfd), page-locked on first use and
+// registered with CUDA where a driver is present.
 type host struct {
 	mem    []byte
 	desc   Desc
@@ -118,6 +119,18 @@ func openHuge(slots int, slotSize int64) (*host, string) {
 
 // openMemfd makes, seals and maps a memfd for slots slots of slotSize
 // bytes; pageSize 0 means ordinary pages, else hugetlb pages of that size.
+//
+// Only the daemon's mapping, made here, may write the memory. A client
+// holds a read-only descriptor (Export), but a descriptor can be reopened
+// through /proc/self/fd/N with the file's permissions: so the memfd is
+// made mode 0400 (its owner, the daemon's user, may read; a client of
+// another uid can reopen it for nothing, not even reading), and, where the
+// kernel has it (Linux 5.1; hugetlb memfds since 5.1 too), sealed with
+// F_SEAL_FUTURE_WRITE once the daemon's writable mapping exists: then no
+// one, root included, can write(2) it or map it writable again, while the
+// daemon's mapping (and what pins it: mlock, io_uring fixed buffers, CUDA
+// registration) goes on writing. Size seals (shrink, grow) hold on every
+// kernel; F_SEAL_SEAL last, so no seal can be added or removed after.
 func openMemfd(slots int, slotSize, pageSize int64) (*host, error) {
 	size := int64(slots) * slotSize
 	if pageSize > 0 {
@@ -136,13 +149,27 @@ func openMemfd(slots int, slotSize, pageSize int64) (*host, error) {
 		h.Close()
 		return nil, fmt.Errorf("batchmem: size batch memory to %d bytes: %w", size, err)
 	}
-	if _, err := unix.FcntlInt(uintptr(h.fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+	if err := unix.Fchmod(h.fd, 0o400); err != nil {
 		h.Close()
-		return nil, fmt.Errorf("batchmem: seal batch memory: %w", err)
+		return nil, fmt.Errorf("batchmem: make batch memory read-only to others: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(h.fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("batchmem: seal batch memory's size: %w", err)
 	}
 	if h.mem, err = unix.Mmap(h.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		h.Close()
 		return nil, fmt.Errorf("batchmem: map %d bytes of batch memory: %w", size, err)
+	}
+	// EINVAL: a kernel before F_SEAL_FUTURE_WRITE; the mode still keeps
+	// other uids from reopening the memfd writable.
+	if _, err := unix.FcntlInt(uintptr(h.fd), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
+		h.Close()
+		return nil, fmt.Errorf("batchmem: seal batch memory against writes: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(h.fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("batchmem: seal batch memory's seals: %w", err)
 	}
 	return h, nil
 }
@@ -160,7 +187,7 @@ func (h *host) Slot(i int) Region {
 func (h *host) Publish(context.Context, int, int64) error { return nil }
 
 // Export opens the memfd anew, read-only: the client can map the memory
-// but neither write nor resize it.
+// but neither write nor resize it, nor reopen it writable (openMemfd).
 func (h *host) Export() (*os.File, error) {
 	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", h.fd), os.O_RDONLY, 0)
 	if err != nil {

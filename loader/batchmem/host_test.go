@@ -181,6 +181,22 @@ func testExport(t *testing.T, m Memory, reserved bool) {
 	if want := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL; err != nil || seals&want != want {
 		t.Errorf("seals %#x (err %v), want shrink, grow and seal sealed", seals, err)
 	}
+	if perm := st.Mode & 0o7777; perm != 0o400 {
+		t.Errorf("the memfd's mode is %04o, want 0400: another uid could reopen it through /proc", perm)
+	}
+	// Reopened writable through /proc (root may: the mode does not stop
+	// it), the memory still takes no write: F_SEAL_FUTURE_WRITE.
+	if seals&unix.F_SEAL_FUTURE_WRITE == 0 {
+		t.Logf("no F_SEAL_FUTURE_WRITE (kernel before 5.1?): seals %#x", seals)
+	} else if rw, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDWR, 0); err == nil {
+		if _, err := rw.WriteAt([]byte("x"), 0); err == nil {
+			t.Errorf("write through the memfd reopened read-write succeeded")
+		}
+		if _, err := unix.Mmap(int(rw.Fd()), 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); !errors.Is(err, unix.EPERM) {
+			t.Errorf("writable shared mapping of the memfd reopened read-write: err = %v, want EPERM", err)
+		}
+		rw.Close()
+	}
 	view, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)

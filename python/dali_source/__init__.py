@@ -180,13 +180,22 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 def _call(conn: http.client.HTTPConnection, where: str, method: str, path: str,
           body: Optional[Any] = None) -> Any:
     data = msgpack.packb(body) if body is not None else None
-    try:
-        conn.request(method, path, body=data, headers={"Content-Type": "application/msgpack"})
-        resp = conn.getresponse()
-        raw = resp.read()
-    except (OSError, http.client.HTTPException) as e:
-        conn.close()
-        raise DaemonGoneError(f"loaderd at {where}: {method} {path}: {e}") from e
+    for attempt in (1, 2):
+        reused = conn.sock is not None
+        try:
+            conn.request(method, path, body=data, headers={"Content-Type": "application/msgpack"})
+            resp = conn.getresponse()
+            raw = resp.read()
+            break
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            # The daemon closes keep-alive connections idle past its
+            # --idle-timeout without having read a request from them: a
+            # request that found its reused connection closed is sent once
+            # more on a new one.
+            if attempt == 1 and reused and isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                continue
+            raise DaemonGoneError(f"loaderd at {where}: {method} {path}: {e}") from e
     if resp.status >= 400:
         try:
             msg = msgpack.unpackb(raw)["error"]

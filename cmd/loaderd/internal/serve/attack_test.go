@@ -136,16 +136,16 @@ type who struct {
 
 var nobodyWho = who{nobodyID, nobodyID, nil}
 
-// client is an HTTP client of the daemon whose connections are made as w.
-type client struct {
+// peerClient is an HTTP client of the daemon whose connections are made as w.
+type peerClient struct {
 	t    *testing.T
 	sock string
 	w    who
 	http *http.Client
 }
 
-func connectAs(t *testing.T, sock string, w who) *client {
-	c := &client{t: t, sock: sock, w: w}
+func connectAs(t *testing.T, sock string, w who) *peerClient {
+	c := &peerClient{t: t, sock: sock, w: w}
 	c.http = &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
 		return testenv.DialUnixAs(sock, w.uid, w.gid, w.groups)
 	}}}
@@ -153,7 +153,7 @@ func connectAs(t *testing.T, sock string, w who) *client {
 	return c
 }
 
-func (c *client) call(method, path string, body, out any) (int, string) {
+func (c *peerClient) call(method, path string, body, out any) (int, string) {
 	c.t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -182,14 +182,14 @@ func (c *client) call(method, path string, body, out any) (int, string) {
 
 // attackSession is an open session and its mapped batch memory.
 type attackSession struct {
-	c   *client
+	c   *peerClient
 	id  string
 	mem []byte
 }
 
 // open opens a session over "ds" with backend be; code and message are
 // the refusal, if any.
-func (c *client) open(be string) (*attackSession, int, string) {
+func (c *peerClient) open(be string) (*attackSession, int, string) {
 	c.t.Helper()
 	var o OpenResponse
 	code, msg := c.call("POST", "/v1/sessions", OpenRequest{Dataset: "ds", Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4}}, &o)

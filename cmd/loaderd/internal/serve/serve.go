@@ -37,7 +37,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -49,6 +48,9 @@ type Config = session.Config
 type Server struct {
 	mgr *session.Manager
 	log *slog.Logger
+	// The hijacked connections' deadlines (Run sets them from its Listen;
+	// zero: none).
+	writeTimeout, streamIdle time.Duration
 }
 
 // New makes a server.
@@ -65,7 +67,7 @@ type ctxKey struct{}
 
 // peer is what a connection tells of its client.
 type peer struct {
-	caller session.Caller // uid and gid from SO_PEERCRED; -1 over TCP
+	caller session.Caller // from SO_PEERCRED; over TCP, the TCP principal
 	tcp    bool
 }
 
@@ -79,22 +81,23 @@ func caller(r *http.Request) session.Caller {
 
 // connContext records the peer's credentials (SO_PEERCRED and
 // SO_PEERGROUPS: what the process had when it connected, not what the
-// user database says) for unix connections, and marks TCP ones.
-func connContext(ctx context.Context, c net.Conn) context.Context {
-	p := peer{caller: session.Caller{UID: -1, GID: -1}}
-	switch c := c.(type) {
-	case *net.UnixConn:
-		if raw, err := c.SyscallConn(); err == nil {
-			raw.Control(func(fd uintptr) {
-				if c, err := cred.Peer(int(fd)); err == nil {
-					p.caller = session.Caller{UID: int(c.UID), GID: int(c.GID), Groups: c.Groups}
-				}
-			})
+// user database says) for unix connections; TCP ones are tcpUser, the
+// TCP principal.
+func connContext(tcpUser session.Caller) func(ctx context.Context, c net.Conn) context.Context {
+	return func(ctx context.Context, c net.Conn) context.Context {
+		p := peer{caller: session.Caller{UID: -1, GID: -1}}
+		switch c := c.(type) {
+		case *unixConn:
+			p.caller = session.Caller{UID: int(c.cred.UID), GID: int(c.cred.GID), Groups: c.cred.Groups}
+		case *net.UnixConn:
+			if cr, err := peerCred(c); err == nil {
+				p.caller = session.Caller{UID: int(cr.UID), GID: int(cr.GID), Groups: cr.Groups}
+			}
+		default:
+			p.tcp, p.caller = true, tcpUser
 		}
-	default:
-		p.tcp = true
+		return context.WithValue(ctx, ctxKey{}, p)
 	}
-	return context.WithValue(ctx, ctxKey{}, p)
 }
 
 // requireToken refuses TCP requests without "Authorization: Bearer TOKEN";
@@ -114,6 +117,8 @@ func requireToken(token string, next http.Handler) http.Handler {
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	// No session ids in the metrics (session/metrics.go): anyone who may
+	// connect reads them.
 	r.Handle("/metrics", promhttp.HandlerFor(s.mgr.Registry(), promhttp.HandlerOpts{}))
 	r.Get("/v1/backends", s.backends)
 	r.Post("/v1/sessions", s.open)
@@ -267,12 +272,15 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 		f.Close()
 		return
 	}
-	// Manager.Memory refuses callers of unknown uid, so conn is a unix one.
-	if uc, ok := conn.(*net.UnixConn); ok {
+	s.deadlines(conn)
+	// Manager.Memory refuses TCP callers, so conn is a unix one.
+	if uc, ok := conn.(interface {
+		WriteMsgUnix(b, oob []byte, addr *net.UnixAddr) (n, oobn int, err error)
+	}); ok {
 		msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(frame)), uint32(len(frame)))
 		msg = append(msg, frame...)
 		if _, _, err := uc.WriteMsgUnix(msg, unix.UnixRights(int(f.Fd())), nil); err != nil {
-			s.log.Warn("serve: passing batch memory", "session", id, "err", err)
+			s.log.Log(context.Background(), closeLevel(err), "serve: passing batch memory", "session", id, "err", err)
 		}
 	}
 	// The daemon's copy of the descriptor goes before the connection does:
@@ -326,6 +334,35 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// Defaults of Listen's limits: a zero field takes its default.
+const (
+	// DefaultReadTimeout bounds reading a request, headers and body
+	// (bodies are small: at most 1 MiB): a slow body is cut.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds a response from the end of its request,
+	// a next's wait for its batch included, and every frame written on a
+	// stream or memory hand-over.
+	DefaultWriteTimeout = 2 * time.Minute
+	// DefaultIdleTimeout closes a keep-alive connection idle between
+	// requests (the client reconnects).
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultStreamIdleTimeout closes a stream over which no frame went
+	// either way for this long (Run makes it no less than the session
+	// timeout): a stream is otherwise the session's liveness and never
+	// reaped.
+	DefaultStreamIdleTimeout = 10 * time.Minute
+	// DefaultMaxConnsPerUID bounds one uid's open connections (TCP
+	// clients count as one): a LoaderSource holds two (requests and its
+	// stream) and a third for a moment (the memory hand-over), so this
+	// allows every session a uid may open (session.DefaultMaxSessionsPerUID)
+	// with room to spare.
+	DefaultMaxConnsPerUID = 64
+	// DefaultTCPUser is the user TCP callers are judged as.
+	DefaultTCPUser = "nobody"
+	// headerTimeout bounds reading a request's headers.
+	headerTimeout = 10 * time.Second
+)
+
 // Listen says where and how the daemon listens.
 type Listen struct {
 	Socket string      // unix socket path (required)
@@ -333,17 +370,85 @@ type Listen struct {
 	Group  string      // the socket's group, a name or a gid; "" keeps the daemon's
 	TCP    string      // also listen on this loopback address ("" for none)
 	Token  string      // the bearer token every TCP request must carry (required with TCP)
+	// TCPUser is the user (a name or a uid) TCP callers are judged as:
+	// whether they may read a dataset, and the owner of their sessions,
+	// which no unix-socket caller reaches (nor they a unix caller's).
+	// Default DefaultTCPUser.
+	TCPUser string
+	// MaxConnsPerUID bounds one uid's open connections (every TCP
+	// connection counts as one peer's); past it a connection is answered
+	// 429 and closed. Default DefaultMaxConnsPerUID.
+	MaxConnsPerUID int
+	// Timeouts: DefaultReadTimeout, DefaultWriteTimeout,
+	// DefaultIdleTimeout, DefaultStreamIdleTimeout when zero.
+	ReadTimeout, WriteTimeout, IdleTimeout, StreamIdleTimeout time.Duration
+}
+
+// withDefaults fills in l's zero fields.
+func (l Listen) withDefaults(sessionTimeout time.Duration) Listen {
+	if l.Mode == 0 {
+		l.Mode = 0o660
+	}
+	if l.TCPUser == "" {
+		l.TCPUser = DefaultTCPUser
+	}
+	if l.MaxConnsPerUID == 0 {
+		l.MaxConnsPerUID = DefaultMaxConnsPerUID
+	}
+	if l.ReadTimeout == 0 {
+		l.ReadTimeout = DefaultReadTimeout
+	}
+	if l.WriteTimeout == 0 {
+		l.WriteTimeout = DefaultWriteTimeout
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.StreamIdleTimeout == 0 {
+		l.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	l.StreamIdleTimeout = max(l.StreamIdleTimeout, sessionTimeout)
+	return l
+}
+
+// lookupUser resolves a user name or numeric uid to the caller it stands
+// for: uid, primary gid and groups from the user database.
+func lookupUser(name string) (session.Caller, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return session.Caller{}, err
+		}
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return session.Caller{}, fmt.Errorf("uid %q: %w", u.Uid, err)
+	}
+	gid, err := strconv.Atoi(u.Gid)
+	if err != nil {
+		return session.Caller{}, fmt.Errorf("gid %q: %w", u.Gid, err)
+	}
+	c := session.Caller{UID: uid, GID: gid, TCP: true}
+	if gs, err := u.GroupIds(); err == nil {
+		for _, g := range gs {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				c.Groups = append(c.Groups, uint32(n))
+			}
+		}
+	}
+	return c, nil
 }
 
 // Run serves until ctx is done; then it stops accepting, ends every
 // session, removes the socket and returns nil. The socket is created with
 // l.Mode and l.Group (never world-writable unless the mode says so); the
-// TCP listener, loopback only, requires l.Token on every request.
+// TCP listener, loopback only, requires l.Token on every request. Every
+// connection is bounded in time (l's timeouts) and every uid in
+// connections (l.MaxConnsPerUID).
 func (s *Server) Run(ctx context.Context, l Listen) error {
 	defer s.mgr.Stop()
-	if l.Mode == 0 {
-		l.Mode = 0o660
-	}
+	l = l.withDefaults(s.mgr.Timeout())
+	s.writeTimeout, s.streamIdle = l.WriteTimeout, l.StreamIdleTimeout
 	gid := -1
 	if l.Group != "" {
 		g, err := lookupGroup(l.Group)
@@ -361,6 +466,13 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 			return fmt.Errorf("serve: TCP address %s: %w", l.TCP, ErrNoToken)
 		}
 	}
+	tcpUser, err := lookupUser(l.TCPUser)
+	if err != nil {
+		if l.TCP != "" {
+			return fmt.Errorf("serve: TCP callers' user %q: %w", l.TCPUser, err)
+		}
+		tcpUser = session.Caller{UID: -1, GID: -1, TCP: true} // no TCP listener: never used
+	}
 	ln, err := listenUnix(l.Socket, gid, l.Mode)
 	if err != nil {
 		return err
@@ -370,21 +482,25 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 	if l.TCP != "" {
 		handler = requireToken(l.Token, handler)
 	}
-	srv := &http.Server{Handler: handler, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	// The upgraded connections (stream, memory) leave these deadlines
+	// behind when they take over (deadlines).
+	srv := &http.Server{Handler: handler, ConnContext: connContext(tcpUser), ReadHeaderTimeout: min(headerTimeout, l.ReadTimeout),
+		ReadTimeout: l.ReadTimeout, WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(newPeerListener(ln, l.MaxConnsPerUID, s.log)) }()
 	if l.TCP != "" {
 		tl, err := net.Listen("tcp", l.TCP)
 		if err != nil {
 			srv.Close()
 			return fmt.Errorf("serve: listen on %s: %w", l.TCP, err)
 		}
-		go func() { errc <- srv.Serve(tl) }()
+		go func() { errc <- srv.Serve(newPeerListener(tl, l.MaxConnsPerUID, s.log)) }()
 	}
 	tick := time.NewTicker(max(s.mgr.Timeout()/4, 10*time.Millisecond))
 	defer tick.Stop()
 	s.log.Info("serve: listening", "socket", l.Socket, "mode", fmt.Sprintf("%04o", l.Mode), "group", l.Group, "tcp", l.TCP,
-		"datasets", strings.Join(s.mgr.Datasets(), ","))
+		"datasets", strings.Join(s.mgr.Datasets(), ","), "max_conns_per_uid", l.MaxConnsPerUID,
+		"read_timeout", l.ReadTimeout, "write_timeout", l.WriteTimeout, "idle_timeout", l.IdleTimeout, "stream_idle_timeout", l.StreamIdleTimeout)
 	for {
 		select {
 		case now := <-tick.C:

@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/vmihailenco/msgpack/v5"
@@ -43,6 +47,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
+	s.deadlines(conn)
+	alive := func() { // a frame went by: the stream is not idle
+		if s.streamIdle > 0 {
+			conn.SetReadDeadline(time.Now().Add(s.streamIdle))
+		}
+	}
+	alive()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	type control struct {
@@ -52,7 +63,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	ctl := make(chan control, 1)
 	go func() {
 		defer cancel()
-		keep, err := s.readControl(c, id, brw.Reader)
+		keep, err := s.readControl(c, id, brw.Reader, alive)
 		ctl <- control{keep, err}
 	}()
 	out := bufio.NewWriterSize(conn, 64<<10)
@@ -63,9 +74,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		var n [4]byte
 		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+		if s.writeTimeout > 0 {
+			conn.SetWriteDeadline(time.Now().Add(s.writeTimeout))
+		}
 		out.Write(n[:])
 		out.Write(b)
-		return out.Flush()
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		alive()
+		return nil
 	}
 	err = s.mgr.Stream(ctx, c, id, at, req.Keep, func(d session.Delivery) error { return send(toResponse(d)) })
 	cancel()
@@ -92,9 +110,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		// the session's reads overwrite them. Its next stream says what it
 		// still holds; a session nobody comes back to is reaped.
 		switch {
-		case cr.err != nil && !errors.Is(cr.err, io.EOF) && !errors.Is(cr.err, net.ErrClosed):
+		case errors.Is(cr.err, os.ErrDeadlineExceeded):
+			s.log.Info("serve: stream idle, closed", "session", id, "idle", s.streamIdle)
+			err = fmt.Errorf("session %s: stream closed after %s without a frame either way", id, s.streamIdle)
+		case cr.err != nil && closeLevel(cr.err) != slog.LevelDebug:
 			s.log.Warn("serve: stream control", "session", id, "err", cr.err)
 			err = fmt.Errorf("session %s: stream control: %w", id, cr.err)
+		case cr.err != nil: // the client closed its end
+			s.log.Debug("serve: stream closed by the client", "session", id, "err", cr.err)
 		case err == nil:
 			err = s.mgr.Check(c, id) // say why it ended
 		}
@@ -105,14 +128,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 }
 
 // readControl applies the client's release frames until a stop (returning
-// the slots to keep) or the end of the connection (an error).
-func (s *Server) readControl(c session.Caller, id string, rd *bufio.Reader) ([]int, error) {
+// the slots to keep) or the end of the connection (an error); alive is
+// called after each frame.
+func (s *Server) readControl(c session.Caller, id string, rd *bufio.Reader, alive func()) ([]int, error) {
 	var n [4]byte
 	buf := make([]byte, 0, 256)
 	for {
 		if _, err := io.ReadFull(rd, n[:]); err != nil {
 			return nil, err
 		}
+		alive()
 		size := binary.BigEndian.Uint32(n[:])
 		if size > maxFrame {
 			return nil, fmt.Errorf("control frame of %d bytes (limit %d)", size, maxFrame)
@@ -129,14 +154,36 @@ func (s *Server) readControl(c session.Caller, id string, rd *bufio.Reader) ([]i
 			return nil, fmt.Errorf("malformed control frame: %w", err)
 		}
 		for _, slot := range f.Release {
-			if err := s.mgr.Release(c, id, slot); err != nil {
-				s.log.Warn("serve: stream release", "session", id, "slot", slot, "err", err)
+			if err := s.mgr.Release(c, id, slot); err != nil { // the client's mistake, not the daemon's
+				s.log.Info("serve: stream release refused", "session", id, "slot", slot, "err", err)
 			}
 		}
 		if f.Stop {
 			return f.Keep, nil
 		}
 	}
+}
+
+// deadlines replaces, on a connection just taken over from the HTTP
+// server, the deadlines the server left for its request with a write
+// deadline per frame: the stream sets its read deadline itself.
+func (s *Server) deadlines(conn net.Conn) {
+	conn.SetDeadline(time.Time{})
+	if s.writeTimeout > 0 {
+		conn.SetWriteDeadline(time.Now().Add(s.writeTimeout))
+	}
+}
+
+// closeLevel is the level to log a connection's error at: Debug for a
+// client that closed its end (EOF, ECONNRESET, EPIPE, a closed
+// connection), which is how clients end; Warn otherwise.
+func closeLevel(err error) slog.Level {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // toResponse is a delivery's wire form.

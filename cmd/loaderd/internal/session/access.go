@@ -26,7 +26,8 @@ import (
 // supplementary groups its process had when it connected (internal/cred),
 // so the kernel judges mode bits, ACLs, every directory on the resolved
 // path and every symlink exactly as for the caller. Root may read
-// everything. A caller of unknown uid (loopback TCP) is judged as nobody
+// everything. A loopback TCP caller comes with the identity its token
+// stands for (serve's --tcp-user); one of unknown uid is judged as nobody
 // (uid and gid 65534, no groups).
 //
 // The session's loader then reads for the same credentials
@@ -175,9 +176,12 @@ type verdict struct {
 func (v *verdicts) authorize(name string, ds *bmap.Map, g *fresh.Guard, c Caller) error {
 	err := v.get(name, ds, g, c).err
 	if err != nil {
-		who := "a caller of unknown uid (TCP), judged as nobody,"
+		who := "a caller of unknown uid, judged as nobody,"
 		if c.UID >= 0 {
 			who = fmt.Sprintf("uid %d (gid %d, groups %v)", c.UID, c.GID, c.Groups)
+			if c.TCP {
+				who = "the TCP principal, " + who + ","
+			}
 		}
 		return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, who, err)
 	}

@@ -2,7 +2,9 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -45,5 +47,74 @@ func TestMaxSessionsConcurrent(t *testing.T) {
 	}
 	if n := len(m.snapshot()); n > limit {
 		t.Errorf("%d sessions open, over the limit of %d", n, limit)
+	}
+}
+
+// TestAdmissionLimits: the sessions of one owner are bounded
+// (MaxSessionsPerUID, ErrLimit naming the uid) without stopping another
+// owner's; the batch memory of all sessions is bounded (MaxLockedBytes,
+// ErrNoSpace naming the budget and what is in use), and closing a session
+// frees its share.
+func TestAdmissionLimits(t *testing.T) {
+	asRoot(t)
+	ds := tree(t)
+	searchable(t, ds.Root)
+	params := OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1}}
+	_, _, slots, _ := budget(params)
+	one := loader.SlotBytes(ds, 1) * int64(slots) // one session's batch memory
+	me := Caller{UID: os.Getuid(), GID: os.Getgid()}
+	other := Caller{UID: 4242, GID: 4242}
+	tcp := Caller{UID: me.UID, GID: me.GID, TCP: true} // the same uid over TCP is another owner
+	type step struct {
+		c     Caller
+		close int   // > 0: close the session opened at this step (1-based) instead of opening
+		want  error // nil: opened
+		msg   string
+	}
+	tests := []struct {
+		name  string
+		cfg   Config
+		steps []step
+	}{
+		{"sessions per uid", Config{MaxSessionsPerUID: 2, MaxLockedBytes: 100 * one}, []step{
+			{c: me}, {c: me}, {c: me, want: ErrLimit, msg: fmt.Sprintf("uid %d has 2 sessions open, the daemon's limit per uid", me.UID)},
+			{c: other}, {c: tcp}, {c: tcp}, {c: tcp, want: ErrLimit, msg: "TCP principal"},
+			{close: 1}, {c: me},
+		}},
+		{"batch memory budget", Config{MaxLockedBytes: 2*one + one/2}, []step{
+			{c: me}, {c: other}, {c: tcp, want: ErrNoSpace, msg: fmt.Sprintf("budget of %d MiB", mib(2*one+one/2))},
+			{close: 2}, {c: tcp}, {c: me, want: ErrNoSpace, msg: fmt.Sprintf("open sessions' (%d MiB)", mib(2*one))},
+		}},
+		{"a session larger than the budget", Config{MaxLockedBytes: one - 1}, []step{
+			{c: me, want: ErrNoSpace},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Datasets = map[string]*bmap.Map{"d": ds}
+			m := NewManager(tt.cfg)
+			defer m.Stop()
+			ids := make([]string, len(tt.steps))
+			for i, s := range tt.steps {
+				if s.close > 0 {
+					c := tt.steps[s.close-1].c
+					if err := m.Close(c, ids[s.close-1]); err != nil {
+						t.Fatalf("step %d: close: %v", i+1, err)
+					}
+					continue
+				}
+				o, err := m.Open(s.c, params)
+				ids[i] = o.ID
+				switch {
+				case s.want == nil && err != nil:
+					t.Fatalf("step %d: open as %+v: %v", i+1, s.c, err)
+				case s.want != nil && (!errors.Is(err, s.want) || !strings.Contains(fmt.Sprint(err), s.msg)):
+					t.Fatalf("step %d: open as %+v: err = %v, want %v saying %q", i+1, s.c, err, s.want, s.msg)
+				}
+			}
+			if inUse, _ := m.Locked(); inUse != int64(len(m.snapshot()))*one {
+				t.Errorf("%d bytes reserved for %d sessions of %d bytes", inUse, len(m.snapshot()), one)
+			}
+		})
 	}
 }

@@ -37,14 +37,22 @@ const (
 	MaxReleaseAfter = 64 // release_after
 )
 
-// Config configures a Manager.
+// Config configures a Manager. A zero limit takes its default (limits.go).
 type Config struct {
 	Datasets        map[string]*bmap.Map // registered datasets by name
-	SessionTimeout  time.Duration        // idle sessions are closed after this; default 60s
-	MaxSessionBytes int64                // refuse sessions needing more batch memory; default 16 GiB
-	MaxSessions     int                  // default 64
-	Logger          *slog.Logger
-	Faults          *backend.Faults // tests: inject read faults into every session
+	SessionTimeout  time.Duration        // idle sessions are closed after this; DefaultSessionTimeout
+	MaxSessionBytes int64                // refuse sessions needing more batch memory; DefaultMaxSessionBytes
+	MaxSessions     int                  // open sessions, all owners together; DefaultMaxSessions
+	// MaxSessionsPerUID bounds the open sessions of one owner (a uid on
+	// the unix socket; the TCP principal); DefaultMaxSessionsPerUID.
+	MaxSessionsPerUID int
+	// MaxLockedBytes bounds the batch memory (slots × slot size) of all
+	// open sessions together: page-locked host memory, or GPU memory and
+	// its staging; an open that would go over it is refused with
+	// ErrNoSpace. Default DefaultMaxLockedBytes.
+	MaxLockedBytes int64
+	Logger         *slog.Logger
+	Faults         *backend.Faults // tests: inject read faults into every session
 	// Engines is EnginesPerSession (the default, "" too) or
 	// EnginesPerDevice: whether the sessions reading one device share its
 	// raw engines. Measured with 8 sessions (bench/RESULTS.md): the same
@@ -62,11 +70,31 @@ const (
 
 // Caller is who makes a request: for a unix-socket client, the uid, gid
 // and supplementary groups the kernel recorded when it connected
-// (SO_PEERCRED, SO_PEERGROUPS); -1 when the transport cannot know
-// (loopback TCP).
+// (SO_PEERCRED, SO_PEERGROUPS); for a loopback TCP client (which carried
+// the daemon's token), TCP and the identity TCP callers are judged as
+// (loaderd's --tcp-user). Sessions belong to their opener's owner: a uid
+// on the unix socket, or the TCP principal; neither reaches the other's.
+// A caller of unknown uid (-1) may open nothing.
 type Caller struct {
 	UID, GID int
 	Groups   []uint32 // supplementary groups (SO_PEERGROUPS)
+	TCP      bool     // came over loopback TCP: the TCP principal, whatever UID says
+}
+
+// owner is whom a session belongs to.
+type owner struct {
+	uid int
+	tcp bool
+}
+
+func (c Caller) owner() owner { return owner{c.UID, c.TCP} }
+
+// String names the owner for messages: "uid 1000", "the TCP principal (uid 65534)".
+func (o owner) String() string {
+	if o.tcp {
+		return fmt.Sprintf("the TCP principal (uid %d)", o.uid)
+	}
+	return fmt.Sprintf("uid %d", o.uid)
 }
 
 // Manager owns the sessions.
@@ -82,23 +110,38 @@ type Manager struct {
 	mu       sync.Mutex
 	sessions map[string]*session // under mu
 	opening  int                 // under mu: opens admitted under MaxSessions and not yet in sessions
+	perOwner map[owner]int       // under mu: sessions open or opening, by owner
+	locked   int64               // under mu: batch memory reserved by sessions open or opening
 }
 
 // NewManager makes a manager and registers its datasets (datasets.go).
 func NewManager(cfg Config) *Manager {
 	if cfg.SessionTimeout == 0 {
-		cfg.SessionTimeout = 60 * time.Second
+		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	if cfg.MaxSessionBytes == 0 {
-		cfg.MaxSessionBytes = 16 << 30
+		cfg.MaxSessionBytes = DefaultMaxSessionBytes
 	}
 	if cfg.MaxSessions == 0 {
-		cfg.MaxSessions = 64
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.MaxSessionsPerUID == 0 {
+		cfg.MaxSessionsPerUID = DefaultMaxSessionsPerUID
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, reg: prometheus.NewRegistry(), access: newVerdicts()}
+	if cfg.MaxLockedBytes == 0 {
+		b, why, err := DefaultMaxLockedBytes()
+		if err != nil { // no /proc/meminfo: no budget but the per-session one
+			cfg.Logger.Warn("session: no default batch memory budget", "err", err)
+			b, why = 1<<62, "unknown machine memory"
+		}
+		cfg.MaxLockedBytes = b
+		cfg.Logger.Info("session: batch memory budget", "mib", b>>20, "why", why)
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{},
+		reg: prometheus.NewRegistry(), access: newVerdicts()}
 	if cfg.Engines == EnginesPerDevice {
 		m.shared = &backend.Shared{}
 	}
@@ -151,8 +194,14 @@ func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
 }
 
 // Open opens a session for c. The backend's description and the slot
-// size are resolved once here and handed to the loader.
+// size are resolved once here and handed to the loader. It is refused
+// with ErrLimit past MaxSessions or c's MaxSessionsPerUID, and with
+// ErrNoSpace when the session's batch memory would take the open
+// sessions' past MaxLockedBytes.
 func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
+	if c.UID < 0 {
+		return Opened{}, fmt.Errorf("%w: the caller's uid is unknown", ErrForbidden)
+	}
 	ds, err := m.data.get(p.Dataset)
 	if err != nil {
 		return Opened{}, err
@@ -176,15 +225,10 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
 			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
 	}
-	// Admission and insertion under the limit are one step: an open counts
-	// from here until it is in the table or has failed.
-	m.mu.Lock()
-	if n := len(m.sessions) + m.opening; n >= m.cfg.MaxSessions {
-		m.mu.Unlock()
-		return Opened{}, fmt.Errorf("%w: %d sessions open, the daemon's limit", ErrLimit, n)
+	need := slotSize * int64(slots)
+	if err := m.admit(c.owner(), need); err != nil {
+		return Opened{}, err
 	}
-	m.opening++
-	m.mu.Unlock()
 	l, spec, way, err := m.openLoader(ds, p, candidates, loader.Options{
 		ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
 		Memory: p.Memory, Device: p.Device, BackendOptions: p.BackendOptions, State: p.State,
@@ -193,14 +237,16 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	})
 	var ss *session
 	if err == nil {
-		ss = &session{id: newID(), dataset: p.Dataset, backend: spec.Name, uid: c.UID, l: l, held: map[int]*loader.Batch{}, slots: slots}
-		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, ss.id)
+		ss = &session{id: newID(), dataset: p.Dataset, backend: spec.Name, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots}
+		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, l.Memory().Desc(), way.path)
 		ss.touch()
 	}
 	m.mu.Lock()
 	m.opening--
 	if ss != nil {
 		m.sessions[ss.id] = ss
+	} else {
+		m.unreserveLocked(c.owner(), need)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -209,11 +255,53 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	m.metrics.sessions.Inc()
 	st := l.State()
 	desc := l.Memory().Desc()
-	m.metrics.memory.WithLabelValues(ss.dataset, ss.backend, ss.id, string(desc.Kind), fmt.Sprint(desc.Device), way.path).Set(float64(desc.Size))
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", spec.Name, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, GPUPath: way.path, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st}, nil
+}
+
+// admit counts an open of o's needing need bytes of batch memory against
+// the limits, or refuses it. Admission and insertion under the limits are
+// one step: an open counts from here until it is in the table or has
+// failed (unreserveLocked).
+func (m *Manager) admit(o owner, need int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.sessions) + m.opening; n >= m.cfg.MaxSessions {
+		return fmt.Errorf("%w: %d sessions open, the daemon's limit", ErrLimit, n)
+	}
+	if n := m.perOwner[o]; n >= m.cfg.MaxSessionsPerUID {
+		return fmt.Errorf("%w: %s has %d sessions open, the daemon's limit per uid", ErrLimit, o, n)
+	}
+	if m.locked+need > m.cfg.MaxLockedBytes {
+		return fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions: close a session, or ask for a smaller batch_size or prefetch",
+			ErrNoSpace, mib(need), mib(m.locked), mib(m.cfg.MaxLockedBytes))
+	}
+	m.opening++
+	m.perOwner[o]++
+	m.locked += need
+	return nil
+}
+
+// unreserveLocked gives back what admit counted for a session of o's;
+// m.mu held.
+func (m *Manager) unreserveLocked(o owner, need int64) {
+	m.locked -= need
+	if m.perOwner[o]--; m.perOwner[o] <= 0 {
+		delete(m.perOwner, o)
+	}
+}
+
+// mib is n bytes in MiB, rounded up.
+func mib(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
+
+// Locked returns the batch memory reserved by open sessions and the
+// budget for all of them (Config.MaxLockedBytes).
+func (m *Manager) Locked() (inUse, budget int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.locked, m.cfg.MaxLockedBytes
 }
 
 // openLoader opens the session's loader the first of the ways that runs
@@ -296,7 +384,7 @@ func (m *Manager) Memory(c Caller, id string) (batchmem.Desc, *os.File, error) {
 	if err != nil {
 		return batchmem.Desc{}, nil, err
 	}
-	if c.UID < 0 {
+	if c.TCP {
 		return batchmem.Desc{}, nil, fmt.Errorf("%w: session %s: batch memory is handed over only on the unix socket (as a file descriptor)", ErrForbidden, id)
 	}
 	mem := ss.l.Memory()
@@ -308,7 +396,8 @@ func (m *Manager) Memory(c Caller, id string) (batchmem.Desc, *os.File, error) {
 	return mem.Desc(), f, nil
 }
 
-// lookup resolves a session and checks c owns it.
+// lookup resolves a session and checks c owns it: the same uid on the
+// unix socket, or the TCP principal over TCP.
 func (m *Manager) lookup(c Caller, id string) (*session, error) {
 	m.mu.Lock()
 	ss := m.sessions[id]
@@ -316,7 +405,7 @@ func (m *Manager) lookup(c Caller, id string) (*session, error) {
 	if ss == nil {
 		return nil, fmt.Errorf("%w: unknown session %q (closed, reaped after %s idle, or never opened)", ErrNotFound, id, m.cfg.SessionTimeout)
 	}
-	if ss.uid >= 0 && c.UID != ss.uid {
+	if c.owner() != ss.owner {
 		return nil, fmt.Errorf("%w: session %s belongs to another user", ErrForbidden, id)
 	}
 	return ss, nil
@@ -364,6 +453,7 @@ func (m *Manager) closeSession(ss *session, why string) {
 	ss.closed = true
 	m.mu.Lock()
 	delete(m.sessions, ss.id)
+	m.unreserveLocked(ss.owner, ss.reserved)
 	m.mu.Unlock()
 	if err := ss.l.Close(); err != nil {
 		m.log.Warn("session: closing", "session", ss.id, "err", err)

@@ -13,8 +13,8 @@ import (
 
 // TestMemoryOnlyToItsOwner: a session's batch memory goes to the uid that
 // opened it, as a descriptor with the session's description; another
-// uid, and any caller over TCP (no uid, no descriptor passing), get
-// ErrForbidden and no descriptor.
+// uid, and any caller over TCP (no descriptor passing), get ErrForbidden
+// and no descriptor.
 func TestMemoryOnlyToItsOwner(t *testing.T) {
 	ds := tree(t)
 	asRoot(t)
@@ -23,7 +23,7 @@ func TestMemoryOnlyToItsOwner(t *testing.T) {
 	defer m.Stop()
 	owner := Caller{UID: os.Getuid(), GID: os.Getgid()}
 	other := Caller{UID: owner.UID + 4242, GID: owner.GID + 4242}
-	tcp := Caller{UID: -1, GID: -1}
+	tcp := Caller{UID: 65534, GID: 65534, TCP: true} // the TCP principal (--tcp-user nobody)
 	open := func(c Caller) string {
 		o, err := m.Open(c, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1}})
 		if err != nil {

@@ -73,7 +73,8 @@ type Delivery struct {
 
 type session struct {
 	id, dataset, backend string
-	uid                  int // -1 when unknown
+	owner                owner
+	reserved             int64 // batch memory counted against Config.MaxLockedBytes
 	l                    *loader.Loader
 	slots                int
 	lastUsed             atomic.Int64

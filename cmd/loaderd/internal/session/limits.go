@@ -1,0 +1,85 @@
+package session
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of Config: a zero field takes its default. loaderd's flags
+// show these.
+const (
+	DefaultSessionTimeout    = 60 * time.Second
+	DefaultMaxSessionBytes   = 16 << 30 // batch memory of one session
+	DefaultMaxSessions       = 64       // open sessions, every user together
+	DefaultMaxSessionsPerUID = 16       // open sessions of one owner (a uid, or the TCP principal)
+	// DefaultLockedShare is the share of the machine's memory (MemTotal)
+	// that all sessions' batch memory together may take when
+	// Config.MaxLockedBytes is not given: page-locked memory is never
+	// swapped, so what it takes the rest of the machine loses.
+	DefaultLockedShare = 0.5
+)
+
+// DefaultMaxLockedBytes is the default budget of batch memory across all
+// sessions: DefaultLockedShare of MemTotal, and no more than the
+// process's RLIMIT_MEMLOCK when that binds it (finite, and the process
+// lacks CAP_IPC_LOCK, which root has and which lifts the limit). It
+// returns why, for the log.
+func DefaultMaxLockedBytes() (int64, string, error) {
+	total, err := memTotal()
+	if err != nil {
+		return 0, "", fmt.Errorf("session: default batch memory budget: %w", err)
+	}
+	budget := int64(float64(total) * DefaultLockedShare)
+	why := fmt.Sprintf("%.0f%% of MemTotal (%d MiB)", DefaultLockedShare*100, total>>20)
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err == nil && rl.Cur != unix.RLIM_INFINITY && !hasIPCLock() {
+		if lim := int64(min(rl.Cur, uint64(1<<62))); lim < budget {
+			budget = lim
+			why = fmt.Sprintf("RLIMIT_MEMLOCK (%d MiB; the daemon has no CAP_IPC_LOCK)", lim>>20)
+		}
+	}
+	return budget, why, nil
+}
+
+// memTotal returns /proc/meminfo's MemTotal in bytes.
+func memTotal() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemTotal: %w", err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+}
+
+// hasIPCLock says whether the process's effective capabilities hold
+// CAP_IPC_LOCK (mlock beyond RLIMIT_MEMLOCK).
+func hasIPCLock() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_IPC_LOCK) != 0
+		}
+	}
+	return false
+}
