@@ -346,6 +346,7 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 			go func() {
 				b.readStart = time.Now()
 				b.err = l.backend.ReadBatch(ctx, b.reqs)
+				scrub(b.reqs)
 				if b.err == nil {
 					b.err = l.mem.Publish(ctx, b.Slot, b.used)
 				}
@@ -396,6 +397,23 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 		off += n
 	}
 	b.used = off
+}
+
+// scrub zeroes what of each sample's room in host memory (batch memory,
+// or the GPU memory's staging area that Publish copies) no client may
+// read: a failed sample's whole room (it may hold bytes read before the
+// failure was found, of blocks the file no longer owns) and every other
+// sample's slack after its last byte (reads may run into it, and earlier
+// batches' bytes would stay). The reads are over: ReadBatch has returned.
+func scrub(reqs []backend.Request) {
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Err != nil {
+			clear(r.Buf)
+		} else if int64(len(r.Buf)) > r.Sample.Size {
+			clear(r.Buf[r.Sample.Size:])
+		}
+	}
 }
 
 // Next returns the next batch, or io.EOF once at the end of each epoch

@@ -31,7 +31,9 @@ type Request struct {
 	Sample *bmap.Sample // the sample
 	// Buf is where the sample goes: Align-aligned, AlignUp(Sample.Size)
 	// bytes. The sample's bytes land in Buf[:Sample.Size]; the backend
-	// may also write the slack after them.
+	// may also write the slack after them, but only with the file's own
+	// bytes (clients map batch memory while it is written). The loader
+	// zeroes the slack, and a failed sample's whole Buf, after ReadBatch.
 	// Buf is nil when the destination is device memory a backend writes
 	// itself (Dev).
 	Buf []byte

@@ -3,6 +3,7 @@ package raw
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -18,6 +19,25 @@ type planner struct {
 	cache   *blockCache // serves fixed blocks already read; nil for none
 	devPath string
 	devSize int64
+	sector  uint64 // the device's logical block size (BLKSSZGET); 0 means 512
+	fsBlock uint64 // the filesystem's block size; 0 means sector
+}
+
+// ownEnd returns the end of the filesystem block holding the device byte
+// before end: as far as the file's own blocks surely go (extents are
+// whole filesystem blocks).
+func (p *planner) ownEnd(end uint64) uint64 {
+	if p.fsBlock == 0 {
+		return alignUpTo(end, p.sectorSize())
+	}
+	return alignUpTo(end, p.fsBlock)
+}
+
+func (p *planner) sectorSize() uint64 {
+	if p.sector == 0 {
+		return 512
+	}
+	return p.sector
 }
 
 // segPlan is how one aligned device read reaches its sample.
@@ -33,8 +53,12 @@ type segPlan struct {
 // plan appends request ri's device reads to sc. Aligned pieces are read
 // straight into the sample's batch memory; pieces whose device offset and
 // memory offset disagree modulo 4 KiB, or that would spill over a
-// neighbour, go through bounce memory. Holes and unwritten extents become
-// zero ranges; cached blocks are copied at once.
+// neighbour, go through bounce memory. A read running past the sample's
+// last byte (into its slack, memory the client maps) may bring in only
+// the file's own last filesystem block: one that would go further is cut
+// at the end of the logical block holding that byte (gds), or bounced
+// (bam, whose blocks are whole). Holes and unwritten extents become zero
+// ranges; cached blocks are copied at once.
 func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 	s := r.Sample
 	sc.segs = s.Segments(sc.segs[:0])
@@ -61,6 +85,14 @@ func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 			// The part of [cur,end) that belongs to this segment.
 			a, z := max(cur, g.DevOff), min(end, segEnd)
 			fileA := g.FileOff + (a - g.DevOff)
+			// The read runs on past the sample's last byte: only the rest
+			// of the file's own block may follow it.
+			tail := z < end && z == segEnd && fileA+(z-a) == size
+			if tail && !p.fixed && end > p.ownEnd(z) {
+				if cut := alignUpTo(z, p.sectorSize()); cut <= p.ownEnd(z) {
+					end = cut
+				}
+			}
 			dst := r.Buf[fileA : fileA+(z-a)]
 			block := cur / step
 			if p.cache != nil && p.cache.get(block, dst, int(a-cur)) {
@@ -69,12 +101,12 @@ func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 			}
 			// Direct when the aligned range maps onto this sample's own
 			// memory without touching bytes another piece writes: memory
-			// offset congruent, and the range ends at the segment's end or
-			// is whole, or runs only into the slack after the sample.
+			// offset congruent, and the range is whole, or runs only into
+			// the slack after the sample and only over the file's own block.
 			memStart := int64(fileA) - int64(a-cur)
 			memEnd := memStart + int64(end-cur)
 			direct := memStart >= 0 && uint64(memStart)%backend.Align == 0 && a == cur &&
-				(z == end || (z == segEnd && fileA+(z-a) == size)) && memEnd <= int64(len(r.Buf))
+				(z == end || (tail && end <= p.ownEnd(z))) && memEnd <= int64(len(r.Buf))
 			op := sc.newOp(int64(cur), s.Path)
 			pl := segPlan{op: op, dst: dst, request: ri, block: block}
 			if direct {
@@ -84,7 +116,7 @@ func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 				if err != nil {
 					return &backend.SampleError{Index: r.Index, Path: s.Path, Err: err}
 				}
-				op.buf = buf
+				op.buf = buf[:end-cur]
 				pl.bounce, pl.src = true, int(a-cur)
 			}
 			sc.plans = append(sc.plans, pl)
@@ -97,6 +129,9 @@ func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 
 func alignUpU(n uint64) uint64 { return (n + backend.Align - 1) &^ (backend.Align - 1) }
 
+// alignUpTo rounds n up to a multiple of a (a power of two).
+func alignUpTo(n, a uint64) uint64 { return (n + a - 1) &^ (a - 1) }
+
 // scratch is one batch's planning state, reused across batches so the
 // read path does not allocate per request: plans, ops (from slabs of
 // ioOps), zero ranges, and bounce memory for reads that cannot land in
@@ -104,6 +139,8 @@ func alignUpU(n uint64) uint64 { return (n + backend.Align - 1) &^ (backend.Alig
 // writes it after the submitting call returns (see internal/uring); it is
 // freed by free.
 type scratch struct {
+	how    []readHow // per request of the batch
+	shadow [][]byte  // per request: its bounce room when rawGuarded
 	segs   []bmap.Segment
 	plans  []segPlan
 	ops    []*ioOp
@@ -119,6 +156,24 @@ const (
 	bounceChunk = 1 << 20
 	opSlab      = 256
 )
+
+// readHow is how a request of a batch is read.
+type readHow uint8
+
+const (
+	notRaw     readHow = iota // through the filesystem, or not read raw at all (found changed before)
+	rawDirect                 // raw, straight into its room in the slot
+	rawGuarded                // raw, into bounce memory (scratch.shadow), until its check after the read passes
+	rawTrusted                // rawGuarded, checked and copied into its room
+)
+
+// prepare sizes the per-request state for a batch of n requests.
+func (sc *scratch) prepare(n int) {
+	sc.how = slices.Grow(sc.how[:0], n)[:n]
+	sc.shadow = slices.Grow(sc.shadow[:0], n)[:n]
+	clear(sc.how)
+	clear(sc.shadow)
+}
 
 // newOp returns a zeroed ioOp for device offset off, for the sample at path.
 func (sc *scratch) newOp(off int64, path string) *ioOp {
@@ -167,6 +222,7 @@ func (sc *scratch) reset() {
 	clear(sc.plans)
 	clear(sc.zeros)
 	clear(sc.ops)
+	clear(sc.shadow)
 	sc.plans, sc.ops, sc.zeros = sc.plans[:0], sc.ops[:0], sc.zeros[:0]
 	sc.nops, sc.cur, sc.off = 0, 0, 0
 }

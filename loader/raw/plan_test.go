@@ -36,10 +36,11 @@ func describe(r *backend.Request, sc *scratch) []string {
 type ext = extentinfo.Extent
 
 func TestPlan(t *testing.T) {
-	gds := planner{reqSize: 1 << 20, devSize: 1 << 30, devPath: "/dev/x"}
-	gds8k := planner{reqSize: 8192, devSize: 1 << 30, devPath: "/dev/x"}
-	bam := planner{reqSize: 4096, fixed: true, devSize: 1 << 30, devPath: "/dev/x"}
-	bam8k := planner{reqSize: 8192, fixed: true, devSize: 1 << 30, devPath: "/dev/x"}
+	// A 4 KiB-block filesystem on a 512-byte-sector device.
+	gds := planner{reqSize: 1 << 20, devSize: 1 << 30, devPath: "/dev/x", sector: 512, fsBlock: 4096}
+	gds8k := planner{reqSize: 8192, devSize: 1 << 30, devPath: "/dev/x", sector: 512, fsBlock: 4096}
+	bam := planner{reqSize: 4096, fixed: true, devSize: 1 << 30, devPath: "/dev/x", sector: 512, fsBlock: 4096}
+	bam8k := planner{reqSize: 8192, fixed: true, devSize: 1 << 30, devPath: "/dev/x", sector: 512, fsBlock: 4096}
 	tests := []struct {
 		name    string
 		p       planner
@@ -89,6 +90,57 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestPlanTail: a read running past a sample's last byte may bring in
+// only the file's own last filesystem block; gds cuts a longer one at the
+// logical block holding that byte, bam bounces it.
+func TestPlanTail(t *testing.T) {
+	tests := []struct {
+		name            string
+		fixed           bool
+		size            int64
+		fsBlock, sector uint64
+		physical        uint64 // the sample's one extent
+		want            string
+	}{
+		{"gds, 4 KiB blocks: read whole into the slack", false, 10000, 4096, 512, 40960, "dev 40960+12288 -> buf 0"},
+		{"gds, 4 KiB blocks, 4 KiB sectors", false, 10000, 4096, 4096, 40960, "dev 40960+12288 -> buf 0"},
+		{"gds, 1 KiB blocks: cut at the sector", false, 1000, 1024, 512, 40960, "dev 40960+1024 -> buf 0"},
+		{"gds, 1 KiB blocks: cut at the sector, mid-block", false, 1500, 1024, 512, 40960, "dev 40960+1536 -> buf 0"},
+		{"gds, 1 KiB blocks: a 512-byte end is read to it", false, 3072, 1024, 512, 40960, "dev 40960+3072 -> buf 0"},
+		{"gds, 1 KiB blocks: the own block reaches the 4 KiB end", false, 3500, 1024, 512, 40960, "dev 40960+4096 -> buf 0"},
+		{"gds, 1 KiB blocks: a second 4 KiB, cut", false, 5000, 1024, 512, 40960, "dev 40960+5120 -> buf 0"},
+		{"gds, 1 KiB blocks, sectors larger than blocks: bounced", false, 1000, 1024, 4096, 40960, "dev 40960+4096 -> bounce[0:] -> buf 0+1000"},
+		{"gds, 1 KiB blocks off the 4 KiB grid: bounced, cut", false, 1000, 1024, 512, 41984, "dev 40960+2048 -> bounce[1024:] -> buf 0+1000"},
+		{"bam, 4 KiB blocks: whole block into the slack", true, 1000, 4096, 512, 40960, "dev 40960+4096 -> buf 0"},
+		{"bam, 1 KiB blocks: bounced", true, 1000, 1024, 512, 40960, "dev 40960+4096 -> bounce[0:] -> buf 0+1000"},
+		{"bam, 1 KiB blocks: the own block reaches the block end", true, 3500, 1024, 512, 40960, "dev 40960+4096 -> buf 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := planner{reqSize: 1 << 20, fixed: tt.fixed, devSize: 1 << 30, devPath: "/dev/x", sector: tt.sector, fsBlock: tt.fsBlock}
+			if tt.fixed {
+				p.reqSize = 4096
+			}
+			length := (uint64(tt.size) + tt.fsBlock - 1) &^ (tt.fsBlock - 1)
+			s := &bmap.Sample{Path: "c/x.jpg", Size: tt.size, Extents: []ext{{Logical: 0, Physical: tt.physical, Length: length}}}
+			r := &backend.Request{Sample: s, Buf: make([]byte, backend.AlignUp(tt.size))}
+			sc := &scratch{}
+			defer sc.free()
+			if err := p.plan(0, r, sc); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(describe(r, sc), "\n"); got != tt.want {
+				t.Errorf("plan:\n%s\nwant:\n%s", got, tt.want)
+			}
+			for _, op := range sc.ops {
+				if op.off%int64(tt.sector) != 0 || uint64(len(op.buf))%tt.sector != 0 {
+					t.Errorf("op at %d (+%d) is not whole logical blocks", op.off, len(op.buf))
+				}
+			}
+		})
+	}
+}
+
 func TestPlanPastDeviceEnd(t *testing.T) {
 	p := planner{reqSize: 1 << 20, devSize: 8192, devPath: "/dev/small"}
 	s := &bmap.Sample{Path: "c/far.jpg", Size: 4096, Extents: []ext{{Logical: 0, Physical: 8192, Length: 4096}}}
@@ -116,7 +168,7 @@ func TestPlanServesCachedBlocks(t *testing.T) {
 		block[i] = byte(i)
 	}
 	c.put(2, block) // device bytes [8192, 12288)
-	p := planner{reqSize: 4096, fixed: true, cache: c, devSize: 1 << 20, devPath: "/dev/x"}
+	p := planner{reqSize: 4096, fixed: true, cache: c, devSize: 1 << 20, devPath: "/dev/x", sector: 512, fsBlock: 4096}
 	s := &bmap.Sample{Path: "c/x.jpg", Size: 6000, Extents: []ext{{Logical: 0, Physical: 8192, Length: 8192}}}
 	r := &backend.Request{Sample: s, Buf: make([]byte, 8192)}
 	sc := &scratch{}
@@ -135,7 +187,7 @@ func TestPlanServesCachedBlocks(t *testing.T) {
 }
 
 func BenchmarkPlanBatch(b *testing.B) {
-	p := planner{reqSize: 4096, fixed: true, devSize: 1 << 40, devPath: "/dev/x"}
+	p := planner{reqSize: 4096, fixed: true, devSize: 1 << 40, devPath: "/dev/x", sector: 512, fsBlock: 4096}
 	reqs := make([]backend.Request, 64)
 	for i := range reqs {
 		s := &bmap.Sample{Path: "c/x.jpg", Size: 110_000, Extents: []ext{{Logical: 0, Physical: uint64(i) << 20, Length: 112 << 10}}}

@@ -212,7 +212,28 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 		b.Close()
 		return nil, fmt.Errorf("raw: %s: %s: BLKGETSIZE64: %w", name, devPath, errno)
 	}
-	b.plan = planner{reqSize: uint64(cfg.RequestSize), fixed: cfg.FixedBlocks, devPath: devPath, devSize: int64(size)}
+	// How far a read may run past a sample's last byte (planner.plan):
+	// the device's logical block and the filesystem's block.
+	sector, err := unix.IoctlGetInt(fd, unix.BLKSSZGET)
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("raw: %s: %s: BLKSSZGET: %w", name, devPath, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(m.Root, &sfs); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("raw: %s: statfs %s: %w", name, m.Root, err)
+	}
+	fsBlock := sfs.Frsize
+	if fsBlock <= 0 {
+		fsBlock = sfs.Bsize
+	}
+	if sector <= 0 || sector&(sector-1) != 0 || fsBlock <= 0 || fsBlock&(fsBlock-1) != 0 {
+		b.Close()
+		return nil, fmt.Errorf("raw: %s: %s: logical block size %d, filesystem block size %d: want powers of two", name, devPath, sector, fsBlock)
+	}
+	b.plan = planner{reqSize: uint64(cfg.RequestSize), fixed: cfg.FixedBlocks, devPath: devPath, devSize: int64(size),
+		sector: uint64(sector), fsBlock: uint64(fsBlock)}
 	if env.Trace != nil {
 		b.trace = newTracer(env.Trace, devPath)
 	}
@@ -326,6 +347,11 @@ func (b *Backend) Stats() backend.Stats {
 func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 	sc := b.getScratch()
 	defer b.putScratch(sc)
+	sc.prepare(len(reqs))
+	// Changes seen so far decide which samples are read guarded: one
+	// non-blocking read of the watch per batch.
+	b.guard.Poll()
+	statAll := b.cfg.Freshness == FreshRead
 	var fsIdx []int
 	for i := range reqs {
 		r := &reqs[i]
@@ -335,7 +361,10 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 			fsIdx = append(fsIdx, i)
 		case b.guard.ChangedAtOpen(r.Index):
 			b.onStale(r, b.check(r.Index))
+		case statAll || b.guard.NeedStat(r.Index):
+			b.planGuarded(i, r, sc)
 		default:
+			sc.how[i] = rawDirect
 			r.Err = b.plan.plan(i, r, sc)
 		}
 	}
@@ -372,14 +401,46 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 		if p.bounce {
 			copy(p.dst, p.op.buf[p.src:])
 		}
-		if c := b.plan.cache; c != nil {
+		if c := b.plan.cache; c != nil && sc.how[p.request] != rawGuarded {
 			c.put(p.block, p.op.buf)
 		}
 	}
 	for _, z := range sc.zeros {
 		clear(z)
 	}
-	return b.checkFresh(ctx, reqs)
+	err := b.checkFresh(ctx, reqs, sc)
+	if c := b.plan.cache; c != nil {
+		// Blocks read for a guarded sample are cached once trusted.
+		for i := range sc.plans {
+			if p := &sc.plans[i]; p.op.err == nil && sc.how[p.request] == rawTrusted {
+				c.put(p.block, p.op.buf)
+			}
+		}
+	}
+	return err
+}
+
+// planGuarded plans raw sample i, whose bytes need a stat before they are
+// trusted (its class saw a change, it has other hard links, or freshness
+// read): it is stat'ed first (found changed: the stale policy, no raw
+// read), then read into bounce memory the size of its room, which
+// checkFresh copies into the slot only once the stat after the read
+// passes. Batch memory, which the client maps, never holds its raw bytes
+// before then.
+func (b *Backend) planGuarded(i int, r *backend.Request, sc *scratch) {
+	if err := b.guard.Check(r.Index); err != nil {
+		b.onStale(r, err)
+		return
+	}
+	room, err := sc.alloc(len(r.Buf))
+	if err != nil {
+		r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: err}
+		return
+	}
+	sc.how[i], sc.shadow[i] = rawGuarded, room
+	shadow := *r
+	shadow.Buf = room
+	r.Err = b.plan.plan(i, &shadow, sc)
 }
 
 // onStale applies the stale policy to a raw sample found changed (cause
@@ -394,18 +455,22 @@ func (b *Backend) onStale(r *backend.Request, cause error) {
 }
 
 // checkFresh verifies each raw sample read against the live file, applies
-// the stale policy, counts, and returns the first error of the batch.
-func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request) error {
+// the stale policy, copies guarded samples that pass into their slots,
+// counts, and returns the first error of the batch.
+func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request, sc *scratch) error {
 	var first error
 	b.guard.Poll()
 	statAll := b.cfg.Freshness == FreshRead
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Sample.Reason == bmap.Raw && r.Err == nil && !b.guard.ChangedAtOpen(r.Index) {
+		if how := sc.how[i]; how != notRaw && r.Err == nil {
 			b.raw.Add(1)
-			if statAll || b.guard.NeedStat(r.Index) {
+			if how == rawGuarded || statAll || b.guard.NeedStat(r.Index) {
 				if err := b.check(r.Index); err != nil {
 					b.onStale(r, err)
+				} else if how == rawGuarded {
+					copy(r.Buf[:r.Sample.Size], sc.shadow[i])
+					sc.how[i] = rawTrusted
 				}
 			}
 		}
