@@ -153,6 +153,9 @@ func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
 // Open opens a session for c. The backend's description and the slot
 // size are resolved once here and handed to the loader.
 func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
+	if err := p.Validate(); err != nil { // validate.go
+		return Opened{}, err
+	}
 	ds, err := m.data.get(p.Dataset)
 	if err != nil {
 		return Opened{}, err
