@@ -47,6 +47,10 @@ venv:
 fuzz: deps
 	go test -run XXX -fuzz FuzzDecode -fuzztime 60s ./bmap/
 	go test -run XXX -fuzz FuzzParseConfig -fuzztime 30s ./cmd/loaderd/
+	go test -run XXX -fuzz FuzzState -fuzztime 20s ./loader/
+	for f in FuzzOpenRequest FuzzNextRequest FuzzReleaseRequest FuzzStreamRequest FuzzStreamFrames; do \
+		go test -run XXX -fuzz "^$$f\$$" -fuzztime 20s ./cmd/loaderd/internal/serve/ || exit 1; \
+	done
 
 # One pip install: the client and both binaries (scripts/wheel.sh).
 wheel: deps venv

@@ -21,3 +21,8 @@ var ErrNoSpace = batchmem.ErrNoSpace
 
 // ErrClosed is returned by Next after Close.
 var ErrClosed = errors.New("loader closed")
+
+// ErrInternal is returned (wrapped) by Next once the loader has failed
+// from a bug rather than bad input (a recovered panic): the message names
+// the cause, and the loader delivers nothing more.
+var ErrInternal = errors.New("loader: internal failure")

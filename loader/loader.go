@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,7 @@ type Loader struct {
 	pendingEOF  bool
 	waiting     *Batch // taken from ready but not complete when Next's ctx ended
 	closed      atomic.Bool
+	failed      atomic.Pointer[error] // why a producer panicked: every later Next returns it
 }
 
 // Batch is one batch in a ring slot. Its memory stays valid until Release.
@@ -279,8 +281,9 @@ func checkState(st *State, smp Sampling) error {
 	if d := st.Sampling.diff(smp); d != "" {
 		return fmt.Errorf("loader: %w: saved state was made with other options: %s", ErrOptions, d)
 	}
-	if st.Epoch < 0 || st.Batch < 0 || st.Batch > smp.EpochBatches(st.Epoch) {
-		return fmt.Errorf("loader: %w: saved state epoch %d batch %d out of range (%d batches per epoch)", ErrOptions, st.Epoch, st.Batch, smp.EpochBatches(max(st.Epoch, 0)))
+	// The sampling is smp's, validated: what is left is the position.
+	if err := st.Validate(); err != nil {
+		return fmt.Errorf("loader: %w", err)
 	}
 	return nil
 }
@@ -329,6 +332,14 @@ func (h *minHeap) Pop() any {
 func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch int) {
 	defer l.wg.Done()
 	defer close(ready)
+	// The last line of defense (the options' bounds are the first): a
+	// panic here would end the process and every other loader in it. It
+	// fails this loader instead: Next returns the cause from now on.
+	defer func() {
+		if r := recover(); r != nil {
+			l.fail(fmt.Errorf("%w: the producer panicked at epoch %d batch %d: %v", ErrInternal, epoch, batch, r), debug.Stack())
+		}
+	}()
 	var order, perm []int32
 	bs := l.smp.BatchSize
 	for {
@@ -344,6 +355,13 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 			b := l.batches[slot]
 			l.plan(b, epoch, batch, order[batch*bs:min((batch+1)*bs, len(order))])
 			go func() {
+				defer func() {
+					if r := recover(); r != nil {
+						b.err = fmt.Errorf("%w: reading epoch %d batch %d panicked: %v", ErrInternal, b.Epoch, b.Iteration, r)
+						l.fail(b.err, debug.Stack())
+						close(b.done)
+					}
+				}()
 				b.readStart = time.Now()
 				b.err = l.backend.ReadBatch(ctx, b.reqs)
 				scrub(b.reqs)
@@ -363,6 +381,22 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 		}
 		epoch, batch = epoch+1, 0
 	}
+}
+
+// fail records the first internal failure (a recovered panic) and logs
+// it with its stack; Next returns it from then on.
+func (l *Loader) fail(err error, stack []byte) {
+	if l.failed.CompareAndSwap(nil, &err) {
+		l.log.Error("loader: internal failure; this loader is stopped", "err", err, "stack", string(stack))
+	}
+}
+
+// failure returns the recorded internal failure, nil when none.
+func (l *Loader) failure() error {
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // plan lays the batch's samples out in its slot: each distinct sample at a
@@ -423,6 +457,9 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
+	if err := l.failure(); err != nil {
+		return nil, err
+	}
 	if l.pendingEOF {
 		l.pendingEOF = false
 		l.setPos(l.epoch+1, 0)
@@ -433,6 +470,9 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		select {
 		case b = <-l.ready:
 			if b == nil {
+				if err := l.failure(); err != nil {
+					return nil, err
+				}
 				return nil, ErrClosed
 			}
 		case <-ctx.Done():
@@ -495,8 +535,11 @@ func (l *Loader) NextAt(ctx context.Context, epoch, iteration int) (*Batch, erro
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
-	if epoch < 0 || iteration < 0 {
-		return nil, fmt.Errorf("%w: epoch %d iteration %d: negative", ErrOptions, epoch, iteration)
+	if err := l.failure(); err != nil {
+		return nil, err
+	}
+	if err := CheckPosition(epoch, iteration); err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
 	}
 	if iteration >= l.smp.EpochBatches(epoch) {
 		l.seek(epoch+1, 0)

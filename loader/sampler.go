@@ -60,26 +60,6 @@ func (s Sampling) diff(o Sampling) string {
 	return strings.Join(d, ", ")
 }
 
-// MaxBatchSize bounds the batch size.
-const MaxBatchSize = 1 << 16
-
-// Validate checks the sampling options.
-func (s Sampling) Validate() error {
-	switch {
-	case s.N <= 0:
-		return fmt.Errorf("%w: the dataset has no samples", ErrOptions)
-	case s.BatchSize <= 0 || s.BatchSize > MaxBatchSize:
-		return fmt.Errorf("%w: batch_size %d not in [1, %d]", ErrOptions, s.BatchSize, MaxBatchSize)
-	case s.NumShards <= 0:
-		return fmt.Errorf("%w: num_shards %d must be at least 1", ErrOptions, s.NumShards)
-	case s.ShardID < 0 || s.ShardID >= s.NumShards:
-		return fmt.Errorf("%w: shard_id %d not in [0, num_shards=%d)", ErrOptions, s.ShardID, s.NumShards)
-	case s.NumShards > s.N:
-		return fmt.Errorf("%w: num_shards %d exceeds the %d samples", ErrOptions, s.NumShards, s.N)
-	}
-	return nil
-}
-
 // ShardRange returns shard k's half-open range of positions in the epoch
 // order.
 func (s Sampling) ShardRange(k int) (lo, hi int) {

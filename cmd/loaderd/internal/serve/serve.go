@@ -188,6 +188,9 @@ func decode(r *http.Request, v any) error {
 	if len(b) > maxBody {
 		return fmt.Errorf("%w: request body larger than %d bytes", session.ErrInvalid, maxBody)
 	}
+	if err := checkMsgpack(b); err != nil { // msgcheck.go
+		return fmt.Errorf("%w: malformed msgpack request: %w", session.ErrInvalid, err)
+	}
 	dec := msgpack.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields(true)
 	if err := dec.Decode(v); err != nil {

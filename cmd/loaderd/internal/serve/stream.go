@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	var req StreamRequest
 	at, err := decodePosition(r, &req, &req.Epoch, &req.Iteration)
 	if err != nil {
+		fail(w, err)
+		return
+	}
+	if err := session.CheckStream(at, req.Keep); err != nil {
 		fail(w, err)
 		return
 	}
@@ -63,8 +68,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	ctl := make(chan control, 1)
 	go func() {
 		defer cancel()
-		keep, err := s.readControl(c, id, brw.Reader, alive)
-		ctl <- control{keep, err}
+		var keep []int
+		var err error
+		defer func() { // a bug here must not end the daemon: it ends this stream
+			if r := recover(); r != nil {
+				err = fmt.Errorf("reading control frames panicked: %v", r)
+				s.log.Error("serve: stream control", "session", id, "err", err, "stack", string(debug.Stack()))
+			}
+			ctl <- control{keep, err}
+		}()
+		keep, err = s.readControl(c, id, brw.Reader, alive)
 	}()
 	out := bufio.NewWriterSize(conn, 64<<10)
 	send := func(v NextResponse) error {
@@ -129,29 +142,20 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 
 // readControl applies the client's release frames until a stop (returning
 // the slots to keep) or the end of the connection (an error); alive is
-// called after each frame.
+// called after each frame. A frame the client got wrong (oversized,
+// truncated, malformed, slots out of range) ends the stream with an error
+// wrapping session.ErrInvalid.
 func (s *Server) readControl(c session.Caller, id string, rd *bufio.Reader, alive func()) ([]int, error) {
-	var n [4]byte
 	buf := make([]byte, 0, 256)
 	for {
-		if _, err := io.ReadFull(rd, n[:]); err != nil {
+		var err error
+		if buf, err = readFrame(rd, buf); err != nil {
 			return nil, err
 		}
 		alive()
-		size := binary.BigEndian.Uint32(n[:])
-		if size > maxFrame {
-			return nil, fmt.Errorf("control frame of %d bytes (limit %d)", size, maxFrame)
-		}
-		if cap(buf) < int(size) {
-			buf = make([]byte, size)
-		}
-		buf = buf[:size]
-		if _, err := io.ReadFull(rd, buf); err != nil {
+		f, err := decodeControl(buf)
+		if err != nil {
 			return nil, err
-		}
-		var f StreamControl
-		if err := msgpack.Unmarshal(buf, &f); err != nil {
-			return nil, fmt.Errorf("malformed control frame: %w", err)
 		}
 		for _, slot := range f.Release {
 			if err := s.mgr.Release(c, id, slot); err != nil { // the client's mistake, not the daemon's
@@ -184,6 +188,54 @@ func closeLevel(err error) slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelWarn
+}
+
+// readFrame reads one frame's bytes into buf (grown as needed): io.EOF
+// when the connection ends between frames, an error wrapping
+// session.ErrInvalid for a frame over maxFrame or cut short.
+func readFrame(rd io.Reader, buf []byte) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(rd, n[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: control frame length cut short", session.ErrInvalid)
+		}
+		return nil, err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxFrame {
+		return nil, fmt.Errorf("%w: control frame of %d bytes (limit %d)", session.ErrInvalid, size, maxFrame)
+	}
+	if uint32(cap(buf)) < size {
+		buf = make([]byte, size)
+	}
+	buf = buf[:size]
+	if _, err := io.ReadFull(rd, buf); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: control frame of %d bytes cut short", session.ErrInvalid, size)
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// decodeControl decodes and checks a control frame's msgpack: slots in
+// range, at most session.MaxSlots of each list. Errors wrap
+// session.ErrInvalid.
+func decodeControl(b []byte) (StreamControl, error) {
+	var f StreamControl
+	if err := checkMsgpack(b); err != nil {
+		return f, fmt.Errorf("malformed control frame: %w: %w", session.ErrInvalid, err)
+	}
+	if err := msgpack.Unmarshal(b, &f); err != nil {
+		return f, fmt.Errorf("malformed control frame: %w: %w", session.ErrInvalid, err)
+	}
+	if err := session.CheckSlots("release", f.Release); err != nil {
+		return f, fmt.Errorf("control frame: %w", err)
+	}
+	if err := session.CheckSlots("keep", f.Keep); err != nil {
+		return f, fmt.Errorf("control frame: %w", err)
+	}
+	return f, nil
 }
 
 // toResponse is a delivery's wire form.

@@ -23,6 +23,9 @@ type Position struct {
 // ErrBusy; so does one whose session is streaming.
 func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int, at *Position) (Delivery, error) {
 	var d Delivery
+	if err := checkRequest(release, at); err != nil {
+		return d, err
+	}
 	err := m.with(c, id, func(ss *session) error {
 		if ss.streaming() {
 			return fmt.Errorf("%w: session %s is streaming its batches", ErrBusy, ss.id)
@@ -94,6 +97,9 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 // when ctx ended. One stream per session at a time. When it returns,
 // delivered batches stay held: the client may still be using them.
 func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position, keep []int, out func(Delivery) error) error {
+	if err := CheckStream(at, keep); err != nil {
+		return err
+	}
 	ss, err := m.lookup(c, id)
 	if err != nil {
 		return err
@@ -137,6 +143,9 @@ func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position,
 // Release gives back the batch in slot. It does not wait for a Next or a
 // stream step of the same session.
 func (m *Manager) Release(c Caller, id string, slot int) error {
+	if err := checkSlot("release", slot); err != nil {
+		return err
+	}
 	ss, err := m.lookup(c, id)
 	if err != nil {
 		return err
@@ -148,6 +157,9 @@ func (m *Manager) Release(c Caller, id string, slot int) error {
 // ReleaseExcept gives back every batch the session has delivered except
 // those in the slots keep: what a client still holds when its stream ends.
 func (m *Manager) ReleaseExcept(c Caller, id string, keep []int) error {
+	if err := CheckSlots("keep", keep); err != nil {
+		return err
+	}
 	ss, err := m.lookup(c, id)
 	if err != nil {
 		return err

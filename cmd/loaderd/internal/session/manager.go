@@ -202,6 +202,9 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if c.UID < 0 {
 		return Opened{}, fmt.Errorf("%w: the caller's uid is unknown", ErrForbidden)
 	}
+	if err := p.Validate(); err != nil { // validate.go
+		return Opened{}, err
+	}
 	ds, err := m.data.get(p.Dataset)
 	if err != nil {
 		return Opened{}, err
