@@ -154,20 +154,6 @@ func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
 	}
 }
 
-// m2 is m with sizes refreshed, for comparing against current files.
-func m2(t *testing.T, m *bmap.Map) *bmap.Map {
-	c := *m
-	c.Samples = append([]bmap.Sample(nil), m.Samples...)
-	for i := range c.Samples {
-		fi, err := os.Stat(c.Root + "/" + c.Samples[i].Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Samples[i].Size = fi.Size()
-	}
-	return &c
-}
-
 func TestShrunkDeviceGivesNamedError(t *testing.T) {
 	for _, engine := range []string{raw.EngineUring, raw.EnginePread} {
 		t.Run(engine, func(t *testing.T) {
