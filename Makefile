@@ -52,6 +52,9 @@ fuzz: deps
 		go test -run XXX -fuzz "^$$f\$$" -fuzztime 20s ./cmd/loaderd/internal/serve/ || exit 1; \
 	done
 
-# One pip install: the client and both binaries (scripts/wheel.sh).
-wheel: deps venv
+# One pip install: the client and both binaries (scripts/wheel.sh), as
+# dist/nvfeed-$(VERSION)-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl.
+# Needs Go, objcopy and python3 only: not the test tools or the venv.
+wheel:
+	@bash scripts/deps.sh wheel
 	bash scripts/wheel.sh

@@ -34,6 +34,7 @@ const (
 	UnknownPlace               // location unknown or not yet allocated
 	OtherFS                    // its real path lives on another filesystem
 	Mismatch                   // an imported map disagrees with the filesystem
+	NoExtents                  // its filesystem has no device extents (tmpfs, NFS, overlay, btrfs, …)
 	numReasons
 )
 
@@ -41,6 +42,7 @@ var reasonNames = [numReasons]string{
 	Raw: "", Inline: "inline data", TailPacked: "tail-packed", Encoded: "encoded",
 	Encrypted: "encrypted", NotAligned: "not aligned", UnknownPlace: "unknown location",
 	OtherFS: "on another filesystem", Mismatch: "imported map disagrees with filesystem",
+	NoExtents: "no device extents",
 }
 
 // String returns the reason as written in JSON ("" for Raw).

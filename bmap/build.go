@@ -2,6 +2,7 @@ package bmap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -18,24 +19,43 @@ type BuildOptions struct {
 	DiscoverOptions
 	Workers  int                   // parallel mappers; 0 means 4 per CPU
 	Progress func(done, total int) // called as samples are mapped (from several goroutines)
+	// RequireExtents refuses a filesystem without device extents (one
+	// extentinfo.ResolveDevice refuses) instead of mapping its samples as
+	// filesystem-only (NoExtents).
+	RequireExtents bool
 }
 
-// Build discovers root's samples and maps each with FIEMAP. It refuses
-// filesystems whose FIEMAP addresses are not device offsets (see
-// extentinfo.ResolveDevice) before looking at any file. A file that cannot
-// be opened or mapped fails the whole build with an error naming it.
+// Build discovers root's samples and maps each with FIEMAP. On a
+// filesystem whose FIEMAP addresses are not offsets on one block device
+// (extentinfo.ResolveDevice refuses it: tmpfs, NFS, overlay, btrfs, …) it
+// maps nothing and marks every sample NoExtents, filesystem-only: the map
+// then has no Device.Path (see Map.FSOnly), and only the file backend
+// reads it. With o.RequireExtents it refuses such a filesystem instead,
+// before looking at any file. A root without DALI's layout (no class
+// folder, or no sample in them) fails with ErrLayout saying what it found.
+// A file that cannot be opened or mapped fails the whole build with an
+// error naming it.
 func Build(ctx context.Context, root string, o BuildOptions) (*Map, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("bmap: %s: %w", root, err)
 	}
 	dev, err := extentinfo.ResolveDevice(abs)
-	if err != nil {
+	if err != nil && (o.RequireExtents || !errors.Is(err, extentinfo.ErrUnsupportedFS)) {
 		return nil, fmt.Errorf("bmap: %w", err)
+	}
+	fsOnly := err != nil
+	if fsOnly {
+		if dev, err = fsOnlyDevice(abs); err != nil {
+			return nil, err
+		}
 	}
 	classes, entries, err := Discover(abs, o.DiscoverOptions)
 	if err != nil {
 		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, layoutError(abs, classes, o.DiscoverOptions)
 	}
 	m := &Map{Version: Version, Root: abs, Device: dev, Classes: classes, Samples: make([]Sample, len(entries))}
 	for i, e := range entries {
@@ -46,6 +66,25 @@ func Build(ctx context.Context, root string, o BuildOptions) (*Map, error) {
 	}
 	return m, nil
 }
+
+// fsOnlyDevice describes a filesystem without device extents: its type
+// and device number (for the freshness checks), no device path.
+func fsOnlyDevice(root string) (extentinfo.Device, error) {
+	fstype, err := extentinfo.FSType(root)
+	if err != nil {
+		return extentinfo.Device{}, fmt.Errorf("bmap: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(root, &st); err != nil {
+		return extentinfo.Device{}, fmt.Errorf("bmap: stat %s: %w", root, err)
+	}
+	return extentinfo.Device{Major: unix.Major(st.Dev), Minor: unix.Minor(st.Dev), FSType: fstype}, nil
+}
+
+// FSOnly reports whether the map was made on a filesystem without device
+// extents: every sample is filesystem-only (NoExtents or OtherFS) and no
+// raw backend can read it.
+func (m *Map) FSOnly() bool { return m.Device.Path == "" }
 
 // mapSamples fills extents, stat fields and reasons of every sample.
 func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, total int)) error {
@@ -58,6 +97,7 @@ func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, t
 	}
 	defer unix.Close(rootFd)
 	devNum := unix.Mkdev(m.Device.Major, m.Device.Minor)
+	fsOnly := m.FSOnly()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -76,7 +116,7 @@ func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, t
 				}
 				hi := min(lo+chunk, len(m.Samples))
 				for i := lo; i < hi; i++ {
-					if err := mapOne(rootFd, devNum, &mp, &m.Samples[i]); err != nil {
+					if err := mapOne(rootFd, devNum, fsOnly, &mp, &m.Samples[i]); err != nil {
 						cancel(fmt.Errorf("bmap: %s: %w", filepath.Join(m.Root, m.Samples[i].Path), err))
 						return
 					}
@@ -95,7 +135,8 @@ func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, t
 	return nil
 }
 
-func mapOne(rootFd int, devNum uint64, mp *extentinfo.Mapper, s *Sample) error {
+// mapOne stats s and, unless fsOnly, maps its extents.
+func mapOne(rootFd int, devNum uint64, fsOnly bool, mp *extentinfo.Mapper, s *Sample) error {
 	// O_NONBLOCK: a symlink to a FIFO must not hang the build.
 	fd, err := unix.Openat(rootFd, s.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -113,6 +154,10 @@ func mapOne(rootFd int, devNum uint64, mp *extentinfo.Mapper, s *Sample) error {
 	s.MtimeNs, s.CtimeNs = st.Mtim.Nano(), st.Ctim.Nano()
 	if st.Dev != devNum {
 		s.Reason = OtherFS
+		return nil
+	}
+	if fsOnly {
+		s.Reason = NoExtents
 		return nil
 	}
 	exts, err := mp.ExtentsFd(fd, nil)

@@ -1,12 +1,19 @@
 package bmap
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 )
+
+// ErrLayout is returned (wrapped) by Build for a root without a sample in
+// DALI fn.readers.file's layout, ROOT/CLASS/FILE: no class folder, or no
+// file in them that the filters match. The message says what it found.
+var ErrLayout = errors.New("no samples in fn.readers.file's layout ROOT/CLASS/FILE (one folder per class, the files in it)")
 
 // DefaultFilters are DALI fn.readers.file's default file_filters.
 var DefaultFilters = []string{
@@ -107,4 +114,68 @@ func asciiLower(s string) string {
 		}
 	}
 	return s
+}
+
+// layoutError describes why root (whose class folders Discover found)
+// holds no sample: what is in root and in its class folders.
+func layoutError(root string, classes []string, o DiscoverOptions) error {
+	filters := o.Filters
+	if filters == nil {
+		filters = DefaultFilters
+	}
+	var files, matching []string
+	top, _ := os.ReadDir(root)
+	for _, de := range top {
+		if fi, err := os.Stat(filepath.Join(root, de.Name())); err == nil && fi.Mode().IsRegular() {
+			files = append(files, de.Name())
+			if matchAny(lowerIf(filters, !o.CaseSensitive), de.Name(), o.CaseSensitive) {
+				matching = append(matching, de.Name())
+			}
+		}
+	}
+	var found string
+	switch {
+	case len(classes) == 0 && len(files) == 0:
+		found = "nothing: no class folder, no file"
+	case len(classes) == 0:
+		found = fmt.Sprintf("no class folder, and %d files directly in %s (%s), %d of them matching the filters: "+
+			"DALI skips files in the root, so move them into one folder per class, e.g. %s",
+			len(files), root, examples(files), len(matching), filepath.Join(root, "CLASS", firstOr(matching, files)))
+	default:
+		found = fmt.Sprintf("%d class folders (%s) but no file in them matches the filters %s", len(classes), examples(classes),
+			strings.Join(filters, " "))
+		if o.Filters == nil {
+			found += " (--filter replaces them)"
+		}
+		if len(matching) > 0 {
+			found += fmt.Sprintf("; %d matching files lie directly in the root (%s), where DALI skips them", len(matching), examples(matching))
+		}
+	}
+	return fmt.Errorf("bmap: %s: %w; found %s", root, ErrLayout, found)
+}
+
+func lowerIf(filters []string, lower bool) []string {
+	if !lower {
+		return filters
+	}
+	out := make([]string, len(filters))
+	for i, f := range filters {
+		out[i] = asciiLower(f)
+	}
+	return out
+}
+
+// examples lists up to three names, and how many more there are.
+func examples(names []string) string {
+	if len(names) <= 3 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, … %d more", strings.Join(names[:3], ", "), len(names)-3)
+}
+
+func firstOr(a, b []string) string {
+	if len(a) > 0 {
+		return a[0]
+	}
+	return b[0]
 }

@@ -251,14 +251,23 @@ func xfsBmapFirst(t *testing.T, path string) [2]uint64 {
 	return [2]uint64{a, b}
 }
 
-func TestRefusedFilesystems(t *testing.T) {
+// Filesystems without device extents are refused with RequireExtents,
+// else mapped filesystem-only.
+func TestNoExtentFilesystems(t *testing.T) {
 	for _, opts := range []testfs.Options{{Type: "btrfs"}, {Type: "tmpfs"}} {
 		t.Run(opts.Type, func(t *testing.T) {
 			fs := testfs.New(t, opts)
 			fs.WriteFile(t, "c/x.jpg", []byte("data"))
-			_, err := bmap.Build(context.Background(), fs.Dir, bmap.BuildOptions{})
+			_, err := bmap.Build(context.Background(), fs.Dir, bmap.BuildOptions{RequireExtents: true})
 			if !errors.Is(err, extentinfo.ErrUnsupportedFS) || !strings.Contains(err.Error(), opts.Type) {
-				t.Errorf("err = %v, want ErrUnsupportedFS naming %s", err, opts.Type)
+				t.Errorf("RequireExtents: err = %v, want ErrUnsupportedFS naming %s", err, opts.Type)
+			}
+			m, err := bmap.Build(context.Background(), fs.Dir, bmap.BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !m.FSOnly() || m.Device.FSType != opts.Type || len(m.Samples) != 1 || m.Samples[0].Reason != bmap.NoExtents {
+				t.Errorf("map: FSOnly %v, device %+v, samples %+v", m.FSOnly(), m.Device, m.Samples)
 			}
 		})
 	}

@@ -42,6 +42,19 @@ type VerifyReport struct {
 // and compares it with a read through the filesystem. Samples changed since
 // mapping are reported as mismatches (their old extents are not read).
 func Verify(ctx context.Context, m *Map, workers int) (VerifyReport, error) {
+	return VerifyProgress(ctx, m, workers, nil)
+}
+
+// VerifyProgress is Verify calling progress (when not nil, from several
+// goroutines) as raw samples are checked, with the number of raw samples
+// as total.
+func VerifyProgress(ctx context.Context, m *Map, workers int, progress func(done, total int)) (VerifyReport, error) {
+	total := 0
+	for i := range m.Samples {
+		if m.Samples[i].Reason == Raw {
+			total++
+		}
+	}
 	ck, err := m.NewChecker()
 	if err != nil {
 		return VerifyReport{}, err
@@ -83,7 +96,11 @@ func Verify(ctx context.Context, m *Map, workers int) (VerifyReport, error) {
 				if d != nil {
 					rep.Differences = append(rep.Differences, *d)
 				}
+				done := rep.Checked
 				mu.Unlock()
+				if progress != nil {
+					progress(done, total)
+				}
 			}
 		}()
 	}

@@ -4,13 +4,22 @@
 #    apt when running as root and a tool is missing;
 #  - a Go toolchain >= the go.mod version, from the Go module proxy, into
 #    .tools/go when `go` is missing or too old.
+#  - staticcheck, pinned, into .tools/bin.
+# `deps.sh wheel` installs only what `make wheel` needs: the Go toolchain,
+# objcopy (binutils), curl and unzip (to fetch Go) and python3 (the stdlib
+# writes the wheel); no test tools, no staticcheck.
 # Prints nothing but what it installs. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-all}
+case $mode in all|wheel) ;; *) echo "usage: deps.sh [wheel]" >&2; exit 2;; esac
 
+pairs=(objcopy:binutils curl:curl unzip:unzip python3:python3)
+if [[ $mode == all ]]; then
+  pairs+=(mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.ext4:e2fsprogs filefrag:e2fsprogs fio:fio losetup:mount setfacl:acl)
+fi
 missing=()
-for pair in mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.ext4:e2fsprogs filefrag:e2fsprogs \
-            fio:fio objcopy:binutils losetup:mount curl:curl unzip:unzip python3:python3 setfacl:acl; do
+for pair in "${pairs[@]}"; do
   tool=${pair%%:*} pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || [[ -x /usr/sbin/$tool || -x /sbin/$tool ]] || missing+=("$pkg")
 done
@@ -36,6 +45,8 @@ if [[ -z $have ]] || [[ $(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)
     chmod +x .tools/go/bin/* .tools/go/pkg/tool/*/* 2>/dev/null || true
   fi
 fi
+
+[[ $mode == wheel ]] && exit 0
 
 # staticcheck, pinned, into .tools/bin (make test runs it).
 staticcheck_ver=v0.8.2

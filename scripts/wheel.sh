@@ -9,9 +9,12 @@
 # time either way (purego); what a cgo build has beyond it is the NVML
 # probe of `loaderd check` (go-nvml), which says so. `auditwheel show`
 # (PyPI) checks the tag. The version comes from python/dali_source/VERSION.
+# Needs Go (scripts/deps.sh wheel), objcopy and a python3 (the standard
+# library writes the wheel: scripts/mkwheel.py), not the development venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PWD/.tools/go/bin:$PATH
+command -v objcopy >/dev/null || { echo "wheel.sh: objcopy missing: install binutils (scripts/deps.sh wheel does, as root)" >&2; exit 1; }
 version=$(cat python/dali_source/VERSION)
 out=build/wheel
 rm -rf "$out" && mkdir -p "$out" dist
@@ -21,4 +24,4 @@ CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w -X main
 for b in "$out"/loaderd "$out"/mkbmap; do
   objcopy --remove-section .gnu.version_r --remove-section .gnu.version "$b"
 done
-.venv/bin/python scripts/mkwheel.py --version "$version" --bin "$out" --out dist
+"${PYTHON:-python3}" scripts/mkwheel.py --version "$version" --bin "$out" --out dist

@@ -1,8 +1,13 @@
 // Command mkbmap maps every sample of a DALI fn.readers.file dataset to its
 // physical extents and writes a block map.
 //
-//	mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify]
+//	mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
 //	mkbmap inspect [--format json|bmap|xnvme-json] [-o FILE] [--mountpoint ROOT] MAPFILE
+//
+// ROOT holds one folder per class, as DALI's fn.readers.file wants
+// (ROOT/CLASS/FILE). On a filesystem without device extents (tmpfs, NFS,
+// overlay, btrfs, …) the map's samples are all filesystem-only, for the
+// file backend; --require-extents refuses such a filesystem instead.
 package main
 
 import (
@@ -38,16 +43,26 @@ var version = "dev"
 // errUsage marks errors that should print usage; exit status 2.
 var errUsage = errors.New("usage")
 
+// isTerminal reports whether w is a terminal: progress bars are drawn
+// only there. Tests replace it.
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "version") {
 		fmt.Fprintf(stdout, "mkbmap %s\n", version)
 		return 0
 	}
+	if len(args) > 0 && args[0] == "help" {
+		args = []string{"--help"}
+	}
 	if len(args) > 0 && args[0] == "inspect" {
 		err = inspect(ctx, args[1:], stdout, stderr)
 	} else {
-		err = mapCmd(ctx, args, stderr)
+		err = mapCmd(ctx, args, stdout, stderr)
 	}
 	switch {
 	case err == nil:
@@ -62,17 +77,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-// parse sets fs's usage text and parses args; a bad flag wraps errUsage.
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
-	fs.SetOutput(stderr)
+// parse parses args. --help (-h) prints the usage and every flag on
+// stdout and returns flag.ErrHelp (exit 0); a bad flag prints the usage
+// line on stderr and wraps errUsage (exit 2), as usageErr does later.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, usage string) error {
+	fs.SetOutput(io.Discard) // the error comes back in err, printed once by run
+	fs.Usage = func() {}
+	err := fs.Parse(args)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fs.PrintDefaults()
+		line, _, _ := strings.Cut(usage, "\n")
+		fmt.Fprintf(stderr, "%s\n(%s --help: every flag)\n", line, fs.Name())
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return err
+	case err != nil:
+		fs.Usage()
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return nil
@@ -83,7 +106,17 @@ func usageErr(fs *flag.FlagSet, format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 }
 
-func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
+const mapUsage = `usage: mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
+
+Maps every sample of a dataset laid out for DALI's fn.readers.file
+(ROOT/CLASS/FILE: one folder per class) to its extents on the block device.
+On a filesystem without device extents (tmpfs, NFS, overlay, btrfs, ...)
+every sample is filesystem-only: the map serves the file backend.
+(mkbmap inspect --help: summarize, convert or verify a map.)
+
+flags:`
+
+func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mkbmap", flag.ContinueOnError)
 	root := fs.String("mountpoint", "", "dataset root: one subdirectory per class (required)")
 	out := fs.String("o", "", "output file (default: <root name>.bmap, or .json, in the current directory)")
@@ -92,7 +125,8 @@ func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	verify := fs.Bool("verify", false, "read every raw sample from the device with O_DIRECT and compare with the file")
 	filter := fs.String("filter", "", "comma-separated file name globs replacing DALI's default filters")
 	caseSens := fs.Bool("case-sensitive-filter", false, "match filters case-sensitively (DALI's case_sensitive_filter)")
-	if err := parse(fs, args, stderr, "usage: mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify]\n       mkbmap inspect [--format json] MAPFILE"); err != nil {
+	requireExtents := fs.Bool("require-extents", false, "refuse a filesystem without device extents (tmpfs, NFS, overlay, btrfs, ...) instead of writing a filesystem-only map")
+	if err := parse(fs, args, stdout, stderr, mapUsage); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -111,7 +145,7 @@ func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageErr(fs, "--format: %v", err)
 	}
-	opts := bmap.BuildOptions{Workers: *workers}
+	opts := bmap.BuildOptions{Workers: *workers, RequireExtents: *requireExtents}
 	opts.CaseSensitive = *caseSens
 	if *filter != "" {
 		opts.Filters = strings.Split(*filter, ",")
@@ -121,21 +155,11 @@ func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		ext := map[bmap.Format]string{bmap.FormatBinary: ".bmap", bmap.FormatJSON: ".json", bmap.FormatXNVMe: ".xnvme.json"}[f]
 		*out = filepath.Base(abs) + ext
 	}
-	var bar *progressbar.ProgressBar
-	if file, ok := stderr.(*os.File); ok && term.IsTerminal(int(file.Fd())) {
-		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("mapping"),
-			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("samples"),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-		opts.Progress = func(done, total int) {
-			bar.ChangeMax(total)
-			bar.Set(done)
-		}
-	}
+	var finish func()
+	opts.Progress, finish = progress(stderr, "mapping")
 	t0 := time.Now()
 	m, err := bmap.Build(ctx, *root, opts)
-	if bar != nil {
-		bar.Finish()
-	}
+	finish()
 	if err != nil {
 		return err
 	}
@@ -146,6 +170,11 @@ func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	st := m.Stats()
 	fmt.Fprintf(stderr, "mkbmap: wrote %s (%s): %s; %.0f samples/s\n", *out, f, st, float64(st.Samples)/elapsed.Seconds())
+	if m.FSOnly() {
+		fmt.Fprintf(stderr, "mkbmap: notice: %s is on %s, which has no device extents: all %d samples are filesystem-only, "+
+			"readable by the file backend only (not gds, bam or cufile); --require-extents refuses such a filesystem\n",
+			m.Root, m.Device.FSType, st.Samples)
+	}
 	if f == bmap.FormatXNVMe {
 		fmt.Fprintf(stderr, "mkbmap: xnvme-json holds single-extent raw samples only: %d of %d left out\n", left, st.Samples)
 	}
@@ -155,8 +184,29 @@ func mapCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// progress returns a Progress callback drawing a bar on stderr when it is
+// a terminal (nil otherwise), and the function that ends the bar.
+func progress(stderr io.Writer, what string) (update func(done, total int), finish func()) {
+	if !isTerminal(stderr) {
+		return nil, func() {}
+	}
+	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("samples"),
+		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+	return func(done, total int) {
+		bar.ChangeMax(total)
+		bar.Set(done)
+	}, func() { bar.Finish() }
+}
+
 func verifyMap(ctx context.Context, m *bmap.Map, workers int, stderr io.Writer) error {
-	rep, err := bmap.Verify(ctx, m, workers)
+	if st := m.Stats(); st.FSOnly == st.Samples {
+		fmt.Fprintf(stderr, "mkbmap: verify: nothing to read from a device: all %d samples are filesystem-only\n", st.Samples)
+		return nil
+	}
+	update, finish := progress(stderr, "verifying")
+	rep, err := bmap.VerifyProgress(ctx, m, workers, update)
+	finish()
 	if err != nil {
 		return err
 	}
@@ -176,7 +226,7 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	out := fs.String("o", "", "with --format: output file (default stdout; required for bmap)")
 	root := fs.String("mountpoint", "", "dataset root, needed to import an xnvme-json map")
 	verify := fs.Bool("verify", false, "also read every raw sample from the device and compare with the file")
-	if err := parse(fs, args, stderr, "usage: mkbmap inspect [--format bmap|json|xnvme-json] [-o FILE] [--mountpoint ROOT] [--verify] MAPFILE"); err != nil {
+	if err := parse(fs, args, stdout, stderr, "usage: mkbmap inspect [--format bmap|json|xnvme-json] [-o FILE] [--mountpoint ROOT] [--verify] MAPFILE\n\nPrints a map's summary, converts it (--format), imports an xnvme-json map (--mountpoint)\nor reads its raw samples from the device and compares them with the files (--verify).\n\nflags:"); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

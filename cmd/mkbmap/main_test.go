@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,13 +46,13 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-func TestRefusedFilesystemWritesNothing(t *testing.T) {
+func TestRequireExtentsRefusesAndWritesNothing(t *testing.T) {
 	for _, typ := range []string{"btrfs", "tmpfs"} {
 		t.Run(typ, func(t *testing.T) {
 			fs := testfs.New(t, testfs.Options{Type: typ})
 			fs.WriteFile(t, "c/x.jpg", []byte("data"))
 			out := filepath.Join(t.TempDir(), "out.bmap")
-			code, _, stderr := runCmd(t, "--mountpoint", fs.Dir, "-o", out)
+			code, _, stderr := runCmd(t, "--mountpoint", fs.Dir, "-o", out, "--require-extents")
 			if code != 1 || !strings.Contains(stderr, typ) {
 				t.Errorf("exit %d, stderr %q: want 1 naming %s", code, stderr, typ)
 			}
@@ -61,6 +63,141 @@ func TestRefusedFilesystemWritesNothing(t *testing.T) {
 				t.Errorf("leftover files: %v", ents)
 			}
 		})
+	}
+}
+
+// Filesystems without device extents get a filesystem-only map and a
+// notice saying so; --verify has nothing to read and says that too.
+func TestNoExtentsMapsFilesystemOnly(t *testing.T) {
+	for _, typ := range []string{"tmpfs", "btrfs"} {
+		t.Run(typ, func(t *testing.T) {
+			fs := testfs.New(t, testfs.Options{Type: typ})
+			fs.WriteFile(t, "b/1.jpg", bytes.Repeat([]byte("x"), 70_000))
+			fs.WriteFile(t, "a/2.jpg", []byte("y"))
+			out := filepath.Join(t.TempDir(), "out.bmap")
+			code, _, stderr := runCmd(t, "--mountpoint", fs.Dir, "-o", out, "--verify")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, want := range []string{"2 samples", "2 filesystem-only (no device extents: 2)",
+				"notice: " + fs.Dir + " is on " + typ, "file backend only", "--require-extents",
+				"verify: nothing to read from a device: all 2 samples are filesystem-only"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr %q lacks %q", stderr, want)
+				}
+			}
+			m, err := bmap.Load(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !m.FSOnly() || m.Device.FSType != typ || len(m.Samples) != 2 || m.Samples[1].Path != "b/1.jpg" || m.Samples[1].Label != 1 {
+				t.Fatalf("map: FSOnly %v, device %+v, samples %+v", m.FSOnly(), m.Device, m.Samples)
+			}
+			for _, s := range m.Samples {
+				if s.Reason != bmap.NoExtents || len(s.Extents) != 0 || s.Inode == 0 || s.Size == 0 {
+					t.Errorf("sample %+v: want filesystem-only with identity and no extents", s)
+				}
+			}
+		})
+	}
+}
+
+// A root without DALI's layout fails, saying what layout it wants and
+// what it found, and writes nothing.
+func TestLayoutErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		files []string // relative to the root; a trailing / makes a folder
+		want  []string
+	}{
+		{"empty", nil, []string{"ROOT/CLASS/FILE", "found nothing: no class folder, no file"}},
+		{"flat", []string{"a.jpg", "b.JPG", "c.jpg", "d.jpg", "notes.txt"},
+			[]string{"ROOT/CLASS/FILE", "no class folder, and 5 files directly in", "4 of them matching", "a.jpg, b.JPG, c.jpg, … 2 more", "CLASS/a.jpg"}},
+		{"no matching files", []string{"cat/notes.txt", "dog/", "x.jpg"},
+			[]string{"ROOT/CLASS/FILE", "2 class folders (cat, dog) but no file in them matches the filters *.jpg", "--filter replaces them", "1 matching files lie directly in the root (x.jpg)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, f := range tt.files {
+				p := filepath.Join(root, f)
+				dir := filepath.Dir(p)
+				if strings.HasSuffix(f, "/") {
+					dir = p
+				}
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasSuffix(f, "/") {
+					if err := os.WriteFile(p, []byte("z"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			out := filepath.Join(t.TempDir(), "out.bmap")
+			code, _, stderr := runCmd(t, "--mountpoint", root, "-o", out)
+			if code != 1 {
+				t.Errorf("exit %d, want 1: %s", code, stderr)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr %q lacks %q", stderr, want)
+				}
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("a map was written: %v", err)
+			}
+		})
+	}
+}
+
+// --help prints that command's usage and flags on stdout and exits 0; a
+// bad flag prints the usage line on stderr and exits 2.
+func TestHelp(t *testing.T) {
+	tests := []struct {
+		args       []string
+		code       int
+		out, notIn string // out: in stdout (code 0) or stderr (code 2)
+	}{
+		{[]string{"--help"}, 0, "-require-extents", "MAPFILE\n"},
+		{[]string{"-h"}, 0, "ROOT/CLASS/FILE", ""},
+		{[]string{"help"}, 0, "-mountpoint", ""},
+		{[]string{"inspect", "--help"}, 0, "usage: mkbmap inspect", "-require-extents"},
+		{[]string{"--bogus"}, 2, "mkbmap --help: every flag", "-workers int"},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := runCmd(t, tt.args...)
+		got, other := stdout, stderr
+		if tt.code != 0 {
+			got, other = stderr, stdout
+		}
+		if code != tt.code || !strings.Contains(got, tt.out) || other != "" && tt.code == 0 {
+			t.Errorf("mkbmap %q: exit %d, stdout %q, stderr %q; want exit %d and %q", tt.args, code, stdout, stderr, tt.code, tt.out)
+		}
+		if tt.notIn != "" && strings.Contains(got, tt.notIn) {
+			t.Errorf("mkbmap %q: %q has %q: not this command's usage", tt.args, got, tt.notIn)
+		}
+	}
+}
+
+// --verify draws progress on stderr when it is a terminal, as mapping does.
+func TestVerifyProgress(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	for i := range 40 {
+		fs.WriteFile(t, fmt.Sprintf("train/c%d/%02d.jpg", i%2, i), bytes.Repeat([]byte{byte(i)}, 9000))
+	}
+	fs.Sync(t)
+	old := isTerminal
+	isTerminal = func(io.Writer) bool { return true }
+	t.Cleanup(func() { isTerminal = old })
+	code, _, stderr := runCmd(t, "--mountpoint", fs.Path("train"), "-o", filepath.Join(t.TempDir(), "m.bmap"), "--verify")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"\rmapping ", "/40, ", "\rverifying ", "verify: 40 raw samples"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q lacks %q", stderr, want)
+		}
 	}
 }
 

@@ -3,7 +3,7 @@
 ::
 
     from dali_source import LoaderSource
-    src = LoaderSource("imagenet", socket="/run/loaderd.sock", batch_size=64,
+    src = LoaderSource("imagenet", socket="/run/loaderd/loaderd.sock", batch_size=64,
                        shard_id=0, num_shards=1, random_shuffle=True, seed=0,
                        backend="gds", batch_format="dali")
     jpegs, labels = fn.external_source(source=src, num_outputs=2, batch=True,
@@ -23,6 +23,11 @@ of the same views and labels. At the end of an epoch it raises
 after ``release_after`` (the daemon's default: ``prefetch_queue_depth + 1``)
 later batches, so DALI may use it with ``no_copy=True``.
 
+Without ``socket``, the source and ``backends()`` connect to
+``$NVFEED_SOCKET``, else ``/run/loaderd/loaderd.sock``. Not being in the
+socket's group raises ``SocketPermissionError`` naming the group; no daemon
+there, ``DaemonNotRunningError``.
+
 Needs only the standard library, numpy and msgpack.
 """
 
@@ -32,7 +37,6 @@ import collections
 import os
 import time
 import http.client
-import socket as _socket
 import warnings
 from pathlib import Path
 from typing import Any, Literal, Optional, Union, cast
@@ -40,7 +44,10 @@ from typing import Any, Literal, Optional, Union, cast
 import msgpack
 import numpy as np
 
+from ._connect import DEFAULT_SOCKET, SOCKET_ENV, check_timeout, connect, socket_path
 from ._cuda import CudaArray, CudaError, DeviceMapping
+from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
+                      LoaderError, NoSpaceError, NotFoundError, SampleError, SocketPermissionError, error_for as _error)
 from ._memory import map_host, receive
 from ._upgrade import UpgradeError
 from ._stream import Stream, StreamError
@@ -50,8 +57,9 @@ __version__ = (Path(__file__).parent / "VERSION").read_text().strip()
 """This release: the same for the client, loaderd and mkbmap (one place:
 the file VERSION beside this module)."""
 
-__all__ = ["BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError", "ForbiddenError", "LimitError", "LoaderError",
-           "LoaderSource", "NoSpaceError", "NotFoundError", "SampleError", "State", "backends"]
+__all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError",
+           "DaemonNotRunningError", "ForbiddenError", "LimitError", "LoaderError", "LoaderSource", "NoSpaceError",
+           "NotFoundError", "SampleError", "SocketPermissionError", "State", "backends"]
 
 Sample = Union["np.ndarray[Any, np.dtype[np.uint8]]", CudaArray]
 """One sample's bytes: a 1-D uint8 numpy view of host batch memory, or a
@@ -69,78 +77,6 @@ Transport = Literal["stream", "http"]
 BatchFormat = Literal["numpy", "dali"]
 Device = Literal["cpu", "gpu"]
 GPUPath = Literal["auto", "cufile", "bounce"]
-
-
-class LoaderError(RuntimeError):
-    """An error reported by loaderd, or the daemon could not be reached.
-
-    ``status`` is the daemon's HTTP status (``None`` when there was no
-    answer). Its subclasses mirror the daemon's error kinds, so a caller can
-    branch on the class instead of parsing the message."""
-
-    status: Optional[int] = None
-
-    def __init__(self, msg: str, status: Optional[int] = None) -> None:
-        super().__init__(msg)
-        if status is not None:
-            self.status = status
-
-
-class BadRequestError(LoaderError):
-    """An argument out of range, an unknown backend or option (HTTP 400)."""
-    status = 400
-
-
-class ForbiddenError(LoaderError):
-    """This user may not read the dataset through the filesystem, or the
-    session belongs to another user (HTTP 403)."""
-    status = 403
-
-
-class NotFoundError(LoaderError):
-    """Unknown dataset, or a session closed or reaped (HTTP 404)."""
-    status = 404
-
-
-class ConflictError(LoaderError):
-    """Every batch slot is held, or the dataset's map is stale or its
-    device unreadable (HTTP 409)."""
-    status = 409
-
-
-class LimitError(LoaderError):
-    """The daemon has as many sessions as it allows (HTTP 429)."""
-    status = 429
-
-
-class NoSpaceError(LoaderError):
-    """The machine has no room for the session's batch memory (HTTP 507)."""
-    status = 507
-
-
-class DaemonGoneError(LoaderError):
-    """The daemon could not be reached, or the connection broke."""
-
-
-_BY_STATUS: dict[int, type[LoaderError]] = {
-    400: BadRequestError, 403: ForbiddenError, 404: NotFoundError, 409: ConflictError, 429: LimitError, 507: NoSpaceError,
-}
-
-
-def _error(msg: str, status: Optional[int]) -> LoaderError:
-    """The LoaderError subclass for a daemon's status."""
-    cls = _BY_STATUS.get(status, LoaderError) if status is not None else LoaderError
-    return cls(msg, status)
-
-
-class SampleError(LoaderError):
-    """Samples of a batch could not be read. ``errors`` holds one message
-    per failed sample (its path relative to the dataset root, and the
-    cause); ``positions`` their places in the batch."""
-
-    def __init__(self, epoch: int, iteration: int, positions: list[int], errors: list[str]) -> None:
-        self.epoch, self.iteration, self.positions, self.errors = epoch, iteration, positions, errors
-        super().__init__(f"epoch {epoch} batch {iteration}: {len(errors)} sample(s) could not be read: " + "; ".join(errors))
 
 
 class _DaliTypes:
@@ -167,14 +103,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
-        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        try:
-            s.connect(self._path)
-        except OSError:
-            s.close()
-            raise
-        self.sock = s
+        self.sock = connect(self._path, self.timeout)
 
 
 def _call(conn: http.client.HTTPConnection, where: str, method: str, path: str,
@@ -187,6 +116,9 @@ def _call(conn: http.client.HTTPConnection, where: str, method: str, path: str,
             resp = conn.getresponse()
             raw = resp.read()
             break
+        except LoaderError:  # connect's own, which say what to do
+            conn.close()
+            raise
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             # The daemon closes keep-alive connections idle past its
@@ -205,17 +137,29 @@ def _call(conn: http.client.HTTPConnection, where: str, method: str, path: str,
     return msgpack.unpackb(raw) if raw else None
 
 
-def backends(socket: str = "/run/loaderd.sock", timeout: float = 60.0) -> BackendsResponse:
+def backends(socket: Optional[str] = None, timeout: float = 60.0) -> BackendsResponse:
     """What the daemon offers: the default backend and prefetch depth, and
     every backend with its options (kind, default, limits, doc).
 
     Parameters
     ----------
-    socket : str, optional, default = "/run/loaderd.sock"
-        The daemon's unix socket.
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET``, else
+        ``/run/loaderd/loaderd.sock``.
     timeout : float, optional, default = 60.0
-        Seconds to wait for the daemon.
+        Seconds to wait for the daemon (> 0).
+
+    Raises
+    ------
+    ValueError
+        ``timeout`` is not a positive number (before connecting).
+    SocketPermissionError
+        This process may not connect (not in the socket's group).
+    DaemonNotRunningError
+        Nothing listens on the socket.
     """
+    timeout = check_timeout("timeout", timeout)
+    socket = socket_path(socket)
     conn = _UnixHTTPConnection(socket, timeout)
     try:
         return cast(BackendsResponse, _call(conn, socket, "GET", "/v1/backends"))
@@ -231,8 +175,10 @@ class LoaderSource:
     ----------
     dataset : str
         The dataset's name, as registered with ``loaderd serve --dataset``.
-    socket : str, optional, default = "/run/loaderd.sock"
-        The daemon's unix socket.
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
+        else ``/run/loaderd/loaderd.sock`` (``DEFAULT_SOCKET``, where
+        deploy/ puts it).
     batch_size : int, optional, default = 64
         Samples per batch (DALI ``fn.readers.file``'s ``batch_size``).
     shard_id : int, optional, default = 0
@@ -265,7 +211,7 @@ class LoaderSource:
     state : State, optional
         Resume where ``state()`` was taken.
     timeout : float, optional, default = 600.0
-        Seconds to wait for the daemon per request.
+        Seconds to wait for the daemon per request (> 0).
     on_error : {"raise", "skip"}, optional, default = "raise"
         What a batch with samples that could not be read (deleted, EIO,
         changed) does: ``"raise"`` raises ``SampleError`` naming every
@@ -310,7 +256,7 @@ class LoaderSource:
         stream that breaks while the daemon lives on is handled the same
         way, and the old session is closed.
         After the timeout, ``DaemonGoneError`` says since when the daemon
-        is gone. 0 turns reconnection off.
+        is gone. 0 turns reconnection off (>= 0).
     batch_format : {"numpy", "dali"}, optional, default = "numpy"
         What ``next()`` returns for host batches. ``"numpy"``: a list of
         numpy views and an int32 array, as above. ``"dali"``: one DALI
@@ -322,6 +268,15 @@ class LoaderSource:
 
     Raises
     ------
+    ValueError
+        An argument out of its range (``timeout`` <= 0, ``reconnect_timeout``
+        < 0, ...), named, before the daemon is asked.
+    SocketPermissionError
+        This process may not connect to the socket: the message names the
+        socket's group and how to join it (also a ``PermissionError``).
+    DaemonNotRunningError
+        Nothing listens on the socket ("is loaderd running at PATH?"; a
+        ``DaemonGoneError``).
     LoaderError
         Or one of its subclasses, by the daemon's answer: ``NotFoundError``
         (unknown dataset), ``ForbiddenError`` (this user may not read it),
@@ -329,7 +284,7 @@ class LoaderSource:
         ``DaemonGoneError``.
     """
 
-    def __init__(self, dataset: str, socket: str = "/run/loaderd.sock", batch_size: int = 64,
+    def __init__(self, dataset: str, socket: Optional[str] = None, batch_size: int = 64,
                  shard_id: int = 0, num_shards: int = 1, random_shuffle: bool = False, seed: int = 0,
                  pad_last_batch: bool = False, stick_to_shard: bool = False, backend: Optional[str] = None,
                  backend_options: Optional[dict[str, Any]] = None,
@@ -356,6 +311,9 @@ class LoaderSource:
             self._dali = _DaliTypes()
         if release_after is not None and release_after < 0:
             raise ValueError(f"release_after must be >= 0, got {release_after}")
+        timeout = check_timeout("timeout", timeout)
+        reconnect_timeout = check_timeout("reconnect_timeout", reconnect_timeout, zero="turns reconnection off")
+        socket = socket_path(socket)
         self._transport = transport
         self._timeout = timeout
         self._stream: Optional[Stream] = None

@@ -10,6 +10,9 @@ from typing import Optional
 
 import msgpack
 
+from ._connect import connect
+from ._errors import LoaderError
+
 
 class UpgradeError(RuntimeError):
     """The upgrade was refused or the connection failed; ``status`` is the
@@ -31,12 +34,12 @@ def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optiona
             until_eof: bool = False) -> tuple[_socket.socket, bytearray, list[int]]:
     """POSTs to target asking for protocol and returns the connected socket,
     the bytes after the 101 answer's head, and any descriptors passed. With
-    until_eof it reads until the daemon closes the connection."""
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    s.settimeout(timeout)
+    until_eof it reads until the daemon closes the connection. A failed
+    connect raises connect's LoaderError (it says what to do), not
+    UpgradeError."""
+    s = connect(path, timeout)
     data, fds = bytearray(), list[int]()
     try:
-        s.connect(path)
         s.sendall((f"POST {target} HTTP/1.1\r\nHost: loaderd\r\nUpgrade: {protocol}\r\nConnection: Upgrade\r\n"
                    f"Content-Type: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
         while b"\r\n\r\n" not in data:
@@ -66,7 +69,7 @@ def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optiona
         s.close()
         for fd in fds:
             os.close(fd)
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and not isinstance(e, LoaderError):
             raise UpgradeError(str(e)) from e
         raise
     return s, bytearray(rest), fds

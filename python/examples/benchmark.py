@@ -3,8 +3,8 @@
     python benchmark.py --batchsize 64 --batches 1000 python-file --datadir /data/train
     python benchmark.py --batchsize 64 --batches 1000 dali --datadir /data/train
     python benchmark.py --batchsize 64 dali-memory --datadir /data/train
-    python benchmark.py --batchsize 64 --batches 1000 loader --socket /run/loaderd.sock --dataset train --backend gds
-    python benchmark.py --batchsize 64 --batches 1000 loader-dali --socket /run/loaderd.sock --dataset train --backend gds
+    python benchmark.py --batchsize 64 --batches 1000 loader --socket /run/loaderd/loaderd.sock --dataset train --backend gds
+    python benchmark.py --batchsize 64 --batches 1000 loader-dali --socket /run/loaderd/loaderd.sock --dataset train --backend gds
 
 Prints img/s (and MB/s). Timing starts once the source is set up (the
 session opened, the pipeline built), as `loaderd bench` times. `loader` iterates LoaderSource alone (the shim's
@@ -201,7 +201,7 @@ def main() -> None:
             p.add_argument("--batch-format", **fmt)
     for name in ("loader", "loader-dali"):
         p = sub.add_parser(name)
-        p.add_argument("--socket", default="/run/loaderd.sock")
+        p.add_argument("--socket", default=None, help="default: $NVFEED_SOCKET, else /run/loaderd/loaderd.sock")
         p.add_argument("--dataset", required=True)
         p.add_argument("--backend", default="file", choices=["file", "gds", "bam"])
         p.add_argument("--prefetch", type=int, default=2)

@@ -90,7 +90,7 @@ def test_daemon_errors_become_exceptions(daemon: Daemon) -> None:
         name = kw.pop("dataset")
         with pytest.raises(LoaderError, match=msg):
             LoaderSource(name, socket=daemon.socket, **kw)
-    with pytest.raises(LoaderError, match="loaderd at"):
+    with pytest.raises(DaemonGoneError, match="is loaderd running at /nonexistent.sock"):
         LoaderSource("train", socket="/nonexistent.sock")
 
 

@@ -3,7 +3,9 @@ version for all three, a manylinux tag that auditwheel agrees with."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,12 +25,36 @@ def test_binaries_and_client_share_one_version() -> None:
         assert out == f"{b} {v}\n", out
 
 
+def _wheel_name() -> str:
+    return f"nvfeed-{dali_source.__version__}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+
+
+def test_make_wheel_needs_no_development_environment() -> None:
+    """make wheel runs deps.sh in its wheel mode (Go, objcopy, python3)
+    and wheel.sh: no venv, no staticcheck, no test tools."""
+    r = subprocess.run(["make", "-n", "wheel"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert r.stdout.split("\n")[:2] == ["bash scripts/deps.sh wheel", "bash scripts/wheel.sh"], r.stdout
+    trace = subprocess.run(["bash", "-x", str(REPO / "scripts" / "deps.sh"), "wheel"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stderr
+    for heavy in ("staticcheck", "venv", "fio", "xfsprogs"):
+        assert heavy not in trace, f"deps.sh wheel touches {heavy}"
+    assert ".venv" not in (REPO / "scripts" / "wheel.sh").read_text()
+
+
+def test_readme_names_the_wheel_built() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert f"dist/{_wheel_name()}" in readme
+
+
 def test_wheel(tmp_path: Path) -> None:
-    r = subprocess.run(["bash", str(REPO / "scripts" / "wheel.sh")], capture_output=True, text=True, timeout=600)
+    """Built with a bare environment: Go, the system's python3, no venv on PATH."""
+    go = shutil.which("go") or str(REPO / ".tools" / "go" / "bin" / "go")
+    env = {"PATH": f"{os.path.dirname(go)}:/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    r = subprocess.run(["bash", str(REPO / "scripts" / "wheel.sh")], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr
     wheel = Path(REPO / r.stdout.strip().splitlines()[-1])
+    assert wheel.name == _wheel_name(), wheel.name
     v = dali_source.__version__
-    assert wheel.name == f"nvfeed-{v}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", wheel.name
     show = subprocess.run([str(Path(sys.executable).parent / "auditwheel"), "show", str(wheel)], capture_output=True, text=True)
     assert show.returncode == 0, show.stderr
     m = re.search(r'consistent with the following platform tag: "manylinux_(\d+)_(\d+)_x86_64"', show.stdout)

@@ -1,0 +1,108 @@
+"""The client's exceptions: ``LoaderError`` and a subclass per kind of
+answer from loaderd, or per way of not reaching it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class LoaderError(RuntimeError):
+    """An error reported by loaderd, or the daemon could not be reached.
+
+    ``status`` is the daemon's HTTP status (``None`` when there was no
+    answer). Its subclasses mirror the daemon's error kinds, so a caller can
+    branch on the class instead of parsing the message."""
+
+    status: Optional[int] = None
+
+    def __init__(self, msg: str, status: Optional[int] = None) -> None:
+        super().__init__(msg)
+        if status is not None:
+            self.status = status
+
+
+class BadRequestError(LoaderError):
+    """An argument out of range, an unknown backend or option (HTTP 400)."""
+    status = 400
+
+
+class ForbiddenError(LoaderError):
+    """This user may not read the dataset through the filesystem, or the
+    session belongs to another user (HTTP 403)."""
+    status = 403
+
+
+class NotFoundError(LoaderError):
+    """Unknown dataset, or a session closed or reaped (HTTP 404)."""
+    status = 404
+
+
+class ConflictError(LoaderError):
+    """Every batch slot is held, or the dataset's map is stale or its
+    device unreadable (HTTP 409)."""
+    status = 409
+
+
+class LimitError(LoaderError):
+    """The daemon has as many sessions as it allows (HTTP 429)."""
+    status = 429
+
+
+class NoSpaceError(LoaderError):
+    """The machine has no room for the session's batch memory (HTTP 507)."""
+    status = 507
+
+
+class DaemonGoneError(LoaderError):
+    """The daemon could not be reached, or the connection broke."""
+
+
+class DaemonNotRunningError(DaemonGoneError):
+    """Nothing listens on the socket: it does not exist (``ENOENT``) or
+    refuses connections (``ECONNREFUSED``). The message asks whether
+    loaderd runs at that path and says how to start it. A
+    ``DaemonGoneError``: a source reconnecting across a restart retries
+    it."""
+
+    def __init__(self, msg: str, path: str) -> None:
+        super().__init__(msg)
+        self.path = path
+        """The socket tried."""
+
+
+class SocketPermissionError(LoaderError, PermissionError):
+    """This process may not connect to the daemon's socket (``EACCES``):
+    it is not in the socket's group, or cannot search its directory. The
+    message names the socket, its group and how to join it. Also a
+    ``PermissionError``; not a ``DaemonGoneError`` (retrying cannot help)."""
+
+    def __init__(self, msg: str, path: str, group: Optional[str], gid: Optional[int]) -> None:
+        super().__init__(msg)
+        self.path = path
+        """The socket tried."""
+        self.group = group
+        """The socket's group name (its gid as text when it has no name
+        here), ``None`` when the socket could not be examined."""
+        self.gid = gid
+        """The socket's group id, ``None`` when it could not be examined."""
+
+
+class SampleError(LoaderError):
+    """Samples of a batch could not be read. ``errors`` holds one message
+    per failed sample (its path relative to the dataset root, and the
+    cause); ``positions`` their places in the batch."""
+
+    def __init__(self, epoch: int, iteration: int, positions: list[int], errors: list[str]) -> None:
+        self.epoch, self.iteration, self.positions, self.errors = epoch, iteration, positions, errors
+        super().__init__(f"epoch {epoch} batch {iteration}: {len(errors)} sample(s) could not be read: " + "; ".join(errors))
+
+
+_BY_STATUS: dict[int, type[LoaderError]] = {
+    400: BadRequestError, 403: ForbiddenError, 404: NotFoundError, 409: ConflictError, 429: LimitError, 507: NoSpaceError,
+}
+
+
+def error_for(msg: str, status: Optional[int]) -> LoaderError:
+    """The LoaderError subclass for a daemon's status."""
+    cls = _BY_STATUS.get(status, LoaderError) if status is not None else LoaderError
+    return cls(msg, status)
