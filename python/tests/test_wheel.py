@@ -32,7 +32,10 @@ def _wheel_name() -> str:
 def test_make_wheel_needs_no_development_environment() -> None:
     """make wheel runs deps.sh in its wheel mode (Go, objcopy, python3)
     and wheel.sh: no venv, no staticcheck, no test tools."""
-    r = subprocess.run(["make", "-n", "wheel"], cwd=REPO, capture_output=True, text=True, check=True)
+    # Under `make test` this is a sub-make: without --no-print-directory it
+    # says which directory it enters.
+    r = subprocess.run(["make", "--no-print-directory", "-n", "wheel"], cwd=REPO, capture_output=True, text=True,
+                       check=True)
     assert r.stdout.split("\n")[:2] == ["bash scripts/deps.sh wheel", "bash scripts/wheel.sh"], r.stdout
     trace = subprocess.run(["bash", "-x", str(REPO / "scripts" / "deps.sh"), "wheel"], cwd=REPO, capture_output=True,
                            text=True, check=True).stderr

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -141,43 +140,28 @@ type peerClient struct {
 	t    *testing.T
 	sock string
 	w    who
-	http *http.Client
+	c    *client
 }
 
 func connectAs(t *testing.T, sock string, w who) *peerClient {
-	c := &peerClient{t: t, sock: sock, w: w}
-	c.http = &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
 		return testenv.DialUnixAs(sock, w.uid, w.gid, w.groups)
 	}}}
-	t.Cleanup(c.http.CloseIdleConnections)
-	return c
+	t.Cleanup(hc.CloseIdleConnections)
+	return &peerClient{t: t, sock: sock, w: w, c: &client{http: hc, base: "http://d"}}
 }
 
+// call makes a request and returns its status and, for a refusal, the
+// daemon's message.
 func (c *peerClient) call(method, path string, body, out any) (int, string) {
 	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := msgpack.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, "http://d"+path, rd)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s as uid %d: %v", method, path, c.w.uid, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
+	code, raw := c.c.call(c.t, method, path, body, out)
+	if code != http.StatusOK {
 		var e ErrorResponse
 		msgpack.Unmarshal(raw, &e)
-		return resp.StatusCode, e.Error
+		return code, e.Error
 	}
-	if out != nil && len(raw) > 0 {
-		if err := msgpack.Unmarshal(raw, out); err != nil {
-			c.t.Fatalf("%s %s: %v", method, path, err)
-		}
-	}
-	return resp.StatusCode, ""
+	return code, ""
 }
 
 // attackSession is an open session and its mapped batch memory.

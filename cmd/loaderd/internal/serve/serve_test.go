@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -169,24 +168,9 @@ func receiveMemoryOn(c net.Conn, id string) (MemoryResponse, int, error) {
 }
 
 func (f *fixture) call(t *testing.T, method, path string, body any, out any) int {
-	var rd io.Reader
-	if body != nil {
-		b, _ := msgpack.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, "http://d"+path, rd)
-	resp, err := f.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && len(raw) > 0 {
-		if err := msgpack.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-	}
-	return resp.StatusCode
+	t.Helper()
+	code, _ := (&client{http: f.client, base: "http://d"}).call(t, method, path, body, out)
+	return code
 }
 
 func TestEightRanksAtOnce(t *testing.T) {
