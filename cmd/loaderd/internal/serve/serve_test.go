@@ -167,9 +167,16 @@ func receiveMemoryOn(c net.Conn, id string) (MemoryResponse, int, error) {
 	return mr, fd, nil
 }
 
+// call makes a request; out receives the body of a 200, or of a refusal
+// (its error message).
 func (f *fixture) call(t *testing.T, method, path string, body any, out any) int {
 	t.Helper()
-	code, _ := (&client{http: f.client, base: "http://d"}).call(t, method, path, body, out)
+	code, raw := (&client{http: f.client, base: "http://d"}).call(t, method, path, body, out)
+	if out != nil && code != http.StatusOK && len(raw) > 0 { // a refusal's message, for the tests that read it
+		if err := msgpack.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %d: %v", method, path, code, err)
+		}
+	}
 	return code
 }
 
