@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -178,4 +179,28 @@ func firstOr(a, b []string) string {
 		return a[0]
 	}
 	return b[0]
+}
+
+// Unmapped returns how many files Discover(m.Root, o) lists now that the
+// map has no sample for: files added since mapping (in a class folder the
+// map knows or a new one), which nothing reading the map serves. A map
+// does not record the filters it was made with: the caller passes them
+// (the zero DiscoverOptions: DALI's defaults).
+func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
+	_, entries, err := Discover(m.Root, o)
+	if err != nil {
+		return 0, err
+	}
+	mapped := make([]string, len(m.Samples))
+	for i := range m.Samples {
+		mapped[i] = m.Samples[i].Path
+	}
+	slices.Sort(mapped)
+	n := 0
+	for _, e := range entries {
+		if _, found := slices.BinarySearch(mapped, e.Path); !found {
+			n++
+		}
+	}
+	return n, nil
 }

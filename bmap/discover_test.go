@@ -112,3 +112,46 @@ func TestDiscoverErrors(t *testing.T) {
 		t.Errorf("bad filter: err = %v", err)
 	}
 }
+
+// TestUnmapped: files Discover lists that the map lacks are counted,
+// whatever class folder they are in; files the filters skip are not.
+func TestUnmapped(t *testing.T) {
+	base := []string{"a/1.jpg", "a/2.jpg", "b/1.png", "c1.5/x.jpg", "c1/y.jpg"}
+	tests := []struct {
+		name  string
+		after []string // created after mapping
+		rm    []string // removed after mapping
+		want  int
+	}{
+		{name: "unchanged"},
+		{name: "one added", after: []string{"a/3.jpg"}, want: 1},
+		{name: "a new class", after: []string{"d/1.jpg", "d/2.JPG"}, want: 2},
+		{name: "filtered out", after: []string{"a/notes.txt", "root.jpg", "a/sub/"}, want: 0},
+		{name: "removed is not added", rm: []string{"a/1.jpg"}, want: 0},
+		{name: "replaced by another name", after: []string{"b/2.png"}, rm: []string{"b/1.png"}, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			mkTree(t, root, base)
+			classes, entries, err := Discover(root, DiscoverOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &Map{Version: Version, Root: root, Classes: classes}
+			for _, e := range entries {
+				m.Samples = append(m.Samples, Sample{Path: e.Path, Label: e.Label, Reason: NoExtents})
+			}
+			mkTree(t, root, tt.after)
+			for _, p := range tt.rm {
+				if err := os.Remove(filepath.Join(root, p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := m.Unmapped(DiscoverOptions{})
+			if err != nil || got != tt.want {
+				t.Fatalf("Unmapped = %d, %v; want %d", got, err, tt.want)
+			}
+		})
+	}
+}

@@ -41,6 +41,7 @@ type Guard struct {
 	watch     *Watcher // nil with Read
 	method    string
 	staleOpen bitset // samples found changed by the stat pass
+	changed   bitset // samples Counts found changed since (sticky)
 	multiLink bitset // samples with other hard links: always stat after reading
 	readGen   atomic.Uint64
 }
@@ -87,7 +88,7 @@ func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
 // have extents that are not the file's own, and the first such error.
 func (g *Guard) verifyAll() (forged int, first error) {
 	n := len(g.m.Samples)
-	g.staleOpen, g.multiLink = newBitset(n), newBitset(n)
+	g.staleOpen, g.multiLink, g.changed = newBitset(n), newBitset(n), newBitset(n)
 	var next, nForged atomic.Int64
 	var firstMu sync.Mutex
 	firstIdx := n
@@ -152,6 +153,37 @@ func (g *Guard) CheckFd(i, fd int) error {
 	var mp extentinfo.Mapper
 	_, err := g.ck.CheckFd(i, fd, &mp)
 	return err
+}
+
+// Counts are a map's samples by how they may be read.
+type Counts struct {
+	Fresh  int // raw samples unchanged since mapping: readable from their extents
+	Stale  int // raw samples changed since mapping (or whose mapped extents are not the file's own): never read raw
+	FSOnly int // samples mapped filesystem-only (any reason but bmap.Raw)
+}
+
+// Counts counts the map's samples now. A raw sample is stale when the stat
+// pass at Open found it changed, or when a stat now does: only samples
+// whose class the watch saw change (and those with other hard links; every
+// one with Read) are stat'ed again, and one found changed stays stale
+// without another stat.
+func (g *Guard) Counts() Counts {
+	g.Poll()
+	var c Counts
+	for i := range g.m.Samples {
+		switch {
+		case g.m.Samples[i].Reason != bmap.Raw:
+			c.FSOnly++
+		case g.staleOpen.has(i) || g.changed.has(i):
+			c.Stale++
+		case g.NeedStat(i) && g.Check(i) != nil:
+			g.changed.set(i)
+			c.Stale++
+		default:
+			c.Fresh++
+		}
+	}
+	return c
 }
 
 // Poll takes in the changes the watch has seen; call it after a batch's

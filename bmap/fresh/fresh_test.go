@@ -72,3 +72,44 @@ func TestOpenRefusesForgedExtents(t *testing.T) {
 		})
 	}
 }
+
+// TestCounts: the stat pass's and the watch's changes are counted stale,
+// the unchanged raw samples fresh, the non-raw ones filesystem-only, for
+// either method.
+func TestCounts(t *testing.T) {
+	for _, method := range []string{Watch, Read} {
+		t.Run(method, func(t *testing.T) {
+			fs := testfs.New(t, testfs.Ext4())
+			for _, p := range []string{"a/1.jpg", "a/2.jpg", "a/3.jpg", "b/1.jpg", "b/2.jpg"} {
+				fs.WriteFile(t, "train/"+p, bytes.Repeat([]byte(p), 3000))
+			}
+			fs.WriteFile(t, "train/b/tiny.jpg", []byte("x"))
+			fs.Sync(t)
+			m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := &m.Samples[len(m.Samples)-1] // filesystem-only, whatever the filesystem made of it
+			last.Reason, last.Extents = bmap.Inline, nil
+			// Changed before Open (the map's times no longer match): found by the stat pass.
+			m.Samples[0].MtimeNs++
+			g, err := Open(m, method, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			if got, want := g.Counts(), (Counts{Fresh: 4, Stale: 1, FSOnly: 1}); got != want {
+				t.Fatalf("at open: %+v, want %+v", got, want)
+			}
+			// Changed after Open: seen by the watch (Read: by the stat).
+			if err := os.Chmod(fs.Path("train", m.Samples[3].Path), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, step := range []string{"after a change", "again"} {
+				if got, want := g.Counts(), (Counts{Fresh: 3, Stale: 2, FSOnly: 1}); got != want {
+					t.Fatalf("%s: %+v, want %+v", step, got, want)
+				}
+			}
+		})
+	}
+}

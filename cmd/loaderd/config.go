@@ -59,19 +59,15 @@ func parseConfig(data []byte) ([]configLine, error) {
 // applyConfig sets fs's flags from the file at path, except those given on
 // the command line (already parsed into fs) and the config flag itself.
 func applyConfig(fs *flag.FlagSet, path string) error {
-	data, err := os.ReadFile(path)
+	lines, err := readConfig(path)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	lines, err := parseConfig(data)
-	if err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return err
 	}
 	given := map[string]bool{"config": true}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	for _, l := range lines {
 		if fs.Lookup(l.key) == nil {
-			return fmt.Errorf("config %s: line %d: unknown setting %q (see loaderd serve -h)", path, l.line, l.key)
+			return fmt.Errorf("config %s: line %d: unknown setting %q (see loaderd serve --help)", path, l.line, l.key)
 		}
 		if given[l.key] {
 			continue
@@ -81,4 +77,56 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 		}
 	}
 	return nil
+}
+
+// configDatasets returns the dataset lines of the config file at path,
+// NAME -> MAPFILE, read now (a reload's datasets when the command line
+// named none).
+func configDatasets(path string) (map[string]string, error) {
+	lines, err := readConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	d := datasetFlags{}
+	for _, l := range lines {
+		if l.key != "dataset" {
+			continue
+		}
+		if err := d.Set(l.value); err != nil {
+			return nil, fmt.Errorf("config %s: line %d: dataset: %w", path, l.line, err)
+		}
+	}
+	if len(d) == 0 {
+		return nil, fmt.Errorf("config %s: no dataset line", path)
+	}
+	return d, nil
+}
+
+// configValue returns the last value of key in the config file at path
+// ("" if none).
+func configValue(path, key string) (string, error) {
+	lines, err := readConfig(path)
+	if err != nil {
+		return "", err
+	}
+	v := ""
+	for _, l := range lines {
+		if l.key == key {
+			v = l.value
+		}
+	}
+	return v, nil
+}
+
+// readConfig reads and parses the config file at path.
+func readConfig(path string) ([]configLine, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	lines, err := parseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return lines, nil
 }

@@ -1,13 +1,16 @@
 // Command loaderd reads dataset batches through the loader: it serves them
 // to training processes, benchmarks a backend, or lists the backends.
 //
-//	loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT]
+//	loaderd serve --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...] [--listen 127.0.0.1:PORT] [--log-format text|json] [--log-level info]
+//	loaderd reload [--socket PATH | --config FILE]
 //	loaderd bench --bmap FILE [--backend file] [--batch-size 64] [--batches N | --epochs E] [backend options]
 //	loaderd backends [--json]
 //	loaderd check [--dataset NAME=MAP ...] [--json]
 //
-// The backend options' flags are derived from the backends' descriptions
-// (loader.Backends): `loaderd backends` lists them with their defaults.
+// `loaderd COMMAND --help` prints the command's usage and flags on
+// stdout. The backend options' flags are derived from the backends'
+// descriptions (loader.Backends): `loaderd backends` lists them with their
+// defaults.
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"os/user"
@@ -45,35 +49,96 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
+const overview = `usage: loaderd COMMAND [flags]
+
+Serves dataset batches read from block maps (mkbmap) to training
+processes over a unix socket, and measures and checks the machine.
+
+commands:
+  serve      the daemon: serve registered datasets on a unix socket
+  reload     make the running daemon read its datasets' maps again (root)
+  bench      read a dataset through a backend and report its throughput
+  backends   list the backends, their options' flags, defaults and limits
+  check      what this machine offers: io_uring, O_DIRECT, driver, CUDA, cuFile, GPUs, topology
+  version    print loaderd's version
+
+loaderd COMMAND --help prints the command's usage and every flag.`
+
+const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
                      [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64]
-                     [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m] [--engines session|device]
-       loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
+                     [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
+                     [--engines session|device] [--log-format text|json] [--log-level debug|info|warn|error]
+
+Serves the datasets' batches on a unix socket (created with its directory
+if missing; ready when it exists, and under systemd Type=notify once
+READY=1 is sent). SIGHUP or loaderd reload reads every map file again
+(the --dataset flags', or else the config file's dataset lines) without
+dropping sessions. SIGTERM stops it.
+
+flags:`
+
+const reloadUsage = `usage: loaderd reload [--socket PATH | --config FILE]
+
+Makes the daemon listening on the socket read every dataset's map file
+again (POST /v1/reload, root only): new sessions get the new maps, open
+sessions keep theirs until they close, and a map that does not load
+leaves its dataset as it was. Prints what became of each dataset; exits
+1 if any map did not load. The socket is --socket, else the config
+file's socket line, else ` + defaultSocket + `.
+
+flags:`
+
+const benchUsage = `usage: loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--memory pinned|gpu --device-id 0] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
-                     [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [backend options]
-       loaderd backends [--json]   (the backends and their options' flags, defaults and limits)
-       loaderd --version
-       loaderd check [--dataset NAME=MAP ...] [--json]   (what this machine offers: io_uring, O_DIRECT, driver, CUDA, cuFile, GPUs, topology)`
+                     [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [--log-format text|json] [--log-level info] [backend options]
+
+Reads a dataset through a backend in this process and reports its
+throughput (no daemon involved).
+
+flags:`
+
+const backendsUsage = `usage: loaderd backends [--json]
+
+Lists the backends with their options' flags, defaults and limits.
+
+flags:`
+
+const checkUsage = `usage: loaderd check [--dataset NAME=MAP ...] [--json]
+
+Reports what this machine offers the loader: io_uring, O_DIRECT, driver,
+CUDA, cuFile, GPUs, topology; with --dataset, each dataset's device too.
+
+flags:`
+
+// defaultSocket is where loaderd reload looks without --socket or --config
+// (the deploy files' socket, and the Python client's default).
+const defaultSocket = "/run/loaderd/loaderd.sock"
 
 // version is this release, set at link time from python/dali_source/VERSION
 // (make build, make wheel): -ldflags "-X main.version=...".
 var version = "dev"
 
-// errUsage marks errors that print usage; exit status 2.
+// errUsage marks errors of the command line; exit status 2.
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if len(args) >= 2 && args[0] == "help" { // loaderd help serve = loaderd serve --help
+		args = []string{args[1], "--help"}
+	}
 	var err error
 	switch {
 	case len(args) == 0:
-		err = fmt.Errorf("%w: no command", errUsage)
+		fmt.Fprintf(stderr, "loaderd: no command\n%s\n(loaderd --help: the commands)\n", firstLine(overview))
+		return 2
 	case args[0] == "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
 	case args[0] == "serve":
-		err = serveCmd(ctx, args[1:], stderr)
+		err = serveCmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "reload":
+		err = reloadCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "backends":
 		err = backendsCmd(args[1:], stdout, stderr)
 	case args[0] == "check":
@@ -82,25 +147,101 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "loaderd %s\n", version)
 		return 0
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stdout, overview)
 		return 0
 	default:
-		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+		fmt.Fprintf(stderr, "loaderd: unknown command %q\n%s\n(loaderd --help: the commands)\n", args[0], firstLine(overview))
+		return 2
 	}
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "loaderd: %v\n%s\n", err, usage)
+		fmt.Fprintf(stderr, "loaderd: %v\n", err)
 		return 2
 	}
 	fmt.Fprintf(stderr, "loaderd: %v\n", err)
 	return 1
 }
 
+// firstLine returns s up to its first newline.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// parse parses a command's args. --help (-h) prints the command's usage
+// and every flag on stdout and returns flag.ErrHelp (exit 0); a bad flag
+// prints the usage's first line on stderr and wraps errUsage (exit 2), as
+// usageErr does later.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, usage string) error {
+	fs.SetOutput(io.Discard) // the error comes back in err, printed once by run
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n(%s --help: every flag)\n", firstLine(usage), fs.Name())
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return err
+	case err != nil:
+		fs.Usage()
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+// usageErr prints the usage line and returns an error wrapping errUsage.
+func usageErr(fs *flag.FlagSet, format string, a ...any) error {
+	fs.Usage()
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
+}
+
+// logFlags are the logging flags of the commands that log.
+type logFlags struct {
+	format, level *string
+}
+
+// addLogFlags defines --log-format and --log-level on fs.
+func addLogFlags(fs *flag.FlagSet) logFlags {
+	return logFlags{
+		format: fs.String("log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)"),
+		level:  fs.String("log-level", "info", "the least level logged: debug, info, warn or error"),
+	}
+}
+
+// logger returns the logger the flags ask for, writing to w.
+func (l logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", *l.level)
+	}
+	o := &slog.HandlerOptions{Level: level}
+	switch *l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", *l.format)
+}
+
+// useLogger makes the flags' logger the default (the libraries log there)
+// and returns it.
+func useLogger(fs *flag.FlagSet, l logFlags, w io.Writer) (*slog.Logger, error) {
+	log, err := l.logger(w)
+	if err != nil {
+		return nil, usageErr(fs, "%v", err)
+	}
+	slog.SetDefault(log)
+	return log, nil
+}
+
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	mapPath := fs.String("bmap", "", "block map of the dataset (required)")
 	backendName := fs.String("backend", loader.DefaultBackend, "backend: "+strings.Join(backendNames(), ", "))
 	batch := fs.Int("batch-size", 64, "samples per batch")
@@ -120,29 +261,31 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to FILE")
 	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
 	asUser := fs.String("as-user", "", "read as the daemon reads for a client of this user (name or uid): every open made with its uid, gid and groups from the user database (default: this process's credentials)")
-	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	logs := addLogFlags(fs)
+	if err := parse(fs, args, stdout, stderr, benchUsage); err != nil {
+		return err
 	}
 	if *mapPath == "" {
-		return fmt.Errorf("%w: --bmap is required", errUsage)
+		return usageErr(fs, "--bmap is required")
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	log, err := useLogger(fs, logs, stderr)
+	if err != nil {
+		return err
 	}
 	m, err := bmap.Load(*mapPath)
 	if err != nil {
 		return err
 	}
 	lo := loader.Options{ReaderArgs: loader.ReaderArgs{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed},
-		PrefetchQueueDepth: *prefetch, Backend: *backendName, Memory: batchmem.Kind(*memory), Device: *deviceID, BackendOptions: backendOpts, SkipErrors: *skipErrors}
+		PrefetchQueueDepth: *prefetch, Backend: *backendName, Memory: batchmem.Kind(*memory), Device: *deviceID, BackendOptions: backendOpts, SkipErrors: *skipErrors,
+		Logger: log}
 	if *asUser != "" {
 		c, err := userCred(*asUser)
 		if err != nil {
-			return fmt.Errorf("%w: --as-user %q: %v", errUsage, *asUser, err)
+			return usageErr(fs, "--as-user %q: %v", *asUser, err)
 		}
 		lo.Cred = &c
 	}
@@ -167,7 +310,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		if errors.Is(err, loader.ErrOptions) {
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return usageErr(fs, "%v", err)
 		}
 		return err
 	}
@@ -259,18 +402,14 @@ func backendFlags(fs *flag.FlagSet) map[string]any {
 // without a GPU.
 func checkCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: check a dataset's device too (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parse(fs, args, stdout, stderr, checkUsage); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	r, err := check.Run(check.Options{Datasets: datasets})
 	if err != nil {
@@ -286,13 +425,12 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 // backendsCmd prints every backend with its options.
 func backendsCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd backends", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the descriptions as JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parse(fs, args, stdout, stderr, backendsUsage); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(loader.Backends())
@@ -352,11 +490,10 @@ func (d datasetFlags) Set(v string) error {
 	return nil
 }
 
-func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	config := fs.String("config", "", "read settings from FILE: one flag per line, KEY = VALUE, as on the command line without the dashes; flags given on the command line win")
-	socket := fs.String("socket", "", "unix socket to listen on (required); ready when it exists")
+	socket := fs.String("socket", "", "unix socket to listen on (required; its directory is created, mode 0755, if missing); ready when it exists")
 	listen := fs.String("listen", "", "also listen on this loopback TCP address, e.g. 127.0.0.1:7070 (needs --tcp-token)")
 	tokenFile := fs.String("tcp-token", "", "FILE holding the bearer token every TCP request must carry (Authorization: Bearer TOKEN)")
 	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group)")
@@ -383,58 +520,62 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	})
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the daemon's run to FILE (until it stops)")
 	datasets := datasetFlags{}
-	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one)")
-	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one); SIGHUP or loaderd reload reads the files again")
+	logs := addLogFlags(fs)
+	if err := parse(fs, args, stdout, stderr, serveUsage); err != nil {
+		return err
 	}
+	// What a reload reads: the command line's datasets, or else the
+	// config file's dataset lines as they are then.
+	cliDatasets := maps.Clone(datasets)
 	if *config != "" {
 		if err := applyConfig(fs, *config); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return usageErr(fs, "%v", err)
 		}
 	}
 	if *socket == "" || len(datasets) == 0 {
-		return fmt.Errorf("%w: --socket and at least one --dataset are required", errUsage)
+		return usageErr(fs, "--socket and at least one --dataset are required")
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
-	maps := map[string]*bmap.Map{}
+	log, err := useLogger(fs, logs, stderr)
+	if err != nil {
+		return err
+	}
+	loaded := map[string]*bmap.Map{}
 	for name, path := range datasets {
 		m, err := bmap.Load(path)
 		if err != nil {
 			return fmt.Errorf("dataset %s: %w", name, err)
 		}
-		maps[name] = m
+		loaded[name] = m
 	}
 	if *engines != session.EnginesPerDevice && *engines != session.EnginesPerSession {
-		return fmt.Errorf("%w: --engines %q: want %s or %s", errUsage, *engines, session.EnginesPerDevice, session.EnginesPerSession)
+		return usageErr(fs, "--engines %q: want %s or %s", *engines, session.EnginesPerDevice, session.EnginesPerSession)
 	}
 	for _, f := range []struct {
 		name string
 		v    int64
 	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}} {
 		if f.v < 1 {
-			return fmt.Errorf("%w: --%s %d: want at least 1", errUsage, f.name, f.v)
+			return usageErr(fs, "--%s %d: want at least 1", f.name, f.v)
 		}
 	}
 	if *maxLocked < 0 {
-		return fmt.Errorf("%w: --max-locked-mb %d: want 0 (the default) or more", errUsage, *maxLocked)
+		return usageErr(fs, "--max-locked-mb %d: want 0 (the default) or more", *maxLocked)
 	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration
 	}{{"session-timeout", *timeout}, {"read-timeout", *readTimeout}, {"write-timeout", *writeTimeout}, {"idle-timeout", *idleTimeout}, {"stream-idle-timeout", *streamIdle}} {
 		if f.v <= 0 {
-			return fmt.Errorf("%w: --%s %s: want a positive duration", errUsage, f.name, f.v)
+			return usageErr(fs, "--%s %s: want a positive duration", f.name, f.v)
 		}
 	}
 	mode, err := strconv.ParseUint(*sockMode, 8, 32)
 	if err != nil || mode > 0o777 {
-		return fmt.Errorf("%w: --socket-mode %q: want octal permission bits such as 0660", errUsage, *sockMode)
+		return usageErr(fs, "--socket-mode %q: want octal permission bits such as 0660", *sockMode)
 	}
 	var token string
 	if *tokenFile != "" {
@@ -453,12 +594,74 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	srv := serve.New(serve.Config{Datasets: maps, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, Faults: faults, Engines: *engines})
+	mapFiles := func() (map[string]string, error) {
+		if len(cliDatasets) > 0 || *config == "" {
+			return maps.Clone(cliDatasets), nil
+		}
+		return configDatasets(*config)
+	}
+	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, Faults: faults, Engines: *engines, Logger: log})
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			srv.Reload() // logs what it did
+		}
+	}()
 	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token, TCPUser: *tcpUser,
 		MaxConnsPerUID: *maxConns, ReadTimeout: *readTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout, StreamIdleTimeout: *streamIdle})
 	if errors.Is(err, serve.ErrNoToken) {
 		return fmt.Errorf("%w: give --tcp-token FILE with --listen", err)
 	}
 	return err
+}
+
+// reloadCmd asks the running daemon to read its maps again and prints
+// what became of each dataset.
+func reloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loaderd reload", flag.ContinueOnError)
+	socket := fs.String("socket", "", "the daemon's unix socket (default: the config file's socket, else "+defaultSocket+")")
+	config := fs.String("config", "", "the daemon's config file: its socket line names the socket")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting for the daemon after this (a reload stats every raw sample again)")
+	if err := parse(fs, args, stdout, stderr, reloadUsage); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	path := *socket
+	if path == "" && *config != "" {
+		s, err := configValue(*config, "socket")
+		if err != nil {
+			return err
+		}
+		path = s
+	}
+	if path == "" {
+		path = defaultSocket
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	res, err := serve.RequestReload(ctx, path)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range res.Datasets {
+		switch r.Outcome {
+		case session.ReloadFailed:
+			failed++
+			fmt.Fprintf(stdout, "%s: %s, serving %d samples as before: %s\n", r.Dataset, r.Outcome, r.Samples, r.Error)
+		case session.ReloadRemoved:
+			fmt.Fprintf(stdout, "%s: %s\n", r.Dataset, r.Outcome)
+		default:
+			fmt.Fprintf(stdout, "%s: %s, %d samples\n", r.Dataset, r.Outcome, r.Samples)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d maps did not load: those datasets are served as before", failed, len(res.Datasets))
+	}
+	return nil
 }

@@ -17,6 +17,12 @@ var ErrShortRead = errors.New("file size differs from the map")
 // for raw reads.
 var ErrDevice = errors.New("cannot read the block device")
 
+// ErrNoRaw is returned (wrapped) by a backend that reads the block
+// device when the map has none: it was made on a filesystem without
+// device extents (tmpfs, NFS, overlay, btrfs, …) and only the file
+// backend reads it.
+var ErrNoRaw = errors.New("no samples readable from a block device")
+
 // ErrInjected is the default error of an injected fault.
 var ErrInjected = errors.New("injected fault")
 

@@ -172,6 +172,9 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 	if cfg.CacheBytes > 0 && !cfg.FixedBlocks {
 		return nil, fmt.Errorf("%w: %s: a block cache needs fixed-size block requests", backend.ErrOptions, name)
 	}
+	if m.FSOnly() {
+		return nil, fmt.Errorf("raw: %s: %w (mapped on %s): use backend file", name, backend.ErrNoRaw, m.Device.FSType)
+	}
 	log := env.Logger
 	if log == nil {
 		log = slog.Default()

@@ -51,7 +51,7 @@ from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNot
 from ._memory import map_host, receive
 from ._upgrade import UpgradeError
 from ._stream import Stream, StreamError
-from ._wire import BackendsResponse, MemoryDesc, NextRequest, NextResponse, OpenRequest, OpenResponse, State
+from ._wire import BackendsResponse, DatasetInfo, DatasetsResponse, MemoryDesc, NextRequest, NextResponse, OpenRequest, OpenResponse, State
 
 __version__ = (Path(__file__).parent / "VERSION").read_text().strip()
 """This release: the same for the client, loaderd and mkbmap (one place:
@@ -59,7 +59,7 @@ the file VERSION beside this module)."""
 
 __all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError",
            "DaemonNotRunningError", "ForbiddenError", "LimitError", "LoaderError", "LoaderSource", "NoSpaceError",
-           "NotFoundError", "SampleError", "SocketPermissionError", "State", "backends"]
+           "NotFoundError", "SampleError", "SocketPermissionError", "State", "DatasetInfo", "backends", "datasets"]
 
 Sample = Union["np.ndarray[Any, np.dtype[np.uint8]]", CudaArray]
 """One sample's bytes: a 1-D uint8 numpy view of host batch memory, or a
@@ -163,6 +163,41 @@ def backends(socket: Optional[str] = None, timeout: float = 60.0) -> BackendsRes
     conn = _UnixHTTPConnection(socket, timeout)
     try:
         return cast(BackendsResponse, _call(conn, socket, "GET", "/v1/backends"))
+    finally:
+        conn.close()
+
+
+def datasets(socket: Optional[str] = None, timeout: float = 60.0) -> list[DatasetInfo]:
+    """The datasets the daemon serves, sorted by name: for each, its
+    samples, bytes and classes, and how many samples are ``fresh`` (read
+    from their extents), ``stale`` (changed since mapping: read through the
+    filesystem, or failed if gone) and ``filesystem_only``, and how many
+    files were ``added`` to its class folders since mapping (not served
+    until mkbmap maps them and ``loaderd reload``). Counts only: no file
+    and no session is named.
+
+    Parameters
+    ----------
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET``, else
+        ``/run/loaderd/loaderd.sock``.
+    timeout : float, optional, default = 60.0
+        Seconds to wait for the daemon (> 0).
+
+    Raises
+    ------
+    ValueError
+        ``timeout`` is not a positive number (before connecting).
+    SocketPermissionError
+        This process may not connect (not in the socket's group).
+    DaemonNotRunningError
+        Nothing listens on the socket.
+    """
+    timeout = check_timeout("timeout", timeout)
+    socket = socket_path(socket)
+    conn = _UnixHTTPConnection(socket, timeout)
+    try:
+        return cast(DatasetsResponse, _call(conn, socket, "GET", "/v1/datasets"))["datasets"]
     finally:
         conn.close()
 

@@ -112,6 +112,33 @@ class BackendsResponse(TypedDict):
     backends: List[BackendSpec]
 
 
+class DatasetInfo(TypedDict):
+    name: str
+    samples: int  # in the map: what sessions serve
+    bytes: int  # the samples' sizes when mapped, summed
+    classes: int
+    fresh: int  # raw samples still readable from their extents
+    stale: int  # raw samples changed since mapping: read through the filesystem (or failed, if gone)
+    filesystem_only: int  # samples mapped without extents
+    added: int  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown
+    freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"
+
+
+class DatasetsResponse(TypedDict):
+    datasets: List[DatasetInfo]
+
+
+class Reloaded(TypedDict, total=False):
+    dataset: str
+    outcome: str  # "reloaded", "added", "removed" or "failed"
+    samples: int
+    error: str
+
+
+class ReloadResponse(TypedDict):
+    datasets: List[Reloaded]
+
+
 class ErrorResponse(TypedDict):
     error: str
 

@@ -36,6 +36,7 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
         pytest.skip("no systemd-analyze here")
     unit = (DEPLOY / "systemd" / "loaderd.service").read_text()
     assert "/usr/local/bin/loaderd" in unit
+    assert "\nType=notify\n" in unit and "\nExecReload=/usr/local/bin/loaderd reload " in unit
     good = tmp_path / "loaderd.service"
     good.write_text(unit.replace("/usr/local/bin/loaderd", str(BIN / "loaderd")))  # verify wants the binary to exist
     assert _verify_unit(good) == "rc=0"

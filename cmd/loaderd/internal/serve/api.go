@@ -10,6 +10,8 @@ import (
 // keys are refused. Errors are {"error": "..."} with a 4xx or 5xx status.
 //
 //	GET    /v1/backends               -            -> BackendsResponse
+//	GET    /v1/datasets               -            -> DatasetsResponse (counts only: no session, no file)
+//	POST   /v1/reload                 -            -> ReloadResponse (uid 0 on the unix socket only)
 //	POST   /v1/sessions               OpenRequest  -> OpenResponse
 //	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
 //	POST   /v1/sessions/{id}/release  ReleaseRequest
@@ -120,6 +122,24 @@ type BackendsResponse struct {
 	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // its default
 	Backends           []backend.Spec `msgpack:"backends"`             // each with its options, defaults and limits
 }
+
+// DatasetsResponse describes every registered dataset, sorted by name.
+type DatasetsResponse struct {
+	Datasets []DatasetInfo `msgpack:"datasets"`
+}
+
+// DatasetInfo is one registered dataset: its name, size, and how many of
+// its samples are fresh, stale, filesystem-only, and how many files were
+// added to its folders since mapping (session.DatasetInfo).
+type DatasetInfo = session.DatasetInfo
+
+// ReloadResponse says what a reload did with each dataset, sorted by name.
+type ReloadResponse struct {
+	Datasets []Reloaded `msgpack:"datasets"`
+}
+
+// Reloaded is one dataset's outcome of a reload (session.Reloaded).
+type Reloaded = session.Reloaded
 
 // ErrorResponse is the body of every error status.
 type ErrorResponse struct {

@@ -46,21 +46,58 @@ type Config = session.Config
 // Server serves loader sessions over HTTP: a thin adapter over
 // session.Manager.
 type Server struct {
-	mgr *session.Manager
-	log *slog.Logger
+	mgr    *session.Manager
+	log    *slog.Logger
+	notify notifier // systemd's $NOTIFY_SOCKET (notify.go)
 	// The hijacked connections' deadlines (Run sets them from its Listen;
 	// zero: none).
 	writeTimeout, streamIdle time.Duration
 }
 
-// New makes a server.
+// New makes a server. Under systemd (Type=notify) it tells the state
+// changes to $NOTIFY_SOCKET (notify.go).
 func New(cfg Config) *Server {
 	mgr := session.NewManager(cfg)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{mgr: mgr, log: log}
+	return &Server{mgr: mgr, log: log, notify: notifier{addr: os.Getenv("NOTIFY_SOCKET")}}
+}
+
+// sdNotify tells systemd a state change; a failure is logged, never fatal.
+func (s *Server) sdNotify(state string) {
+	if err := s.notify.send(state); err != nil {
+		s.log.Warn("serve: telling systemd the daemon's state", "state", state, "err", err)
+	}
+}
+
+// status is the daemon's one-line state for systemctl status.
+func (s *Server) status() string {
+	return "serving datasets " + strings.Join(s.mgr.DatasetNames(), ", ")
+}
+
+// Reload reads every dataset's map file again without dropping sessions
+// (session.Manager.Reload: open sessions keep their maps, new ones get the
+// new maps, a map that fails to load keeps the old one), logs what became
+// of each dataset and tells systemd RELOADING=1, then READY=1. SIGHUP and
+// POST /v1/reload come here.
+func (s *Server) Reload() ([]session.Reloaded, error) {
+	s.sdNotify(reloading())
+	res, err := s.mgr.Reload()
+	defer s.sdNotify("READY=1\nSTATUS=" + s.status())
+	if err != nil {
+		s.log.Error("serve: reload", "err", err)
+		return nil, err
+	}
+	failed := 0
+	for _, r := range res {
+		if r.Outcome == session.ReloadFailed {
+			failed++
+		}
+	}
+	s.log.Info("serve: reloaded", "datasets", len(res), "failed", failed)
+	return res, nil
 }
 
 type ctxKey struct{}
@@ -121,6 +158,8 @@ func (s *Server) Handler() http.Handler {
 	// connect reads them.
 	r.Handle("/metrics", promhttp.HandlerFor(s.mgr.Registry(), promhttp.HandlerOpts{}))
 	r.Get("/v1/backends", s.backends)
+	r.Get("/v1/datasets", s.datasets)
+	r.Post("/v1/reload", s.reload)
 	r.Post("/v1/sessions", s.open)
 	r.Post("/v1/sessions/{id}/next", s.next)
 	r.Post("/v1/sessions/{id}/release", s.release)
@@ -218,6 +257,31 @@ func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Po
 
 func (s *Server) backends(w http.ResponseWriter, _ *http.Request) {
 	writeMsg(w, http.StatusOK, BackendsResponse{Default: loader.DefaultBackend, PrefetchQueueDepth: loader.DefaultPrefetchQueueDepth, Backends: loader.Backends()})
+}
+
+// datasets describes every registered dataset: counts only, no session
+// and no file (anyone who may connect asks).
+func (s *Server) datasets(w http.ResponseWriter, _ *http.Request) {
+	writeMsg(w, http.StatusOK, DatasetsResponse{Datasets: s.mgr.Datasets()})
+}
+
+// reload reads the datasets' maps again: root on the unix socket only, so
+// no other client changes what is served (the map files are the daemon's
+// own configuration; the request names none).
+func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
+	if c := caller(r); c.UID != 0 || c.TCP {
+		writeErr(w, http.StatusForbidden, "reload is for root on the unix socket (loaderd reload, or SIGHUP)")
+		return
+	}
+	res, err := s.Reload()
+	switch {
+	case errors.Is(err, session.ErrNoMapFiles):
+		writeErr(w, http.StatusConflict, err.Error())
+	case err != nil:
+		writeErr(w, http.StatusInternalServerError, err.Error())
+	default:
+		writeMsg(w, http.StatusOK, ReloadResponse{Datasets: res})
+	}
 }
 
 func (s *Server) open(w http.ResponseWriter, r *http.Request) {
@@ -499,10 +563,12 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 		}
 		go func() { errc <- srv.Serve(newPeerListener(tl, l.MaxConnsPerUID, s.log)) }()
 	}
+	// The socket accepts connections from here (it listens; Serve takes them).
+	s.sdNotify("READY=1\nSTATUS=" + s.status())
 	tick := time.NewTicker(max(s.mgr.Timeout()/4, 10*time.Millisecond))
 	defer tick.Stop()
 	s.log.Info("serve: listening", "socket", l.Socket, "mode", fmt.Sprintf("%04o", l.Mode), "group", l.Group, "tcp", l.TCP,
-		"datasets", strings.Join(s.mgr.Datasets(), ","), "max_conns_per_uid", l.MaxConnsPerUID,
+		"datasets", strings.Join(s.mgr.DatasetNames(), ","), "max_conns_per_uid", l.MaxConnsPerUID,
 		"read_timeout", l.ReadTimeout, "write_timeout", l.WriteTimeout, "idle_timeout", l.IdleTimeout, "stream_idle_timeout", l.StreamIdleTimeout)
 	for {
 		select {
@@ -511,6 +577,7 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 		case err := <-errc:
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
+			s.sdNotify("STOPPING=1\nSTATUS=stopping: ending sessions")
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Shutdown(sctx) // stop accepting; let in-flight requests finish
 			cancel()
@@ -541,6 +608,9 @@ func lookupGroup(g string) (int, error) {
 // bind and listen, no moment with the wrong mode), and linking fails if
 // another daemon took path meanwhile.
 func listenUnix(path string, gid int, mode os.FileMode) (*net.UnixListener, error) {
+	if err := socketDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
 	if err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
@@ -578,6 +648,40 @@ func listenUnix(path string, gid int, mode os.FileMode) (*net.UnixListener, erro
 	}
 	os.Remove(tmp)
 	return ln, nil
+}
+
+// socketDir makes sure the socket's directory exists: it creates dir and
+// any missing parent, mode 0755 whatever the umask, owned by the daemon's
+// user (root). When it cannot, the error names the directory to create.
+func socketDir(dir string) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("serve: the socket's directory %s: %s is not a directory", dir, d)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("serve: the socket's directory %s: %w (create it: install -d -m 0755 %s)", dir, err, dir)
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		d := missing[i]
+		err := os.Mkdir(d, 0o755)
+		if err == nil {
+			err = os.Chmod(d, 0o755) // past the umask (systemd's UMask=0077)
+		}
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("serve: the socket's directory %s does not exist and cannot be created: %w (create it: install -d -m 0755 %s)", dir, err, dir)
+		}
+	}
+	return nil
 }
 
 // removeStaleSocket removes a socket file nobody listens on, and refuses

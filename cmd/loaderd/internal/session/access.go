@@ -141,16 +141,17 @@ type pendingVerdict struct {
 	v    verdict // set before done is closed
 }
 
-// verdictKey is a cached access verdict's key: a dataset and the
+// verdictKey is a cached access verdict's key: a dataset's registration
+// (a reload's new map never inherits the old one's verdicts) and the
 // credentials judged (uid, gid and every supplementary group: a process
 // that dropped a group never shares a verdict with one that kept it).
 type verdictKey struct {
-	dataset  string
+	dataset  uint64 // the registration's serial
 	uid, gid int
 	groups   string
 }
 
-func keyOf(dataset string, c Caller) verdictKey {
+func keyOf(dataset uint64, c Caller) verdictKey {
 	gs := slices.Clone(c.Groups)
 	slices.Sort(gs)
 	var b strings.Builder
@@ -168,13 +169,13 @@ type verdict struct {
 	gen uint64
 }
 
-// authorize returns nil if c may read every sample of dataset name (ds,
-// watched by g, nil for none) through the filesystem, else an error
+// authorize returns nil if c may read every sample of dataset name
+// (registration id: ds, watched by g, nil for none) through the filesystem, else an error
 // wrapping ErrForbidden that names the dataset and the first path refused.
 // Verdicts are cached until the watch sees a change; without a watch
 // every call checks.
-func (v *verdicts) authorize(name string, ds *bmap.Map, g *fresh.Guard, c Caller) error {
-	err := v.get(name, ds, g, c).err
+func (v *verdicts) authorize(name string, id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) error {
+	err := v.get(id, ds, g, c).err
 	if err != nil {
 		who := "a caller of unknown uid, judged as nobody,"
 		if c.UID >= 0 {
@@ -193,8 +194,8 @@ func (v *verdicts) authorize(name string, ds *bmap.Map, g *fresh.Guard, c Caller
 // (an open of every file: seconds at ImageNet scale) runs outside the
 // lock: concurrent opens by the same caller share one check, and other
 // callers and datasets are not held up by it.
-func (v *verdicts) get(name string, ds *bmap.Map, g *fresh.Guard, c Caller) verdict {
-	key := keyOf(name, c)
+func (v *verdicts) get(id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) verdict {
+	key := keyOf(id, c)
 	v.mu.Lock()
 	var gen uint64
 	if g != nil {
@@ -230,4 +231,15 @@ func (v *verdicts) get(name string, ds *bmap.Map, g *fresh.Guard, c Caller) verd
 	v.mu.Unlock()
 	close(p.done)
 	return p.v
+}
+
+// forget drops the verdicts of registration id (replaced by a reload).
+func (v *verdicts) forget(id uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for k := range v.cache {
+		if k.dataset == id {
+			delete(v.cache, k)
+		}
+	}
 }

@@ -176,7 +176,8 @@ func TestVerdictConcurrent(t *testing.T) {
 	searchable(t, ds.Root)
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}})
 	defer m.Stop()
-	if m.data.guard("d") == nil {
+	d := m.data["d"]
+	if d.guard == nil {
 		t.Fatalf("dataset not registered: no verdict cache to test")
 	}
 	slow, fast := Caller{UID: 1001, GID: 1001}, Caller{UID: 1002, GID: 1002}
@@ -201,7 +202,7 @@ func TestVerdictConcurrent(t *testing.T) {
 	const waiters = 4
 	errs := make(chan error, waiters)
 	for range waiters {
-		go func() { errs <- m.authorize("d", ds, slow) }()
+		go func() { errs <- m.authorize(d, slow) }()
 	}
 	for deadline := time.Now().Add(10 * time.Second); count(slow.UID) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -209,7 +210,7 @@ func TestVerdictConcurrent(t *testing.T) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- m.authorize("d", ds, fast) }()
+	go func() { done <- m.authorize(d, fast) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -228,7 +229,7 @@ func TestVerdictConcurrent(t *testing.T) {
 		t.Errorf("%d concurrent opens by one caller ran %d checks, want 1", waiters, n)
 	}
 	// Cached now: no new check until the dataset changes.
-	if err := m.authorize("d", ds, slow); !errors.Is(err, ErrForbidden) {
+	if err := m.authorize(d, slow); !errors.Is(err, ErrForbidden) {
 		t.Errorf("cached verdict: err = %v", err)
 	}
 	if n := count(slow.UID); n != 1 {

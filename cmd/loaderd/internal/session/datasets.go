@@ -1,71 +1,244 @@
 package session
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 )
 
-// datasets are the registered datasets and their freshness guards: for
-// each, one stat pass at registration, then an inotify watch (fresh.Guard)
-// shared by all its sessions, so opening a session costs no pass over the
-// dataset. It is read-only after openDatasets.
-type datasets struct {
-	maps   map[string]*bmap.Map
-	guards map[string]*fresh.Guard // nil entry: none could be made (sessions check at open)
+// dataset is one registration of a map: the map and its freshness guard,
+// one stat pass at registration and then an inotify watch (fresh.Guard)
+// shared by the sessions opened on it, so opening a session costs no pass
+// over the dataset. A reload registers the map anew and puts the new
+// registration in the manager's table; sessions opened on the old one keep
+// it (its map and guard) until they close, and the last one to close
+// closes its guard.
+type dataset struct {
+	name  string
+	id    uint64       // this registration's serial: access verdicts never outlive it
+	m     *bmap.Map    // read-only
+	guard *fresh.Guard // nil: no raw sample to guard, or none could be made (raw sessions check at open)
+	why   string       // why there is no guard
+
+	users   int  // under Manager.mu: sessions open or opening on it
+	retired bool // under Manager.mu: out of the table; its guard closes with its last user
+
+	infoMu  sync.Mutex // one count at a time; callers meanwhile wait for its result
+	info    DatasetInfo
+	infoGen uint64    // the guard's generation info was counted at
+	infoAt  time.Time // when; zero: never
 }
 
-// openDatasets registers maps.
-func openDatasets(maps map[string]*bmap.Map, log *slog.Logger) *datasets {
-	d := &datasets{maps: maps, guards: map[string]*fresh.Guard{}}
-	for name, ds := range maps {
-		t0 := time.Now()
-		g, err := fresh.Open(ds, fresh.Watch, log)
-		if err != nil {
-			log.Warn("session: dataset not checked at registration: raw sessions check it at open, access at every open",
-				"dataset", name, "err", err)
-			continue
-		}
-		d.guards[name] = g
-		log.Info("session: dataset registered", "dataset", name, "samples", len(ds.Samples), "freshness", g.Method(),
-			"seconds", time.Since(t0).Seconds())
+// Dataset freshness methods beyond fresh.Watch and fresh.Read
+// (DatasetInfo.Freshness).
+const (
+	// FreshnessNone: the map has no raw sample (mapped on a filesystem
+	// without device extents, or every file inline): nothing is read from
+	// the device, so nothing needs guarding.
+	FreshnessNone = "none"
+	// FreshnessUnchecked: the map has raw samples but no guard could be
+	// made (its filesystem is not the one mapped, say): raw sessions fail
+	// at open, file sessions read as usual.
+	FreshnessUnchecked = "unchecked"
+)
+
+// openDataset registers map m as dataset name (registration serial id):
+// a guard when it has raw samples, and a warning in the log when files
+// were added to its class folders since mapping.
+func openDataset(name string, id uint64, m *bmap.Map, log *slog.Logger) *dataset {
+	t0 := time.Now()
+	d := &dataset{name: name, id: id, m: m}
+	if !hasRaw(m) {
+		d.why = FreshnessNone
+	} else if g, err := fresh.Open(m, fresh.Watch, log); err != nil {
+		d.why = FreshnessUnchecked
+		log.Warn("session: dataset not checked at registration: raw sessions check it at open, access at every open",
+			"dataset", name, "err", err)
+	} else {
+		d.guard = g
+	}
+	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "freshness", d.freshness(),
+		"filesystem", m.Device.FSType, "seconds", time.Since(t0).Seconds())
+	if n, err := m.Unmapped(bmap.DiscoverOptions{}); err != nil {
+		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", name, "err", err)
+	} else if n > 0 {
+		log.Warn(fmt.Sprintf("session: dataset %s: %d files added since mapping are not served: run mkbmap again, then loaderd reload", name, n),
+			"dataset", name, "added", n)
 	}
 	return d
 }
 
-// get returns the named dataset, or ErrNotFound listing the registered ones.
-func (d *datasets) get(name string) (*bmap.Map, error) {
-	ds, ok := d.maps[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: unknown dataset %q (registered: %s)", ErrNotFound, name, strings.Join(d.names(), ", "))
-	}
-	return ds, nil
+// hasRaw reports whether any sample of m may be read from the device.
+func hasRaw(m *bmap.Map) bool {
+	return slices.ContainsFunc(m.Samples, func(s bmap.Sample) bool { return s.Reason == bmap.Raw })
 }
 
-// guard returns the dataset's freshness guard, nil when it has none.
-func (d *datasets) guard(name string) *fresh.Guard { return d.guards[name] }
+// freshness names how the dataset's raw samples are guarded: fresh.Watch,
+// fresh.Read, FreshnessNone or FreshnessUnchecked.
+func (d *dataset) freshness() string {
+	if d.guard != nil {
+		return d.guard.Method()
+	}
+	return d.why
+}
 
-// names returns the registered names, sorted.
-func (d *datasets) names() []string {
-	names := make([]string, 0, len(d.maps))
-	for n := range d.maps {
+// close stops the dataset's watch.
+func (d *dataset) close() error {
+	if d.guard == nil {
+		return nil
+	}
+	return d.guard.Close()
+}
+
+// DatasetInfo describes a registered dataset: the wire form of one entry
+// of GET /v1/datasets. It names no file: counts only.
+type DatasetInfo struct {
+	Name    string `msgpack:"name"`
+	Samples int    `msgpack:"samples"` // in the map: what sessions serve
+	Bytes   int64  `msgpack:"bytes"`   // the samples' sizes when mapped, summed
+	Classes int    `msgpack:"classes"`
+	// Fresh raw samples are still readable from their extents; Stale ones
+	// changed since mapping (found at registration, or since, in a class
+	// the watch saw change) and are read through the filesystem, or fail
+	// if gone; FilesystemOnly ones were mapped without extents. Without a
+	// guard (Freshness unchecked) every raw sample counts as stale.
+	Fresh          int `msgpack:"fresh"`
+	Stale          int `msgpack:"stale"`
+	FilesystemOnly int `msgpack:"filesystem_only"`
+	// Added counts files in the dataset's folders that DALI's
+	// fn.readers.file (default file_filters) would list and the map does
+	// not have: not served until mkbmap maps them and the daemon reloads.
+	// -1: the folders could not be listed (the daemon's log says why).
+	Added int `msgpack:"added"`
+	// Freshness: watch or read (fresh.Guard), none or unchecked.
+	Freshness string `msgpack:"freshness"`
+}
+
+// infoInterval is the least time between two counts of one dataset while
+// its watch sees changes (a count stats the changed classes' samples and
+// lists every class folder).
+const infoInterval = 5 * time.Second
+
+// describe returns the dataset's counts: counted again when its watch has
+// seen a change since (at most once per infoInterval), or for a dataset
+// without a watch, when infoInterval has passed. Concurrent callers share
+// one count.
+func (d *dataset) describe(now time.Time, log *slog.Logger) DatasetInfo {
+	d.infoMu.Lock()
+	defer d.infoMu.Unlock()
+	var gen uint64
+	if d.guard != nil {
+		d.guard.Poll()
+		gen = d.guard.Generation()
+	}
+	if !d.infoAt.IsZero() && (now.Sub(d.infoAt) < infoInterval || (d.guard != nil && gen == d.infoGen)) {
+		return d.info
+	}
+	info := DatasetInfo{Name: d.name, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness()}
+	for i := range d.m.Samples {
+		info.Bytes += d.m.Samples[i].Size
+	}
+	if d.guard != nil {
+		c := d.guard.Counts()
+		info.Fresh, info.Stale, info.FilesystemOnly = c.Fresh, c.Stale, c.FSOnly
+	} else {
+		for i := range d.m.Samples {
+			if d.m.Samples[i].Reason == bmap.Raw {
+				info.Stale++
+			} else {
+				info.FilesystemOnly++
+			}
+		}
+	}
+	n, err := d.m.Unmapped(bmap.DiscoverOptions{})
+	if err != nil {
+		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
+		n = -1
+	}
+	info.Added = n
+	d.info, d.infoGen, d.infoAt = info, gen, now
+	return info
+}
+
+// Datasets describes every registered dataset, sorted by name: its size
+// and how its samples may be read now (DatasetInfo). Anyone who may
+// connect may ask: it names no session and no file.
+func (m *Manager) Datasets() []DatasetInfo {
+	m.mu.Lock()
+	ds := make([]*dataset, 0, len(m.data))
+	for _, d := range m.data {
+		ds = append(ds, d)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(ds, func(a, b *dataset) int { return strings.Compare(a.name, b.name) })
+	out := make([]DatasetInfo, len(ds))
+	now := time.Now()
+	for i, d := range ds {
+		out[i] = d.describe(now, m.log)
+	}
+	return out
+}
+
+// DatasetNames returns the registered names, sorted.
+func (m *Manager) DatasetNames() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.namesLocked()
+}
+
+// namesLocked returns the registered names, sorted; m.mu held.
+func (m *Manager) namesLocked() []string {
+	names := make([]string, 0, len(m.data))
+	for n := range m.data {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	return names
 }
 
-// close stops the watches.
-func (d *datasets) close() error {
-	var errs []error
-	for _, g := range d.guards {
-		errs = append(errs, g.Close())
+// acquire returns the named dataset's current registration, counted as in
+// use until release; ErrNotFound lists the registered ones.
+func (m *Manager) acquire(name string) (*dataset, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.data[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown dataset %q (registered: %s)", ErrNotFound, name, strings.Join(m.namesLocked(), ", "))
 	}
-	return errors.Join(errs...)
+	d.users++
+	return d, nil
+}
+
+// release ends a use of d (acquire); the last use of a retired
+// registration closes its guard.
+func (m *Manager) release(d *dataset) {
+	m.mu.Lock()
+	d.users--
+	last := d.retired && d.users == 0
+	m.mu.Unlock()
+	if last {
+		m.closeRetired(d)
+	}
+}
+
+// retire takes d out of use for new sessions; m.mu held. It reports
+// whether d may be closed now (no session uses it).
+func (m *Manager) retireLocked(d *dataset) bool {
+	d.retired = true
+	return d.users == 0
+}
+
+// closeRetired closes a retired registration nobody uses and forgets its
+// access verdicts.
+func (m *Manager) closeRetired(d *dataset) {
+	m.access.forget(d.id)
+	if err := d.close(); err != nil {
+		m.log.Warn("session: closing a replaced dataset's watch", "dataset", d.name, "err", err)
+	}
 }

@@ -9,8 +9,8 @@
 // Files: manager.go (the session table, open, close, reaping),
 // session.go (one session), deliver.go (batches out, releases in,
 // streams), access.go (who may read a dataset, cached verdicts),
-// datasets.go (registered datasets and their freshness guards),
-// metrics.go.
+// datasets.go (registered datasets, their freshness guards and counts),
+// reload.go (maps read again without dropping sessions), metrics.go.
 package session
 
 import (
@@ -39,10 +39,14 @@ const (
 
 // Config configures a Manager. A zero limit takes its default (limits.go).
 type Config struct {
-	Datasets        map[string]*bmap.Map // registered datasets by name
-	SessionTimeout  time.Duration        // idle sessions are closed after this; DefaultSessionTimeout
-	MaxSessionBytes int64                // refuse sessions needing more batch memory; DefaultMaxSessionBytes
-	MaxSessions     int                  // open sessions, all owners together; DefaultMaxSessions
+	Datasets map[string]*bmap.Map // registered datasets by name
+	// MapFiles, when set, names every dataset's map file: Reload calls it
+	// and reads each file again (the daemon's command line and config
+	// file). Nil: Reload refuses.
+	MapFiles        func() (map[string]string, error)
+	SessionTimeout  time.Duration // idle sessions are closed after this; DefaultSessionTimeout
+	MaxSessionBytes int64         // refuse sessions needing more batch memory; DefaultMaxSessionBytes
+	MaxSessions     int           // open sessions, all owners together; DefaultMaxSessions
 	// MaxSessionsPerUID bounds the open sessions of one owner (a uid on
 	// the unix socket; the TCP principal); DefaultMaxSessionsPerUID.
 	MaxSessionsPerUID int
@@ -101,13 +105,16 @@ func (o owner) String() string {
 type Manager struct {
 	cfg     Config
 	log     *slog.Logger
-	data    *datasets
 	access  *verdicts
 	metrics *metrics
 	reg     *prometheus.Registry
 	shared  *backend.Shared // engines shared by sessions; nil: per session
 
+	reloadMu sync.Mutex // one reload at a time
+
 	mu       sync.Mutex
+	data     map[string]*dataset // under mu: the current registration of each dataset
+	nextID   uint64              // under mu: the next registration's serial
 	sessions map[string]*session // under mu
 	opening  int                 // under mu: opens admitted under MaxSessions and not yet in sessions
 	perOwner map[owner]int       // under mu: sessions open or opening, by owner
@@ -146,21 +153,34 @@ func NewManager(cfg Config) *Manager {
 		m.shared = &backend.Shared{}
 	}
 	m.metrics = newMetrics(m.reg, m)
-	m.data = openDatasets(cfg.Datasets, m.log)
+	m.data = map[string]*dataset{}
+	for name, ds := range cfg.Datasets {
+		m.data[name] = openDataset(name, m.nextID, ds, m.log)
+		m.nextID++
+	}
 	return m
 }
 
 // authorize returns nil if c may read every sample of the dataset through
 // the filesystem (access.go), else an error wrapping ErrForbidden.
-func (m *Manager) authorize(name string, ds *bmap.Map, c Caller) error {
-	return m.access.authorize(name, ds, m.data.guard(name), c)
+func (m *Manager) authorize(d *dataset, c Caller) error {
+	return m.access.authorize(d.name, d.id, d.m, d.guard, c)
 }
 
 // Stop ends every session and stops the dataset watches; the manager is
 // not used after.
 func (m *Manager) Stop() error {
 	m.CloseAll()
-	return m.data.close()
+	m.mu.Lock()
+	var errs []error
+	for name, d := range m.data {
+		delete(m.data, name)
+		if m.retireLocked(d) {
+			errs = append(errs, d.close())
+		}
+	}
+	m.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // Registry returns the Prometheus registry holding the metrics.
@@ -168,9 +188,6 @@ func (m *Manager) Registry() *prometheus.Registry { return m.reg }
 
 // Timeout returns the idle timeout.
 func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
-
-// Datasets returns the registered dataset names, sorted.
-func (m *Manager) Datasets() []string { return m.data.names() }
 
 // budget returns the prefetch depth, release_after and slots of a session:
 // prefetched batches plus the batches the client holds (the one just
@@ -205,11 +222,18 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err := p.Validate(); err != nil { // validate.go
 		return Opened{}, err
 	}
-	ds, err := m.data.get(p.Dataset)
+	d, err := m.acquire(p.Dataset) // datasets.go
 	if err != nil {
 		return Opened{}, err
 	}
-	if err := m.authorize(p.Dataset, ds, c); err != nil {
+	opened := false
+	defer func() {
+		if !opened {
+			m.release(d)
+		}
+	}()
+	ds := d.m
+	if err := m.authorize(d, c); err != nil {
 		return Opened{}, err
 	}
 	candidates, err := gpuPaths(p)
@@ -235,12 +259,12 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	l, spec, way, err := m.openLoader(ds, p, candidates, loader.Options{
 		ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
 		Memory: p.Memory, Device: p.Device, BackendOptions: p.BackendOptions, State: p.State,
-		Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: m.data.guard(p.Dataset), Shared: m.shared,
+		Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: d.guard, Shared: m.shared,
 		Cred: credOf(c),
 	})
 	var ss *session
 	if err == nil {
-		ss = &session{id: newID(), dataset: p.Dataset, backend: spec.Name, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots}
+		ss = &session{id: newID(), dataset: p.Dataset, ds: d, backend: spec.Name, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots}
 		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, l.Memory().Desc(), way.path)
 		ss.touch()
 	}
@@ -255,6 +279,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err != nil {
 		return Opened{}, err
 	}
+	opened = true // the session releases d when it ends
 	m.metrics.sessions.Inc()
 	st := l.State()
 	desc := l.Memory().Desc()
@@ -331,6 +356,8 @@ func (m *Manager) openLoader(ds *bmap.Map, p OpenParams, ways []gpuPath, o loade
 		break
 	}
 	switch {
+	case errors.Is(err, backend.ErrNoRaw):
+		err = fmt.Errorf("%w: dataset %s has no samples readable from a block device (mapped on %s): use backend file", ErrInvalid, p.Dataset, fsName(ds))
 	case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, batchmem.ErrUnsupported), errors.Is(err, cufile.ErrUnavailable):
 		err = fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
 	case errors.Is(err, bmap.ErrStale), errors.Is(err, backend.ErrDevice):
@@ -339,6 +366,14 @@ func (m *Manager) openLoader(ds *bmap.Map, p OpenParams, ways []gpuPath, o loade
 		err = fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
 	}
 	return nil, backend.Spec{}, gpuPath{}, err
+}
+
+// fsName names the filesystem ds was mapped on, for messages.
+func fsName(ds *bmap.Map) string {
+	if ds.Device.FSType == "" {
+		return "a filesystem without device extents"
+	}
+	return ds.Device.FSType
 }
 
 // gpuPath is one way to open a session's loader: the GPU path and the
@@ -461,6 +496,7 @@ func (m *Manager) closeSession(ss *session, why string) {
 	if err := ss.l.Close(); err != nil {
 		m.log.Warn("session: closing", "session", ss.id, "err", err)
 	}
+	m.release(ss.ds) // after its loader, which reads through the dataset's guard
 	m.metrics.forget(ss)
 	m.metrics.sessions.Dec()
 	m.log.Info("session: ended", "session", ss.id, "why", why)

@@ -73,6 +73,7 @@ type Delivery struct {
 
 type session struct {
 	id, dataset, backend string
+	ds                   *dataset // the registration it reads (kept across reloads until it ends)
 	owner                owner
 	reserved             int64 // batch memory counted against Config.MaxLockedBytes
 	l                    *loader.Loader

@@ -1,0 +1,107 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nvfeed/nvfeed/bmap"
+)
+
+// Reload outcomes (Reloaded.Outcome).
+const (
+	ReloadReplaced = "reloaded" // its map was read again; new sessions get it
+	ReloadAdded    = "added"    // a dataset new to the daemon
+	ReloadRemoved  = "removed"  // no longer named: new opens get 404
+	ReloadFailed   = "failed"   // its map did not load: it keeps the one it had, if any (Error says why)
+)
+
+// Reloaded says what a reload did with one dataset: the wire form of an
+// entry of POST /v1/reload's answer.
+type Reloaded struct {
+	Dataset string `msgpack:"dataset"`
+	Outcome string `msgpack:"outcome"` // ReloadReplaced, ReloadAdded, ReloadRemoved or ReloadFailed
+	Samples int    `msgpack:"samples"` // what new sessions are served (0: none)
+	Error   string `msgpack:"error,omitempty"`
+}
+
+// ErrNoMapFiles is returned by Reload when the manager was given maps, not
+// map files (Config.MapFiles nil).
+var ErrNoMapFiles = errors.New("no map files to read again")
+
+// Reload reads every dataset's map file again (Config.MapFiles) and
+// registers each one that loads, as at start (a stat pass and a watch):
+// new sessions get the new map, while sessions already open keep the map
+// and guard they opened with until they end. A map that fails to load
+// leaves its dataset as it was (ReloadFailed, with the reason); a dataset
+// no longer named is removed for new sessions. It returns one Reloaded per
+// dataset, sorted by name; an error only when the list of map files itself
+// cannot be had (nothing changes then). Reloads run one at a time.
+func (m *Manager) Reload() ([]Reloaded, error) {
+	if m.cfg.MapFiles == nil {
+		return nil, ErrNoMapFiles
+	}
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	files, err := m.cfg.MapFiles()
+	if err != nil {
+		return nil, fmt.Errorf("session: reload: %w", err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("session: reload: no dataset named: keeping the registered ones")
+	}
+	var out []Reloaded
+	loaded := map[string]*dataset{}
+	for name, path := range files {
+		mp, err := bmap.Load(path)
+		if err != nil {
+			m.log.Warn("session: reload: map not loaded, the dataset keeps the map it had", "dataset", name, "map", path, "err", err)
+			out = append(out, Reloaded{Dataset: name, Outcome: ReloadFailed, Error: fmt.Sprintf("%s: %v", path, err)})
+			continue
+		}
+		m.mu.Lock()
+		id := m.nextID
+		m.nextID++
+		m.mu.Unlock()
+		loaded[name] = openDataset(name, id, mp, m.log)
+	}
+	var idle []*dataset
+	m.mu.Lock()
+	for i, r := range out { // failed: what new sessions keep getting
+		if d := m.data[r.Dataset]; d != nil {
+			out[i].Samples = len(d.m.Samples)
+		}
+	}
+	for name, d := range loaded {
+		outcome := ReloadAdded
+		if old := m.data[name]; old != nil {
+			outcome = ReloadReplaced
+			if m.retireLocked(old) {
+				idle = append(idle, old)
+			}
+		}
+		m.data[name] = d
+		out = append(out, Reloaded{Dataset: name, Outcome: outcome, Samples: len(d.m.Samples)})
+	}
+	for name, old := range m.data {
+		if _, named := files[name]; !named {
+			delete(m.data, name)
+			if m.retireLocked(old) {
+				idle = append(idle, old)
+			}
+			out = append(out, Reloaded{Dataset: name, Outcome: ReloadRemoved})
+		}
+	}
+	m.mu.Unlock()
+	for _, d := range idle {
+		m.closeRetired(d)
+	}
+	slices.SortFunc(out, func(a, b Reloaded) int { return strings.Compare(a.Dataset, b.Dataset) })
+	for _, r := range out {
+		if r.Outcome != ReloadFailed {
+			m.log.Info("session: reload", "dataset", r.Dataset, "outcome", r.Outcome, "samples", r.Samples)
+		}
+	}
+	return out, nil
+}
