@@ -30,6 +30,11 @@ type fixture struct {
 }
 
 func start(t *testing.T, timeout time.Duration) *fixture {
+	return startWith(t, Config{SessionTimeout: timeout})
+}
+
+// startWith is start with cfg (its Datasets set to the fixture's).
+func startWith(t *testing.T, cfg Config) *fixture {
 	root := t.TempDir()
 	for i := 0; i < 97; i++ {
 		p := filepath.Join(root, fmt.Sprintf("c%d", i%5), fmt.Sprintf("%03d.jpg", i))
@@ -37,7 +42,8 @@ func start(t *testing.T, timeout time.Duration) *fixture {
 		os.WriteFile(p, bytes.Repeat([]byte{byte(i), byte(i >> 3)}, 500+i*61), 0o644)
 	}
 	f := &fixture{m: testfs.MapDir(t, root), sock: filepath.Join(t.TempDir(), "d.sock"), done: make(chan error, 1)}
-	srv := New(Config{Datasets: map[string]*bmap.Map{"ds": f.m}, SessionTimeout: timeout})
+	cfg.Datasets = map[string]*bmap.Map{"ds": f.m}
+	srv := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() { f.done <- srv.Run(ctx, Listen{Socket: f.sock}) }()

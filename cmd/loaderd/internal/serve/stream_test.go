@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -304,4 +308,61 @@ func TestStreamBrokenKeepsBatches(t *testing.T) {
 	take(r)
 	unchanged(b)
 	s.conn.Close()
+}
+
+// TestClientCloseIsNotAWarning: a client that ends its stream by closing
+// the connection, or takes its memory and goes, is how clients end: the
+// daemon logs no warning for it. A broken frame still warns.
+func TestClientCloseIsNotAWarning(t *testing.T) {
+	var logs syncBuffer
+	f := startWith(t, Config{SessionTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	o := f.openThreeSlots(t)
+	f.memory(t, o.ID)
+	c := f.openStream(t, o.ID, nil)
+	nb, ok := c.recv(5 * time.Second)
+	if !ok {
+		t.Fatal("no batch on the stream")
+	}
+	// Give a batch back and go while the next frame waits unread: the
+	// daemon's side sees ECONNRESET, as when a training process exits.
+	c.send(StreamControl{Release: []int{nb.Slot}})
+	time.Sleep(100 * time.Millisecond)
+	c.conn.Close()
+	time.Sleep(200 * time.Millisecond) // the daemon sees the close
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("a client's close was logged as a warning:\n%s", logs.String())
+	}
+	for _, tc := range []struct {
+		err  error
+		want slog.Level
+	}{
+		{io.EOF, slog.LevelDebug},
+		{io.ErrUnexpectedEOF, slog.LevelDebug},
+		{net.ErrClosed, slog.LevelDebug},
+		{fmt.Errorf("read: %w", syscall.ECONNRESET), slog.LevelDebug},
+		{fmt.Errorf("write: %w", syscall.EPIPE), slog.LevelDebug},
+		{errors.New("control frame: release slot 7 of 3"), slog.LevelWarn},
+	} {
+		if got := closeLevel(tc.err); got != tc.want {
+			t.Errorf("closeLevel(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
