@@ -90,16 +90,16 @@ func (c *Checker) compare(i int, st *unix.Stat_t) (nlink uint64, err error) {
 }
 
 // CheckFd is Check of the file open at fd (opened by whoever must be
-// able to open it), and, for a raw sample, that the extents the map gives
-// for its bytes are the file's own now (FIEMAP with mp): a map that names
-// other blocks fails with ErrExtents.
+// able to open it), and, for a raw sample and a non-nil mp, that the
+// extents the map gives for its bytes are the file's own now (FIEMAP with
+// mp): a map that names other blocks fails with ErrExtents.
 func (c *Checker) CheckFd(i, fd int, mp *extentinfo.Mapper) (nlink uint64, err error) {
 	s := &c.m.Samples[i]
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return 0, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
 	}
-	if nlink, err = c.compare(i, &st); err != nil || s.Reason != Raw {
+	if nlink, err = c.compare(i, &st); err != nil || s.Reason != Raw || mp == nil {
 		return nlink, err
 	}
 	live, err := mp.ExtentsFd(fd, nil)

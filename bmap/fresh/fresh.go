@@ -201,6 +201,25 @@ func (g *Guard) NeedStat(i int) bool {
 	return g.watch == nil || g.multiLink.has(i) || g.watch.Changed(g.m.Samples[i].Label)
 }
 
+// PathUnchanged reports whether nothing under the dataset root on sample
+// i's path has changed since the watch began (after Poll): neither the
+// root nor its class directory saw an event (a rename, unlink, create,
+// chmod, chown, write...). False with Read. A user who could open the
+// sample by its path after the watch began can still reach, by that
+// path, the file then there; whether it is still that file, with the
+// same mode, is the file's identity and change time (SameFile).
+func (g *Guard) PathUnchanged(i int) bool {
+	return g.watch != nil && !g.watch.Changed(g.m.Samples[i].Label)
+}
+
+// SameFile checks that fd is sample i's file as mapped: identity, size,
+// modification and change time (a chmod or chown changes it), without
+// FIEMAP. The error wraps bmap.ErrStale.
+func (g *Guard) SameFile(i, fd int) error {
+	_, err := g.ck.CheckFd(i, fd, nil)
+	return err
+}
+
 // Generation moves whenever the watch sees a change (after Poll); with
 // Read it moves at every call. What was judged of the dataset's files at
 // one generation holds while it stays the same.

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/benchrun"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
@@ -260,7 +261,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	skipErrors := fs.Bool("skip-errors", false, "deliver batches with failed samples (length 0) instead of failing")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to FILE")
 	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
-	asUser := fs.String("as-user", "", "read as the daemon reads for a client of this user (name or uid): every open made with its uid, gid and groups from the user database (default: this process's credentials)")
+	asUser := fs.String("as-user", "", "read as the daemon reads for a client of this user (name or uid): its uid, gid and groups from the user database, and one freshness guard for the dataset, as the daemon keeps (default: this process's credentials)")
 	logs := addLogFlags(fs)
 	if err := parse(fs, args, stdout, stderr, benchUsage); err != nil {
 		return err
@@ -288,6 +289,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageErr(fs, "--as-user %q: %v", *asUser, err)
 		}
 		lo.Cred = &c
+		// As the daemon: one freshness guard for the dataset, which the
+		// backends share (a map with nothing to read raw has none).
+		if g, err := fresh.Open(m, fresh.Watch, log); err == nil {
+			defer g.Close()
+			lo.Guard = g
+		} else {
+			log.Info("bench: no freshness guard for --as-user", "err", err)
+		}
 	}
 	if *iolog != "" {
 		f, err := os.Create(*iolog)

@@ -12,35 +12,34 @@ import (
 // checks the open; what is read through the descriptor afterwards needs no
 // further check. Safe for concurrent use; Close it when done.
 type Opener struct {
-	cred Cred
-	reqs chan openReq
-	wg   sync.WaitGroup
-	once sync.Once
+	cred    Cred
+	threads int
+	reqs    chan openReq
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
 type openReq struct {
 	dirfd int
-	path  string
+	paths []string
 	flags int
-	done  chan openRes
-}
-
-type openRes struct {
-	fd  int
-	err error
+	fds   []int   // len(paths): set by the thread
+	errs  []error // len(paths): set by the thread
+	done  chan struct{}
 }
 
 // NewOpener starts threads threads switched to c. It fails if the kernel
 // refuses the switch.
 func NewOpener(c Cred, threads int) (*Opener, error) {
-	o := &Opener{cred: c, reqs: make(chan openReq)}
+	threads = max(threads, 1)
+	o := &Opener{cred: c, threads: threads, reqs: make(chan openReq)}
 	started := make(chan error, threads)
-	for range max(threads, 1) {
+	for range threads {
 		o.wg.Add(1)
 		go o.serve(started)
 	}
 	var first error
-	for range max(threads, 1) {
+	for range threads {
 		if err := <-started; err != nil && first == nil {
 			first = err
 		}
@@ -61,8 +60,10 @@ func (o *Opener) serve(started chan<- error) {
 		return
 	}
 	for r := range o.reqs {
-		fd, err := openat(r.dirfd, r.path, r.flags)
-		r.done <- openRes{fd, err}
+		for i, p := range r.paths {
+			r.fds[i], r.errs[i] = openat(r.dirfd, p, r.flags)
+		}
+		r.done <- struct{}{}
 	}
 }
 
@@ -72,10 +73,28 @@ func (o *Opener) Cred() Cred { return o.cred }
 // Openat opens path relative to dirfd with flags (O_CLOEXEC is added) as
 // the opener's Cred, retrying on EINTR.
 func (o *Opener) Openat(dirfd int, path string, flags int) (int, error) {
-	done := make(chan openRes, 1)
-	o.reqs <- openReq{dirfd, path, flags, done}
-	r := <-done
-	return r.fd, r.err
+	fds, errs := o.OpenatAll(dirfd, []string{path}, flags)
+	return fds[0], errs[0]
+}
+
+// OpenatAll is Openat of every path, shared among the opener's threads in
+// one hand-off each (a thread switched to another user's credentials is
+// locked: handing it one file at a time costs more than the open). fds[i]
+// is -1 where errs[i] is set.
+func (o *Opener) OpenatAll(dirfd int, paths []string, flags int) (fds []int, errs []error) {
+	fds, errs = make([]int, len(paths)), make([]error, len(paths))
+	chunk := max((len(paths)+o.threads-1)/o.threads, 1)
+	done := make(chan struct{}, o.threads)
+	n := 0
+	for lo := 0; lo < len(paths); lo += chunk {
+		hi := min(lo+chunk, len(paths))
+		o.reqs <- openReq{dirfd: dirfd, paths: paths[lo:hi], flags: flags, fds: fds[lo:hi], errs: errs[lo:hi], done: done}
+		n++
+	}
+	for range n {
+		<-done
+	}
+	return fds, errs
 }
 
 // Close stops the opener's threads. No Openat may be running or follow.

@@ -11,7 +11,6 @@ import (
 // read is called with the worker's number (0..workers-1) and sets nothing
 // itself: its error becomes the request's Err.
 type Pool struct {
-	init func() error // run by each worker on its goroutine before its first read
 	read func(worker int, r *Request) error
 	jobs chan poolJob
 	wg   sync.WaitGroup
@@ -22,19 +21,14 @@ type Pool struct {
 type poolJob struct {
 	ctx  context.Context
 	req  *Request
+	pos  int                                     // the request's position in its batch
+	read func(worker, pos int, r *Request) error // nil: the pool's own
 	done func(error)
 }
 
 // NewPool starts workers goroutines calling read.
 func NewPool(workers int, read func(worker int, r *Request) error) *Pool {
-	return NewPoolInit(workers, nil, read)
-}
-
-// NewPoolInit is NewPool whose workers each first call init (nil: none)
-// on their own goroutine, e.g. to lock and set up their OS thread; a
-// worker whose init failed fails every request it takes with that error.
-func NewPoolInit(workers int, init func() error, read func(worker int, r *Request) error) *Pool {
-	p := &Pool{init: init, read: read, jobs: make(chan poolJob, 4*workers)}
+	p := &Pool{read: read, jobs: make(chan poolJob, 4*workers)}
 	for i := range workers {
 		p.wg.Add(1)
 		go p.worker(i)
@@ -44,12 +38,23 @@ func NewPoolInit(workers int, init func() error, read func(worker int, r *Reques
 
 // ReadBatch reads every request and returns as Backend.ReadBatch says.
 func (p *Pool) ReadBatch(ctx context.Context, reqs []Request) error {
+	return p.readBatch(ctx, reqs, nil)
+}
+
+// ReadBatchFunc is ReadBatch with read, given each request's position in
+// reqs, in place of the pool's own: for what a backend prepared for the
+// whole batch first (e.g. files opened elsewhere).
+func (p *Pool) ReadBatchFunc(ctx context.Context, reqs []Request, read func(pos int, r *Request) error) error {
+	return p.readBatch(ctx, reqs, func(_, pos int, r *Request) error { return read(pos, r) })
+}
+
+func (p *Pool) readBatch(ctx context.Context, reqs []Request, read func(worker, pos int, r *Request) error) error {
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
 	wg.Add(len(reqs))
 	for i := range reqs {
-		p.jobs <- poolJob{ctx: ctx, req: &reqs[i], done: func(err error) {
+		p.jobs <- poolJob{ctx: ctx, req: &reqs[i], pos: i, read: read, done: func(err error) {
 			if err != nil {
 				once.Do(func() { first = err })
 			}
@@ -71,16 +76,12 @@ func (p *Pool) ReadBatch(ctx context.Context, reqs []Request) error {
 
 func (p *Pool) worker(id int) {
 	defer p.wg.Done()
-	var initErr error
-	if p.init != nil {
-		initErr = p.init()
-	}
 	for j := range p.jobs {
 		err := j.ctx.Err()
 		switch {
 		case err != nil:
-		case initErr != nil:
-			err = &SampleError{Index: j.req.Index, Path: j.req.Sample.Path, Err: initErr}
+		case j.read != nil:
+			err = j.read(id, j.pos, j.req)
 		default:
 			err = p.read(id, j.req)
 		}

@@ -17,11 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
@@ -50,30 +50,46 @@ func Spec() backend.Spec {
 
 // Backend reads samples through the filesystem with a pool of workers.
 type Backend struct {
-	pool *backend.Pool
+	r      *Reader
+	pool   *backend.Pool
+	caller *cred.Opener // opens as the caller (Env.Cred); nil: the workers open as the process
+	guard  *fresh.Guard // with caller: which samples' paths are unchanged since the caller's check
+	rootFd int          // with guard: the dataset root, for opens beneath it
 }
 
-// New starts workers goroutines reading m's samples. With env.Cred, each
-// worker runs on its own OS thread switched to the caller's credentials
-// (the thread ends with the backend).
+// callerThreads is how many threads open a batch's files as the caller.
+const callerThreads = 4
+
+// New starts workers goroutines reading m's samples. With env.Cred a
+// sample is read as that user would read it: opened as that user (shared
+// among a few threads switched to its credentials, one hand-off each per
+// batch: a switched thread is locked to its goroutine), or, where the
+// freshness guard env.Guard says nothing on the sample's path below the
+// root changed since the watch began (the user's access was checked
+// after that, at session open), opened by the workers beneath the root
+// without following any symlink and bound to the mapped file with its
+// change time (a chmod changes it). The second way costs what a read as
+// the process costs; the first cost 22 % of a warm epoch, measured.
 func New(m *bmap.Map, workers int, direct bool, env backend.Env) (*Backend, error) {
 	r, err := NewReader(m, direct, env.Faults)
 	if err != nil {
 		return nil, err
 	}
-	var init func() error
+	b := &Backend{r: r, rootFd: -1}
 	if c := env.Cred; c != nil {
-		if err := c.Do(func() error { return nil }); err != nil {
+		if b.caller, err = cred.NewOpener(*c, min(callerThreads, workers)); err != nil {
 			return nil, fmt.Errorf("fsread: reading as %v: %w", *c, err)
 		}
-		init = func() error {
-			runtime.LockOSThread() // never unlocked: the thread ends with the worker
-			return c.Become()
+		if g := env.Guard; g != nil && g.Method() == fresh.Watch {
+			if b.rootFd, err = unix.Open(m.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+				b.caller.Close()
+				return nil, fmt.Errorf("fsread: dataset root: %w", err)
+			}
+			b.guard = g
 		}
 	}
-	return &Backend{pool: backend.NewPoolInit(workers, init, func(_ int, req *backend.Request) error {
-		return r.Read(req, nil)
-	})}, nil
+	b.pool = backend.NewPool(workers, func(_ int, req *backend.Request) error { return r.Read(req, nil) })
+	return b, nil
 }
 
 // Name returns "file".
@@ -87,12 +103,133 @@ func (b *Backend) Stats() backend.Stats {
 
 // ReadBatch reads the requests with the worker pool; see backend.Backend.
 func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
-	return b.pool.ReadBatch(ctx, reqs)
+	if b.caller == nil {
+		return b.pool.ReadBatch(ctx, reqs)
+	}
+	// Beneath the root where the path is unchanged, as the caller elsewhere.
+	beneath := make([]bool, len(reqs))
+	if b.guard != nil {
+		b.guard.Poll()
+		for i := range reqs {
+			beneath[i] = b.guard.PathUnchanged(reqs[i].Index)
+		}
+	}
+	err := b.readAsCaller(ctx, reqs, beneath)
+	if b.guard == nil {
+		return err
+	}
+	// A change seen only now (after the opens) may have come before one of
+	// them: those samples are read again, as the caller.
+	b.guard.Poll()
+	var again []int
+	for i := range reqs {
+		if beneath[i] && (errors.Is(reqs[i].Err, errNotBeneath) || !b.guard.PathUnchanged(reqs[i].Index)) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return err
+	}
+	sub := make([]backend.Request, len(again))
+	for j, i := range again {
+		sub[j] = reqs[i]
+	}
+	b.readAsCaller(ctx, sub, make([]bool, len(sub)))
+	err = nil
+	for j, i := range again {
+		reqs[i].Err = sub[j].Err
+	}
+	for i := range reqs {
+		if err == nil && reqs[i].Err != nil {
+			err = reqs[i].Err
+		}
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
+}
+
+// errNotBeneath marks a sample that could not be opened beneath the root
+// as the mapped, unchanged file: it is read as the caller instead.
+var errNotBeneath = errors.New("fsread: not opened beneath the root")
+
+// readAsCaller reads reqs: those marked beneath opened by the workers
+// beneath the root (errNotBeneath where that fails), the others opened as
+// the caller first, a few threads' hand-off for the whole batch.
+func (b *Backend) readAsCaller(ctx context.Context, reqs []backend.Request, beneath []bool) error {
+	var paths []string
+	var at []int // paths[k] is reqs[at[k]]'s
+	for i := range reqs {
+		if !beneath[i] {
+			paths = append(paths, b.r.path(reqs[i].Sample))
+			at = append(at, i)
+		}
+	}
+	fds, errs := make([]int, len(reqs)), make([]error, len(reqs))
+	for i := range fds {
+		fds[i] = -1
+	}
+	if len(paths) > 0 {
+		f, e := b.caller.OpenatAll(unix.AT_FDCWD, paths, b.r.flags())
+		for k, i := range at {
+			fds[i], errs[i] = f[k], e[k]
+		}
+	}
+	err := b.pool.ReadBatchFunc(ctx, reqs, func(pos int, req *backend.Request) error {
+		if beneath[pos] {
+			fd, err := b.openBeneath(req.Index, req.Sample)
+			if err != nil {
+				return errNotBeneath
+			}
+			return b.r.read(req, fd)
+		}
+		fd := fds[pos]
+		fds[pos] = -1 // this worker's to close
+		if errs[pos] != nil {
+			return &backend.SampleError{Index: req.Index, Path: req.Sample.Path, Err: fmt.Errorf("open: %w", errs[pos])}
+		}
+		return b.r.ReadFd(req, fd)
+	})
+	for _, fd := range fds { // requests a cancelled batch never read
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	return err
+}
+
+// openBeneath opens sample i beneath the dataset root as the process,
+// following no symlink (one could lead through a directory the watch does
+// not cover), and checks it is the mapped file, unchanged (SameFile).
+func (b *Backend) openBeneath(i int, s *bmap.Sample) (int, error) {
+	how := unix.OpenHow{Flags: uint64(b.r.flags()), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	var fd int
+	var err error
+	for {
+		if fd, err = unix.Openat2(b.rootFd, s.Path, &how); err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return -1, err
+	}
+	if err := b.guard.SameFile(i, fd); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Close stops the workers. No ReadBatch may be running.
 func (b *Backend) Close() error {
 	b.pool.Close()
+	if b.caller != nil {
+		b.caller.Close()
+	}
+	if b.rootFd >= 0 {
+		unix.Close(b.rootFd)
+	}
 	return nil
 }
 
@@ -127,13 +264,25 @@ func NewReader(m *bmap.Map, direct bool, faults *backend.Faults) (*Reader, error
 	return &Reader{root: m.Root, dev: st.Dev, direct: direct, faults: faults}, nil
 }
 
+// path returns s's absolute path.
+func (r *Reader) path(s *bmap.Sample) string { return filepath.Join(r.root, s.Path) }
+
+// flags returns the flags every sample is opened with.
+func (r *Reader) flags() int {
+	f := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	if r.direct {
+		f |= unix.O_DIRECT
+	}
+	return f
+}
+
 // OpenSample opens s's file by its absolute path with flags, through open
 // (nil: this thread's credentials), and checks that it is the file that
 // was mapped: a regular file with the map's inode, on the root's
 // filesystem unless the map says it lives on another. The error names
 // the path; a file that is not the mapped one wraps ErrReplaced.
 func (r *Reader) OpenSample(s *bmap.Sample, flags int, open Opener) (int, error) {
-	path := filepath.Join(r.root, s.Path)
+	path := r.path(s)
 	flags |= unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
 	var fd int
 	var err error
@@ -145,16 +294,23 @@ func (r *Reader) OpenSample(s *bmap.Sample, flags int, open Opener) (int, error)
 	if err != nil {
 		return -1, fmt.Errorf("open: %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := r.bind(fd, s); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("fstat: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != s.Inode || (s.Reason != bmap.OtherFS && st.Dev != r.dev) {
-		unix.Close(fd)
-		return -1, fmt.Errorf("%w (device %d inode %d, mapped inode %d)", ErrReplaced, st.Dev, st.Ino, s.Inode)
+		return -1, err
 	}
 	return fd, nil
+}
+
+// bind checks that fd is s's mapped file (see OpenSample).
+func (r *Reader) bind(fd int, s *bmap.Sample) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("fstat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != s.Inode || (s.Reason != bmap.OtherFS && st.Dev != r.dev) {
+		return fmt.Errorf("%w (device %d inode %d, mapped inode %d)", ErrReplaced, st.Dev, st.Ino, s.Inode)
+	}
+	return nil
 }
 
 // Read reads req's sample into req.Buf[:Size], with O_DIRECT when the
@@ -164,15 +320,27 @@ func (r *Reader) OpenSample(s *bmap.Sample, flags int, open Opener) (int, error)
 // the path names another file, backend.ErrShortRead when the file's
 // length differs from the map's.
 func (r *Reader) Read(req *backend.Request, open Opener) error {
-	s := req.Sample
-	flags := 0
-	if r.direct {
-		flags |= unix.O_DIRECT
-	}
-	fd, err := r.OpenSample(s, flags, open)
+	fd, err := r.OpenSample(req.Sample, r.flags(), open)
 	if err != nil {
-		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
+		return &backend.SampleError{Index: req.Index, Path: req.Sample.Path, Err: err}
 	}
+	return r.read(req, fd)
+}
+
+// ReadFd is Read of a file already opened (with the Reader's flags) by
+// whoever had to open it: it checks that fd is the mapped file, reads,
+// and closes fd.
+func (r *Reader) ReadFd(req *backend.Request, fd int) error {
+	if err := r.bind(fd, req.Sample); err != nil {
+		unix.Close(fd)
+		return &backend.SampleError{Index: req.Index, Path: req.Sample.Path, Err: err}
+	}
+	return r.read(req, fd)
+}
+
+// read reads req's sample from fd, the mapped file, and closes it.
+func (r *Reader) read(req *backend.Request, fd int) error {
+	s := req.Sample
 	defer unix.Close(fd)
 	// Ask for the whole aligned length: O_DIRECT needs it, and a file that
 	// grew shows up as a longer read at no extra cost.

@@ -30,11 +30,11 @@ def nobody() -> pwd.struct_passwd:
         raise
 
 
-def python_as(uid: int, gid: int) -> list[str]:
-    """A command line running Python as uid with this checkout's client
-    importable, or a skip."""
+def python_as(uid: int, gid: int, client: Path = PYTHON_DIR) -> list[str]:
+    """A command line running Python as uid with the client in directory
+    client (default: this checkout's python/) importable, or a skip."""
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    env = f"PYTHONPATH={PYTHON_DIR}:{site}"
+    env = f"PYTHONPATH={client}:{site}"
     for exe in (os.path.realpath(sys.executable), f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
         r = subprocess.run(["env", env, exe, "-c", "import dali_source, numpy, msgpack"], user=uid, group=gid,
                            extra_groups=[], capture_output=True, text=True, cwd="/")
@@ -45,11 +45,12 @@ def python_as(uid: int, gid: int) -> list[str]:
 
 
 def run_as(uid: int, gid: int, groups: Sequence[int], script: str, *args: str,
-           env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+           env: dict[str, str] | None = None, timeout: float = 120,
+           client: Path = PYTHON_DIR) -> subprocess.CompletedProcess[str]:
     """Runs script (python -c) as uid:gid with exactly these supplementary
-    groups."""
+    groups, the client imported from directory client."""
     extra = [f"{k}={v}" for k, v in (env or {}).items()]
-    py = python_as(uid, gid)
+    py = python_as(uid, gid, client)
     return subprocess.run([py[0], *py[1:-1], *extra, py[-1], "-c", script, *args], user=uid, group=gid,
                           extra_groups=list(groups), capture_output=True, text=True, cwd="/", timeout=timeout)
 

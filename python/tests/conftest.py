@@ -9,9 +9,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -155,3 +158,34 @@ def daemon(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Daemon
     code = stop_daemon(d)
     assert code == 0, f"loaderd exited {code}: {d.log.read_text()}"
     assert not os.path.exists(d.socket), "socket left behind after SIGTERM"
+
+
+@dataclass
+class Wheel:
+    path: Path  # dist/nvfeed-VERSION-....whl
+    site: Path  # where it is installed (pip --target): site/bin has loaderd and mkbmap
+    build_stderr: str
+
+
+@pytest.fixture(scope="session")
+def wheel() -> Iterator[Wheel]:
+    """`make wheel`'s script run with a bare environment (Go, the system's
+    python3, no venv on PATH), and the wheel pip-installed offline into a
+    directory every user can read (the operator test runs its client as
+    nobody)."""
+    go = shutil.which("go") or str(REPO / ".tools" / "go" / "bin" / "go")
+    env = {"PATH": f"{os.path.dirname(go)}:/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    r = subprocess.run(["bash", str(REPO / "scripts" / "wheel.sh")], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    path = Path(REPO / r.stdout.strip().splitlines()[-1])
+    base = Path(tempfile.mkdtemp(prefix="nvfeed-wheel-"))
+    base.chmod(0o755)
+    site = base / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site), str(path)],
+                   check=True)
+    for d, _, _ in os.walk(base):
+        os.chmod(d, 0o755)
+    try:
+        yield Wheel(path, site, r.stderr)
+    finally:
+        shutil.rmtree(base)

@@ -4,8 +4,8 @@ machine: a socket group made with groupadd, a socket directory of mode
 would (its own process, the group on the socket, SIGTERM to stop), and a
 member of the group (nobody, with the group as a supplementary group)
 running the README's CPU pipeline as written, with NVFEED_SOCKET naming
-the socket. The binaries and the client are this checkout's (bin/,
-python/)."""
+the socket. The binaries and the client are the wheel's, as the README
+installs it (`make wheel`, then pip)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from asuser import nobody, run_as, shared_dir
-from conftest import BIN, REPO, skip_unprivileged
+from conftest import REPO, Wheel, skip_unprivileged
 
 FILES, CLASSES = 70, 3
 
@@ -66,7 +66,7 @@ def _jpegs(root: Path) -> None:
             d.chmod(0o755)
 
 
-def test_quickstart_on_cpu(group: tuple[str, int]) -> None:
+def test_quickstart_on_cpu(group: tuple[str, int], wheel: Wheel) -> None:
     gname, gid = group
     user = nobody()
     pytest.importorskip("nvidia.dali", reason="the README's pipeline needs DALI")
@@ -83,7 +83,8 @@ def test_quickstart_on_cpu(group: tuple[str, int]) -> None:
         _jpegs(data / "train")
 
         # sudo env "PATH=$PATH" mkbmap --mountpoint ... -o ... (--verify needs the device: not here)
-        env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+        # The wheel's binaries, on PATH as pip puts them.
+        env = {**os.environ, "PATH": f"{wheel.site / 'bin'}:{os.environ['PATH']}"}
         bmap = data / "train.bmap"
         r = subprocess.run(["mkbmap", "--mountpoint", str(data / "train"), "-o", str(bmap)],
                            env=env, capture_output=True, text=True)
@@ -103,14 +104,16 @@ def test_quickstart_on_cpu(group: tuple[str, int]) -> None:
             st = sock.stat()
             assert st.st_gid == gid and st.st_mode & 0o777 == 0o660, oct(st.st_mode)
 
+            where = run_as(user.pw_uid, user.pw_gid, [], "import dali_source; print(dali_source.__file__)", client=wheel.site)
+            assert where.stdout.startswith(str(wheel.site)), where.stdout + where.stderr  # the wheel's client
             script = "from nvidia.dali import fn, pipeline_def, types\n" + _readme_block('device="cpu"')
             client_env = {"NVFEED_SOCKET": str(sock), "HOME": "/tmp"}
             # Not yet a member: told which group to join.
-            r = run_as(user.pw_uid, user.pw_gid, [], script, env=client_env)
+            r = run_as(user.pw_uid, user.pw_gid, [], script, env=client_env, client=wheel.site)
             assert r.returncode != 0 and "SocketPermissionError" in r.stderr, r.stdout + r.stderr
             assert f"sudo usermod -aG {gname} $USER" in r.stderr, r.stderr
             # A member (after the new login): two epochs of every sample, decoded on the CPU.
-            r = run_as(user.pw_uid, user.pw_gid, [gid], script, env=client_env, timeout=300)
+            r = run_as(user.pw_uid, user.pw_gid, [gid], script, env=client_env, timeout=300, client=wheel.site)
             assert r.returncode == 0, r.stdout + r.stderr + log.read_text()
             assert r.stdout.split("\n")[:2] == [f"epoch 0: {FILES} samples", f"epoch 1: {FILES} samples"], r.stdout
         finally:

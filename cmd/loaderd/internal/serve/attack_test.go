@@ -404,3 +404,50 @@ func TestAttackGroups(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackRevokedMidSession: while nobody reads, the owner takes access
+// away: a class directory becomes 0700, a file 0600, a class directory is
+// swapped for a symlink into a directory nobody cannot search. From then
+// on those samples fail for every backend (the daemon re-checks as the
+// caller what the watch saw change), and the rest is still served.
+func TestAttackRevokedMidSession(t *testing.T) {
+	for _, be := range []string{"file", "gds", "bam"} {
+		t.Run(be, func(t *testing.T) {
+			a := newAttackFS(t)
+			os.MkdirAll(filepath.Join(a.root, "c2"), 0o755)
+			for i := 0; i < 4; i++ {
+				a.fs.WriteFile(t, fmt.Sprintf("data/c2/%03d.jpg", i), bytes.Repeat([]byte("C2"), 3000+i))
+			}
+			m := a.build(t)
+			sock := daemon(t, m)
+			s, code, msg := connectAs(t, sock, nobodyWho).open(be)
+			if code != http.StatusOK {
+				t.Fatalf("open as nobody: %d %s", code, msg)
+			}
+			if _, failed := s.epoch(m); len(failed) != 0 {
+				t.Fatalf("before any change: %v", failed)
+			}
+			os.Chmod(filepath.Join(a.root, "c1"), 0o700)
+			os.Chmod(filepath.Join(a.root, "c0/001.jpg"), 0o600)
+			os.Rename(filepath.Join(a.root, "c2"), filepath.Join(a.vault, "c2"))
+			os.Symlink(filepath.Join(a.vault, "c2"), filepath.Join(a.root, "c2"))
+			revoked := func(p string) bool {
+				return strings.HasPrefix(p, "c1/") || strings.HasPrefix(p, "c2/") || p == "c0/001.jpg"
+			}
+			for e := 0; e < 3; e++ { // batches read ahead before the change were readable then
+				got, _ := s.epoch(m)
+				for _, smp := range m.Samples {
+					switch b := got[smp.Path]; {
+					case e > 0 && revoked(smp.Path) && b != nil:
+						t.Errorf("epoch %d: %s, no longer readable by nobody, was served", e, smp.Path)
+					case !revoked(smp.Path):
+						want, _ := os.ReadFile(filepath.Join(a.root, smp.Path))
+						if !bytes.Equal(b, want) {
+							t.Errorf("epoch %d: %s differs from its file", e, smp.Path)
+						}
+					}
+				}
+			}
+		})
+	}
+}
