@@ -139,17 +139,17 @@ func layoutError(root string, classes []string, o DiscoverOptions) error {
 	case len(classes) == 0 && len(files) == 0:
 		found = "nothing: no class folder, no file"
 	case len(classes) == 0:
-		found = fmt.Sprintf("no class folder, and %d files directly in %s (%s), %d of them matching the filters: "+
+		found = fmt.Sprintf("no class folder, and %s directly in %s (%s), %d matching the filters: "+
 			"DALI skips files in the root, so move them into one folder per class, e.g. %s",
-			len(files), root, examples(files), len(matching), filepath.Join(root, "CLASS", firstOr(matching, files)))
+			plural(len(files), "file"), root, examples(files), len(matching), filepath.Join(root, "CLASS", firstOr(matching, files)))
 	default:
-		found = fmt.Sprintf("%d class folders (%s) but no file in them matches the filters %s", len(classes), examples(classes),
+		found = fmt.Sprintf("%s (%s) but no file in them matches the filters %s", plural(len(classes), "class folder"), examples(classes),
 			strings.Join(filters, " "))
 		if o.Filters == nil {
 			found += " (--filter replaces them)"
 		}
 		if len(matching) > 0 {
-			found += fmt.Sprintf("; %d matching files lie directly in the root (%s), where DALI skips them", len(matching), examples(matching))
+			found += fmt.Sprintf("; %s matching the filters directly in the root (%s), where DALI skips them", plural(len(matching), "file"), examples(matching))
 		}
 	}
 	return fmt.Errorf("bmap: %s: %w; found %s", root, ErrLayout, found)
@@ -203,4 +203,12 @@ func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// plural returns "1 file", "2 files".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

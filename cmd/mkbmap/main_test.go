@@ -112,9 +112,9 @@ func TestLayoutErrors(t *testing.T) {
 	}{
 		{"empty", nil, []string{"ROOT/CLASS/FILE", "found nothing: no class folder, no file"}},
 		{"flat", []string{"a.jpg", "b.JPG", "c.jpg", "d.jpg", "notes.txt"},
-			[]string{"ROOT/CLASS/FILE", "no class folder, and 5 files directly in", "4 of them matching", "a.jpg, b.JPG, c.jpg, … 2 more", "CLASS/a.jpg"}},
+			[]string{"ROOT/CLASS/FILE", "no class folder, and 5 files directly in", "4 matching the filters", "a.jpg, b.JPG, c.jpg, … 2 more", "CLASS/a.jpg"}},
 		{"no matching files", []string{"cat/notes.txt", "dog/", "x.jpg"},
-			[]string{"ROOT/CLASS/FILE", "2 class folders (cat, dog) but no file in them matches the filters *.jpg", "--filter replaces them", "1 matching files lie directly in the root (x.jpg)"}},
+			[]string{"ROOT/CLASS/FILE", "2 class folders (cat, dog) but no file in them matches the filters *.jpg", "--filter replaces them", "1 file matching the filters directly in the root (x.jpg)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
