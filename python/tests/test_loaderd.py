@@ -195,9 +195,12 @@ def test_metrics(daemon: Daemon) -> None:
 
 
 def test_client_is_the_installed_package() -> None:
+    """scripts/venv.sh installs the client: nvfeed and its former name."""
     import dali_source
-    assert "site-packages" in dali_source.__file__, f"imported {dali_source.__file__}, not the installed package"
-    assert os.path.exists(os.path.join(os.path.dirname(dali_source.__file__), "py.typed")), "py.typed not installed"
+    import nvfeed
+    for m in (nvfeed, dali_source):
+        assert "site-packages" in m.__file__, f"imported {m.__file__}, not the installed package"
+        assert os.path.exists(os.path.join(os.path.dirname(m.__file__), "py.typed")), f"{m.__name__}: py.typed not installed"
 
 
 def test_backends_described(daemon: Daemon) -> None:

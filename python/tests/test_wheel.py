@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_binaries_and_client_share_one_version() -> None:
-    v = (REPO / "python" / "dali_source" / "VERSION").read_text().strip()
+    v = (REPO / "python" / "nvfeed" / "VERSION").read_text().strip()
     assert dali_source.__version__ == v
     for b in ("loaderd", "mkbmap"):
         out = subprocess.run([str(BIN / b), "--version"], capture_output=True, text=True, check=True).stdout
