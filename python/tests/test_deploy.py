@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import BIN, Dataset, start_daemon, stop_daemon
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 
 from conftest import Daemon, Dataset, need_raw, start_daemon, stop_daemon
-from dali_source import DaemonGoneError, LoaderError, LoaderSource
+from nvfeed import DaemonGoneError, LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
 
@@ -162,7 +162,7 @@ def test_daemon_killed_leaves_nothing_and_batches_stay(dataset: Dataset, tmp_pat
 
 def test_killed_client_is_reaped(daemon: Daemon, dataset: Dataset) -> None:
     child = subprocess.Popen([sys.executable, "-c", f"""
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 s = LoaderSource("train", socket={daemon.socket!r}, batch_size=2)
 next(s)
 print(s._mm and s._id, flush=True)
@@ -204,7 +204,7 @@ def test_client_is_the_installed_package() -> None:
 
 
 def test_backends_described(daemon: Daemon) -> None:
-    from dali_source import backends
+    from nvfeed import backends
     d = backends(daemon.socket)
     assert d["default"] == "file" and d["prefetch_queue_depth"] == 2
     by_name = {b["name"]: b for b in d["backends"]}
