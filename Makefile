@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/go/bin:$(PATH)
 # The one place the version is set (the Python package reads it too).
-VERSION := $(shell cat python/dali_source/VERSION)
+VERSION := $(shell cat python/nvfeed/VERSION)
 GOLDFLAGS := -ldflags "-X main.version=$(VERSION)"
 
 .PHONY: demo test deps build bench fuzz venv wheel
@@ -19,7 +19,8 @@ build: deps
 demo: build venv
 	bash scripts/demo.sh
 
-# Runs every test: vet, staticcheck, mypy --strict on the client, the Go
+# Runs every test: vet, staticcheck, mypy --strict on the client (nvfeed,
+# and dali_source, its former name), the Go
 # tests under the race detector, then the Python suite against a real
 # loaderd (and real DALI where it installs). Tests that need root or loop
 # devices skip with the reason; with NVFEED_REQUIRE_PRIVILEGED=1 (.ci/run)
@@ -27,7 +28,7 @@ demo: build venv
 test: deps venv
 	go vet ./...
 	.tools/bin/staticcheck ./...
-	cd python && ../.venv/bin/mypy --strict dali_source
+	cd python && ../.venv/bin/mypy --strict nvfeed dali_source
 	go test -race -count=1 ./...
 	@mkdir -p bin
 	go build $(GOLDFLAGS) -o bin/ ./cmd/...

@@ -22,8 +22,8 @@ import time
 import msgpack
 import numpy as np
 
-from dali_source import LoaderSource
-from dali_source._stream import Stream
+from nvfeed import LoaderSource
+from nvfeed._stream import Stream
 
 
 def _cpu(f, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]

@@ -2,7 +2,7 @@
 # The GPU path on a GPU machine, in one command. Takes the binaries built
 # on a machine with Go and the client from python/ (no install needed).
 # Build them so that they run on the GPU machine's glibc: without cgo,
-#   CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(cat python/dali_source/VERSION)" -o bin/ ./cmd/... ./tools/...
+#   CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(cat python/nvfeed/VERSION)" -o bin/ ./cmd/... ./tools/...
 # (libc only, no versioned symbol; `loaderd check` then lacks its NVML
 # probe), or with cgo (`make build`: NVML too) where that machine's glibc is
 # at least the build machine's. Carry bin/. On a machine without an NVIDIA driver it says "no GPU" and

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from dali_source import CudaArray, LoaderSource
+from nvfeed import CudaArray, LoaderSource
 
 
 def files(root: Path) -> tuple[dict[str, tuple[str, int]], list[Path]]:

@@ -25,7 +25,7 @@ grep "registered" $w/d.log | head -2 || true
 echo "daemon RSS idle: $(grep VmRSS /proc/$dpid/status)"
 cat > $w/rank.py <<'PY'
 import sys, time
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 t0 = time.monotonic()
 with LoaderSource("train", socket=sys.argv[1], batch_size=64, shard_id=int(sys.argv[2]), num_shards=8, random_shuffle=True, backend="gds") as s:
     t1 = time.monotonic(); next(s); t2 = time.monotonic()

@@ -18,7 +18,7 @@ import time
 
 
 def _rank(k: int, a: argparse.Namespace, ready, go, out) -> None:
-    from dali_source import LoaderSource
+    from nvfeed import LoaderSource
     ready.wait()
     go.wait()
     t0 = time.monotonic()

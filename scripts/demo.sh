@@ -51,7 +51,7 @@ if [[ $(id -u) == 0 ]]; then
 fi
 
 echo
-echo "demo: loaderd serve on the demo dataset; the Python client (dali_source.LoaderSource) reads it"
+echo "demo: loaderd serve on the demo dataset; the Python client (nvfeed.LoaderSource) reads it"
 sock=$work/loaderd.sock
 bin/loaderd serve --socket "$sock" --dataset "train=$work/train.bmap" 2>"$work/loaderd.log" &
 daemon=$!

@@ -1,5 +1,6 @@
-"""Writes the platform wheel of scripts/wheel.sh: the client package and
-the two binaries (as scripts), with METADATA, WHEEL and RECORD as the
+"""Writes the platform wheel of scripts/wheel.sh: the client package
+(nvfeed, and dali_source, its former name, which re-exports it) and the
+two binaries (as scripts), with METADATA, WHEEL and RECORD as the
 wheel format (PEP 427, PEP 491) specifies."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 NAME = "nvfeed"
+PACKAGES = ("nvfeed", "dali_source")  # python/<package>/, each as it is in the checkout
 TAG = "py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64"
 
 
@@ -22,14 +24,14 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path)
     a = ap.parse_args()
     repo = Path(__file__).resolve().parents[1]
-    pkg = repo / "python" / "dali_source"
     readme = (repo / "python" / "README.md").read_text()
     dist_info = f"{NAME}-{a.version}.dist-info"
     data = f"{NAME}-{a.version}.data"
     files: list[tuple[str, bytes, int]] = []  # (path in the wheel, bytes, mode)
-    for p in sorted(pkg.iterdir()):
-        if p.suffix == ".py" or p.name in ("py.typed", "VERSION"):
-            files.append((f"dali_source/{p.name}", p.read_bytes(), 0o644))
+    for pkg in PACKAGES:
+        for p in sorted((repo / "python" / pkg).iterdir()):
+            if p.suffix == ".py" or p.name in ("py.typed", "VERSION"):
+                files.append((f"{pkg}/{p.name}", p.read_bytes(), 0o644))
     for b in ("loaderd", "mkbmap"):
         files.append((f"{data}/scripts/{b}", (a.bin / b).read_bytes(), 0o755))
     metadata = (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {a.version}\n"

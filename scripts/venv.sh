@@ -2,8 +2,9 @@
 # Makes .venv with the pinned Python packages (python/requirements.txt) and,
 # where it installs, DALI (python/requirements-dali.txt; the DALI tests skip
 # and say why when it does not), then installs the client package itself
-# (pip install ./python: the module dali_source). Idempotent: reinstalls the
-# requirements only when they changed; the client (a second) every time.
+# (pip install ./python: the distribution nvfeed, the modules nvfeed and
+# dali_source, its former name). Idempotent: reinstalls the requirements only
+# when they changed; the client (a second) every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stamp=.venv/.requirements
@@ -18,5 +19,11 @@ if ! [[ -x .venv/bin/python ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]
     echo "$out" | tail -5 >&2
   fi
   printf '%s' "$want" > "$stamp"
+fi
+# A venv made before the client took the project's name holds it as the
+# distribution nvfeed-dali-source, whose files (dali_source/) nvfeed's would
+# overlap: it goes first.
+if .venv/bin/python -m pip show -q nvfeed-dali-source >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall -q -y --disable-pip-version-check nvfeed-dali-source
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./python

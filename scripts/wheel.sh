@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make wheel: dist/nvfeed-VERSION-py3-none-manylinux_2_17_x86_64.whl, one
-# pip install for a Python user: the client package (dali_source) and the
+# pip install for a Python user: the client package (nvfeed, and dali_source,
+# its former name, re-exporting it) and the
 # loaderd and mkbmap binaries as scripts, so both land on the environment's
 # PATH. The binaries are built without cgo: they need only libc.so.6,
 # libpthread.so.0 and libdl.so.2 and no versioned glibc symbol, so the
@@ -8,14 +9,14 @@
 # (Ubuntu 20.04+, RHEL 8+, and older). CUDA and cuFile are loaded at run
 # time either way (purego); what a cgo build has beyond it is the NVML
 # probe of `loaderd check` (go-nvml), which says so. `auditwheel show`
-# (PyPI) checks the tag. The version comes from python/dali_source/VERSION.
+# (PyPI) checks the tag. The version comes from python/nvfeed/VERSION.
 # Needs Go (scripts/deps.sh wheel), objcopy and a python3 (the standard
 # library writes the wheel: scripts/mkwheel.py), not the development venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PWD/.tools/go/bin:$PATH
 command -v objcopy >/dev/null || { echo "wheel.sh: objcopy missing: install binutils (scripts/deps.sh wheel does, as root)" >&2; exit 1; }
-version=$(cat python/dali_source/VERSION)
+version=$(cat python/nvfeed/VERSION)
 out=build/wheel
 rm -rf "$out" && mkdir -p "$out" dist
 CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$out/" ./cmd/loaderd ./cmd/mkbmap

@@ -117,7 +117,7 @@ flags:`
 // (the deploy files' socket, and the Python client's default).
 const defaultSocket = "/run/loaderd/loaderd.sock"
 
-// version is this release, set at link time from python/dali_source/VERSION
+// version is this release, set at link time from python/nvfeed/VERSION
 // (make build, make wheel): -ldflags "-X main.version=...".
 var version = "dev"
 

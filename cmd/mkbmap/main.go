@@ -36,7 +36,7 @@ func main() {
 	os.Exit(code)
 }
 
-// version is this release, set at link time from python/dali_source/VERSION
+// version is this release, set at link time from python/nvfeed/VERSION
 // (make build, make wheel): -ldflags "-X main.version=...".
 var version = "dev"
 

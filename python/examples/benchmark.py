@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 
 EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
 

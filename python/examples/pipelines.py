@@ -9,7 +9,7 @@ import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 from nvidia.dali import pipeline_def
 
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 
 
 def file_reader_pipeline(datadir: str, batch_size: int, device_id: int | None = None, shuffle: bool = True):

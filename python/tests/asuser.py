@@ -36,7 +36,7 @@ def python_as(uid: int, gid: int, client: Path = PYTHON_DIR) -> list[str]:
     site = next(p for p in sys.path if p.endswith("site-packages"))
     env = f"PYTHONPATH={client}:{site}"
     for exe in (os.path.realpath(sys.executable), f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
-        r = subprocess.run(["env", env, exe, "-c", "import dali_source, numpy, msgpack"], user=uid, group=gid,
+        r = subprocess.run(["env", env, exe, "-c", "import nvfeed, numpy, msgpack"], user=uid, group=gid,
                            extra_groups=[], capture_output=True, text=True, cwd="/")
         if r.returncode == 0:
             return ["env", env, exe]

@@ -23,11 +23,11 @@ from typing import Iterator
 import pytest
 
 from conftest import BIN, skip_unprivileged, start_daemon, stop_daemon
-from dali_source import LoaderError, LoaderSource
+from nvfeed import LoaderError, LoaderSource
 
 CLIENT = """
 import hashlib, json, sys
-from dali_source import LoaderError, LoaderSource
+from nvfeed import LoaderError, LoaderSource
 out = {}
 for name in sys.argv[2:]:
     try:
@@ -40,8 +40,8 @@ print(json.dumps(out))
 
 STEAL = """
 import os, sys
-from dali_source._memory import receive
-from dali_source._upgrade import UpgradeError
+from nvfeed._memory import receive
+from nvfeed._upgrade import UpgradeError
 n = len(os.listdir("/proc/self/fd"))
 try:
     receive(sys.argv[1], sys.argv[2], 10)
@@ -73,7 +73,7 @@ def _client_python(uid: int, gid: int) -> list[str]:
     site = next(p for p in sys.path if p.endswith("site-packages"))
     env = f"PYTHONPATH={site}"
     for exe in (os.path.realpath(sys.executable), f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
-        r = subprocess.run(["env", env, exe, "-c", "import dali_source, numpy, msgpack"], user=uid, group=gid, extra_groups=[],
+        r = subprocess.run(["env", env, exe, "-c", "import nvfeed, numpy, msgpack"], user=uid, group=gid, extra_groups=[],
                            capture_output=True, text=True)
         if r.returncode == 0:
             return ["env", env, exe]

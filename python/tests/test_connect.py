@@ -17,12 +17,12 @@ import pytest
 
 from asuser import nobody, run_as, shared_dir
 from conftest import Dataset, start_daemon, stop_daemon
-from dali_source import (DEFAULT_SOCKET, SOCKET_ENV, DaemonGoneError, DaemonNotRunningError, LoaderError, LoaderSource,
-                         SocketPermissionError, backends)
+from nvfeed import (DEFAULT_SOCKET, SOCKET_ENV, DaemonGoneError, DaemonNotRunningError, LoaderError, LoaderSource,
+                    SocketPermissionError, backends)
 
 CONNECT = """
 import json, sys
-import dali_source as ds
+import nvfeed as ds
 try:
     ds.backends(sys.argv[1] if len(sys.argv) > 1 else None)
     print(json.dumps({"ok": True}))

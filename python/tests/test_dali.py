@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Daemon, Dataset, small_dataset, start_daemon, stop_daemon
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 
 try:
     import nvidia.dali.fn as fn

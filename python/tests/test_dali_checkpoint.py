@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Daemon, Dataset
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 
 try:
     import nvidia.dali.fn as fn

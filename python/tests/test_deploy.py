@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import BIN, Dataset, start_daemon, stop_daemon
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -78,7 +78,7 @@ def test_shipped_config_starts_a_daemon(which: str, dataset: Dataset, tmp_path: 
         assert stop_daemon(d) == 0, d.log.read_text()
 
 
-VERSION = (REPO / "python" / "dali_source" / "VERSION").read_text().strip()
+VERSION = (REPO / "python" / "nvfeed" / "VERSION").read_text().strip()
 
 
 def _dockerfile() -> list[tuple[str, str]]:
@@ -165,13 +165,13 @@ def test_image_tag_version_and_context() -> None:
     image = _manifest("loaderd.yaml", "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == f"nvfeed/loaderd:{VERSION}"
     head = [line.lstrip("# ").strip() for line in (REPO / "docker" / "Dockerfile").read_text().splitlines() if line.startswith("#")]
-    assert "V=$(cat python/dali_source/VERSION)" in head
+    assert "V=$(cat python/nvfeed/VERSION)" in head
     build = next(line for line in head if line.startswith("docker build "))
     words = build.replace("$V", VERSION).split()
     assert words[words.index("-t") + 1] == image and words[-1] == "." and f"VERSION={VERSION}" in words, build
     assert any(k == "ARG" and rest.startswith("VERSION") for k, rest in _dockerfile_all())
     runs = " ".join(rest for k, rest in _dockerfile_all() if k == "RUN")
-    assert "-X main.version=$v" in runs and 'v="${VERSION:-$(cat python/dali_source/VERSION)}"' in runs
+    assert "-X main.version=$v" in runs and 'v="${VERSION:-$(cat python/nvfeed/VERSION)}"' in runs
 
     patterns = [p.strip() for p in (REPO / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
 
@@ -183,8 +183,8 @@ def test_image_tag_version_and_context() -> None:
 
     for heavy in (".venv/bin/python", ".tools/go/bin/go", ".git/HEAD", "bin/loaderd", "build/wheel/loaderd", "dist/x.whl",
                   ".bench/x", ".demo/demo.img", "python/build/lib/x.py", "python/.mypy_cache/x.json",
-                  "python/dali_source/__pycache__/x.pyc"):
+                  "python/nvfeed/__pycache__/x.pyc", "python/dali_source/__pycache__/x.pyc"):
         assert ignored(heavy), f"{heavy} is in the build context"
-    for needed in ("go.mod", "go.sum", "cmd/loaderd/main.go", "bmap/bmap.go", "python/dali_source/VERSION",
-                   "python/dali_source/__init__.py", "docker/Dockerfile"):
+    for needed in ("go.mod", "go.sum", "cmd/loaderd/main.go", "bmap/bmap.go", "python/nvfeed/VERSION",
+                   "python/nvfeed/__init__.py", "python/dali_source/__init__.py", "docker/Dockerfile"):
         assert not ignored(needed), f"{needed} is left out of the build context"

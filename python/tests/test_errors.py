@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import Daemon, Dataset, need_raw, small_dataset, start_daemon, stop_daemon
-from dali_source import DaemonGoneError, LoaderError, LoaderSource, SampleError
+from nvfeed import DaemonGoneError, LoaderError, LoaderSource, SampleError
 
 BACKENDS = ["file", "gds", "bam"]
 

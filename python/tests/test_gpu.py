@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from dali_source import BadRequestError, CudaArray
-from dali_source._cuda import CudaError, DeviceMapping
+from nvfeed import BadRequestError, CudaArray
+from nvfeed._cuda import CudaError, DeviceMapping
 
 
 def test_cuda_array_interface_fields() -> None:
@@ -98,7 +98,7 @@ def test_no_driver() -> None:
 def test_gpu_source_without_driver_is_a_bad_request(daemon: Any) -> None:
     if os.path.exists("/proc/driver/nvidia/version"):
         pytest.skip("an NVIDIA driver is present")
-    from dali_source import LoaderSource
+    from nvfeed import LoaderSource
     with pytest.raises(BadRequestError, match="no NVIDIA driver found") as e:
         LoaderSource("train", socket=daemon.socket, batch_size=2, device="gpu", device_id=0)
     assert e.value.status == 400

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 
 from conftest import Daemon, Dataset, need_raw, start_daemon, stop_daemon
-from dali_source import DaemonGoneError, LoaderError, LoaderSource
+from nvfeed import DaemonGoneError, LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
 
@@ -162,7 +162,7 @@ def test_daemon_killed_leaves_nothing_and_batches_stay(dataset: Dataset, tmp_pat
 
 def test_killed_client_is_reaped(daemon: Daemon, dataset: Dataset) -> None:
     child = subprocess.Popen([sys.executable, "-c", f"""
-from dali_source import LoaderSource
+from nvfeed import LoaderSource
 s = LoaderSource("train", socket={daemon.socket!r}, batch_size=2)
 next(s)
 print(s._mm and s._id, flush=True)
@@ -195,13 +195,16 @@ def test_metrics(daemon: Daemon) -> None:
 
 
 def test_client_is_the_installed_package() -> None:
+    """scripts/venv.sh installs the client: nvfeed and its former name."""
     import dali_source
-    assert "site-packages" in dali_source.__file__, f"imported {dali_source.__file__}, not the installed package"
-    assert os.path.exists(os.path.join(os.path.dirname(dali_source.__file__), "py.typed")), "py.typed not installed"
+    import nvfeed
+    for m in (nvfeed, dali_source):
+        assert "site-packages" in m.__file__, f"imported {m.__file__}, not the installed package"
+        assert os.path.exists(os.path.join(os.path.dirname(m.__file__), "py.typed")), f"{m.__name__}: py.typed not installed"
 
 
 def test_backends_described(daemon: Daemon) -> None:
-    from dali_source import backends
+    from nvfeed import backends
     d = backends(daemon.socket)
     assert d["default"] == "file" and d["prefetch_queue_depth"] == 2
     by_name = {b["name"]: b for b in d["backends"]}

@@ -104,8 +104,10 @@ def test_quickstart_on_cpu(group: tuple[str, int], wheel: Wheel) -> None:
             st = sock.stat()
             assert st.st_gid == gid and st.st_mode & 0o777 == 0o660, oct(st.st_mode)
 
-            where = run_as(user.pw_uid, user.pw_gid, [], "import dali_source; print(dali_source.__file__)", client=wheel.site)
-            assert where.stdout.startswith(str(wheel.site)), where.stdout + where.stderr  # the wheel's client
+            where = run_as(user.pw_uid, user.pw_gid, [], "import nvfeed, dali_source; print(nvfeed.__file__, dali_source.__file__)",
+                           client=wheel.site)
+            files = where.stdout.split()  # the wheel's client, under both names
+            assert len(files) == 2 and all(f.startswith(str(wheel.site)) for f in files), where.stdout + where.stderr
             script = "from nvidia.dali import fn, pipeline_def, types\n" + _readme_block('device="cpu"')
             client_env = {"NVFEED_SOCKET": str(sock), "HOME": "/tmp"}
             # Not yet a member: told which group to join.

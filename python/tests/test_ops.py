@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, Dataset, skip_unprivileged, small_dataset, start_daemon, stop_daemon
-from dali_source import LoaderSource, datasets
+from nvfeed import LoaderSource, datasets
 
 
 def test_datasets_and_reload(dataset: Dataset, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import Dataset, start_daemon, stop_daemon
-from dali_source import LoaderSource, NotFoundError
+from nvfeed import LoaderSource, NotFoundError
 
 KW: dict[str, Any] = dict(batch_size=4, random_shuffle=True, seed=11, num_shards=2)
 

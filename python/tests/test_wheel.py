@@ -1,5 +1,6 @@
-"""make wheel: one platform wheel with the client and both binaries, one
-version for all three, a manylinux tag that auditwheel agrees with."""
+"""make wheel: one platform wheel, nvfeed, with the client (the package
+nvfeed, and dali_source, its former name) and both binaries, one version
+for all three, a manylinux tag that auditwheel agrees with."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
-import dali_source
+import nvfeed
 
 from conftest import BIN, Wheel
 
@@ -18,15 +20,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_binaries_and_client_share_one_version() -> None:
-    v = (REPO / "python" / "dali_source" / "VERSION").read_text().strip()
-    assert dali_source.__version__ == v
+    v = (REPO / "python" / "nvfeed" / "VERSION").read_text().strip()
+    assert nvfeed.__version__ == v
     for b in ("loaderd", "mkbmap"):
         out = subprocess.run([str(BIN / b), "--version"], capture_output=True, text=True, check=True).stdout
         assert out == f"{b} {v}\n", out
 
 
 def _wheel_name() -> str:
-    return f"nvfeed-{dali_source.__version__}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    return f"nvfeed-{nvfeed.__version__}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
 
 
 def test_make_wheel_needs_no_development_environment() -> None:
@@ -52,7 +54,7 @@ def test_readme_names_the_wheel_built() -> None:
 def test_wheel(wheel: Wheel) -> None:
     """Built with a bare environment: Go, the system's python3, no venv on PATH."""
     assert wheel.path.name == _wheel_name(), wheel.path.name
-    v = dali_source.__version__
+    v = nvfeed.__version__
     show = subprocess.run([str(Path(sys.executable).parent / "auditwheel"), "show", str(wheel.path)], capture_output=True, text=True)
     assert show.returncode == 0, show.stderr
     m = re.search(r'consistent with the following platform tag: "manylinux_(\d+)_(\d+)_x86_64"', show.stdout)
@@ -61,6 +63,33 @@ def test_wheel(wheel: Wheel) -> None:
     for b in ("loaderd", "mkbmap"):
         out = subprocess.run([str(target / "bin" / b), "--version"], capture_output=True, text=True, check=True).stdout
         assert out == f"{b} {v}\n", f"the wheel's {b}: {out!r}"
-    py = subprocess.run([sys.executable, "-c", "import dali_source, sys; print(dali_source.__version__, dali_source.__file__)"],
-                        capture_output=True, text=True, env={"PYTHONPATH": str(target)}, cwd="/", check=True).stdout.split()
-    assert py[0] == v and py[1].startswith(str(target)), py
+    for name in ("nvfeed", "dali_source"):
+        py = subprocess.run([sys.executable, "-c", f"import {name}; print({name}.__version__, {name}.__file__)"],
+                            capture_output=True, text=True, env={"PYTHONPATH": str(target)}, cwd="/", check=True).stdout.split()
+        assert py[0] == v and py[1].startswith(str(target / name)), py
+    same = subprocess.run([sys.executable, "-c", "import dali_source, nvfeed; from dali_source._stream import Stream; "
+                           "print(dali_source.LoaderSource is nvfeed.LoaderSource, Stream is nvfeed._stream.Stream)"],
+                          capture_output=True, text=True, env={"PYTHONPATH": str(target)}, cwd="/", check=True).stdout
+    assert same.split() == ["True", "True"], same
+
+
+def test_wheel_layout(wheel: Wheel) -> None:
+    """Both packages, each file as in the checkout; the binaries as
+    scripts; the distribution named nvfeed; RECORD listing every file."""
+    v = nvfeed.__version__
+    with zipfile.ZipFile(wheel.path) as z:
+        names = set(z.namelist())
+        for pkg in ("nvfeed", "dali_source"):
+            want = {f"{pkg}/{p.name}" for p in (REPO / "python" / pkg).iterdir()
+                    if p.suffix == ".py" or p.name in ("py.typed", "VERSION")}
+            assert f"{pkg}/__init__.py" in want and f"{pkg}/py.typed" in want
+            got = {n for n in names if n.startswith(f"{pkg}/")}
+            assert got == want, f"{pkg}: {sorted(got ^ want)}"
+            for n in want:
+                assert z.read(n) == (REPO / "python" / n).read_bytes(), n
+        assert "nvfeed/VERSION" in names and "dali_source/VERSION" not in names  # one VERSION file
+        assert {f"nvfeed-{v}.data/scripts/loaderd", f"nvfeed-{v}.data/scripts/mkbmap"} <= names
+        meta = z.read(f"nvfeed-{v}.dist-info/METADATA").decode()
+        assert f"Name: nvfeed\nVersion: {v}\n" in meta, meta[:200]
+        record = {line.split(",")[0] for line in z.read(f"nvfeed-{v}.dist-info/RECORD").decode().splitlines()}
+        assert record == names, sorted(record ^ names)

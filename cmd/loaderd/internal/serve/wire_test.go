@@ -14,7 +14,7 @@ import (
 )
 
 // wirePy is the client's description of the messages.
-const wirePy = "../../../../python/dali_source/_wire.py"
+const wirePy = "../../../../python/nvfeed/_wire.py"
 
 // wireTypes pairs each TypedDict of the client with the Go struct that is
 // its wire form.

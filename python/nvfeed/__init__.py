@@ -1,0 +1,69 @@
+"""nvfeed's Python client: a DALI ``fn.external_source`` source that reads
+batches from loaderd.
+
+::
+
+    from nvfeed import LoaderSource
+    src = LoaderSource("imagenet", socket="/run/loaderd/loaderd.sock", batch_size=64,
+                       shard_id=0, num_shards=1, random_shuffle=True, seed=0,
+                       backend="gds", batch_format="dali")
+    jpegs, labels = fn.external_source(source=src, num_outputs=2, batch=True,
+                                       dtype=[types.UINT8, types.INT32])
+
+Backends and their options (``backend_options``), with defaults and
+limits, are whatever the daemon offers: ``backends(socket)`` returns its
+description (the same one ``loaderd backends`` prints).
+
+Each ``next()`` returns ``(samples, labels)``: a list of 1-D uint8 numpy
+arrays that view the session's batch memory (no copy; the daemon passes
+it to this process as a file descriptor, read-only) and int32 labels of
+shape (batch, 1); with ``batch_format="dali"``, two DALI ``TensorListCPU``
+of the same views and labels. At the end of an epoch it raises
+``StopIteration``; iterating again starts the next epoch, as DALI does after
+``pipeline.reset()``. A batch's memory is given back to the daemon only
+after ``release_after`` (the daemon's default: ``prefetch_queue_depth + 1``)
+later batches, so DALI may use it with ``no_copy=True``.
+
+Without ``socket``, the source and ``backends()`` connect to
+``$NVFEED_SOCKET``, else ``/run/loaderd/loaderd.sock``. Not being in the
+socket's group raises ``SocketPermissionError`` naming the group; no daemon
+there, ``DaemonNotRunningError``.
+
+Needs only the standard library, numpy and msgpack.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._api import backends, datasets
+from ._connect import DEFAULT_SOCKET, SOCKET_ENV
+from ._cuda import CudaArray
+from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
+                      LoaderError, NoSpaceError, NotFoundError, SampleError, SocketPermissionError)
+from ._source import LoaderSource
+from ._wire import DatasetInfo, State
+
+# Also importable from here (and typed as exported), as before the client
+# was split into modules: the batch types and the source's literals, the
+# other exceptions and the messages; then helpers that are not the API.
+from ._source import (Batch as Batch, BatchFormat as BatchFormat, DaliBatch as DaliBatch, Device as Device,
+                      GPUPath as GPUPath, OnError as OnError, Sample as Sample, Transport as Transport)
+from ._cuda import CudaError as CudaError
+from ._stream import StreamError as StreamError
+from ._upgrade import UpgradeError as UpgradeError
+from ._wire import (BackendsResponse as BackendsResponse, DatasetsResponse as DatasetsResponse, MemoryDesc as MemoryDesc,
+                    NextRequest as NextRequest, NextResponse as NextResponse, OpenRequest as OpenRequest,
+                    OpenResponse as OpenResponse)
+from ._connect import check_timeout as check_timeout, connect as connect, socket_path as socket_path
+from ._cuda import DeviceMapping as DeviceMapping
+from ._memory import map_host as map_host, receive as receive
+from ._stream import Stream as Stream
+
+__version__ = (Path(__file__).parent / "VERSION").read_text().strip()
+"""This release: the same for the client, loaderd and mkbmap (one place:
+the file VERSION beside this module)."""
+
+__all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError",
+           "DaemonNotRunningError", "ForbiddenError", "LimitError", "LoaderError", "LoaderSource", "NoSpaceError",
+           "NotFoundError", "SampleError", "SocketPermissionError", "State", "DatasetInfo", "backends", "datasets"]

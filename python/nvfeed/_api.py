@@ -1,0 +1,76 @@
+"""What the daemon offers and serves, asked without a session:
+``backends()`` (the backends and their options) and ``datasets()`` (the
+datasets and their counts)."""
+
+from __future__ import annotations
+
+from typing import Optional, cast
+
+from ._connect import check_timeout, socket_path
+from ._http import UnixHTTPConnection, call
+from ._wire import BackendsResponse, DatasetInfo, DatasetsResponse
+
+
+def backends(socket: Optional[str] = None, timeout: float = 60.0) -> BackendsResponse:
+    """What the daemon offers: the default backend and prefetch depth, and
+    every backend with its options (kind, default, limits, doc).
+
+    Parameters
+    ----------
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET``, else
+        ``/run/loaderd/loaderd.sock``.
+    timeout : float, optional, default = 60.0
+        Seconds to wait for the daemon (> 0).
+
+    Raises
+    ------
+    ValueError
+        ``timeout`` is not a positive number (before connecting).
+    SocketPermissionError
+        This process may not connect (not in the socket's group).
+    DaemonNotRunningError
+        Nothing listens on the socket.
+    """
+    timeout = check_timeout("timeout", timeout)
+    socket = socket_path(socket)
+    conn = UnixHTTPConnection(socket, timeout)
+    try:
+        return cast(BackendsResponse, call(conn, socket, "GET", "/v1/backends"))
+    finally:
+        conn.close()
+
+
+def datasets(socket: Optional[str] = None, timeout: float = 60.0) -> list[DatasetInfo]:
+    """The datasets the daemon serves, sorted by name: for each, its
+    samples, bytes and classes, and how many samples are ``fresh`` (read
+    from their extents), ``stale`` (changed since mapping: read through the
+    filesystem, or failed if gone) and ``filesystem_only``, and how many
+    files were ``added`` to its class folders since mapping (not served
+    until mkbmap maps them and ``loaderd reload``). Counts only: no file
+    and no session is named.
+
+    Parameters
+    ----------
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET``, else
+        ``/run/loaderd/loaderd.sock``.
+    timeout : float, optional, default = 60.0
+        Seconds to wait for the daemon (> 0).
+
+    Raises
+    ------
+    ValueError
+        ``timeout`` is not a positive number (before connecting).
+    SocketPermissionError
+        This process may not connect (not in the socket's group).
+    DaemonNotRunningError
+        Nothing listens on the socket.
+    """
+    timeout = check_timeout("timeout", timeout)
+    socket = socket_path(socket)
+    conn = UnixHTTPConnection(socket, timeout)
+    try:
+        return cast(DatasetsResponse, call(conn, socket, "GET", "/v1/datasets"))["datasets"]
+    finally:
+        conn.close()

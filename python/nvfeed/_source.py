@@ -1,0 +1,470 @@
+"""``LoaderSource``: one shard of a dataset as batches for DALI's
+``fn.external_source``, read by loaderd into batch memory this process
+maps; the session over HTTP or a stream, reconnection when the daemon
+goes away, and the batch types it returns."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+import warnings
+from typing import Any, Literal, Optional, Union, cast
+
+import numpy as np
+
+from ._connect import check_timeout, socket_path
+from ._cuda import CudaArray, CudaError, DeviceMapping
+from ._errors import DaemonGoneError, LoaderError, NotFoundError, SampleError, error_for
+from ._http import UnixHTTPConnection, call
+from ._memory import map_host, receive
+from ._stream import Stream, StreamError
+from ._upgrade import UpgradeError
+from ._wire import MemoryDesc, NextRequest, NextResponse, OpenRequest, OpenResponse, State
+
+Sample = Union["np.ndarray[Any, np.dtype[np.uint8]]", CudaArray]
+"""One sample's bytes: a 1-D uint8 numpy view of host batch memory, or a
+CudaArray (``__cuda_array_interface__``) of GPU batch memory."""
+
+Batch = tuple[list[Sample], "np.ndarray[Any, np.dtype[np.int32]]"]
+"""A batch: the samples and their labels (int32, shape (batch, 1), host)."""
+
+DaliBatch = tuple[Any, Any]
+"""A batch with ``batch_format="dali"``: two ``nvidia.dali.tensors.TensorListCPU``,
+the samples (views of batch memory) and the labels."""
+
+OnError = Literal["raise", "skip"]
+Transport = Literal["stream", "http"]
+BatchFormat = Literal["numpy", "dali"]
+Device = Literal["cpu", "gpu"]
+GPUPath = Literal["auto", "cufile", "bounce"]
+
+
+class _DaliTypes:
+    """DALI's tensor list types, imported when batch_format="dali" asks for
+    them (the client does not need DALI otherwise)."""
+
+    def __init__(self) -> None:
+        try:
+            from nvidia.dali.backend import TensorCPU, TensorListCPU  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except ImportError as e:
+            raise ImportError(f"LoaderSource: batch_format='dali' needs DALI (nvidia.dali) in this process: {e}") from e
+        self._tensor, self._list = TensorCPU, TensorListCPU
+
+    def batch(self, samples: list[Sample], labels: "np.ndarray[Any, np.dtype[np.int32]]") -> DaliBatch:
+        """One TensorListCPU whose samples view the arrays (each keeps its
+        array, and so the batch memory, alive), and one of the labels."""
+        t = self._tensor
+        return self._list([t(s) for s in samples], contiguous=False), self._list(labels)  # type: ignore[call-overload]
+
+
+class LoaderSource:
+    """Batches of one shard of a dataset registered with loaderd, for
+    ``fn.external_source(source=src, num_outputs=2, batch=True)``.
+
+    Parameters
+    ----------
+    dataset : str
+        The dataset's name, as registered with ``loaderd serve --dataset``.
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
+        else ``/run/loaderd/loaderd.sock`` (``DEFAULT_SOCKET``, where
+        deploy/ puts it).
+    batch_size : int, optional, default = 64
+        Samples per batch (DALI ``fn.readers.file``'s ``batch_size``).
+    shard_id : int, optional, default = 0
+        This rank's shard, in ``[0, num_shards)``.
+    num_shards : int, optional, default = 1
+        The number of shards (ranks) the dataset is split into.
+    random_shuffle : bool, optional, default = False
+        Draw a full permutation of the dataset every epoch (the same on
+        every rank: shards stay disjoint).
+    seed : int, optional, default = 0
+        The permutation's seed.
+    pad_last_batch : bool, optional, default = False
+        Pad every shard to the same length and whole batches by repeating
+        its last sample, as DALI does.
+    stick_to_shard : bool, optional, default = False
+        Read the same shard every epoch (else shard ``(shard_id + epoch) %
+        num_shards``).
+    backend : str, optional
+        How the daemon reads: ``"file"``, ``"gds"``, ``"bam"`` (see
+        ``backends()``); ``None`` takes the daemon's default.
+    backend_options : dict, optional
+        The backend's options by name (see ``backends()``).
+    prefetch_queue_depth : int, optional
+        Batches the daemon reads ahead; ``None`` takes its default (2).
+    release_after : int, optional
+        A batch's memory goes back to the daemon after this many later
+        batches; ``None`` means ``prefetch_queue_depth + 1``, what DALI's
+        ``fn.external_source(no_copy=True)`` needs with the same
+        ``prefetch_queue_depth``.
+    state : State, optional
+        Resume where ``state()`` was taken.
+    timeout : float, optional, default = 600.0
+        Seconds to wait for the daemon per request (> 0).
+    on_error : {"raise", "skip"}, optional, default = "raise"
+        What a batch with samples that could not be read (deleted, EIO,
+        changed) does: ``"raise"`` raises ``SampleError`` naming every
+        failed sample, the batch given back and the source still usable;
+        ``"skip"`` returns the batch without them (a smaller batch) and
+        warns, counting them in ``skipped_samples`` (a batch none of whose
+        samples could be read raises even then). A zero-length stand-in is
+        never returned.
+    transport : {"stream", "http"}, optional, default = "stream"
+        ``"stream"`` receives batch descriptors on a stream the daemon
+        pushes as batches are read, releases going back without a reply:
+        no round trip per batch. ``"http"`` asks for each batch with a
+        request.
+    device : {"cpu", "gpu"}, optional, default = "cpu"
+        Where batches land. ``"cpu"``: page-locked host memory,
+        CUDA-registered where a driver is present; samples are numpy views.
+        ``"gpu"``: GPU memory on ``device_id`` (the daemon reads into
+        page-locked staging memory and copies each batch to the device,
+        waiting for the copy before handing the batch out); samples are
+        ``CudaArray`` objects with ``__cuda_array_interface__``, taken
+        without a copy by ``fn.external_source(device="gpu")``,
+        ``torch.as_tensor(x, device="cuda")`` and ``cupy.asarray(x)``;
+        labels stay on the host. On a machine without an NVIDIA driver the
+        daemon refuses the session with a ``BadRequestError`` saying so.
+    device_id : int, optional, default = 0
+        The GPU for ``device="gpu"``.
+    gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
+        How batches reach GPU memory (``device="gpu"`` only). ``"cufile"``:
+        the daemon reads each sample's file with ``cuFileRead`` straight
+        into the device (GPUDirect Storage where the platform has it, else
+        cuFile's compatibility mode); ``"bounce"``: ``backend`` reads into
+        page-locked staging memory, copied to the device once per batch;
+        ``"auto"``: cufile when cuFile runs on the daemon's machine and no
+        host backend is named, else bounce. ``gpu_path`` says which ran.
+    reconnect_timeout : float, optional, default = 60.0
+        Seconds to keep trying when the daemon goes away (an upgrade, a
+        crash, ``systemctl restart``): the source reconnects on the same
+        socket, reopens its session at its own position and goes on
+        yielding exactly the batches an uninterrupted source would have,
+        for ``__iter__`` and ``batch(info)`` alike. Batches already handed
+        out stay valid and unchanged (their memory outlives the daemon). A
+        stream that breaks while the daemon lives on is handled the same
+        way, and the old session is closed.
+        After the timeout, ``DaemonGoneError`` says since when the daemon
+        is gone. 0 turns reconnection off (>= 0).
+    batch_format : {"numpy", "dali"}, optional, default = "numpy"
+        What ``next()`` returns for host batches. ``"numpy"``: a list of
+        numpy views and an int32 array, as above. ``"dali"``: one DALI
+        ``TensorListCPU`` of the samples (non-contiguous, each sample a view
+        of batch memory: no copy) and one of the labels, which
+        ``fn.external_source`` takes as they are instead of converting each
+        sample (DALI's per-sample conversion of a list costs ~4 µs a
+        sample). Needs DALI in this process; ``device="cpu"`` only.
+
+    Raises
+    ------
+    ValueError
+        An argument out of its range (``timeout`` <= 0, ``reconnect_timeout``
+        < 0, ...), named, before the daemon is asked.
+    SocketPermissionError
+        This process may not connect to the socket: the message names the
+        socket's group and how to join it (also a ``PermissionError``).
+    DaemonNotRunningError
+        Nothing listens on the socket ("is loaderd running at PATH?"; a
+        ``DaemonGoneError``).
+    LoaderError
+        Or one of its subclasses, by the daemon's answer: ``NotFoundError``
+        (unknown dataset), ``ForbiddenError`` (this user may not read it),
+        ``BadRequestError``, ``LimitError``, ``NoSpaceError``,
+        ``DaemonGoneError``.
+    """
+
+    def __init__(self, dataset: str, socket: Optional[str] = None, batch_size: int = 64,
+                 shard_id: int = 0, num_shards: int = 1, random_shuffle: bool = False, seed: int = 0,
+                 pad_last_batch: bool = False, stick_to_shard: bool = False, backend: Optional[str] = None,
+                 backend_options: Optional[dict[str, Any]] = None,
+                 prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
+                 state: Optional[State] = None, timeout: float = 600.0, on_error: OnError = "raise",
+                 transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
+                 gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0,
+                 batch_format: BatchFormat = "numpy") -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if transport not in ("stream", "http"):
+            raise ValueError(f"transport must be 'stream' or 'http', got {transport!r}")
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+        if gpu_path not in ("auto", "cufile", "bounce"):
+            raise ValueError(f"gpu_path must be 'auto', 'cufile' or 'bounce', got {gpu_path!r}")
+        if batch_format not in ("numpy", "dali"):
+            raise ValueError(f"batch_format must be 'numpy' or 'dali', got {batch_format!r}")
+        self._dali: Optional[_DaliTypes] = None
+        if batch_format == "dali":
+            if device != "cpu":
+                raise ValueError("batch_format='dali' is for device='cpu': GPU samples are CudaArrays, "
+                                 "which DALI takes without a copy")
+            self._dali = _DaliTypes()
+        if release_after is not None and release_after < 0:
+            raise ValueError(f"release_after must be >= 0, got {release_after}")
+        timeout = check_timeout("timeout", timeout)
+        reconnect_timeout = check_timeout("reconnect_timeout", reconnect_timeout, zero="turns reconnection off")
+        socket = socket_path(socket)
+        self._transport = transport
+        self._timeout = timeout
+        self._stream: Optional[Stream] = None
+        self._expect: Optional[tuple[int, int]] = None  # the position of the next batch this source returns
+        self._on_error = on_error
+        self.skipped_samples = 0
+        self._socket = socket
+        self._conn = UnixHTTPConnection(socket, timeout)
+        self._id: Optional[str] = None
+        self._held: collections.deque[int] = collections.deque()
+        self._give_back: list[int] = []  # slots of batches not handed out (failed)
+        self._reconnect_timeout = reconnect_timeout
+        self._gpu: Optional[DeviceMapping] = None
+        req: OpenRequest = {
+            "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
+            "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
+            "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard,
+            "memory": "gpu" if device == "gpu" else "pinned", "device_id": device_id,
+            "release_after": release_after, "state": state,
+        }
+        if backend is not None:
+            req["backend"] = backend
+        if backend_options:
+            req["backend_options"] = backend_options
+        if prefetch_queue_depth is not None:
+            req["prefetch_queue_depth"] = prefetch_queue_depth
+        if device == "gpu":
+            req["gpu_path"] = gpu_path
+        self._req = req
+        self._open(req)
+
+    def _open(self, req: OpenRequest) -> None:
+        """Opens a session and maps its batch memory."""
+        r = cast(OpenResponse, self._call("POST", "/v1/sessions", req))
+        self._id = r["id"]
+        self.backend: str = r["backend"]
+        """The backend that reads for this source (the daemon's default filled in)."""
+        self.gpu_path: str = r["gpu_path"]
+        """For GPU batches, the path that runs: "cufile" or "bounce"; else ""."""
+        self._release_after: int = r["release_after"]
+        self.prefetch_queue_depth: int = r["prefetch_queue_depth"]
+        self._epoch_batches: int = r["epoch_batches"]
+        self._expect = (r["epoch"], r["iteration"])
+        self._state0: State = r["state"]
+        try:
+            mr, fd = receive(self._socket, r["id"], self._timeout)
+        except UpgradeError as e:
+            self.close()
+            raise error_for(f"loaderd: session {r['id']}: cannot receive its batch memory: {e}", e.status) from e
+        desc = mr["memory"]
+        self.memory: MemoryDesc = desc
+        """The session's batch memory: kind, size, slot size, slots, device."""
+        old_gpu = self._gpu  # arrays already handed out keep their own mapping alive
+        try:
+            if desc["kind"] == "gpu":
+                self._gpu = DeviceMapping(fd, desc["size"], desc["device"])
+                self._buf: np.ndarray[Any, np.dtype[np.uint8]] = np.empty(0, dtype=np.uint8)
+            else:
+                self._mm = map_host(fd, desc["size"])
+                self._buf = np.frombuffer(self._mm, dtype=np.uint8)
+        except (CudaError, OSError) as e:
+            self.close()
+            raise LoaderError(f"loaderd: session {r['id']}: cannot map its {desc['kind']} batch memory: {e}") from e
+        finally:
+            os.close(fd)
+        del old_gpu
+
+    def _reconnect(self, cause: LoaderError) -> None:
+        """Reopens the session at this source's position after the daemon
+        went away, retrying with backoff for reconnect_timeout seconds."""
+        if self._reconnect_timeout <= 0 or self._expect is None:
+            raise cause
+        since = time.time()
+        deadline = time.monotonic() + self._reconnect_timeout
+        self._drop_stream()
+        self._conn.close()
+        epoch, batch = self._expect
+        req = cast(OpenRequest, dict(self._req))
+        req["state"] = {"version": self._state0["version"], "sampling": self._state0["sampling"], "epoch": epoch, "batch": batch}
+        delay, last = 0.05, str(cause)
+        warnings.warn(f"LoaderSource: loaderd at {self._socket} went away ({cause}); reconnecting for up to "
+                      f"{self._reconnect_timeout:g} s", RuntimeWarning, stacklevel=4)
+        # A daemon that lives on (only the stream broke) frees the old
+        # session now rather than when it is reaped as idle; arrays handed
+        # out keep their memory mapped either way.
+        conn = UnixHTTPConnection(self._socket, min(self._timeout, 5.0))
+        try:
+            call(conn, self._socket, "DELETE", f"/v1/sessions/{self._id}")
+        except LoaderError:
+            pass
+        finally:
+            conn.close()
+        while True:
+            try:
+                self._open(req)
+                break
+            except DaemonGoneError as e:
+                last = str(e)
+            if time.monotonic() >= deadline:
+                raise DaemonGoneError(f"loaderd at {self._socket} gone since {time.strftime('%H:%M:%S', time.localtime(since))} "
+                                      f"({time.time() - since:.0f} s without it): {last}") from cause
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
+        # Slots of the old session mean nothing to the new one; what DALI
+        # still holds keeps its memory (the old mapping) alive.
+        self._held.clear()
+        self._give_back.clear()
+
+    def _samples(self, offsets: list[int], lengths: list[int]) -> list[Sample]:
+        """Views of the samples at offsets: numpy arrays of host memory, or
+        CudaArrays of GPU memory."""
+        g = self._gpu
+        if g is None:
+            buf = self._buf
+            return [buf[o:o + n] for o, n in zip(offsets, lengths)]
+        return [CudaArray(g.ptr + o, n, g.device, g) for o, n in zip(offsets, lengths)]
+
+    def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
+        return call(self._conn, self._socket, method, path, body)
+
+    def __iter__(self) -> LoaderSource:
+        return self
+
+    def __next__(self) -> Union[Batch, DaliBatch]:
+        return self._fetch(None)
+
+    def batch(self, info: Any) -> Union[Batch, DaliBatch]:
+        """Batch ``info.iteration`` of epoch ``info.epoch_idx``: for
+        ``fn.external_source(source=src.batch, batch=True, batch_info=True)``,
+        which gives DALI's ``BatchInfo``. Raises ``StopIteration`` past the
+        epoch's last batch. As the batch is a pure function of (epoch,
+        iteration), a pipeline built with ``enable_checkpointing=True``
+        resumes exactly from ``pipe.checkpoint()``: DALI asks again for the
+        batches it had prefetched. Asking in order costs no extra read.
+        (Pass the bound method: DALI iterates any iterable source and ignores
+        ``batch_info`` for it.)"""
+        return self._fetch((int(info.epoch_idx), int(info.iteration)))
+
+    def _fetch(self, at: Optional[tuple[int, int]]) -> Union[Batch, DaliBatch]:
+        if self._id is None:
+            raise LoaderError("LoaderSource is closed")
+        # Batches with release_after later batches delivered go back to the
+        # daemon with this request (one round trip per batch).
+        release, self._give_back = self._give_back, []
+        while len(self._held) > self._release_after:
+            release.append(self._held.popleft())
+        try:
+            r = self._next(release, at)
+        except (DaemonGoneError, NotFoundError) as e:  # NotFound: a restarted daemon does not know the session
+            self._reconnect(e)
+            r = self._next([], at)
+        self._epoch_batches = r["epoch_batches"]
+        if r["end_of_epoch"]:
+            self._expect = (r["epoch"], 0)
+            raise StopIteration
+        if at is not None and (r["epoch"], r["iteration"]) != at:
+            self._drop_stream()
+            raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
+        self._expect = (r["epoch"], r["iteration"] + 1)
+        failed = r.get("failed") or []
+        if failed and (self._on_error == "raise" or len(failed) == len(r["offsets"])):
+            self._give_back.append(r["slot"])
+            raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
+        self._held.append(r["slot"])
+        offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
+        if not failed:  # the common case: every sample, no index juggling
+            return self._batch(self._samples(offsets, lengths), np.array(lbls, dtype=np.int32).reshape(-1, 1))
+        bad = set(failed)
+        keep = [i for i in range(len(offsets)) if i not in bad]
+        samples = self._samples([offsets[i] for i in keep], [lengths[i] for i in keep])
+        labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
+        self.skipped_samples += len(failed)
+        warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
+                      "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
+        return self._batch(samples, labels)
+
+    def _batch(self, samples: list[Sample], labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Union[Batch, DaliBatch]:
+        """The batch in this source's batch_format."""
+        if self._dali is None:
+            return samples, labels
+        return self._dali.batch(samples, labels)
+
+    def _next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
+        """The next descriptor, by the source's transport."""
+        if self._transport == "stream":
+            return self._stream_next(release, at)
+        body: NextRequest = {}
+        if release:
+            body["release"] = release
+        if at is not None:
+            body["epoch"], body["iteration"] = at
+        return cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", body or None))
+
+    def _stream_next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
+        """The next frame of the stream, opening it (at at) or moving it
+        when at is not where the stream is."""
+        try:
+            if self._stream is not None and at is not None and at != self._expect:
+                self._stream.stop(keep=list(self._held))  # what DALI still holds stays held
+                self._stream = None
+            if self._stream is None:
+                # From the source's own position (known since the open, kept
+                # by every batch): no request for it. What this source still
+                # holds is kept; everything else the daemon delivered
+                # (release included) goes back before the first frame.
+                if at is not None:
+                    self._expect = at
+                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect, list(self._held))
+            elif release:
+                self._stream.send({"release": release})
+            r = cast(NextResponse, self._stream.recv())
+        except StreamError as e:
+            self._drop_stream()
+            if e.status is not None:
+                raise error_for(f"loaderd: stream: {e}", e.status) from e
+            raise DaemonGoneError(f"loaderd at {self._socket}: stream: {e}") from e
+        if r.get("error"):
+            self._drop_stream()
+            raise error_for(f"loaderd: {r['error']}", r.get("error_status"))
+        return r
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def __len__(self) -> int:
+        """Batches in the current epoch for this shard."""
+        return self._epoch_batches
+
+    def state(self) -> State:
+        """The position of the next batch this source will produce; pass it
+        as ``state=`` to resume the iterator form. Under DALI that is ahead of
+        the training loop by the batches DALI prefetched
+        (``prefetch_queue_depth``): resuming from it skips them. For exact
+        resume under DALI use ``source=src.batch, batch_info=True`` with
+        ``enable_checkpointing=True`` and ``pipe.checkpoint()``."""
+        st = cast(State, self._call("GET", f"/v1/sessions/{self._id}/state"))
+        if self._stream is not None and self._expect is not None:
+            # The daemon has read ahead into the stream: the source's own
+            # position is the stream's next frame.
+            st["epoch"], st["batch"] = self._expect
+        return st
+
+    def close(self) -> None:
+        """Ends the session. Arrays from this source must no longer be used."""
+        self._drop_stream()
+        if self._id is not None:
+            try:
+                self._call("DELETE", f"/v1/sessions/{self._id}")
+            except LoaderError:
+                pass
+            self._id = None
+        self._conn.close()
+        if getattr(self, "_gpu", None) is not None:
+            cast(DeviceMapping, self._gpu).close()
+            self._gpu = None
+
+    def __enter__(self) -> LoaderSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

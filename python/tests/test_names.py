@@ -1,0 +1,73 @@
+"""One client, two import names: nvfeed, and dali_source, its former name,
+which re-exports it. Code written for either gets the same objects."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import dali_source
+import nvfeed
+
+
+def test_same_objects_under_both_names() -> None:
+    assert dali_source.__version__ == nvfeed.__version__
+    assert dali_source.__all__ == nvfeed.__all__
+    for name in nvfeed.__all__:
+        assert getattr(dali_source, name) is getattr(nvfeed, name), name
+    from dali_source import LoaderSource, LoaderError, backends
+    assert (LoaderSource, LoaderError, backends) == (nvfeed.LoaderSource, nvfeed.LoaderError, nvfeed.backends)
+
+
+def test_names_beyond_all() -> None:
+    """What the package offered beside __all__ (the batch types, the other
+    exceptions, the messages) is there under both names."""
+    public = [n for n in vars(nvfeed) if not n.startswith("_") and not isinstance(getattr(nvfeed, n), type(sys))]
+    for name in ("Sample", "Batch", "DaliBatch", "CudaError", "StreamError", "UpgradeError", "BackendsResponse",
+                 "MemoryDesc", "OnError", "Transport", "Device", "GPUPath", "BatchFormat"):
+        assert name in public, name
+    for name in public:
+        assert getattr(dali_source, name) is getattr(nvfeed, name), name
+    try:
+        dali_source.no_such_name  # noqa: B018
+    except AttributeError as e:
+        assert "dali_source" in str(e) and "no_such_name" in str(e)
+    else:
+        raise AssertionError("dali_source.no_such_name did not raise AttributeError")
+
+
+def test_star_import() -> None:
+    a: dict[str, object] = {}
+    b: dict[str, object] = {}
+    exec("from nvfeed import *", a)
+    exec("from dali_source import *", b)
+    a.pop("__builtins__")
+    b.pop("__builtins__")
+    assert a == b and set(a) == set(nvfeed.__all__)
+
+
+def test_former_module_names() -> None:
+    """The client's modules under their former dotted names are the same
+    module objects (no second copy of a class)."""
+    for mod in ("_api", "_connect", "_cuda", "_errors", "_http", "_memory", "_source", "_stream", "_upgrade", "_wire"):
+        assert importlib.import_module(f"dali_source.{mod}") is importlib.import_module(f"nvfeed.{mod}"), mod
+    from dali_source._stream import Stream
+    from nvfeed._stream import Stream as S
+    assert Stream is S
+
+
+def test_dali_source_alone_in_a_fresh_interpreter() -> None:
+    """Importing only the former name, first thing, works as it did."""
+    code = ("from dali_source._memory import receive\n"
+            "import dali_source, sys\n"
+            "from dali_source import LoaderSource\n"
+            "assert LoaderSource is sys.modules['nvfeed'].LoaderSource\n"
+            "assert receive is sys.modules['nvfeed._memory'].receive\n"
+            "print(dali_source.__version__)\n")
+    # The client this process imports (the installed one under make test).
+    where = str(Path(nvfeed.__file__).parents[1])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env={"PYTHONPATH": where})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == nvfeed.__version__
