@@ -205,8 +205,9 @@ func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
 	return prefetch, releaseAfter, prefetch + releaseAfter + 1, nil
 }
 
-// Open opens a session for c. The backend's description and the slot
-// size are resolved once here and handed to the loader. It is refused
+// Open opens a session for c. The slot size is computed once here (for
+// the budget) and handed to the loader, which picks the backend and GPU
+// path (loader.Options.GPUPath). It is refused
 // with ErrLimit past MaxSessions or c's MaxSessionsPerUID, and with
 // ErrNoSpace when the session's batch memory would take the open
 // sessions' past MaxLockedBytes.
