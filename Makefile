@@ -32,6 +32,7 @@ test: deps venv
 	go test -race -count=1 ./...
 	@mkdir -p bin
 	go build $(GOLDFLAGS) -o bin/ ./cmd/...
+	go build -tags nvfeed_faults -o bin/loaderd-faults ./cmd/loaderd  # the test build: serve --inject-eio (tests/test_errors.py)
 	cd python && ../.venv/bin/pytest -q -rs tests  # not `python -m`: the tests import the installed client
 
 # Benchmarks (not tests): see bench/RESULTS.md. Needs root.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
+	"github.com/nvfeed/nvfeed/loader/internal/cufile"
 )
 
 // ErrOptions is returned (wrapped) for invalid options or state. It is
@@ -26,3 +27,20 @@ var ErrClosed = errors.New("loader closed")
 // from a bug rather than bad input (a recovered panic): the message names
 // the cause, and the loader delivers nothing more.
 var ErrInternal = errors.New("loader: internal failure")
+
+// ErrUnavailable is returned (wrapped) when the cufile GPU path cannot
+// run on this machine (no cuFile library, no driver, the GPU refused):
+// with GPUPathAuto, New then falls back to bounce.
+var ErrUnavailable = cufile.ErrUnavailable
+
+// ErrNoRaw is returned (wrapped) by a backend that reads the block device
+// when the map has none (backend.ErrNoRaw): only the file backend reads it.
+var ErrNoRaw = backend.ErrNoRaw
+
+// ErrDevice is returned (wrapped) when the block device cannot be opened
+// for raw reads (backend.ErrDevice).
+var ErrDevice = backend.ErrDevice
+
+// ErrUnsupported is returned (wrapped) for a memory kind this build
+// cannot make on this machine (batchmem.ErrUnsupported).
+var ErrUnsupported = batchmem.ErrUnsupported

@@ -18,10 +18,11 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/raw"
+	"github.com/nvfeed/nvfeed/loader/internal/raw"
 )
 
 // secretMark is the recognisable content of root-only files the tests
@@ -234,7 +235,7 @@ func TestRawSlackHoldsNoOtherFile(t *testing.T) {
 					t.Fatalf("%s: %v", what, errs)
 				}
 			}
-			if st := l.Backend().Stats(); st.RawSamples == 0 || st.Errors != 0 {
+			if st := l.Backend().Stats(); st.Counter("raw_samples") == 0 || st.Counter("errors") != 0 {
 				t.Errorf("%s: stats %+v", what, st)
 			}
 		})
@@ -312,9 +313,9 @@ func TestRawReusedBlocksNeverInBatch(t *testing.T) {
 			}
 			old := m.Samples[victim].Extents
 			fillFS(t, fs)
-			var faults *backend.Faults
+			var stall *faults.Faults
 			if tc.duringIO {
-				faults = (&backend.Faults{}).Add(backend.Rule{Op: backend.DeviceRead, Path: "a/victim.jpg", Stall: 2 * time.Second, Times: 1})
+				stall = inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.DeviceRead, Path: "a/victim.jpg", Stall: 2 * time.Second, Times: 1}))
 			}
 			g, err := fresh.Open(m, fresh.Watch, nil)
 			if err != nil {
@@ -359,12 +360,12 @@ func TestRawReusedBlocksNeverInBatch(t *testing.T) {
 				}
 			}
 			if tc.guarded {
-				readGuarded(t, m, g, faults, victim, reuse)
+				readGuarded(t, m, g, stall, victim, reuse)
 				return
 			}
 			// Batch size 1, no shuffle, depth 1: batches 0 and 1 are read at
 			// once, the victim's (3) only after two releases.
-			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 1}, Backend: "gds", PrefetchQueueDepth: 1, SkipErrors: true, Guard: g, Faults: faults,
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 1}, Backend: "gds", PrefetchQueueDepth: 1, SkipErrors: true, Guard: g,
 				BackendOptions: map[string]any{"on_stale": tc.policy}})
 			if err != nil {
 				t.Fatal(err)
@@ -374,7 +375,7 @@ func TestRawReusedBlocksNeverInBatch(t *testing.T) {
 			if tc.duringIO { // change the file while the victim's read stalls
 				go func() {
 					defer close(reused)
-					for faults.Hits() == 0 {
+					for stall.Hits() == 0 {
 						time.Sleep(5 * time.Millisecond)
 					}
 					reuse()
@@ -404,8 +405,8 @@ func TestRawReusedBlocksNeverInBatch(t *testing.T) {
 			if _, err := l.Next(context.Background()); err != io.EOF {
 				t.Errorf("after the epoch: %v, want io.EOF", err)
 			}
-			if st := l.Backend().Stats(); st.StaleSamples != 1 {
-				t.Errorf("stale samples %d, want 1 (the victim): %+v", st.StaleSamples, st)
+			if st := l.Backend().Stats(); st.Counter("stale_samples") != 1 {
+				t.Errorf("stale samples %d, want 1 (the victim): %+v", st.Counter("stale_samples"), st)
 			}
 		})
 	}
@@ -435,16 +436,13 @@ func rawRooms(t *testing.T, n int, size int64) [][]byte {
 // straight through the backend, after a file appears in its class (so
 // that it is read guarded) and with change run while its device read
 // stalls (faults): the read must fail and its room stay untouched.
-func readGuarded(t *testing.T, m *bmap.Map, g *fresh.Guard, faults *backend.Faults, victim int, change func()) {
-	spec, err := BackendSpec("gds")
-	if err != nil {
-		t.Fatal(err)
-	}
+func readGuarded(t *testing.T, m *bmap.Map, g *fresh.Guard, stall *faults.Faults, victim int, change func()) {
+	spec, _ := builtinSpec("gds", builtinEnv{guard: g})
 	p, err := spec.Resolve(map[string]any{"on_stale": raw.StaleFail})
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := spec.Open(m, p, backend.Env{Guard: g, Faults: faults})
+	be, err := spec.Open(m, p, backend.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +454,7 @@ func readGuarded(t *testing.T, m *bmap.Map, g *fresh.Guard, faults *backend.Faul
 	reqs := []backend.Request{{Index: victim, Sample: s, Buf: rawRooms(t, 1, s.Size)[0]}}
 	done := make(chan error, 1)
 	go func() { done <- be.ReadBatch(context.Background(), reqs) }()
-	for faults.Hits() == 0 {
+	for stall.Hits() == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	change()

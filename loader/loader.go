@@ -24,48 +24,9 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/bmap/fresh"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
-
-// DefaultPrefetchQueueDepth is the batches read ahead when
-// Options.PrefetchQueueDepth is 0 (DALI's default too).
-const DefaultPrefetchQueueDepth = 2
-
-// Options configures a Loader. Names follow DALI's reader arguments.
-type Options struct {
-	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard
-	PrefetchQueueDepth int           // batches read ahead; 0 means DefaultPrefetchQueueDepth
-	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
-	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
-	Memory             batchmem.Kind // "" means batchmem.Pinned
-	Device             int           // the GPU ordinal for GPU memory
-	Backend            string        // a name from Backends; "" means DefaultBackend (ignored when Spec is set)
-	// Spec is the backend's description when the caller has already looked
-	// it up (BackendSpec); nil: BackendSpec(Backend).
-	Spec *backend.Spec
-	// BackendOptions are the backend's options by name (see its
-	// backend.Spec); missing ones take their defaults.
-	BackendOptions map[string]any
-	SkipErrors     bool            // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
-	State          *State          // resume from this state
-	Logger         *slog.Logger    // default slog.Default()
-	Trace          io.Writer       // raw backends write every device read here as a fio iolog (v2)
-	Faults         *backend.Faults // tests: inject read faults
-	// Guard is the map's freshness state shared by several loaders (the
-	// daemon keeps one per dataset); nil: raw backends make their own.
-	Guard *fresh.Guard
-	// Shared lets loaders share backend resources (the daemon: one raw
-	// engine per device for all sessions); nil: each loader has its own.
-	Shared *backend.Shared
-	// Cred is who the loader reads for: every filesystem open is made as
-	// this user (the kernel checks it) and a raw sample whose file changed
-	// is read only after the user's check passes; nil: the process's own
-	// credentials. The daemon sets it to its client's.
-	Cred *cred.Cred
-}
 
 // StateVersion is the version of State's wire form; a state of another
 // version is refused.
@@ -91,6 +52,8 @@ type Loader struct {
 	backend backend.Backend
 	params  backend.Params
 	log     *slog.Logger
+	gpuPath string // GPUPathCuFile or GPUPathBounce for GPU memory, "" for host memory
+	gpuWhy  string // why that path
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -159,28 +122,41 @@ func (b *Batch) Release() {
 	b.l.free <- b.Slot
 }
 
-// New starts a loader over map m. It validates the options, allocates the
-// batch ring and starts the backend and the prefetching producer; ctx
-// bounds the loader's life as Close does.
+// New starts a loader over map m. It fills in the options' defaults and
+// validates them, allocates the batch ring and starts the backend and the
+// prefetching producer; ctx bounds the loader's life as Close does. For
+// GPU memory it takes the GPU path the options ask for; with
+// GPUPathAuto and no backend named it tries cufile and, where cuFile
+// cannot run (ErrUnavailable), bounce with the default backend.
+// GPUPath says which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	if o.NumShards == 0 {
-		o.NumShards = 1
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
 	}
-	if o.PrefetchQueueDepth == 0 {
-		o.PrefetchQueueDepth = DefaultPrefetchQueueDepth
+	ways, _ := o.gpuWays() // Validate checked them
+	var err error
+	for i, w := range ways {
+		wo := o
+		if w.backend != o.backendName() {
+			wo.Spec, wo.Backend = nil, w.backend
+		}
+		var l *Loader
+		if l, err = open(ctx, m, wo); err == nil {
+			l.gpuPath, l.gpuWhy = w.path, w.why
+			return l, nil
+		}
+		if i+1 < len(ways) && errors.Is(err, ErrUnavailable) {
+			o.Logger.Info("loader: gpu_path auto: cufile cannot run here, using bounce", "why", err)
+			continue
+		}
+		break
 	}
-	if o.PrefetchQueueDepth < 0 {
-		return nil, fmt.Errorf("%w: prefetch_queue_depth %d", ErrOptions, o.PrefetchQueueDepth)
-	}
-	if o.Slots == 0 {
-		o.Slots = o.PrefetchQueueDepth + 1
-	}
-	if o.Slots <= o.PrefetchQueueDepth {
-		return nil, fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	return nil, err
+}
+
+// open starts a loader with one backend; o has its defaults and is valid.
+func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	smp := Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs}
 	if err := smp.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
@@ -214,13 +190,22 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		}
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Faults: o.Faults, Guard: o.Guard, Shared: o.Shared, Cred: o.Cred}
+	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Cred: o.Cred}
 	if d := mem.Desc(); d.Kind == batchmem.GPU {
 		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
 	}
+	x := builtinEnv{guard: o.Guard}
+	if o.Shared != nil {
+		x.shared = &o.Shared.s
+	}
 	for i := 0; i < o.Slots; i++ {
 		if h := mem.Slot(i).Host; len(h) > 0 {
-			env.HostBuffers = append(env.HostBuffers, h)
+			x.hostBuffers = append(x.hostBuffers, h)
+		}
+	}
+	if o.Spec == nil { // a built-in backend gets its own environment
+		if s, ok := builtinSpec(spec.Name, x); ok {
+			spec = &s
 		}
 	}
 	if l.backend, err = spec.Open(m, l.params, env); err != nil {
@@ -590,6 +575,11 @@ func (l *Loader) Memory() batchmem.Memory { return l.mem }
 
 // Backend returns the backend.
 func (l *Loader) Backend() backend.Backend { return l.backend }
+
+// GPUPath returns how batches reach GPU memory — GPUPathCuFile (the
+// backend writes the device) or GPUPathBounce (a staging copy per batch)
+// — and why that path was taken; "" and "" for host memory.
+func (l *Loader) GPUPath() (path, why string) { return l.gpuPath, l.gpuWhy }
 
 // BackendOptions returns the backend's options, defaults filled in.
 func (l *Loader) BackendOptions() map[string]any { return l.params.Map() }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -345,17 +346,24 @@ func BenchmarkPlan(b *testing.B) {
 	}
 }
 
+// inject installs f as the process's faults until t ends (package
+// faults: the built-in backends' reads consult it) and returns it.
+func inject(t *testing.T, f *faults.Faults) *faults.Faults {
+	t.Cleanup(faults.Install(f))
+	return f
+}
+
 // TestInjectedFaults drives the error paths through the fault seam, no
 // root needed: EIO and short reads name their sample; the rest of the
 // batch is intact; a stalled read does not hold up Close.
 func TestInjectedFaults(t *testing.T) {
 	m := makeDataset(t, 24, 3, 5000)
 	eio, short := m.Samples[4].Path, m.Samples[10].Path
-	faults := (&backend.Faults{}).
-		Add(backend.Rule{Op: backend.FileRead, Path: eio, Err: unix.EIO}).
-		Add(backend.Rule{Op: backend.FileRead, Path: short, Short: true})
+	inject(t, (&faults.Faults{}).
+		Add(faults.Rule{Op: faults.FileRead, Path: eio, Err: unix.EIO}).
+		Add(faults.Rule{Op: faults.FileRead, Path: short, Short: true}))
 	for _, skip := range []bool{false, true} {
-		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, SkipErrors: skip, Faults: faults})
+		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, SkipErrors: skip})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,8 +392,8 @@ func TestInjectedFaults(t *testing.T) {
 	}
 	// A read stalled for 2 s: Close still returns once it completes, and a
 	// Next waiting on it ends with its context.
-	slow := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[0].Path, Stall: 2 * time.Second})
-	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, Faults: slow})
+	inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead, Path: m.Samples[0].Path, Stall: 2 * time.Second}))
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,8 +475,8 @@ func TestNextAt(t *testing.T) {
 // batch n's have completed (one stalled sample holds up only its batch).
 func TestReadsOverlapBatchBoundaries(t *testing.T) {
 	m := makeDataset(t, 64, 2, 3000)
-	slow := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[1].Path, Stall: 300 * time.Millisecond})
-	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, PrefetchQueueDepth: 3, Faults: slow})
+	inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead, Path: m.Samples[1].Path, Stall: 300 * time.Millisecond}))
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 8}, PrefetchQueueDepth: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

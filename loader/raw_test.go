@@ -16,11 +16,12 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/fsread"
-	"github.com/nvfeed/nvfeed/loader/raw"
+	"github.com/nvfeed/nvfeed/loader/internal/fsread"
+	"github.com/nvfeed/nvfeed/loader/internal/raw"
 )
 
 // rawDataset makes the awkward files plus 150 ordinary ones on fs and maps
@@ -74,13 +75,13 @@ func TestRawBackendsByteExact(t *testing.T) {
 							}
 							st := l.Backend().Stats()
 							l.Close()
-							if st.Engine != engine || st.RawSamples == 0 || st.StaleSamples != 0 || st.Errors != 0 {
+							if st.Engine != engine || st.Counter("raw_samples") == 0 || st.Counter("stale_samples") != 0 || st.Counter("errors") != 0 {
 								t.Errorf("stats %+v", st)
 							}
-							if backend == "bam" && st.CacheHits == 0 {
+							if backend == "bam" && st.Counter("cache_hits") == 0 {
 								t.Errorf("bam: no cache hits over 3 epochs of a dataset that fits: %+v", st)
 							}
-							if fo.Type == "ext4" && st.FSOnlySamples == 0 {
+							if fo.Type == "ext4" && st.Counter("fs_only_samples") == 0 {
 								t.Errorf("ext4: inline samples not read through the filesystem: %+v", st)
 							}
 						}
@@ -138,7 +139,7 @@ func TestReplacedFileNeverReadFromOldBlocks(t *testing.T) {
 			want := bmap.ErrStale
 			if policy == raw.StaleFallback {
 				want = fsread.ErrReplaced
-				if n := l.Backend().Stats().StaleSamples; n < 1 {
+				if n := l.Backend().Stats().Counter("stale_samples"); n < 1 {
 					t.Errorf("%s: stale_samples = %d, want the replaced file counted", backend, n)
 				}
 			}
@@ -310,7 +311,7 @@ func TestChangeAfterOpenDetected(t *testing.T) {
 			if sawNew < 2 {
 				t.Errorf("the rewritten file's new contents seen %d times over the later epochs, want at least 2", sawNew)
 			}
-			if n := l.Backend().Stats().StaleSamples; n < 2 {
+			if n := l.Backend().Stats().Counter("stale_samples"); n < 2 {
 				t.Errorf("stale_samples = %d, want both changes counted", n)
 			}
 		})
@@ -336,8 +337,8 @@ func TestRawInjectedEIO(t *testing.T) {
 	path := m.Samples[victim].Path
 	for _, be := range []string{"gds", "bam"} {
 		for _, engine := range []string{raw.EngineUring, raw.EnginePread} {
-			faults := (&backend.Faults{}).Add(backend.Rule{Op: backend.DeviceRead, Path: path, Err: unix.EIO})
-			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 16}, Backend: be, SkipErrors: true, Faults: faults, BackendOptions: map[string]any{"engine": engine}})
+			inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.DeviceRead, Path: path, Err: unix.EIO}))
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 16}, Backend: be, SkipErrors: true, BackendOptions: map[string]any{"engine": engine}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -361,8 +362,8 @@ func TestRawInjectedEIO(t *testing.T) {
 			if len(failed) != 1 || !errors.Is(failed[0], unix.EIO) || !strings.Contains(failed[0].Error(), path) || !strings.Contains(failed[0].Error(), fs.Dev) {
 				t.Errorf("%s/%s: errors %v, want one EIO naming %s and %s", be, engine, failed, path, fs.Dev)
 			}
-			if st.Errors < 1 { // prefetching may have read the next epoch's copy too
-				t.Errorf("%s/%s: stats count %d errors, want the failure counted", be, engine, st.Errors)
+			if st.Counter("errors") < 1 { // prefetching may have read the next epoch's copy too
+				t.Errorf("%s/%s: stats count %d errors, want the failure counted", be, engine, st.Counter("errors"))
 			}
 		}
 	}
@@ -421,7 +422,7 @@ func TestSharedGuard(t *testing.T) {
 		if replaced < 2 {
 			t.Errorf("%s: the replaced file failed %d times in 5 epochs, want every epoch after the change", l.Backend().Name(), replaced)
 		}
-		if st := l.Backend().Stats(); st.StaleSamples == 0 {
+		if st := l.Backend().Stats(); st.Counter("stale_samples") == 0 {
 			t.Errorf("%s: the replaced file was not counted stale: %+v", l.Backend().Name(), st)
 		}
 		l.Close()
@@ -431,14 +432,14 @@ func TestSharedGuard(t *testing.T) {
 	}
 }
 
-// TestSharedEngines: loaders given one backend.Shared read through one
+// TestSharedEngines: loaders given one Shared read through one
 // engine set per device and configuration; each stays byte-exact while the
 // others read at once, and closing the one that started the engine leaves
 // it working for the rest.
 func TestSharedEngines(t *testing.T) {
 	fs := testfs.New(t, testfs.Ext4())
 	m := rawDataset(t, fs)
-	var shared backend.Shared
+	var shared Shared
 	open := func(be string, shard int) *Loader {
 		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 5, NumShards: 3, ShardID: shard, RandomShuffle: true, Seed: 3}, Backend: be, PrefetchQueueDepth: 2, Shared: &shared, BackendOptions: map[string]any{"queue_depth": 8}})
 		if err != nil {
@@ -474,7 +475,7 @@ func TestSharedEngines(t *testing.T) {
 		<-done
 	}
 	for _, l := range rest {
-		if st := l.Backend().Stats(); st.RawSamples == 0 || st.Errors != 0 {
+		if st := l.Backend().Stats(); st.Counter("raw_samples") == 0 || st.Counter("errors") != 0 {
 			t.Errorf("stats %+v", st)
 		}
 		l.Close()

@@ -3,21 +3,77 @@ package loader
 import (
 	"fmt"
 	"strings"
+	"sync"
 
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/cufile"
-	"github.com/nvfeed/nvfeed/loader/fsread"
-	"github.com/nvfeed/nvfeed/loader/raw"
+	"github.com/nvfeed/nvfeed/loader/internal/cufile"
+	"github.com/nvfeed/nvfeed/loader/internal/fsread"
+	"github.com/nvfeed/nvfeed/loader/internal/raw"
+	"github.com/nvfeed/nvfeed/loader/internal/shared"
 )
 
 // DefaultBackend is the backend used when Options.Backend is empty.
 const DefaultBackend = fsread.Name
 
-// Backends returns the description of every backend this build offers,
-// the default first. Adding a backend is one package implementing
-// backend.Backend and one line here.
+// builtinEnv is what the loader hands its built-in backends beyond
+// backend.Env, each as its own typed environment.
+type builtinEnv struct {
+	guard       *fresh.Guard
+	shared      *shared.Shared
+	hostBuffers [][]byte
+}
+
+// builtins returns the built-in backends' descriptions, the default
+// first, each with its environment from x.
+func builtins(x builtinEnv) []backend.Spec {
+	rx := raw.Env{Guard: x.guard, Shared: x.shared, HostBuffers: x.hostBuffers}
+	return []backend.Spec{fsread.Spec(fsread.Env{Guard: x.guard}), raw.GDSSpec(rx), raw.BAMSpec(rx), cufile.Spec()}
+}
+
+// builtinSpec returns the built-in backend name with environment x.
+func builtinSpec(name string, x builtinEnv) (backend.Spec, bool) {
+	for _, s := range builtins(x) {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return backend.Spec{}, false
+}
+
+var (
+	regMu      sync.RWMutex
+	registered []backend.Spec // by Register, in order
+)
+
+// Register adds a backend to those this process offers (Backends,
+// BackendSpec, Options.Backend, the daemon's backend names): a
+// third-party backend is one package implementing backend.Backend with a
+// backend.Spec, and one call of Register (typically in its package's
+// init, or in main before any loader opens). The spec needs a name not
+// yet taken and an Open; errors wrap ErrOptions.
+func Register(s backend.Spec) error {
+	if s.Name == "" || s.Open == nil {
+		return fmt.Errorf("%w: register: a backend needs a name and an Open", ErrOptions)
+	}
+	regMu.Lock()
+	defer regMu.Unlock()
+	for _, t := range append(builtins(builtinEnv{}), registered...) {
+		if t.Name == s.Name {
+			return fmt.Errorf("%w: register: backend %q exists already", ErrOptions, s.Name)
+		}
+	}
+	registered = append(registered, s)
+	return nil
+}
+
+// Backends returns the description of every backend this process
+// offers, the built-in ones first (the default first of all), then those
+// added with Register in their order.
 func Backends() []backend.Spec {
-	return []backend.Spec{fsread.Spec(), raw.GDSSpec(), raw.BAMSpec(), cufile.Spec()}
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return append(builtins(builtinEnv{}), registered...)
 }
 
 // BackendSpec returns the named backend's description ("" names the

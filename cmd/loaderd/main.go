@@ -499,6 +499,11 @@ func (d datasetFlags) Set(v string) error {
 	return nil
 }
 
+// serveTestFlags adds the flags of a test build to loaderd serve's:
+// --inject-eio in a build with -tags nvfeed_faults (faults.go); nil in a
+// release build, which has none.
+var serveTestFlags func(fs *flag.FlagSet)
+
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd serve", flag.ContinueOnError)
 	config := fs.String("config", "", "read settings from FILE: one flag per line, KEY = VALUE, as on the command line without the dashes; flags given on the command line win")
@@ -519,14 +524,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	idleTimeout := fs.Duration("idle-timeout", serve.DefaultIdleTimeout, "close keep-alive connections idle between requests for longer than this")
 	streamIdle := fs.Duration("stream-idle-timeout", serve.DefaultStreamIdleTimeout, "close a batch stream with no frame either way for longer than this (at least --session-timeout)")
 	engines := fs.String("engines", session.EnginesPerSession, "raw engines (io_uring rings) per session, or per device: shared by the sessions reading it")
-	var faults *backend.Faults
-	fs.Func("inject-eio", "for testing error handling end to end: every read of the sample at this path (relative to the dataset root) fails with EIO (repeatable)", func(p string) error {
-		if faults == nil {
-			faults = &backend.Faults{}
-		}
-		faults.Add(backend.Rule{Op: backend.FileRead | backend.DeviceRead, Path: p, Err: syscall.EIO})
-		return nil
-	})
+	if serveTestFlags != nil {
+		serveTestFlags(fs)
+	}
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the daemon's run to FILE (until it stops)")
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one); SIGHUP or loaderd reload reads the files again")
@@ -610,7 +610,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, Faults: faults, Engines: *engines, Logger: log})
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, Engines: *engines, Logger: log})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -13,37 +13,42 @@ import (
 
 const module = "github.com/nvfeed/nvfeed/"
 
-// layer ranks every package of the module, lowest first: a package may
-// import only packages of a lower rank (tests aside). ARCHITECTURE.md shows
-// the same table.
-var layer = map[string]int{
-	"extentinfo":       0, // building blocks: the kernel's interfaces
-	"internal/uring":   0,
-	"internal/cuda":    1,
-	"internal/numa":    0,
-	"internal/cred":    0,
-	"internal/testenv": 0, // tests: skip or fail when the machine lacks root, loop devices
-
-	"bmap":            1, // the block map
-	"bmap/fresh":      2,
-	"internal/testfs": 2, // test filesystems (tests only)
-
-	"loader/backend":  3, // the contract between the core and backends
-	"loader/batchmem": 4, // batch memory
-	"loader/fsread":   4, // backends
-	"loader/cufile":   5, // opens samples with fsread's
-	"loader/raw":      5,
-	"loader":          6, // the core
-
-	"cmd/loaderd/internal/check":    7, // the daemon
-	"cmd/loaderd/internal/benchrun": 7,
-	"cmd/loaderd/internal/session":  7,
-	"cmd/loaderd/internal/serve":    8,
-
-	"cmd/loaderd":      9, // mains
-	"cmd/mkbmap":       9,
-	"tools/gendataset": 9,
-	"internal/layers":  9,
+// readLayers parses ARCHITECTURE.md's layer table (the one place the
+// layers are written) into a rank per package, lowest first: a package
+// may import only packages of a lower rank (tests aside). A row is
+// "| RANK | `pkg/`, `pkg/` | its job |"; a row whose rank is not a number
+// (the Python client's) names no Go package.
+func readLayers(t *testing.T, root string) map[string]int {
+	b, err := os.ReadFile(filepath.Join(root, "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(line, "|") {
+			continue
+		}
+		rank, err := strconv.Atoi(strings.TrimSpace(cells[1]))
+		if err != nil {
+			continue // the header, its rule, the client's row
+		}
+		for _, name := range strings.Split(cells[2], ",") {
+			name = strings.TrimSuffix(strings.Trim(strings.TrimSpace(name), "`"), "/")
+			if name == "" || strings.Contains(name, "...") {
+				t.Errorf("ARCHITECTURE.md: layer %d names %q: give every package its whole path", rank, name)
+				continue
+			}
+			if _, dup := layer[name]; dup {
+				t.Errorf("ARCHITECTURE.md names %s twice", name)
+			}
+			layer[name] = rank
+		}
+	}
+	if len(layer) < 10 {
+		t.Fatalf("ARCHITECTURE.md's layer table gives only %d packages", len(layer))
+	}
+	return layer
 }
 
 func TestNoImportRunsUp(t *testing.T) {
@@ -51,6 +56,7 @@ func TestNoImportRunsUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	layer := readLayers(t, root)
 	imports := map[string]map[string]bool{} // package -> module packages it imports
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -87,7 +93,7 @@ func TestNoImportRunsUp(t *testing.T) {
 	for pkg, deps := range imports {
 		r, ok := layer[pkg]
 		if !ok {
-			t.Errorf("package %s has no layer: give it one here and in ARCHITECTURE.md", pkg)
+			t.Errorf("package %s has no layer: give it a row in ARCHITECTURE.md's table", pkg)
 			continue
 		}
 		for dep := range deps {
@@ -99,7 +105,7 @@ func TestNoImportRunsUp(t *testing.T) {
 	for pkg := range layer {
 		if _, ok := imports[pkg]; !ok {
 			if _, err := os.Stat(filepath.Join(root, pkg)); err != nil {
-				t.Errorf("layer table names %s, which does not exist", pkg)
+				t.Errorf("ARCHITECTURE.md's layer table names %s, which does not exist", pkg)
 			}
 		}
 	}

@@ -1,8 +1,9 @@
 // Package backend is the contract between the loader core and the
 // backends that read samples into batch memory: the Backend interface, a
 // Request per sample, the errors every backend reports, the 4 KiB
-// alignment of batch memory, each backend's self-description (Spec), its
-// typed counters (Stats), and a fault-injection seam (Faults) for tests.
+// alignment of batch memory, each backend's self-description (Spec) and
+// its labeled counters (Stats). A third-party backend implements Backend,
+// describes itself with a Spec and is added with loader.Register.
 //
 // It imports nothing of the loader, so the core and every backend package
 // can share it.
@@ -14,7 +15,6 @@ import (
 	"log/slog"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/cred"
 )
 
@@ -63,29 +63,22 @@ type Backend interface {
 	Close() error
 }
 
-// Env is what a backend gets from its host besides its options: the
-// logger, the map's freshness guard when the host shares one, and for
-// tests and benchmarks a trace of device reads and injected faults.
+// Env is what any backend gets from its host besides its options: the
+// logger, whom it reads for, where GPU batch memory is, and for
+// benchmarks a trace of device reads. What only built-in backends use
+// (the map's shared freshness guard, engines shared between loaders, the
+// host slots to register) reaches them through their own typed
+// environment, built by the loader.
 type Env struct {
 	Logger *slog.Logger
-	Trace  io.Writer // if set, raw backends log every device read as a fio iolog (v2) line
-	Faults *Faults   // if set, reads consult it (tests)
+	Trace  io.Writer // if set, a backend that reads the block device logs every device read as a fio iolog (v2) line
 	// Cred, if set, is who every filesystem open is made as (the kernel
 	// checks it), and whose check a raw read of a changed sample must pass;
 	// nil: the process's own credentials.
-	Cred  *cred.Cred
-	Guard *fresh.Guard // the map's shared freshness state; nil: raw backends open their own
-	// Shared, if set, lets backends share resources with other backends
-	// opened with the same Shared: raw backends share one engine per
-	// device and configuration (not when tracing). nil: their own.
-	Shared *Shared
+	Cred *cred.Cred
 	// GPU is the batch memory on a GPU, for a backend that writes device
 	// memory (its Spec's DeviceWrites); nil for host memory.
 	GPU *GPUMemory
-	// HostBuffers is the host batch memory every Request.Buf lies in
-	// (slot by slot), for a backend that registers it once (io_uring
-	// fixed buffers); nil when not known.
-	HostBuffers [][]byte
 }
 
 // GPUMemory is batch memory on a GPU: one allocation at Base of Size

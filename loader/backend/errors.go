@@ -23,9 +23,6 @@ var ErrDevice = errors.New("cannot read the block device")
 // backend reads it.
 var ErrNoRaw = errors.New("no samples readable from a block device")
 
-// ErrInjected is the default error of an injected fault.
-var ErrInjected = errors.New("injected fault")
-
 // SampleError is a failed read of one sample.
 type SampleError struct {
 	Index int    // sample index in the map

@@ -1,26 +1,31 @@
 package backend
 
-// Stats are a backend's counters, for reports and metrics. Fields a
-// backend does not have stay zero.
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Stats is what a backend reports of its work so far, for reports and
+// metrics: what ran, as labels, and named counters. Any backend fills in
+// what it has; the host exports every counter by its name (the daemon's
+// nvfeed_backend{counter=NAME} series, loaderd bench's JSON) and every
+// label as text. Names are snake_case.
 type Stats struct {
-	Engine        string `json:"engine,omitempty"`    // raw backends: "uring" or "pread"
-	Device        string `json:"device,omitempty"`    // raw backends: the block device read
-	Freshness     string `json:"freshness,omitempty"` // raw backends: "watch" or "read"
-	Samples       int64  `json:"samples"`             // samples read, failed ones included
-	RawSamples    int64  `json:"raw_samples"`         // read from the device
-	FSOnlySamples int64  `json:"fs_only_samples"`     // read through the filesystem because the map says so
-	StaleSamples  int64  `json:"stale_samples"`       // found changed since mapping
-	Errors        int64  `json:"errors"`              // samples that failed
-	Requests      int64  `json:"requests"`            // device read requests issued
-	PeakInFlight  int64  `json:"peak_in_flight"`      // most requests in flight at once
-	CacheHits     int64  `json:"cache_hits"`          // bam: blocks served from the cache
-	CacheMisses   int64  `json:"cache_misses"`
-	// cufile: what cuFile's own statistics say ran on this GPU (process
-	// wide): "gds" (peer-to-peer or nvidia-fs reads only), "compat" (its
-	// POSIX fallback only), "mixed", or "none" yet; and the read counts.
-	CuFileMode       string `json:"cufile_mode,omitempty"`
-	CuFileP2PReads   int64  `json:"cufile_p2p_reads"`
-	CuFilePOSIXReads int64  `json:"cufile_posix_reads"`
+	// Engine names how the backend reads ("uring", "pread", …); "" for
+	// none worth naming.
+	Engine string
+	// Labels are other facts of what ran, e.g. {"device", "/dev/nvme0n1"},
+	// {"freshness", "watch"}; empty values are left out of reports.
+	Labels []Label
+	// Counters are the backend's counts in its order. A counter named
+	// peak_* is a high-water mark: hosts take the largest over backends
+	// rather than the sum.
+	Counters []Counter
+}
+
+// Label is one named fact of Stats.
+type Label struct {
+	Name, Value string
 }
 
 // Counter is one named counter of Stats.
@@ -29,21 +34,57 @@ type Counter struct {
 	Value int64
 }
 
-// Counters lists the numeric counters by their JSON names, in a fixed
-// order: what metrics export and reports print.
-func (s Stats) Counters() []Counter {
-	return []Counter{
-		{"samples", s.Samples}, {"raw_samples", s.RawSamples}, {"fs_only_samples", s.FSOnlySamples},
-		{"stale_samples", s.StaleSamples}, {"errors", s.Errors}, {"requests", s.Requests},
-		{"peak_in_flight", s.PeakInFlight}, {"cache_hits", s.CacheHits}, {"cache_misses", s.CacheMisses},
-		{"cufile_p2p_reads", s.CuFileP2PReads}, {"cufile_posix_reads", s.CuFilePOSIXReads},
-	}
-}
-
-// CacheHitRate returns hits/(hits+misses), or 0 without lookups.
-func (s Stats) CacheHitRate() float64 {
-	if n := s.CacheHits + s.CacheMisses; n > 0 {
-		return float64(s.CacheHits) / float64(n)
+// Counter returns the counter name's value, 0 when the backend has none.
+func (s Stats) Counter(name string) int64 {
+	for _, c := range s.Counters {
+		if c.Name == name {
+			return c.Value
+		}
 	}
 	return 0
+}
+
+// Label returns the label name's value ("engine" is Engine), "" when the
+// backend has none.
+func (s Stats) Label(name string) string {
+	if name == "engine" {
+		return s.Engine
+	}
+	for _, l := range s.Labels {
+		if l.Name == name {
+			return l.Value
+		}
+	}
+	return ""
+}
+
+// MarshalJSON writes one flat object: "engine" and the labels that are
+// set, then every counter, each under its name.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	field := func(name string, v any) error {
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(name)
+		val, err := json.Marshal(v)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(val)
+		return err
+	}
+	if s.Engine != "" {
+		field("engine", s.Engine)
+	}
+	for _, l := range s.Labels {
+		if l.Value != "" {
+			field(l.Name, l.Value)
+		}
+	}
+	for _, c := range s.Counters {
+		field(c.Name, c.Value)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }

@@ -132,10 +132,21 @@ def small_dataset(parent: Path, name: str) -> tuple[Path, Path, dict[str, str]]:
     return root, bmap, by_hash
 
 
-def start_daemon(tmp: Path, bmap: Path, *extra: str) -> Daemon:
+def faults_build() -> str:
+    """The test build of loaderd (`-tags nvfeed_faults`: `serve --inject-eio`),
+    bin/loaderd-faults, built here when `make test` has not."""
+    exe = BIN / "loaderd-faults"
+    if not exe.exists():
+        go = shutil.which("go") or str(REPO / ".tools" / "go" / "bin" / "go")
+        subprocess.run([go, "build", "-tags", "nvfeed_faults", "-o", str(exe), "./cmd/loaderd"], cwd=REPO, check=True)
+    return exe.name
+
+
+def start_daemon(tmp: Path, bmap: Path, *extra: str, binary: str = "loaderd") -> Daemon:
+    """Starts `bin/BINARY serve` on a socket in tmp with dataset train."""
     sock = str(tmp / "loaderd.sock")
     log = tmp / "loaderd.log"
-    proc = subprocess.Popen([str(BIN / "loaderd"), "serve", "--socket", sock, "--dataset", f"train={bmap}", *extra],
+    proc = subprocess.Popen([str(BIN / binary), "serve", "--socket", sock, "--dataset", f"train={bmap}", *extra],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 10
     while not os.path.exists(sock):

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import Daemon, Dataset, need_raw, small_dataset, start_daemon, stop_daemon
+from conftest import Daemon, Dataset, faults_build, need_raw, small_dataset, start_daemon, stop_daemon
 from nvfeed import DaemonGoneError, LoaderError, LoaderSource, SampleError
 
 BACKENDS = ["file", "gds", "bam"]
@@ -67,7 +67,7 @@ def test_deleted_sample_raises_or_is_skipped(dataset: Dataset, tmp_path: Path, b
 def test_injected_eio_names_the_sample(dataset: Dataset, tmp_path: Path, backend: str) -> None:
     need_raw(dataset, backend)
     victim = dataset.files[7][0]
-    d = start_daemon(tmp_path, dataset.bmap, "--inject-eio", victim)
+    d = start_daemon(tmp_path, dataset.bmap, "--inject-eio", victim, binary=faults_build())
     try:
         engines = ["uring", "pread"] if backend != "file" else [None]
         for engine in engines:

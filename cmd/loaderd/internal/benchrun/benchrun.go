@@ -70,12 +70,7 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 	cpu0 := cpuSeconds()
 	t0 := time.Now()
 	res := Result{Backend: l.Backend().Name(), Memory: string(l.Memory().Desc().Kind)}
-	if l.Memory().Desc().Kind == batchmem.GPU {
-		res.GPUPath = "bounce"
-		if l.Memory().Slot(0).Host == nil {
-			res.GPUPath = "cufile"
-		}
-	}
+	res.GPUPath, _ = l.GPUPath()
 	var lat []float64
 	for epochs, batches := 0, 0; (o.Batches == 0 || batches < o.Batches) && (o.Epochs == 0 || epochs < o.Epochs); {
 		b, err := l.Next(ctx)
@@ -169,18 +164,21 @@ func InfoLine(w io.Writer, r Result) {
 	}
 	st := r.Stats
 	fmt.Fprint(w, " | ran:")
-	for _, kv := range [][2]string{{"engine", st.Engine}, {"device", st.Device}, {"freshness", st.Freshness}, {"cufile_mode", st.CuFileMode}} {
-		if kv[1] != "" {
-			fmt.Fprintf(w, " %s=%s", kv[0], kv[1])
+	if st.Engine != "" {
+		fmt.Fprintf(w, " engine=%s", st.Engine)
+	}
+	for _, l := range st.Labels {
+		if l.Value != "" {
+			fmt.Fprintf(w, " %s=%s", l.Name, l.Value)
 		}
 	}
-	for _, c := range st.Counters() {
+	for _, c := range st.Counters {
 		if c.Value != 0 {
 			fmt.Fprintf(w, " %s=%d", c.Name, c.Value)
 		}
 	}
-	if st.CacheHits+st.CacheMisses > 0 {
-		fmt.Fprintf(w, " cache_hit_rate=%.3f", st.CacheHitRate())
+	if hits, misses := st.Counter("cache_hits"), st.Counter("cache_misses"); hits+misses > 0 {
+		fmt.Fprintf(w, " cache_hit_rate=%.3f", float64(hits)/float64(hits+misses))
 	}
 	fmt.Fprintln(w)
 }

@@ -26,15 +26,12 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
-	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/batchmem"
-	"github.com/nvfeed/nvfeed/loader/cufile"
 )
 
 // Limits on what one session may ask for.
 const (
-	MaxPrefetch     = 64 // prefetch_queue_depth
-	MaxReleaseAfter = 64 // release_after
+	MaxPrefetch     = loader.MaxPrefetchQueueDepth // prefetch_queue_depth
+	MaxReleaseAfter = 64                           // release_after
 )
 
 // Config configures a Manager. A zero limit takes its default (limits.go).
@@ -56,7 +53,6 @@ type Config struct {
 	// ErrNoSpace. Default DefaultMaxLockedBytes.
 	MaxLockedBytes int64
 	Logger         *slog.Logger
-	Faults         *backend.Faults // tests: inject read faults into every session
 	// Engines is EnginesPerSession (the default, "" too) or
 	// EnginesPerDevice: whether the sessions reading one device share its
 	// raw engines. Measured with 8 sessions (bench/RESULTS.md): the same
@@ -108,7 +104,7 @@ type Manager struct {
 	access  *verdicts
 	metrics *metrics
 	reg     *prometheus.Registry
-	shared  *backend.Shared // engines shared by sessions; nil: per session
+	shared  *loader.Shared // engines shared by sessions; nil: per session
 
 	reloadMu sync.Mutex // one reload at a time
 
@@ -150,7 +146,7 @@ func NewManager(cfg Config) *Manager {
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{},
 		reg: prometheus.NewRegistry(), access: newVerdicts()}
 	if cfg.Engines == EnginesPerDevice {
-		m.shared = &backend.Shared{}
+		m.shared = &loader.Shared{}
 	}
 	m.metrics = newMetrics(m.reg, m)
 	m.data = map[string]*dataset{}
@@ -191,14 +187,13 @@ func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
 
 // budget returns the prefetch depth, release_after and slots of a session:
 // prefetched batches plus the batches the client holds (the one just
-// delivered and release_after earlier ones).
+// delivered and release_after earlier ones). The prefetch depth's default
+// and bounds are the loader's (loader.Options.WithDefaults, Validate).
 func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
-	prefetch = p.PrefetchQueueDepth
-	if prefetch == 0 {
-		prefetch = loader.DefaultPrefetchQueueDepth
-	}
-	if prefetch < 1 || prefetch > MaxPrefetch {
-		return 0, 0, 0, fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrInvalid, p.PrefetchQueueDepth, MaxPrefetch)
+	prefetch = loader.Options{PrefetchQueueDepth: p.PrefetchQueueDepth}.WithDefaults().PrefetchQueueDepth
+	if prefetch < 1 || prefetch > loader.MaxPrefetchQueueDepth {
+		// What loader.Options.Validate says, for a budget asked before it.
+		return 0, 0, 0, fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrInvalid, p.PrefetchQueueDepth, loader.MaxPrefetchQueueDepth)
 	}
 	releaseAfter = prefetch + 1
 	if p.ReleaseAfter != nil {
@@ -210,8 +205,9 @@ func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
 	return prefetch, releaseAfter, prefetch + releaseAfter + 1, nil
 }
 
-// Open opens a session for c. The backend's description and the slot
-// size are resolved once here and handed to the loader. It is refused
+// Open opens a session for c. The slot size is computed once here (for
+// the budget) and handed to the loader, which picks the backend and GPU
+// path (loader.Options.GPUPath). It is refused
 // with ErrLimit past MaxSessions or c's MaxSessionsPerUID, and with
 // ErrNoSpace when the session's batch memory would take the open
 // sessions' past MaxLockedBytes.
@@ -236,17 +232,14 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err := m.authorize(d, c); err != nil {
 		return Opened{}, err
 	}
-	candidates, err := gpuPaths(p)
-	if err != nil {
-		return Opened{}, err
-	}
 	prefetch, releaseAfter, slots, err := budget(p)
 	if err != nil {
 		return Opened{}, err
 	}
-	if p.BatchSize < 1 || p.BatchSize > loader.MaxBatchSize {
-		return Opened{}, fmt.Errorf("%w: batch_size %d not in [1, %d]", ErrInvalid, p.BatchSize, loader.MaxBatchSize)
-	}
+	// The loader decides the backend and GPU path (gpu_path auto: cufile,
+	// else bounce); its options' bounds were checked by p.Validate.
+	lo := p.loaderOptions()
+	lo.PrefetchQueueDepth, lo.Slots = prefetch, slots
 	slotSize := loader.SlotBytes(ds, p.BatchSize)
 	if need := slotSize * int64(slots); need > m.cfg.MaxSessionBytes {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
@@ -256,16 +249,16 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err := m.admit(c.owner(), need); err != nil {
 		return Opened{}, err
 	}
-	l, spec, way, err := m.openLoader(ds, p, candidates, loader.Options{
-		ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Slots: slots, SlotSize: slotSize,
-		Memory: p.Memory, Device: p.Device, BackendOptions: p.BackendOptions, State: p.State,
-		Logger: m.log, SkipErrors: true, Faults: m.cfg.Faults, Guard: d.guard, Shared: m.shared,
-		Cred: credOf(c),
-	})
+	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred = slotSize, m.log, true, d.guard, m.shared, credOf(c)
+	l, err := m.openLoader(ds, p, lo)
 	var ss *session
+	var gpuPath, backendName string
 	if err == nil {
-		ss = &session{id: newID(), dataset: p.Dataset, ds: d, backend: spec.Name, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots}
-		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, l.Memory().Desc(), way.path)
+		gpuPath, _ = l.GPUPath()
+		backendName = l.Backend().Name()
+		ss = &session{id: newID(), dataset: p.Dataset, ds: d, backend: backendName, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots}
+		desc := l.Memory().Desc()
+		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, string(desc.Kind), desc.Device, desc.Size, gpuPath)
 		ss.touch()
 	}
 	m.mu.Lock()
@@ -283,9 +276,9 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	m.metrics.sessions.Inc()
 	st := l.State()
 	desc := l.Memory().Desc()
-	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", spec.Name, "uid", c.UID,
+	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
-	return Opened{ID: ss.id, Backend: spec.Name, Memory: desc, GPUPath: way.path, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
+	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st}, nil
 }
 
@@ -332,40 +325,27 @@ func (m *Manager) Locked() (inUse, budget int64) {
 	return m.locked, m.cfg.MaxLockedBytes
 }
 
-// openLoader opens the session's loader the first of the ways that runs
-// (o gets each way's backend spec), and maps its errors to the sentinels.
-func (m *Manager) openLoader(ds *bmap.Map, p OpenParams, ways []gpuPath, o loader.Options) (*loader.Loader, backend.Spec, gpuPath, error) {
-	var err error
-	for i, way := range ways {
-		var spec backend.Spec
-		if spec, err = loader.BackendSpec(way.backend); err != nil {
-			return nil, spec, way, fmt.Errorf("%w: %w", ErrInvalid, err)
+// openLoader opens the session's loader (the loader takes the GPU path)
+// and maps its errors to the sentinels.
+func (m *Manager) openLoader(ds *bmap.Map, p OpenParams, o loader.Options) (*loader.Loader, error) {
+	l, err := loader.New(context.Background(), ds, o)
+	if err == nil {
+		if path, why := l.GPUPath(); path != "" {
+			m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", path, "backend", l.Backend().Name(), "device", p.Device, "why", why)
 		}
-		o.Spec = &spec
-		var l *loader.Loader
-		if l, err = loader.New(context.Background(), ds, o); err == nil {
-			if way.path != "" {
-				m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", way.path, "backend", spec.Name, "device", p.Device, "why", way.why)
-			}
-			return l, spec, way, nil
-		}
-		if i+1 < len(ways) && errors.Is(err, cufile.ErrUnavailable) {
-			m.log.Info("session: gpu_path auto: cufile cannot run here, using bounce", "dataset", p.Dataset, "why", err)
-			continue
-		}
-		break
+		return l, nil
 	}
 	switch {
-	case errors.Is(err, backend.ErrNoRaw):
+	case errors.Is(err, loader.ErrNoRaw):
 		err = fmt.Errorf("%w: dataset %s has no samples readable from a block device (mapped on %s): use backend file", ErrInvalid, p.Dataset, fsName(ds))
-	case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, batchmem.ErrUnsupported), errors.Is(err, cufile.ErrUnavailable):
+	case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, loader.ErrUnsupported), errors.Is(err, loader.ErrUnavailable):
 		err = fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
-	case errors.Is(err, bmap.ErrStale), errors.Is(err, backend.ErrDevice):
+	case errors.Is(err, bmap.ErrStale), errors.Is(err, loader.ErrDevice):
 		err = fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)
 	default:
 		err = fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
 	}
-	return nil, backend.Spec{}, gpuPath{}, err
+	return nil, err
 }
 
 // fsName names the filesystem ds was mapped on, for messages.
@@ -376,59 +356,21 @@ func fsName(ds *bmap.Map) string {
 	return ds.Device.FSType
 }
 
-// gpuPath is one way to open a session's loader: the GPU path and the
-// backend it uses, and why it was chosen.
-type gpuPath struct {
-	path, backend, why string
-}
-
-// gpuPaths returns the ways to try, in order: one, or for gpu_path auto
-// without a named backend, cufile then bounce.
-func gpuPaths(p OpenParams) ([]gpuPath, error) {
-	if p.Memory != batchmem.GPU {
-		if p.GPUPath != "" {
-			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrInvalid, p.GPUPath)
-		}
-		return []gpuPath{{"", p.Backend, ""}}, nil
-	}
-	switch p.GPUPath {
-	case GPUPathCuFile:
-		if p.Backend != "" && p.Backend != cufile.Name {
-			return nil, fmt.Errorf("%w: gpu_path cufile reads with the cufile backend, not %s (use gpu_path bounce for it)", ErrInvalid, p.Backend)
-		}
-		return []gpuPath{{GPUPathCuFile, cufile.Name, "asked for"}}, nil
-	case GPUPathBounce:
-		if p.Backend == cufile.Name {
-			return nil, fmt.Errorf("%w: gpu_path bounce with backend cufile: cufile writes the device itself", ErrInvalid)
-		}
-		return []gpuPath{{GPUPathBounce, p.Backend, "asked for"}}, nil
-	case "", GPUPathAuto:
-		switch p.Backend {
-		case cufile.Name:
-			return []gpuPath{{GPUPathCuFile, cufile.Name, "backend cufile named"}}, nil
-		case "":
-			return []gpuPath{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here"}}, nil
-		}
-		return []gpuPath{{GPUPathBounce, p.Backend, "auto: backend " + p.Backend + " named, which writes host memory"}}, nil
-	}
-	return nil, fmt.Errorf("%w: gpu_path %q (want auto, cufile or bounce)", ErrInvalid, p.GPUPath)
-}
-
 // Memory returns the session's batch memory description and a new file
 // descriptor for it (read-only for host memory), for c to map: only the
 // session's owner gets it. The caller closes the file once passed on.
-func (m *Manager) Memory(c Caller, id string) (batchmem.Desc, *os.File, error) {
+func (m *Manager) Memory(c Caller, id string) (loader.MemoryDesc, *os.File, error) {
 	ss, err := m.lookup(c, id)
 	if err != nil {
-		return batchmem.Desc{}, nil, err
+		return loader.MemoryDesc{}, nil, err
 	}
 	if c.TCP {
-		return batchmem.Desc{}, nil, fmt.Errorf("%w: session %s: batch memory is handed over only on the unix socket (as a file descriptor)", ErrForbidden, id)
+		return loader.MemoryDesc{}, nil, fmt.Errorf("%w: session %s: batch memory is handed over only on the unix socket (as a file descriptor)", ErrForbidden, id)
 	}
 	mem := ss.l.Memory()
 	f, err := mem.Export()
 	if err != nil {
-		return batchmem.Desc{}, nil, fmt.Errorf("session %s: %w", id, err)
+		return loader.MemoryDesc{}, nil, fmt.Errorf("session %s: %w", id, err)
 	}
 	ss.touch()
 	return mem.Desc(), f, nil

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nvfeed/nvfeed/loader"
-	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // The metrics name no session: /metrics is open to every client of the
@@ -57,12 +56,12 @@ type sessionMetrics struct {
 	memoryBytes                             float64
 }
 
-func (m *metrics) forSession(dataset, backend string, mem batchmem.Desc, gpuPath string) sessionMetrics {
+func (m *metrics) forSession(dataset, backend, kind string, device int, size int64, gpuPath string) sessionMetrics {
 	lv := []string{dataset, backend}
 	sm := sessionMetrics{samples: m.samples.WithLabelValues(lv...), bytes: m.bytes.WithLabelValues(lv...),
 		batches: m.batches.WithLabelValues(lv...), errors: m.errors.WithLabelValues(lv...),
 		failed: m.failed.WithLabelValues(dataset, backend), readSeconds: m.readSeconds.WithLabelValues(dataset, backend),
-		memory: m.memory.WithLabelValues(dataset, backend, string(mem.Kind), fmt.Sprint(mem.Device), gpuPath), memoryBytes: float64(mem.Size)}
+		memory: m.memory.WithLabelValues(dataset, backend, kind, fmt.Sprint(device), gpuPath), memoryBytes: float64(size)}
 	sm.memory.Add(sm.memoryBytes)
 	return sm
 }
@@ -104,7 +103,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ dataset, backend, counter string }
 	sums := map[key]float64{}
 	for _, ss := range c.m.snapshot() {
-		for _, ctr := range ss.l.Backend().Stats().Counters() {
+		for _, ctr := range ss.l.Backend().Stats().Counters {
 			k, v := key{ss.dataset, ss.backend, ctr.Name}, float64(ctr.Value)
 			if strings.HasPrefix(ctr.Name, "peak") {
 				sums[k] = max(sums[k], v)

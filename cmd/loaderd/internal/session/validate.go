@@ -23,13 +23,17 @@ const (
 )
 
 // Validate checks what an open request carries on its own, before any
-// dataset is looked at: the reader arguments, the budget (prefetch depth,
-// release_after), device_id, backend_options' size and a resume state.
+// dataset is looked at: the loader's options (loader.Options.Validate:
+// reader arguments, prefetch depth, memory, gpu_path with backend), the
+// budget (release_after), device_id, backend_options' size and a resume
+// state.
 // Errors wrap ErrInvalid and name the field, its value and the allowed
 // range. Open calls it; the dataset-dependent checks (num_shards at most
 // the samples, the state made for this dataset) follow there.
 func (p OpenParams) Validate() error {
-	if err := p.ReaderArgs.Validate(); err != nil {
+	// The loader's options' defaults and bounds: the reader arguments,
+	// the prefetch depth, the memory kind and the GPU path.
+	if err := p.loaderOptions().WithDefaults().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if _, _, _, err := budget(p); err != nil {
@@ -104,4 +108,11 @@ func checkSlotsAt(field string, slots []int, at *Position) error {
 		return at.Validate()
 	}
 	return nil
+}
+
+// loaderOptions returns the loader options an open request names (the
+// budget's slots and what the daemon adds are Open's).
+func (p OpenParams) loaderOptions() loader.Options {
+	return loader.Options{ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: p.PrefetchQueueDepth, Memory: p.Memory, Device: p.Device,
+		GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
 }

@@ -1,4 +1,4 @@
-package backend
+package samplefile
 
 import "golang.org/x/sys/unix"
 

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/uring"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
@@ -66,14 +67,10 @@ func (f *engineFixture) run(t *testing.T, e engine, n, size int, pastEnd bool, p
 	return ops
 }
 
-// engines starts each engine over fd, each with its own faults from
-// newFaults (nil for none).
-func engines(t *testing.T, fd, qd int, newFaults func() *backend.Faults) map[string]engine {
-	if newFaults == nil {
-		newFaults = func() *backend.Faults { return nil }
-	}
-	out := map[string]engine{EnginePread: newPreadEngine(fd, qd, nil, newFaults())}
-	u, err := newUringEngine(fd, qd, ringSetup{}, nil, newFaults())
+// engines starts each engine over fd.
+func engines(t *testing.T, fd, qd int) map[string]engine {
+	out := map[string]engine{EnginePread: newPreadEngine(fd, qd, nil)}
+	u, err := newUringEngine(fd, qd, ringSetup{}, nil)
 	switch {
 	case errors.Is(err, uring.ErrUnsupported):
 		t.Logf("io_uring refused here (%v): testing the pread engine only", err)
@@ -87,7 +84,7 @@ func engines(t *testing.T, fd, qd int, newFaults func() *backend.Faults) map[str
 
 func TestEnginesReadExactly(t *testing.T) {
 	f := newEngineFixture(t)
-	for name, e := range engines(t, f.fd, 8, nil) {
+	for name, e := range engines(t, f.fd, 8) {
 		t.Run(name, func(t *testing.T) {
 			defer e.close()
 			clear(f.mem)
@@ -112,13 +109,13 @@ func TestEnginesReadExactly(t *testing.T) {
 
 func TestEnginesInjectedFaults(t *testing.T) {
 	f := newEngineFixture(t)
-	var all []*backend.Faults
-	newFaults := func() *backend.Faults {
-		ft := (&backend.Faults{}).
-			Add(backend.Rule{Op: backend.DeviceRead, Path: "bad", Err: unix.EIO}).
-			Add(backend.Rule{Op: backend.FileRead, Path: "short", Short: true}). // file reads only: never matches here
-			Add(backend.Rule{Op: backend.DeviceRead, Path: "short", Short: true, Times: 1}).
-			Add(backend.Rule{Op: backend.DeviceRead, Path: "slow", Stall: 50 * time.Millisecond})
+	var all []*faults.Faults
+	newFaults := func() *faults.Faults {
+		ft := (&faults.Faults{}).
+			Add(faults.Rule{Op: faults.DeviceRead, Path: "bad", Err: unix.EIO}).
+			Add(faults.Rule{Op: faults.FileRead, Path: "short", Short: true}). // file reads only: never matches here
+			Add(faults.Rule{Op: faults.DeviceRead, Path: "short", Short: true, Times: 1}).
+			Add(faults.Rule{Op: faults.DeviceRead, Path: "slow", Stall: 50 * time.Millisecond})
 		all = append(all, ft)
 		return ft
 	}
@@ -134,8 +131,9 @@ func TestEnginesInjectedFaults(t *testing.T) {
 		return "ok"
 	}
 	const size = 16 << 10 // a short read returns half: 8 KiB
-	for name, e := range engines(t, f.fd, 4, newFaults) {
+	for name, e := range engines(t, f.fd, 4) {
 		t.Run(name, func(t *testing.T) {
+			defer faults.Install(newFaults())()
 			defer e.close()
 			clear(f.mem)
 			start := time.Now()
@@ -171,7 +169,7 @@ func TestEnginesInjectedFaults(t *testing.T) {
 }
 
 func TestNewEngineRejectsUnknown(t *testing.T) {
-	if _, _, err := newEngine("spdk", 0, 4, ringSetup{}, nil, nil); !errors.Is(err, backend.ErrOptions) || !strings.Contains(err.Error(), `"spdk"`) {
+	if _, _, err := newEngine("spdk", 0, 4, ringSetup{}, nil); !errors.Is(err, backend.ErrOptions) || !strings.Contains(err.Error(), `"spdk"`) {
 		t.Errorf("err = %v", err)
 	}
 }

@@ -29,7 +29,9 @@ import (
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/fsread"
+	"github.com/nvfeed/nvfeed/loader/internal/counts"
+	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
+	"github.com/nvfeed/nvfeed/loader/internal/shared"
 )
 
 // Stale-map policies (option on_stale).
@@ -96,8 +98,23 @@ func commonConfig(p backend.Params) Config {
 		FixedBuffers: p.Bool("fixed_buffers")}
 }
 
-// GDSSpec describes the gds backend.
-func GDSSpec() backend.Spec {
+// Env is what the loader gives the raw backends beyond backend.Env.
+type Env struct {
+	// Guard is the map's freshness state shared with the loader's host
+	// (the daemon keeps one per dataset); nil: the backend opens its own.
+	Guard *fresh.Guard
+	// Shared, if set, lets raw backends opened with the same Shared share
+	// one engine per device and configuration (not when tracing); nil:
+	// their own.
+	Shared *shared.Shared
+	// HostBuffers is the host batch memory every Request.Buf lies in
+	// (slot by slot), registered once as io_uring fixed buffers; nil when
+	// not known.
+	HostBuffers [][]byte
+}
+
+// GDSSpec describes the gds backend; x is its environment.
+func GDSSpec(x Env) backend.Spec {
 	return backend.Spec{
 		Name: "gds",
 		Doc:  "GPUDirect-Storage-like: CPU-initiated O_DIRECT reads of whole raw extents from the block device at a queue depth",
@@ -108,13 +125,13 @@ func GDSSpec() backend.Spec {
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			c := commonConfig(p)
 			c.Queues, c.RequestSize = 1, int(p.Int("max_request"))
-			return Open("gds", m, c, env)
+			return Open("gds", m, c, env, x)
 		},
 	}
 }
 
-// BAMSpec describes the bam backend.
-func BAMSpec() backend.Spec {
+// BAMSpec describes the bam backend; x is its environment.
+func BAMSpec(x Env) backend.Spec {
 	return backend.Spec{
 		Name: "bam",
 		Doc:  "BaM-style: fixed-size block requests from several queues, with a shared block cache",
@@ -127,7 +144,7 @@ func BAMSpec() backend.Spec {
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			c := commonConfig(p)
 			c.Queues, c.RequestSize, c.FixedBlocks, c.CacheBytes = int(p.Int("queues")), int(p.Int("block_size")), true, p.Int("cache_mb")<<20
-			return Open("bam", m, c, env)
+			return Open("bam", m, c, env, x)
 		},
 	}
 }
@@ -149,10 +166,9 @@ type Backend struct {
 	release []func() error // shared engines: give them back (instead of closing)
 	next    atomic.Uint64  // round-robin queue choice
 	trace   *tracer
-	faults  *backend.Faults
 	log     *slog.Logger
-	fs      *fsread.Reader // filesystem reads: filesystem-only and changed samples
-	caller  *cred.Opener   // opens as the caller (Env.Cred); nil: as the process
+	fs      *samplefile.Reader // filesystem reads: filesystem-only and changed samples
+	caller  *cred.Opener       // opens as the caller (Env.Cred); nil: as the process
 
 	scMu      sync.Mutex
 	scratches []*scratch // free planning scratch, reused across batches
@@ -161,11 +177,11 @@ type Backend struct {
 }
 
 // Open opens m's block device read-only with O_DIRECT and starts the
-// engines. It uses env.Guard, the map's shared freshness state, or opens
+// engines. It uses x.Guard, the map's shared freshness state, or opens
 // its own (which checks that the filesystem mounted at the map's root is
 // the one mapped, bmap.ErrStale otherwise, and stats every raw sample).
 // name is how the backend reports itself.
-func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, error) {
+func Open(name string, m *bmap.Map, cfg Config, env backend.Env, x Env) (*Backend, error) {
 	if cfg.QueueDepth < 1 || cfg.Queues < 1 || cfg.RequestSize < backend.Align || cfg.RequestSize%backend.Align != 0 {
 		return nil, fmt.Errorf("%w: %s: queues %d, queue depth %d, request size %d", backend.ErrOptions, name, cfg.Queues, cfg.QueueDepth, cfg.RequestSize)
 	}
@@ -179,9 +195,9 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 	if log == nil {
 		log = slog.Default()
 	}
-	b := &Backend{name: name, m: m, guard: env.Guard, cfg: cfg, faults: env.Faults, log: log}
+	b := &Backend{name: name, m: m, guard: x.Guard, cfg: cfg, log: log}
 	var err error
-	if b.fs, err = fsread.NewReader(m, false, env.Faults); err != nil {
+	if b.fs, err = samplefile.NewReader(m, false); err != nil {
 		return nil, fmt.Errorf("raw: %s: %w", name, err)
 	}
 	if env.Cred != nil {
@@ -241,7 +257,7 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 		b.trace = newTracer(env.Trace, devPath)
 	}
 	for q := 0; q < cfg.Queues; q++ {
-		if err := b.addEngine(q, env); err != nil {
+		if err := b.addEngine(q, x); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("raw: %s: %w", name, err)
 		}
@@ -257,19 +273,19 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, erro
 	return b, nil
 }
 
-// addEngine starts queue q's engine, or with env.Shared (and no trace)
+// addEngine starts queue q's engine, or with x.Shared (and no trace)
 // takes the one already serving this device, engine kind, queue depth and
 // queue from another backend. A shared engine reads its own duplicate of
 // the device descriptor, so it outlives the backend that made it.
-func (b *Backend) addEngine(q int, env backend.Env) error {
+func (b *Backend) addEngine(q int, x Env) error {
 	fd := int(b.dev.Fd())
 	logFallback := func(err error) {
 		if err != nil {
 			b.log.Warn("raw: io_uring unavailable, using pread workers", "backend", b.name, "err", err)
 		}
 	}
-	if env.Shared == nil || b.trace != nil {
-		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, b.ringSetup(env, true), b.trace, env.Faults)
+	if x.Shared == nil || b.trace != nil {
+		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, b.ringSetup(x, true), b.trace)
 		if err != nil {
 			return err
 		}
@@ -279,14 +295,14 @@ func (b *Backend) addEngine(q int, env backend.Env) error {
 		b.engines = append(b.engines, e)
 		return nil
 	}
-	key := fmt.Sprintf("raw engine: device %s, engine %s, queue depth %d, queue %d, faults %p",
-		b.plan.devPath, b.cfg.Engine, b.cfg.QueueDepth, q, env.Faults)
-	v, release, err := env.Shared.Acquire(key, func() (io.Closer, error) {
+	key := fmt.Sprintf("raw engine: device %s, engine %s, queue depth %d, queue %d",
+		b.plan.devPath, b.cfg.Engine, b.cfg.QueueDepth, q)
+	v, release, err := x.Shared.Acquire(key, func() (io.Closer, error) {
 		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("dup %s: %w", b.plan.devPath, err)
 		}
-		e, fallback, err := newEngine(b.cfg.Engine, dup, b.cfg.QueueDepth, b.ringSetup(env, false), nil, env.Faults)
+		e, fallback, err := newEngine(b.cfg.Engine, dup, b.cfg.QueueDepth, b.ringSetup(x, false), nil)
 		if err != nil {
 			unix.Close(dup)
 			return nil, err
@@ -308,10 +324,10 @@ func (b *Backend) addEngine(q int, env backend.Env) error {
 // ringSetup is how this backend's io_uring engines are set up; own says
 // the engine is this backend's alone (a shared engine serves other
 // sessions' memory too, so it registers none).
-func (b *Backend) ringSetup(env backend.Env, own bool) ringSetup {
+func (b *Backend) ringSetup(x Env, own bool) ringSetup {
 	rs := ringSetup{log: b.log}
 	if own && b.cfg.FixedBuffers {
-		rs.buffers = env.HostBuffers
+		rs.buffers = x.HostBuffers
 	}
 	return rs
 }
@@ -333,16 +349,17 @@ func (b *Backend) Name() string { return b.name }
 
 // Stats reports the engine, the device and the counters.
 func (b *Backend) Stats() backend.Stats {
-	st := backend.Stats{Engine: b.engines[0].name(), Device: b.plan.devPath, Freshness: b.cfg.Freshness,
-		Samples: b.samples.Load(), RawSamples: b.raw.Load(), FSOnlySamples: b.fsOnly.Load(), StaleSamples: b.stale.Load(),
+	c := counts.Counts{Samples: b.samples.Load(), RawSamples: b.raw.Load(), FSOnlySamples: b.fsOnly.Load(), StaleSamples: b.stale.Load(),
 		Errors: b.errs.Load(), Requests: b.requests.Load()}
 	for _, e := range b.engines {
-		st.PeakInFlight += e.peakInflight()
+		c.PeakInFlight += e.peakInflight()
 	}
-	if c := b.plan.cache; c != nil {
-		st.CacheHits, st.CacheMisses = c.hits.Load(), c.misses.Load()
+	if bc := b.plan.cache; bc != nil {
+		c.CacheHits, c.CacheMisses = bc.hits.Load(), bc.misses.Load()
 	}
-	return st
+	return backend.Stats{Engine: b.engines[0].name(),
+		Labels:   []backend.Label{{Name: "device", Value: b.plan.devPath}, {Name: "freshness", Value: b.cfg.Freshness}},
+		Counters: c.Counters()}
 }
 
 // ReadBatch reads a batch: raw samples from the device, the rest through
@@ -388,7 +405,7 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 		if err := ctx.Err(); err != nil {
 			reqs[i].Err = err
 		} else {
-			reqs[i].Err = b.fs.Read(&reqs[i], fsread.AsCaller(b.caller))
+			reqs[i].Err = b.fs.Read(&reqs[i], samplefile.AsCaller(b.caller))
 		}
 	}
 	<-grp.done // ops write into batch memory: always wait for them
@@ -454,7 +471,7 @@ func (b *Backend) onStale(r *backend.Request, cause error) {
 		r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: cause}
 		return
 	}
-	r.Err = b.fs.Read(r, fsread.AsCaller(b.caller))
+	r.Err = b.fs.Read(r, samplefile.AsCaller(b.caller))
 }
 
 // checkFresh verifies each raw sample read against the live file, applies

@@ -12,8 +12,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/uring"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
 )
 
 // ioOp is one aligned read of the block device into memory outside the Go
@@ -60,19 +62,19 @@ type engine interface {
 // newEngine starts an engine reading fd with qd requests in flight. With
 // EngineAuto it falls back to pread when io_uring is refused (Docker's
 // default seccomp profile blocks it) and says so in fallback.
-func newEngine(kind string, fd, qd int, rs ringSetup, trace *tracer, faults *backend.Faults) (e engine, fallback error, err error) {
+func newEngine(kind string, fd, qd int, rs ringSetup, trace *tracer) (e engine, fallback error, err error) {
 	switch kind {
 	case "", EngineAuto, EngineUring:
-		u, err := newUringEngine(fd, qd, rs, trace, faults)
+		u, err := newUringEngine(fd, qd, rs, trace)
 		if err == nil {
 			return u, nil, nil
 		}
 		if kind == EngineUring || !errors.Is(err, uring.ErrUnsupported) {
 			return nil, nil, err
 		}
-		return newPreadEngine(fd, qd, trace, faults), err, nil
+		return newPreadEngine(fd, qd, trace), err, nil
 	case EnginePread:
-		return newPreadEngine(fd, qd, trace, faults), nil, nil
+		return newPreadEngine(fd, qd, trace), nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: engine %q (want auto, uring or pread)", backend.ErrOptions, kind)
 }
@@ -113,14 +115,13 @@ func (t *tracer) close() error {
 
 // uringEngine owns one io_uring from one goroutine.
 type uringEngine struct {
-	fd     int
-	ring   *uring.Ring
-	in     chan []*ioOp
-	qd     int
-	peak   atomic.Int64
-	trace  *tracer
-	faults *backend.Faults
-	wg     sync.WaitGroup
+	fd    int
+	ring  *uring.Ring
+	in    chan []*ioOp
+	qd    int
+	peak  atomic.Int64
+	trace *tracer
+	wg    sync.WaitGroup
 }
 
 // ringSetup says how an engine sets up its ring.
@@ -133,8 +134,8 @@ type ringSetup struct {
 	log     *slog.Logger
 }
 
-func newUringEngine(fd, qd int, rs ringSetup, trace *tracer, faults *backend.Faults) (*uringEngine, error) {
-	e := &uringEngine{fd: fd, in: make(chan []*ioOp, 64), trace: trace, faults: faults}
+func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, error) {
+	e := &uringEngine{fd: fd, in: make(chan []*ioOp, 64), trace: trace}
 	// The ring is made, registered with, submitted to and reaped from one
 	// locked OS thread: what SINGLE_ISSUER requires.
 	ready := make(chan error, 1)
@@ -243,7 +244,7 @@ func (e *uringEngine) loop() {
 			if c.Res < 0 {
 				n, err = 0, unix.Errno(-c.Res)
 			}
-			if ft, ok := e.faults.Inject(backend.DeviceRead, op.path); ok {
+			if ft, ok := faults.Inject(faults.DeviceRead, op.path); ok {
 				n, err = ft.Apply(n, err, backend.Align)
 			}
 			switch {
@@ -270,12 +271,11 @@ type preadEngine struct {
 	inflight atomic.Int64
 	peak     atomic.Int64
 	trace    *tracer
-	faults   *backend.Faults
 	wg       sync.WaitGroup
 }
 
-func newPreadEngine(fd, qd int, trace *tracer, faults *backend.Faults) *preadEngine {
-	e := &preadEngine{fd: fd, in: make(chan *ioOp, 4*qd), trace: trace, faults: faults}
+func newPreadEngine(fd, qd int, trace *tracer) *preadEngine {
+	e := &preadEngine{fd: fd, in: make(chan *ioOp, 4*qd), trace: trace}
 	for i := 0; i < qd; i++ {
 		e.wg.Add(1)
 		go e.worker()
@@ -300,8 +300,8 @@ func (e *preadEngine) worker() {
 			e.peak.Store(n)
 		}
 		e.trace.read(op.off, len(op.buf))
-		n, err := backend.PreadUpTo(e.fd, op.buf, op.off)
-		if ft, ok := e.faults.Inject(backend.DeviceRead, op.path); ok {
+		n, err := samplefile.PreadUpTo(e.fd, op.buf, op.off)
+		if ft, ok := faults.Inject(faults.DeviceRead, op.path); ok {
 			n, err = ft.Apply(n, err, backend.Align)
 		}
 		op.got = n

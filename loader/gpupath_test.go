@@ -1,6 +1,7 @@
-package session
+package loader
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -9,8 +10,8 @@ import (
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
-// TestGPUPaths: which ways a session's loader is opened in, by memory,
-// gpu_path and backend; contradictions are refused naming them.
+// TestGPUPaths: which ways a loader is opened in, by memory, gpu_path and
+// backend; contradictions are refused naming them.
 func TestGPUPaths(t *testing.T) {
 	tests := []struct {
 		memory  batchmem.Kind
@@ -34,10 +35,14 @@ func TestGPUPaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.memory)+"/"+tt.path+"/"+tt.backend, func(t *testing.T) {
-			got, err := gpuPaths(OpenParams{Memory: tt.memory, GPUPath: tt.path, Backend: tt.backend})
+			o := Options{ReaderArgs: ReaderArgs{BatchSize: 1}, Memory: tt.memory, GPUPath: tt.path, Backend: tt.backend}.WithDefaults()
+			got, err := o.gpuWays()
+			if verr := o.Validate(); (verr == nil) != (err == nil) || (err != nil && verr.Error() != err.Error()) {
+				t.Errorf("Validate: %v, want what the ways say: %v", verr, err)
+			}
 			if tt.refuse != "" {
-				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.refuse) {
-					t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tt.refuse)
+				if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), tt.refuse) {
+					t.Fatalf("err = %v, want ErrOptions mentioning %q", err, tt.refuse)
 				}
 				return
 			}
@@ -55,5 +60,18 @@ func TestGPUPaths(t *testing.T) {
 				t.Errorf("tried %v, want %v", names, tt.want)
 			}
 		})
+	}
+}
+
+// TestGPUPathHost: a loader on host memory takes no GPU path, and says so.
+func TestGPUPathHost(t *testing.T) {
+	m := makeDataset(t, 8, 2, 100)
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if path, why := l.GPUPath(); path != "" || why != "" {
+		t.Errorf("GPUPath() = %q, %q on host memory, want nothing", path, why)
 	}
 }

@@ -1,4 +1,6 @@
-package backend
+// Package shared lets backends share resources by key, refcounted: the
+// daemon's one raw engine per device for all its sessions.
+package shared
 
 import (
 	"errors"
@@ -21,7 +23,7 @@ type sharedRes struct {
 }
 
 // errReleased is returned by a release called more than once.
-var errReleased = errors.New("backend: shared resource released twice")
+var errReleased = errors.New("shared: resource released twice")
 
 // Acquire returns the resource under key, calling open to make it when
 // there is none; open runs under Shared's lock, so it must be quick and

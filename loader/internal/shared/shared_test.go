@@ -1,4 +1,4 @@
-package backend
+package shared
 
 import (
 	"errors"

@@ -4,7 +4,7 @@
 // place in GPU batch memory, registered once with cuFileBufRegister. The
 // block map still gives the order, sizes, labels and freshness. Whether
 // cuFile ran peer to peer (GDS) or in its compatibility mode is read from
-// cuFile's own statistics (Stats.CuFileMode), not guessed.
+// cuFile's own statistics (its Stats label cufile_mode), not guessed.
 package cufile
 
 import (
@@ -17,8 +17,11 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/fsread"
+	"github.com/nvfeed/nvfeed/loader/internal/counts"
+	"github.com/nvfeed/nvfeed/loader/internal/readpool"
+	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
 )
 
 // Name is the backend's registered name.
@@ -73,27 +76,26 @@ type reader interface {
 
 // Backend reads samples with a pool of workers, each on its own thread.
 type Backend struct {
-	fs     *fsread.Reader // opens each sample's file, bound to the mapped one
-	caller *cred.Opener   // opens as the caller (Env.Cred); nil: as the process
+	fs     *samplefile.Reader // opens each sample's file, bound to the mapped one
+	caller *cred.Opener       // opens as the caller (Env.Cred); nil: as the process
 	r      reader
-	faults *backend.Faults
-	pool   *backend.Pool
+	pool   *readpool.Pool
 }
 
 // New starts workers reading m's samples through r. With env.Cred every
 // file is opened as that user (the kernel checks it).
 func New(m *bmap.Map, workers int, r reader, env backend.Env) (*Backend, error) {
-	fs, err := fsread.NewReader(m, false, env.Faults)
+	fs, err := samplefile.NewReader(m, false)
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{fs: fs, r: r, faults: env.Faults}
+	b := &Backend{fs: fs, r: r}
 	if env.Cred != nil {
 		if b.caller, err = cred.NewOpener(*env.Cred, 2); err != nil {
 			return nil, fmt.Errorf("cufile: reading as %v: %w", *env.Cred, err)
 		}
 	}
-	b.pool = backend.NewPool(workers, b.read)
+	b.pool = readpool.NewPool(workers, b.read)
 	return b, nil
 }
 
@@ -104,7 +106,8 @@ func (b *Backend) Name() string { return Name }
 func (b *Backend) Stats() backend.Stats {
 	mode, p2p, posix := b.r.Stats()
 	n, errs := b.pool.Counts()
-	return backend.Stats{Samples: n, FSOnlySamples: n, Errors: errs, CuFileMode: mode, CuFileP2PReads: p2p, CuFilePOSIXReads: posix}
+	return backend.Stats{Labels: []backend.Label{{Name: "cufile_mode", Value: mode}},
+		Counters: counts.Counts{Samples: n, FSOnlySamples: n, Errors: errs, CuFileP2PReads: p2p, CuFilePOSIXReads: posix}.Counters()}
 }
 
 // ReadBatch reads the requests; see backend.Backend. Every request's
@@ -120,7 +123,7 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	if req.Dev == 0 {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: errors.New("cufile: no device destination (batch memory is not GPU memory)")}
 	}
-	open := fsread.AsCaller(b.caller)
+	open := samplefile.AsCaller(b.caller)
 	fd, err := b.fs.OpenSample(s, unix.O_DIRECT, open)
 	if errors.Is(err, unix.EINVAL) { // a filesystem without O_DIRECT: cuFile (1.7+) takes the fd as it is
 		fd, err = b.fs.OpenSample(s, 0, open)
@@ -132,7 +135,7 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	// The whole aligned length: what O_DIRECT needs; a file that grew shows
 	// up as a longer read.
 	n, err := b.r.Read(worker, fd, req.Dev, backend.AlignUp(s.Size))
-	if ft, ok := b.faults.Inject(backend.FileRead, s.Path); ok {
+	if ft, ok := faults.Inject(faults.FileRead, s.Path); ok {
 		var in int
 		in, err = ft.Apply(int(n), err, 1)
 		n = int64(in)

@@ -1,9 +1,13 @@
-package backend
+// Package readpool is what backends that read sample by sample (file,
+// cufile) share: a fixed set of workers, one request at a time each.
+package readpool
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // Pool reads batches with a fixed set of workers, one request at a time
@@ -11,7 +15,7 @@ import (
 // read is called with the worker's number (0..workers-1) and sets nothing
 // itself: its error becomes the request's Err.
 type Pool struct {
-	read func(worker int, r *Request) error
+	read func(worker int, r *backend.Request) error
 	jobs chan poolJob
 	wg   sync.WaitGroup
 
@@ -20,14 +24,14 @@ type Pool struct {
 
 type poolJob struct {
 	ctx  context.Context
-	req  *Request
-	pos  int                                     // the request's position in its batch
-	read func(worker, pos int, r *Request) error // nil: the pool's own
+	req  *backend.Request
+	pos  int                                             // the request's position in its batch
+	read func(worker, pos int, r *backend.Request) error // nil: the pool's own
 	done func(error)
 }
 
 // NewPool starts workers goroutines calling read.
-func NewPool(workers int, read func(worker int, r *Request) error) *Pool {
+func NewPool(workers int, read func(worker int, r *backend.Request) error) *Pool {
 	p := &Pool{read: read, jobs: make(chan poolJob, 4*workers)}
 	for i := range workers {
 		p.wg.Add(1)
@@ -36,19 +40,19 @@ func NewPool(workers int, read func(worker int, r *Request) error) *Pool {
 	return p
 }
 
-// ReadBatch reads every request and returns as Backend.ReadBatch says.
-func (p *Pool) ReadBatch(ctx context.Context, reqs []Request) error {
+// ReadBatch reads every request and returns as backend.Backend.ReadBatch says.
+func (p *Pool) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 	return p.readBatch(ctx, reqs, nil)
 }
 
 // ReadBatchFunc is ReadBatch with read, given each request's position in
 // reqs, in place of the pool's own: for what a backend prepared for the
 // whole batch first (e.g. files opened elsewhere).
-func (p *Pool) ReadBatchFunc(ctx context.Context, reqs []Request, read func(pos int, r *Request) error) error {
-	return p.readBatch(ctx, reqs, func(_, pos int, r *Request) error { return read(pos, r) })
+func (p *Pool) ReadBatchFunc(ctx context.Context, reqs []backend.Request, read func(pos int, r *backend.Request) error) error {
+	return p.readBatch(ctx, reqs, func(_, pos int, r *backend.Request) error { return read(pos, r) })
 }
 
-func (p *Pool) readBatch(ctx context.Context, reqs []Request, read func(worker, pos int, r *Request) error) error {
+func (p *Pool) readBatch(ctx context.Context, reqs []backend.Request, read func(worker, pos int, r *backend.Request) error) error {
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error

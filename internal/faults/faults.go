@@ -1,9 +1,41 @@
-package backend
+// Package faults injects failures into the built-in backends' reads, in
+// the spirit of pebble's errorfs: a test makes the file or device reads of
+// chosen samples fail (EIO), come back short, or stall, with no root or
+// device tricks.
+//
+// Nothing of it is configured through the loader's options, the backend
+// contract or the daemon's configuration: a test (or the nvfeed_faults
+// build of loaderd, whose --inject-eio flag calls Install) installs a rule
+// set for the whole process, and each read site asks Inject. With nothing
+// installed — always, in a release build, which has no way to install
+// any — Inject is one atomic load.
+package faults
 
 import (
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// ErrInjected is the default error of an injected fault.
+var ErrInjected = errors.New("injected fault")
+
+var installed atomic.Pointer[Faults]
+
+// Install makes f the process's faults, replacing any installed, until
+// restore is called (restore puts back what was installed before).
+func Install(f *Faults) (restore func()) {
+	prev := installed.Swap(f)
+	return func() { installed.Store(prev) }
+}
+
+// Inject returns the fault for a read of kind op of the sample at path
+// (relative to the dataset root), if the installed faults have a
+// matching rule.
+func Inject(op Op, path string) (Fault, bool) {
+	return installed.Load().Inject(op, path)
+}
 
 // Op names the kind of read a fault rule matches.
 type Op uint8
@@ -31,11 +63,8 @@ type Fault struct {
 	Stall time.Duration
 }
 
-// Faults injects failures into backends' reads, in the spirit of pebble's
-// errorfs: tests make the file or device reads of chosen samples fail
-// (EIO), come back short, or stall, with no root or device tricks. The
-// first matching rule with hits left applies. A nil *Faults injects
-// nothing and costs one comparison per read. Safe for concurrent use.
+// Faults is a set of rules: the first matching rule with hits left
+// applies. A nil *Faults injects nothing. Safe for concurrent use.
 type Faults struct {
 	mu    sync.Mutex
 	rules []Rule

@@ -15,8 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
 )
 
 // preadReader is the test double of cuFile: "device memory" is a host
@@ -32,7 +34,7 @@ func (p *preadReader) base() uintptr { return uintptr(unsafe.Pointer(unsafe.Slic
 func (p *preadReader) Read(_ int, fd int, dst uintptr, size int64) (int64, error) {
 	off := int64(dst - p.base())
 	p.reads.Add(1)
-	n, err := backend.PreadUpTo(fd, p.mem[off:off+size], 0)
+	n, err := samplefile.PreadUpTo(fd, p.mem[off:off+size], 0)
 	return int64(n), err
 }
 
@@ -96,7 +98,7 @@ func TestReadsIntoDeviceDestinations(t *testing.T) {
 					t.Fatalf("sample %d (%s): bytes differ at its device destination", i, s.Path)
 				}
 			}
-			if st := b.Stats(); st.Samples != int64(len(reqs)) || st.Errors != 0 || st.CuFileMode != "compat" || st.CuFilePOSIXReads != int64(len(reqs)) {
+			if st := b.Stats(); st.Counter("samples") != int64(len(reqs)) || st.Counter("errors") != 0 || st.Label("cufile_mode") != "compat" || st.Counter("cufile_posix_reads") != int64(len(reqs)) {
 				t.Errorf("stats %+v", st)
 			}
 			if err := b.Close(); err != nil || !r.closed {
@@ -114,8 +116,8 @@ func TestSampleErrors(t *testing.T) {
 	mem, _ := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	defer unix.Munmap(mem)
 	r := &preadReader{mem: mem}
-	faults := (&backend.Faults{}).Add(backend.Rule{Op: backend.FileRead, Path: m.Samples[2].Path, Err: syscall.EIO})
-	b, err := New(m, 2, r, backend.Env{Faults: faults})
+	defer faults.Install((&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead, Path: m.Samples[2].Path, Err: syscall.EIO}))()
+	b, err := New(m, 2, r, backend.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +143,8 @@ func TestSampleErrors(t *testing.T) {
 			t.Errorf("request %d failed: %v", i, reqs[i].Err)
 		}
 	}
-	if st := b.Stats(); st.Errors != 4 {
-		t.Errorf("%d errors counted, want 4", st.Errors)
+	if st := b.Stats(); st.Counter("errors") != 4 {
+		t.Errorf("%d errors counted, want 4", st.Counter("errors"))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
 )
 
 // dataset makes root/a/{0,1,2}.jpg (0644) and their map entries (inodes
@@ -70,7 +71,7 @@ func TestReadBoundToMappedFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := dataset(t)
 			tc.change(m.Root)
-			r, err := NewReader(m, false, nil)
+			r, err := samplefile.NewReader(m, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +101,7 @@ func TestBackendReadsAsTheCaller(t *testing.T) {
 	}
 	m := dataset(t)
 	os.Chmod(filepath.Join(m.Root, "a/1.jpg"), 0o600)
-	b, err := New(m, 2, false, backend.Env{Cred: &cred.Cred{UID: 65534, GID: 65534}})
+	b, err := New(m, 2, false, backend.Env{Cred: &cred.Cred{UID: 65534, GID: 65534}}, Env{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,168 @@
+// Package samplefile opens and reads a sample's file for every built-in
+// backend: the file backend's reads, the raw backends' reads of
+// filesystem-only and changed samples, cufile's opens.
+//
+// Every open is bound to the file that was mapped: the descriptor's
+// device and inode must be the map's, or the sample fails (a path that
+// now names another file never yields that file's bytes). With a
+// caller's Opener (AsCaller) every open is made as the caller, by
+// absolute path, so the kernel checks the caller's access to the file and
+// to every directory on its resolved path, symlinks included, at each
+// read.
+package samplefile
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/internal/faults"
+	"github.com/nvfeed/nvfeed/loader/backend"
+)
+
+// ErrReplaced is wrapped by a sample's error when its path now names
+// another file than the one mapped.
+var ErrReplaced = errors.New("the path names another file than the one mapped")
+
+// Opener opens a path with flags (O_CLOEXEC included) and returns the
+// descriptor: cred.Opener.Openat as a caller, or nil for the calling
+// thread's own credentials.
+type Opener func(path string, flags int) (int, error)
+
+// AsCaller returns the Opener of o, or nil (the calling thread's own
+// credentials) for a nil o.
+func AsCaller(o *cred.Opener) Opener {
+	if o == nil {
+		return nil
+	}
+	return func(path string, flags int) (int, error) { return o.Openat(unix.AT_FDCWD, path, flags) }
+}
+
+// Reader reads samples of one map through the filesystem.
+type Reader struct {
+	root   string
+	dev    uint64 // the root's filesystem
+	direct bool
+}
+
+// NewReader makes a Reader of m's samples, with O_DIRECT when direct.
+func NewReader(m *bmap.Map, direct bool) (*Reader, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(m.Root, &st); err != nil {
+		return nil, fmt.Errorf("fsread: dataset root: %w", err)
+	}
+	return &Reader{root: m.Root, dev: st.Dev, direct: direct}, nil
+}
+
+// Path returns s's absolute path.
+func (r *Reader) Path(s *bmap.Sample) string { return filepath.Join(r.root, s.Path) }
+
+// Flags returns the flags every sample is opened with.
+func (r *Reader) Flags() int {
+	f := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	if r.direct {
+		f |= unix.O_DIRECT
+	}
+	return f
+}
+
+// OpenSample opens s's file by its absolute path with flags, through open
+// (nil: this thread's credentials), and checks that it is the file that
+// was mapped: a regular file with the map's inode, on the root's
+// filesystem unless the map says it lives on another. The error names
+// the path; a file that is not the mapped one wraps ErrReplaced.
+func (r *Reader) OpenSample(s *bmap.Sample, flags int, open Opener) (int, error) {
+	path := r.Path(s)
+	flags |= unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	var fd int
+	var err error
+	if open != nil {
+		fd, err = open(path, flags)
+	} else {
+		fd, err = openRetry(path, flags)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open: %w", err)
+	}
+	if err := r.bind(fd, s); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// bind checks that fd is s's mapped file (see OpenSample).
+func (r *Reader) bind(fd int, s *bmap.Sample) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("fstat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != s.Inode || (s.Reason != bmap.OtherFS && st.Dev != r.dev) {
+		return fmt.Errorf("%w (device %d inode %d, mapped inode %d)", ErrReplaced, st.Dev, st.Ino, s.Inode)
+	}
+	return nil
+}
+
+// Read reads req's sample into req.Buf[:Size], with O_DIRECT when the
+// Reader's direct is set (reading whole aligned blocks into req.Buf,
+// which has room for them). The file is opened with OpenSample through
+// open. It fails with a *backend.SampleError: wrapping ErrReplaced when
+// the path names another file, backend.ErrShortRead when the file's
+// length differs from the map's.
+func (r *Reader) Read(req *backend.Request, open Opener) error {
+	fd, err := r.OpenSample(req.Sample, r.Flags(), open)
+	if err != nil {
+		return &backend.SampleError{Index: req.Index, Path: req.Sample.Path, Err: err}
+	}
+	return r.ReadOpened(req, fd)
+}
+
+// ReadFd is Read of a file already opened (with the Reader's flags) by
+// whoever had to open it: it checks that fd is the mapped file, reads,
+// and closes fd.
+func (r *Reader) ReadFd(req *backend.Request, fd int) error {
+	if err := r.bind(fd, req.Sample); err != nil {
+		unix.Close(fd)
+		return &backend.SampleError{Index: req.Index, Path: req.Sample.Path, Err: err}
+	}
+	return r.ReadOpened(req, fd)
+}
+
+// ReadOpened reads req's sample from fd, an open of the mapped file
+// already checked to be it, and closes fd.
+func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
+	s := req.Sample
+	defer unix.Close(fd)
+	// Ask for the whole aligned length: O_DIRECT needs it, and a file that
+	// grew shows up as a longer read at no extra cost.
+	want := int(s.Size)
+	n, err := PreadUpTo(fd, req.Buf[:backend.AlignUp(s.Size)], 0)
+	if ft, ok := faults.Inject(faults.FileRead, s.Path); ok {
+		n, err = ft.Apply(n, err, 1)
+	}
+	if err != nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("read: %w", err)}
+	}
+	if n != want {
+		// The read asks for the aligned length: say the file's own size.
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, want)}
+		}
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d bytes, map says %d", backend.ErrShortRead, n, want)}
+	}
+	return nil
+}
+
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}

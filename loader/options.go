@@ -1,0 +1,183 @@
+package loader
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+	"github.com/nvfeed/nvfeed/loader/internal/cufile"
+	"github.com/nvfeed/nvfeed/loader/internal/shared"
+)
+
+// Defaults and bounds of Options (Options.WithDefaults and
+// Options.Validate apply them; the sampling bounds are in validate.go).
+const (
+	// DefaultPrefetchQueueDepth is the batches read ahead when
+	// Options.PrefetchQueueDepth is 0 (DALI's default too).
+	DefaultPrefetchQueueDepth = 2
+	// MaxPrefetchQueueDepth bounds Options.PrefetchQueueDepth.
+	MaxPrefetchQueueDepth = 64
+)
+
+// How batches reach GPU memory (Options.GPUPath); the loader's choice is
+// Loader.GPUPath. The values are the daemon's wire names.
+const (
+	GPUPathAuto   = "auto"   // cufile when cuFile opens here and no other backend is named, else bounce
+	GPUPathCuFile = "cufile" // the cufile backend reads each sample's file straight into the device slot
+	GPUPathBounce = "bounce" // any backend reads into page-locked staging memory, copied to the device per batch
+)
+
+// Options configures a Loader. Names follow DALI's reader arguments.
+// WithDefaults fills in the zero fields that have defaults, Validate
+// checks every bound that needs no dataset; New does both.
+type Options struct {
+	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard
+	PrefetchQueueDepth int           // batches read ahead, at most MaxPrefetchQueueDepth; 0 means DefaultPrefetchQueueDepth
+	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
+	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
+	Memory             batchmem.Kind // "" means batchmem.Pinned
+	Device             int           // the GPU ordinal for GPU memory
+	// GPUPath is how batches reach GPU memory (Memory batchmem.GPU only):
+	// GPUPathCuFile, GPUPathBounce, or GPUPathAuto ("" too), which tries
+	// cufile and falls back to bounce where cuFile cannot run.
+	GPUPath string
+	Backend string // a name from Backends; "" means DefaultBackend, or with GPUPath auto the cufile backend first (ignored when Spec is set)
+	// Spec is the backend's description when the caller has already looked
+	// it up (BackendSpec) or brings its own; nil: BackendSpec(Backend).
+	Spec *backend.Spec
+	// BackendOptions are the backend's options by name (see its
+	// backend.Spec); missing ones take their defaults.
+	BackendOptions map[string]any
+	SkipErrors     bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
+	State          *State       // resume from this state
+	Logger         *slog.Logger // default slog.Default()
+	Trace          io.Writer    // raw backends write every device read here as a fio iolog (v2)
+	// Guard is the map's freshness state shared by several loaders (the
+	// daemon keeps one per dataset); nil: raw backends make their own.
+	Guard *fresh.Guard
+	// Shared lets loaders share backend resources (the daemon: one raw
+	// engine per device for all sessions); nil: each loader has its own.
+	Shared *Shared
+	// Cred is who the loader reads for: every filesystem open is made as
+	// this user (the kernel checks it) and a raw sample whose file changed
+	// is read only after the user's check passes; nil: the process's own
+	// credentials. The daemon sets it to its client's.
+	Cred *cred.Cred
+}
+
+// Shared is what loaders given the same *Shared share: the raw backends'
+// engines, one per device and configuration. The zero value is ready to
+// use; it is safe for concurrent use.
+type Shared struct{ s shared.Shared }
+
+// Len returns how many resources are shared now.
+func (s *Shared) Len() int { return s.s.Len() }
+
+// WithDefaults returns o with every zero field that has a default and
+// needs no dataset filled in: NumShards, PrefetchQueueDepth, Slots,
+// Memory, GPUPath (for GPU memory) and Logger. SlotSize's default needs
+// the map: New fills it in.
+func (o Options) WithDefaults() Options {
+	if o.NumShards == 0 {
+		o.NumShards = 1
+	}
+	if o.PrefetchQueueDepth == 0 {
+		o.PrefetchQueueDepth = DefaultPrefetchQueueDepth
+	}
+	if o.Slots == 0 {
+		o.Slots = o.PrefetchQueueDepth + 1
+	}
+	if o.Memory == "" {
+		o.Memory = batchmem.Pinned
+	}
+	if o.GPUPath == "" && o.Memory == batchmem.GPU {
+		o.GPUPath = GPUPathAuto
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Validate checks o (defaults filled in: WithDefaults) against every
+// bound that needs no dataset: the reader arguments, the prefetch depth
+// and slots, the memory kind, and the GPU path with the memory and the
+// backend named. Errors wrap ErrOptions and name the field, its value and
+// what is allowed.
+func (o Options) Validate() error {
+	if err := o.ReaderArgs.Validate(); err != nil {
+		return err
+	}
+	if o.PrefetchQueueDepth < 1 || o.PrefetchQueueDepth > MaxPrefetchQueueDepth {
+		return fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrOptions, o.PrefetchQueueDepth, MaxPrefetchQueueDepth)
+	}
+	if o.Slots <= o.PrefetchQueueDepth {
+		return fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
+	}
+	if o.Memory != batchmem.Pinned && o.Memory != batchmem.GPU {
+		return fmt.Errorf("%w: %w %q (want %s or %s)", ErrOptions, batchmem.ErrKind, o.Memory, batchmem.Pinned, batchmem.GPU)
+	}
+	_, err := o.gpuWays()
+	return err
+}
+
+// gpuWay is one way to open a loader: the GPU path and the backend it
+// reads with ("" the default), and why it was chosen.
+type gpuWay struct {
+	path, backend, why string
+}
+
+// backendName is the backend o names: its Spec's, else Backend ("" for
+// none named).
+func (o Options) backendName() string {
+	if o.Spec != nil {
+		return o.Spec.Name
+	}
+	return o.Backend
+}
+
+// gpuWays returns the ways to try, in order: one, or for GPUPathAuto
+// with no backend named, cufile then bounce. o has its defaults.
+func (o Options) gpuWays() ([]gpuWay, error) {
+	name := o.backendName()
+	if o.Memory != batchmem.GPU {
+		if o.GPUPath != "" {
+			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrOptions, o.GPUPath)
+		}
+		return []gpuWay{{"", name, ""}}, nil
+	}
+	switch o.GPUPath {
+	case GPUPathCuFile:
+		if name != "" && name != cufile.Name {
+			return nil, fmt.Errorf("%w: gpu_path cufile reads with the cufile backend, not %s (use gpu_path bounce for it)", ErrOptions, name)
+		}
+		return []gpuWay{{GPUPathCuFile, cufile.Name, "asked for"}}, nil
+	case GPUPathBounce:
+		if name == cufile.Name {
+			return nil, fmt.Errorf("%w: gpu_path bounce with backend cufile: cufile writes the device itself", ErrOptions)
+		}
+		return []gpuWay{{GPUPathBounce, name, "asked for"}}, nil
+	case "", GPUPathAuto:
+		switch name {
+		case cufile.Name:
+			return []gpuWay{{GPUPathCuFile, cufile.Name, "backend cufile named"}}, nil
+		case "":
+			return []gpuWay{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here"}}, nil
+		}
+		return []gpuWay{{GPUPathBounce, name, "auto: backend " + name + " named, which writes host memory"}}, nil
+	}
+	return nil, fmt.Errorf("%w: gpu_path %q (want %s, %s or %s)", ErrOptions, o.GPUPath, GPUPathAuto, GPUPathCuFile, GPUPathBounce)
+}
+
+// Batch memory's vocabulary as the loader's callers name it (package
+// batchmem has the rest).
+type (
+	// MemoryKind says where batch memory lives (Options.Memory).
+	MemoryKind = batchmem.Kind
+	// MemoryDesc describes a loader's batch memory to a client (Loader.Memory().Desc()).
+	MemoryDesc = batchmem.Desc
+)
