@@ -424,6 +424,7 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 // failure was found, of blocks the file no longer owns) and every other
 // sample's slack after its last byte (reads may run into it, and earlier
 // batches' bytes would stay). The reads are over: ReadBatch has returned.
+// Its cost: docs/decisions.md#slack-is-zeroed-not-left.
 func scrub(reqs []backend.Request) {
 	for i := range reqs {
 		r := &reqs[i]

@@ -72,7 +72,8 @@ const callerThreads = 4
 // after that, at session open), opened by the workers beneath the root
 // without following any symlink and bound to the mapped file with its
 // change time (a chmod changes it). The second way costs what a read as
-// the process costs; the first cost 22 % of a warm epoch, measured.
+// the process costs; the first cost 22 % of a warm epoch
+// (docs/decisions.md#access-is-the-kernels-to-judge).
 func New(m *bmap.Map, workers int, direct bool, env backend.Env, x Env) (*Backend, error) {
 	r, err := samplefile.NewReader(m, direct)
 	if err != nil {

@@ -127,8 +127,8 @@ type uringEngine struct {
 // ringSetup says how an engine sets up its ring.
 type ringSetup struct {
 	// buffers are registered once (batch memory): reads into them are
-	// READ_FIXED, with no page pinning per request. bench/RESULTS.md has
-	// the A/B. If the kernel refuses (a memlock limit), the engine reads
+	// READ_FIXED, with no page pinning per request (the A/B:
+	// docs/decisions.md#io_uring-single-issuer-registered-buffers-no-registered-files). If the kernel refuses (a memlock limit), the engine reads
 	// without and says so through log.
 	buffers [][]byte
 	log     *slog.Logger
@@ -146,7 +146,7 @@ func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, erro
 		defer runtime.UnlockOSThread()
 		// SINGLE_ISSUER|DEFER_TASKRUN: completion work runs when this
 		// thread waits for it, not as interrupts of it (A/B in
-		// bench/RESULTS.md); kernels before 6.1 refuse it: plain ring.
+		// docs/decisions.md#io_uring-single-issuer-registered-buffers-no-registered-files); kernels before 6.1 refuse it: plain ring.
 		r, err := uring.NewWith(uint32(qd), uring.Options{SingleIssuer: true})
 		if errors.Is(err, uring.ErrFlags) {
 			r, err = uring.New(uint32(qd))
@@ -223,7 +223,7 @@ func (e *uringEngine) loop() {
 		}
 		// Wait for half of what is in flight, not for one completion: half
 		// the enter calls (and thread hand-offs), the device queue staying
-		// at least half full. Measured (bench/RESULTS.md): CPU per GB 0.094
+		// at least half full. Measured (docs/decisions.md, io_uring): CPU per GB 0.094
 		// -> 0.080 s on the RAM-backed device, 0.147 -> 0.134 s on the
 		// virtio one, throughput the same or better on both.
 		if err := e.ring.Submit(uint32(max(1, inflight/2))); err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) {

@@ -393,7 +393,8 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 	// Issued in the batch's own (shuffled) order: sorting each batch by
 	// device offset measured no faster on either device (bench/ab.sh, 9
 	// rounds, cold: gds 1.00x on the RAM device, 0.99x on virtio; bam
-	// 0.97x and 1.01x), so it is not done.
+	// 0.97x and 1.01x; docs/decisions.md#reads-in-the-batchs-order), so
+	// it is not done.
 	grp := newOpGroup(len(sc.ops))
 	for _, op := range sc.ops {
 		op.grp = grp

@@ -55,7 +55,7 @@ type Config struct {
 	Logger         *slog.Logger
 	// Engines is EnginesPerSession (the default, "" too) or
 	// EnginesPerDevice: whether the sessions reading one device share its
-	// raw engines. Measured with 8 sessions (bench/RESULTS.md): the same
+	// raw engines. Measured with 8 sessions (docs/decisions.md#raw-engines-per-session-by-default): the same
 	// throughput either way on both test devices; per session keeps a
 	// session's queue its own and spreads submissions over cores, per
 	// device uses one ring and goroutine per device instead of one each.
