@@ -38,6 +38,7 @@ var layer = map[string]int{
 	"cmd/loaderd/internal/check":    7, // the daemon
 	"cmd/loaderd/internal/benchrun": 7,
 	"cmd/loaderd/internal/session":  7,
+	"cmd/loaderd/internal/wire":     7, // the protocol's messages
 	"cmd/loaderd/internal/serve":    8,
 
 	"cmd/loaderd":      9, // mains
