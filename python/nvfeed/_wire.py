@@ -1,6 +1,6 @@
 """The messages exchanged with loaderd, as TypedDicts (msgpack maps with
-snake_case keys; see cmd/loaderd/internal/serve/api.go). A Go test
-(cmd/loaderd/internal/serve/wire_test.go) checks these against the
+snake_case keys; see cmd/loaderd/internal/wire/wire.go). A Go test
+(cmd/loaderd/internal/wire/wire_test.go) checks these against the
 daemon's structs, key by key and type by type, both ways."""
 
 from __future__ import annotations

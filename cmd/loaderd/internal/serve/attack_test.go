@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
@@ -157,7 +158,7 @@ func (c *peerClient) call(method, path string, body, out any) (int, string) {
 	c.t.Helper()
 	code, raw := c.c.call(c.t, method, path, body, out)
 	if code != http.StatusOK {
-		var e ErrorResponse
+		var e wire.ErrorResponse
 		msgpack.Unmarshal(raw, &e)
 		return code, e.Error
 	}
@@ -175,8 +176,8 @@ type attackSession struct {
 // the refusal, if any.
 func (c *peerClient) open(be string) (*attackSession, int, string) {
 	c.t.Helper()
-	var o OpenResponse
-	code, msg := c.call("POST", "/v1/sessions", OpenRequest{Dataset: "ds", Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4}}, &o)
+	var o wire.OpenResponse
+	code, msg := c.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4}}, &o)
 	if code != http.StatusOK {
 		return nil, code, msg
 	}
@@ -207,8 +208,8 @@ func (s *attackSession) epoch(m *bmap.Map) (got map[string][]byte, failed []stri
 	got = map[string][]byte{}
 	var rel []int
 	for {
-		var nb NextResponse
-		if code, msg := s.c.call("POST", "/v1/sessions/"+s.id+"/next", NextRequest{Release: rel}, &nb); code != http.StatusOK {
+		var nb wire.NextResponse
+		if code, msg := s.c.call("POST", "/v1/sessions/"+s.id+"/next", wire.NextRequest{Release: rel}, &nb); code != http.StatusOK {
 			t.Fatalf("next: %d %s", code, msg)
 		}
 		if i := bytes.Index(s.mem, secret); i >= 0 {

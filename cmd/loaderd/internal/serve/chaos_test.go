@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -131,15 +132,15 @@ func TestMutatedRequests(t *testing.T) {
 	f.client.Timeout = 10 * time.Second
 	c := &chaos{rng: rand.New(rand.NewPCG(seed, 2))}
 	ra := 1
-	opens := []OpenRequest{
+	opens := []wire.OpenRequest{
 		{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 9}},
 		{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 3}, PrefetchQueueDepth: 1, ReleaseAfter: &ra},
 		{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 3, PadLastBatch: true, StickToShard: true}, Backend: "file"},
 	}
-	var live OpenResponse
+	var live wire.OpenResponse
 	reopen := func() {
 		t.Helper()
-		live = OpenResponse{}
+		live = wire.OpenResponse{}
 		if code := f.call(t, "POST", "/v1/sessions", opens[0], &live); code != 200 {
 			t.Fatalf("open the live session: %d", code)
 		}
@@ -161,10 +162,10 @@ func TestMutatedRequests(t *testing.T) {
 		o.State = &openState
 		add("open", o)
 	}
-	add("next", NextRequest{}, NextRequest{Release: []int{0}}, NextRequest{Epoch: ptr(1), Iteration: ptr(2)}, NextRequest{Epoch: ptr(0), Iteration: ptr(100)})
-	add("release", ReleaseRequest{Slot: 0}, ReleaseRequest{Slot: 3})
-	add("stream", StreamRequest{}, StreamRequest{Epoch: ptr(2), Iteration: ptr(1), Keep: []int{}}, StreamRequest{Keep: []int{0, 1}})
-	add("control", StreamControl{Release: []int{0, 1}}, StreamControl{Stop: true}, StreamControl{Stop: true, Keep: []int{2}})
+	add("next", wire.NextRequest{}, wire.NextRequest{Release: []int{0}}, wire.NextRequest{Epoch: ptr(1), Iteration: ptr(2)}, wire.NextRequest{Epoch: ptr(0), Iteration: ptr(100)})
+	add("release", wire.ReleaseRequest{Slot: 0}, wire.ReleaseRequest{Slot: 3})
+	add("stream", wire.StreamRequest{}, wire.StreamRequest{Epoch: ptr(2), Iteration: ptr(1), Keep: []int{}}, wire.StreamRequest{Keep: []int{0, 1}})
+	add("control", wire.StreamControl{Release: []int{0, 1}}, wire.StreamControl{Stop: true}, wire.StreamControl{Stop: true, Keep: []int{2}})
 
 	var failures []string
 	codes := map[int]int{} // status: how many, for the log
@@ -238,7 +239,7 @@ func TestMutatedRequests(t *testing.T) {
 			failed("%s %s body %x: %d %q", method, path, b, resp.StatusCode, raw)
 		}
 		if path == "/v1/sessions" && method == "POST" && resp.StatusCode == 200 {
-			var o OpenResponse
+			var o wire.OpenResponse
 			if msgpack.Unmarshal(raw, &o) == nil {
 				f.call(t, "DELETE", "/v1/sessions/"+o.ID, nil, nil)
 			}
@@ -272,7 +273,7 @@ func (f *fixture) chaosStream(t *testing.T, c *chaos, id string, body []byte, co
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "POST /v1/sessions/%s/stream HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: %d\r\n\r\n%s", id, StreamUpgrade, len(body), body)
+	fmt.Fprintf(conn, "POST /v1/sessions/%s/stream HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: %d\r\n\r\n%s", id, wire.StreamUpgrade, len(body), body)
 	rd := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(rd, nil)
 	if err != nil {
@@ -317,7 +318,7 @@ func (f *fixture) chaosStream(t *testing.T, c *chaos, id string, body []byte, co
 		if _, err := io.ReadFull(rd, b); err != nil {
 			return
 		}
-		var r NextResponse
+		var r wire.NextResponse
 		if err := msgpack.Unmarshal(b, &r); err != nil {
 			failed("stream %s: undecodable frame %x: %v", id, b, err)
 			return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/internal/cred"
 )
 
@@ -130,7 +131,7 @@ func (l *peerListener) refuse(c net.Conn, key, who string) {
 	if first { // once per flood, not once per connection
 		l.log.Warn("serve: connections refused", "peer", who, "limit", l.max)
 	}
-	body, _ := msgpack.Marshal(ErrorResponse{Error: msg})
+	body, _ := msgpack.Marshal(wire.ErrorResponse{Error: msg})
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/msgpack\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	select {
@@ -138,7 +139,7 @@ func (l *peerListener) refuse(c net.Conn, key, who string) {
 		go func() {
 			defer func() { <-l.busy }()
 			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-			io.Copy(io.Discard, io.LimitReader(c, maxBody))
+			io.Copy(io.Discard, io.LimitReader(c, wire.MaxBody))
 			c.Close()
 		}()
 	default:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -20,8 +21,8 @@ import (
 func TestHugeNumbersRefused(t *testing.T) {
 	f := start(t, time.Minute)
 	args := loader.ReaderArgs{BatchSize: 4, NumShards: 3}
-	var open OpenResponse
-	if code := f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: args, Dataset: "ds"}, &open); code != 200 {
+	var open wire.OpenResponse
+	if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: args, Dataset: "ds"}, &open); code != 200 {
 		t.Fatalf("open: %d", code)
 	}
 	big, small := math.MaxInt64, 0
@@ -38,16 +39,16 @@ func TestHugeNumbersRefused(t *testing.T) {
 		{"iteration -2^63", 0, math.MinInt64, "iteration -9223372036854775808"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var e ErrorResponse
-			code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", NextRequest{Epoch: &tt.epoch, Iteration: &tt.iter}, &e)
+			var e wire.ErrorResponse
+			code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", wire.NextRequest{Epoch: &tt.epoch, Iteration: &tt.iter}, &e)
 			if code != 400 || !strings.Contains(e.Error, tt.want) {
 				t.Errorf("next at (%d, %d): %d %q, want 400 naming %q", tt.epoch, tt.iter, code, e.Error, tt.want)
 			}
 		})
 	}
 	// The session still works.
-	var nb NextResponse
-	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", NextRequest{Epoch: &small, Iteration: &small}, &nb); code != 200 || nb.Epoch != 0 || nb.Iteration != 0 {
+	var nb wire.NextResponse
+	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", wire.NextRequest{Epoch: &small, Iteration: &small}, &nb); code != 200 || nb.Epoch != 0 || nb.Iteration != 0 {
 		t.Errorf("next at (0, 0) after the refusals: %d %+v", code, nb)
 	}
 	smp := open.State.Sampling
@@ -62,8 +63,8 @@ func TestHugeNumbersRefused(t *testing.T) {
 		{"state num_shards 2^63-1", loader.State{Version: loader.StateVersion, Sampling: loader.Sampling{N: smp.N, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: big}}}, "num_shards 9223372036854775807"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var e ErrorResponse
-			code := f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: args, Dataset: "ds", State: &tt.state}, &e)
+			var e wire.ErrorResponse
+			code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: args, Dataset: "ds", State: &tt.state}, &e)
 			if code != 400 || !strings.Contains(e.Error, tt.want) {
 				t.Errorf("open with state %+v: %d %q, want 400 naming %q", tt.state, code, e.Error, tt.want)
 			}
@@ -86,7 +87,7 @@ func TestMalformedFramesAre400(t *testing.T) {
 	}{
 		{"not msgpack", []byte{0, 0, 0, 3, 0xc1, 0xc1, 0xc1}, "malformed control frame"},
 		{"release not a list", frames(map[string]any{"release": "all"}), "malformed control frame"},
-		{"release slot -1", frames(StreamControl{Release: []int{-1}}), "release slot -1 not in [0, 129)"},
+		{"release slot -1", frames(wire.StreamControl{Release: []int{-1}}), "release slot -1 not in [0, 129)"},
 		{"array32 header of 2^32-1", append([]byte{0, 0, 0, 14}, 0x81, 0xa7, 'r', 'e', 'l', 'e', 'a', 's', 'e', 0xdd, 0xff, 0xff, 0xff, 0xff), "says more than"},
 		{"over the frame limit", []byte{0x7f, 0xff, 0xff, 0xff}, "limit"},
 	} {
@@ -114,10 +115,10 @@ func TestMalformedFramesAre400(t *testing.T) {
 		f.client.Timeout = 10 * time.Second // a stream that starts would never end the read below
 		open := f.openThreeSlots(t)
 		big, zero := math.MaxInt64, 0
-		var e ErrorResponse
-		body, _ := msgpack.Marshal(StreamRequest{Epoch: &big, Iteration: &zero})
+		var e wire.ErrorResponse
+		body, _ := msgpack.Marshal(wire.StreamRequest{Epoch: &big, Iteration: &zero})
 		req, _ := http.NewRequest("POST", "http://d/v1/sessions/"+open.ID+"/stream", bytes.NewReader(body))
-		req.Header.Set("Upgrade", StreamUpgrade)
+		req.Header.Set("Upgrade", wire.StreamUpgrade)
 		req.Header.Set("Connection", "Upgrade")
 		resp, err := f.client.Do(req)
 		if err != nil {

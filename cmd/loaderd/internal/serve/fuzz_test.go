@@ -7,18 +7,21 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
 // Native fuzz targets for every request decoder: each input either
-// decodes to a value that passes validation, or fails with an error
-// wrapping session.ErrInvalid (a 400), and never panics.
+// decodes (package wire) to a value that passes validation, or fails with
+// an error answered 400 (wrapping wire.ErrMalformed or
+// session.ErrInvalid), and never panics.
 
 // seeds adds each value's msgpack, and a few hostile bodies, to f.
 func seeds(f *testing.F, vs ...any) {
@@ -40,11 +43,15 @@ func seeds(f *testing.F, vs ...any) {
 	}
 }
 
-// wantInvalid fails t unless err is nil or wraps session.ErrInvalid.
+// wantInvalid fails t unless err is nil or one answered 400: wrapping
+// wire.ErrMalformed (the message) or session.ErrInvalid (its numbers).
 func wantInvalid(t *testing.T, what string, err error) {
 	t.Helper()
-	if err != nil && !errors.Is(err, session.ErrInvalid) {
-		t.Fatalf("%s: error %v does not wrap session.ErrInvalid (it would be answered %d)", what, err, status(err))
+	if err != nil && !errors.Is(err, wire.ErrMalformed) && !errors.Is(err, session.ErrInvalid) {
+		t.Fatalf("%s: error %v wraps neither wire.ErrMalformed nor session.ErrInvalid", what, err)
+	}
+	if err != nil && status(err) != http.StatusBadRequest {
+		t.Fatalf("%s: error %v would be answered %d, not 400", what, err, status(err))
 	}
 }
 
@@ -53,27 +60,27 @@ func ptr(n int) *int { return &n }
 func FuzzOpenRequest(f *testing.F) {
 	ra := 1
 	seeds(f,
-		OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 2, RandomShuffle: true, Seed: math.MaxUint64}},
-		OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4}, PrefetchQueueDepth: 3, ReleaseAfter: &ra, Backend: "raw", BackendOptions: map[string]any{"queue_depth": 64}},
-		OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3}, State: &loader.State{Version: 1,
+		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 2, RandomShuffle: true, Seed: math.MaxUint64}},
+		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4}, PrefetchQueueDepth: 3, ReleaseAfter: &ra, Backend: "raw", BackendOptions: map[string]any{"queue_depth": 64}},
+		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3}, State: &loader.State{Version: 1,
 			Sampling: loader.Sampling{N: 97, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3}}, Epoch: math.MaxInt64, Batch: 8}},
-		OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4}, Memory: "gpu", Device: math.MinInt64, GPUPath: "auto"},
+		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4}, Memory: "gpu", Device: math.MinInt64, GPUPath: "auto"},
 	)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req OpenRequest
+		var req wire.OpenRequest
 		err := decode(httptest.NewRequest("POST", "/v1/sessions", bytes.NewReader(b)), &req)
 		if err == nil {
-			err = req.Validate()
+			err = openParams(req).Validate()
 		}
 		wantInvalid(t, "open", err)
 	})
 }
 
 func FuzzNextRequest(f *testing.F) {
-	seeds(f, NextRequest{}, NextRequest{Release: []int{0, 3}, Epoch: ptr(2), Iteration: ptr(5)},
-		NextRequest{Epoch: ptr(math.MaxInt64), Iteration: ptr(0)}, NextRequest{Release: make([]int, 300)})
+	seeds(f, wire.NextRequest{}, wire.NextRequest{Release: []int{0, 3}, Epoch: ptr(2), Iteration: ptr(5)},
+		wire.NextRequest{Epoch: ptr(math.MaxInt64), Iteration: ptr(0)}, wire.NextRequest{Release: make([]int, 300)})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req NextRequest
+		var req wire.NextRequest
 		at, err := decodePosition(httptest.NewRequest("POST", "/v1/sessions/x/next", bytes.NewReader(b)), &req, &req.Epoch, &req.Iteration)
 		if err == nil {
 			err = session.CheckSlots("release", req.Release)
@@ -86,9 +93,9 @@ func FuzzNextRequest(f *testing.F) {
 }
 
 func FuzzReleaseRequest(f *testing.F) {
-	seeds(f, ReleaseRequest{Slot: 2}, ReleaseRequest{Slot: math.MinInt64}, map[string]any{"slot": "two"})
+	seeds(f, wire.ReleaseRequest{Slot: 2}, wire.ReleaseRequest{Slot: math.MinInt64}, map[string]any{"slot": "two"})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req ReleaseRequest
+		var req wire.ReleaseRequest
 		err := decode(httptest.NewRequest("POST", "/v1/sessions/x/release", bytes.NewReader(b)), &req)
 		if err == nil {
 			err = session.CheckSlots("release", []int{req.Slot})
@@ -98,10 +105,10 @@ func FuzzReleaseRequest(f *testing.F) {
 }
 
 func FuzzStreamRequest(f *testing.F) {
-	seeds(f, StreamRequest{}, StreamRequest{Epoch: ptr(1), Iteration: ptr(0), Keep: []int{1, 2}},
-		StreamRequest{Epoch: ptr(-1), Iteration: ptr(math.MaxInt64)}, StreamRequest{Keep: []int{math.MaxInt64}})
+	seeds(f, wire.StreamRequest{}, wire.StreamRequest{Epoch: ptr(1), Iteration: ptr(0), Keep: []int{1, 2}},
+		wire.StreamRequest{Epoch: ptr(-1), Iteration: ptr(math.MaxInt64)}, wire.StreamRequest{Keep: []int{math.MaxInt64}})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req StreamRequest
+		var req wire.StreamRequest
 		at, err := decodePosition(httptest.NewRequest("POST", "/v1/sessions/x/stream", bytes.NewReader(b)), &req, &req.Epoch, &req.Iteration)
 		if err == nil {
 			err = session.CheckStream(at, req.Keep)
@@ -123,8 +130,8 @@ func frames(vs ...any) []byte {
 }
 
 func FuzzStreamFrames(f *testing.F) {
-	f.Add(frames(StreamControl{Release: []int{0, 1}}, StreamControl{Stop: true, Keep: []int{2}}))
-	f.Add(frames(StreamControl{Release: []int{-1}}))
+	f.Add(frames(wire.StreamControl{Release: []int{0, 1}}, wire.StreamControl{Stop: true, Keep: []int{2}}))
+	f.Add(frames(wire.StreamControl{Release: []int{-1}}))
 	f.Add(frames(map[string]any{"release": "all"}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 9, 0x81})
@@ -134,7 +141,7 @@ func FuzzStreamFrames(f *testing.F) {
 		var buf []byte
 		for {
 			var err error
-			if buf, err = readFrame(rd, buf); err != nil {
+			if buf, err = wire.ReadFrame(rd, buf); err != nil {
 				if !errors.Is(err, io.EOF) {
 					wantInvalid(t, "frame", err)
 				}

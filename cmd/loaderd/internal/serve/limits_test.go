@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/loader"
 )
@@ -287,7 +288,7 @@ func TestConnectionTimeouts(t *testing.T) {
 		// Quiet for longer than the read and idle timeouts, then on.
 		for i := range 2 {
 			time.Sleep(2 * limit)
-			s.send(StreamControl{Release: []int{held[i]}})
+			s.send(wire.StreamControl{Release: []int{held[i]}})
 			if _, ok := s.recv(5 * time.Second); !ok {
 				t.Fatalf("after %s quiet: no batch for a release", 2*limit)
 			}
@@ -320,8 +321,8 @@ func TestTCPSessionsHaveOwner(t *testing.T) {
 	serveWith(t, f.m, Config{SessionTimeout: time.Minute}, Listen{Socket: sock, TCP: addr, Token: "sesame"})
 	viaUnix := unixClient(sock)
 	viaTCP := &client{http: &http.Client{}, base: "http://" + addr, token: "sesame"}
-	req := OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2}}
-	var tcpOpen, unixOpen OpenResponse
+	req := wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2}}
+	var tcpOpen, unixOpen wire.OpenResponse
 	if code, raw := viaTCP.call(t, "POST", "/v1/sessions", req, &tcpOpen); code != 200 {
 		t.Fatalf("open over TCP: %d %s", code, raw)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 )
 
@@ -159,7 +160,7 @@ func TestDatasetsAndReloadAccess(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := connectAs(t, sock, tt.w)
-			var d DatasetsResponse
+			var d wire.DatasetsResponse
 			if code, msg := c.call("GET", "/v1/datasets", nil, &d); code != http.StatusOK {
 				t.Fatalf("GET /v1/datasets: %d %s", code, msg)
 			}

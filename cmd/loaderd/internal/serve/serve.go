@@ -9,14 +9,15 @@
 // Clients name a dataset and a backend, never a path, device or byte range.
 // A session and its memory belong to the uid that opened it (SO_PEERCRED);
 // idle sessions are reaped.
+//
+// The messages are package wire's; convert.go turns them into the session
+// core's types and back, and its errors into HTTP statuses.
 package serve
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -177,34 +179,12 @@ func (s *Server) Handler() http.Handler {
 }
 
 func writeErr(w http.ResponseWriter, code int, msg string) {
-	writeMsg(w, code, ErrorResponse{Error: msg})
+	writeMsg(w, code, wire.ErrorResponse{Error: msg})
 }
 
 // fail writes err with the status its sentinel maps to.
 func fail(w http.ResponseWriter, err error) {
 	writeErr(w, status(err), err.Error())
-}
-
-// status is the HTTP status err's sentinel maps to.
-func status(err error) int {
-	code := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, session.ErrInvalid):
-		code = http.StatusBadRequest
-	case errors.Is(err, session.ErrNotFound):
-		code = http.StatusNotFound
-	case errors.Is(err, session.ErrForbidden):
-		code = http.StatusForbidden
-	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrConflict):
-		code = http.StatusConflict
-	case errors.Is(err, session.ErrLimit):
-		code = http.StatusTooManyRequests
-	case errors.Is(err, session.ErrNoSpace):
-		code = http.StatusInsufficientStorage
-	case errors.Is(err, context.Canceled):
-		code = 499 // client went away
-	}
-	return code
 }
 
 func writeMsg(w http.ResponseWriter, code int, v any) {
@@ -217,25 +197,17 @@ func writeMsg(w http.ResponseWriter, code int, v any) {
 	w.Write(b)
 }
 
-const maxBody = 1 << 20
-
+// decode reads a request's body (at most wire.MaxBody bytes) and decodes
+// it into v (wire.Decode). Errors wrap wire.ErrMalformed.
 func decode(r *http.Request, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	b, err := io.ReadAll(io.LimitReader(r.Body, wire.MaxBody+1))
 	if err != nil {
-		return fmt.Errorf("%w: reading request body: %w", session.ErrInvalid, err)
+		return fmt.Errorf("%w: reading request body: %w", wire.ErrMalformed, err)
 	}
-	if len(b) > maxBody {
-		return fmt.Errorf("%w: request body larger than %d bytes", session.ErrInvalid, maxBody)
+	if len(b) > wire.MaxBody {
+		return fmt.Errorf("%w: request body larger than %d bytes", wire.ErrMalformed, wire.MaxBody)
 	}
-	if err := checkMsgpack(b); err != nil { // msgcheck.go
-		return fmt.Errorf("%w: malformed msgpack request: %w", session.ErrInvalid, err)
-	}
-	dec := msgpack.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: malformed msgpack request: %w", session.ErrInvalid, err)
-	}
-	return nil
+	return wire.Decode(b, v)
 }
 
 // decodePosition decodes an optional body into v and returns the position
@@ -246,23 +218,17 @@ func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Po
 			return nil, err
 		}
 	}
-	switch {
-	case *epoch != nil && *iteration != nil:
-		return &session.Position{Epoch: **epoch, Iteration: **iteration}, nil
-	case *epoch != nil || *iteration != nil:
-		return nil, fmt.Errorf("%w: give both epoch and iteration, or neither", session.ErrInvalid)
-	}
-	return nil, nil
+	return position(*epoch, *iteration)
 }
 
 func (s *Server) backends(w http.ResponseWriter, _ *http.Request) {
-	writeMsg(w, http.StatusOK, BackendsResponse{Default: loader.DefaultBackend, PrefetchQueueDepth: loader.DefaultPrefetchQueueDepth, Backends: loader.Backends()})
+	writeMsg(w, http.StatusOK, wire.BackendsResponse{Default: loader.DefaultBackend, PrefetchQueueDepth: loader.DefaultPrefetchQueueDepth, Backends: loader.Backends()})
 }
 
 // datasets describes every registered dataset: counts only, no session
 // and no file (anyone who may connect asks).
 func (s *Server) datasets(w http.ResponseWriter, _ *http.Request) {
-	writeMsg(w, http.StatusOK, DatasetsResponse{Datasets: s.mgr.Datasets()})
+	writeMsg(w, http.StatusOK, datasetsResponse(s.mgr.Datasets()))
 }
 
 // reload reads the datasets' maps again: root on the unix socket only, so
@@ -280,22 +246,22 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, err.Error())
 	default:
-		writeMsg(w, http.StatusOK, ReloadResponse{Datasets: res})
+		writeMsg(w, http.StatusOK, reloadResponse(res))
 	}
 }
 
 func (s *Server) open(w http.ResponseWriter, r *http.Request) {
-	var req OpenRequest
+	var req wire.OpenRequest
 	if err := decode(r, &req); err != nil {
 		fail(w, err)
 		return
 	}
-	o, err := s.mgr.Open(caller(r), req)
+	o, err := s.mgr.Open(caller(r), openParams(req))
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	writeMsg(w, http.StatusOK, o)
+	writeMsg(w, http.StatusOK, openResponse(o))
 }
 
 // switchProtocols takes over the connection and answers 101 for
@@ -316,11 +282,11 @@ func switchProtocols(w http.ResponseWriter, protocol string) (net.Conn, *bufio.R
 }
 
 // memory hands the session's batch memory to its owner as a file
-// descriptor (see MemoryUpgrade).
+// descriptor (see wire.MemoryUpgrade).
 func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 	id, c := chi.URLParam(r, "id"), caller(r)
-	if !strings.EqualFold(r.Header.Get("Upgrade"), MemoryUpgrade) {
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("batch memory needs the header Upgrade: %s", MemoryUpgrade))
+	if !strings.EqualFold(r.Header.Get("Upgrade"), wire.MemoryUpgrade) {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("batch memory needs the header Upgrade: %s", wire.MemoryUpgrade))
 		return
 	}
 	desc, f, err := s.mgr.Memory(c, id)
@@ -328,13 +294,13 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	frame, err := msgpack.Marshal(MemoryResponse{Memory: desc})
+	msg, err := wire.AppendFrame(nil, wire.MemoryResponse{Memory: desc})
 	if err != nil {
 		f.Close()
 		writeErr(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	conn, _, ok := switchProtocols(w, MemoryUpgrade)
+	conn, _, ok := switchProtocols(w, wire.MemoryUpgrade)
 	if !ok {
 		f.Close()
 		return
@@ -344,8 +310,6 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 	if uc, ok := conn.(interface {
 		WriteMsgUnix(b, oob []byte, addr *net.UnixAddr) (n, oobn int, err error)
 	}); ok {
-		msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(frame)), uint32(len(frame)))
-		msg = append(msg, frame...)
 		if _, _, err := uc.WriteMsgUnix(msg, unix.UnixRights(int(f.Fd())), nil); err != nil {
 			s.log.Log(context.Background(), closeLevel(err), "serve: passing batch memory", "session", id, "err", err)
 		}
@@ -357,7 +321,7 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) next(w http.ResponseWriter, r *http.Request) {
-	var req NextRequest
+	var req wire.NextRequest
 	at, err := decodePosition(r, &req, &req.Epoch, &req.Iteration)
 	if err != nil {
 		fail(w, err)
@@ -368,11 +332,11 @@ func (s *Server) next(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeMsg(w, http.StatusOK, toResponse(d))
+	writeMsg(w, http.StatusOK, nextResponse(d))
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	var req ReleaseRequest
+	var req wire.ReleaseRequest
 	if err := decode(r, &req); err != nil {
 		fail(w, err)
 		return

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader"
 )
@@ -96,7 +97,7 @@ func batchMemfds(t *testing.T) int {
 // memory asks for session id's batch memory as the client does: an
 // upgraded connection, one frame carrying the descriptor (SCM_RIGHTS).
 // It maps the memory read-only and returns it with its description.
-func (f *fixture) memory(t *testing.T, id string) ([]byte, MemoryResponse) {
+func (f *fixture) memory(t *testing.T, id string) ([]byte, wire.MemoryResponse) {
 	t.Helper()
 	mr, fd, err := receiveMemory(f.sock, id)
 	if err != nil {
@@ -113,20 +114,20 @@ func (f *fixture) memory(t *testing.T, id string) ([]byte, MemoryResponse) {
 
 // receiveMemory does the memory upgrade on a new connection to sock and
 // returns the frame and the descriptor passed with it.
-func receiveMemory(sock, id string) (MemoryResponse, int, error) {
+func receiveMemory(sock, id string) (wire.MemoryResponse, int, error) {
 	c, err := net.Dial("unix", sock)
 	if err != nil {
-		return MemoryResponse{}, -1, err
+		return wire.MemoryResponse{}, -1, err
 	}
 	return receiveMemoryOn(c, id)
 }
 
 // receiveMemoryOn is receiveMemory on the connection c, which it closes.
-func receiveMemoryOn(c net.Conn, id string) (MemoryResponse, int, error) {
-	var mr MemoryResponse
+func receiveMemoryOn(c net.Conn, id string) (wire.MemoryResponse, int, error) {
+	var mr wire.MemoryResponse
 	defer c.Close()
 	uc := c.(*net.UnixConn)
-	fmt.Fprintf(uc, "POST /v1/sessions/%s/memory HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n", id, MemoryUpgrade)
+	fmt.Fprintf(uc, "POST /v1/sessions/%s/memory HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n", id, wire.MemoryUpgrade)
 	var data []byte
 	fd := -1
 	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*4))
@@ -194,8 +195,8 @@ func TestEightRanksAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var open OpenResponse
-			if code := f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 4, ShardID: k, NumShards: 8, RandomShuffle: true, Seed: 1}, Dataset: "ds", Backend: "file"}, &open); code != 200 {
+			var open wire.OpenResponse
+			if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 4, ShardID: k, NumShards: 8, RandomShuffle: true, Seed: 1}, Dataset: "ds", Backend: "file"}, &open); code != 200 {
 				t.Errorf("rank %d: open: %d", k, code)
 				return
 			}
@@ -212,7 +213,7 @@ func TestEightRanksAtOnce(t *testing.T) {
 			}
 			defer unix.Munmap(mem)
 			for {
-				var nb NextResponse
+				var nb wire.NextResponse
 				if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", nil, &nb); code != 200 {
 					t.Errorf("rank %d: next: %d", k, code)
 					return
@@ -228,7 +229,7 @@ func TestEightRanksAtOnce(t *testing.T) {
 					}
 					seen[k] = append(seen[k], idx)
 				}
-				f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: nb.Slot}, nil)
+				f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", wire.ReleaseRequest{Slot: nb.Slot}, nil)
 			}
 			f.call(t, "DELETE", "/v1/sessions/"+open.ID, nil, nil)
 		}()
@@ -253,28 +254,28 @@ func TestEightRanksAtOnce(t *testing.T) {
 func TestValidationAndReaping(t *testing.T) {
 	f := start(t, 300*time.Millisecond)
 	for _, tt := range []struct {
-		req  OpenRequest
+		req  wire.OpenRequest
 		code int
 	}{
-		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1}, Dataset: "nope"}, 404},
-		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 0}, Dataset: "ds"}, 400},
-		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1 << 30}, Dataset: "ds"}, 400},
-		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, ShardID: 3, NumShards: 3}, Dataset: "ds"}, 400},
-		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", Backend: "disk"}, 400},
-		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", Memory: "hbm"}, 400},
-		{OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", PrefetchQueueDepth: 1000}, 400},
+		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1}, Dataset: "nope"}, 404},
+		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 0}, Dataset: "ds"}, 400},
+		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1 << 30}, Dataset: "ds"}, 400},
+		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, ShardID: 3, NumShards: 3}, Dataset: "ds"}, 400},
+		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", Backend: "disk"}, 400},
+		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", Memory: "hbm"}, 400},
+		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", PrefetchQueueDepth: 1000}, 400},
 	} {
-		var e ErrorResponse
+		var e wire.ErrorResponse
 		if code := f.call(t, "POST", "/v1/sessions", tt.req, &e); code != tt.code || e.Error == "" {
 			t.Errorf("%+v: %d %q, want %d with a message", tt.req, code, e.Error, tt.code)
 		}
 	}
 	// Holding every slot is refused, not a hang.
-	var open OpenResponse
-	f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", PrefetchQueueDepth: 1, ReleaseAfter: new(0)}, &open)
+	var open wire.OpenResponse
+	f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2}, Dataset: "ds", PrefetchQueueDepth: 1, ReleaseAfter: new(0)}, &open)
 	codes := []int{}
 	for i := 0; i < 3; i++ {
-		var nb NextResponse
+		var nb wire.NextResponse
 		codes = append(codes, f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", nil, &nb))
 	}
 	if codes[0] != 200 || codes[2] != 409 {
@@ -295,8 +296,8 @@ func TestValidationAndReaping(t *testing.T) {
 
 func TestShutdownEndsSessions(t *testing.T) {
 	f := start(t, time.Minute)
-	var open OpenResponse
-	f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 8}, Dataset: "ds"}, &open)
+	var open wire.OpenResponse
+	f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 8}, Dataset: "ds"}, &open)
 	if n := batchMemfds(t); n != 1 {
 		t.Fatalf("%d batch memories open with one session, want 1", n)
 	}

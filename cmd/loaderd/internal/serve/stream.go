@@ -3,7 +3,6 @@ package serve
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,23 +16,20 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 )
 
-// maxFrame bounds a control frame from a client.
-const maxFrame = 1 << 20
-
 // stream upgrades the connection and pushes the session's batches to it
-// (see StreamRequest for the protocol).
+// (see wire.StreamRequest for the protocol).
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	id, c := chi.URLParam(r, "id"), caller(r)
-	if !strings.EqualFold(r.Header.Get("Upgrade"), StreamUpgrade) {
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("a stream needs the header Upgrade: %s", StreamUpgrade))
+	if !strings.EqualFold(r.Header.Get("Upgrade"), wire.StreamUpgrade) {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("a stream needs the header Upgrade: %s", wire.StreamUpgrade))
 		return
 	}
-	var req StreamRequest
+	var req wire.StreamRequest
 	at, err := decodePosition(r, &req, &req.Epoch, &req.Iteration)
 	if err != nil {
 		fail(w, err)
@@ -47,7 +43,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	conn, brw, ok := switchProtocols(w, StreamUpgrade)
+	conn, brw, ok := switchProtocols(w, wire.StreamUpgrade)
 	if !ok {
 		return
 	}
@@ -80,25 +76,23 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		keep, err = s.readControl(c, id, brw.Reader, alive)
 	}()
 	out := bufio.NewWriterSize(conn, 64<<10)
-	send := func(v NextResponse) error {
-		b, err := msgpack.Marshal(v)
-		if err != nil {
+	var frame []byte
+	send := func(v wire.NextResponse) error {
+		var err error
+		if frame, err = wire.AppendFrame(frame[:0], v); err != nil {
 			return err
 		}
-		var n [4]byte
-		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
 		if s.writeTimeout > 0 {
 			conn.SetWriteDeadline(time.Now().Add(s.writeTimeout))
 		}
-		out.Write(n[:])
-		out.Write(b)
+		out.Write(frame)
 		if err := out.Flush(); err != nil {
 			return err
 		}
 		alive()
 		return nil
 	}
-	err = s.mgr.Stream(ctx, c, id, at, req.Keep, func(d session.Delivery) error { return send(toResponse(d)) })
+	err = s.mgr.Stream(ctx, c, id, at, req.Keep, func(d session.Delivery) error { return send(nextResponse(d)) })
 	cancel()
 	var cr control
 	stopped := false
@@ -113,7 +107,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			err = rerr
 		}
 		if err == nil {
-			send(NextResponse{Stopped: true})
+			send(wire.NextResponse{Stopped: true})
 			return
 		}
 	default:
@@ -136,7 +130,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		send(NextResponse{Error: err.Error(), ErrorStatus: status(err)})
+		send(errorFrame(err))
 	}
 }
 
@@ -144,12 +138,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 // the slots to keep) or the end of the connection (an error); alive is
 // called after each frame. A frame the client got wrong (oversized,
 // truncated, malformed, slots out of range) ends the stream with an error
-// wrapping session.ErrInvalid.
+// answered 400 (wrapping wire.ErrMalformed or session.ErrInvalid).
 func (s *Server) readControl(c session.Caller, id string, rd *bufio.Reader, alive func()) ([]int, error) {
 	buf := make([]byte, 0, 256)
 	for {
 		var err error
-		if buf, err = readFrame(rd, buf); err != nil {
+		if buf, err = wire.ReadFrame(rd, buf); err != nil {
 			return nil, err
 		}
 		alive()
@@ -190,44 +184,13 @@ func closeLevel(err error) slog.Level {
 	return slog.LevelWarn
 }
 
-// readFrame reads one frame's bytes into buf (grown as needed): io.EOF
-// when the connection ends between frames, an error wrapping
-// session.ErrInvalid for a frame over maxFrame or cut short.
-func readFrame(rd io.Reader, buf []byte) ([]byte, error) {
-	var n [4]byte
-	if _, err := io.ReadFull(rd, n[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: control frame length cut short", session.ErrInvalid)
-		}
-		return nil, err
-	}
-	size := binary.BigEndian.Uint32(n[:])
-	if size > maxFrame {
-		return nil, fmt.Errorf("%w: control frame of %d bytes (limit %d)", session.ErrInvalid, size, maxFrame)
-	}
-	if uint32(cap(buf)) < size {
-		buf = make([]byte, size)
-	}
-	buf = buf[:size]
-	if _, err := io.ReadFull(rd, buf); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: control frame of %d bytes cut short", session.ErrInvalid, size)
-		}
-		return nil, err
-	}
-	return buf, nil
-}
-
-// decodeControl decodes and checks a control frame's msgpack: slots in
-// range, at most session.MaxSlots of each list. Errors wrap
-// session.ErrInvalid.
-func decodeControl(b []byte) (StreamControl, error) {
-	var f StreamControl
-	if err := checkMsgpack(b); err != nil {
-		return f, fmt.Errorf("malformed control frame: %w: %w", session.ErrInvalid, err)
-	}
-	if err := msgpack.Unmarshal(b, &f); err != nil {
-		return f, fmt.Errorf("malformed control frame: %w: %w", session.ErrInvalid, err)
+// decodeControl decodes and checks a control frame: its msgpack
+// (wire.DecodeControl), then its slots, in range and at most
+// session.MaxSlots of each list. Errors are answered 400.
+func decodeControl(b []byte) (wire.StreamControl, error) {
+	f, err := wire.DecodeControl(b)
+	if err != nil {
+		return f, err
 	}
 	if err := session.CheckSlots("release", f.Release); err != nil {
 		return f, fmt.Errorf("control frame: %w", err)
@@ -236,10 +199,4 @@ func decodeControl(b []byte) (StreamControl, error) {
 		return f, fmt.Errorf("control frame: %w", err)
 	}
 	return f, nil
-}
-
-// toResponse is a delivery's wire form.
-func toResponse(d session.Delivery) NextResponse {
-	return NextResponse{EndOfEpoch: d.EndOfEpoch, Epoch: d.Epoch, Iteration: d.Iteration, EpochBatches: d.EpochBatches,
-		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Failed: d.Failed, Errors: d.Errors}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -31,7 +32,7 @@ type streamClient struct {
 
 // openStream opens a stream of session id, with req as its body when not
 // nil.
-func (f *fixture) openStream(t *testing.T, id string, req *StreamRequest) *streamClient {
+func (f *fixture) openStream(t *testing.T, id string, req *wire.StreamRequest) *streamClient {
 	conn, err := net.Dial("unix", f.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func (f *fixture) openStream(t *testing.T, id string, req *StreamRequest) *strea
 			t.Fatal(err)
 		}
 	}
-	fmt.Fprintf(conn, "POST /v1/sessions/%s/stream HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: %d\r\n\r\n%s", id, StreamUpgrade, len(body), body)
+	fmt.Fprintf(conn, "POST /v1/sessions/%s/stream HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: %d\r\n\r\n%s", id, wire.StreamUpgrade, len(body), body)
 	rd := bufio.NewReader(conn)
 	status, err := rd.ReadString('\n')
 	if err != nil || !strings.Contains(status, " 101 ") {
@@ -61,12 +62,12 @@ func (f *fixture) openStream(t *testing.T, id string, req *StreamRequest) *strea
 }
 
 // recv returns the next frame, or ok false when none comes within d.
-func (c *streamClient) recv(d time.Duration) (NextResponse, bool) {
+func (c *streamClient) recv(d time.Duration) (wire.NextResponse, bool) {
 	c.conn.SetReadDeadline(time.Now().Add(d))
 	var n [4]byte
 	if _, err := io.ReadFull(c.rd, n[:]); err != nil {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return NextResponse{}, false
+			return wire.NextResponse{}, false
 		}
 		c.t.Fatalf("stream: %v", err)
 	}
@@ -74,14 +75,14 @@ func (c *streamClient) recv(d time.Duration) (NextResponse, bool) {
 	if _, err := io.ReadFull(c.rd, b); err != nil {
 		c.t.Fatalf("stream: %v", err)
 	}
-	var r NextResponse
+	var r wire.NextResponse
 	if err := msgpack.Unmarshal(b, &r); err != nil {
 		c.t.Fatal(err)
 	}
 	return r, true
 }
 
-func (c *streamClient) send(v StreamControl) {
+func (c *streamClient) send(v wire.StreamControl) {
 	b, _ := msgpack.Marshal(v)
 	var n [4]byte
 	binary.BigEndian.PutUint32(n[:], uint32(len(b)))
@@ -92,11 +93,11 @@ func (c *streamClient) send(v StreamControl) {
 
 // openThreeSlots opens a session of batches of 3 with three slots:
 // prefetch 1, release_after 1, and one more.
-func (f *fixture) openThreeSlots(t *testing.T) OpenResponse {
+func (f *fixture) openThreeSlots(t *testing.T) wire.OpenResponse {
 	t.Helper()
-	var open OpenResponse
+	var open wire.OpenResponse
 	ra := 1
-	if code := f.call(t, "POST", "/v1/sessions", OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 3}, Dataset: "ds", PrefetchQueueDepth: 1, ReleaseAfter: &ra}, &open); code != 200 {
+	if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 3}, Dataset: "ds", PrefetchQueueDepth: 1, ReleaseAfter: &ra}, &open); code != 200 {
 		t.Fatalf("open: %d", code)
 	}
 	if open.Memory.Slots != 3 {
@@ -117,7 +118,7 @@ func TestStreamLifetimes(t *testing.T) {
 	if mr.Memory != open.Memory {
 		t.Fatalf("memory frame %+v, open response %+v: the description must arrive unchanged", mr.Memory, open.Memory)
 	}
-	check := func(r NextResponse) {
+	check := func(r wire.NextResponse) {
 		t.Helper()
 		for i, idx := range r.Indices {
 			want, _ := os.ReadFile(filepath.Join(f.m.Root, f.m.Samples[idx].Path))
@@ -127,7 +128,7 @@ func TestStreamLifetimes(t *testing.T) {
 		}
 	}
 	s := f.openStream(t, open.ID, nil)
-	var got []NextResponse
+	var got []wire.NextResponse
 	for len(got) < 3 {
 		r, ok := s.recv(5 * time.Second)
 		if !ok {
@@ -139,7 +140,7 @@ func TestStreamLifetimes(t *testing.T) {
 		t.Fatal("a fourth batch came while the client held all 3 slots")
 	}
 	// Out of order: give back the second; the first and third stay intact.
-	s.send(StreamControl{Release: []int{got[1].Slot}})
+	s.send(wire.StreamControl{Release: []int{got[1].Slot}})
 	r, ok := s.recv(5 * time.Second)
 	if !ok || r.Iteration != 3 {
 		t.Fatalf("after a release: %+v %v, want batch 3", r, ok)
@@ -147,7 +148,7 @@ func TestStreamLifetimes(t *testing.T) {
 	check(got[0])
 	check(got[2])
 	check(r)
-	s.send(StreamControl{Release: []int{got[0].Slot, r.Slot}})
+	s.send(wire.StreamControl{Release: []int{got[0].Slot, r.Slot}})
 	for i := 0; i < 2; i++ {
 		if r, ok := s.recv(5 * time.Second); !ok {
 			t.Fatal("no batch after two releases")
@@ -159,7 +160,7 @@ func TestStreamLifetimes(t *testing.T) {
 	check(got[2])
 	// A stop keeping one slot: every other delivered batch goes back.
 	kept := got[2].Slot
-	s.send(StreamControl{Stop: true, Keep: []int{kept}})
+	s.send(wire.StreamControl{Stop: true, Keep: []int{kept}})
 	for {
 		r, ok := s.recv(5 * time.Second)
 		if !ok {
@@ -172,17 +173,17 @@ func TestStreamLifetimes(t *testing.T) {
 	s.conn.Close()
 	// The kept batch is held: releasing it works once, and the HTTP path
 	// works again.
-	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: kept}, nil); code != 204 {
+	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", wire.ReleaseRequest{Slot: kept}, nil); code != 204 {
 		t.Errorf("release of the kept slot: %d", code)
 	}
-	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: got[3].Slot}, nil); code != 400 {
+	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", wire.ReleaseRequest{Slot: got[3].Slot}, nil); code != 400 {
 		t.Errorf("release of a slot the stop gave back: %d, want 400", code)
 	}
-	var nb NextResponse
+	var nb wire.NextResponse
 	if code := f.call(t, "POST", "/v1/sessions/"+open.ID+"/next", nil, &nb); code != 200 {
 		t.Fatalf("next after the stream: %d", code)
 	}
-	f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", ReleaseRequest{Slot: nb.Slot}, nil)
+	f.call(t, "POST", "/v1/sessions/"+open.ID+"/release", wire.ReleaseRequest{Slot: nb.Slot}, nil)
 	// A client that dies mid-stream, holding everything: a new stream that
 	// keeps nothing gets the full window again.
 	s = f.openStream(t, open.ID, nil)
@@ -241,10 +242,10 @@ func TestStreamBrokenKeepsBatches(t *testing.T) {
 	mem, _ := f.memory(t, open.ID)
 	// The bytes each held sample had when delivered, checked against its file.
 	type held struct {
-		r     NextResponse
+		r     wire.NextResponse
 		bytes [][]byte
 	}
-	take := func(r NextResponse) held {
+	take := func(r wire.NextResponse) held {
 		t.Helper()
 		h := held{r: r}
 		for i, idx := range r.Indices {
@@ -278,8 +279,8 @@ func TestStreamBrokenKeepsBatches(t *testing.T) {
 	unchanged(a)
 	unchanged(b)
 	// A new stream keeping a and b: the session has one slot left.
-	s = f.openStream(t, open.ID, &StreamRequest{Keep: []int{a.r.Slot, b.r.Slot}})
-	var c NextResponse
+	s = f.openStream(t, open.ID, &wire.StreamRequest{Keep: []int{a.r.Slot, b.r.Slot}})
+	var c wire.NextResponse
 	for i := 0; i < 100; i++ { // the broken stream ends asynchronously
 		r, ok := s.recv(2 * time.Second)
 		if ok && r.Error == "" {
@@ -288,7 +289,7 @@ func TestStreamBrokenKeepsBatches(t *testing.T) {
 		}
 		s.conn.Close()
 		time.Sleep(20 * time.Millisecond)
-		s = f.openStream(t, open.ID, &StreamRequest{Keep: []int{a.r.Slot, b.r.Slot}})
+		s = f.openStream(t, open.ID, &wire.StreamRequest{Keep: []int{a.r.Slot, b.r.Slot}})
 	}
 	if c.Slot == a.r.Slot || c.Slot == b.r.Slot {
 		t.Fatalf("batch %d came in slot %d, which the client keeps", c.Iteration, c.Slot)
@@ -300,7 +301,7 @@ func TestStreamBrokenKeepsBatches(t *testing.T) {
 	unchanged(a)
 	unchanged(b)
 	// Releasing a lets exactly one more come, in a's slot.
-	s.send(StreamControl{Release: []int{a.r.Slot}})
+	s.send(wire.StreamControl{Release: []int{a.r.Slot}})
 	r, ok := s.recv(5 * time.Second)
 	if !ok || r.Slot != a.r.Slot {
 		t.Fatalf("after releasing slot %d: %+v %v", a.r.Slot, r, ok)
@@ -325,7 +326,7 @@ func TestClientCloseIsNotAWarning(t *testing.T) {
 	}
 	// Give a batch back and go while the next frame waits unread: the
 	// daemon's side sees ECONNRESET, as when a training process exits.
-	c.send(StreamControl{Release: []int{nb.Slot}})
+	c.send(wire.StreamControl{Release: []int{nb.Slot}})
 	time.Sleep(100 * time.Millisecond)
 	c.conn.Close()
 	time.Sleep(200 * time.Millisecond) // the daemon sees the close

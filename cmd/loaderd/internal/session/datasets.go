@@ -96,28 +96,28 @@ func (d *dataset) close() error {
 	return d.guard.Close()
 }
 
-// DatasetInfo describes a registered dataset: the wire form of one entry
-// of GET /v1/datasets. It names no file: counts only.
+// DatasetInfo describes a registered dataset (Manager.Datasets). It names
+// no file: counts only.
 type DatasetInfo struct {
-	Name    string `msgpack:"name"`
-	Samples int    `msgpack:"samples"` // in the map: what sessions serve
-	Bytes   int64  `msgpack:"bytes"`   // the samples' sizes when mapped, summed
-	Classes int    `msgpack:"classes"`
+	Name    string
+	Samples int   // in the map: what sessions serve
+	Bytes   int64 // the samples' sizes when mapped, summed
+	Classes int
 	// Fresh raw samples are still readable from their extents; Stale ones
 	// changed since mapping (found at registration, or since, in a class
 	// the watch saw change) and are read through the filesystem, or fail
 	// if gone; FilesystemOnly ones were mapped without extents. Without a
 	// guard (Freshness unchecked) every raw sample counts as stale.
-	Fresh          int `msgpack:"fresh"`
-	Stale          int `msgpack:"stale"`
-	FilesystemOnly int `msgpack:"filesystem_only"`
+	Fresh          int
+	Stale          int
+	FilesystemOnly int
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file (default file_filters) would list and the map does
 	// not have: not served until mkbmap maps them and the daemon reloads.
 	// -1: the folders could not be listed (the daemon's log says why).
-	Added int `msgpack:"added"`
+	Added int
 	// Freshness: watch or read (fresh.Guard), none or unchecked.
-	Freshness string `msgpack:"freshness"`
+	Freshness string
 }
 
 // infoInterval is the least time between two counts of one dataset while

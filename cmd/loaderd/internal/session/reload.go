@@ -17,13 +17,12 @@ const (
 	ReloadFailed   = "failed"   // its map did not load: it keeps the one it had, if any (Error says why)
 )
 
-// Reloaded says what a reload did with one dataset: the wire form of an
-// entry of POST /v1/reload's answer.
+// Reloaded says what a reload did with one dataset.
 type Reloaded struct {
-	Dataset string `msgpack:"dataset"`
-	Outcome string `msgpack:"outcome"` // ReloadReplaced, ReloadAdded, ReloadRemoved or ReloadFailed
-	Samples int    `msgpack:"samples"` // what new sessions are served (0: none)
-	Error   string `msgpack:"error,omitempty"`
+	Dataset string
+	Outcome string // ReloadReplaced, ReloadAdded, ReloadRemoved or ReloadFailed
+	Samples int    // what new sessions are served (0: none)
+	Error   string // why it failed (ReloadFailed)
 }
 
 // ErrNoMapFiles is returned by Reload when the manager was given maps, not

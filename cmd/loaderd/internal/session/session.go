@@ -14,24 +14,22 @@ import (
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
-// OpenParams are a session's options, named as DALI's reader arguments:
-// the open request's wire form (msgpack, snake_case keys).
+// OpenParams are a session's options, named as DALI's reader arguments.
 type OpenParams struct {
-	Dataset           string `msgpack:"dataset"`
-	loader.ReaderArgs `msgpack:",inline"`
-	// Backend is a name from GET /v1/backends; "" means the default.
-	Backend            string         `msgpack:"backend"`
-	BackendOptions     map[string]any `msgpack:"backend_options"`      // the backend's options by name
-	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // 0 means loader.DefaultPrefetchQueueDepth
+	Dataset string // a registered dataset's name
+	loader.ReaderArgs
+	Backend            string         // a name from loader.Backends(); "" means the default
+	BackendOptions     map[string]any // the backend's options by name
+	PrefetchQueueDepth int            // 0 means loader.DefaultPrefetchQueueDepth
 	// ReleaseAfter: the client releases a batch after this many later ones;
 	// nil means PrefetchQueueDepth+1.
-	ReleaseAfter *int          `msgpack:"release_after"`
-	Memory       batchmem.Kind `msgpack:"memory"`    // "" means pinned
-	Device       int           `msgpack:"device_id"` // the GPU for gpu memory
+	ReleaseAfter *int
+	Memory       batchmem.Kind // "" means pinned
+	Device       int           // the GPU for gpu memory
 	// GPUPath is how batches reach gpu memory: GPUPathCuFile, GPUPathBounce
 	// or GPUPathAuto ("" too).
-	GPUPath string        `msgpack:"gpu_path"`
-	State   *loader.State `msgpack:"state"` // resume here
+	GPUPath string
+	State   *loader.State // resume here
 }
 
 // How batches reach GPU memory (OpenParams.GPUPath).
@@ -41,18 +39,18 @@ const (
 	GPUPathBounce = "bounce" // any backend reads into page-locked staging memory, copied to the device per batch
 )
 
-// Opened describes a new session: the open response's wire form.
+// Opened describes a new session.
 type Opened struct {
-	ID                 string        `msgpack:"id"`
-	Backend            string        `msgpack:"backend"`              // the backend that reads (the default filled in)
-	Memory             batchmem.Desc `msgpack:"memory"`               // the batch memory; its descriptor comes from POST .../memory
-	GPUPath            string        `msgpack:"gpu_path"`             // for gpu memory, the path that runs: cufile or bounce
-	PrefetchQueueDepth int           `msgpack:"prefetch_queue_depth"` // in effect
-	ReleaseAfter       int           `msgpack:"release_after"`        // in effect
-	Epoch              int           `msgpack:"epoch"`                // the first batch's position:
-	Iteration          int           `msgpack:"iteration"`            // Iteration == EpochBatches means the end of Epoch comes first
-	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
-	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
+	ID                 string
+	Backend            string        // the backend that reads (the default filled in)
+	Memory             batchmem.Desc // the batch memory; Manager.Memory hands its descriptor over
+	GPUPath            string        // for gpu memory, the path that runs: cufile or bounce
+	PrefetchQueueDepth int           // in effect
+	ReleaseAfter       int           // in effect
+	Epoch              int           // the first batch's position:
+	Iteration          int           // Iteration == EpochBatches means the end of Epoch comes first
+	EpochBatches       int           // batches in Epoch for this shard
+	State              loader.State  // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices

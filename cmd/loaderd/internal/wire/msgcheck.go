@@ -1,4 +1,4 @@
-package serve
+package wire
 
 import (
 	"encoding/binary"
@@ -10,7 +10,7 @@ import (
 const maxDepth = 16
 
 // checkMsgpack walks one msgpack value in b before it is decoded and
-// refuses (the caller wraps session.ErrInvalid) a value nested deeper than
+// refuses (Decode wraps ErrMalformed) a value nested deeper than
 // maxDepth, trailing bytes, and any length that the rest of b cannot
 // hold: an array of n elements needs at least n bytes more, a map 2n, a
 // string, binary or extension its length. The decoder allocates what a

@@ -1,0 +1,100 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
+	"github.com/nvfeed/nvfeed/loader"
+)
+
+// Between the wire (package wire: msgpack structs) and the session core
+// (package session: plain Go types), in one place: each message's
+// conversion, and each sentinel's HTTP status.
+
+// status is the HTTP status err's sentinel maps to.
+func status(err error) int {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
+		code = http.StatusBadRequest
+	case errors.Is(err, session.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, session.ErrForbidden):
+		code = http.StatusForbidden
+	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrConflict):
+		code = http.StatusConflict
+	case errors.Is(err, session.ErrLimit):
+		code = http.StatusTooManyRequests
+	case errors.Is(err, session.ErrNoSpace), errors.Is(err, loader.ErrNoSpace):
+		code = http.StatusInsufficientStorage
+	case errors.Is(err, context.Canceled):
+		code = 499 // client went away
+	}
+	return code
+}
+
+// openParams is an open request's session form.
+func openParams(r wire.OpenRequest) session.OpenParams {
+	return session.OpenParams{Dataset: r.Dataset, ReaderArgs: r.ReaderArgs, Backend: r.Backend, BackendOptions: r.BackendOptions,
+		PrefetchQueueDepth: r.PrefetchQueueDepth, ReleaseAfter: r.ReleaseAfter, Memory: r.Memory, Device: r.Device,
+		GPUPath: r.GPUPath, State: r.State}
+}
+
+// openResponse is an opened session's wire form.
+func openResponse(o session.Opened) wire.OpenResponse {
+	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, Memory: o.Memory, GPUPath: o.GPUPath,
+		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
+		EpochBatches: o.EpochBatches, State: o.State}
+}
+
+// nextResponse is a delivery's wire form.
+func nextResponse(d session.Delivery) wire.NextResponse {
+	return wire.NextResponse{EndOfEpoch: d.EndOfEpoch, Epoch: d.Epoch, Iteration: d.Iteration, EpochBatches: d.EpochBatches,
+		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Failed: d.Failed, Errors: d.Errors}
+}
+
+// errorFrame is the last frame of a stream that ended with err.
+func errorFrame(err error) wire.NextResponse {
+	return wire.NextResponse{Error: err.Error(), ErrorStatus: status(err)}
+}
+
+// position is the batch an epoch and an iteration name: nil for neither;
+// both or neither (an error wrapping wire.ErrMalformed).
+func position(epoch, iteration *int) (*session.Position, error) {
+	switch {
+	case epoch != nil && iteration != nil:
+		return &session.Position{Epoch: *epoch, Iteration: *iteration}, nil
+	case epoch != nil || iteration != nil:
+		return nil, fmt.Errorf("%w: give both epoch and iteration, or neither", wire.ErrMalformed)
+	}
+	return nil, nil
+}
+
+// datasetsResponse is the datasets' wire form.
+func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
+	var r wire.DatasetsResponse
+	if ds != nil { // nil stays nil (msgpack nil), empty stays empty (an empty array)
+		r.Datasets = make([]wire.DatasetInfo, len(ds))
+	}
+	for i, d := range ds {
+		r.Datasets[i] = wire.DatasetInfo{Name: d.Name, Samples: d.Samples, Bytes: d.Bytes, Classes: d.Classes, Fresh: d.Fresh,
+			Stale: d.Stale, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness}
+	}
+	return r
+}
+
+// reloadResponse is a reload's outcomes' wire form.
+func reloadResponse(res []session.Reloaded) wire.ReloadResponse {
+	var r wire.ReloadResponse
+	if res != nil { // nil stays nil, empty stays empty
+		r.Datasets = make([]wire.Reloaded, len(res))
+	}
+	for i, d := range res {
+		r.Datasets[i] = wire.Reloaded{Dataset: d.Dataset, Outcome: d.Outcome, Samples: d.Samples, Error: d.Error}
+	}
+	return r
+}

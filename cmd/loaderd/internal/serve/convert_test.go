@@ -1,0 +1,101 @@
+package serve
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
+)
+
+// fill sets every field of the value v points to to a value other than
+// its zero, different for each field (n counts them).
+func fill(v reflect.Value, n *int) {
+	*n++
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i), n)
+			}
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), n)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
+		fill(v.Index(0), n)
+		fill(v.Index(1), n)
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		v.SetMapIndex(reflect.ValueOf("k").Convert(v.Type().Key()), reflect.ValueOf(*n).Convert(v.Type().Elem()))
+	case reflect.String:
+		v.SetString("s" + string(rune('a'+*n%26)))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(*n))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(*n))
+	case reflect.Interface:
+		v.Set(reflect.ValueOf(*n))
+	}
+}
+
+// TestConvertCarriesEveryField: each conversion between a wire message
+// and its session type carries every field, and the two types have the
+// same fields (names and types) but for the wire's own (stream-only
+// frames' fields): a field added on one side only fails here, not in a
+// client.
+func TestConvertCarriesEveryField(t *testing.T) {
+	tests := []struct {
+		name     string
+		from     any                // a pointer to the type converted from
+		convert  func(from any) any // the conversion, under test
+		wireOnly []string           // fields of the wire type the session type lacks
+	}{
+		{name: "OpenRequest to OpenParams", from: &wire.OpenRequest{},
+			convert: func(f any) any { return openParams(*f.(*wire.OpenRequest)) }},
+		{name: "Opened to OpenResponse", from: &session.Opened{},
+			convert: func(f any) any { return openResponse(*f.(*session.Opened)) }},
+		{name: "Delivery to NextResponse", from: &session.Delivery{}, wireOnly: []string{"Error", "ErrorStatus", "Stopped"},
+			convert: func(f any) any { return nextResponse(*f.(*session.Delivery)) }},
+		{name: "DatasetInfo", from: &session.DatasetInfo{},
+			convert: func(f any) any { return datasetsResponse([]session.DatasetInfo{*f.(*session.DatasetInfo)}).Datasets[0] }},
+		{name: "Reloaded", from: &session.Reloaded{},
+			convert: func(f any) any { return reloadResponse([]session.Reloaded{*f.(*session.Reloaded)}).Datasets[0] }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := 0
+			fill(reflect.ValueOf(tt.from).Elem(), &n)
+			from := reflect.ValueOf(tt.from).Elem()
+			to := reflect.ValueOf(tt.convert(tt.from))
+			sessionSide, wireSide := from, to
+			if _, ok := tt.from.(*wire.OpenRequest); ok {
+				sessionSide, wireSide = to, from
+			}
+			for f := range wireSide.Type().Fields() {
+				sf, ok := sessionSide.Type().FieldByName(f.Name)
+				switch {
+				case slices.Contains(tt.wireOnly, f.Name):
+					if ok {
+						t.Errorf("%s.%s is listed as the wire's own, but %s has it", wireSide.Type(), f.Name, sessionSide.Type())
+					}
+				case !ok:
+					t.Errorf("%s.%s has no field in %s", wireSide.Type(), f.Name, sessionSide.Type())
+				case sf.Type != f.Type:
+					t.Errorf("%s.%s is %s, %s's is %s", wireSide.Type(), f.Name, f.Type, sessionSide.Type(), sf.Type)
+				case !reflect.DeepEqual(from.FieldByName(f.Name).Interface(), to.FieldByName(f.Name).Interface()):
+					t.Errorf("%s: field %s not carried: %v became %v", tt.name, f.Name, from.FieldByName(f.Name), to.FieldByName(f.Name))
+				}
+			}
+			for f := range sessionSide.Type().Fields() {
+				if _, ok := wireSide.Type().FieldByName(f.Name); !ok {
+					t.Errorf("%s.%s has no field in %s: it never reaches the wire", sessionSide.Type(), f.Name, wireSide.Type())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,211 @@
+// Package wire is loaderd's protocol on the wire, in one place: every
+// request, response and stream frame as a Go struct with its msgpack keys
+// and the ranges its numbers must be in, the upgrade names, the frame
+// format, and the decoding every message from a client goes through
+// (Decode, DecodeControl, ReadFrame: checked before anything is
+// allocated). Package serve converts these to and from the session
+// core's plain Go types (serve/convert.go); the Python client's TypedDicts
+// (python/nvfeed/_wire.py) mirror them key by key, which this
+// package's test checks both ways.
+//
+// The HTTP API. Bodies are msgpack with explicit snake_case keys; unknown
+// keys are refused. Errors are {"error": "..."} with a 4xx or 5xx status.
+//
+//	GET    /v1/backends               -            -> BackendsResponse
+//	GET    /v1/datasets               -            -> DatasetsResponse (counts only: no session, no file)
+//	POST   /v1/reload                 -            -> ReloadResponse (uid 0 on the unix socket only)
+//	POST   /v1/sessions               OpenRequest  -> OpenResponse
+//	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
+//	POST   /v1/sessions/{id}/release  ReleaseRequest
+//	POST   /v1/sessions/{id}/memory   with "Upgrade: nvfeed-memory" -> 101, then one MemoryResponse frame carrying the memory's file descriptor (see MemoryUpgrade)
+//	POST   /v1/sessions/{id}/stream   StreamRequest, with "Upgrade: nvfeed-stream" -> 101, then frames (see StreamRequest)
+//	GET    /v1/sessions/{id}/state    -            -> loader.State
+//	DELETE /v1/sessions/{id}
+//	GET    /metrics (Prometheus text), GET /healthz
+//
+// Ranges: a slot is in [0, 129) (session.MaxSlots: prefetch 64 + release
+// after 64 + 1) and a list of slots has at most 129 entries; an epoch and
+// an iteration are in [0, 2^31-1] (loader.MaxEpoch, loader.MaxIteration);
+// batch_size is in [1, 65536] (loader.MaxBatchSize). A number out of its
+// range is answered 400 and names the field, its value and the range.
+package wire
+
+import (
+	"github.com/nvfeed/nvfeed/loader"
+	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// OpenRequest opens a session: a loader over a registered dataset.
+type OpenRequest struct {
+	Dataset string `msgpack:"dataset"` // a registered dataset's name
+	// DALI's reader arguments: batch_size in [1, 65536], shard_id in
+	// [0, num_shards), num_shards (0 means 1), random_shuffle, seed,
+	// pad_last_batch, stick_to_shard.
+	loader.ReaderArgs `msgpack:",inline"`
+	// Backend is a name from GET /v1/backends; "" means the default.
+	Backend            string         `msgpack:"backend"`
+	BackendOptions     map[string]any `msgpack:"backend_options"`      // the backend's options by name; at most 64 entries
+	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // in [1, 64]; 0 means loader.DefaultPrefetchQueueDepth
+	// ReleaseAfter: the client releases a batch after this many later
+	// ones, in [0, 64]; nil means prefetch_queue_depth+1.
+	ReleaseAfter *int          `msgpack:"release_after"`
+	Memory       batchmem.Kind `msgpack:"memory"`    // "pinned" ("" too) or "gpu"
+	Device       int           `msgpack:"device_id"` // the GPU for gpu memory, in [0, 1023]
+	// GPUPath is how batches reach gpu memory: "cufile", "bounce" or
+	// "auto" ("" too); memory gpu only.
+	GPUPath string        `msgpack:"gpu_path"`
+	State   *loader.State `msgpack:"state"` // resume here: a state an open response or GET .../state gave
+}
+
+// OpenResponse describes the new session, its batch memory (kind, size,
+// slot size, device; the memory itself comes as a file descriptor from
+// POST /v1/sessions/{id}/memory) and the position of its first batch.
+type OpenResponse struct {
+	ID                 string        `msgpack:"id"`
+	Backend            string        `msgpack:"backend"`              // the backend that reads (the default filled in)
+	Memory             batchmem.Desc `msgpack:"memory"`               // the batch memory; its descriptor comes from POST .../memory
+	GPUPath            string        `msgpack:"gpu_path"`             // for gpu memory, the path that runs: cufile or bounce
+	PrefetchQueueDepth int           `msgpack:"prefetch_queue_depth"` // in effect
+	ReleaseAfter       int           `msgpack:"release_after"`        // in effect
+	Epoch              int           `msgpack:"epoch"`                // the first batch's position:
+	Iteration          int           `msgpack:"iteration"`            // Iteration == EpochBatches means the end of Epoch comes first
+	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
+	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
+}
+
+// MemoryUpgrade is the Upgrade header value that asks for a session's
+// batch memory. Only the session's owner gets it, and only on the unix
+// socket. The daemon answers 101, then sends one frame (a 4-byte
+// big-endian length and that much msgpack: a MemoryResponse) whose bytes
+// carry the memory's file descriptor as SCM_RIGHTS ancillary data, and
+// closes the connection. The client maps the descriptor (read-only, shared,
+// Size bytes) and closes it; the mapping stays valid after the session and
+// the daemon are gone. Over TCP no descriptor can be passed: sessions open
+// and deliver descriptors, but their batch bytes cannot be reached.
+const MemoryUpgrade = "nvfeed-memory"
+
+// MemoryResponse is the frame that carries a session's memory descriptor.
+type MemoryResponse struct {
+	Memory batchmem.Desc `msgpack:"memory"`
+}
+
+// NextResponse is one batch's descriptor, or the end of an epoch.
+type NextResponse struct {
+	EndOfEpoch   bool     `msgpack:"end_of_epoch"`
+	Epoch        int      `msgpack:"epoch"`
+	Iteration    int      `msgpack:"iteration"`
+	EpochBatches int      `msgpack:"epoch_batches"`
+	Slot         int      `msgpack:"slot"`
+	Offsets      []int64  `msgpack:"offsets"` // of each sample in the shared memory
+	Lengths      []int64  `msgpack:"lengths"`
+	Labels       []int32  `msgpack:"labels"`
+	Indices      []int32  `msgpack:"indices"`
+	Failed       []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
+	Errors       []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
+	// In a stream only: the stream ended with this error (the last frame),
+	// and the HTTP status a request would have had for it (404: the
+	// session is gone, e.g. the daemon stopped).
+	Error       string `msgpack:"error,omitempty"`
+	ErrorStatus int    `msgpack:"error_status,omitempty"`
+	// In a stream only: the answer to a stop; the releases are done (the last frame).
+	Stopped bool `msgpack:"stopped,omitempty"`
+}
+
+// StreamUpgrade is the Upgrade header value that starts a stream.
+const StreamUpgrade = "nvfeed-stream"
+
+// StreamRequest starts a stream, optionally at a position (epoch and
+// iteration, both or neither).
+//
+// A stream carries frames both ways on the upgraded connection: each is a
+// 4-byte big-endian length and that many bytes of msgpack (at most
+// MaxFrame from the client). The daemon sends a NextResponse per batch
+// (or end of epoch) as soon as it is read, bounded by the session's
+// slots. The client sends StreamControl frames: releases (no reply: no
+// round trip per batch), or a stop naming the slots it still holds,
+// answered by a frame with stopped set once every other delivered batch
+// is released. When the connection closes without a stop (the client
+// died, or its connection broke while it may still be using the
+// batches), every delivered batch stays held: the next stream's keep says
+// which of them the client still holds, and every other one is released
+// before its first frame; an abandoned session's batches go with the
+// session (closed or reaped).
+type StreamRequest struct {
+	Epoch     *int  `msgpack:"epoch"`     // in [0, 2^31-1]
+	Iteration *int  `msgpack:"iteration"` // in [0, 2^31-1]
+	Keep      []int `msgpack:"keep"`      // slots of delivered batches the client still holds
+}
+
+// StreamControl is a frame from the client in a stream.
+type StreamControl struct {
+	Release []int `msgpack:"release"` // slots given back
+	Stop    bool  `msgpack:"stop"`    // end the stream...
+	Keep    []int `msgpack:"keep"`    // ...keeping these slots held
+}
+
+// NextRequest may carry slots to release first, saving a round trip, and
+// may name the batch wanted (epoch and iteration, both or neither: DALI's
+// BatchInfo); without them the session's next batch comes.
+type NextRequest struct {
+	Release   []int `msgpack:"release"`
+	Epoch     *int  `msgpack:"epoch"`     // in [0, 2^31-1]
+	Iteration *int  `msgpack:"iteration"` // in [0, 2^31-1]
+}
+
+// ReleaseRequest gives a batch's slot back.
+type ReleaseRequest struct {
+	Slot int `msgpack:"slot"`
+}
+
+// BackendsResponse is what this daemon offers.
+type BackendsResponse struct {
+	Default            string         `msgpack:"default"`              // the backend used when none is named
+	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // its default
+	Backends           []backend.Spec `msgpack:"backends"`             // each with its options, defaults and limits
+}
+
+// DatasetsResponse describes every registered dataset, sorted by name.
+type DatasetsResponse struct {
+	Datasets []DatasetInfo `msgpack:"datasets"`
+}
+
+// DatasetInfo is one registered dataset: its name, size, and how many of
+// its samples are fresh, stale, filesystem-only, and how many files were
+// added to its folders since mapping. It names no file: counts only.
+type DatasetInfo struct {
+	Name    string `msgpack:"name"`
+	Samples int    `msgpack:"samples"` // in the map: what sessions serve
+	Bytes   int64  `msgpack:"bytes"`   // the samples' sizes when mapped, summed
+	Classes int    `msgpack:"classes"`
+	// Fresh raw samples are still readable from their extents; Stale ones
+	// changed since mapping and are read through the filesystem, or fail
+	// if gone; FilesystemOnly ones were mapped without extents. Without a
+	// guard (freshness unchecked) every raw sample counts as stale.
+	Fresh          int `msgpack:"fresh"`
+	Stale          int `msgpack:"stale"`
+	FilesystemOnly int `msgpack:"filesystem_only"`
+	// Added counts files in the dataset's folders that DALI's
+	// fn.readers.file would list and the map does not have; -1: the
+	// folders could not be listed.
+	Added     int    `msgpack:"added"`
+	Freshness string `msgpack:"freshness"` // watch, read, none or unchecked
+}
+
+// ReloadResponse says what a reload did with each dataset, sorted by name.
+type ReloadResponse struct {
+	Datasets []Reloaded `msgpack:"datasets"`
+}
+
+// Reloaded is one dataset's outcome of a reload.
+type Reloaded struct {
+	Dataset string `msgpack:"dataset"`
+	Outcome string `msgpack:"outcome"` // reloaded, added, removed or failed (session.ReloadReplaced...)
+	Samples int    `msgpack:"samples"` // what new sessions are served (0: none)
+	Error   string `msgpack:"error,omitempty"`
+}
+
+// ErrorResponse is the body of every error status.
+type ErrorResponse struct {
+	Error string `msgpack:"error"`
+}
