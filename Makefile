@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The two commands a newcomer needs: `make demo` and `make test`.
 # Both install what they need first (scripts/deps.sh).
 SHELL := /bin/bash

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A/B of `loaderd bench` variants on one dataset, side by side in one run:
 # every round runs every case cold (sync; drop_caches), the order of the
 # cases reversed every other round; bench/compare.py-style medians at the
@@ -11,7 +12,7 @@
 #            "issue=/tmp/loaderd-issueorder bench --backend gds"
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 3 ]] || { sed -n '2,12p' "$0" >&2; exit 2; }
+[[ $# -ge 3 ]] || { sed -n '3,13p' "$0" >&2; exit 2; }
 device=$1 rounds=$2; shift 2
 . bench/lib.sh
 trap bench_cleanup EXIT

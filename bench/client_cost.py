@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The client's CPU per batch.
 
     python bench/client_cost.py SOCKET BATCH BATCHES BACKEND

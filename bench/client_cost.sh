@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CPU per batch, warm page cache, RAM-backed device: `loaderd bench` alone
 # against the same batches served by a daemon to LoaderSource (the
 # daemon's CPU from /proc/PID/stat, the client's from getrusage), ROUNDS

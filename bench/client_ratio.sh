@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Python client against loaderd bench, warm page cache, on a RAM-backed
 # ext4 loop device: RUNS alternating runs of `loaderd bench` and of
 # LoaderSource through a daemon (python/examples/benchmark.py), same

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Summarizes benchmark rounds: reads JSON lines {"case", "round",
 "device", result...} and prints, per device and cache state, medians and
 ratios to the python-file reference and to the device limit (fio's best

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End to end, as a user runs it: CPU DALI pipelines that read (no decode),
 # num_threads=2, one epoch each, side by side in one run, at batch 16, 64
 # and 256: the ceiling (fn.external_source over the same files already in

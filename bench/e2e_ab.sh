@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End to end A/B of two loaderd binaries side by side in one run: both
 # daemons serve the same dataset (RAM-backed or virtio ext4, cold: sync;
 # drop_caches before every case), and a CPU DALI pipeline
@@ -12,7 +13,7 @@
 # default "root nobody")
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -eq 4 ]] || { sed -n '2,12p' "$0" >&2; exit 2; }
+[[ $# -eq 4 ]] || { sed -n '3,13p' "$0" >&2; exit 2; }
 device=$1 rounds=$2 old=$3 new=$4
 . bench/lib.sh
 pids=()

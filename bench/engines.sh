@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # N concurrent sessions (bench/sessions.py) on a daemon with raw engines per
 # device (shared by the sessions) against one with engines per session,
 # side by side in one run: every round runs both cold, the order reversed
@@ -9,7 +10,7 @@
 #   DEVICE: virtio or ram; env FILES (default 12000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 2 ]] || { sed -n '2,9p' "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '3,10p' "$0" >&2; exit 2; }
 device=$1 rounds=$2 sessions=${3:-8} be=${4:-gds}
 FILES=${FILES:-12000}
 . bench/lib.sh

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What handing a batch to DALI's fn.external_source costs on the Python
 thread, without any reading: DALI's conversion of a list of numpy views
 against building one TensorListCPU of them (what LoaderSource does with

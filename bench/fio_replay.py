@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Runs fio on a replay log of the loader's reads and prints one JSON
 object in loaderd bench's shape: samples is the number of samples those
 reads delivered (given), bytes what fio read from the device."""

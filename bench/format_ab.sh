@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # What LoaderSource hands DALI, A/B: a list of numpy views per batch
 # (batch_format="numpy") against one TensorListCPU of views
 # (batch_format="dali"), cold, alternating (the order swapped every other

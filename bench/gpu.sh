@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The GPU path on a GPU machine, in one command. Takes the binaries built
 # on a machine with Go and the client from python/ (no install needed).
 # Build them so that they run on the GPU machine's glibc: without cgo,

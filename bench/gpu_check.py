@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench/gpu.sh's client side, on a GPU machine: exactness and zero copy of
 GPU batches, and samples/s into GPU memory against host batches and a
 PyTorch baseline. Uses PyTorch where it imports, else CuPy."""

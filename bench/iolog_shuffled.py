@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Writes a fio iolog (v2) that reads the same bytes as the raw backends
 — every raw sample's extents, rounded out to 4 KiB and split at 1 MiB (or
 at --request with --blocks: whole fixed blocks, as bam asks) — with the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by the bench scripts (sourced): one ImageNet-shaped dataset on a
 # loop device, cleaned up at exit.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # N sessions (bench/sessions.py) on one daemon, RUNS times, on a fresh
 # dataset: per run the steady-state aggregate, the sessions' open times, the
 # daemon's peak resident memory (VmRSS, sampled every 50 ms) and how busy
@@ -9,7 +10,7 @@
 #   env FILES (default 12000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 2 ]] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '3,11p' "$0" >&2; exit 2; }
 device=$1 runs=$2 sessions=${3:-8} loaderd=${4:-bin/loaderd} epochs=${5:-3}
 . bench/lib.sh
 d=

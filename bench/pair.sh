@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gds against fio's best single setting on the same bytes, paired: each
 # round runs `loaderd bench --backend gds` and fio replaying every raw
 # sample's extents in shuffled order at queue depth QD back to back, cold,
@@ -10,7 +11,7 @@
 #   env FILES (default 12000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 2 ]] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '3,11p' "$0" >&2; exit 2; }
 device=$1 rounds=$2 qd=${3:-16}; shift $(( $# >= 3 ? 3 : 2 ))
 . bench/lib.sh
 trap bench_cleanup EXIT

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shares of CPU time by thread group in `perf record -a` profiles, one
 column per profile: DALI's thread pool and executor, the Python main thread
 (the source's per-batch code and DALI's Python side), loaderd, the kernel's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Where the whole machine's CPU goes while a DALI pipeline reads one epoch
 # through LoaderSource gds (num_threads=2), and in the in-memory ceiling:
 # perf record -a -g, switched on and off around the timed epoch only

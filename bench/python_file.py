@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The xNVMe DALI example's python-file source as a benchmark: read every
 sample of a fn.readers.file dataset with numpy.fromfile in shuffled batches
 of 64, and print one JSON object with samples/s."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Side-by-side read benchmark on one ImageNet-shaped dataset (~12 000 files,
 # lognormal around 110 KB), on two devices: a loop device over a file on the
 # VM's virtio disk, and a RAM-backed one (an image in /dev/shm; a stand-in

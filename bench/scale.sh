@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Start-up at ImageNet scale: N (default 1 281 167) small files (the count
 # matters here, not the bytes) on an ext4 loop device, cold: mkbmap, the
 # daemon ready, 8 ranks' first batches, the daemon's memory. Needs root and

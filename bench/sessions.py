@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """N concurrent sessions on one daemon, one process each (shard k of N,
 shuffled), reading EPOCHS epochs together: prints one JSON object with the
 aggregate steady-state samples/s and the sessions' open times.

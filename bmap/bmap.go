@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bmap builds, stores and checks block maps: for every sample of a
 // dataset laid out for DALI's fn.readers.file (one subdirectory per class),
 // the byte ranges of the filesystem's block device that hold it.

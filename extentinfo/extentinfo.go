@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package extentinfo maps files to the physical byte ranges that hold them on
 // their filesystem's block device.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package loader reads shuffled, sharded, labeled batches of a block-mapped
 // dataset with DALI fn.readers.file semantics into batch memory (package
 // loader/batchmem: a fixed set of slots, page-locked host or GPU memory),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The demo: generate an ImageNet-shaped dataset on a loop-mounted ext4 image
 # (attached with --direct-io=on), map it with mkbmap --verify and print the
 # summary. Without root (no loop devices) it uses a directory under .demo/

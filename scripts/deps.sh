@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what the demo and the tests need on a fresh machine:
 #  - Debian packages (xfsprogs, btrfs-progs, e2fsprogs, fio, util-linux, acl), through
 #    apt when running as root and a tool is missing;

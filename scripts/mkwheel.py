@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Writes the platform wheel of scripts/wheel.sh: the client package
 (nvfeed, and dali_source, its former name, which re-exports it) and the
 two binaries (as scripts), with METADATA, WHEEL and RECORD as the
@@ -36,9 +37,10 @@ def main() -> None:
         files.append((f"{data}/scripts/{b}", (a.bin / b).read_bytes(), 0o755))
     metadata = (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {a.version}\n"
                 "Summary: Dataset batches straight from NVMe for DALI: loaderd, mkbmap and the DALI source\n"
-                "Requires-Python: >=3.9\nRequires-Dist: numpy>=1.22\nRequires-Dist: msgpack>=1.0\n"
+                "License: Apache-2.0\nRequires-Python: >=3.9\nRequires-Dist: numpy>=1.22\nRequires-Dist: msgpack>=1.0\n"
                 "Description-Content-Type: text/markdown\n\n" + readme)
     files.append((f"{dist_info}/METADATA", metadata.encode(), 0o644))
+    files.append((f"{dist_info}/LICENSE", (repo / "LICENSE").read_bytes(), 0o644))
     wheel = "Wheel-Version: 1.0\nGenerator: nvfeed scripts/mkwheel.py\nRoot-Is-Purelib: false\n"
     wheel += "".join(f"Tag: {t}\n" for t in (f"py3-none-{p}" for p in TAG.split("-", 2)[2].split(".")))
     files.append((f"{dist_info}/WHEEL", wheel.encode(), 0o644))

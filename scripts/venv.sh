@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Makes .venv with the pinned Python packages (python/requirements.txt) and,
 # where it installs, DALI (python/requirements-dali.txt; the DALI tests skip
 # and say why when it does not), then installs the client package itself

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # make wheel: dist/nvfeed-VERSION-py3-none-manylinux_2_17_x86_64.whl, one
 # pip install for a Python user: the client package (nvfeed, and dali_source,
 # its former name, re-exporting it) and the

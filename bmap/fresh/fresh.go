@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fresh decides which samples of a block-mapped dataset may still
 // be read from their mapped extents. A file replaced, truncated or
 // rewritten since mapping may have given its blocks to another file: its

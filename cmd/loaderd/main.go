@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command loaderd reads dataset batches through the loader: it serves them
 // to training processes, benchmarks a backend, or lists the backends.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command mkbmap maps every sample of a DALI fn.readers.file dataset to its
 // physical extents and writes a block map.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cred lets the daemon do filesystem work as another user: on a
 // locked OS thread whose filesystem uid, filesystem gid and supplementary
 // groups are that user's, so the kernel judges every open exactly as it

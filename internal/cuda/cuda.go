@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cuda loads the NVIDIA CUDA runtime (libcudart) and cuFile
 // (libcufile) at run time with purego: no CUDA headers or libraries at
 // build time, no cgo, and a build that runs unchanged on machines without

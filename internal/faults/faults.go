@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package faults injects failures into the built-in backends' reads, in
 // the spirit of pebble's errorfs: a test makes the file or device reads of
 // chosen samples fail (EIO), come back short, or stall, with no root or

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package numa places memory and threads on a NUMA node: the node of a
 // PCI device (a GPU) from sysfs, the node's CPUs, a memory range's
 // preferred node (mbind) and a thread's CPUs (sched_setaffinity).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv decides what a test does when the machine lacks what
 // it needs (root, loop devices, io_uring, inotify): on a developer's
 // machine it skips with the reason; where the environment variable

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testfs gives tests real filesystems: it makes an image file,
 // formats it (ext4, xfs, btrfs) or mounts a tmpfs, attaches images with
 // `losetup --direct-io=on`, mounts them and undoes all of it when the test

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package uring is the small part of io_uring the loader needs, written
 // over golang.org/x/sys/unix: a ring of fixed size, READ submissions into
 // caller-owned memory outside the Go heap, registered buffers (READ_FIXED),

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package backend is the contract between the loader core and the
 // backends that read samples into batch memory: the Backend interface, a
 // Request per sample, the errors every backend reports, the 4 KiB

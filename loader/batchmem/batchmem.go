@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package batchmem is batch memory: the fixed set of equal slots that
 // batches land in, allocated once per loader, and the only place that
 // knows the kinds of memory (page-locked host memory, GPU memory) and how

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The client's former import name, kept so that code written for it runs
 unchanged: ``dali_source`` re-exports ``nvfeed``, the same objects under a
 second name (``from dali_source import LoaderSource``,

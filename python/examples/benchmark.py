@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Read throughput of data sources, with the xNVMe DALI example's interface:
 
     python benchmark.py --batchsize 64 --batches 1000 python-file --datadir /data/train

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The four pipelines of the xNVMe DALI example, with this project's
 sources: fn.readers.file, and fn.external_source over LoaderSource with the
 file, gds and bam backends. Each decodes JPEGs on the CPU (device_id=None)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nvfeed's Python client: a DALI ``fn.external_source`` source that reads
 batches from loaderd.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the daemon offers and serves, asked without a session:
 ``backends()`` (the backends and their options) and ``datasets()`` (the
 datasets and their counts)."""

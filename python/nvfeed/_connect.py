@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where the daemon is and how to reach it: the socket path (argument,
 ``NVFEED_SOCKET``, or the default), timeouts checked before any
 connection, and a connect whose errors say what to do."""

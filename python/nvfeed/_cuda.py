@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU batch memory in the client: the daemon passes a CUDA VMM POSIX file
 descriptor; this module imports and maps it with the CUDA driver API
 (ctypes on libcuda: no CuPy or PyTorch needed) and wraps each sample as an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The client's exceptions: ``LoaderError`` and a subclass per kind of
 answer from loaderd, or per way of not reaching it."""
 

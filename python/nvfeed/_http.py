@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Requests and answers over the daemon's unix socket: HTTP/1.1 with
 msgpack bodies on a keep-alive connection, and the daemon's error answers
 turned into the client's exceptions."""

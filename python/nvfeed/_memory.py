@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A session's batch memory, received as a file descriptor: one more unix
 connection to loaderd is upgraded, and the daemon answers with one frame
 (a 4-byte big-endian length, then msgpack) whose bytes carry the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``LoaderSource``: one shard of a dataset as batches for DALI's
 ``fn.external_source``, read by loaderd into batch memory this process
 maps; the session over HTTP or a stream, reconnection when the daemon

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The batch stream: after a session opens, one more unix connection to
 loaderd is upgraded to a stream of frames (a 4-byte big-endian length, then
 msgpack). The daemon pushes each batch's descriptor as soon as it is read;

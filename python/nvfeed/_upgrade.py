@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An HTTP/1.1 upgrade on a new unix connection to loaderd: the request,
 then the daemon's answer read with room for ancillary data (a file
 descriptor may come with any of its bytes)."""

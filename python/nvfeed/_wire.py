@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The messages exchanged with loaderd, as TypedDicts (msgpack maps with
 snake_case keys; see cmd/loaderd/internal/wire/wire.go). A Go test
 (cmd/loaderd/internal/wire/wire_test.go) checks these against the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Running Python as another user (nobody) with this checkout's client:
 the venv's interpreter often lives under root's home (pyenv), out of that
 user's reach, so a system interpreter of the same version is given the

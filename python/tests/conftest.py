@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures: a dataset of real JPEGs on a real filesystem, its block map,
 and a real `loaderd serve` on a unix socket."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The filesystem's permissions are the access policy: a client is served
 a dataset only if it could read every sample itself. Runs a real client as
 another user (nobody), so it needs root."""

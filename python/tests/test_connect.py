@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Connecting says what to do: not in the socket's group names the group
 and how to join it; no daemon asks whether loaderd runs there and how to
 start it; the socket comes from the argument, NVFEED_SOCKET or the one

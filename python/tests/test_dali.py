@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real DALI, CPU only: fn.readers.file and fn.external_source(LoaderSource)
 yield the same bytes, labels and decoded images for a whole epoch."""
 

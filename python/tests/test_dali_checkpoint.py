@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real DALI, CPU only: with enable_checkpointing=True and
 fn.external_source(source=src.batch, batch_info=True), a pipeline restored
 from pipe.checkpoint() with a new LoaderSource continues exactly as the

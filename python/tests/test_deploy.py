@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The deploy files: the systemd unit passes systemd-analyze verify, the
 Kubernetes manifests pass kubernetes-validate --strict (and both checks
 catch a typo), the shipped config files start a real daemon, and the

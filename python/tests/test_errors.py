@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Failed samples reach Python loudly, never as zero-length stand-ins; the
 daemon going away is a clear error, and a saved state resumes exactly."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GPU client without a GPU: the CUDA array objects field by field,
 and the import of a VMM descriptor against a recording stand-in for
 libcuda (the real one runs on a GPU machine: bench/gpu.sh)."""

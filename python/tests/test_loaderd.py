@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """LoaderSource against a real loaderd: bytes, labels, sharding, resume,
 errors, reaping."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One client, two import names: nvfeed, and dali_source, its former name,
 which re-exports it. Code written for either gets the same objects."""
 

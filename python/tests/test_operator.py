@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The README's Quickstart, followed as an operator would on a CPU-only
 machine: a socket group made with groupadd, a socket directory of mode
 0755, the dataset mapped with mkbmap, loaderd serving it as a service

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Operating the daemon from a client: datasets() describes what is
 served (counts only), and loaderd reload serves a re-made map to new
 sources while an open source keeps its own."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A LoaderSource outlives a daemon that stops and comes back on the same
 socket: it reconnects, reopens its session at its own position and yields
 exactly what an uninterrupted source would have; batches it already

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make wheel: one platform wheel, nvfeed, with the client (the package
 nvfeed, and dali_source, its former name) and both binaries, one version
 for all three, a manylinux tag that auditwheel agrees with."""

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command gendataset writes an ImageNet-shaped synthetic dataset in DALI
 // fn.readers.file layout: CLASSES subdirectories holding FILES files in all
 // whose sizes follow a lognormal distribution around MEAN bytes.

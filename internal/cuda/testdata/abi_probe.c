@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Prints the sizes, offsets and constants of the CUDA structs and enums
  * that internal/cuda mirrors, as "name value" lines, from NVIDIA's own
  * headers (abi_test.go compiles and runs it). */

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package counts is the built-in backends' counters under the names the
 // daemon exports (nvfeed_backend{counter=NAME}) and loaderd bench prints:
 // every built-in backend reports all of them, zero where it has none, so

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cufile is the cufile backend: each sample is read through its
 // file (opened O_DIRECT on ext4 or xfs, which cuFile needs; raw block
 // devices are not supported by it) with cuFileRead straight into its

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fsread is the file backend: it reads samples through the
 // filesystem with parallel pread, optionally with O_DIRECT, each open
 // bound to the mapped file (package samplefile). With a caller's

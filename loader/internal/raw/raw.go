@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package raw is the raw-device subsystem behind the gds and bam
 // backends: it reads samples' extents straight from the filesystem's
 // block device with O_DIRECT, bypassing the filesystem and the page cache.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package readpool is what backends that read sample by sample (file,
 // cufile) share: a fixed set of workers, one request at a time each.
 package readpool

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package samplefile opens and reads a sample's file for every built-in
 // backend: the file backend's reads, the raw backends' reads of
 // filesystem-only and changed samples, cufile's opens.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package shared lets backends share resources by key, refcounted: the
 // daemon's one raw engine per device for all its sessions.
 package shared

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package benchrun drives a loader as fast as it goes and measures it: the
 // engine of `loaderd bench`.
 package benchrun

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package check is `loaderd check`: what this machine offers the loader,
 // in the spirit of `tensornvme check`. Go and the kernel; whether io_uring
 // is allowed (and the seccomp mode); for each dataset, its block device,

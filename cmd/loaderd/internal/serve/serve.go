@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package serve is loaderd's daemon transport: an HTTP + msgpack API on a
 // unix socket (and optionally loopback TCP) over the session core
 // (package session), through which training processes open loader

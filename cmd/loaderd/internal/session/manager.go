@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package session is the daemon's core, independent of any transport:
 // it opens loader sessions over registered datasets for a caller, hands
 // out batch descriptors and batch memory, takes releases, saves state,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package wire is loaderd's protocol on the wire, in one place: every
 // request, response and stream frame as a Go struct with its msgpack keys
 // and the ranges its numbers must be in, the upgrade names, the frame
