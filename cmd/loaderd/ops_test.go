@@ -10,10 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvfeed/nvfeed/internal/testenv"
 )
 
 // TestHelp: --help prints one command's usage and flags on stdout and
@@ -120,24 +121,6 @@ func TestLogFlags(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a daemon's stderr, written by its goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestServeReload: a daemon started with --log-format json logs JSON
 // lines only; loaderd reload makes it read its map again (a map that no
 // longer loads: exit 1, the dataset kept), and so does SIGHUP.
@@ -149,7 +132,7 @@ func TestServeReload(t *testing.T) {
 	}
 	sock := filepath.Join(t.TempDir(), "run", "loaderd.sock") // its directory is made
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr testenv.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--socket", sock, "--dataset", "d=" + mapPath, "--log-format", "json", "--log-level", "debug"}, &bytes.Buffer{}, &stderr)

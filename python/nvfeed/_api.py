@@ -5,7 +5,7 @@ datasets and their counts)."""
 
 from __future__ import annotations
 
-from typing import Optional, cast
+from typing import Any, Optional, cast
 
 from ._connect import check_timeout, socket_path
 from ._http import UnixHTTPConnection, call
@@ -33,13 +33,7 @@ def backends(socket: Optional[str] = None, timeout: float = 60.0) -> BackendsRes
     DaemonNotRunningError
         Nothing listens on the socket.
     """
-    timeout = check_timeout("timeout", timeout)
-    socket = socket_path(socket)
-    conn = UnixHTTPConnection(socket, timeout)
-    try:
-        return cast(BackendsResponse, call(conn, socket, "GET", "/v1/backends"))
-    finally:
-        conn.close()
+    return cast(BackendsResponse, _get("/v1/backends", socket, timeout))
 
 
 def datasets(socket: Optional[str] = None, timeout: float = 60.0) -> list[DatasetInfo]:
@@ -68,10 +62,15 @@ def datasets(socket: Optional[str] = None, timeout: float = 60.0) -> list[Datase
     DaemonNotRunningError
         Nothing listens on the socket.
     """
+    return cast(DatasetsResponse, _get("/v1/datasets", socket, timeout))["datasets"]
+
+
+def _get(path: str, socket: Optional[str], timeout: float) -> Any:
+    """GET path from the daemon on its own connection."""
     timeout = check_timeout("timeout", timeout)
     socket = socket_path(socket)
     conn = UnixHTTPConnection(socket, timeout)
     try:
-        return cast(DatasetsResponse, call(conn, socket, "GET", "/v1/datasets"))["datasets"]
+        return call(conn, socket, "GET", path)
     finally:
         conn.close()

@@ -232,6 +232,20 @@ func (s *attackSession) epoch(m *bmap.Map) (got map[string][]byte, failed []stri
 	}
 }
 
+// readingAsNobody opens a session as nobody with backend be and reads a
+// first epoch of m, which must have no failed sample.
+func readingAsNobody(t *testing.T, sock string, m *bmap.Map, be string) *attackSession {
+	t.Helper()
+	s, code, msg := connectAs(t, sock, nobodyWho).open(be)
+	if code != http.StatusOK {
+		t.Fatalf("%s: open as nobody: %d %s", be, code, msg)
+	}
+	if _, failed := s.epoch(m); len(failed) != 0 {
+		t.Fatalf("%s: before any change: %v", be, failed)
+	}
+	return s
+}
+
 // TestAttackSymlinkedDataset: samples, class directories or the root that
 // are symlinks into a directory the caller cannot search are refused,
 // although the files they lead to are readable by all.
@@ -286,13 +300,7 @@ func TestAttackSwapMidSession(t *testing.T) {
 			a := newAttackFS(t)
 			m := a.build(t)
 			sock := daemon(t, m)
-			s, code, msg := connectAs(t, sock, nobodyWho).open(be)
-			if code != http.StatusOK {
-				t.Fatalf("open as nobody: %d %s", code, msg)
-			}
-			if _, failed := s.epoch(m); len(failed) != 0 {
-				t.Fatalf("before any change: %v", failed)
-			}
+			s := readingAsNobody(t, sock, m, be)
 			same := a.writeSecret(t, "vault/same", a.size(t, "c1/000.jpg"))
 			other := a.writeSecret(t, "vault/other", a.size(t, "c1/001.jpg")+3000)
 			os.Chmod(a.vault, 0o755) // the files themselves are what refuse nobody now
@@ -423,13 +431,7 @@ func TestAttackRevokedMidSession(t *testing.T) {
 			}
 			m := a.build(t)
 			sock := daemon(t, m)
-			s, code, msg := connectAs(t, sock, nobodyWho).open(be)
-			if code != http.StatusOK {
-				t.Fatalf("open as nobody: %d %s", code, msg)
-			}
-			if _, failed := s.epoch(m); len(failed) != 0 {
-				t.Fatalf("before any change: %v", failed)
-			}
+			s := readingAsNobody(t, sock, m, be)
 			os.Chmod(filepath.Join(a.root, "c1"), 0o700)
 			os.Chmod(filepath.Join(a.root, "c0/001.jpg"), 0o600)
 			os.Rename(filepath.Join(a.root, "c2"), filepath.Join(a.vault, "c2"))

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -317,7 +317,7 @@ func TestStreamBrokenKeepsBatches(t *testing.T) {
 // the connection, or takes its memory and goes, is how clients end: the
 // daemon logs no warning for it. A broken frame still warns.
 func TestClientCloseIsNotAWarning(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.Buffer
 	f := startWith(t, Config{SessionTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	o := f.openThreeSlots(t)
 	f.memory(t, o.ID)
@@ -350,22 +350,4 @@ func TestClientCloseIsNotAWarning(t *testing.T) {
 			t.Errorf("closeLevel(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/extentinfo"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader"
 )
@@ -29,7 +30,7 @@ func TestFilesystemOnlyMap(t *testing.T) {
 	for i := range ds.Samples {
 		ds.Samples[i].Reason = bmap.NoExtents
 	}
-	var logs syncBuffer
+	var logs testenv.Buffer
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer m.Stop()
 	if strings.Contains(logs.String(), "level=WARN") {
@@ -88,7 +89,7 @@ func TestDatasetsCounts(t *testing.T) {
 	if err := os.Chmod(fs.Path("train", "a/1.jpg"), 0o640); err != nil { // changed before registration
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.Buffer
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer m.Stop()
 	if !strings.Contains(logs.String(), "2 files added since mapping are not served: run mkbmap again, then loaderd reload") {

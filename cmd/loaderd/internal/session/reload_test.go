@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader"
 )
@@ -61,24 +62,6 @@ func epochBatches(t *testing.T, m *Manager, c Caller, id string) int {
 	}
 }
 
-// syncBuffer is a log destination safe for the manager's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestReload: a reload gives new sessions the new map while a session
 // already open goes on with the old one to the end of its epoch; a map
 // file that no longer loads keeps the map the dataset had; a dataset no
@@ -93,7 +76,7 @@ func TestReload(t *testing.T) {
 	}
 	var filesMu sync.Mutex
 	files := map[string]string{"d": mapPath}
-	var logs syncBuffer
+	var logs testenv.Buffer
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": first}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		MapFiles: func() (map[string]string, error) {
 			filesMu.Lock()
