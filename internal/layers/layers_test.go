@@ -112,3 +112,35 @@ func TestNoImportRunsUp(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionImportsNoLoaderInternals: the daemon's session core decides
+// datasets, access, budget and delivery, never the loader's things: it
+// imports the loader's facade, no backend and no memory kind.
+func TestSessionImportsNoLoaderInternals(t *testing.T) {
+	dir := "../../cmd/loaderd/internal/session"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	n := 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			if strings.HasPrefix(p, module+"loader/") {
+				t.Errorf("session/%s imports %s: the loader decides that, behind package loader", e.Name(), p)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no session sources found")
+	}
+}

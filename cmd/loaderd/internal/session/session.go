@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/loader"
-	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // OpenParams are a session's options, named as DALI's reader arguments.
@@ -26,8 +25,8 @@ type OpenParams struct {
 	// ReleaseAfter: the client releases a batch after this many later ones;
 	// nil means PrefetchQueueDepth+1.
 	ReleaseAfter *int
-	Memory       batchmem.Kind // "" means pinned
-	Device       int           // the GPU for gpu memory
+	Memory       loader.MemoryKind // "" means pinned
+	Device       int               // the GPU for gpu memory
 	// GPUPath is how batches reach gpu memory: GPUPathCuFile, GPUPathBounce
 	// or GPUPathAuto ("" too).
 	GPUPath string
@@ -44,15 +43,15 @@ const (
 // Opened describes a new session.
 type Opened struct {
 	ID                 string
-	Backend            string        // the backend that reads (the default filled in)
-	Memory             batchmem.Desc // the batch memory; Manager.Memory hands its descriptor over
-	GPUPath            string        // for gpu memory, the path that runs: cufile or bounce
-	PrefetchQueueDepth int           // in effect
-	ReleaseAfter       int           // in effect
-	Epoch              int           // the first batch's position:
-	Iteration          int           // Iteration == EpochBatches means the end of Epoch comes first
-	EpochBatches       int           // batches in Epoch for this shard
-	State              loader.State  // the session's position at open, with its sampling: what a client reopens with after a daemon restart
+	Backend            string            // the backend that reads (the default filled in)
+	Memory             loader.MemoryDesc // the batch memory; Manager.Memory hands its descriptor over
+	GPUPath            string            // for gpu memory, the path that runs: cufile or bounce
+	PrefetchQueueDepth int               // in effect
+	ReleaseAfter       int               // in effect
+	Epoch              int               // the first batch's position:
+	Iteration          int               // Iteration == EpochBatches means the end of Epoch comes first
+	EpochBatches       int               // batches in Epoch for this shard
+	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices
