@@ -27,18 +27,12 @@ type OpenParams struct {
 	ReleaseAfter *int
 	Memory       loader.MemoryKind // "" means pinned
 	Device       int               // the GPU for gpu memory
-	// GPUPath is how batches reach gpu memory: GPUPathCuFile, GPUPathBounce
-	// or GPUPathAuto ("" too).
+	// GPUPath is how batches reach gpu memory: loader.GPUPathCuFile,
+	// loader.GPUPathBounce or loader.GPUPathAuto ("" too); the loader
+	// decides and reports the path taken.
 	GPUPath string
 	State   *loader.State // resume here
 }
-
-// How batches reach GPU memory (OpenParams.GPUPath).
-const (
-	GPUPathAuto   = "auto"   // cufile when cuFile opens here, else bounce; the log says which and why
-	GPUPathCuFile = "cufile" // the cufile backend reads each sample's file straight into the device slot
-	GPUPathBounce = "bounce" // any backend reads into page-locked staging memory, copied to the device per batch
-)
 
 // Opened describes a new session.
 type Opened struct {
