@@ -36,13 +36,16 @@ test: deps venv
 	go build -tags nvfeed_faults -o bin/loaderd-faults ./cmd/loaderd  # the test build: serve --inject-eio (tests/test_errors.py)
 	cd python && ../.venv/bin/pytest -q -rs tests  # not `python -m`: the tests import the installed client
 
-# Benchmarks (not tests): see bench/RESULTS.md. Needs root.
+# Benchmarks (not tests): writes bench/RESULTS.md from their output
+# (bench/out/). Needs root; most of an hour on the development VM.
 bench: build venv
-	go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/
-	bash bench/run.sh 3
-	bash bench/e2e.sh ram 3
-	CONSUME=operator bash bench/e2e.sh ram 3
-	CONSUME=operator bash bench/e2e.sh virtio 3
+	@mkdir -p bench/out
+	set -o pipefail; go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/ | tee bench/out/go-bench.txt
+	set -o pipefail; bash bench/run.sh 3 | tee bench/out/run.txt
+	set -o pipefail; bash bench/e2e.sh ram 3 | tee bench/out/e2e-ram-output.txt
+	set -o pipefail; CONSUME=operator bash bench/e2e.sh ram 3 | tee bench/out/e2e-ram-operator.txt
+	set -o pipefail; CONSUME=operator bash bench/e2e.sh virtio 3 | tee bench/out/e2e-virtio-operator.txt
+	python3 bench/results.py bench/out > bench/RESULTS.md
 
 venv:
 	@bash scripts/venv.sh

@@ -1,0 +1,63 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Writes bench/RESULTS.md from what `make bench` printed (bench/out/):
+the current tables only, each under the command that made it. The
+decisions those figures fed, and the side-by-side measurements behind
+them, are in docs/decisions.md.
+
+Usage: python3 bench/results.py OUTDIR > bench/RESULTS.md"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# (file in OUTDIR, heading, the command make bench ran, what the table is)
+SECTIONS = [
+    ("run.txt", "Read throughput: every backend, Python, DALI and fio", "bash bench/run.sh 3",
+     "12 000 ImageNet-shaped files (lognormal around 110 KB), ext4 on a loop device attached with "
+     "`--direct-io=on`, over a file on the VM's virtio disk and over a file in `/dev/shm` (RAM-backed: "
+     "an NVMe stand-in that exposes software overhead). Batches of 64, shuffled, every case cold "
+     "(`sync; echo 3 > /proc/sys/vm/drop_caches`) unless marked warm; medians of 3 rounds in one run. "
+     "The device limit is fio's best on the same bytes (every raw sample's extents, shuffled)."),
+    ("e2e-ram-operator.txt", "End to end, RAM device, bytes to an operator", "CONSUME=operator bash bench/e2e.sh ram 3",
+     "DALI CPU pipelines (`num_threads=2`) reading one epoch, the bytes handed to an operator as a decoder "
+     "takes them. The ceiling is `fn.external_source` over the same files already in memory, fed as "
+     "`LoaderSource` feeds DALI; loader and reader cases are cold."),
+    ("e2e-ram-output.txt", "End to end, RAM device, bytes returned", "bash bench/e2e.sh ram 3",
+     "The same, the bytes returned from the pipeline (DALI copies every byte to make its outputs "
+     "contiguous: a cost of a read-only benchmark, not of training)."),
+    ("e2e-virtio-operator.txt", "End to end, virtio device, bytes to an operator",
+     "CONSUME=operator bash bench/e2e.sh virtio 3", "As above, on the virtio disk: the disk is every reader's limit."),
+    ("go-bench.txt", "Hot paths (go test -bench)", "go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/",
+     "Map building and loading at scale, planning, the sampler."),
+]
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    when = datetime.datetime.fromtimestamp(max(p.stat().st_mtime for p in out.iterdir()), datetime.timezone.utc)
+    print("# Figures\n")
+    print(f"Written by `make bench` ({when:%Y-%m-%d}, commit {commit}; `bench/results.py` from `bench/out/`): the")
+    print("current tables only, each under the command that made it, on this project's 2-core development")
+    print(f"VM ({os.cpu_count()} CPUs here). What was chosen from measurements, and the side-by-side A/Bs behind")
+    print("each choice: [docs/decisions.md](../docs/decisions.md). Run `make bench` to regenerate this file.\n")
+    for name, heading, command, what in SECTIONS:
+        p = out / name
+        print(f"## {heading}\n")
+        print(f"`{command}`\n")
+        print(what + "\n")
+        if not p.exists():
+            print("(not run)\n")
+            continue
+        lines = [l for l in p.read_text().splitlines() if not l.startswith(("gendataset:", "e2e: ", "round "))]
+        print("```")
+        print("\n".join(lines).strip())
+        print("```\n")
+
+
+if __name__ == "__main__":
+    main()
