@@ -9,6 +9,7 @@ Usage: python3 bench/results.py OUTDIR > bench/RESULTS.md"""
 from __future__ import annotations
 
 import datetime
+import re
 import os
 import subprocess
 import sys
@@ -36,6 +37,25 @@ SECTIONS = [
 ]
 
 
+LOG = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (DEBUG|INFO|WARN|ERROR) .*$")
+
+
+def clean(text: str) -> list[str]:
+    """The printed lines without progress and log lines (a log line that
+    cut a benchmark's result line in two is taken out and the line
+    joined)."""
+    out: list[str] = []
+    for line in text.splitlines():
+        line = LOG.sub("", line).rstrip()
+        if not line or line.startswith(("gendataset:", "e2e: ", "round ")):
+            continue
+        if out and re.fullmatch(r"Benchmark\S+", out[-1]):
+            out[-1] += "\t" + line.strip()
+            continue
+        out.append(line)
+    return out
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -53,7 +73,7 @@ def main() -> None:
         if not p.exists():
             print("(not run)\n")
             continue
-        lines = [l for l in p.read_text().splitlines() if not l.startswith(("gendataset:", "e2e: ", "round "))]
+        lines = clean(p.read_text())
         print("```")
         print("\n".join(lines).strip())
         print("```\n")
