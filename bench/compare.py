@@ -27,7 +27,7 @@ def brief(rows: dict[tuple[str, str], list[dict]]) -> None:
         cells = [f"{v / ref:>9.2f}x" if ref else f"{'-':>10}" for ref in (py, dali, med.get(best) if best else None)]
         print(f"{name:<32} {v:>10.0f} {cells[0]} {cells[1]:>15} {cells[2]:>12}")
     print("fio best: the device's limit for these bytes (every sample's extents, shuffled, best of queue depth 16/32/64,"
-          " with and without registered buffers and files).")
+          " with and without registered buffers).")
 
 
 def main() -> None:
