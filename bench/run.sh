@@ -9,7 +9,7 @@
 #
 # The device limit is fio's best on the same bytes (every raw sample's
 # extents, in a shuffled order, at queue depth 16, 32 and 64, each with
-# and without fio's registered buffers and files), never a
+# and without fio's registered buffers), never a
 # replay of the loader's own order (that is shown beside it). bam is also
 # compared with fio replaying bam's own 4 KiB requests. The summary
 # (bench/compare.py) gives medians and ratios.
