@@ -39,6 +39,7 @@ import (
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/internal/cli"
 	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
@@ -123,9 +124,6 @@ const defaultSocket = "/run/loaderd/loaderd.sock"
 // (make build, make wheel): -ldflags "-X main.version=...".
 var version = "dev"
 
-// errUsage marks errors of the command line; exit status 2.
-var errUsage = errors.New("usage")
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if len(args) >= 2 && args[0] == "help" { // loaderd help serve = loaderd serve --help
@@ -134,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch {
 	case len(args) == 0:
-		fmt.Fprintf(stderr, "loaderd: no command\n%s\n(loaderd --help: the commands)\n", firstLine(overview))
+		fmt.Fprintf(stderr, "loaderd: no command\n%s\n(loaderd --help: the commands)\n", cli.FirstLine(overview))
 		return 2
 	case args[0] == "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
@@ -153,54 +151,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, overview)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "loaderd: unknown command %q\n%s\n(loaderd --help: the commands)\n", args[0], firstLine(overview))
+		fmt.Fprintf(stderr, "loaderd: unknown command %q\n%s\n(loaderd --help: the commands)\n", args[0], cli.FirstLine(overview))
 		return 2
 	}
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case errors.Is(err, cli.ErrUsage):
 		fmt.Fprintf(stderr, "loaderd: %v\n", err)
 		return 2
 	}
 	fmt.Fprintf(stderr, "loaderd: %v\n", err)
 	return 1
-}
-
-// firstLine returns s up to its first newline.
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
-}
-
-// parse parses a command's args. --help (-h) prints the command's usage
-// and every flag on stdout and returns flag.ErrHelp (exit 0); a bad flag
-// prints the usage's first line on stderr and wraps errUsage (exit 2), as
-// usageErr does later.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, usage string) error {
-	fs.SetOutput(io.Discard) // the error comes back in err, printed once by run
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s\n(%s --help: every flag)\n", firstLine(usage), fs.Name())
-	}
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stdout, usage)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-		return err
-	case err != nil:
-		fs.Usage()
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	return nil
-}
-
-// usageErr prints the usage line and returns an error wrapping errUsage.
-func usageErr(fs *flag.FlagSet, format string, a ...any) error {
-	fs.Usage()
-	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 }
 
 // logFlags are the logging flags of the commands that log.
@@ -237,7 +199,7 @@ func (l logFlags) logger(w io.Writer) (*slog.Logger, error) {
 func useLogger(fs *flag.FlagSet, l logFlags, w io.Writer) (*slog.Logger, error) {
 	log, err := l.logger(w)
 	if err != nil {
-		return nil, usageErr(fs, "%v", err)
+		return nil, cli.UsageErr(fs, "%v", err)
 	}
 	slog.SetDefault(log)
 	return log, nil
@@ -265,14 +227,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
 	asUser := fs.String("as-user", "", "read as the daemon reads for a client of this user (name or uid): its uid, gid and groups from the user database, and one freshness guard for the dataset, as the daemon keeps (default: this process's credentials)")
 	logs := addLogFlags(fs)
-	if err := parse(fs, args, stdout, stderr, benchUsage); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, benchUsage); err != nil {
 		return err
 	}
 	if *mapPath == "" {
-		return usageErr(fs, "--bmap is required")
+		return cli.UsageErr(fs, "--bmap is required")
 	}
 	if fs.NArg() > 0 {
-		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	log, err := useLogger(fs, logs, stderr)
 	if err != nil {
@@ -288,7 +250,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *asUser != "" {
 		c, err := userCred(*asUser)
 		if err != nil {
-			return usageErr(fs, "--as-user %q: %v", *asUser, err)
+			return cli.UsageErr(fs, "--as-user %q: %v", *asUser, err)
 		}
 		lo.Cred = &c
 		// As the daemon: one freshness guard for the dataset, which the
@@ -321,7 +283,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		if errors.Is(err, loader.ErrOptions) {
-			return usageErr(fs, "%v", err)
+			return cli.UsageErr(fs, "%v", err)
 		}
 		return err
 	}
@@ -416,11 +378,11 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: check a dataset's device too (repeatable)")
-	if err := parse(fs, args, stdout, stderr, checkUsage); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, checkUsage); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	r, err := check.Run(check.Options{Datasets: datasets})
 	if err != nil {
@@ -437,11 +399,11 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 func backendsCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd backends", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the descriptions as JSON")
-	if err := parse(fs, args, stdout, stderr, backendsUsage); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, backendsUsage); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(loader.Backends())
@@ -533,7 +495,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one); SIGHUP or loaderd reload reads the files again")
 	logs := addLogFlags(fs)
-	if err := parse(fs, args, stdout, stderr, serveUsage); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, serveUsage); err != nil {
 		return err
 	}
 	// What a reload reads: the command line's datasets, or else the
@@ -541,14 +503,14 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cliDatasets := maps.Clone(datasets)
 	if *config != "" {
 		if err := applyConfig(fs, *config); err != nil {
-			return usageErr(fs, "%v", err)
+			return cli.UsageErr(fs, "%v", err)
 		}
 	}
 	if *socket == "" || len(datasets) == 0 {
-		return usageErr(fs, "--socket and at least one --dataset are required")
+		return cli.UsageErr(fs, "--socket and at least one --dataset are required")
 	}
 	if fs.NArg() > 0 {
-		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	log, err := useLogger(fs, logs, stderr)
 	if err != nil {
@@ -563,30 +525,30 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		loaded[name] = m
 	}
 	if *engines != session.EnginesPerDevice && *engines != session.EnginesPerSession {
-		return usageErr(fs, "--engines %q: want %s or %s", *engines, session.EnginesPerDevice, session.EnginesPerSession)
+		return cli.UsageErr(fs, "--engines %q: want %s or %s", *engines, session.EnginesPerDevice, session.EnginesPerSession)
 	}
 	for _, f := range []struct {
 		name string
 		v    int64
 	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}} {
 		if f.v < 1 {
-			return usageErr(fs, "--%s %d: want at least 1", f.name, f.v)
+			return cli.UsageErr(fs, "--%s %d: want at least 1", f.name, f.v)
 		}
 	}
 	if *maxLocked < 0 {
-		return usageErr(fs, "--max-locked-mb %d: want 0 (the default) or more", *maxLocked)
+		return cli.UsageErr(fs, "--max-locked-mb %d: want 0 (the default) or more", *maxLocked)
 	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration
 	}{{"session-timeout", *timeout}, {"read-timeout", *readTimeout}, {"write-timeout", *writeTimeout}, {"idle-timeout", *idleTimeout}, {"stream-idle-timeout", *streamIdle}} {
 		if f.v <= 0 {
-			return usageErr(fs, "--%s %s: want a positive duration", f.name, f.v)
+			return cli.UsageErr(fs, "--%s %s: want a positive duration", f.name, f.v)
 		}
 	}
 	mode, err := strconv.ParseUint(*sockMode, 8, 32)
 	if err != nil || mode > 0o777 {
-		return usageErr(fs, "--socket-mode %q: want octal permission bits such as 0660", *sockMode)
+		return cli.UsageErr(fs, "--socket-mode %q: want octal permission bits such as 0660", *sockMode)
 	}
 	var token string
 	if *tokenFile != "" {
@@ -636,11 +598,11 @@ func reloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	socket := fs.String("socket", "", "the daemon's unix socket (default: the config file's socket, else "+defaultSocket+")")
 	config := fs.String("config", "", "the daemon's config file: its socket line names the socket")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting for the daemon after this (a reload stats every raw sample again)")
-	if err := parse(fs, args, stdout, stderr, reloadUsage); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, reloadUsage); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	path := *socket
 	if path == "" && *config != "" {

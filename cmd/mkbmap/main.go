@@ -29,6 +29,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cli"
 )
 
 func main() {
@@ -41,9 +42,6 @@ func main() {
 // version is this release, set at link time from python/nvfeed/VERSION
 // (make build, make wheel): -ldflags "-X main.version=...".
 var version = "dev"
-
-// errUsage marks errors that should print usage; exit status 2.
-var errUsage = errors.New("usage")
 
 // isTerminal reports whether w is a terminal: progress bars are drawn
 // only there. Tests replace it.
@@ -71,41 +69,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case errors.Is(err, cli.ErrUsage):
 		fmt.Fprintf(stderr, "mkbmap: %v\n", err)
 		return 2
 	}
 	fmt.Fprintf(stderr, "mkbmap: %v\n", err)
 	return 1
-}
-
-// parse parses args. --help (-h) prints the usage and every flag on
-// stdout and returns flag.ErrHelp (exit 0); a bad flag prints the usage
-// line on stderr and wraps errUsage (exit 2), as usageErr does later.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, usage string) error {
-	fs.SetOutput(io.Discard) // the error comes back in err, printed once by run
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.Usage = func() {
-		line, _, _ := strings.Cut(usage, "\n")
-		fmt.Fprintf(stderr, "%s\n(%s --help: every flag)\n", line, fs.Name())
-	}
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stdout, usage)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-		return err
-	case err != nil:
-		fs.Usage()
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	return nil
-}
-
-func usageErr(fs *flag.FlagSet, format string, a ...any) error {
-	fs.Usage()
-	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 }
 
 const mapUsage = `usage: mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
@@ -128,24 +97,24 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	filter := fs.String("filter", "", "comma-separated file name globs replacing DALI's default filters")
 	caseSens := fs.Bool("case-sensitive-filter", false, "match filters case-sensitively (DALI's case_sensitive_filter)")
 	requireExtents := fs.Bool("require-extents", false, "refuse a filesystem without device extents (tmpfs, NFS, overlay, btrfs, ...) instead of writing a filesystem-only map")
-	if err := parse(fs, args, stdout, stderr, mapUsage); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, mapUsage); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageErr(fs, "unexpected argument %q", fs.Arg(0))
+		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	if *root == "" {
-		return usageErr(fs, "--mountpoint is required")
+		return cli.UsageErr(fs, "--mountpoint is required")
 	}
 	if st, err := os.Stat(*root); err != nil || !st.IsDir() {
 		if err == nil {
 			err = errors.New("not a directory")
 		}
-		return usageErr(fs, "--mountpoint %s: %v", *root, err)
+		return cli.UsageErr(fs, "--mountpoint %s: %v", *root, err)
 	}
 	f, err := bmap.ParseFormat(*format)
 	if err != nil {
-		return usageErr(fs, "--format: %v", err)
+		return cli.UsageErr(fs, "--format: %v", err)
 	}
 	opts := bmap.BuildOptions{Workers: *workers, RequireExtents: *requireExtents}
 	opts.CaseSensitive = *caseSens
@@ -228,17 +197,17 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	out := fs.String("o", "", "with --format: output file (default stdout; required for bmap)")
 	root := fs.String("mountpoint", "", "dataset root, needed to import an xnvme-json map")
 	verify := fs.Bool("verify", false, "also read every raw sample from the device and compare with the file")
-	if err := parse(fs, args, stdout, stderr, "usage: mkbmap inspect [--format bmap|json|xnvme-json] [-o FILE] [--mountpoint ROOT] [--verify] MAPFILE\n\nPrints a map's summary, converts it (--format), imports an xnvme-json map (--mountpoint)\nor reads its raw samples from the device and compares them with the files (--verify).\n\nflags:"); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, "usage: mkbmap inspect [--format bmap|json|xnvme-json] [-o FILE] [--mountpoint ROOT] [--verify] MAPFILE\n\nPrints a map's summary, converts it (--format), imports an xnvme-json map (--mountpoint)\nor reads its raw samples from the device and compares them with the files (--verify).\n\nflags:"); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return usageErr(fs, "inspect takes one map file")
+		return cli.UsageErr(fs, "inspect takes one map file")
 	}
 	path := fs.Arg(0)
 	m, err := bmap.Load(path)
 	if errors.Is(err, bmap.ErrXNVMe) {
 		if *root == "" {
-			return usageErr(fs, "%s is an xnvme-json map: give its dataset root with --mountpoint", path)
+			return cli.UsageErr(fs, "%s is an xnvme-json map: give its dataset root with --mountpoint", path)
 		}
 		b, rerr := os.ReadFile(path)
 		if rerr != nil {
@@ -262,10 +231,10 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	} else {
 		f, err := bmap.ParseFormat(*format)
 		if err != nil {
-			return usageErr(fs, "--format: %v", err)
+			return cli.UsageErr(fs, "--format: %v", err)
 		}
 		if *out == "" && f == bmap.FormatBinary {
-			return usageErr(fs, "--format bmap is binary: give an output file with -o")
+			return cli.UsageErr(fs, "--format bmap is binary: give an output file with -o")
 		}
 		var left int
 		if *out == "" {
