@@ -9,21 +9,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// check decides whether raw sample i's bytes may be trusted now. Without
-// a caller (Env.Cred) it stats the file (fresh.Guard.Check). For a caller
-// it opens the file as the caller, so the kernel checks the caller's
-// access to it and to every directory on its path now, and checks the
-// open file against the map: identity, times, and that the mapped extents
-// are still its own. The error names the sample and why.
-func (b *Backend) check(i int) error {
+// check decides whether raw sample i's bytes may be trusted now (see
+// checkAll).
+func (b *Backend) check(i int) error { return b.checkAll([]int{i})[0] }
+
+// checkAll decides whether each raw sample's bytes may be trusted now.
+// Without a caller (Env.Cred) it stats the files (fresh.Guard.Check). For
+// a caller it opens them as the caller (one hand-off per opener thread
+// for them all), so the kernel checks the caller's access to each file
+// and every directory on its path now, and checks each open file against
+// the map: identity, times, and that the mapped extents are still its
+// own. Each error names its sample and why.
+func (b *Backend) checkAll(samples []int) []error {
+	errs := make([]error, len(samples))
+	if len(samples) == 0 {
+		return errs
+	}
 	if b.caller == nil {
-		return b.guard.Check(i)
+		for k, i := range samples {
+			errs[k] = b.guard.Check(i)
+		}
+		return errs
 	}
-	s := &b.m.Samples[i]
-	fd, err := b.caller.Openat(unix.AT_FDCWD, filepath.Join(b.m.Root, s.Path), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
-	if err != nil {
-		return fmt.Errorf("raw: sample %d (%s): open as %v: %w", i, s.Path, b.caller.Cred(), err)
+	paths := make([]string, len(samples))
+	for k, i := range samples {
+		paths[k] = filepath.Join(b.m.Root, b.m.Samples[i].Path)
 	}
-	defer unix.Close(fd)
-	return b.guard.CheckFd(i, fd)
+	fds, oerrs := b.caller.OpenatAll(unix.AT_FDCWD, paths, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	for k, i := range samples {
+		if oerrs[k] != nil {
+			errs[k] = fmt.Errorf("raw: sample %d (%s): open as %v: %w", i, b.m.Samples[i].Path, b.caller.Cred(), oerrs[k])
+			continue
+		}
+		errs[k] = b.guard.CheckFd(i, fds[k])
+		unix.Close(fds[k])
+	}
+	return errs
 }

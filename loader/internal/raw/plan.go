@@ -141,17 +141,19 @@ func alignUpTo(n, a uint64) uint64 { return (n + a - 1) &^ (a - 1) }
 // writes it after the submitting call returns (see internal/uring); it is
 // freed by free.
 type scratch struct {
-	how    []readHow // per request of the batch
-	shadow [][]byte  // per request: its bounce room when rawGuarded
-	segs   []bmap.Segment
-	plans  []segPlan
-	ops    []*ioOp
-	zeros  [][]byte
-	slabs  [][]ioOp // a slab never grows, so pointers into it stay valid
-	nops   int
-	chunks [][]byte // mmap'd
-	cur    int      // chunk in use
-	off    int      // next free byte in it
+	how     []readHow // per request of the batch
+	shadow  [][]byte  // per request: its bounce room when rawGuarded
+	check   []int     // samples whose files are checked after the reads (checkFresh)
+	checkAt []int     // the request of each
+	segs    []bmap.Segment
+	plans   []segPlan
+	ops     []*ioOp
+	zeros   [][]byte
+	slabs   [][]ioOp // a slab never grows, so pointers into it stay valid
+	nops    int
+	chunks  [][]byte // mmap'd
+	cur     int      // chunk in use
+	off     int      // next free byte in it
 }
 
 const (

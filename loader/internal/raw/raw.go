@@ -484,19 +484,30 @@ func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request, sc *sc
 	var first error
 	b.guard.Poll()
 	statAll := b.cfg.Freshness == FreshRead
+	// The samples to check, checked together (as a caller: one hand-off
+	// per opener thread for the batch, not one per sample).
+	sc.check, sc.checkAt = sc.check[:0], sc.checkAt[:0]
 	for i := range reqs {
 		r := &reqs[i]
 		if how := sc.how[i]; how != notRaw && r.Err == nil {
 			b.raw.Add(1)
 			if how == rawGuarded || statAll || b.guard.NeedStat(r.Index) {
-				if err := b.check(r.Index); err != nil {
-					b.onStale(r, err)
-				} else if how == rawGuarded {
-					copy(r.Buf[:r.Sample.Size], sc.shadow[i])
-					sc.how[i] = rawTrusted
-				}
+				sc.check, sc.checkAt = append(sc.check, r.Index), append(sc.checkAt, i)
 			}
 		}
+	}
+	for k, err := range b.checkAll(sc.check) {
+		i := sc.checkAt[k]
+		r := &reqs[i]
+		if err != nil {
+			b.onStale(r, err)
+		} else if sc.how[i] == rawGuarded {
+			copy(r.Buf[:r.Sample.Size], sc.shadow[i])
+			sc.how[i] = rawTrusted
+		}
+	}
+	for i := range reqs {
+		r := &reqs[i]
 		if r.Err != nil {
 			b.errs.Add(1)
 			if first == nil {
