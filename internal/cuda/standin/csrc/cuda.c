@@ -338,6 +338,7 @@ static void report_locked(void) {
 	char path[2200], tmp[2300];
 	snprintf(path, sizeof path, "%s/%d.json", st.report_dir, (int)getpid());
 	snprintf(tmp, sizeof tmp, "%s/.%d.json.tmp", st.report_dir, (int)getpid());
+	mkdir(st.report_dir, 0755); // when missing (its parent must exist)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd >= 0) {
 		ssize_t w = write(fd, json, len);
