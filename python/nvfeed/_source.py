@@ -182,8 +182,8 @@ class LoaderSource:
         After the timeout, ``DaemonGoneError`` says since when the daemon
         is gone. 0 turns reconnection off (>= 0).
     batch_format : {"numpy", "dali"}, optional, default = "numpy"
-        What ``next()`` returns for host batches. ``"numpy"``: a list of
-        numpy views and an int32 array, as above. ``"dali"``: one DALI
+        What ``next()`` returns. ``"numpy"``: a list of numpy views (or
+        of ``CudaArray``) and an int32 array of shape (batch, 1). ``"dali"``: one DALI
         ``TensorListCPU`` of the samples (non-contiguous, each sample a view
         of batch memory: no copy) and one of the labels, which
         ``fn.external_source`` takes as they are instead of converting each

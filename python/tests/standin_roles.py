@@ -17,6 +17,7 @@ CUDA_VISIBLE_DEVICES:
   source MODE         one process: LoaderSource(device="gpu") over the
                       daemon double whose batch memory is stand-in device
                       memory; MODE names what it checks
+  flow SOCK WANT ARGS a client of a real loaderd (test_standin_daemon.py)
 
 Each prints one JSON line of results."""
 
@@ -185,10 +186,52 @@ def source(mode: str) -> None:
     print(json.dumps(out), flush=True)
 
 
+def flow(socket_path: str, want_path: str, args_json: str) -> None:
+    """A client of a real loaderd: every batch of the epochs asked for,
+    each sample's bytes read back from the device (by a slow "kernel" on
+    the consumer's stream with release_after=0, so the daemon reuses a
+    slot as soon as it may) and checked against the files."""
+    import hashlib
+
+    from nvfeed import LoaderSource
+    want = json.loads(open(want_path).read())  # sha256 -> [path, label]
+    kw = json.loads(args_json)
+    epochs, delay = kw.pop("epochs", 2), kw.pop("delay_us", 20_000)
+    cu = load_libcuda()
+    ctx = Context(cu, kw.get("device_id", 0))
+    s = ctx.stream()
+    warnings.simplefilter("ignore")
+    src = LoaderSource("train", socket=socket_path, device="gpu", release_after=0, cuda_stream=s, **kw)
+    reads: list[tuple[Any, int, int]] = []
+    dense = 0
+    for _ in range(epochs):
+        for samples, labels in src:
+            labels = labels.as_array() if hasattr(labels, "as_array") else labels
+            if isinstance(samples, CudaArray) and len(samples.shape) == 2:  # one dense batch
+                dense += 1
+                n = samples.shape[1]
+                samples = [CudaArray(samples.ptr + i * n, n, samples.device, None) for i in range(samples.shape[0])]
+            for a, l in zip(samples, labels.reshape(-1).tolist()):
+                buf = ctypes.create_string_buffer(a.nbytes)
+                ctx.launch_read(s, a.ptr, buf, delay)
+                reads.append((buf, a.nbytes, l))
+    ctx.destroy_stream(s)
+    bad = [i for i, (b, n, l) in enumerate(reads)
+           if want.get(hashlib.sha256(b.raw[:n]).hexdigest(), [None, None])[1] != l]
+    out = {"samples": len(reads), "bad": bad[:10], "gpu_path": src.gpu_path, "dense_batches": dense,
+           "uuid": src.memory.get("uuid"), "daemon_device": src.memory["device"]}
+    src.close()
+    ctx.release()
+    print(json.dumps(out), flush=True)
+
+
 def main() -> None:
     role = sys.argv[1]
     if role == "source":
         source(sys.argv[2])
+        return
+    if role == "flow":
+        flow(sys.argv[2], sys.argv[3], sys.argv[4])
         return
     sock = socket.socket(fileno=int(sys.argv[2]))
     if role == "exporter":
