@@ -39,9 +39,12 @@ import (
 //     the list once, with a fixed seed (the same order for every Seed and
 //     epoch), then passes each epoch's shard through a buffer of
 //     InitialFill samples from which a generator seeded with Seed draws.
-//     That shuffle is local: in every epoch a sample lies within about
-//     InitialFill places of its position in the one fixed order, so
-//     neighbours there meet in batches epoch after epoch. An epoch's order
+//     That shuffle is local: in every epoch a sample comes out at most
+//     InitialFill-1 places before its position in its shard of the one
+//     fixed order, and after it by a geometric tail (each draw takes it
+//     with probability 1/InitialFill: a few InitialFill places for nearly
+//     every sample), so neighbours there meet in batches epoch after
+//     epoch. An epoch's order
 //     depends on the epochs before it; starting at epoch e (a resumed
 //     State, a seek) replays them: about 15 ns a sample, at most
 //     MaxReplaySamples.

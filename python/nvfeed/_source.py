@@ -109,9 +109,9 @@ class LoaderSource:
         source changes no sample of a training run. DALI's shuffle is
         local: it permutes the file list once with a fixed seed (the same
         for every ``seed`` and epoch), then draws each sample from a buffer
-        of ``initial_fill`` samples, so in every epoch a sample lies within
-        about ``initial_fill`` places of its position in that one fixed
-        order. Without ``pad_last_batch`` DALI's batches run across the
+        of ``initial_fill`` samples, so in every epoch a sample comes out at
+        most ``initial_fill - 1`` places before its position in that one
+        fixed order and rarely more than a few ``initial_fill`` after it. Without ``pad_last_batch`` DALI's batches run across the
         epoch boundary; here the epoch ends with a partial batch holding
         the same samples. Resuming (``state``, or ``batch(info)`` far from
         the current position) at epoch *e* replays the epochs before it in
