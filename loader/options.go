@@ -37,7 +37,7 @@ const (
 // WithDefaults fills in the zero fields that have defaults, Validate
 // checks every bound that needs no dataset; New does both.
 type Options struct {
-	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard
+	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard, shuffle ("" means permute), initial_fill (0 means 1024)
 	PrefetchQueueDepth int           // batches read ahead, at most MaxPrefetchQueueDepth; 0 means DefaultPrefetchQueueDepth
 	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
 	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
@@ -80,13 +80,11 @@ type Shared struct{ s shared.Shared }
 func (s *Shared) Len() int { return s.s.Len() }
 
 // WithDefaults returns o with every zero field that has a default and
-// needs no dataset filled in: NumShards, PrefetchQueueDepth, Slots,
-// Memory, GPUPath (for GPU memory) and Logger. SlotSize's default needs
-// the map: New fills it in.
+// needs no dataset filled in: NumShards, Shuffle, InitialFill,
+// PrefetchQueueDepth, Slots, Memory, GPUPath (for GPU memory) and Logger.
+// SlotSize's default needs the map: New fills it in.
 func (o Options) WithDefaults() Options {
-	if o.NumShards == 0 {
-		o.NumShards = 1
-	}
+	o.ReaderArgs = o.ReaderArgs.withDefaults()
 	if o.PrefetchQueueDepth == 0 {
 		o.PrefetchQueueDepth = DefaultPrefetchQueueDepth
 	}

@@ -95,7 +95,8 @@ file's socket line, else ` + defaultSocket + `.
 flags:`
 
 const benchUsage = `usage: loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
-                     [--prefetch 2] [--memory pinned|gpu --device-id 0] [--shuffle] [--seed S] [--shard-id K --num-shards N] [--verify] [--json]
+                     [--prefetch 2] [--memory pinned|gpu --device-id 0] [--shuffle [--shuffle-mode permute|dali] [--initial-fill 1024]] [--seed S]
+                     [--shard-id K --num-shards N] [--pad-last-batch] [--stick-to-shard] [--verify] [--json]
                      [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [--log-format text|json] [--log-level info] [backend options]
 
 Reads a dataset through a backend in this process and reports its
@@ -215,10 +216,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prefetch := fs.Int("prefetch", loader.DefaultPrefetchQueueDepth, "batches read ahead (prefetch_queue_depth)")
 	memory := fs.String("memory", string(batchmem.Pinned), "where batches land: pinned (host) or gpu (with --backend cufile: cuFileRead into the device; any other backend: a staging copy per batch)")
 	deviceID := fs.Int("device-id", 0, "the GPU for --memory gpu")
-	shuffle := fs.Bool("shuffle", false, "random_shuffle: a full permutation per epoch")
+	shuffle := fs.Bool("shuffle", false, "random_shuffle: shuffle every epoch, as --shuffle-mode says")
+	shuffleMode := fs.String("shuffle-mode", loader.ShufflePermute, "how --shuffle shuffles: permute (a full permutation per epoch) or dali (fn.readers.file's order exactly: its initial_fill buffer)")
+	initialFill := fs.Int("initial-fill", loader.DefaultInitialFill, "initial_fill: the dali shuffle's buffer, in samples")
 	seed := fs.Uint64("seed", 0, "shuffle seed")
 	shard := fs.Int("shard-id", 0, "shard_id")
 	shards := fs.Int("num-shards", 1, "num_shards")
+	pad := fs.Bool("pad-last-batch", false, "pad_last_batch: pad every shard to the same length and whole batches")
+	stick := fs.Bool("stick-to-shard", false, "stick_to_shard: read the same shard every epoch")
 	verify := fs.Bool("verify", false, "check every sample against a plain read of its file (slows the run: the timing includes it)")
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of a table")
 	backendOpts := backendFlags(fs)
@@ -244,7 +249,8 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lo := loader.Options{ReaderArgs: loader.ReaderArgs{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed},
+	lo := loader.Options{ReaderArgs: loader.ReaderArgs{BatchSize: *batch, ShardID: *shard, NumShards: *shards, RandomShuffle: *shuffle, Seed: *seed,
+		Shuffle: *shuffleMode, InitialFill: *initialFill, PadLastBatch: *pad, StickToShard: *stick},
 		PrefetchQueueDepth: *prefetch, Backend: *backendName, Memory: batchmem.Kind(*memory), Device: *deviceID, BackendOptions: backendOpts, SkipErrors: *skipErrors,
 		Logger: log}
 	if *asUser != "" {

@@ -43,7 +43,9 @@ type OpenRequest struct {
 	Dataset string `msgpack:"dataset"` // a registered dataset's name
 	// DALI's reader arguments: batch_size in [1, 65536], shard_id in
 	// [0, num_shards), num_shards (0 means 1), random_shuffle, seed,
-	// pad_last_batch, stick_to_shard.
+	// pad_last_batch, stick_to_shard, initial_fill in [1, 2^24] (0 means
+	// 1024); and shuffle, how random_shuffle shuffles: "permute" ("" too)
+	// or "dali" (see loader.ReaderArgs).
 	loader.ReaderArgs `msgpack:",inline"`
 	// Backend is a name from GET /v1/backends; "" means the default.
 	Backend            string         `msgpack:"backend"`
