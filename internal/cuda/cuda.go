@@ -5,7 +5,7 @@
 // build time, no cgo, and a build that runs unchanged on machines without
 // a driver, where Load says so plainly.
 //
-// The libraries are found by discovery.go (an explicit directory, the
+// The libraries are found by discover.go (an explicit directory, the
 // NVIDIA wheels of the Python environment, CUDA_HOME, the dynamic
 // loader's search), and each says where it came from. Whether a driver is
 // present is the loaded runtime's answer (cudaDriverGetVersion), not a
@@ -67,7 +67,6 @@ type Runtime struct {
 	eventSynchronize  func(uintptr) int32
 	eventDestroy      func(uintptr) int32
 	memcpyAsync       func(dst, src, n uintptr, kind int32, stream uintptr) int32
-	memcpy2DAsync     func(dst, dpitch, src, spitch, width, height uintptr, kind int32, stream uintptr) int32
 	pciBusID          func(buf *byte, n int32, device int32) int32
 	entryPoint        func(symbol string, fn *uintptr, version uint32, flags uint64, status *int32) int32
 
@@ -86,8 +85,7 @@ func (r *Runtime) runtimeSymbols() map[string]any {
 		"cudaStreamCreateWithFlags": &r.streamCreate, "cudaStreamDestroy": &r.streamDestroy,
 		"cudaEventCreateWithFlags": &r.eventCreate, "cudaEventRecord": &r.eventRecord,
 		"cudaEventSynchronize": &r.eventSynchronize, "cudaEventDestroy": &r.eventDestroy,
-		"cudaMemcpyAsync": &r.memcpyAsync, "cudaMemcpy2DAsync": &r.memcpy2DAsync,
-		"cudaDeviceGetPCIBusId": &r.pciBusID,
+		"cudaMemcpyAsync": &r.memcpyAsync, "cudaDeviceGetPCIBusId": &r.pciBusID,
 	}
 }
 
