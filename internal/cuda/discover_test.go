@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -148,5 +149,40 @@ func TestDiscoveryLoadsPastBrokenFiles(t *testing.T) {
 	_, _, err = none.open(Cudart())
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(root, "broken", "libcudart.so.13")) || !strings.Contains(err.Error(), EnvLibDir) {
 		t.Errorf("nothing loads: %v, want an error naming the broken file and how it was found", err)
+	}
+}
+
+// TestDiscoveryByTheLoader: with no directory to search, the dynamic
+// loader's own search (here LD_LIBRARY_PATH, read when the process starts:
+// a child process) finds the libraries by bare name, and the file it
+// mapped is named.
+func TestDiscoveryByTheLoader(t *testing.T) {
+	const marker = "NVFEED_DISCOVERY_CHILD"
+	wheels, err := filepath.Abs(cudaWheels(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(wheels, "lib")
+	if os.Getenv(marker) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestDiscoveryByTheLoader$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), marker+"=1", "LD_LIBRARY_PATH="+lib)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS: TestDiscoveryByTheLoader") {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	real, err := filepath.EvalSymlinks(lib) // what the process maps
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Search{} // no variables, no system prefixes, no toolkit directory
+	for _, l := range []Lib{Cudart(), Cufile()} {
+		h, found, err := s.open(l)
+		if err != nil || h == 0 {
+			t.Fatalf("%s: %v", l.Name, err)
+		}
+		if found.From != FromLoader || found.Path != l.Files[0] || filepath.Dir(found.Resolved) != real || found.File() != found.Resolved {
+			t.Errorf("%s: %+v, want %s by the dynamic loader, resolved in %s", l.Name, found, l.Files[0], real)
+		}
 	}
 }
