@@ -247,3 +247,41 @@ func TestStandinReadErrno(t *testing.T) {
 func deviceBytes(p uintptr, n int) []byte {
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), n)
 }
+
+// TestStandinNoRDMAFlagWhereUnsupported: where the device does not
+// support gpuDirectRDMACapable with VMM (attribute 110 is 0), memory is
+// made without it.
+func TestStandinNoRDMAFlagWhereUnsupported(t *testing.T) {
+	if !withStandin(t, standin.RDMAVar+"=0") {
+		return
+	}
+	rt, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := rt.NewThread(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	err = th.Do(func() error {
+		drv, err := rt.Driver()
+		if err != nil {
+			return err
+		}
+		if v, err := drv.Attribute(0, attrGPUDirectRDMAWithVMM); err != nil || v != 0 {
+			t.Errorf("attribute 110: %d %v, want 0", v, err)
+		}
+		m, err := drv.Alloc(0, 1)
+		if err != nil {
+			return err
+		}
+		if m.RDMACapable {
+			t.Errorf("memory made gpuDirectRDMACapable where the device does not support it")
+		}
+		return m.Free()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
