@@ -54,7 +54,7 @@ func withStandin(t *testing.T, extra ...string) bool {
 func TestStandinAutoMeasuresCuFile(t *testing.T) {
 	for _, tc := range []struct {
 		name, mode, gpuPath string
-		path, why          string
+		path, why           string
 	}{
 		{"gds", "gds", GPUPathAuto, GPUPathCuFile, "auto: cuFile opens here; cuFile mode gds (cuFile's statistics for GPU-"},
 		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cuFile runs in compatibility mode (nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU in its statistics): bounce"},

@@ -196,7 +196,6 @@ func TestStandinBufRegisterRefused(t *testing.T) {
 	}
 }
 
-
 // deviceBytes is n bytes at a device address of the stand-in, whose
 // device memory is mapped in this process.
 func deviceBytes(p uintptr, n int) []byte {
