@@ -140,16 +140,15 @@ func TestStandinStatsDuringClose(t *testing.T) {
 // GPU's, found by UUID, and the mode is measured at opening.
 func TestStandinModeByUUID(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		env     []string
-		mode    string
-		why     string
-		direct  bool
-		visible string
+		name   string
+		env    []string
+		mode   string
+		why    string
+		direct bool
 	}{
-		{"gds, GPU 1 first", []string{"CUDA_VISIBLE_DEVICES=1,0"}, "gds", "cuFile's statistics for GPU-", true, ""},
-		{"gds", nil, "gds", "cuFile's statistics for GPU-", true, ""},
-		{"compat", []string{standin.ModeVar + "=compat"}, "compat", "nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU", false, ""},
+		{"gds, GPU 1 first", []string{"CUDA_VISIBLE_DEVICES=1,0"}, "gds", "cuFile's statistics for GPU-", true},
+		{"gds", nil, "gds", "cuFile's statistics for GPU-", true},
+		{"compat", []string{standin.ModeVar + "=compat"}, "compat", "nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !withStandin(t, tc.env...) {
