@@ -185,7 +185,11 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if o.SlotSize == 0 {
 		o.SlotSize = SlotBytes(m, o.BatchSize)
 	}
-	mem, err := batchmem.Open(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
+	openMemory := batchmem.Open
+	if o.openMemory != nil {
+		openMemory = o.openMemory
+	}
+	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
 	if err != nil {
 		if errors.Is(err, batchmem.ErrKind) {
 			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)
@@ -350,11 +354,9 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 					}
 				}()
 				b.readStart = time.Now()
-				b.err = l.backend.ReadBatch(ctx, b.reqs)
+				err := l.backend.ReadBatch(ctx, b.reqs)
 				scrub(b.reqs)
-				if b.err == nil {
-					b.err = l.mem.Publish(ctx, b.Slot, b.used)
-				}
+				b.err = l.finish(ctx, b, err)
 				b.readEnd = time.Now()
 				close(b.done)
 			}()
@@ -368,6 +370,18 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 		}
 		epoch, batch = epoch+1, 0
 	}
+}
+
+// finish decides, once the batch's reads are over (ReadBatch returned
+// err), whether it will be delivered, and publishes it if so: a batch
+// whose reads all succeeded, or, with SkipErrors, one whose failures are
+// all per sample (markFailed lists them; the others are delivered). It
+// returns why the batch is not delivered, nil when it is.
+func (l *Loader) finish(ctx context.Context, b *Batch, err error) error {
+	if err != nil && !(l.opts.SkipErrors && l.markFailed(b)) {
+		return err
+	}
+	return l.mem.Publish(ctx, b.Slot, b.used)
 }
 
 // fail records the first internal failure (a recovered panic) and logs
@@ -478,10 +492,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.next >= l.smp.EpochBatches(l.epoch) {
 		l.pendingEOF = true
 	}
-	if b.err != nil && l.opts.SkipErrors && l.markFailed(b) {
-		return b, nil
-	}
-	if b.err != nil {
+	if b.err != nil { // not delivered (finish)
 		err := fmt.Errorf("loader: epoch %d batch %d: %w", b.Epoch, b.Iteration, b.err)
 		b.Release()
 		return nil, err
