@@ -85,8 +85,10 @@ func (m *gpuMemory) Publish(ctx context.Context, i int, n int64) error {
 	return ctx.Err()
 }
 
-func (m *gpuMemory) Export() (*os.File, error) { return nil, fmt.Errorf("the test double exports nothing") }
-func (m *gpuMemory) Pinned() error             { return nil }
+func (m *gpuMemory) Export() (*os.File, error) {
+	return nil, fmt.Errorf("the test double exports nothing")
+}
+func (m *gpuMemory) Pinned() error { return nil }
 func (m *gpuMemory) Close() error {
 	if m.staging != nil {
 		unix.Munmap(m.staging)
