@@ -6,8 +6,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -16,8 +19,11 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/faults"
+	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
+	"github.com/nvfeed/nvfeed/loader/internal/cufile"
+	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
 )
 
 // unwritten is what the double's device memory holds before anything is
@@ -34,11 +40,12 @@ type gpuMemory struct {
 	dev       []byte
 	staging   []byte // nil when the backend writes device memory
 	publishes atomic.Int64
+	dense     atomic.Int64 // of them dense
 }
 
 // gpuDouble returns an Options.openMemory that makes GPU memory the
 // double (kept in *out for the test) and any other kind as batchmem does.
-func gpuDouble(t *testing.T, out **gpuMemory) func(batchmem.Kind, int, int64, batchmem.Options) (batchmem.Memory, error) {
+func gpuDouble(out **gpuMemory) func(batchmem.Kind, int, int64, batchmem.Options) (batchmem.Memory, error) {
 	return func(kind batchmem.Kind, slots int, slotSize int64, o batchmem.Options) (batchmem.Memory, error) {
 		if kind != batchmem.GPU {
 			return batchmem.Open(kind, slots, slotSize, o)
@@ -75,14 +82,48 @@ func (m *gpuMemory) Slot(i int) batchmem.Region {
 	return r
 }
 
-func (m *gpuMemory) Publish(ctx context.Context, i int, n int64) error {
+// Publish does what batchmem's GPU memory does for p on its device, with
+// host copies: a ragged batch's staging bytes copied as they lie; a dense
+// one's staging rows zeroed, repeated and packed to i·Row; on memory a
+// backend wrote itself, the dense rows zeroed and repeated there.
+func (m *gpuMemory) Publish(ctx context.Context, i int, p batchmem.Placement) error {
 	m.publishes.Add(1)
-	if m.staging == nil {
-		return nil
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if i < 0 || i >= m.desc.Slots || (p.Dense() && !m.desc.Packs(p.Rows, p.Row)) || p.Used > m.desc.SlotSize {
+		return fmt.Errorf("slot %d: placement %+v does not fit", i, p)
+	}
+	if p.Dense() {
+		m.dense.Add(1)
 	}
 	off := int64(i) * m.desc.SlotSize
-	copy(m.dev[off:off+n], m.staging[off:off+n])
-	return ctx.Err()
+	dev := m.dev[off : off+m.desc.SlotSize]
+	switch {
+	case !p.Dense() && m.staging != nil:
+		copy(dev[:p.Used], m.staging[off:off+p.Used])
+	case m.staging != nil:
+		h := m.staging[off : off+m.desc.SlotSize]
+		row := func(j int) []byte { return h[p.HostOffset(j) : p.HostOffset(j)+p.Row] }
+		for _, z := range p.Zero {
+			clear(row(z))
+		}
+		for _, r := range p.Repeats {
+			copy(row(r.Row), row(r.Of))
+		}
+		for j := range p.Rows {
+			copy(dev[p.DevOffset(j):], row(j))
+		}
+	case p.Dense():
+		row := func(j int) []byte { return dev[p.DevOffset(j) : p.DevOffset(j)+p.Row] }
+		for _, z := range p.Zero {
+			clear(row(z))
+		}
+		for _, r := range p.Repeats {
+			copy(row(r.Row), row(r.Of))
+		}
+	}
+	return nil
 }
 
 func (m *gpuMemory) Export() (*os.File, error) {
@@ -138,30 +179,201 @@ func firstDiff(got, want []byte) string {
 	return ""
 }
 
-// TestGPUSkipErrorsPublished: with SkipErrors, a batch delivered with a
-// failed sample (an injected EIO) is still copied to the device on the
-// bounce path: its other samples, as the device holds them, equal their
-// files, as do every other batch's.
-func TestGPUSkipErrorsPublished(t *testing.T) {
-	m := makeDataset(t, 40, 3, 6000)
-	eio := m.Samples[9].Path
-	inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead, Path: eio, Err: unix.EIO}))
-	var mem *gpuMemory
-	o := Options{ReaderArgs: ReaderArgs{BatchSize: 8, RandomShuffle: true, Seed: 3}, Memory: batchmem.GPU, GPUPath: GPUPathBounce, Backend: "file", SkipErrors: true}
-	o.openMemory = gpuDouble(t, &mem)
-	l, err := New(context.Background(), m, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	for e := 0; e < 2; e++ {
-		failed := 0
-		errs := eachBatch(l, func(b *Batch) {
-			failed += len(b.Failed)
-			checkDevice(t, fmt.Sprintf("epoch %d", e), m, mem, b)
-		})
-		if len(errs) != 0 || failed != 1 {
-			t.Fatalf("epoch %d: errors %v, %d failed samples delivered, want none and 1", e, errs, failed)
+// uniformDataset writes n files of size bytes each (random bytes, one
+// file's differing from another's) in DALI layout and maps them.
+func uniformDataset(t testing.TB, n, classes int, size int) *bmap.Map {
+	t.Helper()
+	root := t.TempDir()
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(size)))
+	for i := range n {
+		b := make([]byte, size)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		dir := filepath.Join(root, fmt.Sprintf("c%03d", i%classes))
+		os.MkdirAll(dir, 0o755)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d.jpg", i)), b, 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
+	return testfs.MapDir(t, root)
+}
+
+// devReader is the cufile backend's cuFile for the GPU memory double: a
+// read is a pread of the file (O_DIRECT taken off: cuFile takes any
+// size and address, through its own bounce buffers where they are not
+// aligned) into the double's device memory; it records each read's size.
+type devReader struct {
+	mem   *gpuMemory
+	mu    sync.Mutex
+	sizes map[int64]int
+}
+
+func (r *devReader) Read(_ int, fd int, dst uintptr, size int64) (int64, error) {
+	off := int64(dst) - int64(addrOf(r.mem.dev))
+	if off < 0 || off+size > int64(len(r.mem.dev)) {
+		return 0, fmt.Errorf("cuFileRead of %d bytes at %#x: outside the device memory", size, dst)
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_DIRECT)
+	}
+	if err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	r.sizes[size]++
+	r.mu.Unlock()
+	n, err := samplefile.PreadUpTo(fd, r.mem.dev[off:off+size], 0)
+	return int64(n), err
+}
+
+func (r *devReader) Stats() (string, int64, int64) { return "compat", 0, 0 }
+func (r *devReader) Close() error                  { return nil }
+
+// cufileDouble is the cufile backend (its own Spec, read path and
+// errors) over devReader on the double *mem, which the loader opens
+// before the backend.
+func cufileDouble(mem **gpuMemory, r *devReader) *backend.Spec {
+	s := cufile.Spec()
+	s.Open = func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
+		r.mem = *mem
+		return cufile.New(m, int(p.Int("workers")), r, env)
+	}
+	return &s
+}
+
+// TestGPUBatches reads two epochs into the GPU memory double on both GPU
+// paths — bounce (the file backend, O_DIRECT, into 4 KiB-aligned staging
+// rooms) and cufile (the backend writing the device) — and checks every
+// batch as the device holds it: a batch whose samples all have one size
+// is dense (Batch.Dense, offsets i·S from the slot, read by cufile with
+// exactly S bytes), any other ragged (aligned offsets, read with aligned
+// sizes); every sample that did not fail equals its file (padding rows
+// included); a failed sample (SkipErrors, an injected EIO) is delivered
+// with length 0, the batch's other samples published with it, and in a
+// dense batch its row reads zeros, never an older batch's bytes.
+func TestGPUBatches(t *testing.T) {
+	mixed := makeDataset(t, 40, 3, 6000)
+	uniform := uniformDataset(t, 37, 3, 5000)
+	blocks := uniformDataset(t, 21, 2, 8192)
+	shuffled := ReaderArgs{BatchSize: 8, RandomShuffle: true, Seed: 3}
+	padded := ReaderArgs{BatchSize: 8, NumShards: 2, ShardID: 1, PadLastBatch: true} // shard 1 of 37: 18..36, 36 five times more
+	tests := []struct {
+		name  string
+		m     *bmap.Map
+		path  string
+		args  ReaderArgs
+		fail  int   // the sample whose reads fail, -1 none
+		dense int64 // every batch's Dense()
+	}{
+		{"ragged bounce", mixed, GPUPathBounce, shuffled, -1, 0},
+		{"ragged bounce, a failed sample", mixed, GPUPathBounce, shuffled, 9, 0},
+		{"ragged cufile, a failed sample", mixed, GPUPathCuFile, shuffled, 9, 0},
+		{"dense bounce", uniform, GPUPathBounce, shuffled, -1, 5000},
+		{"dense bounce, a failed sample", uniform, GPUPathBounce, shuffled, 5, 5000},
+		{"dense bounce padded, the padding sample failed", uniform, GPUPathBounce, padded, 36, 5000},
+		{"dense bounce padded", uniform, GPUPathBounce, padded, -1, 5000},
+		{"dense cufile", uniform, GPUPathCuFile, shuffled, -1, 5000},
+		{"dense cufile, a failed sample", uniform, GPUPathCuFile, shuffled, 5, 5000},
+		{"dense cufile padded", uniform, GPUPathCuFile, padded, -1, 5000},
+		{"dense cufile padded, the padding sample failed", uniform, GPUPathCuFile, padded, 36, 5000},
+		{"dense bounce, whole blocks", blocks, GPUPathBounce, shuffled, 4, 8192},
+		{"dense cufile, whole blocks", blocks, GPUPathCuFile, shuffled, 4, 8192},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := tt.m
+			if tt.fail >= 0 {
+				inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead, Path: m.Samples[tt.fail].Path, Err: unix.EIO}))
+			}
+			var mem *gpuMemory
+			r := &devReader{sizes: map[int64]int{}}
+			o := Options{ReaderArgs: tt.args, Memory: batchmem.GPU, GPUPath: tt.path, SkipErrors: true}
+			if tt.path == GPUPathBounce {
+				o.Backend, o.BackendOptions = "file", map[string]any{"direct": true}
+			} else {
+				o.Spec = cufileDouble(&mem, r)
+			}
+			o.openMemory = gpuDouble(&mem)
+			l, err := New(context.Background(), m, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if path, _ := l.GPUPath(); path != tt.path {
+				t.Fatalf("GPU path %s, want %s", path, tt.path)
+			}
+			slotSize := mem.Desc().SlotSize
+			var failed, repeats int
+			for e := range 2 {
+				errs := eachBatch(l, func(b *Batch) {
+					what := fmt.Sprintf("epoch %d batch %d", b.Epoch, b.Iteration)
+					checkDevice(t, what, m, mem, b)
+					if b.Dense() != tt.dense {
+						t.Fatalf("%s: Dense() = %d, want %d", what, b.Dense(), tt.dense)
+					}
+					base := int64(b.Slot) * slotSize
+					for i := range b.Len() {
+						isFailed := slices.Contains(b.Failed, i)
+						if isFailed != (int(b.Indices[i]) == tt.fail) || (isFailed && b.Lengths[i] != 0) {
+							t.Fatalf("%s: position %d (sample %d): failed %v, length %d", what, i, b.Indices[i], isFailed, b.Lengths[i])
+						}
+						if i > 0 && b.Indices[i] == b.Indices[i-1] {
+							repeats++
+						}
+						switch {
+						case tt.dense > 0 && b.Offsets[i] != base+int64(i)*tt.dense:
+							t.Fatalf("%s: dense offset %d of position %d, want %d", what, b.Offsets[i]-base, i, int64(i)*tt.dense)
+						case tt.dense == 0 && (b.Offsets[i]%backend.Align != 0 || b.Offsets[i] < base || b.Offsets[i]+b.Lengths[i] > base+slotSize):
+							t.Fatalf("%s: ragged offset %d of position %d", what, b.Offsets[i]-base, i)
+						}
+						if tt.dense > 0 && isFailed {
+							failed++
+							if row := mem.dev[b.Offsets[i] : b.Offsets[i]+tt.dense]; indexNot(row, 0) >= 0 {
+								t.Fatalf("%s: failed position %d's dense row holds %#x at %d, want zeros", what, i, row[indexNot(row, 0)], indexNot(row, 0))
+							}
+						} else if isFailed {
+							failed++
+						}
+					}
+				})
+				if len(errs) != 0 {
+					t.Fatalf("epoch %d: %v", e, errs)
+				}
+			}
+			if (failed > 0) != (tt.fail >= 0) || (repeats > 0) != (tt.args.PadLastBatch) {
+				t.Errorf("%d failed positions, %d repeated ones delivered", failed, repeats)
+			}
+			if tt.path == GPUPathCuFile {
+				want := backend.AlignUp(tt.dense)
+				if tt.dense == 0 {
+					want = -1 // aligned sizes, each its own
+				} else {
+					want = tt.dense
+				}
+				r.mu.Lock()
+				for size := range r.sizes {
+					if (want > 0 && size != want) || (want < 0 && size%backend.Align != 0) {
+						t.Errorf("cuFile read %d bytes, want %d", size, want)
+					}
+				}
+				r.mu.Unlock()
+			}
+			if tt.dense > 0 && mem.dense.Load() == 0 {
+				t.Errorf("no dense publish")
+			}
+		})
+	}
+}
+
+// indexNot returns the index of the first byte of b that is not c, -1
+// when there is none.
+func indexNot(b []byte, c byte) int {
+	for i, x := range b {
+		if x != c {
+			return i
+		}
+	}
+	return -1
 }

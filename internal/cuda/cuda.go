@@ -63,6 +63,8 @@ type Runtime struct {
 	eventSynchronize  func(uintptr) int32
 	eventDestroy      func(uintptr) int32
 	memcpyAsync       func(dst, src, n uintptr, kind int32, stream uintptr) int32
+	memcpy2DAsync     func(dst, dpitch, src, spitch, width, height uintptr, kind int32, stream uintptr) int32 // copy2d.go
+	memsetAsync       func(dst uintptr, value int32, n, stream uintptr) int32                                 // copy2d.go
 	pciBusID          func(buf *byte, n int32, device int32) int32
 	entryPoint        func(symbol string, fn *uintptr, version uint32, flags uint64, status *int32) int32
 }
@@ -78,6 +80,7 @@ func (r *Runtime) runtimeSymbols() map[string]any {
 		"cudaEventCreateWithFlags": &r.eventCreate, "cudaEventRecord": &r.eventRecord,
 		"cudaEventSynchronize": &r.eventSynchronize, "cudaEventDestroy": &r.eventDestroy,
 		"cudaMemcpyAsync": &r.memcpyAsync, "cudaDeviceGetPCIBusId": &r.pciBusID,
+		"cudaMemcpy2DAsync": &r.memcpy2DAsync, "cudaMemsetAsync": &r.memsetAsync,
 	}
 }
 
