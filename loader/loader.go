@@ -290,8 +290,11 @@ func checkState(st *State, smp Sampling) error {
 }
 
 // SlotBytes returns the slot size that holds any batch of m: the sum of
-// the batchSize largest samples, each rounded up to backend.Align. Padding repeats
-// a sample without reading it again, so a batch never holds more.
+// the batchSize largest samples, each rounded up to backend.Align. Padding
+// repeats a sample without reading it again, so a ragged batch never holds
+// more; a dense batch (Batch.Dense) gives each repeat a row of its own and
+// is placed dense only where its rows fit (batchmem.Desc.Packs), which a
+// dataset of one sample size always does.
 func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	// The batchSize largest in a min-heap: one pass, no copy of every size
 	// (it runs at every session open, over datasets of millions).
@@ -509,7 +512,9 @@ func (l *Loader) planDense(b *Batch, idx []int32, row int64) {
 // failure was found, of blocks the file no longer owns) and every other
 // sample's slack after its last byte (reads may run into it, and earlier
 // batches' bytes would stay). The reads are over: ReadBatch has returned.
-// Its cost: docs/decisions.md#slack-is-zeroed-not-left.
+// Its cost: docs/decisions.md#slack-is-zeroed-not-left. Device memory a
+// backend wrote itself has no host room: there Publish zeroes a dense
+// batch's failed rows (batchmem.Placement.Zero).
 func scrub(reqs []backend.Request) {
 	for i := range reqs {
 		r := &reqs[i]
