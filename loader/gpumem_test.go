@@ -4,6 +4,7 @@ package loader
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -23,7 +24,6 @@ import (
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 	"github.com/nvfeed/nvfeed/loader/internal/cufile"
-	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
 )
 
 // unwritten is what the double's device memory holds before anything is
@@ -199,57 +199,64 @@ func uniformDataset(t testing.TB, n, classes int, size int) *bmap.Map {
 	return testfs.MapDir(t, root)
 }
 
-// devReader is the cufile backend's cuFile for the GPU memory double: a
-// read is a pread of the file (O_DIRECT taken off: cuFile takes any
-// size and address, through its own bounce buffers where they are not
-// aligned) into the double's device memory; it records each read's size.
-type devReader struct {
+// devBackend stands in for the cufile backend on the GPU memory double
+// (its Spec says DeviceWrites and it is named cufile): it writes each
+// sample's file to Request.Dev, Request.DevBytes of it as cuFileRead
+// does, and records each write's size; a read the installed faults fail
+// has written its bytes first, as a failed cuFileRead may have.
+type devBackend struct {
+	m     *bmap.Map
 	mem   *gpuMemory
 	mu    sync.Mutex
 	sizes map[int64]int
 }
 
-func (r *devReader) Read(_ int, fd int, dst uintptr, size int64) (int64, error) {
-	off := int64(dst) - int64(addrOf(r.mem.dev))
-	if off < 0 || off+size > int64(len(r.mem.dev)) {
-		return 0, fmt.Errorf("cuFileRead of %d bytes at %#x: outside the device memory", size, dst)
+func (b *devBackend) Name() string { return cufile.Name }
+
+func (b *devBackend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
+	var first error
+	for i := range reqs {
+		r := &reqs[i]
+		data, err := os.ReadFile(filepath.Join(b.m.Root, r.Sample.Path))
+		if err != nil {
+			return err
+		}
+		n := r.DevBytes()
+		off := int64(r.Dev) - int64(addrOf(b.mem.dev))
+		if off < 0 || off+n > int64(len(b.mem.dev)) {
+			return fmt.Errorf("a write of %d bytes at %#x: outside the device memory", n, r.Dev)
+		}
+		copy(b.mem.dev[off:off+n], data)
+		b.mu.Lock()
+		b.sizes[n]++
+		b.mu.Unlock()
+		if ft, ok := faults.Inject(faults.FileRead, r.Sample.Path); ok && ft.Err != nil {
+			r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: ft.Err}
+			first = cmp.Or(first, r.Err)
+		}
 	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err == nil {
-		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_DIRECT)
-	}
-	if err != nil {
-		return 0, err
-	}
-	r.mu.Lock()
-	r.sizes[size]++
-	r.mu.Unlock()
-	n, err := samplefile.PreadUpTo(fd, r.mem.dev[off:off+size], 0)
-	return int64(n), err
+	return cmp.Or(first, ctx.Err())
 }
 
-func (r *devReader) Stats() (string, int64, int64) { return "compat", 0, 0 }
-func (r *devReader) Close() error                  { return nil }
+func (b *devBackend) Stats() backend.Stats { return backend.Stats{} }
+func (b *devBackend) Close() error         { return nil }
 
-// cufileDouble is the cufile backend (its own Spec, read path and
-// errors) over devReader on the double *mem, which the loader opens
-// before the backend.
-func cufileDouble(mem **gpuMemory, r *devReader) *backend.Spec {
-	s := cufile.Spec()
-	s.Open = func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
-		r.mem = *mem
-		return cufile.New(m, int(p.Int("workers")), r, env)
-	}
-	return &s
+// devSpec describes devBackend, writing the double *mem, which the
+// loader opens before the backend.
+func devSpec(mem **gpuMemory, b *devBackend) *backend.Spec {
+	return &backend.Spec{Name: cufile.Name, Doc: "the cufile backend's stand-in (a test)", DeviceWrites: true,
+		Open: func(m *bmap.Map, _ backend.Params, _ backend.Env) (backend.Backend, error) {
+			b.m, b.mem = m, *mem
+			return b, nil
+		}}
 }
 
 // TestGPUBatches reads two epochs into the GPU memory double on both GPU
 // paths — bounce (the file backend, O_DIRECT, into 4 KiB-aligned staging
-// rooms) and cufile (the backend writing the device) — and checks every
+// rooms) and cufile (devBackend writing the device) — and checks every
 // batch as the device holds it: a batch whose samples all have one size
-// is dense (Batch.Dense, offsets i·S from the slot, read by cufile with
-// exactly S bytes), any other ragged (aligned offsets, read with aligned
-// sizes); every sample that did not fail equals its file (padding rows
+// is dense (Batch.Dense, offsets i·S from the slot, device writes of
+// exactly S bytes), any other ragged (aligned offsets, aligned writes); every sample that did not fail equals its file (padding rows
 // included); a failed sample (SkipErrors, an injected EIO) is delivered
 // with length 0, the batch's other samples published with it, and in a
 // dense batch its row reads zeros, never an older batch's bytes.
@@ -288,12 +295,12 @@ func TestGPUBatches(t *testing.T) {
 				inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead, Path: m.Samples[tt.fail].Path, Err: unix.EIO}))
 			}
 			var mem *gpuMemory
-			r := &devReader{sizes: map[int64]int{}}
+			r := &devBackend{sizes: map[int64]int{}}
 			o := Options{ReaderArgs: tt.args, Memory: batchmem.GPU, GPUPath: tt.path, SkipErrors: true}
 			if tt.path == GPUPathBounce {
 				o.Backend, o.BackendOptions = "file", map[string]any{"direct": true}
 			} else {
-				o.Spec = cufileDouble(&mem, r)
+				o.Spec = devSpec(&mem, r)
 			}
 			o.openMemory = gpuDouble(&mem)
 			l, err := New(context.Background(), m, o)
@@ -346,16 +353,11 @@ func TestGPUBatches(t *testing.T) {
 				t.Errorf("%d failed positions, %d repeated ones delivered", failed, repeats)
 			}
 			if tt.path == GPUPathCuFile {
-				want := backend.AlignUp(tt.dense)
-				if tt.dense == 0 {
-					want = -1 // aligned sizes, each its own
-				} else {
-					want = tt.dense
-				}
+				want := tt.dense // 0: aligned sizes, each its own
 				r.mu.Lock()
 				for size := range r.sizes {
-					if (want > 0 && size != want) || (want < 0 && size%backend.Align != 0) {
-						t.Errorf("cuFile read %d bytes, want %d", size, want)
+					if (want > 0 && size != want) || (want == 0 && size%backend.Align != 0) {
+						t.Errorf("a device write of %d bytes, want %d", size, want)
 					}
 				}
 				r.mu.Unlock()

@@ -139,32 +139,15 @@ func (b *Batch) Release() {
 // prefetching producer; ctx bounds the loader's life as Close does. For
 // GPU memory it takes the GPU path the options ask for; with
 // GPUPathAuto and no backend named it tries cufile and, where cuFile
-// cannot run (ErrUnavailable), bounce with the default backend.
-// GPUPath says which ran and why.
+// cannot run (ErrUnavailable) or runs in its compatibility mode (measured:
+// slower than bounce), bounce with the default backend. GPUPath says
+// which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	ways, _ := o.gpuWays() // Validate checked them
-	var err error
-	for i, w := range ways {
-		wo := o
-		if w.backend != o.backendName() {
-			wo.Spec, wo.Backend = nil, w.backend
-		}
-		var l *Loader
-		if l, err = open(ctx, m, wo); err == nil {
-			l.gpuPath, l.gpuWhy = w.path, w.why
-			return l, nil
-		}
-		if i+1 < len(ways) && errors.Is(err, ErrUnavailable) {
-			o.Logger.Info("loader: gpu_path auto: cufile cannot run here, using bounce", "why", err)
-			continue
-		}
-		break
-	}
-	return nil, err
+	return openGPUPath(ctx, m, o)
 }
 
 // open starts a loader with one backend; o has its defaults and is valid.
@@ -199,7 +182,7 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if o.openMemory != nil {
 		openMemory = o.openMemory
 	}
-	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
+	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
 	if err != nil {
 		if errors.Is(err, batchmem.ErrKind) {
 			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)

@@ -40,6 +40,7 @@ class OpenRequest(ReaderArgs, total=False):
     release_after: Optional[int]
     memory: str  # "pinned" or "gpu"
     device_id: int
+    device_uuid: str  # the GPU by UUID (GPU-...): the daemon uses its own ordinal for it
     gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
 
@@ -51,6 +52,7 @@ class MemoryDesc(TypedDict):
     slot_size: int
     slots: int
     device: int  # the GPU's ordinal; -1 for host memory
+    uuid: str  # the GPU's UUID (GPU-...) for GPU memory; "" for host memory
     numa_node: int  # the node the memory is placed on; -1 unknown or not placed
 
 
