@@ -243,47 +243,72 @@ func TestGPUStagingOnTheGPUsNode(t *testing.T) {
 	t.Errorf("no numa_maps line for the staging area at %s", addr)
 }
 
+// placementSlot is the slot size placement tests use: 6 rooms of 8 KiB.
+const placementSlot = 6 * 8192
+
+// placements are the placement tests' cases: each Placement of slot 1, on
+// memory with a host staging area (bounce) or written on the device, and
+// the operations Publish runs for it (kind, widths, heights and pitches;
+// addresses are not compared).
+var placements = []struct {
+	name    string
+	staging bool
+	p       Placement
+	ops     []devOp
+}{
+	{"ragged bounce", true, Ragged(12288),
+		[]devOp{{kind: fromHost, width: 12288, height: 1}}},
+	{"dense bounce", true, Placement{Rows: 5, Row: 5000},
+		[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
+	{"dense bounce, one row", true, Placement{Rows: 1, Row: 5000},
+		[]devOp{{kind: fromHost, width: 5000, height: 1, dpitch: 5000, spitch: 8192}}},
+	{"dense bounce, whole blocks", true, Placement{Rows: 6, Row: 8192},
+		[]devOp{{kind: fromHost, width: 8192, height: 6, dpitch: 8192, spitch: 8192}}},
+	{"dense bounce, a failed row and padding", true, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
+		[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
+	{"ragged device writes", false, Ragged(12288), nil},
+	{"dense device writes", false, Placement{Rows: 5, Row: 5000}, nil},
+	{"dense device writes, a failed row and padding", false, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
+		[]devOp{{kind: zero, width: 5000}, {kind: onDevice, width: 5000}, {kind: onDevice, width: 5000}}},
+}
+
+// gpuUnderTest opens GPU memory of 2 slots of placementSlot bytes for a
+// placement test and returns it, a writable view of its device memory
+// (what the client maps) and the operations run so far (nil where they
+// are not recorded).
+type gpuUnderTest func(t *testing.T, deviceWrites bool) (m Memory, dev []byte, ops func() []fakeOp)
+
 // TestGPUPublishPlacement: Publish lays each batch out on the device as
 // its Placement says, with the operations the design names: a ragged
 // batch copied as it lies; a dense one packed from its 4 KiB-aligned
 // staging rooms in ONE 2D copy (slack left behind), its failed rows
 // zeroed and its padding rows repeated; a dense batch a backend wrote on
 // the device itself only zeroed and repeated there. Nothing outside the
-// batch's bytes is touched.
+// batch's bytes is touched. On the in-memory device double.
 func TestGPUPublishPlacement(t *testing.T) {
-	const slotSize = 6 * 8192
-	tests := []struct {
-		name    string
-		staging bool
-		p       Placement
-		ops     []devOp // kind, width, height and pitches of what ran (addresses not compared)
-	}{
-		{"ragged bounce", true, Ragged(12288),
-			[]devOp{{kind: fromHost, width: 12288, height: 1}}},
-		{"dense bounce", true, Placement{Rows: 5, Row: 5000},
-			[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
-		{"dense bounce, one row", true, Placement{Rows: 1, Row: 5000},
-			[]devOp{{kind: fromHost, width: 5000, height: 1, dpitch: 5000, spitch: 8192}}},
-		{"dense bounce, whole blocks", true, Placement{Rows: 6, Row: 8192},
-			[]devOp{{kind: fromHost, width: 8192, height: 6, dpitch: 8192, spitch: 8192}}},
-		{"dense bounce, a failed row and padding", true, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
-			[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
-		{"ragged device writes", false, Ragged(12288), nil},
-		{"dense device writes", false, Placement{Rows: 5, Row: 5000}, nil},
-		{"dense device writes, a failed row and padding", false, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
-			[]devOp{{kind: zero, width: 5000}, {kind: onDevice, width: 5000}, {kind: onDevice, width: 5000}}},
-	}
-	for _, tt := range tests {
+	testPlacements(t, func(t *testing.T, deviceWrites bool) (Memory, []byte, func() []fakeOp) {
+		dev := newFake(t)
+		m, err := newGPU(dev, 2, placementSlot, Options{DeviceWrites: deviceWrites})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, dev.allocs[0].mem, func() []fakeOp { return dev.ops }
+	})
+}
+
+// testPlacements runs the placements on the memory open makes.
+func testPlacements(t *testing.T, open gpuUnderTest) {
+	for _, tt := range placements {
 		t.Run(tt.name, func(t *testing.T) {
-			dev := newFake(t)
-			m, err := newGPU(dev, 2, slotSize, Options{DeviceWrites: !tt.staging})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			onDev := dev.allocs[0].mem[slotSize : 2*slotSize] // slot 1
-			for i := range dev.allocs[0].mem {
-				dev.allocs[0].mem[i] = 0xA5 // an older batch's bytes
+			m, all, ops := open(t, !tt.staging)
+			defer func() {
+				if err := m.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			onDev := all[placementSlot : 2*placementSlot] // slot 1
+			for i := range all {
+				all[i] = 0xA5 // an older batch's bytes
 			}
 			// The writers: row r's byte j is r+1 ^ j, slack 0xEE; a writer of
 			// the device writes rows 0..2 back to back and leaves the rest.
@@ -297,7 +322,7 @@ func TestGPUPublishPlacement(t *testing.T) {
 				if tt.staging {
 					copy(r.Host, want)
 				} else {
-					want = onDev[:tt.p.Used:tt.p.Used]
+					copy(onDev, want)
 				}
 			} else {
 				for row := range tt.p.Rows {
@@ -343,11 +368,14 @@ func TestGPUPublishPlacement(t *testing.T) {
 			if i := indexNot(onDev[len(want):], 0xA5); i >= 0 {
 				t.Errorf("device byte %d past the batch's %d was written", len(want)+i, len(want))
 			}
-			if i := indexNot(dev.allocs[0].mem[:slotSize], 0xA5); i >= 0 {
+			if i := indexNot(all[:placementSlot], 0xA5); i >= 0 {
 				t.Errorf("slot 0 was written at %d", i)
 			}
+			if ops == nil {
+				return
+			}
 			var got []devOp
-			for _, op := range dev.ops {
+			for _, op := range ops() {
 				if op.slot != 1 {
 					t.Errorf("an operation on slot %d", op.slot)
 				}
