@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
@@ -140,14 +143,10 @@ func (m *gpuMemory) Close() error {
 // addrOf is the address of b's first byte.
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-// onDevice returns sample i of b as the device holds it.
-func (m *gpuMemory) onDevice(b *Batch, i int) []byte {
-	return m.dev[b.Offsets[i] : b.Offsets[i]+b.Lengths[i]]
-}
-
 // checkDevice compares every sample of b that did not fail, as the
-// device holds it, with its file.
-func checkDevice(t *testing.T, what string, m *bmap.Map, mem *gpuMemory, b *Batch) {
+// device holds it (dev: the whole memory as the client maps it), with its
+// file.
+func checkDevice(t *testing.T, what string, m *bmap.Map, dev []byte, b *Batch) {
 	t.Helper()
 	failed := map[int]bool{}
 	for _, i := range b.Failed {
@@ -162,7 +161,7 @@ func checkDevice(t *testing.T, what string, m *bmap.Map, mem *gpuMemory, b *Batc
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := mem.onDevice(b, i); !bytes.Equal(got, want) {
+		if got := dev[b.Offsets[i] : b.Offsets[i]+b.Lengths[i]]; !bytes.Equal(got, want) {
 			t.Fatalf("%s: epoch %d batch %d position %d: sample %s on the device (%d bytes at offset %d) differs from its file (%d bytes)%s",
 				what, b.Epoch, b.Iteration, i, s.Path, len(got), b.Offsets[i], len(want), firstDiff(got, want))
 		}
@@ -259,8 +258,37 @@ func devSpec(mem **gpuMemory, b *devBackend) *backend.Spec {
 // exactly S bytes), any other ragged (aligned offsets, aligned writes); every sample that did not fail equals its file (padding rows
 // included); a failed sample (SkipErrors, an injected EIO) is delivered
 // with length 0, the batch's other samples published with it, and in a
-// dense batch its row reads zeros, never an older batch's bytes.
-func TestGPUBatches(t *testing.T) {
+// dense batch its row reads zeros, never an older batch's bytes. On the
+// GPU memory double; TestGPUBatchesStandin runs it on real GPU memory.
+func TestGPUBatches(t *testing.T) { testGPUBatches(t, false) }
+
+// TestGPUBatchesStandin runs TestGPUBatches's cases on GPU memory as a
+// real GPU makes it (batchmem's cudaDevice) and with the real cufile
+// backend, over the strict CUDA stand-in, in a child process whose device
+// memory is read back through its exported descriptor and whose report
+// must show no broken rule and nothing left once the loaders closed.
+func TestGPUBatchesStandin(t *testing.T) {
+	if os.Getenv(standinChild) == "" {
+		dir, reports := standin.Build(t), t.TempDir()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestGPUBatchesStandin$", "-test.v", "-test.count=1")
+		cmd.Env = standin.Env(dir, reports, standinChild+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestGPUBatchesStandin") {
+			t.Fatalf("the child on the stand-in: %v\n%s", err, out)
+		}
+		standin.CheckClean(t, reports)
+		return
+	}
+	testGPUBatches(t, true)
+}
+
+// standinChild marks the child process TestGPUBatchesStandin runs itself
+// in.
+const standinChild = "NVFEED_LOADER_STANDIN_CHILD"
+
+// testGPUBatches is TestGPUBatches on the double or, onStandin, on the
+// memory batchmem makes and the backends the options name.
+func testGPUBatches(t *testing.T, onStandin bool) {
 	mixed := makeDataset(t, 40, 3, 6000)
 	uniform := uniformDataset(t, 37, 3, 5000)
 	blocks := uniformDataset(t, 21, 2, 8192)
@@ -303,20 +331,33 @@ func TestGPUBatches(t *testing.T) {
 				o.Spec = devSpec(&mem, r)
 			}
 			o.openMemory = gpuDouble(&mem)
+			if onStandin {
+				o.Spec, o.openMemory = nil, nil
+			}
 			l, err := New(context.Background(), m, o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer l.Close()
-			if path, _ := l.GPUPath(); path != tt.path {
-				t.Fatalf("GPU path %s, want %s", path, tt.path)
+			defer func() {
+				if err := l.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			if path, why := l.GPUPath(); path != tt.path {
+				t.Fatalf("GPU path %s (%s), want %s", path, why, tt.path)
 			}
-			slotSize := mem.Desc().SlotSize
+			var dev []byte
+			if onStandin {
+				dev = exported(t, l.Memory())
+			} else {
+				dev = mem.dev
+			}
+			slotSize := l.Memory().Desc().SlotSize
 			var failed, repeats int
 			for e := range 2 {
 				errs := eachBatch(l, func(b *Batch) {
 					what := fmt.Sprintf("epoch %d batch %d", b.Epoch, b.Iteration)
-					checkDevice(t, what, m, mem, b)
+					checkDevice(t, what, m, dev, b)
 					if b.Dense() != tt.dense {
 						t.Fatalf("%s: Dense() = %d, want %d", what, b.Dense(), tt.dense)
 					}
@@ -337,7 +378,7 @@ func TestGPUBatches(t *testing.T) {
 						}
 						if tt.dense > 0 && isFailed {
 							failed++
-							if row := mem.dev[b.Offsets[i] : b.Offsets[i]+tt.dense]; indexNot(row, 0) >= 0 {
+							if row := dev[b.Offsets[i] : b.Offsets[i]+tt.dense]; indexNot(row, 0) >= 0 {
 								t.Fatalf("%s: failed position %d's dense row holds %#x at %d, want zeros", what, i, row[indexNot(row, 0)], indexNot(row, 0))
 							}
 						} else if isFailed {
@@ -351,6 +392,9 @@ func TestGPUBatches(t *testing.T) {
 			}
 			if (failed > 0) != (tt.fail >= 0) || (repeats > 0) != (tt.args.PadLastBatch) {
 				t.Errorf("%d failed positions, %d repeated ones delivered", failed, repeats)
+			}
+			if onStandin {
+				return
 			}
 			if tt.path == GPUPathCuFile {
 				want := tt.dense // 0: aligned sizes, each its own
@@ -378,4 +422,21 @@ func indexNot(b []byte, c byte) int {
 		}
 	}
 	return -1
+}
+
+// exported maps the whole of mem read-only through a descriptor it
+// exports, as a client does (the stand-in's device memory is a memfd),
+// until the test ends.
+func exported(t *testing.T, mem batchmem.Memory) []byte {
+	f, err := mem.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	view, err := unix.Mmap(int(f.Fd()), 0, int(mem.Desc().Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mapping the exported memory: %v", err)
+	}
+	t.Cleanup(func() { unix.Munmap(view) })
+	return view
 }
