@@ -4,7 +4,6 @@ package loader
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -231,10 +230,15 @@ func (b *devBackend) ReadBatch(ctx context.Context, reqs []backend.Request) erro
 		b.mu.Unlock()
 		if ft, ok := faults.Inject(faults.FileRead, r.Sample.Path); ok && ft.Err != nil {
 			r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: ft.Err}
-			first = cmp.Or(first, r.Err)
+			if first == nil {
+				first = r.Err
+			}
 		}
 	}
-	return cmp.Or(first, ctx.Err())
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
 }
 
 func (b *devBackend) Stats() backend.Stats { return backend.Stats{} }
