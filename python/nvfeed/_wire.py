@@ -18,6 +18,8 @@ class ReaderArgs(TypedDict):
     seed: int
     pad_last_batch: bool
     stick_to_shard: bool
+    shuffle: str  # how random_shuffle shuffles: "permute" or "dali"
+    initial_fill: int  # the "dali" shuffle's buffer, in samples
 
 
 class Sampling(ReaderArgs):
