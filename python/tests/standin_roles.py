@@ -196,12 +196,15 @@ def flow(socket_path: str, want_path: str, args_json: str) -> None:
     from nvfeed import LoaderSource
     want = json.loads(open(want_path).read())  # sha256 -> [path, label]
     kw = json.loads(args_json)
-    epochs, delay = kw.pop("epochs", 2), kw.pop("delay_us", 20_000)
+    epochs, delay, fence = kw.pop("epochs", 2), kw.pop("delay_us", 20_000), kw.pop("fence", True)
     cu = load_libcuda()
     ctx = Context(cu, kw.get("device_id", 0))
     s = ctx.stream()
     warnings.simplefilter("ignore")
     src = LoaderSource("train", socket=socket_path, device="gpu", release_after=0, cuda_stream=s, **kw)
+    if not fence:  # as the client was: slots released by host timing alone
+        src._fence.close()  # type: ignore[union-attr]
+        src._fence = None
     reads: list[tuple[Any, int, int]] = []
     dense = 0
     for _ in range(epochs):

@@ -6,9 +6,7 @@ library discovery; the release fence against a consumer's slow kernel;
 LoaderSource with reconnect and arrays held at exit. Every process's
 report: no violation, nothing left allocated, mapped or retained.
 
-The whole flow with a real loaderd (bounce and cufile, UUIDs end to end)
-is the lead's suite after the branches merge: see
-test_standin_daemon.py."""
+The same with a real loaderd: test_standin_daemon.py."""
 
 from __future__ import annotations
 

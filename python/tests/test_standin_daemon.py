@@ -1,17 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""FOR THE LEAD, after merging the GPU branches (stand-in, Go CUDA
-discovery, loader, session): the client of a real loaderd against the CUDA
-stand-in, daemon and client in separate processes with different
-CUDA_VISIBLE_DEVICES (0,1 and 1,0): every sample's bytes, read back from
-the device by a slow consumer "kernel" on the client's stream while the
-source releases each batch at once (release_after=0, so the daemon reuses
-a slot as soon as the client lets it), equal the file with that label;
-the GPU named by UUID; dense batches for batch_format="dali" where the
-samples share a size; both processes' reports clean.
-
-Gated on NVFEED_STANDIN_DAEMON=1 until then (a daemon without the
-stand-in discovery cannot run it): LEAD, drop ``pytestmark`` when
-merging, so that it runs in ``make test``."""
+"""The client of a real loaderd against the CUDA stand-in, daemon and
+client in separate processes with different CUDA_VISIBLE_DEVICES (0,1 and
+1,0): every sample's bytes, read back from the device by a slow consumer
+"kernel" on the client's stream while the source releases each batch at
+once (release_after=0, so the daemon reuses a slot as soon as the client
+lets it), equal the file with that label, for file, gds and bam through
+bounce and for cufile, two shards, two epochs, shuffled; the GPU named by
+UUID; without the client's fence the same run reads wrong bytes (the race
+is real); dense batches for batch_format="dali" where the samples share a
+size; every process's report clean. (The lead's whole-flow suite may
+fold these in.)"""
 
 from __future__ import annotations
 
@@ -28,9 +26,6 @@ import pytest
 import standin
 from conftest import BIN, Daemon, Dataset, start_daemon, stop_daemon
 from nvfeed._cuda import LIB_DIR_ENV
-
-pytestmark = pytest.mark.skipif(os.environ.get("NVFEED_STANDIN_DAEMON") != "1",
-                                reason="whole GPU flow: set NVFEED_STANDIN_DAEMON=1 once the GPU branches are merged")
 
 TESTS = Path(__file__).resolve().parent
 ROLES = str(TESTS / "standin_roles.py")
@@ -118,6 +113,17 @@ def test_every_sample_right_while_slots_are_reused(daemons: Daemons, dataset: Da
     standin.assert_clean(daemons.report, 3)
 
 
+def test_release_by_host_timing_races_the_consumer(daemons: Daemons, dataset: Dataset) -> None:
+    """The same without the client's fence (as the client was): the
+    consumer's kernels read slots the daemon has already filled again."""
+    d = daemons.start(dataset.bmap)
+    want = {h: [p, l] for h, (p, l) in dataset.by_hash.items()}
+    r = _client(daemons, d, want, batch_size=5, gpu_path="bounce", backend="file", epochs=1, fence=False)
+    assert r["bad"] != [], "no sample read wrong: the test no longer sees the race"
+    daemons.stop_all()
+    standin.assert_clean(daemons.report, 2)
+
+
 def test_dense_batches_for_dali(daemons: Daemons, dataset: Dataset) -> None:
     """Samples of one size: the daemon packs each batch, the client yields
     one (batch, size) CudaArray with batch_format="dali"."""
@@ -125,7 +131,7 @@ def test_dense_batches_for_dali(daemons: Daemons, dataset: Dataset) -> None:
     root = dataset.root.parent / "same-size"
     want = {}
     for i in range(24):
-        p = root / f"c{i % 2}" / f"{i:02d}.bin"
+        p = root / f"c{i % 2}" / f"{i:02d}.jpg"  # the extension mkbmap takes
         p.parent.mkdir(parents=True, exist_ok=True)
         data = os.urandom(8192)
         p.write_bytes(data)
