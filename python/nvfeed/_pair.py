@@ -38,26 +38,28 @@ def batch_position(info: Any) -> Optional[Position]:
     raise TypeError(f"expected DALI's BatchInfo, an iteration number or nothing, got {type(info).__name__}")
 
 
+Fetch = Callable[[Optional[Position]], tuple[Position, Any, Any]]
+"""``fetch(at)``: ``(position, samples, labels)`` of the batch at ``at``
+(the next one for ``None``); StopIteration at the end of an epoch."""
+
+
 class BatchHalves:
-    """Hands out each batch of ``fetch`` in two halves, samples and labels,
-    to two callers, whichever asks first.
+    """Hands out each batch in two halves, samples and labels, to two
+    callers, whichever asks first; a StopIteration of the fetch is raised
+    to both in turn. (The fetch is passed with each call, not kept: no
+    reference cycle with the source.)"""
 
-    ``fetch(at)`` returns ``(position, samples, labels)`` of the batch at
-    ``at`` (or the next one for ``None``) and raises StopIteration at the
-    end of an epoch, which both halves then raise in turn."""
-
-    def __init__(self, fetch: Callable[[Optional[Position]], tuple[Position, Any, Any]]) -> None:
-        self._fetch = fetch
+    def __init__(self) -> None:
         self._pending: Optional[tuple[int, Optional[Position], Any]] = None  # (half waiting, its batch, its value)
 
-    def take(self, half: int, info: Any = None) -> Any:
+    def take(self, half: int, info: Any, fetch: Fetch) -> Any:
         """Half ``half`` (0 samples, 1 labels) of the current batch, fetching
         the next batch when neither half of one waits."""
         at = batch_position(info)
         p = self._pending
         if p is None:
             try:
-                pos, samples, labels = self._fetch(at)
+                pos, samples, labels = fetch(at)
             except StopIteration:
                 self._pending = (1 - half, None, _END)
                 raise

@@ -215,9 +215,10 @@ class LoaderSource:
         is gone. 0 turns reconnection off (>= 0).
     batch_format : {"numpy", "dali"}, optional, default = "numpy"
         What ``next()`` returns. ``"numpy"``: a list of numpy views (or
-        of ``CudaArray``) and an int32 array of shape (batch, 1). ``"dali"``: one DALI
-        ``TensorListCPU`` of the samples (non-contiguous, each sample a view
-        of batch memory: no copy) and one of the labels, which
+        of ``CudaArray``) and an int32 array of shape (batch, 1).
+        ``"dali"``: one DALI ``TensorListCPU`` of the samples
+        (non-contiguous, each sample a view of batch memory: no copy) and
+        one of the labels, which
         ``fn.external_source`` takes as they are instead of converting each
         sample (DALI's per-sample conversion of a list costs ~4 µs a
         sample). With ``device="gpu"``: the samples are one ``CudaArray``
@@ -242,6 +243,7 @@ class LoaderSource:
         runs at most one batch ahead of the GPU there; a stream narrows
         the wait to that stream's work. DALI's own stream cannot be
         named: keep ``None`` under DALI.
+
     Raises
     ------
     ValueError
@@ -320,7 +322,7 @@ class LoaderSource:
         self._device_id = device_id
         self._uuid = ""
         self._cuda_stream = cuda_stream  # kept alive: its handle is used at every release
-        self._halves = BatchHalves(self._fetch_half)
+        self._halves = BatchHalves()
         self._last: Optional[Position] = None  # the position of the batch returned last
         req: OpenRequest = {
             "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
@@ -561,7 +563,7 @@ class LoaderSource:
         For checkpointing pass ``batch_info=True`` to both: each then gets
         DALI's ``BatchInfo`` and the batch at that position (see
         ``batch``)."""
-        return self._halves.take(0, info)
+        return self._halves.take(0, info, self._fetch_half)
 
     def labels(self, info: Any = None) -> Any:
         """The labels (int32, shape (1,) a sample; a ``TensorListCPU`` with
@@ -569,7 +571,7 @@ class LoaderSource:
         the batch whose samples ``samples`` hands out, for a second
         ``fn.external_source(source=src.labels, device="cpu")``; see
         ``samples``."""
-        return self._halves.take(1, info)
+        return self._halves.take(1, info, self._fetch_half)
 
     def _fetch_half(self, at: Optional[Position]) -> tuple[Position, Any, Any]:
         samples, labels = self._fetch(at)

@@ -307,3 +307,18 @@ def test_dali_format_skipped_sample_is_not_dense(monkeypatch: pytest.MonkeyPatch
     d.close_fds()
     gc.collect()
     _clean(cu)
+
+
+def test_source_dropped_without_close(env: tuple[FakeDaemon, FakeCuda]) -> None:
+    """A source nobody closed holds no reference cycle: dropping it gives
+    its GPU memory and its fence's context back at once (no collection
+    needed)."""
+    d, cu = env
+    src = _source(d)
+    src.samples(), src.labels()  # the halves' state included
+    gc.disable()
+    try:
+        del src
+        _clean(cu)
+    finally:
+        gc.enable()

@@ -37,34 +37,36 @@ class Batches:
 @pytest.mark.parametrize("order", [(0, 1), (1, 0)], ids=["samples-first", "labels-first"])
 def test_halves_pair_in_either_order(order: tuple[int, int]) -> None:
     b = Batches()
-    h = BatchHalves(b)
+    h = BatchHalves()
     for k in range(3):
-        got = {half: h.take(half) for half in order}
+        got = {half: h.take(half, None, b) for half in order}
         assert got == {0: f"s{k}", 1: f"l{k}"}
     for half in order:  # the end of the epoch: both halves stop
         with pytest.raises(StopIteration):
-            h.take(half)
-    assert h.take(order[1]) == ("s0", "l0")[order[1]]  # the next epoch, from either side
-    assert h.take(order[0]) == ("s0", "l0")[order[0]]
+            h.take(half, None, b)
+    assert h.take(order[1], None, b) == ("s0", "l0")[order[1]]  # the next epoch, from either side
+    assert h.take(order[0], None, b) == ("s0", "l0")[order[0]]
     assert b.asked == [None] * 5
 
 
 @pytest.mark.parametrize("half,name,other", [(0, "samples", "labels"), (1, "labels", "samples")])
 def test_halves_twice_is_an_error(half: int, name: str, other: str) -> None:
-    h = BatchHalves(Batches())
-    h.take(half)
+    h = BatchHalves()
+    b = Batches()
+    h.take(half, None, b)
     with pytest.raises(LoaderError, match=rf"LoaderSource.{name} asked for twice before LoaderSource.{other} took its "
                                           r"half of epoch 0 batch 0: pass src.samples and src.labels"):
-        h.take(half)
-    assert h.take(1 - half) == ("s0", "l0")[1 - half]  # the waiting half is still there
+        h.take(half, None, b)
+    assert h.take(1 - half, None, b) == ("s0", "l0")[1 - half]  # the waiting half is still there
 
 
 def test_halves_twice_at_the_end_of_an_epoch() -> None:
-    h = BatchHalves(Batches(n=0))
+    h = BatchHalves()
+    b = Batches(n=0)
     with pytest.raises(StopIteration):
-        h.take(0)
+        h.take(0, None, b)
     with pytest.raises(LoaderError, match="before LoaderSource.labels took its half of the end of the epoch"):
-        h.take(0)
+        h.take(0, None, b)
 
 
 def test_halves_batch_info() -> None:
@@ -72,17 +74,17 @@ def test_halves_batch_info() -> None:
     must ask for the same one. An iteration number (what DALI passes
     without batch_info=True) asks for the next batch in order."""
     b = Batches(n=5)
-    h = BatchHalves(b)
+    h = BatchHalves()
     info = SimpleNamespace(epoch_idx=0, iteration=2)
-    assert h.take(1, info) == "l2" and h.take(0, info) == "s2"
-    assert h.take(0, 7) == "s3" and h.take(1, 7) == "l3"
+    assert h.take(1, info, b) == "l2" and h.take(0, info, b) == "s2"
+    assert h.take(0, 7, b) == "s3" and h.take(1, 7, b) == "l3"
     assert b.asked == [(0, 2), None]
-    h.take(0, SimpleNamespace(epoch_idx=0, iteration=4))
+    h.take(0, SimpleNamespace(epoch_idx=0, iteration=4), b)
     with pytest.raises(LoaderError, match="LoaderSource.labels asked for epoch 0 batch 1, but LoaderSource.samples "
                                           "took epoch 0 batch 4"):
-        h.take(1, SimpleNamespace(epoch_idx=0, iteration=1))
+        h.take(1, SimpleNamespace(epoch_idx=0, iteration=1), b)
     with pytest.raises(TypeError, match="BatchInfo"):
-        h.take(1, "x")
+        h.take(1, "x", b)
 
 
 def test_source_halves_without_dali(monkeypatch: pytest.MonkeyPatch) -> None:
