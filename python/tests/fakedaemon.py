@@ -53,9 +53,8 @@ class FakeDaemon:
         monkeypatch.setattr(nvfeed._source, "receive", self.receive)
         if cu is not None:
             cu.on_call = self.log.append
-            for mod, name in ((nvfeed._source, "load_libcuda"), (nvfeed._cuda, "load_libcuda"),
-                              (nvfeed._cuda, "_libcuda")):  # _libcuda: the client before discovery
-                monkeypatch.setattr(mod, name, lambda: cu, raising=False)
+            for mod in (nvfeed._source, nvfeed._cuda):
+                monkeypatch.setattr(mod, "load_libcuda", lambda: cu)
 
     def close_fds(self) -> None:
         for fd in self.fds:
