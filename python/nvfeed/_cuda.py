@@ -474,6 +474,16 @@ class CudaArray:
         if unhold is not None:
             unhold()
 
+    def __copy__(self) -> CudaArray:
+        """Another view of the same memory (holding it too)."""
+        return CudaArray(self.ptr, self.shape, self.device, self._owner, self.typestr)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CudaArray:
+        return self.__copy__()  # GPU memory is not copied here: a view, as copy()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a CudaArray views GPU memory mapped in this process: it cannot be pickled")
+
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False), "version": 3,

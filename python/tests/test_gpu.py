@@ -189,6 +189,24 @@ def test_mapping_lives_while_its_arrays_do() -> None:
     clean(cu)
 
 
+def test_copies_hold_the_mapping_too() -> None:
+    import copy
+    import pickle
+    cu = FakeCuda()
+    m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+    a = CudaArray(m.ptr, (2, 8), 0, m)
+    b, c = copy.copy(a), copy.deepcopy(a)
+    assert (b.ptr, b.shape, c.shape) == (a.ptr, (2, 8), (2, 8)) and m.arrays == 3
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(a)
+    m.retire()
+    del a, b
+    assert not m.closed
+    del c
+    assert m.closed
+    clean(cu)
+
+
 def test_mapping_collected_unmaps() -> None:
     """A mapping nobody closed is unmapped when it is collected."""
     cu = FakeCuda()
