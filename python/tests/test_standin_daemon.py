@@ -7,13 +7,13 @@ once (release_after=0, so the daemon reuses a slot as soon as the client
 lets it), equal the file with that label, for file, gds and bam through
 bounce and for cufile, two shards, two epochs, shuffled; the GPU named by
 UUID; without the client's fence the same run reads wrong bytes (the race
-is real); dense batches for batch_format="dali" where the samples share a
-size; every process's report clean. (The lead's whole-flow suite may
-fold these in.)"""
+is real); every process's report clean. The rest of the
+GPU flow (coverage of shards and epochs, dense batches, auto's choice,
+skipped samples, restarts, exits, scrapes during close) is in
+test_gpu_standin.py."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import pytest
 
 import standin
-from conftest import BIN, Daemon, Dataset, start_daemon, stop_daemon
+from conftest import Daemon, Dataset, start_daemon, stop_daemon
 from nvfeed._cuda import LIB_DIR_ENV
 
 TESTS = Path(__file__).resolve().parent
@@ -120,27 +120,5 @@ def test_release_by_host_timing_races_the_consumer(daemons: Daemons, dataset: Da
     want = {h: [p, l] for h, (p, l) in dataset.by_hash.items()}
     r = _client(daemons, d, want, batch_size=5, gpu_path="bounce", backend="file", epochs=1, fence=False)
     assert r["bad"] != [], "no sample read wrong: the test no longer sees the race"
-    daemons.stop_all()
-    standin.assert_clean(daemons.report, 2)
-
-
-def test_dense_batches_for_dali(daemons: Daemons, dataset: Dataset) -> None:
-    """Samples of one size: the daemon packs each batch, the client yields
-    one (batch, size) CudaArray with batch_format="dali"."""
-    pytest.importorskip("nvidia.dali")
-    root = dataset.root.parent / "same-size"
-    want = {}
-    for i in range(24):
-        p = root / f"c{i % 2}" / f"{i:02d}.jpg"  # the extension mkbmap takes
-        p.parent.mkdir(parents=True, exist_ok=True)
-        data = os.urandom(8192)
-        p.write_bytes(data)
-        want[hashlib.sha256(data).hexdigest()] = [str(p.relative_to(root)), i % 2]
-    os.sync()
-    bmap = daemons.tmp / "same.bmap"
-    subprocess.run([str(BIN / "mkbmap"), "--mountpoint", str(root), "-o", str(bmap)], check=True, capture_output=True)
-    d = daemons.start(bmap)
-    r = _client(daemons, d, want, batch_size=4, batch_format="dali", epochs=1)
-    assert r["bad"] == [] and r["samples"] == 24 and r["dense_batches"] == 6, r
     daemons.stop_all()
     standin.assert_clean(daemons.report, 2)
