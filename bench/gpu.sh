@@ -217,10 +217,8 @@ fi
 
 # GPU order: with two GPUs or more, the daemon sees them reversed.
 DENV=() CENV=() DAEMON_DEV=()
-ngpu=0
-if [[ $STANDIN == 1 ]]; then
-  ngpu=$CUDA_STANDIN_GPUS
-elif command -v nvidia-smi >/dev/null; then
+ngpu=$("$PY" -c 'import json, sys; print(len(json.loads(sys.argv[1]).get("cuda_devices") or []))' "$bin_check" 2>/dev/null || echo 0)
+if ((ngpu == 0)) && [[ $STANDIN != 1 ]] && command -v nvidia-smi >/dev/null; then
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 fi
 if ((ngpu >= 2)) && [[ -z ${CUDA_VISIBLE_DEVICES:-} ]]; then
