@@ -31,8 +31,10 @@ import (
 )
 
 // StateVersion is the version of State's wire form; a state of another
-// version is refused.
-const StateVersion = 1
+// version is refused, but for version 1 where its sequence is unchanged
+// (State.Validate). Version 2 added shuffle and initial_fill, and made
+// random_shuffle with stick_to_shard keep DALI's shard.
+const StateVersion = 2
 
 // State is a loader's position: the next batch Next will return. Saved
 // and restored it yields exactly the remaining sequence. Its msgpack and
@@ -129,32 +131,15 @@ func (b *Batch) Release() {
 // prefetching producer; ctx bounds the loader's life as Close does. For
 // GPU memory it takes the GPU path the options ask for; with
 // GPUPathAuto and no backend named it tries cufile and, where cuFile
-// cannot run (ErrUnavailable), bounce with the default backend.
-// GPUPath says which ran and why.
+// cannot run (ErrUnavailable) or runs in its compatibility mode (measured:
+// slower than bounce), bounce with the default backend. GPUPath says
+// which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	ways, _ := o.gpuWays() // Validate checked them
-	var err error
-	for i, w := range ways {
-		wo := o
-		if w.backend != o.backendName() {
-			wo.Spec, wo.Backend = nil, w.backend
-		}
-		var l *Loader
-		if l, err = open(ctx, m, wo); err == nil {
-			l.gpuPath, l.gpuWhy = w.path, w.why
-			return l, nil
-		}
-		if i+1 < len(ways) && errors.Is(err, ErrUnavailable) {
-			o.Logger.Info("loader: gpu_path auto: cufile cannot run here, using bounce", "why", err)
-			continue
-		}
-		break
-	}
-	return nil, err
+	return openGPUPath(ctx, m, o)
 }
 
 // open starts a loader with one backend; o has its defaults and is valid.
@@ -185,7 +170,7 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if o.SlotSize == 0 {
 		o.SlotSize = SlotBytes(m, o.BatchSize)
 	}
-	mem, err := batchmem.Open(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
+	mem, err := batchmem.Open(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
 	if err != nil {
 		if errors.Is(err, batchmem.ErrKind) {
 			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)
@@ -262,10 +247,12 @@ func (l *Loader) stop() {
 }
 
 func checkState(st *State, smp Sampling) error {
-	if st.Version != StateVersion {
-		return fmt.Errorf("loader: %w: saved state has version %d, this loader reads version %d", ErrOptions, st.Version, StateVersion)
+	if err := st.checkVersion(); err != nil {
+		return fmt.Errorf("loader: %w", err)
 	}
-	if d := st.Sampling.diff(smp); d != "" {
+	saved := st.Sampling
+	saved.ReaderArgs = saved.ReaderArgs.withDefaults() // version 1 had no shuffle, initial_fill
+	if d := saved.diff(smp); d != "" {
 		return fmt.Errorf("loader: %w: saved state was made with other options: %s", ErrOptions, d)
 	}
 	// The sampling is smp's, validated: what is left is the position.
@@ -327,10 +314,11 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 			l.fail(fmt.Errorf("%w: the producer panicked at epoch %d batch %d: %v", ErrInternal, epoch, batch, r), debug.Stack())
 		}
 	}()
-	var order, perm []int32
+	var order []int32
+	orders := l.smp.Orders()
 	bs := l.smp.BatchSize
 	for {
-		order, perm = l.smp.EpochOrder(epoch, order, perm)
+		order = orders.Epoch(epoch, order)
 		nb := (len(order) + bs - 1) / bs
 		for ; batch < nb; batch++ {
 			var slot int
@@ -517,8 +505,9 @@ func (l *Loader) markFailed(b *Batch) bool {
 // or io.EOF when the epoch has no such batch; the following Next calls go
 // on from there. Asking for the batch Next would return costs nothing
 // more than Next; any other position discards the batches read ahead and
-// starts reading there (the sequence is a pure function of the epoch, so
-// this is a seek, not a replay).
+// starts reading there (the sequence is a function of the epoch, so this
+// is a seek, not a replay; with ShuffleDALI the epochs before it are
+// replayed, at most MaxReplaySamples samples).
 func (l *Loader) NextAt(ctx context.Context, epoch, iteration int) (*Batch, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
@@ -527,6 +516,9 @@ func (l *Loader) NextAt(ctx context.Context, epoch, iteration int) (*Batch, erro
 		return nil, err
 	}
 	if err := CheckPosition(epoch, iteration); err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
+	}
+	if err := l.smp.checkReplay(epoch); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
 	if iteration >= l.smp.EpochBatches(epoch) {

@@ -37,12 +37,17 @@ const (
 // WithDefaults fills in the zero fields that have defaults, Validate
 // checks every bound that needs no dataset; New does both.
 type Options struct {
-	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard
+	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard, shuffle ("" means permute), initial_fill (0 means 1024)
 	PrefetchQueueDepth int           // batches read ahead, at most MaxPrefetchQueueDepth; 0 means DefaultPrefetchQueueDepth
 	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
 	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
 	Memory             batchmem.Kind // "" means batchmem.Pinned
-	Device             int           // the GPU ordinal for GPU memory
+	Device             int           // the GPU ordinal for GPU memory (unless DeviceUUID names the GPU)
+	// DeviceUUID names the GPU of GPU memory by its UUID (GPU-xxxxxxxx-...,
+	// as cuDeviceGetUuid and nvidia-smi give it), the same in every
+	// process: this process's ordinal for it is looked up and Device is
+	// ignored. A GPU not here is ErrUnknownGPU.
+	DeviceUUID string
 	// GPUPath is how batches reach GPU memory (Memory batchmem.GPU only):
 	// GPUPathCuFile, GPUPathBounce, or GPUPathAuto ("" too), which tries
 	// cufile and falls back to bounce where cuFile cannot run.
@@ -80,13 +85,11 @@ type Shared struct{ s shared.Shared }
 func (s *Shared) Len() int { return s.s.Len() }
 
 // WithDefaults returns o with every zero field that has a default and
-// needs no dataset filled in: NumShards, PrefetchQueueDepth, Slots,
-// Memory, GPUPath (for GPU memory) and Logger. SlotSize's default needs
-// the map: New fills it in.
+// needs no dataset filled in: NumShards, Shuffle, InitialFill,
+// PrefetchQueueDepth, Slots, Memory, GPUPath (for GPU memory) and Logger.
+// SlotSize's default needs the map: New fills it in.
 func (o Options) WithDefaults() Options {
-	if o.NumShards == 0 {
-		o.NumShards = 1
-	}
+	o.ReaderArgs = o.ReaderArgs.withDefaults()
 	if o.PrefetchQueueDepth == 0 {
 		o.PrefetchQueueDepth = DefaultPrefetchQueueDepth
 	}
@@ -122,6 +125,9 @@ func (o Options) Validate() error {
 	}
 	if o.Memory != batchmem.Pinned && o.Memory != batchmem.GPU {
 		return fmt.Errorf("%w: %w %q (want %s or %s)", ErrOptions, batchmem.ErrKind, o.Memory, batchmem.Pinned, batchmem.GPU)
+	}
+	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
+		return err
 	}
 	_, err := o.gpuWays()
 	return err
@@ -168,7 +174,7 @@ func (o Options) gpuWays() ([]gpuWay, error) {
 		case cufile.Name:
 			return []gpuWay{{GPUPathCuFile, cufile.Name, "backend cufile named"}}, nil
 		case "":
-			return []gpuWay{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here"}}, nil
+			return []gpuWay{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here or runs in compatibility mode"}}, nil
 		}
 		return []gpuWay{{GPUPathBounce, name, "auto: backend " + name + " named, which writes host memory"}}, nil
 	}

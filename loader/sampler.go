@@ -6,29 +6,62 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
+
+	"github.com/nvfeed/nvfeed/loader/internal/daliorder"
 )
 
 // Sampling is the part of the options that decides which samples a rank
 // reads in which order. It is pure: the same Sampling gives the same
 // sequence in every process.
 //
-// Semantics follow DALI's fn.readers.file: shard k of n is the index range
-// [floor(k·N/n), floor((k+1)·N/n)); in epoch e a rank reads shard
-// (k+e) mod n unless StickToShard. With PadLastBatch every shard yields
-// ceil(N/n) samples (the last sample repeats), padded further to whole
-// batches; without it the shard's last batch is partial.
+// Sharding follows DALI's fn.readers.file: shard k of n is the range
+// [floor(k·N/n), floor((k+1)·N/n)) of the epoch's list of samples; in
+// epoch e a rank reads shard (k+e) mod n, or shard k every epoch with
+// StickToShard. With PadLastBatch every shard yields ceil(N/n) samples
+// (its last sample repeats), padded further to whole batches; without it
+// the shard's last batch is partial. Without RandomShuffle the list is the
+// samples in order, and the sequence is fn.readers.file's.
 //
-// Shuffling differs from DALI on purpose: DALI shuffles through a
-// 1024-sample buffer, which on class-ordered data leaves each batch
-// dominated by a few classes. Here RandomShuffle draws a full permutation of
-// all N samples per epoch from (Seed, epoch), the same on every rank, and
-// the shards are ranges of that permutation: ranks stay disjoint within an
-// epoch and mixing is global.
+// RandomShuffle shuffles in one of two ways, by Shuffle:
+//
+//   - ShufflePermute (the default) draws a full permutation of all N
+//     samples per epoch from (Seed, epoch), the same on every rank, and
+//     the shards are ranges of it: ranks stay disjoint within an epoch and
+//     every epoch's order is independent of the others (global mixing).
+//     With StickToShard a rank reads, every epoch, the samples DALI's
+//     shard k holds (a range of its fixed list order, below), permuted
+//     anew each epoch from (Seed, epoch): a node that caches its shard
+//     keeps it.
+//   - ShuffleDALI gives fn.readers.file(random_shuffle=True)'s order
+//     sample for sample (package loader/internal/daliorder): DALI permutes
+//     the list once, with a fixed seed (the same order for every Seed and
+//     epoch), then passes each epoch's shard through a buffer of
+//     InitialFill samples from which a generator seeded with Seed draws.
+//     That shuffle is local: in every epoch a sample comes out at most
+//     InitialFill-1 places before its position in its shard of the one
+//     fixed order, and after it by a geometric tail (each draw takes it
+//     with probability 1/InitialFill: a few InitialFill places for nearly
+//     every sample), so neighbours there meet in batches epoch after
+//     epoch. An epoch's order
+//     depends on the epochs before it; starting at epoch e (a resumed
+//     State, a seek) replays them: about 15 ns a sample, at most
+//     MaxReplaySamples.
 type Sampling struct {
 	N          int `json:"n" msgpack:"n"` // samples in the dataset
 	ReaderArgs `msgpack:",inline"`
 }
+
+// The ways RandomShuffle shuffles (ReaderArgs.Shuffle).
+const (
+	// ShufflePermute draws a full permutation of the dataset every epoch
+	// (the default; "" means it too).
+	ShufflePermute = "permute"
+	// ShuffleDALI reproduces fn.readers.file's order exactly: its fixed
+	// list shuffle and its initial_fill buffer.
+	ShuffleDALI = "dali"
+)
 
 // ReaderArgs are the sampling arguments of DALI's fn.readers.file, with
 // its names: one type from the wire (the daemon's open request) through
@@ -37,11 +70,37 @@ type ReaderArgs struct {
 	BatchSize     int    `json:"batch_size" msgpack:"batch_size"`         // samples per batch
 	ShardID       int    `json:"shard_id" msgpack:"shard_id"`             // this rank, in [0, NumShards)
 	NumShards     int    `json:"num_shards" msgpack:"num_shards"`         // ranks; 0 means 1 in Options
-	RandomShuffle bool   `json:"random_shuffle" msgpack:"random_shuffle"` // permute all samples every epoch
-	Seed          uint64 `json:"seed" msgpack:"seed"`                     // permutation seed
+	RandomShuffle bool   `json:"random_shuffle" msgpack:"random_shuffle"` // shuffle every epoch, as Shuffle says
+	Seed          uint64 `json:"seed" msgpack:"seed"`                     // the shuffle's seed (ShuffleDALI: its low 32 bits, as DALI's)
 	PadLastBatch  bool   `json:"pad_last_batch" msgpack:"pad_last_batch"` // pad every shard to ceil(N/n) samples and whole batches
 	StickToShard  bool   `json:"stick_to_shard" msgpack:"stick_to_shard"` // read the same shard every epoch
+	// Shuffle is how RandomShuffle shuffles: ShufflePermute ("" too) or
+	// ShuffleDALI. Not a DALI argument.
+	Shuffle string `json:"shuffle" msgpack:"shuffle"`
+	// InitialFill is fn.readers.file's shuffle buffer, in samples, in
+	// [1, MaxInitialFill]; 0 means DefaultInitialFill. Only ShuffleDALI
+	// with RandomShuffle uses it.
+	InitialFill int `json:"initial_fill" msgpack:"initial_fill"`
 }
+
+// withDefaults fills in the zero fields that have defaults: NumShards,
+// Shuffle and InitialFill.
+func (a ReaderArgs) withDefaults() ReaderArgs {
+	if a.NumShards == 0 {
+		a.NumShards = 1
+	}
+	if a.Shuffle == "" {
+		a.Shuffle = ShufflePermute
+	}
+	if a.InitialFill == 0 {
+		a.InitialFill = DefaultInitialFill
+	}
+	return a
+}
+
+// daliShuffled reports whether the order is DALI's buffer shuffle (which
+// depends on the epochs before: seeks replay).
+func (s Sampling) daliShuffled() bool { return s.RandomShuffle && s.Shuffle == ShuffleDALI }
 
 // diff names the fields in which s and o differ, "" when equal.
 func (s Sampling) diff(o Sampling) string {
@@ -59,6 +118,8 @@ func (s Sampling) diff(o Sampling) string {
 	add("seed", s.Seed, o.Seed)
 	add("pad_last_batch", s.PadLastBatch, o.PadLastBatch)
 	add("stick_to_shard", s.StickToShard, o.StickToShard)
+	add("shuffle", s.Shuffle, o.Shuffle)
+	add("initial_fill", s.InitialFill, o.InitialFill)
 	return strings.Join(d, ", ")
 }
 
@@ -94,15 +155,63 @@ func (s Sampling) EpochBatches(epoch int) int {
 
 // EpochOrder writes this rank's sample indices for epoch e into buf (which
 // it grows as needed) and returns them, padding included. perm is scratch
-// for the permutation (length N when RandomShuffle).
+// for the permutation (length N when RandomShuffle). Each call starts
+// afresh: with ShuffleDALI it replays the epochs before e; a caller that
+// goes through epochs in turn uses Orders.
 func (s Sampling) EpochOrder(epoch int, buf, perm []int32) (order, permOut []int32) {
+	o := s.Orders()
+	o.perm = perm
+	order = o.Epoch(epoch, buf)
+	return order, o.perm
+}
+
+// Orders gives a rank's epoch orders, EpochOrder's sequence, keeping what
+// the next epoch needs: the permutation's scratch, a StickToShard shard's
+// samples, DALI's reader. Not safe for concurrent use.
+type Orders struct {
+	s    Sampling
+	perm []int32           // ShufflePermute: the permutation
+	set  []int32           // ShufflePermute with StickToShard: the shard's samples, sorted
+	dali *daliorder.Reader // ShuffleDALI: the reader, at its next epoch
+}
+
+// Orders returns an Orders for s, at epoch 0.
+func (s Sampling) Orders() *Orders { return &Orders{s: s} }
+
+// Epoch writes epoch e's sample indices into buf (grown as needed) and
+// returns them, padding included. Epochs asked for in turn cost their own
+// samples; with ShuffleDALI an earlier epoch than the last one asked for,
+// or a later one than the next, replays the epochs before it.
+func (o *Orders) Epoch(epoch int, buf []int32) []int32 {
+	s := o.s
 	lo, hi := s.ShardRange(s.Shard(epoch))
 	n := s.EpochSamples(epoch)
-	order = grow(buf, n)
-	if s.RandomShuffle {
-		perm = Permutation(s.Seed, epoch, s.N, perm)
-		copy(order, perm[lo:hi])
-	} else {
+	order := grow(buf, n)
+	switch {
+	case s.daliShuffled():
+		if o.dali == nil || o.dali.Epoch() > epoch {
+			o.dali = daliorder.New(daliorder.Params{N: s.N, BatchSize: s.BatchSize, ShardID: s.ShardID,
+				NumShards: s.NumShards, RandomShuffle: true, InitialFill: s.InitialFill, Seed: s.Seed,
+				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard})
+		}
+		for o.dali.Epoch() < epoch {
+			o.dali.Skip()
+		}
+		return o.dali.Next(order[:0])
+	case s.RandomShuffle && s.StickToShard:
+		// DALI's shard k, the same samples every epoch, in a fresh order.
+		if o.set == nil {
+			o.set = daliorder.FileOrder(s.N, nil)[lo:hi]
+			slices.Sort(o.set)
+		}
+		o.perm = Permutation(s.Seed, epoch, hi-lo, o.perm)
+		for i, j := range o.perm {
+			order[i] = o.set[j]
+		}
+	case s.RandomShuffle:
+		o.perm = Permutation(s.Seed, epoch, s.N, o.perm)
+		copy(order, o.perm[lo:hi])
+	default:
 		for i := lo; i < hi; i++ {
 			order[i-lo] = int32(i)
 		}
@@ -110,7 +219,7 @@ func (s Sampling) EpochOrder(epoch int, buf, perm []int32) (order, permOut []int
 	for i := hi - lo; i < n; i++ {
 		order[i] = order[hi-lo-1]
 	}
-	return order, perm
+	return order
 }
 
 func grow(b []int32, n int) []int32 {

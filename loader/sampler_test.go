@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nvfeed/nvfeed/loader/internal/daliorder"
 )
 
 func TestShardingFormulas(t *testing.T) {
@@ -71,23 +73,129 @@ func checkEpoch(t *testing.T, name string, s Sampling, k, e int) {
 }
 
 func TestShardsPartitionEveryEpoch(t *testing.T) {
-	for _, shuffle := range []bool{false, true} {
-		for _, n := range []int{7, 100, 1001} {
-			for _, shards := range []int{1, 3, 8} {
-				seen := make([]int, n)
-				for e := 0; e < 4; e++ {
-					clear(seen)
-					for k := 0; k < shards; k++ {
-						s := Sampling{N: n, ReaderArgs: ReaderArgs{BatchSize: 5, ShardID: k, NumShards: shards, RandomShuffle: shuffle, Seed: 11}}
-						order, _ := s.EpochOrder(e, nil, nil)
-						for _, i := range order {
-							seen[i]++
+	for _, mode := range []string{"", ShufflePermute, ShuffleDALI} {
+		for _, shuffle := range []bool{false, true} {
+			for _, stick := range []bool{false, true} {
+				for _, n := range []int{7, 100, 1001} {
+					for _, shards := range []int{1, 3, 8} {
+						if shards > n {
+							continue // refused: Validate
+						}
+						seen := make([]int, n)
+						for e := 0; e < 4; e++ {
+							clear(seen)
+							for k := 0; k < shards; k++ {
+								s := Sampling{N: n, ReaderArgs: ReaderArgs{BatchSize: 5, ShardID: k, NumShards: shards, RandomShuffle: shuffle,
+									Seed: 11, StickToShard: stick, Shuffle: mode, InitialFill: 16}}
+								order, _ := s.EpochOrder(e, nil, nil)
+								for _, i := range order {
+									seen[i]++
+								}
+							}
+							for i, c := range seen {
+								if c != 1 {
+									t.Fatalf("shuffle=%q random_shuffle=%v stick=%v N=%d n=%d epoch %d: sample %d read %d times", mode, shuffle, stick, n, shards, e, i, c)
+								}
+							}
 						}
 					}
-					for i, c := range seen {
-						if c != 1 {
-							t.Fatalf("shuffle=%v N=%d n=%d epoch %d: sample %d read %d times", shuffle, n, shards, e, i, c)
+				}
+			}
+		}
+	}
+}
+
+// TestStickToShardKeepsSamples: with stick_to_shard a rank reads the same
+// samples every epoch, shuffled or not, in either shuffle: DALI's shard,
+// the one fn.readers.file's rank reads (a range of its fixed list order).
+func TestStickToShardKeepsSamples(t *testing.T) {
+	for _, mode := range []string{ShufflePermute, ShuffleDALI} {
+		for _, shuffle := range []bool{false, true} {
+			for _, pad := range []bool{false, true} {
+				for _, tt := range []struct{ n, shards, k int }{{999, 1, 0}, {2000, 2, 1}, {1001, 3, 2}, {100, 8, 5}} {
+					s := Sampling{N: tt.n, ReaderArgs: ReaderArgs{BatchSize: 7, ShardID: tt.k, NumShards: tt.shards, RandomShuffle: shuffle,
+						Seed: 5, StickToShard: true, PadLastBatch: pad, Shuffle: mode, InitialFill: 64}}
+					lo, hi := s.ShardRange(tt.k)
+					want := make([]int32, hi-lo)
+					for i := range want {
+						want[i] = int32(lo + i)
+					}
+					if shuffle {
+						want = slices.Sorted(slices.Values(daliorder.FileOrder(tt.n, nil)[lo:hi]))
+					}
+					o := s.Orders()
+					var first []int32
+					for e := 0; e < 4; e++ {
+						order := o.Epoch(e, nil)
+						got := slices.Sorted(slices.Values(order[:hi-lo]))
+						if !slices.Equal(got, want) {
+							kept := 0
+							for _, x := range got {
+								if _, ok := slices.BinarySearch(want, x); ok {
+									kept++
+								}
+							}
+							t.Fatalf("shuffle %s random_shuffle=%v pad=%v %+v epoch %d: %d of DALI's %d shard samples", mode, shuffle, pad, tt, e, kept, len(want))
 						}
+						if e == 0 {
+							first = order
+						} else if shuffle && slices.Equal(first, order) {
+							t.Errorf("shuffle %s %+v: epoch %d has epoch 0's order", mode, tt, e)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestOrdersSeek: Orders gives every epoch the same order however it gets
+// there (in turn, backwards, skipping ahead, afresh as EpochOrder).
+func TestOrdersSeek(t *testing.T) {
+	for _, mode := range []string{ShufflePermute, ShuffleDALI} {
+		for _, stick := range []bool{false, true} {
+			s := Sampling{N: 203, ReaderArgs: ReaderArgs{BatchSize: 8, ShardID: 1, NumShards: 3, RandomShuffle: true, Seed: 17,
+				PadLastBatch: true, StickToShard: stick, Shuffle: mode, InitialFill: 50}}
+			o := s.Orders()
+			var inTurn [][]int32
+			for e := 0; e < 6; e++ {
+				inTurn = append(inTurn, o.Epoch(e, nil))
+			}
+			seek := s.Orders()
+			for _, e := range []int{4, 2, 5, 0, 3, 3, 1} {
+				if got := seek.Epoch(e, nil); !slices.Equal(got, inTurn[e]) {
+					t.Errorf("shuffle %s stick=%v: epoch %d reached by a seek differs", mode, stick, e)
+				}
+				if got, _ := s.EpochOrder(e, nil, nil); !slices.Equal(got, inTurn[e]) {
+					t.Errorf("shuffle %s stick=%v: EpochOrder(%d) differs", mode, stick, e)
+				}
+			}
+		}
+	}
+}
+
+// TestDALIShuffleIsDALIs: Sampling with ShuffleDALI gives package
+// daliorder's sequence (itself checked against real DALI), epoch by epoch;
+// without random_shuffle both shuffles give DALI's sequential order.
+func TestDALIShuffleIsDALIs(t *testing.T) {
+	for _, shuffle := range []bool{false, true} {
+		for _, stick := range []bool{false, true} {
+			for _, pad := range []bool{false, true} {
+				a := ReaderArgs{BatchSize: 6, ShardID: 2, NumShards: 4, RandomShuffle: shuffle, Seed: 1 << 40, PadLastBatch: pad,
+					StickToShard: stick, Shuffle: ShuffleDALI, InitialFill: 30}
+				s := Sampling{N: 250, ReaderArgs: a}
+				r := daliorder.New(daliorder.Params{N: 250, BatchSize: 6, ShardID: 2, NumShards: 4, RandomShuffle: shuffle, Seed: 1 << 40,
+					PadLastBatch: pad, StickToShard: stick, InitialFill: 30})
+				permute := s
+				permute.Shuffle = ShufflePermute
+				o := s.Orders()
+				for e := 0; e < 5; e++ {
+					want := r.Next(nil)
+					if got := o.Epoch(e, nil); !slices.Equal(got, want) {
+						t.Fatalf("%+v epoch %d:\n got %v\nwant %v", a, e, got, want)
+					}
+					if p, _ := permute.EpochOrder(e, nil, nil); !shuffle && !slices.Equal(p, want) {
+						t.Fatalf("%+v epoch %d: permute without random_shuffle gives %v, DALI %v", a, e, p, want)
 					}
 				}
 			}
@@ -97,11 +205,15 @@ func TestShardsPartitionEveryEpoch(t *testing.T) {
 
 // orderHash hashes the first epochs' orders of a shuffled sampler.
 func orderHash(seed uint64) string {
+	return hashOrders(Sampling{N: 10007, ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: seed}})
+}
+
+// hashOrders hashes the first 3 epochs' orders of s.
+func hashOrders(s Sampling) string {
 	h := sha256.New()
+	o := s.Orders()
 	for e := 0; e < 3; e++ {
-		s := Sampling{N: 10007, ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: seed}}
-		order, _ := s.EpochOrder(e, nil, nil)
-		binary.Write(h, binary.LittleEndian, order)
+		binary.Write(h, binary.LittleEndian, o.Epoch(e, nil))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
@@ -120,6 +232,21 @@ func TestShufflePinned(t *testing.T) {
 	} {
 		if got := orderHash(tt.seed); got != tt.want {
 			t.Errorf("seed %d: the first 3 epochs of 10007 samples hash to %s, pinned %s: the permutation changed (saved states would replay other samples)", tt.seed, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		args ReaderArgs
+		want string
+	}{
+		{ReaderArgs{BatchSize: 64, ShardID: 1, NumShards: 3, RandomShuffle: true, Seed: 42, StickToShard: true},
+			"c2c4b4c0e27a9b3619fa1fd6c6ca9683facea97e16a345c45714a84bb20fcc68"},
+		{ReaderArgs{BatchSize: 64, ShardID: 1, NumShards: 3, RandomShuffle: true, Seed: 42, Shuffle: ShuffleDALI, InitialFill: 1024},
+			"51a2d0b7609d42500e2993e91ade8284bf3f3981c5591bf4cdb79592d1610fb6"},
+		{ReaderArgs{BatchSize: 64, ShardID: 2, NumShards: 3, RandomShuffle: true, Seed: 7, Shuffle: ShuffleDALI, InitialFill: 100, PadLastBatch: true, StickToShard: true},
+			"1dcb34086a89f09626d29744adc5acd8a7380b8172fec0ddfcc2a8537bd4314a"},
+	} {
+		if got := hashOrders(Sampling{N: 10007, ReaderArgs: tt.args}); got != tt.want {
+			t.Errorf("%+v: the first 3 epochs of 10007 samples hash to %s, pinned %s: the order changed (saved states would replay other samples)", tt.args, got, tt.want)
 		}
 	}
 }
@@ -156,9 +283,8 @@ func TestShuffleDeterministicAcrossProcesses(t *testing.T) {
 	}
 }
 
-// TestShuffleMixesClasses checks the property DALI's 1024-sample buffer
-// lacks: on class-ordered data (100 classes of 1000), a batch of 64 draws
-// from many classes.
+// TestShuffleMixesClasses: on class-ordered data (100 classes of 1000), a
+// batch of 64 draws from many classes.
 func TestShuffleMixesClasses(t *testing.T) {
 	s := Sampling{N: 100_000, ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: 1}}
 	order, _ := s.EpochOrder(0, nil, nil)
@@ -182,6 +308,10 @@ func TestValidate(t *testing.T) {
 		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 0}}, "num_shards 0"},
 		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, ShardID: 2, NumShards: 2}}, "shard_id 2"},
 		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, ShardID: -1, NumShards: 2}}, "shard_id -1"},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 1, Shuffle: "buffer"}}, `shuffle "buffer" (want "permute" or "dali"`},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 1, Shuffle: "DALI"}}, `shuffle "DALI"`},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 1, InitialFill: -1}}, "initial_fill -1 not in [1, 16777216] (0 means 1024)"},
+		{Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 1, InitialFill: MaxInitialFill + 1}}, "initial_fill 16777217"},
 	}
 	for _, tt := range tests {
 		err := tt.s.Validate()

@@ -24,12 +24,23 @@ import (
 //     from there one per pass over the data: 2^63 is never reached.
 //   - 0 <= Iteration <= MaxIteration = 2^31-1: it is only compared with
 //     EpochBatches (a larger one asks for the end of the epoch).
-//   - Seed is any uint64: it only seeds the PCG.
+//   - Seed is any uint64: it only seeds the PCG (ShuffleDALI: its low 32
+//     bits seed DALI's generator).
+//   - 1 <= InitialFill <= MaxInitialFill: ShuffleDALI's buffer holds that
+//     many sample indices (64 MiB at most).
+//   - ShuffleDALI with RandomShuffle reaches epoch e by replaying the
+//     epochs before it: e·ceil(N/NumShards) <= MaxReplaySamples (a few
+//     seconds at most) for a resumed state or a requested position. The
+//     producer goes on past it epoch by epoch, replaying nothing.
 const (
 	MaxBatchSize = 1 << 16       // batch_size: samples per batch
 	MaxSamples   = math.MaxInt32 // samples in a dataset (indices are int32); num_shards is at most the samples
 	MaxEpoch     = math.MaxInt32 // epoch of a requested position or a resumed state
 	MaxIteration = math.MaxInt32 // iteration (batch) of a requested position or a resumed state
+
+	DefaultInitialFill = 1024    // initial_fill when 0: fn.readers.file's default
+	MaxInitialFill     = 1 << 24 // initial_fill: ShuffleDALI's buffer, in samples
+	MaxReplaySamples   = 1 << 30 // samples ShuffleDALI replays to reach a resumed or requested epoch
 )
 
 // Validate checks the dataset-independent reader arguments as a request
@@ -47,6 +58,10 @@ func (a ReaderArgs) Validate() error {
 		return fmt.Errorf("%w: num_shards %d not in [1, %d] (0 means 1)", ErrOptions, a.NumShards, MaxSamples)
 	case a.ShardID < 0 || a.ShardID >= shards:
 		return fmt.Errorf("%w: shard_id %d not in [0, num_shards=%d)", ErrOptions, a.ShardID, shards)
+	case a.Shuffle != "" && a.Shuffle != ShufflePermute && a.Shuffle != ShuffleDALI:
+		return fmt.Errorf("%w: shuffle %q (want %q or %q; \"\" means %q)", ErrOptions, a.Shuffle, ShufflePermute, ShuffleDALI, ShufflePermute)
+	case a.InitialFill < 0 || a.InitialFill > MaxInitialFill:
+		return fmt.Errorf("%w: initial_fill %d not in [1, %d] (0 means %d)", ErrOptions, a.InitialFill, MaxInitialFill, DefaultInitialFill)
 	}
 	return nil
 }
@@ -64,6 +79,21 @@ func (s Sampling) Validate() error {
 	return s.ReaderArgs.Validate()
 }
 
+// checkReplay checks that reaching epoch e replays at most
+// MaxReplaySamples samples: ShuffleDALI's order of an epoch depends on
+// every epoch before it. Other orders are a function of the epoch alone.
+func (s Sampling) checkReplay(epoch int) error {
+	if !s.daliShuffled() || s.NumShards < 1 {
+		return nil
+	}
+	per := int64(s.N+s.NumShards-1) / int64(s.NumShards)
+	if int64(epoch) > MaxReplaySamples/per {
+		return fmt.Errorf("%w: epoch %d with shuffle %q: reaching it replays the %d epochs before it, %d samples each, over the limit of %d samples (epoch %d at most)",
+			ErrOptions, epoch, ShuffleDALI, epoch, per, MaxReplaySamples, MaxReplaySamples/per)
+	}
+	return nil
+}
+
 // CheckPosition checks a batch position a client names: epoch in
 // [0, MaxEpoch], iteration in [0, MaxIteration]. Errors wrap ErrOptions.
 func CheckPosition(epoch, iteration int) error {
@@ -78,11 +108,12 @@ func CheckPosition(epoch, iteration int) error {
 
 // Validate checks a saved state on its own: its version, its sampling,
 // and its position (epoch in [0, MaxEpoch], batch in
-// [0, EpochBatches(epoch)]). Whether it fits a dataset and options is
-// New's check. Errors wrap ErrOptions.
+// [0, EpochBatches(epoch)], with ShuffleDALI at most MaxReplaySamples to
+// replay). Whether it fits a dataset and options is New's check. Errors
+// wrap ErrOptions.
 func (st *State) Validate() error {
-	if st.Version != StateVersion {
-		return fmt.Errorf("%w: saved state has version %d, this loader reads version %d", ErrOptions, st.Version, StateVersion)
+	if err := st.checkVersion(); err != nil {
+		return err
 	}
 	if err := st.Sampling.Validate(); err != nil {
 		return fmt.Errorf("%w (in the saved state's sampling)", err)
@@ -93,5 +124,25 @@ func (st *State) Validate() error {
 	if nb := st.Sampling.EpochBatches(st.Epoch); st.Batch < 0 || st.Batch > nb {
 		return fmt.Errorf("%w: saved state batch %d not in [0, %d] (the batches of epoch %d)", ErrOptions, st.Batch, nb, st.Epoch)
 	}
+	if err := st.Sampling.checkReplay(st.Epoch); err != nil {
+		return fmt.Errorf("%w (the saved state's)", err)
+	}
 	return nil
+}
+
+// checkVersion accepts StateVersion, and version 1 where its sequence is
+// unchanged: every sampling but RandomShuffle with StickToShard over
+// several shards, whose permutation now keeps DALI's shard (version 1
+// had no shuffle or initial_fill: they are the defaults).
+func (st *State) checkVersion() error {
+	s := st.Sampling
+	switch {
+	case st.Version == StateVersion:
+		return nil
+	case st.Version == 1 && s.RandomShuffle && s.StickToShard && s.NumShards > 1:
+		return fmt.Errorf("%w: saved state has version 1, whose random_shuffle with stick_to_shard read other samples (this loader keeps DALI's shard every epoch): start afresh", ErrOptions)
+	case st.Version == 1 && s.Shuffle == "" && s.InitialFill == 0:
+		return nil
+	}
+	return fmt.Errorf("%w: saved state has version %d, this loader reads version %d (and 1)", ErrOptions, st.Version, StateVersion)
 }

@@ -18,6 +18,10 @@ func TestBounds(t *testing.T) {
 	state := func(epoch, batch int) *State {
 		return &State{Version: StateVersion, Sampling: smp, Epoch: epoch, Batch: batch}
 	}
+	dali := func(epoch int) *State { // 33 samples an epoch
+		return &State{Version: StateVersion, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3,
+			RandomShuffle: true, Shuffle: ShuffleDALI, InitialFill: 8}}, Epoch: epoch}
+	}
 	tests := []struct {
 		name string
 		err  error
@@ -43,6 +47,14 @@ func TestBounds(t *testing.T) {
 		{"state batch past the end", state(0, 9).Validate(), "batch 9 not in [0, 8]"},
 		{"state batch -1", state(0, -1).Validate(), "batch -1"},
 		{"state sampling", (&State{Version: StateVersion, Sampling: Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 0}}}).Validate(), "num_shards 0"},
+		{"state shuffle", (&State{Version: StateVersion, Sampling: Sampling{N: 5, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 1, Shuffle: "full"}}}).Validate(), `shuffle "full" (want "permute" or "dali"`},
+		{"state dali at the replay limit", dali(MaxReplaySamples / 33).Validate(), ""},
+		{"state dali past the replay limit", dali(MaxReplaySamples/33 + 1).Validate(), "epoch 32537632 with shuffle \"dali\": reaching it replays the 32537632 epochs before it, 33 samples each, over the limit of 1073741824 samples (epoch 32537631 at most)"},
+		{"state dali unshuffled replays nothing", func() error { st := dali(MaxEpoch); st.Sampling.RandomShuffle = false; return st.Validate() }(), ""},
+		{"state permute replays nothing", func() error { st := dali(MaxEpoch); st.Sampling.Shuffle = ShufflePermute; return st.Validate() }(), ""},
+		{"state version 1", (&State{Version: 1, Sampling: smp, Epoch: 2}).Validate(), ""},
+		{"state version 1 with stick_to_shard", (&State{Version: 1, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3, StickToShard: true, RandomShuffle: true}}}).Validate(), "version 1, whose random_shuffle with stick_to_shard read other samples"},
+		{"state version 1 with a version 2 field", (&State{Version: 1, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3, Shuffle: ShuffleDALI}}}).Validate(), "version 1, this loader reads version 2 (and 1)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +76,7 @@ func FuzzState(f *testing.F) {
 		{Version: StateVersion, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 2, RandomShuffle: true, Seed: 7}}, Epoch: 3, Batch: 2},
 		{Version: StateVersion, Sampling: Sampling{N: 10, ReaderArgs: ReaderArgs{BatchSize: 3, NumShards: 3, PadLastBatch: true}}, Epoch: MaxEpoch, Batch: 2},
 		{Version: StateVersion, Sampling: Sampling{N: 10, ReaderArgs: ReaderArgs{BatchSize: 1, NumShards: 3}}, Epoch: math.MaxInt64, Batch: 0},
+		{Version: StateVersion, Sampling: Sampling{N: 50, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 2, RandomShuffle: true, Shuffle: ShuffleDALI, InitialFill: 9, StickToShard: true}}, Epoch: 4, Batch: 1},
 	} {
 		b, err := msgpack.Marshal(st)
 		if err != nil {
@@ -85,8 +98,8 @@ func FuzzState(f *testing.F) {
 			return
 		}
 		s := st.Sampling
-		if s.N > 1<<16 {
-			return // valid, but an order of that many samples is too slow to fuzz
+		if s.N > 1<<16 || (s.daliShuffled() && (int64(st.Epoch+1)*int64(s.N) > 1<<20 || s.InitialFill > 1<<16)) {
+			return // valid, but an order of that many samples (or replayed ones) is too slow to fuzz
 		}
 		for _, e := range []int{st.Epoch, st.Epoch + 1} {
 			order, _ := s.EpochOrder(e, nil, nil)

@@ -60,6 +60,11 @@ func TestBenchJSON(t *testing.T) {
 	if res["samples"] != 100.0 || res["bytes"] != float64(2*wantBytes) || res["backend"] != "file" || res["verified"] != 100.0 {
 		t.Errorf("result %v: want 100 samples, %d bytes, verified 100", res, 2*wantBytes)
 	}
+	code, stdout, stderr = runCmd("bench", "--bmap", m, "--batch-size", "8", "--epochs", "2", "--shuffle", "--shuffle-mode", "dali", "--initial-fill", "16",
+		"--num-shards", "2", "--shard-id", "1", "--pad-last-batch", "--stick-to-shard", "--verify", "--json")
+	if code != 0 || !strings.Contains(stdout, `"samples":64,`) || !strings.Contains(stdout, `"verified":64,`) {
+		t.Errorf("--shuffle-mode dali: exit %d %q %s (want 2 epochs of 25 samples padded to 32, verified)", code, stdout, stderr)
+	}
 	code, stdout, _ = runCmd("bench", "--bmap", m, "--batch-size", "8", "--batches", "3")
 	if code != 0 || !strings.Contains(stdout, "samples/s") || !strings.Contains(stdout, "file") {
 		t.Errorf("table output: exit %d %q", code, stdout)
@@ -79,6 +84,8 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "--bmap", m, "--batch-size", "0"}, 2, "batch_size 0"},
 		{[]string{"bench", "--bmap", m, "--backend", "nope"}, 2, `unknown backend "nope"`},
 		{[]string{"bench", "--bmap", m, "--shard-id", "3", "--num-shards", "2"}, 2, "shard_id 3"},
+		{[]string{"bench", "--bmap", m, "--shuffle", "--shuffle-mode", "buffer"}, 2, `shuffle "buffer" (want "permute" or "dali"`},
+		{[]string{"bench", "--bmap", m, "--shuffle", "--shuffle-mode", "dali", "--initial-fill", "-1"}, 2, "initial_fill -1 not in [1, 16777216]"},
 		{[]string{"bench", "--bmap", "/nonexistent.bmap"}, 1, "/nonexistent.bmap"},
 		{[]string{"serve", "--socket", "/tmp/x.sock", "--dataset", "d=" + m, "--engines", "node"}, 2, `--engines "node": want device or session`},
 	}

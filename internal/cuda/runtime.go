@@ -10,6 +10,7 @@ import (
 // Stream and event flags, and the copy kind (driver_types.h).
 const (
 	streamNonBlocking    = 0x01 // cudaStreamNonBlocking
+	eventBlockingSync    = 0x01 // cudaEventBlockingSync
 	eventDisableTiming   = 0x02 // cudaEventDisableTiming
 	memcpyHostToDevice   = 1    // cudaMemcpyHostToDevice
 	hostRegisterPortable = 1    // cudaHostRegisterPortable
@@ -41,10 +42,11 @@ func (r *Runtime) DestroyStream(s Stream) error {
 	return r.check("cudaStreamDestroy", r.streamDestroy(uintptr(s)))
 }
 
-// NewEvent creates an event without timing.
+// NewEvent creates an event without timing whose wait blocks the thread
+// (BlockingSync) rather than spinning a core for the length of a copy.
 func (r *Runtime) NewEvent() (Event, error) {
 	var e uintptr
-	if err := r.check("cudaEventCreateWithFlags", r.eventCreate(&e, eventDisableTiming)); err != nil {
+	if err := r.check("cudaEventCreateWithFlags", r.eventCreate(&e, eventBlockingSync|eventDisableTiming)); err != nil {
 		return 0, err
 	}
 	return Event(e), nil

@@ -47,7 +47,7 @@ type Kind string
 
 // Memory kinds.
 const (
-	Pinned Kind = "pinned" // page-locked host memory (a memfd), CUDA-registered where a driver is present
+	Pinned Kind = "pinned" // page-locked host memory (a memfd); not CUDA-registered (see openHost)
 	GPU    Kind = "gpu"    // device memory on one GPU
 )
 
@@ -58,7 +58,12 @@ type Desc struct {
 	Size     int64 `msgpack:"size" json:"size"`           // bytes to map
 	SlotSize int64 `msgpack:"slot_size" json:"slot_size"` // slot i starts at i·SlotSize
 	Slots    int   `msgpack:"slots" json:"slots"`
-	Device   int   `msgpack:"device" json:"device"` // the GPU's ordinal for GPU memory; -1 for host memory
+	Device   int   `msgpack:"device" json:"device"` // the GPU's ordinal for GPU memory, as this process numbers it; -1 for host memory
+	// UUID names the GPU of GPU memory the same way in every process
+	// (GPU-xxxxxxxx-...; ordinals differ with CUDA_VISIBLE_DEVICES): a
+	// client imports the memory on the device with this UUID. "" for host
+	// memory.
+	UUID string `msgpack:"uuid" json:"uuid"`
 	// NUMANode is the node the memory (GPU memory: its GPU and staging
 	// area) is placed on; -1 unknown or not placed.
 	NUMANode int `msgpack:"numa_node" json:"numa_node"`
@@ -97,8 +102,14 @@ type Memory interface {
 
 // Options configures Open.
 type Options struct {
-	// Device is the GPU ordinal for GPU memory.
+	// Device is the GPU ordinal for GPU memory, unless DeviceUUID names
+	// the GPU.
 	Device int
+	// DeviceUUID, when set, names the GPU by its UUID (as cuDeviceGetUuid
+	// gives it, nvidia-smi's GPU-... form; case and the GPU- prefix do not
+	// matter): its ordinal in this process is looked up, and Device is
+	// ignored. A GPU this process does not see is ErrUnknownGPU.
+	DeviceUUID string
 	// DeviceWrites says the backend writes device memory itself (its
 	// Spec's DeviceWrites): GPU memory then needs no host staging area.
 	DeviceWrites bool
@@ -119,6 +130,10 @@ var (
 	// ErrNoSpace is returned (wrapped) when the memory asked for is more
 	// than the machine has available.
 	ErrNoSpace = errors.New("no room for batch memory")
+	// ErrUnknownGPU is returned (wrapped) when the GPU asked for (its UUID
+	// or ordinal) is not one this process sees; the message lists those
+	// it sees.
+	ErrUnknownGPU = errors.New("no such GPU here")
 )
 
 // Open allocates slots slots of at least slotSize bytes each (rounded up

@@ -46,17 +46,23 @@ type gpu struct {
 	staging *host // nil when the backend writes device memory itself
 }
 
-// openGPU makes GPU memory on o.Device. Without a driver it fails with
-// ErrNoCUDA.
+// openGPU makes GPU memory on o.Device (or the GPU o.DeviceUUID names).
+// Without a driver it fails with ErrNoCUDA; a GPU not here is
+// ErrUnknownGPU.
 func openGPU(slots int, slotSize int64, o Options) (Memory, error) {
-	dev, err := openCUDADevice(o.Device, o.Logger)
+	dev, err := openCUDADevice(o)
 	if err != nil {
 		return nil, err
 	}
+	o.Device = dev.t.Device // DeviceUUID's ordinal here
 	m, err := newGPU(dev, slots, slotSize, o)
 	if err != nil {
 		dev.Close()
 		return nil, err
+	}
+	m.desc.UUID = dev.uuid
+	if m.staging != nil {
+		dev.registerStaging(m.staging, o.Logger)
 	}
 	return m, nil
 }

@@ -49,7 +49,7 @@ from ._wire import DatasetInfo, State
 # was split into modules: the batch types and the source's literals, the
 # other exceptions and the messages; then helpers that are not the API.
 from ._source import (Batch as Batch, BatchFormat as BatchFormat, DaliBatch as DaliBatch, Device as Device,
-                      GPUPath as GPUPath, OnError as OnError, Sample as Sample, Transport as Transport)
+                      GPUPath as GPUPath, OnError as OnError, Sample as Sample, Shuffle as Shuffle, Transport as Transport)
 from ._cuda import CudaError as CudaError
 from ._stream import StreamError as StreamError
 from ._upgrade import UpgradeError as UpgradeError

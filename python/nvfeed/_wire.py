@@ -18,6 +18,8 @@ class ReaderArgs(TypedDict):
     seed: int
     pad_last_batch: bool
     stick_to_shard: bool
+    shuffle: str  # how random_shuffle shuffles: "permute" or "dali"
+    initial_fill: int  # the "dali" shuffle's buffer, in samples
 
 
 class Sampling(ReaderArgs):
@@ -39,7 +41,8 @@ class OpenRequest(ReaderArgs, total=False):
     prefetch_queue_depth: int
     release_after: Optional[int]
     memory: str  # "pinned" or "gpu"
-    device_id: int
+    device_id: int  # the daemon's ordinal: used when device_uuid is ""
+    device_uuid: str  # the GPU (memory "gpu"), "GPU-xxxxxxxx-..." as cuDeviceGetUuid gives it; "" unknown
     gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
 
@@ -50,7 +53,8 @@ class MemoryDesc(TypedDict):
     size: int
     slot_size: int
     slots: int
-    device: int  # the GPU's ordinal; -1 for host memory
+    device: int  # the GPU's ordinal in the daemon's process; -1 for host memory
+    uuid: str  # the GPU's UUID ("GPU-xxxxxxxx-..."): what the client imports on; "" for host memory
     numa_node: int  # the node the memory is placed on; -1 unknown or not placed
 
 

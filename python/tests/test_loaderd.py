@@ -223,8 +223,10 @@ def test_state_has_explicit_keys(daemon: Daemon) -> None:
     with LoaderSource("train", socket=daemon.socket, batch_size=4, seed=5, random_shuffle=True) as src:
         next(src)
         st = src.state()
-    assert st["version"] == 1 and st["epoch"] == 0 and st["batch"] == 1
-    assert set(st["sampling"]) == {"n", "batch_size", "shard_id", "num_shards", "random_shuffle", "seed", "pad_last_batch", "stick_to_shard"}
+    assert st["version"] == 2 and st["epoch"] == 0 and st["batch"] == 1
+    assert set(st["sampling"]) == {"n", "batch_size", "shard_id", "num_shards", "random_shuffle", "seed", "pad_last_batch", "stick_to_shard",
+                                   "shuffle", "initial_fill"}
+    assert st["sampling"]["shuffle"] == "permute" and st["sampling"]["initial_fill"] == 1024
     bad = dict(st, sampling=dict(st["sampling"], seed=6))
     with pytest.raises(LoaderError, match=r"seed 6 \(now 5\)"):
         LoaderSource("train", socket=daemon.socket, batch_size=4, seed=5, random_shuffle=True, state=bad)

@@ -27,7 +27,8 @@ const (
 // Validate checks what an open request carries on its own, before any
 // dataset is looked at: the loader's options (loader.Options.Validate:
 // reader arguments, prefetch depth, memory, gpu_path with backend), the
-// budget (release_after), device_id, backend_options' size and a resume
+// budget (release_after), device_id, device_uuid's form (the loader's),
+// backend_options' size and a resume
 // state.
 // Errors wrap ErrInvalid and name the field, its value and the allowed
 // range. Open calls it; the dataset-dependent checks (num_shards at most
@@ -116,5 +117,5 @@ func checkSlotsAt(field string, slots []int, at *Position) error {
 // budget's slots and what the daemon adds are Open's).
 func (p OpenParams) loaderOptions() loader.Options {
 	return loader.Options{ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: p.PrefetchQueueDepth, Memory: p.Memory, Device: p.Device,
-		GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
+		DeviceUUID: p.DeviceUUID, GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
 }

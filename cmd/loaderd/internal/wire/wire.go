@@ -43,7 +43,9 @@ type OpenRequest struct {
 	Dataset string `msgpack:"dataset"` // a registered dataset's name
 	// DALI's reader arguments: batch_size in [1, 65536], shard_id in
 	// [0, num_shards), num_shards (0 means 1), random_shuffle, seed,
-	// pad_last_batch, stick_to_shard.
+	// pad_last_batch, stick_to_shard, initial_fill in [1, 2^24] (0 means
+	// 1024); and shuffle, how random_shuffle shuffles: "permute" ("" too)
+	// or "dali" (see loader.ReaderArgs).
 	loader.ReaderArgs `msgpack:",inline"`
 	// Backend is a name from GET /v1/backends; "" means the default.
 	Backend            string         `msgpack:"backend"`
@@ -53,7 +55,13 @@ type OpenRequest struct {
 	// ones, in [0, 64]; nil means prefetch_queue_depth+1.
 	ReleaseAfter *int          `msgpack:"release_after"`
 	Memory       batchmem.Kind `msgpack:"memory"`    // "pinned" ("" too) or "gpu"
-	Device       int           `msgpack:"device_id"` // the GPU for gpu memory, in [0, 1023]
+	Device       int           `msgpack:"device_id"` // the GPU for gpu memory, in [0, 1023], the daemon's ordinal: used only when device_uuid is ""
+	// DeviceUUID names the GPU for gpu memory the same in every process
+	// (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, cuDeviceGetUuid's bytes;
+	// at most 64 characters): the daemon uses its own ordinal for it (the
+	// client's and the daemon's CUDA_VISIBLE_DEVICES may differ). A GPU the
+	// daemon does not see is answered 400 naming it and the GPUs it sees.
+	DeviceUUID string `msgpack:"device_uuid"`
 	// GPUPath is how batches reach gpu memory: "cufile", "bounce" or
 	// "auto" ("" too); memory gpu only.
 	GPUPath string        `msgpack:"gpu_path"`
