@@ -18,7 +18,7 @@
 # `make wheel` (dist/nvfeed-*.whl) may be pip-installed into the GPU
 # machine's PyTorch environment: loaderd and mkbmap are then taken from
 # that environment's bin (bin/gendataset is still needed). For --standin
-# add internal/cuda/standin/ (its C sources and build.sh; needs cc).
+# add internal/cuda/standin/csrc/ (its C sources and build.sh; needs cc).
 # RUN THERE, as root, with the Python environment that has PyTorch (or
 # CuPy) and NVIDIA's CUDA wheels:
 #   tar xzf nvfeed-gpu.tgz && PYTHON=/path/to/env/bin/python bash bench/gpu.sh
@@ -119,10 +119,10 @@ mkdir -p "$WORK"
 STANDIN_MARK='cuStandinLaunchRead'   # the stand-in's test hook: in its libcuda, never in NVIDIA's
 CONSUMER=auto
 if [[ $STANDIN == 1 ]]; then
-  [[ -f internal/cuda/standin/build.sh ]] || {
-    echo "gpu: --standin needs internal/cuda/standin/build.sh (the CUDA stand-in); this tree lacks it" >&2; exit 1; }
-  echo "== the CUDA stand-in (internal/cuda/standin/build.sh)"
-  LIBDIR=$(bash internal/cuda/standin/build.sh "$WORK/standin" | tail -1)
+  [[ -f internal/cuda/standin/csrc/build.sh ]] || {
+    echo "gpu: --standin needs internal/cuda/standin/csrc/build.sh (the CUDA stand-in); this tree lacks it" >&2; exit 1; }
+  echo "== the CUDA stand-in (internal/cuda/standin/csrc/build.sh)"
+  LIBDIR=$(bash internal/cuda/standin/csrc/build.sh "$WORK/standin" | tail -1)
   for l in libcudart.so.13 libcuda.so.1 libcufile.so.0; do
     [[ -e $LIBDIR/$l ]] || { echo "gpu: the stand-in build made no $LIBDIR/$l" >&2; exit 1; }
   done

@@ -17,7 +17,7 @@ from conftest import BIN, REPO, skip_unprivileged
 def test_gpu_script_standin(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         skip_unprivileged("bench/gpu.sh makes a loop device and serves as root")
-    assert (REPO / "internal" / "cuda" / "standin" / "build.sh").exists(), "the CUDA stand-in is missing from this tree"
+    assert (REPO / "internal" / "cuda" / "standin" / "csrc" / "build.sh").exists(), "the CUDA stand-in is missing from this tree"
     for b in ("loaderd", "mkbmap"):
         if not (BIN / b).exists():
             skip_unprivileged(f"bin/{b} missing: run `make test` (it builds the binaries first)")
