@@ -48,8 +48,11 @@
 #     shards, shuffled; every sample's bytes and label against the files,
 #     zero copy (the consumer's pointer is the sample's address in the
 #     imported allocation), the memory's GPU UUID against the client's,
-#     and the release rule (the consumer's queued copies are waited for
-#     only at the end of an epoch; shard 1 passes cuda_stream). With two
+#     and the release rule: the consumer queues slow GPU work and a copy
+#     of each sample to the host on its own stream and waits for them only
+#     at the end of an epoch, so a slot handed back before that work ran
+#     gives wrong bytes (shard 0 releases with the client's default,
+#     shard 1 with cuda_stream set to the consumer's stream). With two
 #     or more GPUs and no CUDA_VISIBLE_DEVICES, the daemon sees them in
 #     reverse order (1,0) and the client as 0,1: only UUIDs match them.
 #  5. cuFile's mode from its own statistics (loaderd bench --backend
@@ -234,7 +237,7 @@ elif ! command -v losetup >/dev/null || ! command -v mkfs.ext4 >/dev/null; then 
 elif [[ ! -e /dev/loop-control ]]; then why="no /dev/loop-control"
 elif ! losetup --find >/dev/null 2>&1; then why="losetup --find finds no free loop device"
 fi
-TFILES=$((FILES / 4 > 64 ? FILES / 4 : 64))
+TFILES=$((FILES / 2 > 128 ? FILES / 2 : 128))  # 150528 bytes each; 8 batches of 8 a shard at least
 d='' loop=''
 # shellcheck disable=SC2317 # called by the trap
 cleanup() {

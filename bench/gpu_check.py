@@ -99,6 +99,33 @@ def uuid_hex(s: str) -> str:
     return s.lower().removeprefix("gpu-").replace("-", "")
 
 
+class Lag:
+    """How long the work queued with each batch should take, so that the
+    consumer's queue stays behind the daemon's refills whatever the read
+    speed (a slot handed back before its queued work ran is then written
+    again under it): for the first batches a little, while it measures the
+    time between them; then twice the longest of those, within bounds.
+    Fixed after that, so the waits it causes do not feed back into it."""
+
+    def __init__(self, least: float = 0.002, most: float = 0.05, calibrate: int = 8) -> None:
+        self.least, self.most, self.calibrate = least, most, calibrate
+        self.gaps: list[float] = []
+        self.last = 0.0
+        self.fixed = 0.0
+
+    def next(self) -> float:
+        """Seconds of GPU work to queue with this batch."""
+        if self.fixed:
+            return self.fixed
+        now = time.perf_counter()
+        if self.last:
+            self.gaps.append(now - self.last)
+        self.last = now
+        if len(self.gaps) >= self.calibrate:
+            self.fixed = min(self.most, max(self.least, 2 * max(self.gaps)))
+        return self.least
+
+
 class Consumer(Protocol):
     """What a training process does with a batch: views without a copy and
     queued GPU work that reads them."""
@@ -135,6 +162,9 @@ class TorchConsumer:
         self.torch = torch
         self.dev = torch.device("cuda", device_id)
         self.stream = torch.cuda.Stream(self.dev)
+        self.lag = Lag()
+        props = torch.cuda.get_device_properties(self.dev)
+        self.hz = float(getattr(props, "clock_rate", 1_500_000)) * 1000  # kHz, as CUDA's clockRate; about right if absent
 
     def cuda_stream(self) -> Any:
         return self.stream  # has .cuda_stream
@@ -148,7 +178,7 @@ class TorchConsumer:
 
     def batch(self) -> None:
         with self.torch.cuda.stream(self.stream):
-            self.torch.cuda._sleep(2_000_000)  # about a millisecond of GPU time
+            self.torch.cuda._sleep(int(self.lag.next() * self.hz))  # a kernel that spins that long
 
     def launch(self, x: Any, row: Optional[int]) -> Any:
         with self.torch.cuda.stream(self.stream):
@@ -213,7 +243,7 @@ class StandinConsumer:
     that sleeps, then copies device bytes to the host."""
 
     name = "stand-in kernel"
-    delay_us = 200
+    delay_us = 100
 
     def __init__(self, device_id: int) -> None:
         self.cu = cu = libcuda()
@@ -228,6 +258,8 @@ class StandinConsumer:
         self.stream = s
         cu.cuStandinLaunchRead.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_uint,
                                            ctypes.c_void_p]
+        self.lag = Lag()
+        self._batch_delay_us = 0
 
     def cuda_stream(self) -> Any:
         return int(self.stream.value or 0)
@@ -237,13 +269,14 @@ class StandinConsumer:
         return ptr if row is None else ptr + row * shape[1]
 
     def batch(self) -> None:
-        pass
+        self._batch_delay_us = int(self.lag.next() * 1e6)  # the batch's first "kernel" is that slow
 
     def launch(self, x: Any, row: Optional[int]) -> Any:
         _, shape = cai(x)
         n = shape[-1]
         buf = ctypes.create_string_buffer(n)
-        cu_check(self.cu, "cuStandinLaunchRead", self.stream, self.pointer(x, row), n, self.delay_us, buf)
+        delay, self._batch_delay_us = max(self.delay_us, self._batch_delay_us), 0
+        cu_check(self.cu, "cuStandinLaunchRead", self.stream, self.pointer(x, row), n, delay, buf)
         return buf
 
     def finish(self) -> None:
@@ -322,7 +355,7 @@ def exact(a: argparse.Namespace) -> int:
                 kw["batch_format"] = "dali"
             if shard == 1 and has_stream:
                 kw["cuda_stream"] = con.cuda_stream()  # the release waits for an event on it
-            with LoaderSource(a.dataset, socket=a.socket, batch_size=16, shard_id=shard, num_shards=2,
+            with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batch_size, shard_id=shard, num_shards=2,
                               random_shuffle=True, seed=7, device="gpu", device_id=a.device_id,
                               gpu_path=a.gpu_path, **kw) as src:
                 expect = a.expect_path or (a.gpu_path if a.gpu_path != "auto" else "")
@@ -368,7 +401,9 @@ def exact(a: argparse.Namespace) -> int:
                         hit = by_hash.get(hashlib.sha256(con.data(h)).hexdigest())
                         if hit is None or hit[1] != lbl:
                             bad += 1
-                            print(f"  {want}: epoch {epoch} shard {shard}: bytes or label {lbl} match no file")
+                            if bad <= 5:
+                                print(f"  {want}: epoch {epoch} shard {shard}: bytes or label {lbl} match no file"
+                                      + (" (and more: the count below)" if bad == 5 else ""))
                             continue
                         seen.setdefault((epoch, shard), []).append(hit[0])
     except Exception as e:  # report it as this run's failure, and go on with the others
@@ -495,6 +530,8 @@ def main() -> int:
     ap.add_argument("--device-id", type=int, default=0)
     ap.add_argument("--daemon-device", type=int, help="the daemon's ordinal of this process's GPU, when known")
     ap.add_argument("--consumer", default="auto", choices=["auto", "torch", "cupy", "standin"])
+    ap.add_argument("--batch-size", type=int, default=8,
+                    help="exact: small, so that an epoch has more batches than the session has slots")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bounce-backend", default="gds", help="speed: the host backend of the bounce and host rows")
     ap.add_argument("--dir", help="report: the stand-in's report directory")

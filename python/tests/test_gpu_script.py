@@ -26,7 +26,7 @@ def test_gpu_script_standin(tmp_path: Path) -> None:
         subprocess.run([go, "build", "-o", str(BIN / "gendataset"), "./tools/gendataset"], cwd=REPO, check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_", "NVFEED_CUDA"))}
     env["WORK"] = str(tmp_path)
-    r = subprocess.run(["bash", str(REPO / "bench" / "gpu.sh"), "--standin", "64"], capture_output=True, text=True,
+    r = subprocess.run(["bash", str(REPO / "bench" / "gpu.sh"), "--standin", "128"], capture_output=True, text=True,
                        timeout=600, env=env, cwd=REPO)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
