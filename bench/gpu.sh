@@ -30,9 +30,11 @@
 #     $PYTHON's environment (nvidia/*/lib, torch/lib) and CUDA_HOME, prints
 #     which of libcudart, libcufile and libcuda each holds and what the
 #     loader's cache has, and passes the one with libcudart.so.13 (else
-#     .so.12) as NVFEED_CUDA_LIB_DIR (daemon and client) and
-#     --cuda-lib-dir (where loaderd has the flag). NVFEED_CUDA_LIB_DIR
-#     already set wins. It refuses a directory that holds the stand-in.
+#     .so.12) to loaderd as NVFEED_CUDA_LIB_DIR and --cuda-lib-dir (where
+#     loaderd has the flag); to the client only where that directory
+#     holds libcuda.so.1 (the client loads libcuda from it, else from the
+#     dynamic loader: the driver's). NVFEED_CUDA_LIB_DIR already set
+#     wins. It refuses a directory that holds the stand-in.
 #  2. The data: an ext4 loop device when losetup and /dev/loop-control
 #     work (needs root), else a plain directory on this machine's own
 #     filesystem, which serves `file` and `cufile` only (gds and bam read
@@ -195,8 +197,20 @@ if [[ -n ${LIBDIR:-} ]]; then
     echo "gpu: $LIBDIR holds the CUDA stand-in, not NVIDIA's libraries: unset NVFEED_CUDA_LIB_DIR, or run with --standin" >&2
     exit 1
   fi
-  export NVFEED_CUDA_LIB_DIR=$LIBDIR
-  echo "   passing NVFEED_CUDA_LIB_DIR=$LIBDIR"
+fi
+# loaderd gets LIBDIR; a client, only where LIBDIR has libcuda.so.1 (it
+# would look for it there and nowhere else).
+unset NVFEED_CUDA_LIB_DIR
+LENV=() CLIB=()
+if [[ -n ${LIBDIR:-} ]]; then
+  LENV=("NVFEED_CUDA_LIB_DIR=$LIBDIR")
+  echo "   passing NVFEED_CUDA_LIB_DIR=$LIBDIR to loaderd"
+  if [[ -e $LIBDIR/libcuda.so.1 ]]; then
+    CLIB=("NVFEED_CUDA_LIB_DIR=$LIBDIR")
+    echo "   and to the clients (it holds libcuda.so.1)"
+  else
+    echo "   the clients load libcuda.so.1 (the driver's) through the dynamic loader"
+  fi
 fi
 # --cuda-lib-dir for a loaderd command, where that command has the flag.
 lib_flag() {
@@ -211,8 +225,8 @@ mapfile -t BENCH_LIB < <(lib_flag bench)
 [[ -n ${LIBDIR:-} && ${#SERVE_LIB[@]} == 0 ]] && echo "   (this loaderd has no --cuda-lib-dir: it reads NVFEED_CUDA_LIB_DIR only)"
 
 echo "== loaderd check"
-bin_check=$("$LOADERD" check "${CHECK_LIB[@]}" --json 2>/dev/null) || true
-"$LOADERD" check "${CHECK_LIB[@]}" || true
+bin_check=$(env "${LENV[@]}" "$LOADERD" check "${CHECK_LIB[@]}" --json 2>/dev/null) || true
+env "${LENV[@]}" "$LOADERD" check "${CHECK_LIB[@]}" || true
 if ! "$PY" -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(0 if r.get("nvidia_driver", {}).get("ok") and r.get("cuda_runtime", {}).get("ok") else 1)' "$bin_check" 2>/dev/null; then
   echo "gpu: FAILED: $([[ $STANDIN == 1 ]] && echo "the stand-in is loaded" || echo "an NVIDIA driver is loaded"), but loaderd check finds no usable driver and CUDA runtime (above)" >&2
   exit 1
@@ -277,7 +291,7 @@ log=$WORK/loaderd.log
 : >"$log"
 start_daemon() {
   rm -f "$sock"
-  env "${DENV[@]}" "$LOADERD" serve "${SERVE_LIB[@]}" --socket "$sock" \
+  env "${LENV[@]}" "${DENV[@]}" "$LOADERD" serve "${SERVE_LIB[@]}" --socket "$sock" \
     --dataset "train=$WORK/train.bmap" --dataset "tensors=$WORK/tensors.bmap" 2>>"$log" & d=$!
   local i
   for ((i = 0; i < 1500; i++)); do
@@ -290,12 +304,12 @@ start_daemon() {
 stop_daemon() { kill -TERM "$d"; wait "$d" || true; d=; }
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || echo "   (page cache not dropped: drop_caches is not writable here)"; }
 status=0
-check() { env "${CENV[@]}" "$PY" bench/gpu_check.py exact --socket "$sock" --consumer "$CONSUMER" "${DAEMON_DEV[@]}" "$@" || status=1; }
+check() { env "${CLIB[@]}" "${CENV[@]}" "$PY" bench/gpu_check.py exact --socket "$sock" --consumer "$CONSUMER" "${DAEMON_DEV[@]}" "$@" || status=1; }
 # cuFile's mode from its own statistics; prints it, sets MODE.
 cufile_mode() {
   local out
   drop_caches
-  out=$("$LOADERD" bench "${BENCH_LIB[@]}" --bmap "$WORK/train.bmap" --backend cufile --memory gpu --shuffle 2>&1) || status=1
+  out=$(env "${LENV[@]}" "$LOADERD" bench "${BENCH_LIB[@]}" --bmap "$WORK/train.bmap" --backend cufile --memory gpu --shuffle 2>&1) || status=1
   printf '%s\n' "$out" | sed 's/^/   /'
   MODE=$(printf '%s\n' "$out" | grep -o 'cufile_mode=[a-z]*' | tail -1 | cut -d= -f2 || true)
   echo "   cuFile ran in mode: ${MODE:-unknown}"
@@ -339,7 +353,7 @@ if [[ $STANDIN == 1 ]]; then
 else
   exactness
   echo "== samples/s into GPU memory, bytes only (drop_caches before each)"
-  env "${CENV[@]}" "$PY" bench/gpu_check.py speed --socket "$sock" --root "$data/train" --bounce-backend "$RAWB" || status=1
+  env "${CLIB[@]}" "${CENV[@]}" "$PY" bench/gpu_check.py speed --socket "$sock" --root "$data/train" --bounce-backend "$RAWB" || status=1
   stop_daemon
 fi
 echo "== daemon log (tail)"
