@@ -54,7 +54,8 @@
 #     of each sample to the host on its own stream and waits for them only
 #     at the end of an epoch, so a slot handed back before that work ran
 #     gives wrong bytes (shard 0 releases with the client's default,
-#     shard 1 with cuda_stream set to the consumer's stream). With two
+#     shard 1 with cuda_stream set to the consumer's stream and takes its
+#     batches as DALI's two sources do: src.labels, src.samples). With two
 #     or more GPUs and no CUDA_VISIBLE_DEVICES, the daemon sees them in
 #     reverse order (1,0) and the client as 0,1: only UUIDs match them.
 #  5. cuFile's mode from its own statistics (loaderd bench --backend
@@ -62,8 +63,8 @@
 #  6. Speed, bytes only: samples/s into GPU memory (cufile; bounce) against
 #     host batches and a PyTorch read + .cuda() baseline, cold where
 #     drop_caches may be written.
-# --standin builds internal/cuda/standin (build.sh) and runs 2-5 against
-# it (CUDA_STANDIN_GPUS=2; daemon CUDA_VISIBLE_DEVICES=1,0), then again
+# --standin builds the stand-in (internal/cuda/standin/csrc/build.sh),
+# runs 2-5 against it (CUDA_STANDIN_GPUS=2; the daemon sees 1,0), again
 # with CUFILE_STANDIN_MODE=compat (auto must pick bounce), skips 6 (the
 # stand-in's timings say nothing), and checks every process's stand-in
 # report (CUDA_STANDIN_REPORT): no violation, nothing left allocated,
