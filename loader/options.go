@@ -74,6 +74,11 @@ type Options struct {
 	// is read only after the user's check passes; nil: the process's own
 	// credentials. The daemon sets it to its client's.
 	Cred *cred.Cred
+
+	// openMemory opens the batch memory in place of batchmem.Open: the
+	// loader's tests give it GPU memory on a machine without a GPU. nil
+	// everywhere else.
+	openMemory func(kind batchmem.Kind, slots int, slotSize int64, o batchmem.Options) (batchmem.Memory, error)
 }
 
 // Shared is what loaders given the same *Shared share: the raw backends'

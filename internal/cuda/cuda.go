@@ -67,6 +67,8 @@ type Runtime struct {
 	eventSynchronize  func(uintptr) int32
 	eventDestroy      func(uintptr) int32
 	memcpyAsync       func(dst, src, n uintptr, kind int32, stream uintptr) int32
+	memcpy2DAsync     func(dst, dpitch, src, spitch, width, height uintptr, kind int32, stream uintptr) int32
+	memsetAsync       func(dst uintptr, value int32, n, stream uintptr) int32 // ondevice.go
 	pciBusID          func(buf *byte, n int32, device int32) int32
 	entryPoint        func(symbol string, fn *uintptr, version uint32, flags uint64, status *int32) int32
 
@@ -85,7 +87,8 @@ func (r *Runtime) runtimeSymbols() map[string]any {
 		"cudaStreamCreateWithFlags": &r.streamCreate, "cudaStreamDestroy": &r.streamDestroy,
 		"cudaEventCreateWithFlags": &r.eventCreate, "cudaEventRecord": &r.eventRecord,
 		"cudaEventSynchronize": &r.eventSynchronize, "cudaEventDestroy": &r.eventDestroy,
-		"cudaMemcpyAsync": &r.memcpyAsync, "cudaDeviceGetPCIBusId": &r.pciBusID,
+		"cudaMemcpyAsync": &r.memcpyAsync, "cudaMemcpy2DAsync": &r.memcpy2DAsync,
+		"cudaDeviceGetPCIBusId": &r.pciBusID, "cudaMemsetAsync": &r.memsetAsync,
 	}
 }
 

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 )
 
@@ -76,6 +77,24 @@ func (r *Runtime) CopyToDevice(dst uintptr, src []byte, s Stream) error {
 		return nil
 	}
 	err := r.check("cudaMemcpyAsync", r.memcpyAsync(dst, uintptrOf(src), uintptr(len(src)), memcpyHostToDevice, uintptr(s)))
+	runtime.KeepAlive(src)
+	return err
+}
+
+// CopyToDevice2D enqueues one strided copy on s: rows rows of width bytes,
+// row i from src[i·srcPitch:] to dst + i·dstPitch (cudaMemcpy2DAsync).
+// With dstPitch == width the rows land back to back: samples spaced out
+// in host staging packed densely on the device. src is host memory as for
+// CopyToDevice and must hold (rows-1)·srcPitch + width bytes.
+func (r *Runtime) CopyToDevice2D(dst uintptr, dstPitch int64, src []byte, srcPitch, width int64, rows int, s Stream) error {
+	if rows == 0 || width == 0 {
+		return nil
+	}
+	if width > srcPitch || width > dstPitch || int64(len(src)) < int64(rows-1)*srcPitch+width {
+		return fmt.Errorf("cuda: 2D copy of %d rows of %d bytes (pitches %d, %d) from %d bytes", rows, width, srcPitch, dstPitch, len(src))
+	}
+	err := r.check("cudaMemcpy2DAsync", r.memcpy2DAsync(dst, uintptr(dstPitch), uintptrOf(src), uintptr(srcPitch),
+		uintptr(width), uintptr(rows), memcpyHostToDevice, uintptr(s)))
 	runtime.KeepAlive(src)
 	return err
 }

@@ -20,8 +20,8 @@ func TestRuntimeSymbolsResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rt.entryPoint == nil {
-		t.Errorf("%s: cudaGetDriverEntryPointByVersion not bound", lib)
+	if rt.entryPoint == nil || rt.memcpy2DAsync == nil {
+		t.Errorf("%s: cudaGetDriverEntryPointByVersion or cudaMemcpy2DAsync not bound", lib)
 	}
 	if _, err := os.Stat(DriverVersionFile); err == nil {
 		t.Skipf("an NVIDIA driver is present: the no-driver errors cannot be seen here")

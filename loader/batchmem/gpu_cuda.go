@@ -170,8 +170,10 @@ func (d *cudaDevice) Alloc(size int64) (gpuAlloc, error) {
 	return cudaAlloc{d, m}, nil
 }
 
-// CopyAndWait copies on the stream, records the slot's event and waits for it.
-func (d *cudaDevice) CopyAndWait(slot int, dst uintptr, src []byte) error {
+// Run enqueues ops on the stream, records the slot's event and waits for
+// it; when an op fails to enqueue, it still waits for the ones before it
+// (their source must not change under them).
+func (d *cudaDevice) Run(slot int, ops []devOp) error {
 	rt := d.t.Runtime
 	return d.t.Do(func() error {
 		ev, ok := d.events[slot]
@@ -182,14 +184,34 @@ func (d *cudaDevice) CopyAndWait(slot int, dst uintptr, src []byte) error {
 			}
 			d.events[slot] = ev
 		}
-		if err := rt.CopyToDevice(dst, src, d.stream); err != nil {
-			return err
+		var err error
+		for _, op := range ops {
+			if err = d.enqueue(op); err != nil {
+				break
+			}
 		}
-		if err := rt.Record(ev, d.stream); err != nil {
-			return err
+		if rerr := rt.Record(ev, d.stream); rerr != nil {
+			return errors.Join(err, rerr)
 		}
-		return rt.Wait(ev)
+		return errors.Join(err, rt.Wait(ev))
 	})
+}
+
+// enqueue puts op on the stream; on the device's thread.
+func (d *cudaDevice) enqueue(op devOp) error {
+	rt := d.t.Runtime
+	switch op.kind {
+	case fromHost:
+		if op.height == 1 {
+			return rt.CopyToDevice(op.dst, op.src[:op.width], d.stream)
+		}
+		return rt.CopyToDevice2D(op.dst, op.dpitch, op.src, op.spitch, op.width, op.height, d.stream)
+	case onDevice:
+		return rt.CopyOnDevice(op.dst, op.srcDev, op.width, d.stream)
+	case zero:
+		return rt.ZeroDevice(op.dst, op.width, d.stream)
+	}
+	return fmt.Errorf("batchmem: device operation %d unknown", op.kind)
 }
 
 // Close destroys the events and the stream and ends the thread.

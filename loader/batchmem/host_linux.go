@@ -185,8 +185,9 @@ func (h *host) Slot(i int) Region {
 	return Region{Host: h.mem[off : off+h.desc.SlotSize : off+h.desc.SlotSize]}
 }
 
-// Publish does nothing: the memory is what the client maps.
-func (h *host) Publish(context.Context, int, int64) error { return nil }
+// Publish checks p and does nothing more: the memory is what the client
+// maps, every batch in it ragged (Desc.Packs is false for host memory).
+func (h *host) Publish(_ context.Context, i int, p Placement) error { return p.check(h.desc, i) }
 
 // Export opens the memfd anew, read-only: the client can map the memory
 // but neither write nor resize it, nor reopen it writable (openMemfd).

@@ -73,6 +73,24 @@ var abiItems = []string{
 	"CU_FILE_ALLOW_COMPAT_MODE",
 }
 
+// nvidiaWheels returns the directory of NVIDIA's CUDA wheels' include/ and
+// lib/ (make test installs them into .venv; NVFEED_CUDA_WHEELS overrides),
+// or skips.
+func nvidiaWheels(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("NVFEED_CUDA_WHEELS"); d != "" {
+		return d
+	}
+	m, _ := filepath.Glob("../../../.venv/lib/python3*/site-packages/nvidia/cu13")
+	for _, d := range m {
+		if _, err := os.Stat(filepath.Join(d, "include", "cufile.h")); err == nil {
+			return d
+		}
+	}
+	testenv.SkipPrivileged(t, "NVIDIA's CUDA wheels are not installed (make test installs nvidia-cuda-runtime and nvidia-cufile into .venv)")
+	return ""
+}
+
 // probe compiles a program printing every abiItem with the headers named
 // by flags and returns its output.
 func probe(t *testing.T, flags ...string) string {
@@ -103,18 +121,7 @@ func probe(t *testing.T, flags ...string) string {
 // against NVIDIA's cuda.h and cufile.h (the wheels make test installs in
 // .venv; NVFEED_CUDA_WHEELS overrides) and compares every line.
 func TestABIMatchesNVIDIAHeaders(t *testing.T) {
-	wheels := os.Getenv("NVFEED_CUDA_WHEELS")
-	if wheels == "" {
-		m, _ := filepath.Glob("../../../.venv/lib/python3*/site-packages/nvidia/cu13")
-		for _, d := range m {
-			if _, err := os.Stat(filepath.Join(d, "include", "cufile.h")); err == nil {
-				wheels = d
-			}
-		}
-	}
-	if wheels == "" {
-		testenv.SkipPrivileged(t, "NVIDIA's CUDA wheels are not installed (make test installs nvidia-cuda-runtime and nvidia-cufile into .venv)")
-	}
+	wheels := nvidiaWheels(t)
 	src, err := filepath.Abs("csrc")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,11 @@
 //   - CUDA_STANDIN_RDMA: device attribute 110 (default 1).
 //   - CUFILE_STANDIN_FAIL: injected failures, a comma list of bufregister
 //     and read-eio.
+//
+// libcuda.so.1 also exports two test hooks: cuStandinLaunchRead(stream,
+// src, n, delay_us, host_dst), a consumer's "kernel" that sleeps on the
+// stream and then copies device bytes to the host, and
+// cuStandinReport(buf, len), the process's report as JSON.
 package standin
 
 import (

@@ -186,9 +186,13 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
 	defer unix.Close(fd)
-	// The whole aligned length: what O_DIRECT needs; a file that grew shows
-	// up as a longer read.
-	n, err := b.r.Read(worker, fd, req.Dev, backend.AlignUp(s.Size))
+	// The whole aligned length (what O_DIRECT reads; a file that grew
+	// shows up as a longer read), or exactly the sample's size where its
+	// room is its packed row in a dense batch (cuFile handles the
+	// unaligned size and address); a file that grew is then found by its
+	// size.
+	size := req.DevBytes()
+	n, err := b.r.Read(worker, fd, req.Dev, size)
 	if ft, ok := faults.Inject(faults.FileRead, s.Path); ok {
 		var in int
 		in, err = ft.Apply(int(n), err, 1)
@@ -199,6 +203,15 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	}
 	if n != s.Size {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d bytes, map says %d", backend.ErrShortRead, n, s.Size)}
+	}
+	if size < backend.AlignUp(s.Size) {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
+		}
+		if st.Size != s.Size {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, s.Size)}
+		}
 	}
 	return nil
 }

@@ -65,8 +65,18 @@
 //     stream's thread, even from pageable memory; unmapping memory an
 //     in-flight copy or cuFileRead uses is a violation (it waits for it).
 // Counts of what is still allocated, mapped or registered are kept in the
-// report (CUDA_STANDIN_REPORT=DIR: DIR/<pid>.json, rewritten on every change
-// of a live count and every violation).
+// report (CUDA_STANDIN_REPORT=DIR: DIR/<pid>.json, written when the library
+// loads and rewritten, tmp + rename, on every change of a live count and
+// every violation: a Go process exits without running C destructors).
+//
+// Test hooks (exported, not NVIDIA's):
+//   CUresult cuStandinLaunchRead(CUstream s, CUdeviceptr src, size_t n,
+//                                unsigned delay_us, void *host_dst)
+//     a "kernel" of the consumer: sleeps delay_us on stream s, then copies n
+//     device bytes at src to host_dst.
+//   size_t cuStandinReport(char *buf, size_t len)
+//     the report now (NUL-terminated, cut to len) into buf; rewrites the
+//     report file; returns the report's length.
 #define _GNU_SOURCE
 #include "standin.h"
 
@@ -328,6 +338,7 @@ static void report_locked(void) {
 	char path[2200], tmp[2300];
 	snprintf(path, sizeof path, "%s/%d.json", st.report_dir, (int)getpid());
 	snprintf(tmp, sizeof tmp, "%s/.%d.json.tmp", st.report_dir, (int)getpid());
+	mkdir(st.report_dir, 0755); // when missing (its parent must exist)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd >= 0) {
 		ssize_t w = write(fd, json, len);
@@ -786,13 +797,6 @@ static struct resv *resv_at(uintptr_t p) {
 			return v;
 	}
 	return NULL;
-}
-
-int standin_is_device(uintptr_t p) {
-	lock();
-	int r = resv_at(p) != NULL;
-	unlock();
-	return r;
 }
 
 // range_locked checks that [p, p+n) is covered by mappings with the access

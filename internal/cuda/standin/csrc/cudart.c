@@ -20,6 +20,9 @@
 //     (cudaErrorInvalidDevice).
 //   - cudaMemcpy2DAsync: a pitch smaller than the width is
 //     cudaErrorInvalidPitchValue (cuda_runtime_api.h, cudaMemcpy2D).
+//   - cudaMemsetAsync: the range is checked as a copy's destination; it is
+//     a copy from zeroed host memory on the stream (the project only
+//     zeroes), so a value other than 0 is refused, cudaErrorInvalidValue.
 //   - The rest is the driver's (cuda.c): host registration overlap (712) and
 //     unregister of what is not registered (713), copies to or from device
 //     ranges not mapped and accessible, streams and events used after
@@ -248,4 +251,22 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                               int kind, cudaStream_t s) {
 	return copy("cudaMemcpy2DAsync", dst, dpitch, src, spitch, width, height, kind, s);
+}
+
+// zeros is what cudaMemsetAsync copies from: never written, so a copy
+// still queued reads zeros.
+static const char zeros[1 << 16];
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t s) {
+	if (value != 0) {
+		cudaError_t r = rt_enter("cudaMemsetAsync");
+		return r ? r : standin_violation(cudaErrorInvalidValue, "cudaMemsetAsync: value %d (the stand-in sets zeros only)", value);
+	}
+	for (size_t off = 0; off < n; off += sizeof zeros) {
+		size_t k = n - off < sizeof zeros ? n - off : sizeof zeros;
+		cudaError_t r = copy("cudaMemsetAsync", (char *)dst + off, k, zeros, k, k, 1, 1, s);
+		if (r)
+			return r;
+	}
+	return n ? cudaSuccess : rt_enter("cudaMemsetAsync");
 }

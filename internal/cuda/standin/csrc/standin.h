@@ -362,9 +362,6 @@ static inline void *standin_lookup(struct standin_vec *v, enum standin_kind k, u
 	return v->p[i - 1];
 }
 
-// standin_is_device says whether p lies in a reservation (device address).
-int standin_is_device(uintptr_t p);
-
 // standin_memcpy2d copies height rows of width bytes (pitches dpitch and
 // spitch), kind as cudaMemcpyKind (0 host-host, 1 host-device, 2
 // device-host, 3 device-device, 4 inferred), on stream s (NULL, legacy
