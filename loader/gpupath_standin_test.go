@@ -6,46 +6,12 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
-	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
-
-// standinTestVar names the test a re-executed test binary runs with the
-// CUDA stand-in loaded.
-const standinTestVar = "NVFEED_STANDIN_TEST"
-
-// withStandin runs the calling test again in a child of this test binary
-// whose environment loads the CUDA stand-in with the settings extra (read
-// once, when it loads), and checks that the child passed and that the
-// stand-in saw no broken rule and nothing held at the end. In the child
-// it returns true: the test does its work there.
-func withStandin(t *testing.T, extra ...string) bool {
-	t.Helper()
-	if os.Getenv(standinTestVar) == t.Name() {
-		return true
-	}
-	dir := standin.Build(t)
-	reports := t.TempDir()
-	var pat []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		pat = append(pat, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pat, "/"), "-test.count=1", "-test.v")
-	cmd.Env = standin.Env(dir, reports, append([]string{standinTestVar + "=" + t.Name()}, extra...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("with the stand-in (%s): %v\n%s", strings.Join(extra, " "), err, out)
-	}
-	t.Logf("with the stand-in (%s):\n%s", strings.Join(extra, " "), out)
-	standin.CheckClean(t, reports)
-	return false
-}
 
 // TestStandinAutoMeasuresCuFile: gpu_path auto keeps cufile where cuFile
 // runs peer to peer, and takes bounce where it runs in its compatibility
@@ -61,7 +27,7 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 		{"compat, cufile asked for", "compat", GPUPathCuFile, GPUPathCuFile, "asked for; cuFile mode compat (nvidia-fs is not loaded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !withStandin(t, standin.ModeVar+"="+tc.mode) {
+			if !standin.InChild(t, standin.ModeVar+"="+tc.mode) {
 				return
 			}
 			m := makeDataset(t, 24, 3, 3000)

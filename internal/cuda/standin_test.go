@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,38 +16,6 @@ import (
 
 	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 )
-
-// standinTestVar names the test a re-executed test binary runs with the
-// CUDA stand-in loaded.
-const standinTestVar = "NVFEED_STANDIN_TEST"
-
-// withStandin runs the calling test again in a child of this test binary
-// whose environment loads the CUDA stand-in (found by discovery through
-// NVFEED_CUDA_LIB_DIR) with the settings extra ("NAME=value"): the
-// stand-in reads them once, when loaded. It then checks that the child
-// passed, loaded the stand-in, broke no rule and held nothing at its end.
-// In the child it returns true: the test does its work there.
-func withStandin(t *testing.T, extra ...string) bool {
-	t.Helper()
-	if os.Getenv(standinTestVar) == t.Name() {
-		return true
-	}
-	dir := standin.Build(t)
-	reports := t.TempDir()
-	var pat []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		pat = append(pat, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pat, "/"), "-test.count=1", "-test.v")
-	cmd.Env = standin.Env(dir, reports, append([]string{standinTestVar + "=" + t.Name()}, extra...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("with the stand-in (%s): %v\n%s", strings.Join(extra, " "), err, out)
-	}
-	t.Logf("with the stand-in (%s):\n%s", strings.Join(extra, " "), out)
-	standin.CheckClean(t, reports)
-	return false
-}
 
 // standinUUID is the UUID the stand-in gives physical GPU i.
 func standinUUID(i int) string {
@@ -64,7 +30,7 @@ func standinUUID(i int) string {
 // /proc file: the runtime decides); the devices are listed with the
 // UUIDs of the GPUs CUDA_VISIBLE_DEVICES puts at each ordinal.
 func TestStandinFound(t *testing.T) {
-	if !withStandin(t, "CUDA_VISIBLE_DEVICES=1,0") {
+	if !standin.InChild(t, "CUDA_VISIBLE_DEVICES=1,0") {
 		return
 	}
 	dir := os.Getenv(EnvLibDir)
@@ -99,7 +65,7 @@ func TestStandinFound(t *testing.T) {
 // a stream, a blocking event and a copy: the bytes land at the device
 // address, nothing spins, and everything is released.
 func TestStandinThreadWork(t *testing.T) {
-	if !withStandin(t) {
+	if !standin.InChild(t) {
 		return
 	}
 	rt, err := Load()
@@ -185,7 +151,7 @@ func TestStandinThreadWork(t *testing.T) {
 // TestStandinReadErrno: a cuFileRead that returns -1 reports the errno it
 // set (read on the same thread), as a *FileError that is the errno.
 func TestStandinReadErrno(t *testing.T) {
-	if !withStandin(t, standin.FailVar+"=read-eio") {
+	if !standin.InChild(t, standin.FailVar+"=read-eio") {
 		return
 	}
 	rt, err := Load()
@@ -252,7 +218,7 @@ func deviceBytes(p uintptr, n int) []byte {
 // support gpuDirectRDMACapable with VMM (attribute 110 is 0), memory is
 // made without it.
 func TestStandinNoRDMAFlagWhereUnsupported(t *testing.T) {
-	if !withStandin(t, standin.RDMAVar+"=0") {
+	if !standin.InChild(t, standin.RDMAVar+"=0") {
 		return
 	}
 	rt, err := Load()

@@ -5,45 +5,12 @@ package batchmem
 import (
 	"errors"
 	"os"
-	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 )
-
-// standinTestVar names the test a re-executed test binary runs with the
-// CUDA stand-in loaded.
-const standinTestVar = "NVFEED_STANDIN_TEST"
-
-// withStandin runs the calling test again in a child of this test binary
-// whose environment loads the CUDA stand-in with the settings extra (read
-// once, when it loads), and checks that the child passed and that the
-// stand-in saw no broken rule and nothing held at the end. In the child
-// it returns true: the test does its work there.
-func withStandin(t *testing.T, extra ...string) bool {
-	t.Helper()
-	if os.Getenv(standinTestVar) == t.Name() {
-		return true
-	}
-	dir := standin.Build(t)
-	reports := t.TempDir()
-	var pat []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		pat = append(pat, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pat, "/"), "-test.count=1", "-test.v")
-	cmd.Env = standin.Env(dir, reports, append([]string{standinTestVar + "=" + t.Name()}, extra...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("with the stand-in (%s): %v\n%s", strings.Join(extra, " "), err, out)
-	}
-	t.Logf("with the stand-in (%s):\n%s", strings.Join(extra, " "), out)
-	standin.CheckClean(t, reports)
-	return false
-}
 
 // standinReport is this process's stand-in report now.
 func standinReport(t *testing.T) standin.Report {
@@ -77,7 +44,7 @@ func standinUUID(i int) string {
 // unregistered at Close. A UUID this process does not see is
 // ErrUnknownGPU naming the GPUs it sees.
 func TestStandinGPUMemoryByUUID(t *testing.T) {
-	if !withStandin(t, "CUDA_VISIBLE_DEVICES=1,0") {
+	if !standin.InChild(t, "CUDA_VISIBLE_DEVICES=1,0") {
 		return
 	}
 	m, err := Open(GPU, 3, 1<<20, Options{DeviceUUID: strings.ToUpper(standinUUID(0))})
@@ -121,7 +88,7 @@ func TestStandinGPUMemoryByUUID(t *testing.T) {
 // registration from a thread with no device set made one on GPU 0 in
 // every process).
 func TestStandinPinnedMakesNoContext(t *testing.T) {
-	if !withStandin(t) {
+	if !standin.InChild(t) {
 		return
 	}
 	if _, err := cuda.Load(); err != nil { // the stand-in loaded and reporting, as in a daemon with a GPU

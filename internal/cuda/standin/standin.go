@@ -40,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -258,4 +259,36 @@ func CheckClean(tb testing.TB, reportDir string) {
 	if err := Check(reportDir); err != nil {
 		tb.Errorf("CUDA stand-in: %v", err)
 	}
+}
+
+// ChildVar names the test a re-executed test binary runs with the
+// stand-in loaded (InChild).
+const ChildVar = "NVFEED_STANDIN_TEST"
+
+// InChild runs the calling test again in a child of this test binary
+// whose environment loads the stand-in with the settings extra (the
+// stand-in reads them once, when it loads), and checks that the child
+// passed and that the stand-in saw no broken rule and nothing held at the
+// end (CheckClean). In the child it returns true: the test does its work
+// there; in the parent, false once the child is checked.
+func InChild(t *testing.T, extra ...string) bool {
+	t.Helper()
+	if os.Getenv(ChildVar) == t.Name() {
+		return true
+	}
+	dir := Build(t)
+	reports := t.TempDir()
+	var pat []string
+	for _, p := range strings.Split(t.Name(), "/") {
+		pat = append(pat, "^"+regexp.QuoteMeta(p)+"$")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pat, "/"), "-test.count=1", "-test.v")
+	cmd.Env = Env(dir, reports, append([]string{ChildVar + "=" + t.Name()}, extra...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("with the stand-in (%s): %v\n%s", strings.Join(extra, " "), err, out)
+	}
+	t.Logf("with the stand-in (%s):\n%s", strings.Join(extra, " "), out)
+	CheckClean(t, reports)
+	return false
 }

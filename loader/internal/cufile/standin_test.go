@@ -7,9 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -20,37 +18,6 @@ import (
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
-
-// standinTestVar names the test a re-executed test binary runs with the
-// CUDA stand-in loaded.
-const standinTestVar = "NVFEED_STANDIN_TEST"
-
-// withStandin runs the calling test again in a child of this test binary
-// whose environment loads the CUDA stand-in with the settings extra (read
-// once, when it loads), and checks that the child passed and that the
-// stand-in saw no broken rule and nothing held at the end. In the child
-// it returns true: the test does its work there.
-func withStandin(t *testing.T, extra ...string) bool {
-	t.Helper()
-	if os.Getenv(standinTestVar) == t.Name() {
-		return true
-	}
-	dir := standin.Build(t)
-	reports := t.TempDir()
-	var pat []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		pat = append(pat, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pat, "/"), "-test.count=1", "-test.v")
-	cmd.Env = standin.Env(dir, reports, append([]string{standinTestVar + "=" + t.Name()}, extra...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("with the stand-in (%s): %v\n%s", strings.Join(extra, " "), err, out)
-	}
-	t.Logf("with the stand-in (%s):\n%s", strings.Join(extra, " "), out)
-	standin.CheckClean(t, reports)
-	return false
-}
 
 // openOnStandin opens the cufile backend over GPU memory on ordinal 0
 // (its own slot of 1 MiB) and returns it, the memory, the map and a log
@@ -101,7 +68,7 @@ func readAll(t *testing.T, b *Backend, m *bmap.Map, root string) int {
 // closes, and after, answers (with the last statistics) instead of
 // crashing the daemon; the memory's cuFile registration is undone.
 func TestStandinStatsDuringClose(t *testing.T) {
-	if !withStandin(t) {
+	if !standin.InChild(t) {
 		return
 	}
 	root := t.TempDir()
@@ -151,7 +118,7 @@ func TestStandinModeByUUID(t *testing.T) {
 		{"compat", []string{standin.ModeVar + "=compat"}, "compat", "nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !withStandin(t, tc.env...) {
+			if !standin.InChild(t, tc.env...) {
 				return
 			}
 			root := t.TempDir()
@@ -180,7 +147,7 @@ func TestStandinModeByUUID(t *testing.T) {
 // buffers, and Close deregisters nothing (deregistering what is not
 // registered breaks cuFile's rules).
 func TestStandinBufRegisterRefused(t *testing.T) {
-	if !withStandin(t, standin.FailVar+"=bufregister") {
+	if !standin.InChild(t, standin.FailVar+"=bufregister") {
 		return
 	}
 	root := t.TempDir()

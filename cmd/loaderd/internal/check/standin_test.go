@@ -5,9 +5,7 @@ package check
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -15,43 +13,12 @@ import (
 	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 )
 
-// standinTestVar names the test a re-executed test binary runs with the
-// CUDA stand-in loaded.
-const standinTestVar = "NVFEED_STANDIN_TEST"
-
-// withStandin runs the calling test again in a child of this test binary
-// whose environment loads the CUDA stand-in with the settings extra (read
-// once, when it loads), and checks that the child passed and that the
-// stand-in saw no broken rule and nothing held at the end. In the child
-// it returns true: the test does its work there.
-func withStandin(t *testing.T, extra ...string) bool {
-	t.Helper()
-	if os.Getenv(standinTestVar) == t.Name() {
-		return true
-	}
-	dir := standin.Build(t)
-	reports := t.TempDir()
-	var pat []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		pat = append(pat, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pat, "/"), "-test.count=1", "-test.v")
-	cmd.Env = standin.Env(dir, reports, append([]string{standinTestVar + "=" + t.Name()}, extra...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("with the stand-in (%s): %v\n%s", strings.Join(extra, " "), err, out)
-	}
-	t.Logf("with the stand-in (%s):\n%s", strings.Join(extra, " "), out)
-	standin.CheckClean(t, reports)
-	return false
-}
-
 // TestCheckWithStandin: with NVFEED_CUDA_LIB_DIR naming the stand-in
 // (which has no /proc/driver/nvidia/version), the check says the
 // libraries came from there, that there is a driver (the runtime's word),
 // and lists the CUDA devices with their UUIDs in this process's order.
 func TestCheckWithStandin(t *testing.T) {
-	if !withStandin(t, "CUDA_VISIBLE_DEVICES=1,0") {
+	if !standin.InChild(t, "CUDA_VISIBLE_DEVICES=1,0") {
 		return
 	}
 	dir := os.Getenv(cuda.EnvLibDir)
