@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,6 +33,16 @@ def build(out: Path) -> Path:
     assert r.returncode == 0, f"building the CUDA stand-in: {r.stdout}{r.stderr}"
     assert (out / "libcuda.so.1").exists()
     return out
+
+
+def env(lib: Path, report: Path, visible: str) -> dict[str, str]:
+    """This process's environment less any CUDA or cuFile setting, plus
+    what loads the stand-in in lib (reports to report, GPUs seen as
+    visible) and the client from python/."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_"))}
+    e.update({"NVFEED_CUDA_LIB_DIR": str(lib), "CUDA_STANDIN_REPORT": str(report), "CUDA_VISIBLE_DEVICES": visible,
+              "PYTHONPATH": str(REPO / "python")})
+    return e
 
 
 def reports(d: Path) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ The same with a real loaderd: test_standin_daemon.py."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from typing import Any
 import pytest
 
 import standin
-from nvfeed._cuda import LIB_DIR_ENV
 
 TESTS = Path(__file__).resolve().parent
 ROLES = str(TESTS / "standin_roles.py")
@@ -30,13 +28,6 @@ ROLES = str(TESTS / "standin_roles.py")
 @pytest.fixture(scope="session")
 def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return standin.build(tmp_path_factory.mktemp("cuda-standin"))
-
-
-def _env(lib: Path, report: Path, visible: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_"))}
-    env.update({LIB_DIR_ENV: str(lib), "CUDA_STANDIN_REPORT": str(report), "CUDA_VISIBLE_DEVICES": visible,
-                "PYTHONPATH": str(TESTS.parent)})
-    return env
 
 
 def _last_json(out: str) -> dict[str, Any]:
@@ -52,10 +43,10 @@ def _pair(standin_dir: Path, report: Path, mode: str) -> dict[str, Any]:
     a, b = socket.socketpair()
     with a, b:
         exp = subprocess.Popen([sys.executable, ROLES, "exporter", str(a.fileno())], pass_fds=[a.fileno()],
-                               env=_env(standin_dir, report, "0,1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=standin.env(standin_dir, report, "0,1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
         imp = subprocess.Popen([sys.executable, ROLES, "importer", str(b.fileno()), mode], pass_fds=[b.fileno()],
-                               env=_env(standin_dir, report, "1,0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=standin.env(standin_dir, report, "1,0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     iout, ierr = imp.communicate(timeout=120)
     eout, eerr = exp.communicate(timeout=120)
@@ -99,7 +90,7 @@ def test_arrays_held_at_exit(standin_dir: Path, tmp_path: Path) -> None:
 
 
 def _source(standin_dir: Path, report: Path, mode: str) -> dict[str, Any]:
-    p = subprocess.run([sys.executable, ROLES, "source", mode], env=_env(standin_dir, report, "0,1"),
+    p = subprocess.run([sys.executable, ROLES, "source", mode], env=standin.env(standin_dir, report, "0,1"),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "VIOLATION" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr

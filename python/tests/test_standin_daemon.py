@@ -15,7 +15,6 @@ test_gpu_standin.py."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,6 @@ import pytest
 
 import standin
 from conftest import Daemon, Dataset, start_daemon, stop_daemon
-from nvfeed._cuda import LIB_DIR_ENV
 
 TESTS = Path(__file__).resolve().parent
 ROLES = str(TESTS / "standin_roles.py")
@@ -34,13 +32,6 @@ ROLES = str(TESTS / "standin_roles.py")
 @pytest.fixture(scope="module")
 def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return standin.build(tmp_path_factory.mktemp("cuda-standin"))
-
-
-def _env(lib: Path, report: Path, visible: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_"))}
-    env.update({LIB_DIR_ENV: str(lib), "CUDA_STANDIN_REPORT": str(report), "CUDA_VISIBLE_DEVICES": visible,
-                "PYTHONPATH": str(TESTS.parent)})
-    return env
 
 
 class Daemons:
@@ -54,7 +45,7 @@ class Daemons:
 
     def start(self, bmap: Path) -> Daemon:
         with self.mp.context() as mp:
-            for k, v in _env(self.standin_dir, self.report, "0,1").items():
+            for k, v in standin.env(self.standin_dir, self.report, "0,1").items():
                 mp.setenv(k, v)
             work = self.tmp / f"d{len(self.started)}"
             work.mkdir()
@@ -82,7 +73,7 @@ def _client(ds: Daemons, d: Daemon, want: dict[str, Any], **kw: Any) -> dict[str
     wf = ds.tmp / "want.json"
     wf.write_text(json.dumps(want))
     p = subprocess.run([sys.executable, ROLES, "flow", d.socket, str(wf), json.dumps(kw)],
-                       env=_env(ds.standin_dir, ds.report, "1,0"), capture_output=True, text=True, timeout=300)
+                       env=standin.env(ds.standin_dir, ds.report, "1,0"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.stdout, p.stderr, d.log.read_text())
     assert "VIOLATION" not in p.stderr, p.stderr
     r: dict[str, Any] = json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])
