@@ -36,9 +36,11 @@ const maxListLine = 16<<10 - 1
 // is kept and nothing is deduplicated. A line without a path, whitespace
 // and a label is an error naming it, as in DALI. Beyond DALI, which
 // wraps labels past 2^31-1 and stops a line at a NUL byte, those are
-// errors too. Paths are relative to the dataset root (or absolute).
+// errors too. Paths are relative to the dataset root (or absolute). The
+// entries are never nil without an error: an empty list gives an empty
+// slice (Build refuses it, as DALI does: "No files found").
 func ParseFileList(r io.Reader) ([]Entry, error) {
-	var entries []Entry
+	entries := []Entry{}
 	err := listLines(r, func(n int, line []byte) error {
 		i := len(line) - 1
 		for i >= 0 && isSpace(line[i]) {
@@ -73,9 +75,10 @@ func ParseFileList(r io.Reader) ([]Entry, error) {
 // fn.readers.numpy(file_list=) does: every non-empty line is a path,
 // verbatim (no trimming: a line of spaces or one ending in \r names such
 // a file), in order, nothing deduplicated; there are no labels or
-// comments. Paths are relative to the dataset root (or absolute).
+// comments. Paths are relative to the dataset root (or absolute). As
+// with ParseFileList, an empty list gives an empty slice, not nil.
 func ParseNumpyFileList(r io.Reader) ([]Entry, error) {
-	var entries []Entry
+	entries := []Entry{}
 	err := listLines(r, func(n int, line []byte) error {
 		if len(line) > 0 {
 			entries = append(entries, Entry{Path: string(line), Line: n})
