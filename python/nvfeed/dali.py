@@ -24,6 +24,7 @@ Needs DALI in this process (``import nvfeed`` does not).
 
 from __future__ import annotations
 
+import importlib
 import secrets
 import types as _pytypes
 import warnings
@@ -32,11 +33,11 @@ from typing import Any, Optional
 
 from ._source import DaliBatch, LoaderSource, Shuffle
 
-try:
-    import nvidia.dali.backend as _backend  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    import nvidia.dali.fn as _fn  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    import nvidia.dali.types as _types  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    from nvidia.dali.pipeline import Pipeline as _Pipeline  # type: ignore[import-not-found,import-untyped,unused-ignore]
+try:  # DALI, untyped here: nothing of it is in this module's signatures
+    _backend: Any = importlib.import_module("nvidia.dali.backend")
+    _fn: Any = importlib.import_module("nvidia.dali.fn")
+    _types: Any = importlib.import_module("nvidia.dali.types")
+    _Pipeline: Any = importlib.import_module("nvidia.dali.pipeline").Pipeline
 except ImportError as _e:  # pragma: no cover - the module's one requirement
     raise ImportError(f"nvfeed.dali needs DALI (nvidia.dali) in this process: {_e}") from _e
 
@@ -245,8 +246,11 @@ class _Reader:
         self.marker: Any = None  # the operator at the reader's place in the graph's order
         self.src: Optional[LoaderSource] = None
 
+    def __repr__(self) -> str:  # DALI names the source by it in its messages
+        return f"nvfeed.dali.reader({self._dataset!r}, name={self._name!r})"
+
     def __call__(self, info: Any) -> DaliBatch:
-        return self.source().batch(info)  # type: ignore[return-value]
+        return self.source().batch(info)
 
     def source(self) -> LoaderSource:
         if self.src is None:
