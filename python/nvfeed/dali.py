@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib
 import secrets
-import types as _pytypes
 import warnings
 import weakref
 from typing import Any, Optional
@@ -305,15 +304,26 @@ def _register(pipe: Any, name: str, rd: _Reader) -> None:
     if readers is None:
         readers = {}
         setattr(pipe, _META, readers)
-        own = type(pipe).reader_meta
-
-        def meta(self: Any, name: Optional[str] = None) -> Any:
-            mine: dict[str, _Reader] = self.__dict__[_META]
-            if name is not None:
-                return mine[name].meta() if name in mine else own(self, name)
-            out = dict(own(self))
-            out.update({n: reader_meta(r.source()) for n, r in mine.items()})
-            return out
-        meta.__doc__ = own.__doc__
-        pipe.reader_meta = _pytypes.MethodType(meta, pipe)
+        pipe.reader_meta = _ReaderMeta(pipe)
     readers[name] = rd
+
+
+class _ReaderMeta:
+    """A pipeline's reader_meta with this module's readers in it. It holds
+    the pipeline weakly: the pipeline that holds it goes (and closes its
+    readers) when its last user lets go, not at the next garbage
+    collection."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = weakref.ref(pipe)
+        self._own = type(pipe).reader_meta
+        self.__doc__ = self._own.__doc__
+
+    def __call__(self, name: Optional[str] = None) -> Any:
+        pipe = self._pipe()
+        mine: dict[str, _Reader] = pipe.__dict__[_META]
+        if name is not None:
+            return mine[name].meta() if name in mine else self._own(pipe, name)
+        out = dict(self._own(pipe))
+        out.update({n: reader_meta(r.source()) for n, r in mine.items()})
+        return out

@@ -152,6 +152,39 @@ def _stick_pipeline(ex: Any) -> Any:
     return create
 
 
+def test_iterator_resumes_from_dali_checkpoint(served: tuple[Daemon, dict[str, Path]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's training iterator with enable_checkpointing: stopped
+    in epoch 1, its checkpoint restores a pipeline and an iterator that go
+    on with the batches the reader's uninterrupted run gives."""
+    ex = _torch()
+    d, roots = served
+    monkeypatch.setenv("NVFEED_SOCKET", d.socket)
+
+    def iterator(reader: str, data: str, checkpoint: Any = None) -> Any:
+        pipe = ex.create_dali_pipeline(batch_size=4, num_threads=1, device_id=None, seed=12, data_dir=data, crop=24,
+                                       size=28, shard_id=0, num_shards=2, reader=reader, is_training=True,
+                                       enable_checkpointing=True, checkpoint=checkpoint)
+        pipe.build()
+        return ex.DALIClassificationIterator(pipe, reader_name="Reader", last_batch_policy=LastBatchPolicy.PARTIAL)
+
+    def take(it: Any, n: int) -> list[tuple[bytes, list[int]]]:
+        out: list[tuple[bytes, list[int]]] = []
+        while len(out) < n:
+            try:
+                b = next(it)
+            except StopIteration:
+                it.reset()
+                continue
+            out.append((b[0]["data"].numpy().tobytes(), b[0]["label"].reshape(-1).tolist()))
+        return out
+
+    want = take(iterator("file", str(roots["t37"])), 15)  # 3 epochs of 5 batches (18, 19, 18 samples)
+    it = iterator("nvfeed", "t37")
+    head = take(it, 7)
+    tail = take(iterator("nvfeed", "t37", it.checkpoints()[0]), 8)
+    assert head + tail == want
+
+
 def _run_example(reader: str, ranks: int, data: list[str], out: Path, socket: str) -> None:
     cmd = [sys.executable, str(EXAMPLE)] if ranks == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), str(EXAMPLE)]
