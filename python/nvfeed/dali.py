@@ -280,7 +280,6 @@ class _Reader:
         return seed_for(int(pipe.seed), slot % _MAX_SEEDS)
 
     def meta(self) -> dict[str, int]:
-        src = self.source()
         if not self._args["pad_last_batch"]:
             raise ValueError(
                 f"nvfeed.dali.reader {self._name!r}: DALI's iterators with reader_name need pad_last_batch=True "
@@ -289,7 +288,7 @@ class _Reader:
                 "partial batch instead. Pass pad_last_batch=True (DALI's examples do) and "
                 "last_batch_policy=LastBatchPolicy.PARTIAL to drop the padding, or leave reader_name out "
                 "(the iterator then reads each epoch to its end, partial batch included)")
-        return reader_meta(src)
+        return reader_meta(self.source())
 
     def close(self) -> None:
         if self.src is not None:
