@@ -152,7 +152,8 @@ def _stick_pipeline(ex: Any) -> Any:
     return create
 
 
-def test_iterator_resumes_from_dali_checkpoint(served: tuple[Daemon, dict[str, Path]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_iterator_resumes_from_dali_checkpoint(served: tuple[Daemon, dict[str, Path]],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The example's training iterator with enable_checkpointing: stopped
     in epoch 1, its checkpoint restores a pipeline and an iterator that go
     on with the batches the reader's uninterrupted run gives."""
@@ -276,7 +277,8 @@ def test_reader_arguments_are_checked(served: tuple[Daemon, dict[str, Path]]) ->
 
     @pipeline_def(batch_size=4, num_threads=1, device_id=None)
     def twice():
-        return nvfeed.dali.reader("t37", socket=d.socket, name="R")[0], nvfeed.dali.reader("t37", socket=d.socket, name="R")[0]
+        first, _ = nvfeed.dali.reader("t37", socket=d.socket, name="R")
+        return first, nvfeed.dali.reader("t37", socket=d.socket, name="R")[0]
     with pytest.raises(ValueError, match="a reader named 'R' is already in this pipeline"):
         twice()
 
