@@ -32,6 +32,7 @@ import torch
 import torch.utils.data
 
 from ._cuda import CudaArray
+from ._errors import LoaderError
 from ._source import GPUPath, LoaderSource, OnError, Shuffle
 from ._wire import State
 
@@ -138,10 +139,11 @@ class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
     batches in GPU memory on that device; samples are CUDA tensors
     (``torch.as_tensor`` of the client's ``CudaArray``), labels stay on the
     CPU. Copies are device-to-device on the current stream, and the next
-    batch is asked for only once they are done; with ``zero_copy=True`` the
-    dataset waits for the current stream's queued work before asking for the
-    next batch (work on other streams that reads the samples is yours to
-    finish). ``torchvision.io.decode_jpeg`` wants its input on the CPU, even
+    batch is asked for only once they are done. With ``zero_copy=True`` a
+    batch goes back to the daemon one request later, once the work queued on
+    the current stream before the next request is done, so the loop keeps
+    one step of overlap with the GPU; work on other streams that reads the
+    samples is yours to finish before the next step. ``torchvision.io.decode_jpeg`` wants its input on the CPU, even
     with ``device="cuda"``: JPEGs for it come from a CPU dataset.
 
     **Resume.** ``state_dict()`` is the position of the next batch the loop
@@ -249,10 +251,14 @@ class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
             # next one: the lifetime rule above, in both modes.
             release_after=0)
         if dev.type == "cuda":
-            self._args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path)
+            # Zero-copy CUDA batches go back one request later, once the GPU
+            # work queued on them is done (see _wait_pending): the loop keeps
+            # one step of overlap with the GPU, and the rule above holds.
+            self._args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path, release_after=int(zero_copy))
         self._src: Optional[LoaderSource] = None
         self._resume: Optional[State] = None  # where the next session starts (load_state_dict)
-        self._pending: Optional[torch.cuda.Event] = None  # the GPU copies of the batch handed out last
+        self._pending: Optional[torch.cuda.Event] = None  # copy: the GPU copies of the batch handed out last;
+        # zero-copy: the end of the work queued before the previous request
 
     # -- the session ------------------------------------------------------
 
@@ -275,10 +281,14 @@ class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
     def close(self) -> None:
         """Ends the session with the daemon. Tensors handed out stay valid
         (copies), or must no longer be used (``zero_copy``). Iterating again
-        opens a new session at the position this one had reached."""
+        opens a new session at the position this one had reached (when the
+        daemon could still be asked for it)."""
         if self._src is not None:
             self._wait_pending()
-            self._resume = self._src.state()
+            try:
+                self._resume = self._src.state()
+            except LoaderError:  # the daemon is gone for good: the position goes with it
+                self._resume = None
             self._src.close()
             self._src = None
 
@@ -346,15 +356,23 @@ class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
         return [span[s.ptr - lo:s.ptr - lo + s.nbytes] for s in samples]
 
     def _wait_pending(self) -> None:
-        """Waits until the batch handed out last may go back: its GPU copies
-        done, or (zero_copy) the current stream's work queued on it."""
+        """Before a request: waits until the batch it gives back may go. With
+        copies, the batch handed out last, once its copies are done. Zero-copy
+        (release_after=1), the batch before it, once the work the loop had
+        queued on the current stream by the previous request is done (that
+        batch's step); the last batch's step may still run."""
         if self.device.type != "cuda":
             return
+        if not self.zero_copy:
+            if self._pending is not None:
+                self._pending.synchronize()
+                self._pending = None
+            return
+        now = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        now.record(torch.cuda.current_stream(self.device))
         if self._pending is not None:
             self._pending.synchronize()
-            self._pending = None
-        elif self.zero_copy and self._src is not None:
-            torch.cuda.current_stream(self.device).synchronize()
+        self._pending = now
 
     # -- resume -----------------------------------------------------------
 

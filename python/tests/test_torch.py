@@ -290,6 +290,9 @@ def test_client_installs_into_a_torch_environment_unchanged(tmp_path: Path) -> N
     deps = tomllib.loads((REPO / "python" / "pyproject.toml").read_text())["project"]
     for d in deps["dependencies"] + [d for ds in deps["optional-dependencies"].values() for d in ds]:
         assert "==" not in d and "<" not in d, f"the client pins {d!r}: its requirements must be ranges"
+    assert deps["optional-dependencies"]["torch"] == ["torch>=2.0"]
+    assert 'Requires-Dist: torch>=2.0; extra == \\"torch\\"' in (REPO / "scripts" / "mkwheel.py").read_text(), \
+        "the wheel's torch extra differs from pyproject.toml's"
     report = tmp_path / "report.json"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation", "-q",
                         "--report", str(report), str(REPO / "python")], capture_output=True, text=True, timeout=300)
