@@ -49,7 +49,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--size", type=int, default=64, help="image side after resizing")
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--device", default="cpu", help="cpu, or cuda (decode and train on the GPU)")
     p.add_argument("--checkpoint", default=None, help="save here, and resume from here when it exists")
     p.add_argument("--save-every", type=int, default=0, help="also save every N steps (0: at epochs' ends only)")
