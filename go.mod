@@ -3,7 +3,9 @@ module github.com/nvfeed/nvfeed
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/cockroachdb/datadriven v1.0.3
+	github.com/ebitengine/purego v0.11.3
 	github.com/go-chi/chi/v5 v5.2.3
 	github.com/ncw/directio v1.0.5
 	github.com/prometheus/client_golang v1.23.2
@@ -14,10 +16,8 @@ require (
 )
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.0-1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect

@@ -1,27 +1,59 @@
 # SPDX-License-Identifier: Apache-2.0
-"""bench/gpu.sh's client side, on a GPU machine: exactness and zero copy of
-GPU batches, and samples/s into GPU memory against host batches and a
-PyTorch baseline. Uses PyTorch where it imports, else CuPy."""
+"""bench/gpu.sh's client side: exactness, zero copy and the release rule
+of GPU batches, a bytes-only speed comparison, and (with the CUDA stand-in)
+its leak and violation report.
+
+``exact``: one source per shard (two shards, two epochs, shuffled) reads
+the dataset into GPU memory; a consumer (PyTorch, else CuPy; with the
+stand-in, its test kernel) wraps every sample without a copy, checks that
+its pointer is the sample's address inside the imported allocation, and
+queues a delayed copy of the sample back to the host on its own stream
+without waiting for it. The bytes are compared with the files only at the
+end of each epoch, so a slot handed back to the daemon before that queued
+work ran shows up as wrong bytes. Shard 0 releases with the client's
+default (``cuCtxSynchronize``), shard 1 with ``cuda_stream`` set to the
+consumer's stream (an event on it) and takes its batches as DALI's two
+external sources do (``src.labels``, ``src.samples``). ``--dense`` asks for
+``batch_format="dali"`` on a dataset whose samples share a size and
+expects one (batch, size) array per batch.
+
+``speed``: samples/s into GPU memory, cold where ``drop_caches`` may be
+written, against host batches and a PyTorch (or CuPy) baseline. Bytes
+only: nothing is decoded.
+
+``report``: the stand-in's per-process reports (``CUDA_STANDIN_REPORT``):
+no violation, nothing left allocated, mapped or registered, no spinning
+event, and both the daemon and a client loaded the stand-in.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
+import inspect
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Literal, Optional, Protocol
 
-from nvfeed import CudaArray, LoaderSource
+import numpy as np
+
+from nvfeed import LoaderSource
+
+Files = dict[str, tuple[str, int]]
 
 
-def files(root: Path) -> tuple[dict[str, tuple[str, int]], list[Path]]:
-    """sha256 -> (path, label), and every file, in DALI's order."""
-    by_hash, paths = {}, []
+def files(root: Path) -> tuple[Files, list[Path]]:
+    """sha256 -> (CLASS/FILE, label), and every file, in DALI's order."""
+    by_hash: Files = {}
+    paths: list[Path] = []
     for label, c in enumerate(sorted(os.listdir(root), key=os.fsencode)):
+        if not (root / c).is_dir():
+            continue
         for f in sorted(os.listdir(root / c), key=os.fsencode):
             p = root / c / f
             by_hash[hashlib.sha256(p.read_bytes()).hexdigest()] = (f"{c}/{f}", label)
@@ -29,112 +61,510 @@ def files(root: Path) -> tuple[dict[str, tuple[str, int]], list[Path]]:
     return by_hash, paths
 
 
-def to_host() -> tuple[str, Callable[[CudaArray], tuple[bytes, int]]]:
-    """A copy of a CudaArray back to the host, and the consumer's pointer."""
-    try:
+def cai(x: Any) -> tuple[int, tuple[int, ...]]:
+    """A CUDA array's device address and shape."""
+    i = x.__cuda_array_interface__
+    return int(i["data"][0]), tuple(i["shape"])
+
+
+def libcuda() -> ctypes.CDLL:
+    """The libcuda this process's client uses: the explicit directory's
+    (the stand-in's, under gpu.sh --standin), else the driver's."""
+    d = os.environ.get("NVFEED_CUDA_LIB_DIR", "")
+    p = os.path.join(d, "libcuda.so.1")
+    return ctypes.CDLL(p if d and os.path.exists(p) else "libcuda.so.1")
+
+
+def cu_check(cu: ctypes.CDLL, name: str, *args: Any) -> None:
+    rc = int(getattr(cu, name)(*args))
+    if rc != 0:
+        raise RuntimeError(f"{name}: CUresult {rc}")
+
+
+def device_uuid(device_id: int) -> str:
+    """GPU device_id's UUID as this process's CUDA names it, as hex."""
+    cu = libcuda()
+    cu_check(cu, "cuInit", 0)
+    dev = ctypes.c_int()
+    cu_check(cu, "cuDeviceGet", ctypes.byref(dev), device_id)
+    raw = ctypes.create_string_buffer(16)
+    get = getattr(cu, "cuDeviceGetUuid_v2", None) or cu.cuDeviceGetUuid
+    rc = int(get(raw, dev))
+    if rc != 0:
+        raise RuntimeError(f"cuDeviceGetUuid: CUresult {rc}")
+    return raw.raw.hex()
+
+
+def uuid_hex(s: str) -> str:
+    """GPU-xxxxxxxx-xxxx-... or bare hex, as 32 lowercase hex digits."""
+    return s.lower().removeprefix("gpu-").replace("-", "")
+
+
+class Lag:
+    """How long the work queued with each batch should take, so that the
+    consumer's queue stays behind the daemon's refills whatever the read
+    speed (a slot handed back before its queued work ran is then written
+    again under it): for the first batches a little, while it measures the
+    time between them; then twice the longest of those, within bounds.
+    Fixed after that, so the waits it causes do not feed back into it."""
+
+    def __init__(self, least: float = 0.002, most: float = 0.05, calibrate: int = 8) -> None:
+        self.least, self.most, self.calibrate = least, most, calibrate
+        self.gaps: list[float] = []
+        self.last = 0.0
+        self.fixed = 0.0
+
+    def next(self) -> float:
+        """Seconds of GPU work to queue with this batch."""
+        if self.fixed:
+            return self.fixed
+        now = time.perf_counter()
+        if self.last:
+            self.gaps.append(now - self.last)
+        self.last = now
+        if len(self.gaps) >= self.calibrate:
+            self.fixed = min(self.most, max(self.least, 2 * max(self.gaps)))
+        return self.least
+
+
+class Consumer(Protocol):
+    """What a training process does with a batch: views without a copy and
+    queued GPU work that reads them."""
+
+    name: str
+
+    def cuda_stream(self) -> Any:
+        """What to pass as LoaderSource's cuda_stream."""
+
+    def pointer(self, x: Any, row: Optional[int]) -> int:
+        """The address the consumer's own view of x (or its row) has."""
+
+    def batch(self) -> None:
+        """Queues work that outlasts the batch's hand-back."""
+
+    def launch(self, x: Any, row: Optional[int]) -> Any:
+        """Queues a copy of x (or its row) to the host; returns its handle."""
+
+    def finish(self) -> None:
+        """Waits for everything queued."""
+
+    def data(self, h: Any) -> bytes:
+        """The bytes a finished copy brought back."""
+
+    def close(self) -> None:
+        """Gives back what the consumer holds."""
+
+
+class TorchConsumer:
+    name = "torch"
+
+    def __init__(self, device_id: int) -> None:
         import torch
+        self.torch = torch
+        self.dev = torch.device("cuda", device_id)
+        self.stream = torch.cuda.Stream(self.dev)
+        self.lag = Lag()
+        props = torch.cuda.get_device_properties(self.dev)
+        self.hz = float(getattr(props, "clock_rate", 1_500_000)) * 1000  # kHz, as CUDA's clockRate; about right if absent
 
-        def t(x: CudaArray) -> tuple[bytes, int]:
-            g = torch.as_tensor(x, device="cuda")
-            return g.cpu().numpy().tobytes(), g.data_ptr()
-        return "torch", t
-    except ImportError:
+    def cuda_stream(self) -> Any:
+        return self.stream  # has .cuda_stream
+
+    def _view(self, x: Any, row: Optional[int]) -> Any:
+        t = self.torch.as_tensor(x, device=self.dev)
+        return t if row is None else t[row]
+
+    def pointer(self, x: Any, row: Optional[int]) -> int:
+        return int(self._view(x, row).data_ptr())
+
+    def batch(self) -> None:
+        with self.torch.cuda.stream(self.stream):
+            self.torch.cuda._sleep(int(self.lag.next() * self.hz))  # a kernel that spins that long
+
+    def launch(self, x: Any, row: Optional[int]) -> Any:
+        with self.torch.cuda.stream(self.stream):
+            t = self._view(x, row)
+            h = self.torch.empty(t.shape, dtype=self.torch.uint8, pin_memory=True)
+            h.copy_(t, non_blocking=True)
+        return h
+
+    def finish(self) -> None:
+        self.stream.synchronize()
+
+    def data(self, h: Any) -> bytes:
+        return bytes(h.numpy().tobytes())
+
+    def close(self) -> None:
+        self.finish()
+
+
+class CupyConsumer:
+    name = "cupy"
+
+    def __init__(self, device_id: int) -> None:
         import cupy
+        import cupyx
+        self.cupy, self.cupyx = cupy, cupyx
+        cupy.cuda.Device(device_id).use()
+        self.stream = cupy.cuda.Stream(non_blocking=True)
 
-        def c(x: CudaArray) -> tuple[bytes, int]:
-            g = cupy.asarray(x)
-            return cupy.asnumpy(g).tobytes(), g.data.ptr
-        return "cupy", c
+    def cuda_stream(self) -> Any:
+        return int(self.stream.ptr)
+
+    def _view(self, x: Any, row: Optional[int]) -> Any:
+        g = self.cupy.asarray(x)
+        return g if row is None else g[row]
+
+    def pointer(self, x: Any, row: Optional[int]) -> int:
+        return int(self._view(x, row).data.ptr)
+
+    def batch(self) -> None:
+        pass
+
+    def launch(self, x: Any, row: Optional[int]) -> Any:
+        with self.stream:
+            g = self._view(x, row)
+            h = self.cupyx.empty_pinned(g.shape, dtype=np.uint8)
+            g.get(stream=self.stream, out=h)
+        return h
+
+    def finish(self) -> None:
+        self.stream.synchronize()
+
+    def data(self, h: Any) -> bytes:
+        return bytes(h.tobytes())
+
+    def close(self) -> None:
+        self.finish()
+
+
+class StandinConsumer:
+    """The CUDA stand-in's consumer: its device memory is host memory at the
+    device address, and cuStandinLaunchRead queues a "kernel" on a stream
+    that sleeps, then copies device bytes to the host."""
+
+    name = "stand-in kernel"
+    delay_us = 100
+
+    def __init__(self, device_id: int) -> None:
+        self.cu = cu = libcuda()
+        cu_check(cu, "cuInit", 0)
+        self.dev = ctypes.c_int()
+        cu_check(cu, "cuDeviceGet", ctypes.byref(self.dev), device_id)
+        ctx = ctypes.c_void_p()
+        cu_check(cu, "cuDevicePrimaryCtxRetain", ctypes.byref(ctx), self.dev)
+        cu_check(cu, "cuCtxPushCurrent_v2", ctx)
+        s = ctypes.c_void_p()
+        cu_check(cu, "cuStreamCreate", ctypes.byref(s), 1)  # CU_STREAM_NON_BLOCKING
+        self.stream = s
+        cu.cuStandinLaunchRead.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_uint,
+                                           ctypes.c_void_p]
+        self.lag = Lag()
+        self._batch_delay_us = 0
+
+    def cuda_stream(self) -> Any:
+        return int(self.stream.value or 0)
+
+    def pointer(self, x: Any, row: Optional[int]) -> int:
+        ptr, shape = cai(x)
+        return ptr if row is None else ptr + row * shape[1]
+
+    def batch(self) -> None:
+        self._batch_delay_us = int(self.lag.next() * 1e6)  # the batch's first "kernel" is that slow
+
+    def launch(self, x: Any, row: Optional[int]) -> Any:
+        _, shape = cai(x)
+        n = shape[-1]
+        buf = ctypes.create_string_buffer(n)
+        delay, self._batch_delay_us = max(self.delay_us, self._batch_delay_us), 0
+        cu_check(self.cu, "cuStandinLaunchRead", self.stream, self.pointer(x, row), n, delay, buf)
+        return buf
+
+    def finish(self) -> None:
+        cu_check(self.cu, "cuStreamSynchronize", self.stream)
+
+    def data(self, h: Any) -> bytes:
+        return bytes(h.raw)
+
+    def close(self) -> None:
+        if self.stream is None:
+            return
+        self.finish()
+        cu_check(self.cu, "cuStreamDestroy_v2", self.stream)
+        self.stream = None  # type: ignore[assignment]
+        old = ctypes.c_void_p()
+        cu_check(self.cu, "cuCtxPopCurrent_v2", ctypes.byref(old))
+        cu_check(self.cu, "cuDevicePrimaryCtxRelease_v2", self.dev)
+
+
+def consumer(kind: str, device_id: int) -> Consumer:
+    if kind == "standin":
+        return StandinConsumer(device_id)
+    if kind in ("auto", "torch"):
+        try:
+            return TorchConsumer(device_id)
+        except ImportError:
+            if kind == "torch":
+                raise
+    return CupyConsumer(device_id)
+
+
+def labels_of(labels: Any) -> list[int]:
+    """Labels as ints, from a numpy array or a DALI TensorListCPU."""
+    a = labels.as_array() if hasattr(labels, "as_array") else np.asarray(labels)
+    return [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+def rows_of(samples: Any, dense: bool) -> tuple[list[tuple[Any, Optional[int]]], str]:
+    """A batch's samples as (array, row) pairs, and what is wrong with its
+    shape ("" when nothing)."""
+    if hasattr(samples, "__cuda_array_interface__"):
+        _, shape = cai(samples)
+        if len(shape) != 2:
+            return [], f"one array of shape {shape}, not (batch, size)"
+        return [(samples, i) for i in range(shape[0])], "" if dense else "one dense array where a list was due"
+    out: list[tuple[Any, Optional[int]]] = [(x, None) for x in samples]
+    return out, "a list of separate arrays where one dense (batch, size) array was due" if dense else ""
+
+
+def batches(src: Any, halves: bool) -> Any:
+    """One epoch of (samples, labels): by iterating the source, or, as
+    DALI's two external sources of GPU samples and host labels take them,
+    through src.labels and src.samples (labels first: DALI calls them in
+    no defined order)."""
+    if not halves:
+        yield from src
+        return
+    while True:
+        try:
+            labels = src.labels()
+        except StopIteration:
+            try:
+                src.samples()  # takes its half of the end of the epoch
+            except StopIteration:
+                pass
+            return
+        yield src.samples(), labels
 
 
 def exact(a: argparse.Namespace) -> int:
     by_hash, _ = files(Path(a.root))
-    lib, back = to_host()
-    bad, seen = 0, {}
-    for shard in range(2):
-        with LoaderSource("train", socket=a.socket, batch_size=16, shard_id=shard, num_shards=2, random_shuffle=True,
-                          seed=7, backend=a.backend, device="gpu", device_id=0, gpu_path=a.gpu_path) as src:
-            if src.gpu_path != a.gpu_path:
-                print(f"  {a.backend}: asked for gpu_path {a.gpu_path}, the daemon ran {src.gpu_path}")
-                bad += 1
-            g = src._gpu
-            assert g is not None, "the session's memory is not GPU memory"
-            for epoch in range(2):
-                for samples, labels in src:
-                    for x, lbl in zip(samples, labels[:, 0]):
-                        data, ptr = back(x)
-                        if not g.ptr <= ptr < g.ptr + g.size or ptr != x.ptr:
-                            print(f"  {a.backend}: copy, not a view: consumer pointer {ptr:#x}, sample at {x.ptr:#x}, "
-                                  f"allocation [{g.ptr:#x}, +{g.size})")
+    want = f"{a.dataset} {a.backend or 'default'} {a.gpu_path}{' dense' if a.dense else ''}"
+    try:
+        con = consumer(a.consumer, a.device_id)
+    except Exception as e:
+        print(f"{want}: FAILED: no consumer to read GPU memory with ({a.consumer}: PyTorch, else CuPy; "
+              f"{type(e).__name__}: {e})")
+        return 1
+    bad = 0
+    seen: dict[tuple[int, int], list[str]] = {}
+    has_stream = "cuda_stream" in inspect.signature(LoaderSource).parameters
+    if not has_stream:
+        print(f"  {want}: this client's LoaderSource takes no cuda_stream: the release rule is not the design's")
+        bad += 1
+    has_halves = callable(getattr(LoaderSource, "samples", None)) and callable(getattr(LoaderSource, "labels", None))
+    if not has_halves:
+        print(f"  {want}: this client's LoaderSource has no samples/labels pair (GPU samples, host labels)")
+        bad += 1
+    try:
+        my_uuid = device_uuid(a.device_id)
+    except (OSError, RuntimeError) as e:
+        print(f"  {want}: this process cannot name its GPU {a.device_id}'s UUID: {e}")
+        my_uuid, bad = "", bad + 1
+    try:
+        for shard in range(2):
+            kw: dict[str, Any] = {}
+            if a.backend:
+                kw["backend"] = a.backend
+            if a.dense:
+                kw["batch_format"] = "dali"
+            if shard == 1 and has_stream:
+                kw["cuda_stream"] = con.cuda_stream()  # the release waits for an event on it
+            with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batch_size, shard_id=shard, num_shards=2,
+                              random_shuffle=True, seed=7, device="gpu", device_id=a.device_id,
+                              gpu_path=a.gpu_path, **kw) as src:
+                expect = a.expect_path or (a.gpu_path if a.gpu_path != "auto" else "")
+                if expect and src.gpu_path != expect:
+                    print(f"  {want}: expected gpu_path {expect}, the daemon ran {src.gpu_path}")
+                    bad += 1
+                mem: dict[str, Any] = dict(getattr(src, "memory", {}) or {})
+                if shard == 0:
+                    print(f"  {want}: gpu_path {src.gpu_path}; client GPU {a.device_id} = daemon GPU "
+                          f"{mem.get('device')}, UUID {mem.get('uuid') or '(none given)'}")
+                if my_uuid and uuid_hex(str(mem.get("uuid") or "")) != my_uuid:
+                    print(f"  {want}: the memory's GPU UUID {mem.get('uuid')!r} is not this process's GPU "
+                          f"{a.device_id} ({my_uuid})")
+                    bad += 1
+                if a.daemon_device is not None and mem.get("device") != a.daemon_device:
+                    print(f"  {want}: daemon GPU {mem.get('device')}, expected {a.daemon_device} "
+                          "(the daemon sees the GPUs in another order)")
+                    bad += 1
+                g = getattr(src, "_gpu", None)
+                lo, hi = (g.ptr, g.ptr + g.size) if g is not None else (0, 1 << 64)
+                for epoch in range(2):
+                    pending: list[tuple[Any, int]] = []
+                    for samples, labels in batches(src, shard == 1 and has_halves):
+                        lab = labels_of(labels)
+                        rows, wrong = rows_of(samples, a.dense)
+                        if wrong or len(rows) != len(lab):
+                            print(f"  {want}: epoch {epoch} shard {shard}: {wrong or 'samples and labels differ in number'}")
                             bad += 1
-                        hit = by_hash.get(hashlib.sha256(data).hexdigest())
-                        if hit is None or hit[1] != int(lbl):
+                        con.batch()
+                        for (x, row), lbl in zip(rows, lab):
+                            ptr, shape = cai(x)
+                            at = ptr if row is None else ptr + row * shape[1]
+                            mine = con.pointer(x, row)
+                            if mine != at or not lo <= at < hi:
+                                print(f"  {want}: a copy, not a view: consumer pointer {mine:#x}, sample at {at:#x}, "
+                                      f"allocation [{lo:#x}, {hi:#x})")
+                                bad += 1
+                            pending.append((con.launch(x, row), lbl))
+                    # Only now wait for the queued copies: a slot the daemon
+                    # wrote again before they ran gives wrong bytes.
+                    con.finish()
+                    for h, lbl in pending:
+                        hit = by_hash.get(hashlib.sha256(con.data(h)).hexdigest())
+                        if hit is None or hit[1] != lbl:
                             bad += 1
-                            print(f"  {a.backend}: epoch {epoch} shard {shard}: bytes or label {lbl} match no file")
+                            if bad <= 5:
+                                print(f"  {want}: epoch {epoch} shard {shard}: bytes or label {lbl} match no file"
+                                      + (" (and more: the count below)" if bad == 5 else ""))
                             continue
                         seen.setdefault((epoch, shard), []).append(hit[0])
+    except Exception as e:  # report it as this run's failure, and go on with the others
+        print(f"  {want}: {type(e).__name__}: {e}")
+        bad += 1
+    finally:
+        con.close()
     for epoch in range(2):
         both = seen.get((epoch, 0), []) + seen.get((epoch, 1), [])
         if sorted(both) != sorted(p for p, _ in by_hash.values()):
             bad += 1
-            print(f"  {a.backend}: epoch {epoch}: the two shards do not cover the dataset exactly once")
-    print(f"{a.backend} {a.gpu_path} ({lib}): {sum(map(len, seen.values()))} samples, "
-          f"{'byte- and label-exact, zero copy' if bad == 0 else f'{bad} FAILURES'}")
+            print(f"  {want}: epoch {epoch}: the two shards do not cover the dataset exactly once")
+    print(f"{want} ({con.name}): {sum(map(len, seen.values()))} samples, "
+          f"{'byte- and label-exact, zero copy, released after the queued work' if bad == 0 else f'{bad} FAILURES'}")
     return 1 if bad else 0
 
 
-def drop() -> None:
+def drop() -> bool:
+    """Empties the page cache where this process may; False where not."""
     subprocess.run(["sync"], check=True)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
 
 
 def speed(a: argparse.Namespace) -> int:
-    import torch
     _, paths = files(Path(a.root))
+    try:
+        import torch
 
-    def epoch_source(device: str, backend: str = "gds") -> float:
-        drop()
-        kw: dict[str, Any] = {"gpu_path": "cufile" if backend == "cufile" else "bounce"} if device == "gpu" else {}
-        with LoaderSource("train", socket=a.socket, batch_size=64, random_shuffle=True, seed=1, backend=backend,
-                          device=device, **kw) as src:  # type: ignore[arg-type]
+        def to_gpu(b: bytes) -> None:
+            torch.frombuffer(bytearray(b), dtype=torch.uint8).cuda(non_blocking=False)
+        sync, lib = torch.cuda.synchronize, "torch"
+    except ImportError:
+        try:
+            import cupy
+        except ImportError:
+            print("speed: FAILED: neither PyTorch nor CuPy imports here (the baseline and the timing need one)")
+            return 1
+
+        def to_gpu(b: bytes) -> None:
+            cupy.asarray(np.frombuffer(b, dtype=np.uint8))
+        sync, lib = cupy.cuda.Device().synchronize, "cupy"
+    cold = [True]
+
+    def epoch_source(device: Literal["cpu", "gpu"], backend: str, gpu_path: str = "") -> float:
+        cold[0] &= drop()
+        kw: dict[str, Any] = {"gpu_path": gpu_path} if device == "gpu" else {}
+        with LoaderSource(a.dataset, socket=a.socket, batch_size=64, random_shuffle=True, seed=1, backend=backend,
+                          device=device, **kw) as src:
             t0, n = time.perf_counter(), 0
             for samples, _ in src:
                 n += len(samples)
-            torch.cuda.synchronize()
+            sync()
             return n / (time.perf_counter() - t0)
 
     def baseline() -> float:
-        drop()
+        cold[0] &= drop()
         t0 = time.perf_counter()
         for p in paths:
-            torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8).cuda(non_blocking=False)
-        torch.cuda.synchronize()
+            to_gpu(p.read_bytes())
+        sync()
         return len(paths) / (time.perf_counter() - t0)
 
-    rows: dict[str, list[float]] = {"gpu cufile": [], "gpu gds bounce": [], "host gds": [], "torch read + .cuda()": []}
+    base_name = f"{lib} read + copy to GPU"
+    rows: dict[str, list[float]] = {"gpu cufile": [], f"gpu {a.bounce_backend} bounce": [],
+                                    f"host {a.bounce_backend}": [], base_name: []}
     for _ in range(a.rounds):
-        rows["gpu cufile"].append(epoch_source("gpu", "cufile"))
-        rows["gpu gds bounce"].append(epoch_source("gpu"))
-        rows["host gds"].append(epoch_source("cpu"))
-        rows["torch read + .cuda()"].append(baseline())
+        rows["gpu cufile"].append(epoch_source("gpu", "cufile", "cufile"))
+        rows[f"gpu {a.bounce_backend} bounce"].append(epoch_source("gpu", a.bounce_backend, "bounce"))
+        rows[f"host {a.bounce_backend}"].append(epoch_source("cpu", a.bounce_backend))
+        rows[base_name].append(baseline())
+    if not cold[0]:
+        print("  page cache NOT dropped (drop_caches is not writable here): warm figures")
     med = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
-    base = med["torch read + .cuda()"]
+    base = med[base_name]
     for k, v in med.items():
-        print(f"  {k:<22} {v:>10.0f} samples/s  {v / base:5.2f}x the PyTorch baseline   rounds: "
+        print(f"  {k:<28} {v:>10.0f} samples/s  {v / base:5.2f}x the baseline   rounds: "
               + " ".join(f"{x:.0f}" for x in rows[k]))
-    print(json.dumps({"medians": med, "rounds": rows}))
+    print(json.dumps({"cold": cold[0], "medians": med, "rounds": rows}))
     return 0
 
 
+def report(a: argparse.Namespace) -> int:
+    """The stand-in's reports: every process clean, both sides present."""
+    bad, kinds = 0, set()
+    reports = sorted(Path(a.dir).glob("*.json"))
+    for p in reports:
+        r = json.loads(p.read_text())
+        exe = os.path.basename(str(r.get("exe", "?")))
+        kinds.add("daemon" if exe.startswith("loaderd") else "python" if exe.startswith("python") else exe)
+        live = {k: v for k, v in dict(r.get("live", {})).items() if v}
+        problems = []
+        if r.get("violations"):
+            problems.append("violations: " + "; ".join(map(str, r["violations"])))
+        if live:
+            problems.append(f"still live at exit: {live}")
+        if r.get("spinning_events"):
+            problems.append(f"{r['spinning_events']} spinning event(s) (no cudaEventBlockingSync)")
+        print(f"  pid {r.get('pid')} {exe}: {r.get('copies', 0)} copies, {r.get('cufile_reads', 0)} cuFile reads"
+              + ("" if not problems else ": " + " | ".join(problems)))
+        bad += 1 if problems else 0
+    for need in ("daemon", "python"):
+        if need not in kinds:
+            print(f"  no report from a {need} process: the stand-in was not loaded there")
+            bad += 1
+    print(f"stand-in: {len(reports)} processes, " + ("no violation, nothing leaked" if not bad else f"{bad} FAILURES"))
+    return 1 if bad else 0
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["exact", "speed"])
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--root", required=True)
-    ap.add_argument("--backend", default="gds")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("mode", choices=["exact", "speed", "report"])
+    ap.add_argument("--socket")
+    ap.add_argument("--root", help="the dataset's root (CLASS/FILE)")
+    ap.add_argument("--dataset", default="train")
+    ap.add_argument("--backend", default="", help="'' leaves it to the daemon (what gpu_path auto needs)")
+    ap.add_argument("--gpu-path", default="bounce", choices=["bounce", "cufile", "auto"])
+    ap.add_argument("--expect-path", default="", choices=["", "bounce", "cufile"],
+                    help="the path the daemon must run (for auto)")
+    ap.add_argument("--dense", action="store_true", help="samples of one size: expect one (batch, size) array")
+    ap.add_argument("--device-id", type=int, default=0)
+    ap.add_argument("--daemon-device", type=int, help="the daemon's ordinal of this process's GPU, when known")
+    ap.add_argument("--consumer", default="auto", choices=["auto", "torch", "cupy", "standin"])
+    ap.add_argument("--batch-size", type=int, default=8,
+                    help="exact: small, so that an epoch has more batches than the session has slots")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--gpu-path", default="bounce", choices=["bounce", "cufile"])
+    ap.add_argument("--bounce-backend", default="gds", help="speed: the host backend of the bounce and host rows")
+    ap.add_argument("--dir", help="report: the stand-in's report directory")
     a = ap.parse_args()
+    if a.mode == "report":
+        return report(a)
+    if not a.socket or not a.root:
+        ap.error(f"{a.mode} needs --socket and --root")
     return exact(a) if a.mode == "exact" else speed(a)
 
 

@@ -43,6 +43,11 @@ var ErrNoRaw = backend.ErrNoRaw
 // for raw reads (backend.ErrDevice).
 var ErrDevice = backend.ErrDevice
 
+// ErrUnknownGPU is returned (wrapped) when the GPU asked for (by UUID or
+// ordinal) is not one this process sees (batchmem.ErrUnknownGPU); the
+// message names it and the GPUs seen.
+var ErrUnknownGPU = batchmem.ErrUnknownGPU
+
 // ErrUnsupported is returned (wrapped) for a memory kind this build
 // cannot make on this machine (batchmem.ErrUnsupported).
 var ErrUnsupported = batchmem.ErrUnsupported

@@ -77,3 +77,17 @@ func TestGPUPathHost(t *testing.T) {
 		t.Errorf("GPUPath() = %q, %q on host memory, want nothing", path, why)
 	}
 }
+
+// TestDeviceUUIDForm: a GPU UUID in any case, with or without GPU-, passes
+// Validate; anything else, or too long, is refused naming device_uuid.
+func TestDeviceUUIDForm(t *testing.T) {
+	for u, ok := range map[string]bool{
+		"": true, "GPU-5354414e-4449-4e2d-4750-552d30303031": true, "5354414E-4449-4E2D-4750-552D30303031": true,
+		"GPU-../../etc": false, "GPU 1": false, strings.Repeat("a", MaxDeviceUUID+1): false,
+	} {
+		err := Options{ReaderArgs: ReaderArgs{BatchSize: 1}, Memory: batchmem.GPU, DeviceUUID: u}.WithDefaults().Validate()
+		if (err == nil) != ok || (err != nil && (!errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "device_uuid"))) {
+			t.Errorf("device_uuid %q: %v, want ok=%v (ErrOptions naming device_uuid)", u, err, ok)
+		}
+	}
+}

@@ -53,6 +53,7 @@ type Loader struct {
 	smp     Sampling
 	opts    Options
 	mem     batchmem.Memory
+	desc    batchmem.Desc // mem.Desc(), fixed
 	backend backend.Backend
 	params  backend.Params
 	log     *slog.Logger
@@ -79,16 +80,17 @@ type Loader struct {
 
 // Batch is one batch in a ring slot. Its memory stays valid until Release.
 type Batch struct {
-	Epoch     int     // epoch number
-	Iteration int     // batch number within the epoch
-	Indices   []int32 // sample index of each position
-	Labels    []int32 // label of each position
-	Offsets   []int64 // byte offset of each sample in the ring's shared memory
-	Lengths   []int64 // byte length of each sample
-	Slot      int     // ring slot
-	Errors    []error // with Options.SkipErrors: one *backend.SampleError per failed sample
-	Failed    []int   // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
-	used      int64   // bytes of the slot the batch's samples occupy
+	Epoch     int                // epoch number
+	Iteration int                // batch number within the epoch
+	Indices   []int32            // sample index of each position
+	Labels    []int32            // label of each position
+	Offsets   []int64            // byte offset of each sample in the ring's shared memory (see Dense)
+	Lengths   []int64            // byte length of each sample
+	Slot      int                // ring slot
+	Errors    []error            // with Options.SkipErrors: one *backend.SampleError per failed sample
+	Failed    []int              // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
+	place     batchmem.Placement // how the samples lie in the slot
+	repeats   []batchmem.Repeat  // place.Repeats' storage
 
 	readStart, readEnd time.Time
 
@@ -104,6 +106,14 @@ type Batch struct {
 
 // Len returns the number of samples in the batch.
 func (b *Batch) Len() int { return len(b.Indices) }
+
+// Dense reports the size of every sample of a dense batch: one in GPU
+// memory whose samples all have the same size S > 0 (and fit the slot at
+// their staging pitch: batchmem.Desc.Packs) lies back to back on the
+// device, sample i at Offsets[0] + i·S, one (Len, S) array. 0 for a ragged
+// batch, whose samples each start backend.Align-aligned. A failed
+// sample's row in a dense batch reads zeros (its Lengths entry is 0).
+func (b *Batch) Dense() int64 { return b.place.Row }
 
 // Sample returns a view of sample i's bytes in host batch memory
 // (batchmem.Pinned); it is not for GPU memory, whose bytes are on the
@@ -131,32 +141,15 @@ func (b *Batch) Release() {
 // prefetching producer; ctx bounds the loader's life as Close does. For
 // GPU memory it takes the GPU path the options ask for; with
 // GPUPathAuto and no backend named it tries cufile and, where cuFile
-// cannot run (ErrUnavailable), bounce with the default backend.
-// GPUPath says which ran and why.
+// cannot run (ErrUnavailable) or runs in its compatibility mode (measured:
+// slower than bounce), bounce with the default backend. GPUPath says
+// which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	ways, _ := o.gpuWays() // Validate checked them
-	var err error
-	for i, w := range ways {
-		wo := o
-		if w.backend != o.backendName() {
-			wo.Spec, wo.Backend = nil, w.backend
-		}
-		var l *Loader
-		if l, err = open(ctx, m, wo); err == nil {
-			l.gpuPath, l.gpuWhy = w.path, w.why
-			return l, nil
-		}
-		if i+1 < len(ways) && errors.Is(err, ErrUnavailable) {
-			o.Logger.Info("loader: gpu_path auto: cufile cannot run here, using bounce", "why", err)
-			continue
-		}
-		break
-	}
-	return nil, err
+	return openGPUPath(ctx, m, o)
 }
 
 // open starts a loader with one backend; o has its defaults and is valid.
@@ -187,7 +180,11 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if o.SlotSize == 0 {
 		o.SlotSize = SlotBytes(m, o.BatchSize)
 	}
-	mem, err := batchmem.Open(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
+	openMemory := batchmem.Open
+	if o.openMemory != nil {
+		openMemory = o.openMemory
+	}
+	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
 	if err != nil {
 		if errors.Is(err, batchmem.ErrKind) {
 			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)
@@ -216,7 +213,7 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		mem.Close()
 		return nil, err
 	}
-	l.mem = mem
+	l.mem, l.desc = mem, mem.Desc()
 	l.free = make(chan int, o.Slots)
 	slotSize := mem.Desc().SlotSize
 	for i := 0; i < o.Slots; i++ {
@@ -280,8 +277,11 @@ func checkState(st *State, smp Sampling) error {
 }
 
 // SlotBytes returns the slot size that holds any batch of m: the sum of
-// the batchSize largest samples, each rounded up to backend.Align. Padding repeats
-// a sample without reading it again, so a batch never holds more.
+// the batchSize largest samples, each rounded up to backend.Align. Padding
+// repeats a sample without reading it again, so a ragged batch never holds
+// more; a dense batch (Batch.Dense) gives each repeat a row of its own and
+// is placed dense only where its rows fit (batchmem.Desc.Packs), which a
+// dataset of one sample size always does.
 func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	// The batchSize largest in a min-heap: one pass, no copy of every size
 	// (it runs at every session open, over datasets of millions).
@@ -355,11 +355,9 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 					}
 				}()
 				b.readStart = time.Now()
-				b.err = l.backend.ReadBatch(ctx, b.reqs)
+				err := l.backend.ReadBatch(ctx, b.reqs)
 				scrub(b.reqs)
-				if b.err == nil {
-					b.err = l.mem.Publish(ctx, b.Slot, b.used)
-				}
+				b.err = l.finish(ctx, b, err)
 				b.readEnd = time.Now()
 				close(b.done)
 			}()
@@ -373,6 +371,21 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 		}
 		epoch, batch = epoch+1, 0
 	}
+}
+
+// finish decides, once the batch's reads are over (ReadBatch returned
+// err), whether it will be delivered, and publishes it if so: a batch
+// whose reads all succeeded, or, with SkipErrors, one whose failures are
+// all per sample (markFailed lists them; the others are delivered). It
+// returns why the batch is not delivered, nil when it is.
+func (l *Loader) finish(ctx context.Context, b *Batch, err error) error {
+	if err != nil && !(l.opts.SkipErrors && l.markFailed(b)) {
+		return err
+	}
+	if b.place.Dense() {
+		b.place.Zero = b.Failed // rows are positions
+	}
+	return l.mem.Publish(ctx, b.Slot, b.place)
 }
 
 // fail records the first internal failure (a recovered panic) and logs
@@ -391,15 +404,22 @@ func (l *Loader) failure() error {
 	return nil
 }
 
-// plan lays the batch's samples out in its slot: each distinct sample at a
-// backend.Align-aligned offset; a repeated (padding) sample shares its
-// first copy.
+// plan lays the batch's samples out in its slot (batchmem.Placement):
+// dense where the memory packs a batch of samples all of one size (each
+// sample read into its own row, a repeated padding sample copied from its
+// first row by Publish), else ragged, each distinct sample at a
+// backend.Align-aligned offset and a repeated (padding) sample sharing
+// its first copy.
 func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.Epoch, b.Iteration, b.err, b.Errors, b.Failed = epoch, iter, nil, b.Errors[:0], b.Failed[:0]
 	b.done = make(chan struct{})
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
+	if row := l.denseRow(idx); row > 0 {
+		l.planDense(b, idx, row)
+		return
+	}
 	base, slot := b.base, b.mem
 	var off int64
 	for i, si := range idx {
@@ -417,12 +437,61 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 			r.Buf = slot[off : off+n : off+n]
 		}
 		if b.dev != 0 {
-			r.Dev = b.dev + uintptr(off)
+			r.Dev, r.DevRoom = b.dev+uintptr(off), n
 		}
 		b.reqs = append(b.reqs, r)
 		off += n
 	}
-	b.used = off
+	b.place = batchmem.Ragged(off)
+}
+
+// denseRow returns the size every sample of idx has when the batch
+// memory places such a batch dense, else 0.
+func (l *Loader) denseRow(idx []int32) int64 {
+	if l.desc.Kind != batchmem.GPU || len(idx) == 0 {
+		return 0
+	}
+	row := l.m.Samples[idx[0]].Size
+	for _, si := range idx[1:] {
+		if l.m.Samples[si].Size != row {
+			return 0
+		}
+	}
+	if !l.desc.Packs(len(idx), row) {
+		return 0
+	}
+	return row
+}
+
+// planDense lays out a dense batch of samples of row bytes each: sample i
+// at the place's DevOffset(i) on the device, where a backend writing
+// device memory reads exactly row bytes, and at its HostOffset(i) (an
+// aligned room) in the staging area a backend writing host memory reads
+// into. A repeated (padding) sample is read once: Publish copies its row.
+func (l *Loader) planDense(b *Batch, idx []int32, row int64) {
+	b.repeats = b.repeats[:0]
+	p := batchmem.Placement{Rows: len(idx), Row: row}
+	room := backend.AlignUp(row)
+	first := 0 // the row of the run of equal samples i is in
+	for i, si := range idx {
+		s := &l.m.Samples[si]
+		b.Labels = append(b.Labels, s.Label)
+		b.Lengths = append(b.Lengths, s.Size)
+		b.Offsets = append(b.Offsets, b.base+p.DevOffset(i))
+		if i > 0 && si == idx[i-1] {
+			b.repeats = append(b.repeats, batchmem.Repeat{Row: i, Of: first})
+			continue
+		}
+		first = i
+		r := backend.Request{Index: int(si), Sample: s, Dev: b.dev + uintptr(p.DevOffset(i)), DevRoom: row}
+		if b.mem != nil {
+			h := p.HostOffset(i)
+			r.Buf = b.mem[h : h+room : h+room]
+		}
+		b.reqs = append(b.reqs, r)
+	}
+	p.Repeats = b.repeats
+	b.place = p
 }
 
 // scrub zeroes what of each sample's room in host memory (batch memory,
@@ -431,7 +500,9 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 // failure was found, of blocks the file no longer owns) and every other
 // sample's slack after its last byte (reads may run into it, and earlier
 // batches' bytes would stay). The reads are over: ReadBatch has returned.
-// Its cost: docs/decisions.md#slack-is-zeroed-not-left.
+// Its cost: docs/decisions.md#slack-is-zeroed-not-left. Device memory a
+// backend wrote itself has no host room: there Publish zeroes a dense
+// batch's failed rows (batchmem.Placement.Zero).
 func scrub(reqs []backend.Request) {
 	for i := range reqs {
 		r := &reqs[i]
@@ -483,10 +554,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.next >= l.smp.EpochBatches(l.epoch) {
 		l.pendingEOF = true
 	}
-	if b.err != nil && l.opts.SkipErrors && l.markFailed(b) {
-		return b, nil
-	}
-	if b.err != nil {
+	if b.err != nil { // not delivered (finish)
 		err := fmt.Errorf("loader: epoch %d batch %d: %w", b.Epoch, b.Iteration, b.err)
 		b.Release()
 		return nil, err

@@ -330,21 +330,44 @@ func TestSlotBytes(t *testing.T) {
 	}
 }
 
+// BenchmarkPlan: laying out a batch of 64 (the producer's per-batch
+// work before the reads): in host memory (ragged), and in GPU memory (the
+// double) for samples of mixed sizes (ragged) and of one size (dense).
 func BenchmarkPlan(b *testing.B) {
-	m := makeDataset(b, 256, 4, 1000)
-	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 64}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	idx := make([]int32, 64)
-	for i := range idx {
-		idx[i] = int32(i * 3)
-	}
-	batch := &Batch{Slot: 0, l: l, reqs: make([]backend.Request, 0, 64), mem: l.mem.Slot(0).Host}
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		l.plan(batch, 0, i, idx)
+	for _, bb := range []struct {
+		name   string
+		m      *bmap.Map
+		memory batchmem.Kind
+	}{
+		{"host", makeDataset(b, 256, 4, 1000), batchmem.Pinned},
+		{"gpu ragged", makeDataset(b, 256, 4, 1000), batchmem.GPU},
+		{"gpu dense", uniformDataset(b, 256, 4, 1000), batchmem.GPU},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			var mem *gpuMemory
+			o := Options{ReaderArgs: ReaderArgs{BatchSize: 64}, Memory: bb.memory}
+			if bb.memory == batchmem.GPU {
+				o.GPUPath, o.Backend, o.openMemory = GPUPathBounce, "file", gpuDouble(&mem)
+			}
+			l, err := New(context.Background(), bb.m, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			idx := make([]int32, 64)
+			for i := range idx {
+				idx[i] = int32(i * 3)
+			}
+			r := l.mem.Slot(0)
+			batch := &Batch{Slot: 0, l: l, reqs: make([]backend.Request, 0, 64), mem: r.Host, dev: r.Dev}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				l.plan(batch, 0, i, idx)
+			}
+			if want := bb.name == "gpu dense"; (batch.Dense() > 0) != want {
+				b.Fatalf("Dense() = %d", batch.Dense())
+			}
+		})
 	}
 }
 

@@ -42,7 +42,12 @@ type Options struct {
 	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
 	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
 	Memory             batchmem.Kind // "" means batchmem.Pinned
-	Device             int           // the GPU ordinal for GPU memory
+	Device             int           // the GPU ordinal for GPU memory (unless DeviceUUID names the GPU)
+	// DeviceUUID names the GPU of GPU memory by its UUID (GPU-xxxxxxxx-...,
+	// as cuDeviceGetUuid and nvidia-smi give it), the same in every
+	// process: this process's ordinal for it is looked up and Device is
+	// ignored. A GPU not here is ErrUnknownGPU.
+	DeviceUUID string
 	// GPUPath is how batches reach GPU memory (Memory batchmem.GPU only):
 	// GPUPathCuFile, GPUPathBounce, or GPUPathAuto ("" too), which tries
 	// cufile and falls back to bounce where cuFile cannot run.
@@ -69,6 +74,11 @@ type Options struct {
 	// is read only after the user's check passes; nil: the process's own
 	// credentials. The daemon sets it to its client's.
 	Cred *cred.Cred
+
+	// openMemory opens the batch memory in place of batchmem.Open: the
+	// loader's tests give it GPU memory on a machine without a GPU. nil
+	// everywhere else.
+	openMemory func(kind batchmem.Kind, slots int, slotSize int64, o batchmem.Options) (batchmem.Memory, error)
 }
 
 // Shared is what loaders given the same *Shared share: the raw backends'
@@ -121,6 +131,9 @@ func (o Options) Validate() error {
 	if o.Memory != batchmem.Pinned && o.Memory != batchmem.GPU {
 		return fmt.Errorf("%w: %w %q (want %s or %s)", ErrOptions, batchmem.ErrKind, o.Memory, batchmem.Pinned, batchmem.GPU)
 	}
+	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
+		return err
+	}
 	_, err := o.gpuWays()
 	return err
 }
@@ -166,7 +179,7 @@ func (o Options) gpuWays() ([]gpuWay, error) {
 		case cufile.Name:
 			return []gpuWay{{GPUPathCuFile, cufile.Name, "backend cufile named"}}, nil
 		case "":
-			return []gpuWay{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here"}}, nil
+			return []gpuWay{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here or runs in compatibility mode"}}, nil
 		}
 		return []gpuWay{{GPUPathBounce, name, "auto: backend " + name + " named, which writes host memory"}}, nil
 	}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what the demo and the tests need on a fresh machine:
-#  - Debian packages (xfsprogs, btrfs-progs, e2fsprogs, fio, util-linux, acl), through
-#    apt when running as root and a tool is missing;
+#  - Debian packages (xfsprogs, btrfs-progs, e2fsprogs, fio, util-linux, acl, and gcc with libc6-dev:
+#    the tests build the CUDA stand-in with the system C compiler), through apt when
+#    running as root and a tool is missing;
 #  - a Go toolchain >= the go.mod version, from the Go module proxy, into
 #    .tools/go when `go` is missing or too old.
 #  - staticcheck, pinned, into .tools/bin.
@@ -17,7 +18,7 @@ case $mode in all|wheel) ;; *) echo "usage: deps.sh [wheel]" >&2; exit 2;; esac
 
 pairs=(objcopy:binutils curl:curl unzip:unzip python3:python3)
 if [[ $mode == all ]]; then
-  pairs+=(mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.ext4:e2fsprogs filefrag:e2fsprogs fio:fio losetup:mount setfacl:acl)
+  pairs+=(mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.ext4:e2fsprogs filefrag:e2fsprogs fio:fio losetup:mount setfacl:acl cc:gcc cc:libc6-dev)
 fi
 missing=()
 for pair in "${pairs[@]}"; do

@@ -41,6 +41,7 @@ import (
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
 	"github.com/nvfeed/nvfeed/internal/cli"
 	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -73,7 +74,7 @@ const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset
                      [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
                      [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
-                     [--engines session|device] [--log-format text|json] [--log-level debug|info|warn|error]
+                     [--engines session|device] [--cuda-lib-dir DIR] [--log-format text|json] [--log-level debug|info|warn|error]
 
 Serves the datasets' batches on a unix socket (created with its directory
 if missing; ready when it exists, and under systemd Type=notify once
@@ -97,7 +98,7 @@ flags:`
 const benchUsage = `usage: loaderd bench --bmap FILE [--backend NAME] [--batch-size 64] [--batches N | --epochs E]
                      [--prefetch 2] [--memory pinned|gpu --device-id 0] [--shuffle [--shuffle-mode permute|dali] [--initial-fill 1024]] [--seed S]
                      [--shard-id K --num-shards N] [--pad-last-batch] [--stick-to-shard] [--verify] [--json]
-                     [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [--log-format text|json] [--log-level info] [backend options]
+                     [--skip-errors] [--iolog FILE] [--cpuprofile FILE] [--cuda-lib-dir DIR] [--log-format text|json] [--log-level info] [backend options]
 
 Reads a dataset through a backend in this process and reports its
 throughput (no daemon involved).
@@ -110,10 +111,11 @@ Lists the backends with their options' flags, defaults and limits.
 
 flags:`
 
-const checkUsage = `usage: loaderd check [--dataset NAME=MAP ...] [--json]
+const checkUsage = `usage: loaderd check [--dataset NAME=MAP ...] [--cuda-lib-dir DIR] [--json]
 
-Reports what this machine offers the loader: io_uring, O_DIRECT, driver,
-CUDA, cuFile, GPUs, topology; with --dataset, each dataset's device too.
+Reports what this machine offers the loader: io_uring, O_DIRECT, the CUDA
+libraries (where each was found, how, its version), driver, CUDA devices,
+cuFile, GPUs, topology; with --dataset, each dataset's device too.
 
 flags:`
 
@@ -231,8 +233,12 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to FILE")
 	iolog := fs.String("iolog", "", "gds/bam: write every device read to FILE as a fio iolog (v2) for replay")
 	asUser := fs.String("as-user", "", "read as the daemon reads for a client of this user (name or uid): its uid, gid and groups from the user database, and one freshness guard for the dataset, as the daemon keeps (default: this process's credentials)")
+	cudaLibDir := addCUDALibDirFlag(fs)
 	logs := addLogFlags(fs)
 	if err := cli.Parse(fs, args, stdout, stderr, benchUsage); err != nil {
+		return err
+	}
+	if err := cudaLibDir(); err != nil {
 		return err
 	}
 	if *mapPath == "" {
@@ -387,6 +393,50 @@ func backendFlags(fs *flag.FlagSet) map[string]any {
 	return given
 }
 
+// addCUDALibDirFlag adds --cuda-lib-dir. The function it returns, called
+// once the flags (and a config file) are parsed, checks the directory and
+// puts it in the process's environment as NVFEED_CUDA_LIB_DIR, where the
+// libraries' discovery (internal/cuda) looks first: so the flag reaches
+// every place that loads CUDA (batch memory, the cufile backend, check).
+func addCUDALibDirFlag(fs *flag.FlagSet) func() error {
+	dir := fs.String("cuda-lib-dir", "", "look for libcudart and libcufile in DIR first (sets "+cuda.EnvLibDir+"); then the NVIDIA wheels of $VIRTUAL_ENV, $CONDA_PREFIX and the system's Python, $CUDA_HOME/lib64, /usr/local/cuda/lib64, the dynamic loader's search")
+	return func() error {
+		if *dir == "" {
+			return nil
+		}
+		if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+			return cli.UsageErr(fs, "--cuda-lib-dir %q: not a directory", *dir)
+		}
+		return os.Setenv(cuda.EnvLibDir, *dir)
+	}
+}
+
+// logCUDA logs where the CUDA libraries were found and whether there is a
+// driver (the GPU sessions load them again, from the same places).
+func logCUDA(log *slog.Logger) {
+	s := cuda.SearchFromEnv()
+	rt, err := cuda.OpenRuntime(s)
+	if err != nil {
+		log.Info("loaderd: no CUDA runtime: memory gpu unavailable", "why", err)
+		return
+	}
+	attrs := []any{"libcudart", rt.Found.File(), "found_by", rt.Found.From}
+	if v, err := rt.RuntimeVersion(); err == nil {
+		attrs = append(attrs, "runtime", cuda.FormatVersion(v))
+	}
+	if d, err := rt.DriverVersion(); err != nil {
+		attrs = append(attrs, "driver", "none")
+	} else {
+		attrs = append(attrs, "driver", cuda.FormatVersion(d))
+	}
+	if c := cuda.ProbeCuFile(s); c.Found.Path != "" {
+		attrs = append(attrs, "libcufile", c.Found.File(), "libcufile_found_by", c.Found.From)
+	} else {
+		attrs = append(attrs, "libcufile", "none")
+	}
+	log.Info("loaderd: CUDA libraries", attrs...)
+}
+
 // checkCmd reports what this machine offers the loader; it succeeds
 // without a GPU.
 func checkCmd(args []string, stdout, stderr io.Writer) error {
@@ -394,7 +444,11 @@ func checkCmd(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: check a dataset's device too (repeatable)")
+	cudaLibDir := addCUDALibDirFlag(fs)
 	if err := cli.Parse(fs, args, stdout, stderr, checkUsage); err != nil {
+		return err
+	}
+	if err := cudaLibDir(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -510,6 +564,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the daemon's run to FILE (until it stops)")
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one); SIGHUP or loaderd reload reads the files again")
+	cudaLibDir := addCUDALibDirFlag(fs)
 	logs := addLogFlags(fs)
 	if err := cli.Parse(fs, args, stdout, stderr, serveUsage); err != nil {
 		return err
@@ -528,10 +583,14 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}
+	if err := cudaLibDir(); err != nil {
+		return err
+	}
 	log, err := useLogger(fs, logs, stderr)
 	if err != nil {
 		return err
 	}
+	logCUDA(log)
 	loaded := map[string]*bmap.Map{}
 	for name, path := range datasets {
 		m, err := bmap.Load(path)

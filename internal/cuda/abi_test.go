@@ -64,27 +64,35 @@ func TestABIMatchesHeaders(t *testing.T) {
 	var handle uint64
 	var descr FileDescr
 	want := map[string]int64{
-		"sizeof CUfileDescr_t":                       int64(unsafe.Sizeof(descr)),
-		"offsetof CUfileDescr_t.type":                int64(unsafe.Offsetof(descr.Type)),
-		"offsetof CUfileDescr_t.handle":              int64(unsafe.Offsetof(descr.Handle)),
-		"offsetof CUfileDescr_t.fs_ops":              int64(unsafe.Offsetof(descr.FSOps)),
-		"sizeof CUfileError_t":                       8, // returned in RAX as a uint64: err low, cu_err high
-		"offsetof CUfileError_t.err":                 0,
-		"offsetof CUfileError_t.cu_err":              4,
-		"sizeof CUfileHandle_t":                      int64(unsafe.Sizeof(uintptr(0))),
-		"sizeof ssize_t":                             8, // cuFileRead's return, an int64
-		"sizeof off_t":                               8, // its offsets, int64
-		"sizeof CUfileStatsLevel3_t":                 statsL3Size,
-		"offsetof CUfileStatsLevel3_t.num_gpus":      statsL3NumGPUs,
-		"offsetof CUfileStatsLevel3_t.per_gpu_stats": statsL3PerGPU,
-		"sizeof CUfilePerGpuStats_t":                 perGPUSize,
-		"offsetof CUfilePerGpuStats_t.n_total_reads": perGPUTotalReads,
-		"offsetof CUfilePerGpuStats_t.n_p2p_reads":   perGPUP2PReads,
-		"offsetof CUfilePerGpuStats_t.n_nvfs_reads":  perGPUNVFSReads,
-		"offsetof CUfilePerGpuStats_t.n_posix_reads": perGPUPosixReads,
-		"per_gpu_stats count":                        statsL3MaxGPUs,
-		"CU_FILE_HANDLE_TYPE_OPAQUE_FD":              fileHandleTypeOpaqueFD,
-		"CUFILEOP_BASE_ERR":                          cuFileBaseErr,
+		"sizeof CUfileDescr_t":                         int64(unsafe.Sizeof(descr)),
+		"offsetof CUfileDescr_t.type":                  int64(unsafe.Offsetof(descr.Type)),
+		"offsetof CUfileDescr_t.handle":                int64(unsafe.Offsetof(descr.Handle)),
+		"offsetof CUfileDescr_t.fs_ops":                int64(unsafe.Offsetof(descr.FSOps)),
+		"sizeof CUfileError_t":                         8, // returned in RAX as a uint64: err low, cu_err high
+		"offsetof CUfileError_t.err":                   0,
+		"offsetof CUfileError_t.cu_err":                4,
+		"sizeof CUfileHandle_t":                        int64(unsafe.Sizeof(uintptr(0))),
+		"sizeof ssize_t":                               8, // cuFileRead's return, an int64
+		"sizeof off_t":                                 8, // its offsets, int64
+		"sizeof CUfileDrvProps_t":                      drvPropsSize,
+		"offsetof CUfileDrvProps_t.nvfs.major_version": drvPropsMajor,
+		"offsetof CUfileDrvProps_t.nvfs.minor_version": drvPropsMinor,
+		"offsetof CUfileDrvProps_t.nvfs.dstatusflags":  drvPropsDStatusFlags,
+		"offsetof CUfileDrvProps_t.nvfs.dcontrolflags": drvPropsDControlFlags,
+		"offsetof CUfileDrvProps_t.fflags":             drvPropsFFlags,
+		"sizeof CUfileStatsLevel3_t":                   statsL3Size,
+		"offsetof CUfileStatsLevel3_t.num_gpus":        statsL3NumGPUs,
+		"offsetof CUfileStatsLevel3_t.per_gpu_stats":   statsL3PerGPU,
+		"sizeof CUfilePerGpuStats_t":                   perGPUSize,
+		"offsetof CUfilePerGpuStats_t.uuid":            perGPUUUID,
+		"CUFILE_GPU_UUID_LEN":                          gpuUUIDLen,
+		"offsetof CUfilePerGpuStats_t.n_total_reads":   perGPUTotalReads,
+		"offsetof CUfilePerGpuStats_t.n_p2p_reads":     perGPUP2PReads,
+		"offsetof CUfilePerGpuStats_t.n_nvfs_reads":    perGPUNVFSReads,
+		"offsetof CUfilePerGpuStats_t.n_posix_reads":   perGPUPosixReads,
+		"per_gpu_stats count":                          statsL3MaxGPUs,
+		"CU_FILE_HANDLE_TYPE_OPAQUE_FD":                fileHandleTypeOpaqueFD,
+		"CUFILEOP_BASE_ERR":                            cuFileBaseErr,
 
 		"sizeof CUmemLocation":                                         int64(unsafe.Sizeof(loc)),
 		"offsetof CUmemLocation.type":                                  int64(unsafe.Offsetof(loc.Type)),
@@ -110,7 +118,11 @@ func TestABIMatchesHeaders(t *testing.T) {
 		"CU_MEM_ACCESS_FLAGS_PROT_READWRITE":                           memAccessReadWrite,
 		"CU_MEM_ALLOC_GRANULARITY_MINIMUM":                             memGranularityMinimum,
 		"cudaStreamNonBlocking":                                        streamNonBlocking,
+		"cudaEventBlockingSync":                                        eventBlockingSync,
 		"cudaEventDisableTiming":                                       eventDisableTiming,
+		"CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED":  attrGPUDirectRDMAWithVMM,
+		"sizeof CUuuid":                                                int64(unsafe.Sizeof([16]byte{})), // cuDeviceGetUuid's out: *[16]byte
+		"sizeof CUdevice":                                              4,                                // the driver's device handle: int32
 		"cudaMemcpyHostToDevice":                                       memcpyHostToDevice,
 		"cudaHostRegisterPortable":                                     hostRegisterPortable,
 		"cudaErrorInsufficientDriver":                                  int64(ErrorInsufficientDriver),

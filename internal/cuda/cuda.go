@@ -5,11 +5,18 @@
 // build time, no cgo, and a build that runs unchanged on machines without
 // a driver, where Load says so plainly.
 //
+// The libraries are found by discover.go (an explicit directory, the
+// NVIDIA wheels of the Python environment, CUDA_HOME, the dynamic
+// loader's search), and each says where it came from. Whether a driver is
+// present is the loaded runtime's answer (cudaDriverGetVersion), not a
+// guess from /proc.
+//
 // Only what this project calls is bound: versions and devices, host
-// registration (cudaHostRegister, portable) so that copies from batch
+// registration (cudaHostRegister, portable) so that copies from staging
 // memory to a GPU are DMA, streams, events and host-to-device copies
-// (runtime.go), exportable device memory through the driver's virtual
-// memory management API, reached through the runtime's driver entry points
+// (runtime.go), the driver's device queries (UUIDs, PCI bus ids,
+// attributes) and exportable device memory through its virtual memory
+// management API, reached through the runtime's driver entry points
 // (vmm.go), a locked OS thread to make every call on (thread.go), and
 // cuFile (cufile.go). The C structs mirrored here are checked against
 // NVIDIA's headers by abi_test.go, and every bound symbol against the real
@@ -21,32 +28,29 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
 
 // ErrNoDriver is returned (wrapped) by Load on a machine without an NVIDIA
-// driver (no /proc/driver/nvidia/version).
+// driver: the runtime loaded says so (cudaDriverGetVersion gives 0 or
+// cudaErrorInsufficientDriver), or no runtime loads and the kernel module
+// is absent too.
 var ErrNoDriver = errors.New("no NVIDIA driver found")
 
-// ErrNoRuntime is returned (wrapped) by Load when the driver is present but
-// no libcudart can be loaded.
+// ErrNoRuntime is returned (wrapped) by Load when no libcudart can be
+// loaded.
 var ErrNoRuntime = errors.New("no CUDA runtime (libcudart) found")
 
 // DriverVersionFile is where the kernel module reports itself.
 const DriverVersionFile = "/proc/driver/nvidia/version"
 
-// Library names tried, newest first.
-func cudartNames() []string {
-	return []string{"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}
-}
-
-func cufileNames() []string { return []string{"libcufile.so", "libcufile.so.0"} }
-
 // Runtime is a loaded libcudart.
 type Runtime struct {
-	Path string // the library loaded
+	Path  string // the library loaded (Found.Path)
+	Found Found  // where it was found and how
 
 	driverGetVersion  func(*int32) int32
 	runtimeGetVersion func(*int32) int32
@@ -63,8 +67,14 @@ type Runtime struct {
 	eventSynchronize  func(uintptr) int32
 	eventDestroy      func(uintptr) int32
 	memcpyAsync       func(dst, src, n uintptr, kind int32, stream uintptr) int32
+	memcpy2DAsync     func(dst, dpitch, src, spitch, width, height uintptr, kind int32, stream uintptr) int32
+	memsetAsync       func(dst uintptr, value int32, n, stream uintptr) int32 // ondevice.go
 	pciBusID          func(buf *byte, n int32, device int32) int32
 	entryPoint        func(symbol string, fn *uintptr, version uint32, flags uint64, status *int32) int32
+
+	driverOnce sync.Once // resolves driver, driverErr
+	driver     *Driver
+	driverErr  error
 }
 
 // runtimeSymbols are the libcudart functions Runtime binds, by name.
@@ -77,19 +87,22 @@ func (r *Runtime) runtimeSymbols() map[string]any {
 		"cudaStreamCreateWithFlags": &r.streamCreate, "cudaStreamDestroy": &r.streamDestroy,
 		"cudaEventCreateWithFlags": &r.eventCreate, "cudaEventRecord": &r.eventRecord,
 		"cudaEventSynchronize": &r.eventSynchronize, "cudaEventDestroy": &r.eventDestroy,
-		"cudaMemcpyAsync": &r.memcpyAsync, "cudaDeviceGetPCIBusId": &r.pciBusID,
+		"cudaMemcpyAsync": &r.memcpyAsync, "cudaMemcpy2DAsync": &r.memcpy2DAsync,
+		"cudaDeviceGetPCIBusId": &r.pciBusID, "cudaMemsetAsync": &r.memsetAsync,
 	}
 }
 
 // optionalSymbols are bound where the library has them:
 // cudaGetDriverEntryPointByVersion came with CUDA 12.5 (device memory
-// needs it; host registration does not).
+// and the driver's device queries need it; host registration does not).
 func (r *Runtime) optionalSymbols() map[string]any {
 	return map[string]any{"cudaGetDriverEntryPointByVersion": &r.entryPoint}
 }
 
 // DriverVersion returns the first line of the kernel module's version
-// file, or ErrNoDriver.
+// file, or ErrNoDriver. It is a finding for reports: whether CUDA has a
+// driver is decided by the runtime (Runtime.DriverVersion), which also
+// knows drivers without this file.
 func DriverVersion() (string, error) {
 	b, err := os.ReadFile(DriverVersionFile)
 	if err != nil {
@@ -99,17 +112,36 @@ func DriverVersion() (string, error) {
 	return strings.TrimSpace(line), nil
 }
 
-// Load loads libcudart. Without a driver it fails with ErrNoDriver before
-// trying any library.
-func Load() (*Runtime, error) {
-	if _, err := DriverVersion(); err != nil {
+// Load finds and loads libcudart (SearchFromEnv) and checks that it has a
+// driver: without one it fails with ErrNoDriver, naming the library that
+// said so.
+func Load() (*Runtime, error) { return LoadFrom(SearchFromEnv()) }
+
+// LoadFrom is Load with the places to search.
+func LoadFrom(s Search) (*Runtime, error) {
+	r, err := OpenRuntime(s)
+	if err != nil {
 		return nil, err
 	}
-	lib, path, err := open(cudartNames())
+	if _, err := r.DriverVersion(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// OpenRuntime finds and loads libcudart whether or not a driver is
+// present (loaderd check reports its version either way). When none
+// loads it fails with ErrNoRuntime, and with ErrNoDriver too where the
+// kernel module is absent.
+func OpenRuntime(s Search) (*Runtime, error) {
+	lib, found, err := s.open(Cudart())
 	if err != nil {
+		if _, derr := DriverVersion(); derr != nil {
+			return nil, fmt.Errorf("cuda: %w and %w: %v", ErrNoDriver, ErrNoRuntime, err)
+		}
 		return nil, fmt.Errorf("cuda: %w: %v", ErrNoRuntime, err)
 	}
-	return bindRuntime(lib, path)
+	return bindRuntime(lib, found)
 }
 
 // LoadRuntime loads the libcudart at path whether or not a driver is
@@ -120,12 +152,12 @@ func LoadRuntime(path string) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w: %s: %v", ErrNoRuntime, path, err)
 	}
-	return bindRuntime(lib, path)
+	return bindRuntime(lib, Found{Path: path, From: "given"})
 }
 
-func bindRuntime(lib uintptr, path string) (*Runtime, error) {
-	r := &Runtime{Path: path}
-	if err := bind(lib, path, r.runtimeSymbols()); err != nil {
+func bindRuntime(lib uintptr, found Found) (*Runtime, error) {
+	r := &Runtime{Path: found.Path, Found: found}
+	if err := bind(lib, found.Path, r.runtimeSymbols()); err != nil {
 		return nil, err
 	}
 	for name, fn := range r.optionalSymbols() {
@@ -146,19 +178,6 @@ func bind(lib uintptr, path string, fns map[string]any) error {
 		purego.RegisterFunc(fn, sym)
 	}
 	return nil
-}
-
-// open dlopens the first of names that loads.
-func open(names []string) (uintptr, string, error) {
-	var errs []string
-	for _, n := range names {
-		lib, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err == nil {
-			return lib, n, nil
-		}
-		errs = append(errs, err.Error())
-	}
-	return 0, "", errors.New(strings.Join(errs, "; "))
 }
 
 // Error is a CUDA runtime or driver error: the call, the code, its name
@@ -189,7 +208,7 @@ func (r *Runtime) check(call string, code int32) error {
 }
 
 // Versions returns the CUDA driver and runtime versions as 1000·major +
-// 10·minor (CUDA's encoding).
+// 10·minor (CUDA's encoding); driver is 0 without a driver.
 func (r *Runtime) Versions() (driver, runtime int, err error) {
 	var d, rt int32
 	if err := r.check("cudaDriverGetVersion", r.driverGetVersion(&d)); err != nil {
@@ -199,6 +218,34 @@ func (r *Runtime) Versions() (driver, runtime int, err error) {
 		return 0, 0, err
 	}
 	return int(d), int(rt), nil
+}
+
+// RuntimeVersion returns the runtime's version (CUDA's encoding); it
+// needs no driver.
+func (r *Runtime) RuntimeVersion() (int, error) {
+	var v int32
+	if err := r.check("cudaRuntimeGetVersion", r.runtimeGetVersion(&v)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// DriverVersion returns the CUDA version the driver supports, as the
+// runtime sees it, or ErrNoDriver when the runtime finds none
+// (cudaDriverGetVersion gives 0, or cudaErrorInsufficientDriver): the one
+// test of "a driver here" that holds wherever libcuda comes from.
+func (r *Runtime) DriverVersion() (int, error) {
+	var d int32
+	code := r.driverGetVersion(&d)
+	switch {
+	case code == ErrorInsufficientDriver:
+		return 0, fmt.Errorf("cuda: %w: %s says %w", ErrNoDriver, r.Found, r.check("cudaDriverGetVersion", code))
+	case code != 0:
+		return 0, r.check("cudaDriverGetVersion", code)
+	case d == 0:
+		return 0, fmt.Errorf("cuda: %w: %s reports driver version 0 (cudaDriverGetVersion)", ErrNoDriver, r.Found)
+	}
+	return int(d), nil
 }
 
 // FormatVersion renders CUDA's version encoding as "major.minor".
@@ -215,7 +262,8 @@ func (r *Runtime) DeviceCount() (int, error) {
 
 // HostRegister page-locks mem for CUDA (portable: every context), so that
 // copies from it to a GPU are DMA. mem must stay mapped until
-// HostUnregister.
+// HostUnregister. Call it on a Thread: on a thread with no device set the
+// runtime would silently make a context on device 0.
 func (r *Runtime) HostRegister(mem []byte) error {
 	if len(mem) == 0 {
 		return nil
@@ -223,28 +271,10 @@ func (r *Runtime) HostRegister(mem []byte) error {
 	return r.check("cudaHostRegister", r.hostRegister(unsafe.Pointer(&mem[0]), uintptr(len(mem)), hostRegisterPortable))
 }
 
-// HostUnregister undoes HostRegister.
+// HostUnregister undoes HostRegister, on a Thread too.
 func (r *Runtime) HostUnregister(mem []byte) error {
 	if len(mem) == 0 {
 		return nil
 	}
 	return r.check("cudaHostUnregister", r.hostUnregister(unsafe.Pointer(&mem[0])))
-}
-
-// CuFile says whether libcufile loads and, when it does, which.
-type CuFile struct {
-	Path string // the library loaded, "" when none
-	Err  error  // why none loaded
-}
-
-// ProbeCuFile tries to load libcufile. It does not open a cuFile driver
-// session: whether cuFile would run in GDS (nvidia-fs, P2PDMA) or
-// compatibility mode needs a GPU and is reported by a GPU session.
-func ProbeCuFile() CuFile {
-	lib, path, err := open(cufileNames())
-	if err != nil {
-		return CuFile{Err: err}
-	}
-	purego.Dlclose(lib)
-	return CuFile{Path: path}
 }

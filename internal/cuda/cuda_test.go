@@ -5,27 +5,61 @@ package cuda
 import (
 	"errors"
 	"os"
-	"slices"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
+// TestLoadWithoutDriverSaysSo: without a driver Load fails with
+// ErrNoDriver, whether no runtime is found at all or NVIDIA's wheel's
+// runtime is (which then says itself that it has no driver, naming where
+// it was found).
 func TestLoadWithoutDriverSaysSo(t *testing.T) {
 	if _, err := os.Stat(DriverVersionFile); err == nil {
 		t.Skipf("an NVIDIA driver is present (%s): the no-driver path cannot be tested here", DriverVersionFile)
 	}
-	_, err := Load()
-	if !errors.Is(err, ErrNoDriver) {
-		t.Fatalf("Load without a driver: %v, want ErrNoDriver", err)
+	wheels, err := filepath.Abs(cudaWheels(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	venv := filepath.Clean(filepath.Join(wheels, "../../../../..")) // .venv/lib/python3.X/site-packages/nvidia/cu13
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		runtime bool // a runtime is found
+		from    string
+	}{
+		{"nothing", map[string]string{}, false, ""},
+		{"wheels", map[string]string{"VIRTUAL_ENV": venv}, true, "VIRTUAL_ENV (NVIDIA wheel)"},
+		{"explicit", map[string]string{EnvLibDir: filepath.Join(wheels, "lib")}, true, EnvLibDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Search{Getenv: func(k string) string { return tc.env[k] }, NoLoaderSearch: true}
+			_, err := LoadFrom(s)
+			if !errors.Is(err, ErrNoDriver) || errors.Is(err, ErrNoRuntime) == tc.runtime {
+				t.Fatalf("Load without a driver: %v, want ErrNoDriver (and ErrNoRuntime: %v)", err, !tc.runtime)
+			}
+			if !tc.runtime {
+				return
+			}
+			if !strings.Contains(err.Error(), wheels) || !strings.Contains(err.Error(), tc.from) {
+				t.Errorf("%v: does not name the runtime found in %s and how (%s)", err, wheels, tc.from)
+			}
+			r, err := OpenRuntime(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := r.RuntimeVersion(); err != nil || v < 12000 {
+				t.Errorf("the runtime's version without a driver: %d %v", v, err)
+			}
+			c := ProbeCuFile(s)
+			if c.Err != nil || c.Found.From != tc.from || filepath.Dir(c.Found.Path) != filepath.Join(wheels, "lib") || c.Version < 1000 {
+				t.Errorf("ProbeCuFile: %+v, want the wheel's libcufile found by %s with its version", c, tc.from)
+			}
+		})
 	}
 	if _, err := DriverVersion(); !errors.Is(err, ErrNoDriver) {
 		t.Errorf("DriverVersion: %v", err)
-	}
-	switch c := ProbeCuFile(); {
-	case c.Path != "" && (c.Err != nil || !slices.Contains(cufileNames(), c.Path)):
-		t.Errorf("ProbeCuFile: loaded %q (not a name it tries) with err %v", c.Path, c.Err)
-	case c.Path == "" && (c.Err == nil || !strings.Contains(c.Err.Error(), "libcufile")):
-		t.Errorf("ProbeCuFile: no library, and the reason %v does not name the libraries tried", c.Err)
 	}
 }
 

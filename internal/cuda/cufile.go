@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -32,10 +33,19 @@ const (
 	cuFileBaseErr          = 5000 // CUFILEOP_BASE_ERR
 	cuFileCUDADriverError  = 5011 // CU_FILE_CUDA_DRIVER_ERROR
 
+	drvPropsSize          = 56 // sizeof(CUfileDrvProps_t)
+	drvPropsMajor         = 0  // offsetof(CUfileDrvProps_t, nvfs.major_version)
+	drvPropsMinor         = 4  // nvfs.minor_version
+	drvPropsDStatusFlags  = 24 // nvfs.dstatusflags
+	drvPropsDControlFlags = 28 // nvfs.dcontrolflags
+	drvPropsFFlags        = 32 // fflags
+
 	statsL3Size       = 5000 // sizeof(CUfileStatsLevel3_t)
 	statsL3NumGPUs    = 1024 // offsetof(CUfileStatsLevel3_t, num_gpus)
 	statsL3PerGPU     = 1032 // offsetof(CUfileStatsLevel3_t, per_gpu_stats)
 	perGPUSize        = 248  // sizeof(CUfilePerGpuStats_t)
+	perGPUUUID        = 0    // offsetof(CUfilePerGpuStats_t, uuid)
+	gpuUUIDLen        = 16   // CUFILE_GPU_UUID_LEN
 	perGPUTotalReads  = 48   // offsetof(CUfilePerGpuStats_t, n_total_reads)
 	perGPUP2PReads    = 56   // n_p2p_reads
 	perGPUNVFSReads   = 64   // n_nvfs_reads
@@ -55,12 +65,27 @@ var cuFileErrorNames = map[int32]string{
 	5044: "CU_FILE_IO_ERROR", 5045: "CU_FILE_INTERNAL_BUF_REGISTER_ERROR", 5047: "CU_FILE_INVALID_CONTEXT_ERROR",
 }
 
+// The cuFile errors callers branch on.
+const (
+	FileDriverAlreadyOpen = 5026 // CU_FILE_DRIVER_ALREADY_OPEN
+)
+
 // FileError is a cuFile error: the call, cuFile's code and name, and the
 // CUDA driver's code when cuFile says the driver failed.
 type FileError struct {
-	Call string
-	Code int32 // CUfileOpError, or -errno from cuFileRead
-	CUDA int32 // CUresult with CU_FILE_CUDA_DRIVER_ERROR
+	Call  string
+	Code  int32         // CUfileOpError, or -errno from cuFileRead
+	CUDA  int32         // CUresult with CU_FILE_CUDA_DRIVER_ERROR
+	Errno syscall.Errno // cuFileRead's errno (Code is then its negation)
+}
+
+// Unwrap returns the errno, if any: errors.Is(err, syscall.EIO) holds for
+// a read that failed with EIO.
+func (e *FileError) Unwrap() error {
+	if e.Errno != 0 {
+		return e.Errno
+	}
+	return nil
 }
 
 // Name is cuFile's name for the code ("CU_FILE_IO_NOT_SUPPORTED"), or the
@@ -69,8 +94,11 @@ func (e *FileError) Name() string {
 	if n, ok := cuFileErrorNames[e.Code]; ok {
 		return n
 	}
+	if e.Errno != 0 {
+		return fmt.Sprintf("errno %d (%v)", int(e.Errno), e.Errno)
+	}
 	if e.Code < 0 {
-		return fmt.Sprintf("errno %d", -e.Code)
+		return fmt.Sprintf("errno %d (%v)", -e.Code, syscall.Errno(-e.Code))
 	}
 	return fmt.Sprintf("CU_FILE_ERROR_%d", e.Code)
 }
@@ -94,9 +122,11 @@ func fileErr(call string, r uint64) error {
 
 // CuFileLib is a loaded libcufile.
 type CuFileLib struct {
-	Path             string
+	Path             string // the library loaded (Found.Path)
+	Found            Found  // where it was found and how
 	driverOpen       func() uint64
 	driverClose      func() uint64
+	driverProps      func(unsafe.Pointer) uint64
 	handleRegister   func(*uintptr, *FileDescr) uint64
 	handleDeregister func(uintptr)
 	bufRegister      func(uintptr, uintptr, int32) uint64
@@ -105,35 +135,75 @@ type CuFileLib struct {
 	setStatsLevel    func(int32) uint64
 	statsStart       func() uint64
 	getStatsL3       func(unsafe.Pointer) uint64
+	getVersion       func(*int32) uint64 // optional: cuFile 1.8 and later
+	errnoLocation    func() *int32       // libc's __errno_location: this thread's errno
 }
 
 func (c *CuFileLib) symbols() map[string]any {
 	return map[string]any{
 		"cuFileDriverOpen": &c.driverOpen, "cuFileDriverClose_v2": &c.driverClose,
-		"cuFileHandleRegister": &c.handleRegister, "cuFileHandleDeregister": &c.handleDeregister,
+		"cuFileDriverGetProperties": &c.driverProps,
+		"cuFileHandleRegister":      &c.handleRegister, "cuFileHandleDeregister": &c.handleDeregister,
 		"cuFileBufRegister": &c.bufRegister, "cuFileBufDeregister": &c.bufDeregister, "cuFileRead": &c.read,
 		"cuFileSetStatsLevel": &c.setStatsLevel, "cuFileStatsStart": &c.statsStart, "cuFileGetStatsL3": &c.getStatsL3,
 	}
 }
 
-// LoadCuFile loads libcufile (path "" tries the usual names).
+// LoadCuFile loads libcufile: the file at path, or with path "" the one
+// discovery finds (SearchFromEnv).
 func LoadCuFile(path string) (*CuFileLib, error) {
-	var lib uintptr
-	var err error
 	if path == "" {
-		lib, path, err = open(cufileNames())
-	} else {
-		lib, err = purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		return LoadCuFileFrom(SearchFromEnv())
 	}
+	lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: no libcufile: %w", err)
 	}
-	c := &CuFileLib{Path: path}
-	if err := bind(lib, path, c.symbols()); err != nil {
+	return bindCuFile(lib, Found{Path: path, From: "given"})
+}
+
+// LoadCuFileFrom loads the libcufile discovery finds in s.
+func LoadCuFileFrom(s Search) (*CuFileLib, error) {
+	lib, found, err := s.open(Cufile())
+	if err != nil {
+		return nil, fmt.Errorf("cuda: no libcufile: %w", err)
+	}
+	return bindCuFile(lib, found)
+}
+
+func bindCuFile(lib uintptr, found Found) (*CuFileLib, error) {
+	c := &CuFileLib{Path: found.Path, Found: found}
+	if err := bind(lib, found.Path, c.symbols()); err != nil {
+		return nil, err
+	}
+	if sym, err := purego.Dlsym(lib, "cuFileGetVersion"); err == nil {
+		purego.RegisterFunc(&c.getVersion, sym)
+	}
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: libc for cuFileRead's errno: %w", err)
+	}
+	if err := bind(libc, "libc.so.6", map[string]any{"__errno_location": &c.errnoLocation}); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
+
+// Version returns the library's version (cuFileGetVersion: 1000·major +
+// 10·minor, 1150 for 1.15), without opening the driver.
+func (c *CuFileLib) Version() (int, error) {
+	if c.getVersion == nil {
+		return 0, fmt.Errorf("cuda: %s has no cuFileGetVersion (before cuFile 1.8)", c.Path)
+	}
+	var v int32
+	if err := fileErr("cuFileGetVersion", c.getVersion(&v)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// FormatCuFileVersion renders cuFile's version encoding as "major.minor".
+func FormatCuFileVersion(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
 
 // Open opens the cuFile driver and turns on per-GPU statistics (level 3),
 // from which Mode reads what ran. Call it on a Thread.
@@ -164,7 +234,8 @@ func (c *CuFileLib) RegisterFile(fd int) (uintptr, error) {
 func (c *CuFileLib) DeregisterFile(h uintptr) { c.handleDeregister(h) }
 
 // RegisterBuffer registers device memory for direct DMA (once, at the
-// memory's opening).
+// memory's opening). Its failure is not fatal: cuFile reads into
+// unregistered memory through its own pinned bounce buffers.
 func (c *CuFileLib) RegisterBuffer(ptr uintptr, size int64) error {
 	return fileErr("cuFileBufRegister", c.bufRegister(ptr, uintptr(size), 0))
 }
@@ -176,21 +247,61 @@ func (c *CuFileLib) DeregisterBuffer(ptr uintptr) error {
 
 // Read reads size bytes at fileOff of the file into the registered buffer
 // base at bufOff, returning the bytes read (short only at the end of the
-// file). A negative return is -errno or a cuFile error.
+// file). A failure is a *FileError: cuFile's code, or the errno of a
+// return of -1 (read on this thread right after the call: call Read on a
+// Thread, which stays on its OS thread), or -errno for another negative
+// return (as KvikIO reads it).
 func (c *CuFileLib) Read(fh, base uintptr, size int64, fileOff, bufOff int64) (int64, error) {
 	n := c.read(fh, base, uintptr(size), fileOff, bufOff)
-	if n < 0 {
-		code := int32(-n)
-		if code <= cuFileBaseErr {
-			code = int32(n) // -errno
-		}
-		return 0, &FileError{Call: "cuFileRead", Code: code}
+	if n >= 0 {
+		return n, nil
 	}
-	return n, nil
+	if n == -1 {
+		errno := syscall.Errno(*c.errnoLocation())
+		if errno == 0 {
+			return 0, &FileError{Call: "cuFileRead", Code: -1, Errno: syscall.EPERM}
+		}
+		return 0, &FileError{Call: "cuFileRead", Code: -int32(errno), Errno: errno}
+	}
+	code := int32(-n)
+	if code <= cuFileBaseErr {
+		return 0, &FileError{Call: "cuFileRead", Code: int32(n), Errno: syscall.Errno(code)}
+	}
+	return 0, &FileError{Call: "cuFileRead", Code: code}
+}
+
+// DriverProps are the cuFile driver's properties that say how it reads.
+type DriverProps struct {
+	NVFSMajor, NVFSMinor uint32 // nvidia-fs's version: 0.0 when it is not loaded
+	DStatusFlags         uint32 // CUfileDriverStatusFlags_t bits
+	DControlFlags        uint32 // CUfileDriverControlFlags_t bits
+	FFlags               uint32 // CUfileFeatureFlags_t bits
+}
+
+// NVFS says whether nvidia-fs (the kernel module of GDS's direct path)
+// is loaded.
+func (p DriverProps) NVFS() bool { return p.NVFSMajor != 0 || p.NVFSMinor != 0 }
+
+// Properties returns the open driver's properties
+// (cuFileDriverGetProperties).
+func (c *CuFileLib) Properties() (DriverProps, error) {
+	b := make([]byte, drvPropsSize)
+	if err := fileErr("cuFileDriverGetProperties", c.driverProps(unsafe.Pointer(&b[0]))); err != nil {
+		return DriverProps{}, err
+	}
+	return parseDriverProps(b), nil
+}
+
+func parseDriverProps(b []byte) DriverProps {
+	le := binary.LittleEndian
+	return DriverProps{NVFSMajor: le.Uint32(b[drvPropsMajor:]), NVFSMinor: le.Uint32(b[drvPropsMinor:]),
+		DStatusFlags: le.Uint32(b[drvPropsDStatusFlags:]), DControlFlags: le.Uint32(b[drvPropsDControlFlags:]),
+		FFlags: le.Uint32(b[drvPropsFFlags:])}
 }
 
 // GPUReads are one GPU's read counts from cuFile's level-3 statistics.
 type GPUReads struct {
+	UUID                    string // the GPU's, as FormatUUID writes it
 	Total, P2P, NVFS, POSIX uint64
 }
 
@@ -210,7 +321,9 @@ func (r GPUReads) Mode() string {
 	return "none"
 }
 
-// Reads returns each GPU's read counts from cuFile's statistics.
+// Reads returns the read counts of each GPU cuFile's statistics list (in
+// cuFile's order, not CUDA's: match them by UUID). Compatibility mode
+// builds no GPU topology and may list none.
 func (c *CuFileLib) Reads() ([]GPUReads, error) {
 	buf := make([]byte, statsL3Size)
 	if err := fileErr("cuFileGetStatsL3", c.getStatsL3(unsafe.Pointer(&buf[0]))); err != nil {
@@ -232,8 +345,30 @@ func parseStatsL3(b []byte) ([]GPUReads, error) {
 	out := make([]GPUReads, n)
 	for i := range out {
 		g := b[statsL3PerGPU+i*perGPUSize:]
-		out[i] = GPUReads{Total: le.Uint64(g[perGPUTotalReads:]), P2P: le.Uint64(g[perGPUP2PReads:]),
+		out[i] = GPUReads{UUID: FormatUUID([gpuUUIDLen]byte(g[perGPUUUID : perGPUUUID+gpuUUIDLen])),
+			Total: le.Uint64(g[perGPUTotalReads:]), P2P: le.Uint64(g[perGPUP2PReads:]),
 			NVFS: le.Uint64(g[perGPUNVFSReads:]), POSIX: le.Uint64(g[perGPUPosixReads:])}
 	}
 	return out, nil
+}
+
+// CuFile says whether libcufile loads and, when it does, where it was
+// found and its version.
+type CuFile struct {
+	Found   Found // where it was found, zero when none loaded
+	Version int   // cuFileGetVersion, 0 unknown
+	Err     error // why none loaded, or why its version is unknown
+}
+
+// ProbeCuFile finds and loads libcufile and reads its version. It does
+// not open a cuFile driver session: whether cuFile would run in GDS
+// (nvidia-fs, P2PDMA) or compatibility mode needs a GPU and is measured
+// by a GPU session.
+func ProbeCuFile(s Search) CuFile {
+	c, err := LoadCuFileFrom(s)
+	if err != nil {
+		return CuFile{Err: err}
+	}
+	v, err := c.Version()
+	return CuFile{Found: c.Found, Version: v, Err: err}
 }

@@ -4,12 +4,14 @@ package cuda
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 )
 
 // Stream and event flags, and the copy kind (driver_types.h).
 const (
 	streamNonBlocking    = 0x01 // cudaStreamNonBlocking
+	eventBlockingSync    = 0x01 // cudaEventBlockingSync
 	eventDisableTiming   = 0x02 // cudaEventDisableTiming
 	memcpyHostToDevice   = 1    // cudaMemcpyHostToDevice
 	hostRegisterPortable = 1    // cudaHostRegisterPortable
@@ -41,10 +43,11 @@ func (r *Runtime) DestroyStream(s Stream) error {
 	return r.check("cudaStreamDestroy", r.streamDestroy(uintptr(s)))
 }
 
-// NewEvent creates an event without timing.
+// NewEvent creates an event without timing whose wait blocks the thread
+// (BlockingSync) rather than spinning a core for the length of a copy.
 func (r *Runtime) NewEvent() (Event, error) {
 	var e uintptr
-	if err := r.check("cudaEventCreateWithFlags", r.eventCreate(&e, eventDisableTiming)); err != nil {
+	if err := r.check("cudaEventCreateWithFlags", r.eventCreate(&e, eventBlockingSync|eventDisableTiming)); err != nil {
 		return 0, err
 	}
 	return Event(e), nil
@@ -74,6 +77,24 @@ func (r *Runtime) CopyToDevice(dst uintptr, src []byte, s Stream) error {
 		return nil
 	}
 	err := r.check("cudaMemcpyAsync", r.memcpyAsync(dst, uintptrOf(src), uintptr(len(src)), memcpyHostToDevice, uintptr(s)))
+	runtime.KeepAlive(src)
+	return err
+}
+
+// CopyToDevice2D enqueues one strided copy on s: rows rows of width bytes,
+// row i from src[i·srcPitch:] to dst + i·dstPitch (cudaMemcpy2DAsync).
+// With dstPitch == width the rows land back to back: samples spaced out
+// in host staging packed densely on the device. src is host memory as for
+// CopyToDevice and must hold (rows-1)·srcPitch + width bytes.
+func (r *Runtime) CopyToDevice2D(dst uintptr, dstPitch int64, src []byte, srcPitch, width int64, rows int, s Stream) error {
+	if rows == 0 || width == 0 {
+		return nil
+	}
+	if width > srcPitch || width > dstPitch || int64(len(src)) < int64(rows-1)*srcPitch+width {
+		return fmt.Errorf("cuda: 2D copy of %d rows of %d bytes (pitches %d, %d) from %d bytes", rows, width, srcPitch, dstPitch, len(src))
+	}
+	err := r.check("cudaMemcpy2DAsync", r.memcpy2DAsync(dst, uintptr(dstPitch), uintptrOf(src), uintptr(srcPitch),
+		uintptr(width), uintptr(rows), memcpyHostToDevice, uintptr(s)))
 	runtime.KeepAlive(src)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -19,8 +20,8 @@ func TestRuntimeSymbolsResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rt.entryPoint == nil {
-		t.Errorf("%s: cudaGetDriverEntryPointByVersion not bound", lib)
+	if rt.entryPoint == nil || rt.memcpy2DAsync == nil {
+		t.Errorf("%s: cudaGetDriverEntryPointByVersion or cudaMemcpy2DAsync not bound", lib)
 	}
 	if _, err := os.Stat(DriverVersionFile); err == nil {
 		t.Skipf("an NVIDIA driver is present: the no-driver errors cannot be seen here")
@@ -49,6 +50,9 @@ func TestRuntimeSymbolsResolve(t *testing.T) {
 	if _, err := rt.Driver(); err == nil {
 		t.Errorf("driver entry points resolved without a driver")
 	}
+	if _, err := rt.Devices(); err == nil {
+		t.Errorf("devices listed without a driver")
+	}
 }
 
 // TestCuFileSymbolsResolve binds every cuFile symbol from the real
@@ -58,6 +62,12 @@ func TestCuFileSymbolsResolve(t *testing.T) {
 	c, err := LoadCuFile(filepath.Join(cudaWheels(t), "lib", "libcufile.so.0"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.getVersion == nil || c.errnoLocation == nil || c.driverProps == nil {
+		t.Fatalf("cuFileGetVersion, __errno_location or cuFileDriverGetProperties not bound")
+	}
+	if v, err := c.Version(); err != nil || v < 1150 {
+		t.Errorf("cuFileGetVersion without a driver: %d %v, want 1.15 or later", v, err)
 	}
 	if _, err := os.Stat(DriverVersionFile); err == nil {
 		t.Skipf("an NVIDIA driver is present: the no-driver error cannot be seen here")
@@ -81,6 +91,7 @@ func TestStatsL3Parse(t *testing.T) {
 		}
 	}
 	b[statsL3NumGPUs] = 3
+	copy(b[statsL3PerGPU+1*perGPUSize+perGPUUUID:], "STANDIN-GPU-0001")
 	put(0, perGPUTotalReads, 10)
 	put(0, perGPUP2PReads, 10)
 	put(1, perGPUTotalReads, 7)
@@ -90,6 +101,9 @@ func TestStatsL3Parse(t *testing.T) {
 	got, err := parseStatsL3(b)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if u := "GPU-5354414e-4449-4e2d-4750-552d30303031"; got[1].UUID != u || !SameUUID(got[1].UUID, strings.ToUpper(u[4:])) {
+		t.Errorf("GPU 1's UUID %q, want %q", got[1].UUID, u)
 	}
 	want := []string{"gds", "compat", "mixed"}
 	if len(got) != 3 {
@@ -106,5 +120,19 @@ func TestStatsL3Parse(t *testing.T) {
 	b[statsL3NumGPUs] = 17
 	if _, err := parseStatsL3(b); err == nil {
 		t.Errorf("17 GPUs (more than the 16 slots): no error")
+	}
+}
+
+// TestDriverPropsParse reads nvidia-fs's version and the flags from a
+// CUfileDrvProps_t laid out as the header says.
+func TestDriverPropsParse(t *testing.T) {
+	b := make([]byte, drvPropsSize)
+	if p := parseDriverProps(b); p.NVFS() {
+		t.Errorf("nvfs 0.0: %+v says nvidia-fs is loaded", p)
+	}
+	b[drvPropsMajor], b[drvPropsMinor], b[drvPropsDStatusFlags+1], b[drvPropsDControlFlags], b[drvPropsFFlags] = 2, 17, 0x08, 0x02, 0x04
+	p := parseDriverProps(b)
+	if !p.NVFS() || p.NVFSMajor != 2 || p.NVFSMinor != 17 || p.DStatusFlags != 1<<11 || p.DControlFlags != 2 || p.FFlags != 4 {
+		t.Errorf("%+v", p)
 	}
 }

@@ -40,11 +40,31 @@ type Request struct {
 	// itself (Dev).
 	Buf []byte
 	// Dev is the device address of the sample's destination when batch
-	// memory is on a GPU, AlignUp(Sample.Size) bytes there; 0 for host
-	// memory. Only a backend whose Spec says DeviceWrites writes it; the
-	// others write Buf, a host staging area the memory copies over.
+	// memory is on a GPU; 0 for host memory. Only a backend whose Spec
+	// says DeviceWrites writes it; the others write Buf, a host staging
+	// area the memory copies over.
 	Dev uintptr
-	Err error // set by the backend when this sample failed (a *SampleError)
+	// DevRoom is how many bytes at Dev the backend may write (DevBytes):
+	// AlignUp(Sample.Size) where each sample has an aligned room; exactly
+	// Sample.Size in a dense batch, whose samples lie back to back on the
+	// device (the next sample's bytes start right after). Dev is then not
+	// Align-aligned.
+	DevRoom int64
+	Err     error // set by the backend when this sample failed (a *SampleError)
+}
+
+// DevBytes returns how many bytes a backend writing device memory reads
+// to Dev: the sample's aligned length (what O_DIRECT reads, and a file
+// that grew shows up as a longer read), cut to DevRoom where the room is
+// smaller (a dense batch: then a longer file reads exactly DevRoom bytes
+// and the backend must compare the file's size itself). A DevRoom of 0
+// is taken as the aligned length.
+func (r *Request) DevBytes() int64 {
+	n := AlignUp(r.Sample.Size)
+	if r.DevRoom > 0 && r.DevRoom < n {
+		return r.DevRoom
+	}
+	return n
 }
 
 // Backend reads samples into batch memory.

@@ -13,19 +13,32 @@
 //
 //  1. The loader takes slot i only after the consumer has released the
 //     batch that used it before (never two batches in one slot).
-//  2. Writers (the backend's reads) write only into Slot(i), only into
-//     bytes [0, n) where n is the batch's size, and only between the
-//     loader taking the slot and every read having completed. Slot(i) is
-//     the same Region for the life of the Memory.
-//  3. The loader calls Publish(ctx, i, n) once, after every write has
-//     completed and before the batch is handed out. When Publish returns
-//     nil, bytes [0, n) of slot i are in the memory the client maps (for
-//     host memory they already were; for GPU memory any staging copy is
-//     complete) and nothing writes them again until the slot's next turn.
-//     When it returns an error, the batch must not be handed out; the
-//     slot may be used again.
+//  2. Writers (the backend's reads) write only into Slot(i), only where
+//     the batch's Placement puts its samples, and only between the loader
+//     taking the slot and every read having completed. Slot(i) is the
+//     same Region for the life of the Memory.
+//  3. The loader calls Publish(ctx, i, p) once, after every write has
+//     completed and before the batch is handed out, with the batch's
+//     Placement. When Publish returns nil, the batch is in the memory the
+//     client maps as p lays it out (for host memory it already was; for
+//     GPU memory any staging copy, packing, zeroing and repeating is
+//     complete) and nothing writes those bytes again until the slot's
+//     next turn. When it returns an error, the batch must not be handed
+//     out; the slot may be used again.
 //  4. The consumer reads bytes of slot i only between a nil Publish and
 //     its release of the batch.
+//
+// # Placement
+//
+// A batch is ragged or dense (Placement). Ragged: each sample starts
+// backend.Align-aligned in the slot, where its writer put it, and the
+// client finds it there. Dense, only in GPU memory (Desc.Packs) and only
+// when every sample of the batch has the same size S: sample i is at byte
+// i·S of the slot on the device, so the batch is one (batch, S) array
+// there. A backend that writes device memory writes sample i there,
+// exactly S bytes; one that writes host memory writes it at i·AlignUp(S)
+// of the staging area (4 KiB-aligned rooms, as O_DIRECT needs), and
+// Publish packs the rows while copying, in one 2D copy.
 //
 // Memory methods other than Publish may be called from any goroutine;
 // Publish of different slots may run at once. Close must not be called
@@ -47,7 +60,7 @@ type Kind string
 
 // Memory kinds.
 const (
-	Pinned Kind = "pinned" // page-locked host memory (a memfd), CUDA-registered where a driver is present
+	Pinned Kind = "pinned" // page-locked host memory (a memfd); not CUDA-registered (see openHost)
 	GPU    Kind = "gpu"    // device memory on one GPU
 )
 
@@ -58,7 +71,12 @@ type Desc struct {
 	Size     int64 `msgpack:"size" json:"size"`           // bytes to map
 	SlotSize int64 `msgpack:"slot_size" json:"slot_size"` // slot i starts at i·SlotSize
 	Slots    int   `msgpack:"slots" json:"slots"`
-	Device   int   `msgpack:"device" json:"device"` // the GPU's ordinal for GPU memory; -1 for host memory
+	Device   int   `msgpack:"device" json:"device"` // the GPU's ordinal for GPU memory, as this process numbers it; -1 for host memory
+	// UUID names the GPU of GPU memory the same way in every process
+	// (GPU-xxxxxxxx-...; ordinals differ with CUDA_VISIBLE_DEVICES): a
+	// client imports the memory on the device with this UUID. "" for host
+	// memory.
+	UUID string `msgpack:"uuid" json:"uuid"`
 	// NUMANode is the node the memory (GPU memory: its GPU and staging
 	// area) is placed on; -1 unknown or not placed.
 	NUMANode int `msgpack:"numa_node" json:"numa_node"`
@@ -82,8 +100,9 @@ type Memory interface {
 	Desc() Desc
 	// Slot returns slot i's region.
 	Slot(i int) Region
-	// Publish makes bytes [0, n) of slot i visible to the consumer.
-	Publish(ctx context.Context, i int, n int64) error
+	// Publish makes the batch in slot i, laid out as p says, visible to
+	// the consumer.
+	Publish(ctx context.Context, i int, p Placement) error
 	// Export returns a new file descriptor through which a client maps the
 	// whole memory, read-only where the kind allows. The caller owns it
 	// and closes it once passed on.
@@ -97,8 +116,14 @@ type Memory interface {
 
 // Options configures Open.
 type Options struct {
-	// Device is the GPU ordinal for GPU memory.
+	// Device is the GPU ordinal for GPU memory, unless DeviceUUID names
+	// the GPU.
 	Device int
+	// DeviceUUID, when set, names the GPU by its UUID (as cuDeviceGetUuid
+	// gives it, nvidia-smi's GPU-... form; case and the GPU- prefix do not
+	// matter): its ordinal in this process is looked up, and Device is
+	// ignored. A GPU this process does not see is ErrUnknownGPU.
+	DeviceUUID string
 	// DeviceWrites says the backend writes device memory itself (its
 	// Spec's DeviceWrites): GPU memory then needs no host staging area.
 	DeviceWrites bool
@@ -119,6 +144,10 @@ var (
 	// ErrNoSpace is returned (wrapped) when the memory asked for is more
 	// than the machine has available.
 	ErrNoSpace = errors.New("no room for batch memory")
+	// ErrUnknownGPU is returned (wrapped) when the GPU asked for (its UUID
+	// or ordinal) is not one this process sees; the message lists those
+	// it sees.
+	ErrUnknownGPU = errors.New("no such GPU here")
 )
 
 // Open allocates slots slots of at least slotSize bytes each (rounded up
@@ -138,4 +167,87 @@ func Open(kind Kind, slots int, slotSize int64, o Options) (Memory, error) {
 		return openGPU(slots, slotSize, o)
 	}
 	return nil, fmt.Errorf("batchmem: %w %q (want %s or %s)", ErrKind, kind, Pinned, GPU)
+}
+
+// MaxRow bounds a dense row's staging room (backend.AlignUp of the
+// samples' size): cudaMemcpy2DAsync refuses a pitch above the device's
+// cudaDevAttrMaxPitch, which deviceQuery reports as 2147483647 bytes on
+// current GPUs. Batches of larger samples stay ragged.
+const MaxRow = 1<<31 - 1
+
+// Placement is how one batch lies in its slot (see the package's
+// Placement section): what writers were told and what Publish makes
+// visible. Rows == 0 means ragged, Rows > 0 dense.
+type Placement struct {
+	// Used is, for a ragged batch, the bytes [0, Used) of the slot that
+	// its samples' rooms take: Publish makes them visible where they lie.
+	Used int64
+	// Rows is a dense batch's number of samples (0: ragged) and Row each
+	// one's size in bytes (> 0). Sample i is at DevOffset(i) in the
+	// memory the client maps, and, for a writer of host memory, at
+	// HostOffset(i) of the slot's Region.Host.
+	Rows int
+	Row  int64
+	// Zero lists the dense rows whose writer left them unfilled (failed
+	// samples): Publish makes them read zeros, never another sample's or
+	// an older batch's bytes. Repeats lists the dense rows that hold the
+	// same sample as an earlier row (padding, read once): Publish copies
+	// the earlier row there. Zero is applied first.
+	Zero    []int
+	Repeats []Repeat
+}
+
+// Repeat says dense row Row holds the same sample as row Of.
+type Repeat struct{ Row, Of int }
+
+// Ragged returns the placement of a ragged batch whose rooms take bytes
+// [0, used) of its slot.
+func Ragged(used int64) Placement { return Placement{Used: used} }
+
+// Dense reports whether the placement is dense.
+func (p Placement) Dense() bool { return p.Rows > 0 }
+
+// DevOffset returns dense row i's offset in its slot in the memory the
+// client maps: i·Row, the rows back to back.
+func (p Placement) DevOffset(i int) int64 { return int64(i) * p.Row }
+
+// HostOffset returns dense row i's offset in its slot's host staging
+// area: i·AlignUp(Row), every row backend.Align-aligned.
+func (p Placement) HostOffset(i int) int64 { return int64(i) * backend.AlignUp(p.Row) }
+
+// Packs reports whether a batch of rows samples of row bytes each is
+// placed dense in this memory: GPU memory only, row > 0 and at most
+// MaxRow rounded up, and the rows fit a slot at their staging pitch
+// (padding may repeat a large sample more often than the slot's size,
+// the sum of the largest samples, allows: such a batch stays ragged).
+func (d Desc) Packs(rows int, row int64) bool {
+	return d.Kind == GPU && rows > 0 && row > 0 && backend.AlignUp(row) <= MaxRow && int64(rows)*backend.AlignUp(row) <= d.SlotSize
+}
+
+// check returns why p cannot be published in slot i of memory d, nil
+// when it can.
+func (p Placement) check(d Desc, i int) error {
+	if i < 0 || i >= d.Slots {
+		return fmt.Errorf("batchmem: publish slot %d: out of range (%d slots)", i, d.Slots)
+	}
+	if !p.Dense() {
+		if p.Used < 0 || p.Used > d.SlotSize || p.Rows < 0 {
+			return fmt.Errorf("batchmem: publish %d bytes of slot %d: out of range (slots of %d bytes)", p.Used, i, d.SlotSize)
+		}
+		return nil
+	}
+	if !d.Packs(p.Rows, p.Row) {
+		return fmt.Errorf("batchmem: publish slot %d: %d dense rows of %d bytes do not fit %s memory's slots of %d bytes", i, p.Rows, p.Row, d.Kind, d.SlotSize)
+	}
+	for _, z := range p.Zero {
+		if z < 0 || z >= p.Rows {
+			return fmt.Errorf("batchmem: publish slot %d: row %d to zero of %d", i, z, p.Rows)
+		}
+	}
+	for _, r := range p.Repeats {
+		if r.Row < 0 || r.Row >= p.Rows || r.Of < 0 || r.Of >= p.Rows || r.Of == r.Row {
+			return fmt.Errorf("batchmem: publish slot %d: row %d repeating row %d of %d", i, r.Row, r.Of, p.Rows)
+		}
+	}
+	return nil
 }

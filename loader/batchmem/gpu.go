@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // gpuDevice is the small CUDA surface GPU memory uses: cudaDevice
@@ -16,15 +18,41 @@ type gpuDevice interface {
 	// Alloc allocates at least size bytes of exportable device memory
 	// (the device rounds up to its allocation granularity).
 	Alloc(size int64) (gpuAlloc, error)
-	// CopyAndWait copies src (host memory registered with CUDA) to the
-	// device address dst on the memory's stream, records slot's event
-	// after it and returns once the event has completed.
-	CopyAndWait(slot int, dst uintptr, src []byte) error
+	// Run enqueues ops in order on the memory's stream, records slot's
+	// event after them and returns once the event has completed (also
+	// when an op fails to enqueue, after the ones before it).
+	Run(slot int, ops []devOp) error
 	// NUMANode is the GPU's NUMA node, -1 when unknown.
 	NUMANode() int
 	// Close frees the stream, events and thread.
 	Close() error
 }
+
+// devOp is one operation Publish enqueues on the memory's stream.
+type devOp struct {
+	kind devOpKind
+	dst  uintptr // device address written
+	// src is fromHost's source: height rows of width bytes, spitch apart
+	// (host memory registered with CUDA, unchanged until the event).
+	src []byte
+	// srcDev is onDevice's source: width bytes at this device address.
+	srcDev uintptr
+	width  int64
+	height int   // fromHost: rows (1: a plain copy)
+	dpitch int64 // fromHost: the rows' distance on the device
+	spitch int64 // fromHost: the rows' distance in src
+}
+
+// devOpKind says what a devOp does.
+type devOpKind uint8
+
+// The operations: a copy from host memory (cudaMemcpyAsync, or
+// cudaMemcpy2DAsync for several rows), a copy on the device, zeroing.
+const (
+	fromHost devOpKind = iota
+	onDevice
+	zero
+)
 
 // gpuAlloc is one allocation of exportable device memory.
 type gpuAlloc interface {
@@ -46,17 +74,23 @@ type gpu struct {
 	staging *host // nil when the backend writes device memory itself
 }
 
-// openGPU makes GPU memory on o.Device. Without a driver it fails with
-// ErrNoCUDA.
+// openGPU makes GPU memory on o.Device (or the GPU o.DeviceUUID names).
+// Without a driver it fails with ErrNoCUDA; a GPU not here is
+// ErrUnknownGPU.
 func openGPU(slots int, slotSize int64, o Options) (Memory, error) {
-	dev, err := openCUDADevice(o.Device, o.Logger)
+	dev, err := openCUDADevice(o)
 	if err != nil {
 		return nil, err
 	}
+	o.Device = dev.t.Device // DeviceUUID's ordinal here
 	m, err := newGPU(dev, slots, slotSize, o)
 	if err != nil {
 		dev.Close()
 		return nil, err
+	}
+	m.desc.UUID = dev.uuid
+	if m.staging != nil {
+		dev.registerStaging(m.staging, o.Logger)
 	}
 	return m, nil
 }
@@ -93,24 +127,70 @@ func (m *gpu) Slot(i int) Region {
 	return r
 }
 
-// Publish copies bytes [0, n) of slot i's staging area to the device and
-// returns once the copy has completed (its event); with no staging (the
-// backend wrote the device, synchronously) there is nothing to do.
-func (m *gpu) Publish(ctx context.Context, i int, n int64) error {
-	if i < 0 || i >= m.desc.Slots || n < 0 || n > m.desc.SlotSize {
-		return fmt.Errorf("batchmem: publish %d bytes of slot %d: out of range (%d slots of %d bytes)", n, i, m.desc.Slots, m.desc.SlotSize)
-	}
-	if m.staging == nil || n == 0 {
-		return nil
+// Publish makes the batch in slot i visible on the device as p lays it
+// out, and returns once the device's work is complete (its event):
+//
+//   - ragged, with staging: bytes [0, p.Used) of the staging area copied
+//     to the slot as they lie (one cudaMemcpyAsync);
+//   - dense, with staging: the Zero rows cleared and the Repeats filled in
+//     the staging area, then every row packed from its 4 KiB-aligned room
+//     to i·Row on the device in one cudaMemcpy2DAsync (source pitch
+//     AlignUp(Row), destination pitch Row);
+//   - dense, the backend having written the device: the Zero rows cleared
+//     (cudaMemsetAsync), then the Repeats copied on the device;
+//   - ragged with no staging: nothing to do.
+func (m *gpu) Publish(ctx context.Context, i int, p Placement) error {
+	if err := p.check(m.desc, i); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := m.Slot(i)
-	if err := m.dev.CopyAndWait(i, r.Dev, r.Host[:n]); err != nil {
-		return fmt.Errorf("batchmem: copy slot %d (%d bytes) to GPU %d: %w", i, n, m.desc.Device, err)
+	ops := m.ops(i, p)
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := m.dev.Run(i, ops); err != nil {
+		if p.Dense() {
+			return fmt.Errorf("batchmem: publish slot %d (%d rows of %d bytes) on GPU %d: %w", i, p.Rows, p.Row, m.desc.Device, err)
+		}
+		return fmt.Errorf("batchmem: copy slot %d (%d bytes) to GPU %d: %w", i, p.Used, m.desc.Device, err)
 	}
 	return nil
+}
+
+// ops returns what Publish enqueues for p in slot i (checked), having
+// prepared the staging area's rows when there is one.
+func (m *gpu) ops(i int, p Placement) []devOp {
+	r := m.Slot(i)
+	switch {
+	case !p.Dense() && m.staging == nil:
+		return nil
+	case !p.Dense():
+		if p.Used == 0 {
+			return nil
+		}
+		return []devOp{{kind: fromHost, dst: r.Dev, src: r.Host[:p.Used], width: p.Used, height: 1}}
+	case m.staging != nil:
+		pitch := backend.AlignUp(p.Row)
+		row := func(j int) []byte { return r.Host[int64(j)*pitch : int64(j)*pitch+p.Row] }
+		for _, z := range p.Zero {
+			clear(row(z))
+		}
+		for _, rp := range p.Repeats {
+			copy(row(rp.Row), row(rp.Of))
+		}
+		n := int64(p.Rows-1)*pitch + p.Row
+		return []devOp{{kind: fromHost, dst: r.Dev, src: r.Host[:n], width: p.Row, height: p.Rows, dpitch: p.Row, spitch: pitch}}
+	}
+	ops := make([]devOp, 0, len(p.Zero)+len(p.Repeats))
+	for _, z := range p.Zero {
+		ops = append(ops, devOp{kind: zero, dst: r.Dev + uintptr(p.DevOffset(z)), width: p.Row})
+	}
+	for _, rp := range p.Repeats {
+		ops = append(ops, devOp{kind: onDevice, dst: r.Dev + uintptr(p.DevOffset(rp.Row)), srcDev: r.Dev + uintptr(p.DevOffset(rp.Of)), width: p.Row})
+	}
+	return ops
 }
 
 // Export returns a descriptor of the device allocation (a CUDA VMM POSIX

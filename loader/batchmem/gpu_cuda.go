@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/numa"
@@ -18,32 +19,43 @@ import (
 type cudaDevice struct {
 	t      *cuda.Thread
 	drv    *cuda.Driver
+	uuid   string // the GPU's UUID (Desc.UUID)
 	stream cuda.Stream
 	events map[int]cuda.Event // on the thread only
 	node   int                // the GPU's NUMA node, -1 unknown
 }
 
-// openCUDADevice starts the thread for device and resolves what GPU memory
-// needs; without a driver it fails with ErrNoCUDA.
-func openCUDADevice(device int, log *slog.Logger) (*cudaDevice, error) {
-	if _, err := cuda.DriverVersion(); err != nil {
-		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrNoCUDA, err)
-	}
+// openCUDADevice finds the GPU o names (o.DeviceUUID, else o.Device),
+// starts its thread and resolves what GPU memory needs; without a driver
+// it fails with ErrNoCUDA, for a GPU not here with ErrUnknownGPU.
+func openCUDADevice(o Options) (*cudaDevice, error) {
 	rt, err := cuda.Load()
 	if err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrNoCUDA, err)
+		}
 		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
+	}
+	drv, err := rt.Driver() // the device queries need no context
+	if err != nil {
+		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
+	}
+	devs, err := drv.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("batchmem: memory kind gpu: listing the GPUs: %w", err)
+	}
+	device, err := pickDevice(devs, o.Device, o.DeviceUUID)
+	if err != nil {
+		return nil, err
 	}
 	t, err := rt.NewThread(device)
 	if err != nil {
 		return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
 	}
-	d := &cudaDevice{t: t, events: map[int]cuda.Event{}, node: -1}
+	d := &cudaDevice{t: t, drv: drv, uuid: devs[device].UUID, events: map[int]cuda.Event{}, node: -1}
 	var bus string
 	err = t.Do(func() error {
 		var err error
-		if d.drv, err = rt.Driver(); err != nil {
-			return err
-		}
 		if bus, err = rt.PCIBusID(device); err != nil {
 			return err
 		}
@@ -52,13 +64,49 @@ func openCUDADevice(device int, log *slog.Logger) (*cudaDevice, error) {
 	})
 	if err != nil {
 		t.Close()
-		if errors.Is(err, cuda.ErrNoVMM) {
-			return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrUnsupported, err)
-		}
-		return nil, fmt.Errorf("batchmem: memory kind gpu on device %d: %w", device, err)
+		return nil, fmt.Errorf("batchmem: memory kind gpu on device %d (%s): %w", device, d.uuid, err)
 	}
-	d.place(bus, log)
+	d.place(bus, o.Logger)
 	return d, nil
+}
+
+// pickDevice returns the ordinal of the GPU uuid names, or with uuid ""
+// ordinal itself, among devs; else ErrUnknownGPU listing devs.
+func pickDevice(devs []cuda.Device, ordinal int, uuid string) (int, error) {
+	seen := func() string {
+		if len(devs) == 0 {
+			return "it sees no GPU"
+		}
+		var l []string
+		for _, d := range devs {
+			l = append(l, fmt.Sprintf("%d: %s", d.Ordinal, d.UUID))
+		}
+		return "it sees " + strings.Join(l, ", ")
+	}
+	if uuid != "" {
+		if i, ok := cuda.FindDevice(devs, uuid); ok {
+			return i, nil
+		}
+		return 0, fmt.Errorf("batchmem: %w: GPU %s is not one of this process's GPUs (%s)", ErrUnknownGPU, uuid, seen())
+	}
+	if ordinal < 0 || ordinal >= len(devs) {
+		return 0, fmt.Errorf("batchmem: %w: GPU ordinal %d (%s)", ErrUnknownGPU, ordinal, seen())
+	}
+	return ordinal, nil
+}
+
+// registerStaging page-locks the host staging area for CUDA on the GPU's
+// thread (the GPU's context: a registration from a thread with no device
+// set would make a context on GPU 0), so that Publish's copies are DMA.
+// A failure is logged: the copies still work, staged by the driver.
+func (d *cudaDevice) registerStaging(h *host, log *slog.Logger) {
+	rt := d.t.Runtime
+	if err := d.t.Do(func() error { return rt.HostRegister(h.mem) }); err != nil {
+		log.Warn("batchmem: staging memory is not registered with CUDA: copies to the GPU are not DMA", "gpu", d.uuid, "err", err)
+		return
+	}
+	mem := h.mem
+	h.unregister = func() error { return d.t.Do(func() error { return rt.HostUnregister(mem) }) }
 }
 
 // place pins the device's thread to the CPUs of its GPU's NUMA node (host
@@ -122,8 +170,10 @@ func (d *cudaDevice) Alloc(size int64) (gpuAlloc, error) {
 	return cudaAlloc{d, m}, nil
 }
 
-// CopyAndWait copies on the stream, records the slot's event and waits for it.
-func (d *cudaDevice) CopyAndWait(slot int, dst uintptr, src []byte) error {
+// Run enqueues ops on the stream, records the slot's event and waits for
+// it; when an op fails to enqueue, it still waits for the ones before it
+// (their source must not change under them).
+func (d *cudaDevice) Run(slot int, ops []devOp) error {
 	rt := d.t.Runtime
 	return d.t.Do(func() error {
 		ev, ok := d.events[slot]
@@ -134,14 +184,34 @@ func (d *cudaDevice) CopyAndWait(slot int, dst uintptr, src []byte) error {
 			}
 			d.events[slot] = ev
 		}
-		if err := rt.CopyToDevice(dst, src, d.stream); err != nil {
-			return err
+		var err error
+		for _, op := range ops {
+			if err = d.enqueue(op); err != nil {
+				break
+			}
 		}
-		if err := rt.Record(ev, d.stream); err != nil {
-			return err
+		if rerr := rt.Record(ev, d.stream); rerr != nil {
+			return errors.Join(err, rerr)
 		}
-		return rt.Wait(ev)
+		return errors.Join(err, rt.Wait(ev))
 	})
+}
+
+// enqueue puts op on the stream; on the device's thread.
+func (d *cudaDevice) enqueue(op devOp) error {
+	rt := d.t.Runtime
+	switch op.kind {
+	case fromHost:
+		if op.height == 1 {
+			return rt.CopyToDevice(op.dst, op.src[:op.width], d.stream)
+		}
+		return rt.CopyToDevice2D(op.dst, op.dpitch, op.src, op.spitch, op.width, op.height, d.stream)
+	case onDevice:
+		return rt.CopyOnDevice(op.dst, op.srcDev, op.width, d.stream)
+	case zero:
+		return rt.ZeroDevice(op.dst, op.width, d.stream)
+	}
+	return fmt.Errorf("batchmem: device operation %d unknown", op.kind)
 }
 
 // Close destroys the events and the stream and ends the thread.

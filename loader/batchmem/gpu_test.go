@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,22 +17,24 @@ import (
 
 // fakeDevice is the test double of gpuDevice: "device memory" is a
 // host memfd mapping (so it can be exported and read back), allocations
-// round up to a 64 KiB granularity, and every copy is recorded.
+// round up to a 64 KiB granularity, and every operation is checked as
+// CUDA would (ranges inside the allocation, a 2D copy's width within its
+// pitches), carried out on that memory and recorded.
 type fakeDevice struct {
 	t       *testing.T
 	allocs  []*fakeAlloc
-	copies  []fakeCopy
-	failOn  int // CopyAndWait of this slot fails (-1: none)
+	ops     []fakeOp
+	failOn  int // Run of this slot fails (-1: none)
 	closed  bool
 	freed   int
 	granule int64
 	node    int
 }
 
-type fakeCopy struct {
+// fakeOp is one operation run: its slot and what it did.
+type fakeOp struct {
 	slot int
-	dst  uintptr
-	n    int
+	op   devOp
 }
 
 type fakeAlloc struct {
@@ -68,17 +71,42 @@ func (d *fakeDevice) Alloc(size int64) (gpuAlloc, error) {
 	return a, nil
 }
 
-func (d *fakeDevice) CopyAndWait(slot int, dst uintptr, src []byte) error {
+// at returns the n device bytes at dst, failing the test outside the
+// allocation.
+func (d *fakeDevice) at(dst uintptr, n int64) []byte {
+	a := d.allocs[0]
+	off := int64(dst) - int64(a.Ptr())
+	if off < 0 || n < 0 || off+n > a.Size() {
+		d.t.Fatalf("%d device bytes at %#x: outside the allocation", n, dst)
+	}
+	return a.mem[off : off+n]
+}
+
+func (d *fakeDevice) Run(slot int, ops []devOp) error {
 	if slot == d.failOn {
 		return errors.New("cudaMemcpyAsync: cudaErrorIllegalAddress (700): an illegal memory access was encountered")
 	}
-	a := d.allocs[0]
-	off := int64(dst) - int64(a.Ptr())
-	if off < 0 || off+int64(len(src)) > a.Size() {
-		d.t.Fatalf("copy of %d bytes to %#x: outside the allocation", len(src), dst)
+	for _, op := range ops {
+		switch op.kind {
+		case fromHost:
+			if op.height > 1 && (op.width > op.dpitch || op.width > op.spitch) {
+				d.t.Fatalf("cudaMemcpy2DAsync: width %d over a pitch (%d, %d): cudaErrorInvalidPitchValue", op.width, op.dpitch, op.spitch)
+			}
+			if int64(op.height-1)*op.spitch+op.width > int64(len(op.src)) {
+				d.t.Fatalf("copy of %d rows of %d bytes %d apart from %d host bytes", op.height, op.width, op.spitch, len(op.src))
+			}
+			for r := range int64(op.height) {
+				copy(d.at(op.dst+uintptr(r*op.dpitch), op.width), op.src[r*op.spitch:r*op.spitch+op.width])
+			}
+		case onDevice:
+			copy(d.at(op.dst, op.width), d.at(op.srcDev, op.width))
+		case zero:
+			clear(d.at(op.dst, op.width))
+		default:
+			d.t.Fatalf("operation %d unknown", op.kind)
+		}
+		d.ops = append(d.ops, fakeOp{slot, op})
 	}
-	copy(a.mem[off:], src)
-	d.copies = append(d.copies, fakeCopy{slot, dst, len(src)})
 	return nil
 }
 
@@ -114,11 +142,11 @@ func TestGPUBounce(t *testing.T) {
 	for i := range slot.Host {
 		slot.Host[i] = byte(i*7 + 1)
 	}
-	if err := m.Publish(context.Background(), 1, 5000); err != nil {
+	if err := m.Publish(context.Background(), 1, Ragged(5000)); err != nil {
 		t.Fatal(err)
 	}
-	if len(dev.copies) != 1 || dev.copies[0] != (fakeCopy{1, slot.Dev, 5000}) {
-		t.Fatalf("copies %+v, want one of 5000 bytes to slot 1", dev.copies)
+	if op := dev.ops; len(op) != 1 || op[0].slot != 1 || op[0].op.kind != fromHost || op[0].op.dst != slot.Dev || op[0].op.width != 5000 || op[0].op.height != 1 {
+		t.Fatalf("operations %+v, want one copy of 5000 bytes to slot 1", dev.ops)
 	}
 	onDev := dev.allocs[0].mem
 	if !bytes.Equal(onDev[8192:8192+5000], slot.Host[:5000]) {
@@ -144,21 +172,21 @@ func TestGPUBounce(t *testing.T) {
 		slot int
 		n    int64
 	}{{3, 1}, {-1, 1}, {0, 8193}, {0, -1}} {
-		if err := m.Publish(context.Background(), bad.slot, bad.n); err == nil {
+		if err := m.Publish(context.Background(), bad.slot, Ragged(bad.n)); err == nil {
 			t.Errorf("Publish(%d, %d): no error", bad.slot, bad.n)
 		}
 	}
 	dev.failOn = 2
-	if err := m.Publish(context.Background(), 2, 10); err == nil || !bytes.Contains([]byte(err.Error()), []byte("slot 2")) {
+	if err := m.Publish(context.Background(), 2, Ragged(10)); err == nil || !bytes.Contains([]byte(err.Error()), []byte("slot 2")) {
 		t.Errorf("a failed copy: err = %v, want an error naming slot 2", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := m.Publish(ctx, 0, 10); !errors.Is(err, context.Canceled) {
+	if err := m.Publish(ctx, 0, Ragged(10)); !errors.Is(err, context.Canceled) {
 		t.Errorf("Publish with an ended context: %v", err)
 	}
-	if len(dev.copies) != 1 {
-		t.Errorf("refused publishes copied: %+v", dev.copies)
+	if len(dev.ops) != 1 {
+		t.Errorf("refused publishes copied: %+v", dev.ops)
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
@@ -180,8 +208,8 @@ func TestGPUDeviceWrites(t *testing.T) {
 	if r := m.Slot(1); r.Host != nil || r.Dev != dev.allocs[0].Ptr()+4096 {
 		t.Fatalf("slot 1: %d host bytes, dev %#x", len(r.Host), r.Dev)
 	}
-	if err := m.Publish(context.Background(), 1, 4096); err != nil || len(dev.copies) != 0 {
-		t.Fatalf("Publish: %v, copies %+v", err, dev.copies)
+	if err := m.Publish(context.Background(), 1, Ragged(4096)); err != nil || len(dev.ops) != 0 {
+		t.Fatalf("Publish: %v, operations %+v", err, dev.ops)
 	}
 }
 
@@ -213,4 +241,224 @@ func TestGPUStagingOnTheGPUsNode(t *testing.T) {
 		}
 	}
 	t.Errorf("no numa_maps line for the staging area at %s", addr)
+}
+
+// placementSlot is the slot size placement tests use: 6 rooms of 8 KiB.
+const placementSlot = 6 * 8192
+
+// placements are the placement tests' cases: each Placement of slot 1, on
+// memory with a host staging area (bounce) or written on the device, and
+// the operations Publish runs for it (kind, widths, heights and pitches;
+// addresses are not compared).
+var placements = []struct {
+	name    string
+	staging bool
+	p       Placement
+	ops     []devOp
+}{
+	{"ragged bounce", true, Ragged(12288),
+		[]devOp{{kind: fromHost, width: 12288, height: 1}}},
+	{"dense bounce", true, Placement{Rows: 5, Row: 5000},
+		[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
+	{"dense bounce, one row", true, Placement{Rows: 1, Row: 5000},
+		[]devOp{{kind: fromHost, width: 5000, height: 1, dpitch: 5000, spitch: 8192}}},
+	{"dense bounce, whole blocks", true, Placement{Rows: 6, Row: 8192},
+		[]devOp{{kind: fromHost, width: 8192, height: 6, dpitch: 8192, spitch: 8192}}},
+	{"dense bounce, a failed row and padding", true, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
+		[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
+	{"ragged device writes", false, Ragged(12288), nil},
+	{"dense device writes", false, Placement{Rows: 5, Row: 5000}, nil},
+	{"dense device writes, a failed row and padding", false, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
+		[]devOp{{kind: zero, width: 5000}, {kind: onDevice, width: 5000}, {kind: onDevice, width: 5000}}},
+}
+
+// gpuUnderTest opens GPU memory of 2 slots of placementSlot bytes for a
+// placement test and returns it, a writable view of its device memory
+// (what the client maps) and the operations run so far (nil where they
+// are not recorded).
+type gpuUnderTest func(t *testing.T, deviceWrites bool) (m Memory, dev []byte, ops func() []fakeOp)
+
+// TestGPUPublishPlacement: Publish lays each batch out on the device as
+// its Placement says, with the operations the design names: a ragged
+// batch copied as it lies; a dense one packed from its 4 KiB-aligned
+// staging rooms in ONE 2D copy (slack left behind), its failed rows
+// zeroed and its padding rows repeated; a dense batch a backend wrote on
+// the device itself only zeroed and repeated there. Nothing outside the
+// batch's bytes is touched. On the in-memory device double.
+func TestGPUPublishPlacement(t *testing.T) {
+	testPlacements(t, func(t *testing.T, deviceWrites bool) (Memory, []byte, func() []fakeOp) {
+		dev := newFake(t)
+		m, err := newGPU(dev, 2, placementSlot, Options{DeviceWrites: deviceWrites})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, dev.allocs[0].mem, func() []fakeOp { return dev.ops }
+	})
+}
+
+// testPlacements runs the placements on the memory open makes.
+func testPlacements(t *testing.T, open gpuUnderTest) {
+	for _, tt := range placements {
+		t.Run(tt.name, func(t *testing.T) {
+			m, all, ops := open(t, !tt.staging)
+			defer func() {
+				if err := m.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			onDev := all[placementSlot : 2*placementSlot] // slot 1
+			for i := range all {
+				all[i] = 0xA5 // an older batch's bytes
+			}
+			// The writers: row r's byte j is r+1 ^ j, slack 0xEE; a writer of
+			// the device writes rows 0..2 back to back and leaves the rest.
+			r := m.Slot(1)
+			var want []byte
+			if !tt.p.Dense() {
+				want = make([]byte, tt.p.Used)
+				for j := range want {
+					want[j] = byte(j*7 + 1)
+				}
+				if tt.staging {
+					copy(r.Host, want)
+				} else {
+					copy(onDev, want)
+				}
+			} else {
+				for row := range tt.p.Rows {
+					b := make([]byte, tt.p.Row)
+					for j := range b {
+						b[j] = byte(row+1) ^ byte(j)
+					}
+					if tt.staging {
+						h := r.Host[tt.p.HostOffset(row):tt.p.HostOffset(row+1)]
+						for j := range h {
+							h[j] = 0xEE
+						}
+						copy(h, b)
+					} else if row < 3 {
+						copy(onDev[tt.p.DevOffset(row):], b)
+					}
+				}
+				for row := range tt.p.Rows {
+					var b []byte
+					switch {
+					case slices.Contains(tt.p.Zero, row):
+						b = make([]byte, tt.p.Row)
+					case slices.ContainsFunc(tt.p.Repeats, func(rp Repeat) bool { return rp.Row == row }):
+						b = want[2*tt.p.Row : 3*tt.p.Row]
+					case !tt.staging && row >= 3:
+						b = bytes.Repeat([]byte{0xA5}, int(tt.p.Row))
+					default:
+						b = make([]byte, tt.p.Row)
+						for j := range b {
+							b[j] = byte(row+1) ^ byte(j)
+						}
+					}
+					want = append(want, b...)
+				}
+			}
+			want = slices.Clone(want)
+			if err := m.Publish(context.Background(), 1, tt.p); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(onDev[:len(want)], want) {
+				t.Errorf("device slot 1 differs from the batch%s", firstDiff(onDev[:len(want)], want))
+			}
+			if i := indexNot(onDev[len(want):], 0xA5); i >= 0 {
+				t.Errorf("device byte %d past the batch's %d was written", len(want)+i, len(want))
+			}
+			if i := indexNot(all[:placementSlot], 0xA5); i >= 0 {
+				t.Errorf("slot 0 was written at %d", i)
+			}
+			if ops == nil {
+				return
+			}
+			var got []devOp
+			for _, op := range ops() {
+				if op.slot != 1 {
+					t.Errorf("an operation on slot %d", op.slot)
+				}
+				got = append(got, devOp{kind: op.op.kind, width: op.op.width, height: op.op.height, dpitch: op.op.dpitch, spitch: op.op.spitch})
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.ops) {
+				t.Errorf("operations %+v, want %+v", got, tt.ops)
+			}
+		})
+	}
+}
+
+// TestPlacementRefused: Publish refuses a placement that does not fit the
+// memory, naming the slot, and runs nothing; host memory is never dense.
+func TestPlacementRefused(t *testing.T) {
+	dev := newFake(t)
+	m, err := newGPU(dev, 2, 3*8192, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	h, err := Open(Pinned, 2, 3*8192, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, tt := range []struct {
+		name string
+		mem  Memory
+		slot int
+		p    Placement
+	}{
+		{"rows over the slot at their staging pitch", m, 0, Placement{Rows: 4, Row: 5000}},
+		{"empty rows", m, 0, Placement{Rows: 3, Row: 0}},
+		{"a row over MaxRow", m, 0, Placement{Rows: 1, Row: MaxRow + 1}},
+		{"zero past the rows", m, 0, Placement{Rows: 3, Row: 5000, Zero: []int{3}}},
+		{"a row repeating itself", m, 0, Placement{Rows: 3, Row: 5000, Repeats: []Repeat{{1, 1}}}},
+		{"a repeat of a row past the end", m, 0, Placement{Rows: 3, Row: 5000, Repeats: []Repeat{{1, 3}}}},
+		{"no such slot", m, 2, Placement{Rows: 1, Row: 5000}},
+		{"ragged past the slot", m, 1, Ragged(3*8192 + 1)},
+		{"dense in host memory", h, 0, Placement{Rows: 1, Row: 5000}},
+		{"ragged past a host slot", h, 0, Ragged(3*8192 + 1)},
+	} {
+		if err := tt.mem.Publish(context.Background(), tt.slot, tt.p); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("slot %d", tt.slot)) {
+			t.Errorf("%s: %v, want an error naming slot %d", tt.name, err, tt.slot)
+		}
+	}
+	if len(dev.ops) != 0 {
+		t.Errorf("refused placements ran %+v", dev.ops)
+	}
+	for _, tt := range []struct {
+		kind Kind
+		rows int
+		row  int64
+		want bool
+	}{{GPU, 3, 8192, true}, {GPU, 3, 5000, true}, {GPU, 7, 4096, false}, {GPU, 6, 1, true}, {GPU, 7, 1, false}, {GPU, 1, 0, false}, {GPU, 0, 1, false}, {Pinned, 1, 1, false}} {
+		d := Desc{Kind: tt.kind, SlotSize: 3 * 8192}
+		if tt.kind == GPU {
+			d.SlotSize = 6 * 4096
+		}
+		if got := d.Packs(tt.rows, tt.row); got != tt.want {
+			t.Errorf("%s slots of %d: Packs(%d, %d) = %v", tt.kind, d.SlotSize, tt.rows, tt.row, got)
+		}
+	}
+}
+
+// firstDiff says where got first differs from want.
+func firstDiff(got, want []byte) string {
+	for j := range min(len(got), len(want)) {
+		if got[j] != want[j] {
+			return fmt.Sprintf(": byte %d is %#x, want %#x", j, got[j], want[j])
+		}
+	}
+	return ""
+}
+
+// indexNot returns the index of the first byte of b that is not c, -1
+// when there is none.
+func indexNot(b []byte, c byte) int {
+	for i, x := range b {
+		if x != c {
+			return i
+		}
+	}
+	return -1
 }

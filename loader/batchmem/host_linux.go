@@ -16,21 +16,23 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/numa"
 )
 
 // host is Pinned memory: one memfd mapping, outside the Go heap, sealed
 // against resizing (a client holding its descriptor cannot shrink it under
 // the daemon's writes) and against writes other than through the
-// daemon's own mapping (see openMemfd), page-locked on first use and
-// registered with CUDA where a driver is present.
+// daemon's own mapping (see openMemfd), page-locked on first use; as the
+// staging area of GPU memory, registered with CUDA on the GPU's thread
+// (cudaDevice.registerStaging).
 type host struct {
 	mem    []byte
 	desc   Desc
 	fd     int
-	pinErr error         // why mlock failed, nil when pinned
-	cuda   *cuda.Runtime // set once registered with CUDA
+	pinErr error // why mlock failed, nil when pinned
+	// unregister undoes the CUDA registration of staging memory; nil when
+	// not registered.
+	unregister func() error
 	// pageSize is the huge page size the memory is on, 0 for ordinary
 	// pages.
 	pageSize int64
@@ -51,6 +53,13 @@ type host struct {
 // pool when the memory is mapped, all of them, not on first use. Else it
 // says so in the log and uses ordinary pages, advised to be huge where
 // the kernel allows it for shared memory (transparent_hugepage/shmem_enabled).
+//
+// Host memory is not registered with CUDA here. The staging area of GPU
+// memory is, by its GPU's thread (openGPU). Pinned memory (no GPU
+// session) is not at all: a registration is the registering process's
+// (the client's CUDA does not see it, and registers its own mapping if it
+// copies from it), the daemon copies nothing from it, and registering it
+// would need a device: a context on GPU 0 for every pinned session.
 func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -85,15 +94,6 @@ func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 	if err != nil {
 		h.pinErr = fmt.Errorf("mlock %d bytes: %w (raise RLIMIT_MEMLOCK, e.g. ulimit -l unlimited)", size, err)
 		o.Logger.Warn("batchmem: batch memory is not page-locked", "err", h.pinErr)
-	}
-	if rt, err := cuda.Load(); err == nil { // with a driver: CUDA-pinned, so copies to a GPU are DMA
-		if err := rt.HostRegister(h.mem); err != nil {
-			o.Logger.Warn("batchmem: batch memory is not registered with CUDA", "err", err)
-		} else {
-			h.cuda = rt
-		}
-	} else if !errors.Is(err, cuda.ErrNoDriver) { // a driver without a usable runtime: say so
-		o.Logger.Warn("batchmem: batch memory is not registered with CUDA", "err", err)
 	}
 	return h, nil
 }
@@ -185,8 +185,9 @@ func (h *host) Slot(i int) Region {
 	return Region{Host: h.mem[off : off+h.desc.SlotSize : off+h.desc.SlotSize]}
 }
 
-// Publish does nothing: the memory is what the client maps.
-func (h *host) Publish(context.Context, int, int64) error { return nil }
+// Publish checks p and does nothing more: the memory is what the client
+// maps, every batch in it ragged (Desc.Packs is false for host memory).
+func (h *host) Publish(_ context.Context, i int, p Placement) error { return p.check(h.desc, i) }
 
 // Export opens the memfd anew, read-only: the client can map the memory
 // but neither write nor resize it, nor reopen it writable (openMemfd).
@@ -205,9 +206,9 @@ func (h *host) Pinned() error { return h.pinErr }
 // once no client maps them either.
 func (h *host) Close() error {
 	var errs []error
-	if h.cuda != nil {
-		errs = append(errs, h.cuda.HostUnregister(h.mem))
-		h.cuda = nil
+	if h.unregister != nil { // before the mapping goes
+		errs = append(errs, h.unregister())
+		h.unregister = nil
 	}
 	if h.mem != nil {
 		errs = append(errs, unix.Munmap(h.mem))

@@ -25,6 +25,12 @@ of the same views and labels. At the end of an epoch it raises
 after ``release_after`` (the daemon's default: ``prefetch_queue_depth + 1``)
 later batches, so DALI may use it with ``no_copy=True``.
 
+With ``device="gpu"`` the samples are ``CudaArray`` objects of GPU memory
+(``__cuda_array_interface__``), one dense ``(batch, size)`` array per
+batch of same-size samples with ``batch_format="dali"``; ``src.samples``
+and ``src.labels`` feed GPU samples and host labels to two external
+sources (see ``LoaderSource`` and python/README.md).
+
 Without ``socket``, the source and ``backends()`` connect to
 ``$NVFEED_SOCKET``, else ``/run/loaderd/loaderd.sock``. Not being in the
 socket's group raises ``SocketPermissionError`` naming the group; no daemon

@@ -18,6 +18,7 @@ the decoder failed on bytes overwritten under it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Optional
 
@@ -40,11 +41,17 @@ def find_pipeline(frames: bool) -> Optional[Any]:
     current = pipeline.current()
     if current is not None or not frames:
         return current
+    # Only DALI's own frames are looked into: reading a frame's f_locals
+    # keeps a snapshot of its variables (before Python 3.13), which would
+    # keep a caller's objects alive after it dropped them.
+    where = os.path.dirname(mod.__file__ or "") + os.sep
     f = sys._getframe(1)
     for _ in range(32):
         f = f.f_back  # type: ignore[assignment]
         if f is None:
             break
+        if not f.f_code.co_filename.startswith(where):
+            continue
         for name in ("self", "pipeline", "pipe"):
             v = f.f_locals.get(name)
             if isinstance(v, pipeline):

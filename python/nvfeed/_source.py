@@ -16,10 +16,11 @@ import numpy as np
 
 from . import _args, _depth, _ranks
 from ._connect import check_timeout, socket_path
-from ._cuda import CudaArray, CudaError, DeviceMapping
+from ._cuda import CudaArray, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, load_libcuda, stream_handle
 from ._errors import DaemonGoneError, LoaderError, NotFoundError, SampleError, error_for
 from ._http import UnixHTTPConnection, call
 from ._memory import map_host, receive
+from ._pair import BatchHalves, Position
 from ._stream import Stream, StreamError
 from ._upgrade import UpgradeError
 from ._wire import MemoryDesc, NextRequest, NextResponse, OpenRequest, OpenResponse, State
@@ -32,8 +33,12 @@ Batch = tuple[list[Sample], "np.ndarray[Any, np.dtype[np.int32]]"]
 """A batch: the samples and their labels (int32, shape (batch, 1), host)."""
 
 DaliBatch = tuple[Any, Any]
-"""A batch with ``batch_format="dali"``: two ``nvidia.dali.tensors.TensorListCPU``,
-the samples (views of batch memory) and the labels."""
+"""A batch with ``batch_format="dali"``: the samples, then the labels (a
+``nvidia.dali.tensors.TensorListCPU``, int32, shape (1,) a sample). Host
+samples: a ``TensorListCPU`` of views of batch memory. GPU samples: one
+``CudaArray`` of shape (batch, size) when they all have one size and lie
+back to back (the daemon packs such batches), else a list of
+``CudaArray``."""
 
 OnError = Literal["raise", "skip"]
 Transport = Literal["stream", "http"]
@@ -61,12 +66,33 @@ class _DaliTypes:
         """One TensorListCPU whose samples view the arrays (each keeps its
         array, and so the batch memory, alive), and one of the labels."""
         t = self._tensor
-        return self._list([t(s) for s in samples], contiguous=False), self._list(labels)  # type: ignore[call-overload]
+        return self._list([t(s) for s in samples], contiguous=False), self.labels(labels)  # type: ignore[call-overload]
+
+    def labels(self, labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Any:
+        """The labels as one TensorListCPU."""
+        return self._list(labels)
+
+
+def _dense(offsets: list[int], lengths: list[int]) -> int:
+    """The samples' common size when they all have it (> 0) and lie back
+    to back from offsets[0]; else 0."""
+    if not lengths:
+        return 0
+    n, o0 = lengths[0], offsets[0]
+    if n <= 0:
+        return 0
+    for i, (o, m) in enumerate(zip(offsets, lengths)):
+        if m != n or o != o0 + i * n:
+            return 0
+    return n
 
 
 class LoaderSource:
     """Batches of one shard of a dataset registered with loaderd, for
-    ``fn.external_source(source=src, num_outputs=2, batch=True)``.
+    ``fn.external_source(source=src, num_outputs=2, batch=True)``; or, for
+    GPU samples with host labels, for two external sources
+    (``source=src.samples, device="gpu"`` and ``source=src.labels,
+    device="cpu"``; see ``samples``).
 
     Parameters
     ----------
@@ -163,16 +189,22 @@ class LoaderSource:
     device : {"cpu", "gpu"}, optional, default = "cpu"
         Where batches land. ``"cpu"``: page-locked host memory,
         CUDA-registered where a driver is present; samples are numpy views.
-        ``"gpu"``: GPU memory on ``device_id`` (the daemon reads into
-        page-locked staging memory and copies each batch to the device,
-        waiting for the copy before handing the batch out); samples are
-        ``CudaArray`` objects with ``__cuda_array_interface__``, taken
-        without a copy by ``fn.external_source(device="gpu")``,
-        ``torch.as_tensor(x, device="cuda")`` and ``cupy.asarray(x)``;
-        labels stay on the host. On a machine without an NVIDIA driver the
-        daemon refuses the session with a ``BadRequestError`` saying so.
+        ``"gpu"``: GPU memory on ``device_id`` (the daemon writes each
+        batch to the device and waits for it before handing the batch
+        out); samples are ``CudaArray`` objects with
+        ``__cuda_array_interface__``, taken without a copy by
+        ``fn.external_source(device="gpu")``, ``torch.as_tensor(x,
+        device="cuda")`` and ``cupy.asarray(x)``; labels stay on the host.
+        This process needs the CUDA driver (``libcuda.so.1`` from
+        ``$NVFEED_CUDA_LIB_DIR`` when set, else from the dynamic loader's
+        path): without one, ``CudaError`` says what was tried, before the
+        daemon is asked. A batch's GPU memory goes back to the daemon only
+        after the consumer's GPU work queued on it has finished (see
+        ``cuda_stream``).
     device_id : int, optional, default = 0
-        The GPU for ``device="gpu"``.
+        The GPU for ``device="gpu"``, as this process numbers its GPUs
+        (``CUDA_VISIBLE_DEVICES`` applied). The daemon is told the GPU's
+        UUID, so a daemon that numbers GPUs differently uses the same one.
     gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
         How batches reach GPU memory (``device="gpu"`` only). ``"cufile"``:
         the daemon reads each sample's file with ``cuFileRead`` straight
@@ -228,13 +260,35 @@ class LoaderSource:
         False skips the ``torch.distributed`` comparison (a sharded source
         built on some ranks only would wait for the others forever).
     batch_format : {"numpy", "dali"}, optional, default = "numpy"
-        What ``next()`` returns for host batches. ``"numpy"``: a list of
-        numpy views and an int32 array, as above. ``"dali"``: one DALI
-        ``TensorListCPU`` of the samples (non-contiguous, each sample a view
-        of batch memory: no copy) and one of the labels, which
+        What ``next()`` returns. ``"numpy"``: a list of numpy views (or
+        of ``CudaArray``) and an int32 array of shape (batch, 1).
+        ``"dali"``: one DALI ``TensorListCPU`` of the samples
+        (non-contiguous, each sample a view of batch memory: no copy) and
+        one of the labels, which
         ``fn.external_source`` takes as they are instead of converting each
         sample (DALI's per-sample conversion of a list costs ~4 µs a
-        sample). Needs DALI in this process; ``device="cpu"`` only.
+        sample). With ``device="gpu"``: the samples are one ``CudaArray``
+        of shape (batch, size) when every sample has the same size (the
+        daemon then packs them back to back: DALI wraps that one array,
+        no copy), else a list of ``CudaArray`` (which DALI copies into a
+        contiguous batch of its own), and the labels a ``TensorListCPU``.
+        Needs DALI in this process.
+    cuda_stream : int or stream object, optional
+        The stream the consumer's GPU work on the batches runs on
+        (``device="gpu"`` only): an int ``CUstream`` handle, or an object
+        with ``cuda_stream`` (``torch.cuda.Stream``), ``__cuda_stream__``,
+        ``handle`` or ``ptr`` (``cupy.cuda.Stream``). Before a batch's GPU
+        memory goes back to the daemon (which then writes it again), the
+        source waits for the consumer's work queued so far: with a stream,
+        for an event recorded on it (created once, ``BLOCKING_SYNC``: the
+        thread sleeps); with ``None`` (the default) for the whole device
+        (``cuCtxSynchronize`` on its primary context, every stream of it:
+        what DALI, PyTorch and CuPy use by default). The cost: one such
+        wait per batch, in the call that fetches the next batch, for all
+        the work queued before it (not only the old batch's), so the host
+        runs at most one batch ahead of the GPU there; a stream narrows
+        the wait to that stream's work. DALI's own stream cannot be
+        named: keep ``None`` under DALI.
 
     Raises
     ------
@@ -246,6 +300,12 @@ class LoaderSource:
     RankMismatchError
         The ranks of this source's job disagree (``job_id``,
         ``torch.distributed``): the message names each difference.
+    TypeError
+        ``cuda_stream`` is not a stream or a stream handle.
+    CudaError
+        ``device="gpu"`` and this process has no CUDA driver or cannot see
+        ``device_id``, or the daemon's GPU (by UUID); the message names the
+        call or what was tried.
     SocketPermissionError
         This process may not connect to the socket: the message names the
         socket's group and how to join it (also a ``PermissionError``).
@@ -268,7 +328,7 @@ class LoaderSource:
                  state: Optional[State] = None, timeout: float = 600.0, on_error: OnError = "raise",
                  transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
                  gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0,
-                 batch_format: BatchFormat = "numpy", job_id: Optional[str] = None,
+                 batch_format: BatchFormat = "numpy", cuda_stream: object = None, job_id: Optional[str] = None,
                  fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True) -> None:
         # A sharded source under torch.distributed is compared with the
         # other ranks' (one collective each): a rank whose arguments or
@@ -278,7 +338,7 @@ class LoaderSource:
             self._init(dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch,
                        stick_to_shard, shuffle, initial_fill, backend, backend_options, prefetch_queue_depth,
                        release_after, state, timeout, on_error, transport, device, device_id, gpu_path,
-                       reconnect_timeout, batch_format, job_id, fingerprint)
+                       reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint)
         except Exception as e:
             if peers is not None:
                 peers.fail(e)
@@ -295,8 +355,8 @@ class LoaderSource:
               initial_fill: int, backend: Optional[str], backend_options: Optional[dict[str, Any]],
               prefetch_queue_depth: Optional[int], release_after: Optional[int], state: Optional[State],
               timeout: float, on_error: OnError, transport: Transport, device: Device, device_id: int,
-              gpu_path: GPUPath, reconnect_timeout: float, batch_format: BatchFormat, job_id: Optional[str],
-              fingerprint: Optional[str]) -> None:
+              gpu_path: GPUPath, reconnect_timeout: float, batch_format: BatchFormat, cuda_stream: object,
+              job_id: Optional[str], fingerprint: Optional[str]) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if transport not in ("stream", "http"):
@@ -320,11 +380,12 @@ class LoaderSource:
         device_id = _args.int_arg("device_id", device_id, 0, _args.MAX_DEVICE)
         job = _args.job_id_arg(job_id)
         want_fingerprint = _args.fingerprint_arg(fingerprint)
+        if cuda_stream is not None and device != "gpu":
+            raise ValueError(f"cuda_stream is for device='gpu' (the consumer's GPU work on GPU batches), got it with "
+                             f"device={device!r}")
+        stream = stream_handle(cuda_stream)
         self._dali: Optional[_DaliTypes] = None
         if batch_format == "dali":
-            if device != "cpu":
-                raise ValueError("batch_format='dali' is for device='cpu': GPU samples are CudaArrays, "
-                                 "which DALI takes without a copy")
             self._dali = _DaliTypes()
         timeout = check_timeout("timeout", timeout)
         reconnect_timeout = check_timeout("reconnect_timeout", reconnect_timeout, zero="turns reconnection off")
@@ -342,6 +403,13 @@ class LoaderSource:
         self._give_back: list[int] = []  # slots of batches not handed out (failed)
         self._reconnect_timeout = reconnect_timeout
         self._gpu: Optional[DeviceMapping] = None
+        self._fence: Optional[ReleaseFence] = None
+        self._cu: Any = None
+        self._device_id = device_id
+        self._uuid = ""
+        self._cuda_stream = cuda_stream  # kept alive: its handle is used at every release
+        self._halves = BatchHalves()
+        self._last: Optional[Position] = None  # the position of the batch returned last
         self._release_after_given = release_after is not None
         self._dali_looked = False  # the DALI pipeline fed was looked for (release_after)
         req = cast(OpenRequest, {
@@ -361,9 +429,21 @@ class LoaderSource:
             req["prefetch_queue_depth"] = prefetch_queue_depth
         if device == "gpu":
             req["gpu_path"] = gpu_path
+            # This process's GPU, named by UUID: the daemon's ordinals may differ.
+            self._cu = load_libcuda()
+            self._uuid = req["device_uuid"] = device_uuid(self._cu, device_id)
+            self._fence = ReleaseFence(self._cu, device_id, stream)
         self._req = req
-        self._open(req)
-        self._req["fingerprint"] = self.fingerprint  # a reopen reads this dataset or none
+        try:
+            self._open(req)
+        except BaseException:
+            try:
+                self.close()
+            except CudaError:
+                pass  # the failure that brought us here is the one to raise
+            raise
+        if self.fingerprint:
+            self._req["fingerprint"] = self.fingerprint  # a reopen reads this dataset or none
 
     def _open(self, req: OpenRequest) -> None:
         """Opens a session and maps its batch memory."""
@@ -378,7 +458,7 @@ class LoaderSource:
         self._epoch_batches: int = r["epoch_batches"]
         self._expect = (r["epoch"], r["iteration"])
         self._state0: State = r["state"]
-        self.fingerprint: str = r["fingerprint"]
+        self.fingerprint: str = r.get("fingerprint", "")  # "" from a daemon that gives none
         """The dataset's fingerprint: 32 hex digits naming its samples (paths,
         labels, sizes), the same on every node holding the same files."""
         try:
@@ -389,20 +469,43 @@ class LoaderSource:
         desc = mr["memory"]
         self.memory: MemoryDesc = desc
         """The session's batch memory: kind, size, slot size, slots, device."""
-        old_gpu = self._gpu  # arrays already handed out keep their own mapping alive
+        old_gpu = self._gpu
         try:
             if desc["kind"] == "gpu":
-                self._gpu = DeviceMapping(fd, desc["size"], desc["device"])
+                self._gpu = DeviceMapping(fd, desc["size"], self._gpu_ordinal(r["id"], desc), lib=self._cu)
                 self._buf: np.ndarray[Any, np.dtype[np.uint8]] = np.empty(0, dtype=np.uint8)
             else:
                 self._mm = map_host(fd, desc["size"])
                 self._buf = np.frombuffer(self._mm, dtype=np.uint8)
         except (CudaError, OSError) as e:
-            self.close()
+            try:
+                self.close()
+            except CudaError:
+                pass  # the failure to map is the one to raise
             raise LoaderError(f"loaderd: session {r['id']}: cannot map its {desc['kind']} batch memory: {e}") from e
         finally:
             os.close(fd)
-        del old_gpu
+        if old_gpu is not None and old_gpu is not self._gpu:
+            # The old session's memory (a reconnect): unmapped now, or when
+            # the last array handed out from it dies.
+            try:
+                old_gpu.retire()
+            except CudaError as e:
+                warnings.warn(f"LoaderSource: unmapping the previous session's GPU memory: {e}", RuntimeWarning,
+                              stacklevel=2)
+
+    def _gpu_ordinal(self, session: str, desc: MemoryDesc) -> int:
+        """This process's ordinal of the GPU the session's memory is on, by
+        its UUID; device_id when the daemon names none (a daemon before
+        UUIDs: then its ordinal is device_id)."""
+        uuid = desc.get("uuid") or ""
+        if not uuid:
+            return self._device_id
+        dev = find_device(self._cu, uuid)
+        if dev != self._device_id:
+            raise CudaError(f"the daemon placed session {session}'s memory on GPU {uuid} (device {dev} here), not on "
+                            f"{self._uuid} (device_id {self._device_id}) that this source asked for")
+        return dev
 
     def _reconnect(self, cause: LoaderError) -> None:
         """Reopens the session at this source's position after the daemon
@@ -511,7 +614,10 @@ class LoaderSource:
         if not self._dali_looked:
             self._fit_pipeline(frames=True)  # a callable source (src.batch): DALI is among the callers
         # Batches with release_after later batches delivered go back to the
-        # daemon with this request (one round trip per batch).
+        # daemon with this request (one round trip per batch); GPU memory
+        # only once the consumer's GPU work queued on it has finished.
+        if self._fence is not None and len(self._held) > self._release_after:
+            self._fence.wait()
         release, self._give_back = self._give_back, []
         while len(self._held) > self._release_after:
             release.append(self._held.popleft())
@@ -528,6 +634,7 @@ class LoaderSource:
             self._drop_stream()
             raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
         self._expect = (r["epoch"], r["iteration"] + 1)
+        self._last = (r["epoch"], r["iteration"])
         failed = r.get("failed") or []
         if failed and (self._on_error == "raise" or len(failed) == len(r["offsets"])):
             self._give_back.append(r["slot"])
@@ -535,21 +642,66 @@ class LoaderSource:
         self._held.append(r["slot"])
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
         if not failed:  # the common case: every sample, no index juggling
-            return self._batch(self._samples(offsets, lengths), np.array(lbls, dtype=np.int32).reshape(-1, 1))
+            return self._batch(offsets, lengths, np.array(lbls, dtype=np.int32).reshape(-1, 1))
         bad = set(failed)
         keep = [i for i in range(len(offsets)) if i not in bad]
-        samples = self._samples([offsets[i] for i in keep], [lengths[i] for i in keep])
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
         self.skipped_samples += len(failed)
         warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
                       "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
-        return self._batch(samples, labels)
+        return self._batch([offsets[i] for i in keep], [lengths[i] for i in keep], labels)
 
-    def _batch(self, samples: list[Sample], labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Union[Batch, DaliBatch]:
-        """The batch in this source's batch_format."""
-        if self._dali is None:
-            return samples, labels
-        return self._dali.batch(samples, labels)
+    def _batch(self, offsets: list[int], lengths: list[int],
+               labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Union[Batch, DaliBatch]:
+        """The batch's samples at offsets in this source's batch_format."""
+        g, dali = self._gpu, self._dali
+        if dali is None:
+            return self._samples(offsets, lengths), labels
+        if g is None:
+            return dali.batch(self._samples(offsets, lengths), labels)
+        n = _dense(offsets, lengths)
+        if n:  # one array: DALI wraps it as the batch, no copy
+            return CudaArray(g.ptr + offsets[0], (len(offsets), n), g.device, g), dali.labels(labels)
+        return self._samples(offsets, lengths), dali.labels(labels)
+
+    def samples(self, info: Any = None) -> Any:
+        """The samples of the next batch (or of batch ``info`` of DALI's
+        ``BatchInfo``), in this source's batch_format, for one
+        ``fn.external_source`` while ``labels`` feeds another: every
+        output of one external source lives on its device, so GPU samples
+        and host labels need two. DALI calls the two once each per
+        iteration, in no defined order: whichever comes first fetches the
+        batch, the other takes its half of the same batch (the end of an
+        epoch too). Asking for one half twice before the other was taken
+        raises ``LoaderError`` (never a shifted label). Use both or
+        neither, ``parallel=False``::
+
+            src = LoaderSource("imagenet", batch_size=64, device="gpu", batch_format="dali")
+
+            @pipeline_def(batch_size=64, num_threads=4, device_id=0)
+            def pipe():
+                data = fn.external_source(source=src.samples, batch=True, device="gpu", no_copy=True,
+                                          dtype=types.UINT8)
+                labels = fn.external_source(source=src.labels, batch=True, device="cpu",
+                                            dtype=types.INT32)
+                return data, labels
+
+        For checkpointing pass ``batch_info=True`` to both: each then gets
+        DALI's ``BatchInfo`` and the batch at that position (see
+        ``batch``)."""
+        return self._halves.take(0, info, self._fetch_half)
+
+    def labels(self, info: Any = None) -> Any:
+        """The labels (int32, shape (1,) a sample; a ``TensorListCPU`` with
+        ``batch_format="dali"``, else a numpy array of shape (batch, 1)) of
+        the batch whose samples ``samples`` hands out, for a second
+        ``fn.external_source(source=src.labels, device="cpu")``; see
+        ``samples``."""
+        return self._halves.take(1, info, self._fetch_half)
+
+    def _fetch_half(self, at: Optional[Position]) -> tuple[Position, Any, Any]:
+        samples, labels = self._fetch(at)
+        return cast(Position, self._last), samples, labels
 
     def _next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
         """The next descriptor, by the source's transport."""
@@ -614,7 +766,11 @@ class LoaderSource:
         return st
 
     def close(self) -> None:
-        """Ends the session. Arrays from this source must no longer be used."""
+        """Ends the session. Batches handed out stay readable: GPU memory is
+        unmapped now when no ``CudaArray`` of it lives, else when the last
+        one dies (or at interpreter exit), after the device's queued work.
+        Raises ``CudaError`` naming the call when that fails, after the
+        rest of the cleanup."""
         self._drop_stream()
         if self._id is not None:
             try:
@@ -623,9 +779,18 @@ class LoaderSource:
                 pass
             self._id = None
         self._conn.close()
-        if getattr(self, "_gpu", None) is not None:
-            cast(DeviceMapping, self._gpu).close()
-            self._gpu = None
+        self._halves.clear()
+        errors: list[CudaError] = []
+        gpu, self._gpu = self._gpu, None
+        fence, self._fence = self._fence, None
+        for close in (gpu.retire if gpu is not None else None, fence.close if fence is not None else None):
+            if close is not None:
+                try:
+                    close()
+                except CudaError as e:
+                    errors.append(e)
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> LoaderSource:
         return self

@@ -41,7 +41,8 @@ class OpenRequest(ReaderArgs, total=False):
     prefetch_queue_depth: Optional[int]  # in [1, 64]; absent or None: the daemon's default
     release_after: Optional[int]
     memory: str  # "pinned" or "gpu"
-    device_id: int
+    device_id: int  # the daemon's ordinal: used when device_uuid is ""
+    device_uuid: str  # the GPU (memory "gpu"), "GPU-xxxxxxxx-..." as cuDeviceGetUuid gives it; "" unknown
     gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
     fingerprint: str  # the dataset's fingerprint expected ("": any); another one is refused (409)
@@ -54,7 +55,8 @@ class MemoryDesc(TypedDict):
     size: int
     slot_size: int
     slots: int
-    device: int  # the GPU's ordinal; -1 for host memory
+    device: int  # the GPU's ordinal in the daemon's process; -1 for host memory
+    uuid: str  # the GPU's UUID ("GPU-xxxxxxxx-..."): what the client imports on; "" for host memory
     numa_node: int  # the node the memory is placed on; -1 unknown or not placed
 
 

@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import pytest
@@ -143,12 +143,14 @@ def faults_build() -> str:
     return exe.name
 
 
-def start_daemon(tmp: Path, bmap: Path, *extra: str, binary: str = "loaderd") -> Daemon:
-    """Starts `bin/BINARY serve` on a socket in tmp with dataset train."""
+def start_daemon(tmp: Path, bmap: Path, *extra: str, binary: str = "loaderd",
+                 env: Optional[dict[str, str]] = None) -> Daemon:
+    """Starts `bin/BINARY serve` on a socket in tmp with dataset train (env:
+    variables added to this process's environment)."""
     sock = str(tmp / "loaderd.sock")
     log = tmp / "loaderd.log"
     proc = subprocess.Popen([str(BIN / binary), "serve", "--socket", sock, "--dataset", f"train={bmap}", *extra],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 10
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -123,7 +123,7 @@ def test_daemon_stopped_mid_epoch_then_resume(dataset: Dataset, tmp_path: Path) 
     ({"device": "tpu"}, "device must be 'cpu' or 'gpu', got 'tpu'"),
     ({"gpu_path": "dma"}, "gpu_path must be 'auto', 'cufile' or 'bounce', got 'dma'"),
     ({"batch_format": "torch"}, "batch_format must be 'numpy' or 'dali', got 'torch'"),
-    ({"batch_format": "dali", "device": "gpu"}, "batch_format='dali' is for device='cpu'"),
+    ({"cuda_stream": 5}, "cuda_stream is for device='gpu'"),
     ({"release_after": -1}, "release_after must be an int in [0, 64] or None (derived from the DALI pipeline), got -1"),
 ])
 def test_bad_arguments_named_before_connecting(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:

@@ -1,18 +1,36 @@
 # SPDX-License-Identifier: Apache-2.0
 """The GPU client without a GPU: the CUDA array objects field by field,
-and the import of a VMM descriptor against a recording stand-in for
-libcuda (the real one runs on a GPU machine: bench/gpu.sh)."""
+libcuda's discovery, and the import, close and lifetime of a VMM mapping
+and the release fence against a strict recording libcuda double
+(tests/fakecuda.py); test_standin.py runs the same against the C
+stand-in, and bench/gpu.sh on a GPU machine."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fakecuda import FakeCuda, uuid_bytes
 from nvfeed import BadRequestError, CudaArray
-from nvfeed._cuda import CudaError, DeviceMapping
+from nvfeed._cuda import (LIB_DIR_ENV, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, format_uuid,
+                          load_libcuda, stream_handle)
+
+TESTS = Path(__file__).resolve().parent
+ZERO = {"primary_ctx_retains": 0, "imports": 0, "reservations": 0, "mappings": 0, "events": 0, "pushed": 0}
+
+
+def clean(cu: FakeCuda) -> None:
+    """Nothing held, nothing done against CUDA's rules."""
+    assert cu.violations == []
+    assert cu.live() == ZERO
 
 
 def test_cuda_array_interface_fields() -> None:
@@ -26,65 +44,310 @@ def test_cuda_array_interface_fields() -> None:
     assert cai["version"] == 3
     assert cai["strides"] is None  # contiguous
     assert cai["stream"] is None  # the daemon waited for its copy; 0 would be refused
-    assert len(a) == 12345 and a.shape == (12345,) and a.device == 3
+    assert len(a) == 12345 and a.shape == (12345,) and a.nbytes == 12345 and a.device == 3
 
 
-class FakeCuda:
-    """Records driver calls; out-parameters get fixed values; one call may
-    fail."""
+@pytest.mark.parametrize("shape,typestr,nbytes", [((4, 1000), "|u1", 4000), ((2, 3, 5), "<f4", 120), ((7,), "|u1", 7)])
+def test_cuda_array_nd(shape: tuple[int, ...], typestr: str, nbytes: int) -> None:
+    """A dense batch: one C-contiguous array of shape (batch, size)."""
+    a = CudaArray(0x1000, shape, 0, None, typestr=typestr)
+    cai = a.__cuda_array_interface__
+    assert cai["shape"] == shape and cai["typestr"] == typestr and cai["strides"] is None
+    assert a.nbytes == nbytes and len(a) == shape[0]
 
-    def __init__(self, fail: str = "") -> None:
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
-        self.fail = fail
 
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any) -> int:
-            self.calls.append((name, args))
-            if name == self.fail:
-                return 2  # CUDA_ERROR_OUT_OF_MEMORY
-            if name == "cuMemAddressReserve":
-                args[0]._obj.value = 0x7000_0000
-            if name == "cuMemImportFromShareableHandle":
-                args[0]._obj.value = 42
-            if name == "cuGetErrorName":
-                args[1]._obj.value = b"CUDA_ERROR_OUT_OF_MEMORY"
-            return 0
-        return call
+@pytest.mark.parametrize("shape,typestr", [((), "|u1"), ((2, -1), "|u1"), ((2.0, 3), "|u1"), ((4,), "|u"),
+                                           ((4,), "<f0")])
+def test_cuda_array_rejects(shape: Any, typestr: str) -> None:
+    with pytest.raises(ValueError, match="CudaArray"):
+        CudaArray(0x1000, shape, 0, None, typestr=typestr)
 
-    def names(self) -> list[str]:
-        return [n for n, _ in self.calls]
+
+def test_discovery_explicit_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVFEED_CUDA_LIB_DIR wins: libcuda.so.1 is loaded from there (a
+    stand-in library here: libm), and a missing one is named with the
+    variable."""
+    with open("/proc/self/maps") as maps:  # this process's libc: a library that surely loads
+        path = next(l.split()[-1] for l in maps if l.rstrip().endswith("/libc.so.6"))
+    (tmp_path / "libcuda.so.1").symlink_to(path)
+    monkeypatch.setenv(LIB_DIR_ENV, str(tmp_path))
+    lib = load_libcuda()
+    assert lib._name == str(tmp_path / "libcuda.so.1")
+    monkeypatch.setenv(LIB_DIR_ENV, str(tmp_path / "none"))
+    with pytest.raises(CudaError, match=rf"no NVIDIA driver found: cannot load {tmp_path}/none/libcuda.so.1 "
+                                        rf"\({LIB_DIR_ENV}={tmp_path}/none\)"):
+        load_libcuda()
+
+
+def test_discovery_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(LIB_DIR_ENV, raising=False)
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        pytest.skip("libcuda.so.1 loads here")
+    except OSError:
+        pass
+    with pytest.raises(CudaError, match=rf"no NVIDIA driver found: libcuda.so.1 is not in the dynamic loader's path "
+                                        rf"\({LIB_DIR_ENV} is not set\)"):
+        load_libcuda()
+    monkeypatch.setenv(LIB_DIR_ENV, "")  # empty is unset
+    with pytest.raises(CudaError, match="not in the dynamic loader's path"):
+        load_libcuda()
+
+
+IMPORT = ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent_v2",
+          "cuMemImportFromShareableHandle", "cuMemAddressReserve", "cuMemMap", "cuMemRelease",
+          "cuMemSetAccess", "cuCtxPopCurrent_v2"]
+CLOSE = ["cuCtxPushCurrent_v2", "cuCtxSynchronize", "cuMemUnmap", "cuMemAddressFree", "cuCtxPopCurrent_v2",
+         "cuDevicePrimaryCtxRelease_v2"]
 
 
 def test_import_sequence() -> None:
     cu = FakeCuda()
-    m = DeviceMapping(17, 1 << 21, 1, lib=cu)  # type: ignore[arg-type]
-    assert m.ptr == 0x7000_0000 and m.size == 1 << 21 and m.device == 1
-    assert cu.names() == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent_v2",
-                          "cuMemImportFromShareableHandle", "cuMemAddressReserve", "cuMemMap", "cuMemRelease",
-                          "cuMemSetAccess", "cuCtxPopCurrent_v2"]
+    m = DeviceMapping(17, 1 << 21, 1, lib=cu)
+    assert m.ptr in cu.mappings and m.size == 1 << 21 and m.device == 1
+    assert cu.names() == IMPORT
     args = dict(cu.calls)
     assert args["cuMemImportFromShareableHandle"][1].value == 17  # the descriptor, passed as the pointer
     assert args["cuMemImportFromShareableHandle"][2] == 1  # POSIX file descriptor
     desc = args["cuMemSetAccess"][2]._obj
     assert (desc.location.type, desc.location.id, desc.flags) == (1, 1, 3)  # device 1, read-write
     assert args["cuMemMap"][1].value == 1 << 21
+    assert cu.live() == {**ZERO, "primary_ctx_retains": 1, "reservations": 1, "mappings": 1}
+    n = len(cu.calls)
     m.close()
-    assert cu.names()[-3:] == ["cuMemUnmap", "cuMemAddressFree", "cuDevicePrimaryCtxRelease_v2"]
+    assert cu.names()[n:] == CLOSE  # the context current around the unmap, and given back once
+    clean(cu)
     m.close()  # twice is a no-op
-    assert cu.names().count("cuMemUnmap") == 1
+    assert len(cu.calls) == n + len(CLOSE) and m.closed and m.ptr == 0
 
 
-def test_import_failure_names_the_call_and_cleans_up() -> None:
-    cu = FakeCuda(fail="cuMemMap")
-    with pytest.raises(CudaError, match=r"cuMemMap: CUDA_ERROR_OUT_OF_MEMORY \(2\)"):
-        DeviceMapping(17, 1 << 21, 0, lib=cu)  # type: ignore[arg-type]
-    names = cu.names()
-    assert "cuMemRelease" in names and names[-1] == "cuCtxPopCurrent_v2", names  # the handle released, the context popped
-    assert "cuMemSetAccess" not in names and "cuMemUnmap" not in names
-    assert "cuMemAddressFree" in names and "cuDevicePrimaryCtxRelease_v2" in names  # the reservation and context given back
+@pytest.mark.parametrize("fail", ["cuMemUnmap", "cuMemAddressFree", "cuCtxSynchronize", "cuCtxPopCurrent_v2",
+                                  "cuDevicePrimaryCtxRelease_v2"])
+def test_close_failure_is_raised_after_the_rest(fail: str) -> None:
+    """A failing step raises CudaError naming it, after every other step
+    ran (nothing else left held); the retain is released once."""
+    cu = FakeCuda()
+    m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+    n = len(cu.names())
+    cu.fail[fail] = 999
+    with pytest.raises(CudaError, match=rf"^{fail}: CUDA_ERROR_UNKNOWN \(999\)$") as e:
+        m.close()
+    assert e.value.call == fail and e.value.code == 999
+    want = [c for c in CLOSE if not (fail == "cuMemUnmap" and c == "cuMemAddressFree")]  # still mapped: not freed
+    assert cu.names()[n:] == want
+    assert cu.names().count("cuDevicePrimaryCtxRelease_v2") == 1
+    assert cu.violations == []
+    m.close()  # no second attempt
+    assert len(cu.names()) == n + len(want)
 
 
-def test_no_driver() -> None:
+def test_close_names_every_failure() -> None:
+    cu = FakeCuda()
+    m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+    cu.fail.update(cuMemUnmap=2, cuDevicePrimaryCtxRelease_v2=999)
+    with pytest.raises(CudaError, match=r"^cuMemUnmap: CUDA_ERROR_OUT_OF_MEMORY \(2\); then "
+                                        r"cuDevicePrimaryCtxRelease_v2: CUDA_ERROR_UNKNOWN \(999\)$"):
+        m.close()
+
+
+@pytest.mark.parametrize("fail", ["cuMemImportFromShareableHandle", "cuMemAddressReserve", "cuMemMap", "cuMemRelease",
+                                  "cuMemSetAccess", "cuCtxPushCurrent_v2"])
+def test_import_failure_names_the_call_and_cleans_up(fail: str) -> None:
+    cu = FakeCuda(fail={fail: 2})
+    with pytest.raises(CudaError, match=rf"{fail}: CUDA_ERROR_OUT_OF_MEMORY \(2\)"):
+        DeviceMapping(17, 1 << 21, 0, lib=cu)
+    if fail not in ("cuMemImportFromShareableHandle", "cuCtxPushCurrent_v2"):
+        assert "cuMemRelease" in cu.names()  # the handle released
+    assert cu.names()[-1] == "cuDevicePrimaryCtxRelease_v2"
+    assert cu.violations == []
+    live = cu.live()
+    if fail == "cuMemRelease":  # the handle's release failed: the double still counts it
+        live["imports"] -= 1
+    assert live == ZERO
+
+
+def test_mapping_lives_while_its_arrays_do() -> None:
+    """Retired by its owner, a mapping stays until its last array dies,
+    then is unmapped (context pushed); with no array, at retire()."""
+    cu = FakeCuda()
+    m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+    a = [CudaArray(m.ptr + i * 100, 100, 0, m) for i in range(3)]
+    dense = CudaArray(m.ptr, (3, 100), 0, m)
+    assert m.arrays == 4
+    m.retire()
+    assert not m.closed and len(cu.mappings) == 1
+    del a[:2]
+    assert not m.closed
+    del dense
+    a.clear()
+    assert m.closed and m.arrays == 0
+    clean(cu)
+
+    m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+    m.retire()
+    assert m.closed
+    clean(cu)
+
+
+def test_copies_hold_the_mapping_too() -> None:
+    import copy
+    import pickle
+    cu = FakeCuda()
+    m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+    a = CudaArray(m.ptr, (2, 8), 0, m)
+    b, c = copy.copy(a), copy.deepcopy(a)
+    assert (b.ptr, b.shape, c.shape) == (a.ptr, (2, 8), (2, 8)) and m.arrays == 3
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(a)
+    m.retire()
+    del a, b
+    assert not m.closed
+    del c
+    assert m.closed
+    clean(cu)
+
+
+def test_mapping_collected_unmaps() -> None:
+    """A mapping nobody closed is unmapped when it is collected."""
+    cu = FakeCuda()
+    m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+    a = CudaArray(m.ptr, 5, 0, m)
+    del m
+    gc.collect()
+    assert len(cu.mappings) == 1  # the array holds it
+    del a
+    gc.collect()
+    clean(cu)
+
+
+EXIT_SCRIPT = """
+import gc, sys
+sys.path[:0] = [{tests!r}, {python!r}]
+from fakecuda import FakeCuda
+from nvfeed._cuda import CudaArray, DeviceMapping
+cu = FakeCuda()
+cu.on_call = lambda name: print("call", name, flush=True)
+m = DeviceMapping(17, 1 << 21, 0, lib=cu)
+{body}
+print("exit", flush=True)
+import atexit
+"""
+
+
+def _run_exit(body: str) -> list[str]:
+    script = EXIT_SCRIPT.format(tests=str(TESTS), python=str(TESTS.parent), body=textwrap.dedent(body))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "Exception ignored" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    lines = r.stdout.splitlines()
+    return [l.split()[1] for l in lines[lines.index("exit") + 1:]]
+
+
+@pytest.mark.parametrize("body", [
+    "held = [CudaArray(m.ptr, 10, 0, m) for _ in range(3)]  # arrays alive at exit, the source's mapping too",
+    "held = [CudaArray(m.ptr, (2, 5), 0, m)]; m.retire(); del m  # retired, its arrays alive at exit",
+    "pass  # a mapping nobody closed",
+])
+def test_exit_unmaps_once_with_a_context(body: str) -> None:
+    """At interpreter exit a mapping still alive is unmapped exactly once,
+    with its context pushed (and nothing after that, though its arrays die
+    later)."""
+    assert _run_exit(body) == CLOSE
+
+
+def test_uuid_and_ordinals() -> None:
+    """Ordinals are this process's (here CUDA_VISIBLE_DEVICES=1,0): the
+    UUID names the GPU."""
+    cu = FakeCuda(gpus=[uuid_bytes(1), uuid_bytes(0)])
+    u0, u1 = format_uuid(uuid_bytes(0)), format_uuid(uuid_bytes(1))
+    assert u0 == "GPU-5354414e-4449-4e2d-4750-552d30303030"  # "STANDIN-GPU-0000", as nvidia-smi prints it
+    assert device_uuid(cu, 0) == u1 and device_uuid(cu, 1) == u0
+    assert find_device(cu, u0) == 1 and find_device(cu, u1.upper().replace("GPU-", "GPU-")) == 0
+    with pytest.raises(CudaError, match=r"GPU GPU-0000.* is not visible to this process \(it sees "
+                                        rf"{u1}, {u0}; CUDA_VISIBLE_DEVICES="):
+        find_device(cu, "GPU-00000000-0000-0000-0000-000000000000")
+    with pytest.raises(CudaError, match=r"GPU 2 of this process: cuDeviceGet: CUDA_ERROR_INVALID_DEVICE \(101\)"):
+        device_uuid(cu, 2)
+    with pytest.raises(ValueError):
+        format_uuid(b"short")
+    assert cu.violations == []
+
+
+class _Torchish:
+    cuda_stream = 0xBEEF
+
+
+class _Cupyish:
+    ptr = 0xCAFE
+
+
+class _Numbaish:
+    handle = ctypes.c_void_p(0xF00D)
+
+
+class _Protocol:
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, 0xD00D)
+
+
+@pytest.mark.parametrize("stream,want", [(None, None), (0, 0), (2, 2), (0x7F00_1234, 0x7F00_1234),
+                                         (_Torchish(), 0xBEEF), (_Cupyish(), 0xCAFE), (_Numbaish(), 0xF00D),
+                                         (_Protocol(), 0xD00D)])
+def test_stream_handle(stream: Any, want: Any) -> None:
+    assert stream_handle(stream) == want
+
+
+@pytest.mark.parametrize("stream,err,msg", [(True, TypeError, "cuda_stream"), ("s", TypeError, "cuda_stream must be None"),
+                                            (object(), TypeError, "got object"), (-1, ValueError, r"cuda_stream.*-1"),
+                                            (1 << 64, ValueError, "cuda_stream")])
+def test_stream_handle_rejects(stream: Any, err: type[Exception], msg: str) -> None:
+    with pytest.raises(err, match=msg):
+        stream_handle(stream)
+
+
+def test_fence_default_synchronizes_the_context() -> None:
+    cu = FakeCuda()
+    f = ReleaseFence(cu, 1, None)
+    n = len(cu.calls)
+    f.wait()
+    f.wait()
+    assert cu.names()[n:] == ["cuCtxPushCurrent_v2", "cuCtxSynchronize", "cuCtxPopCurrent_v2"] * 2
+    assert cu.syncs == ["ctx 1", "ctx 1"]
+    f.close()
+    f.close()
+    clean(cu)
+    with pytest.raises(CudaError, match="closed"):
+        f.wait()
+
+
+def test_fence_on_a_stream_records_one_blocking_event() -> None:
+    cu = FakeCuda()
+    f = ReleaseFence(cu, 0, 0xBEEF)
+    f.wait()
+    f.wait()
+    creates = [a for n, a in cu.calls if n == "cuEventCreate"]
+    assert len(creates) == 1 and creates[0][1] == 0x1 | 0x2  # BLOCKING_SYNC | DISABLE_TIMING: no spinning core
+    (ev,) = cu.events
+    assert cu.records == [(ev, 0xBEEF), (ev, 0xBEEF)] and cu.syncs == [f"event {ev:#x}"] * 2
+    assert "cuCtxSynchronize" not in cu.names()
+    f.close()
+    assert cu.names()[-4:] == ["cuCtxPushCurrent_v2", "cuEventDestroy_v2", "cuCtxPopCurrent_v2",
+                               "cuDevicePrimaryCtxRelease_v2"]
+    clean(cu)
+
+
+def test_fence_failure_names_the_call_and_pops() -> None:
+    cu = FakeCuda(fail={"cuEventSynchronize": 999})
+    f = ReleaseFence(cu, 0, 5)
+    with pytest.raises(CudaError, match=r"cuEventSynchronize: CUDA_ERROR_UNKNOWN \(999\)"):
+        f.wait()
+    assert cu.live()["pushed"] == 0
+    f.close()
+    clean(cu)
+
+
+def test_no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(LIB_DIR_ENV, raising=False)
     if os.path.exists("/proc/driver/nvidia/version"):
         pytest.skip("an NVIDIA driver is present")
     try:
@@ -96,9 +359,24 @@ def test_no_driver() -> None:
         DeviceMapping(0, 1 << 21, 0)
 
 
-def test_gpu_source_without_driver_is_a_bad_request(daemon: Any) -> None:
+def test_gpu_source_without_driver_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device="gpu" in a process without a driver: CudaError saying what
+    was tried, before the daemon is asked (nothing listens here)."""
+    monkeypatch.delenv(LIB_DIR_ENV, raising=False)
     if os.path.exists("/proc/driver/nvidia/version"):
         pytest.skip("an NVIDIA driver is present")
+    from nvfeed import LoaderSource
+    with pytest.raises(CudaError, match="no NVIDIA driver found: libcuda.so.1 is not in the dynamic loader's path"):
+        LoaderSource("train", socket="/nonexistent/loaderd.sock", batch_size=2, device="gpu", device_id=0)
+
+
+def test_gpu_source_without_driver_in_the_daemon_is_a_bad_request(daemon: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's own answer when it has no driver (the client's is the
+    libcuda double here)."""
+    if os.path.exists("/proc/driver/nvidia/version"):
+        pytest.skip("an NVIDIA driver is present")
+    import nvfeed._source
+    monkeypatch.setattr(nvfeed._source, "load_libcuda", lambda: FakeCuda())
     from nvfeed import LoaderSource
     with pytest.raises(BadRequestError, match="no NVIDIA driver found") as e:
         LoaderSource("train", socket=daemon.socket, batch_size=2, device="gpu", device_id=0)
@@ -109,8 +387,6 @@ def test_gpu_script_says_no_gpu_here() -> None:
     """bench/gpu.sh, the one-command check for a GPU machine, exits 0
     saying so on a machine without a driver; its client script compiles."""
     import py_compile
-    import subprocess
-    from pathlib import Path
     repo = Path(__file__).resolve().parents[2]
     py_compile.compile(str(repo / "bench" / "gpu_check.py"), doraise=True)
     if os.path.exists("/proc/driver/nvidia/version"):

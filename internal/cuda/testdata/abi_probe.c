@@ -11,6 +11,7 @@
 
 #define P(name, v) printf("%s %ld\n", name, (long)(v))
 #define S(t) P("sizeof " #t, sizeof(t))
+/* O's offsetof takes a member path (nvfs.major_version) */
 #define O(t, f) P("offsetof " #t "." #f, offsetof(t, f))
 
 int main(void) {
@@ -38,7 +39,11 @@ int main(void) {
 	P("CU_MEM_ACCESS_FLAGS_PROT_READWRITE", CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	P("CU_MEM_ALLOC_GRANULARITY_MINIMUM", CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	P("cudaStreamNonBlocking", cudaStreamNonBlocking);
+	P("cudaEventBlockingSync", cudaEventBlockingSync);
 	P("cudaEventDisableTiming", cudaEventDisableTiming);
+	P("CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED", CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED);
+	S(CUuuid);
+	S(CUdevice);
 	P("cudaMemcpyHostToDevice", cudaMemcpyHostToDevice);
 	P("cudaHostRegisterPortable", cudaHostRegisterPortable);
 	P("cudaErrorInsufficientDriver", cudaErrorInsufficientDriver);
@@ -53,10 +58,18 @@ int main(void) {
 	S(CUfileHandle_t);
 	S(ssize_t);
 	S(off_t);
+	S(CUfileDrvProps_t);
+	O(CUfileDrvProps_t, nvfs.major_version);
+	O(CUfileDrvProps_t, nvfs.minor_version);
+	O(CUfileDrvProps_t, nvfs.dstatusflags);
+	O(CUfileDrvProps_t, nvfs.dcontrolflags);
+	O(CUfileDrvProps_t, fflags);
 	S(CUfileStatsLevel3_t);
 	O(CUfileStatsLevel3_t, num_gpus);
 	O(CUfileStatsLevel3_t, per_gpu_stats);
 	S(CUfilePerGpuStats_t);
+	O(CUfilePerGpuStats_t, uuid);
+	P("CUFILE_GPU_UUID_LEN", CUFILE_GPU_UUID_LEN);
 	O(CUfilePerGpuStats_t, n_total_reads);
 	O(CUfilePerGpuStats_t, n_p2p_reads);
 	O(CUfilePerGpuStats_t, n_nvfs_reads);

@@ -3,10 +3,13 @@
 // Package cufile is the cufile backend: each sample is read through its
 // file (opened O_DIRECT on ext4 or xfs, which cuFile needs; raw block
 // devices are not supported by it) with cuFileRead straight into its
-// place in GPU batch memory, registered once with cuFileBufRegister. The
-// block map still gives the order, sizes, labels and freshness. Whether
-// cuFile ran peer to peer (GDS) or in its compatibility mode is read from
-// cuFile's own statistics (its Stats label cufile_mode), not guessed.
+// place in GPU batch memory, registered once with cuFileBufRegister where
+// cuFile takes it. The block map still gives the order, sizes, labels and
+// freshness. Whether cuFile runs peer to peer (GDS) or in its
+// compatibility mode is measured, not guessed: at opening (the driver's
+// properties, and where they do not settle it one probe read) and on from
+// cuFile's own statistics for the GPU, matched by UUID (Mode, and the
+// Stats label cufile_mode).
 package cufile
 
 import (
@@ -60,6 +63,7 @@ func Spec() backend.Spec {
 				r.Close()
 				return nil, err
 			}
+			b.probe(m, env.GPU)
 			return b, nil
 		},
 	}
@@ -71,8 +75,9 @@ type reader interface {
 	// Read reads up to size bytes from offset 0 of the open file fd into
 	// device memory at dst, on worker's thread, and returns the bytes read.
 	Read(worker, fd int, dst uintptr, size int64) (int64, error)
-	// Stats returns cuFile's read counts for the GPU and the mode they show.
-	Stats() (mode string, p2p, posix int64)
+	// Stats returns what cuFile says ran for the GPU: its mode, why, and
+	// the read counts. It may be called at any time, after Close too.
+	Stats() modeStats
 	Close() error
 }
 
@@ -106,10 +111,57 @@ func (b *Backend) Name() string { return Name }
 
 // Stats returns the samples read and failed, and what cuFile says ran.
 func (b *Backend) Stats() backend.Stats {
-	mode, p2p, posix := b.r.Stats()
+	st := b.r.Stats()
 	n, errs := b.pool.Counts()
-	return backend.Stats{Labels: []backend.Label{{Name: "cufile_mode", Value: mode}},
-		Counters: counts.Counts{Samples: n, FSOnlySamples: n, Errors: errs, CuFileP2PReads: p2p, CuFilePOSIXReads: posix}.Counters()}
+	return backend.Stats{Labels: []backend.Label{{Name: "cufile_mode", Value: st.Mode}},
+		Counters: counts.Counts{Samples: n, FSOnlySamples: n, Errors: errs, CuFileP2PReads: st.P2P, CuFilePOSIXReads: st.POSIX}.Counters()}
+}
+
+// Mode says how cuFile runs for the GPU: "gds" (peer to peer or through
+// nvidia-fs), "compat" (its POSIX compatibility mode: slower than a
+// bounce copy), "mixed", "none" (no read yet) or "unknown", and why
+// (which statistics or properties say so).
+func (b *Backend) Mode() (mode, why string) {
+	st := b.r.Stats()
+	return st.Mode, st.Why
+}
+
+// probeAttempts bounds the samples probe tries to read.
+const probeAttempts = 4
+
+// probe measures the mode at opening, before any batch: where the
+// driver's properties and statistics do not settle it (nvidia-fs loaded,
+// no read yet), it reads the first sample that opens into the start of
+// the GPU memory (slot 0, not yet in use), so that the statistics say
+// what cuFile does with this dataset's files on this GPU.
+func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
+	if mode, _ := b.Mode(); mode != "none" {
+		return
+	}
+	open := samplefile.AsCaller(b.caller)
+	tried := 0
+	for i := range m.Samples {
+		s := &m.Samples[i]
+		if tried == probeAttempts {
+			return
+		}
+		if s.Size == 0 || backend.AlignUp(s.Size) > mem.Size {
+			continue
+		}
+		tried++
+		fd, err := b.fs.OpenSample(s, unix.O_DIRECT, open)
+		if errors.Is(err, unix.EINVAL) {
+			fd, err = b.fs.OpenSample(s, 0, open)
+		}
+		if err != nil {
+			continue
+		}
+		_, err = b.r.Read(0, fd, mem.Base, backend.AlignUp(s.Size))
+		unix.Close(fd)
+		if err == nil {
+			return
+		}
+	}
 }
 
 // ReadBatch reads the requests; see backend.Backend. Every request's
@@ -134,9 +186,13 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
 	defer unix.Close(fd)
-	// The whole aligned length: what O_DIRECT needs; a file that grew shows
-	// up as a longer read.
-	n, err := b.r.Read(worker, fd, req.Dev, backend.AlignUp(s.Size))
+	// The whole aligned length (what O_DIRECT reads; a file that grew
+	// shows up as a longer read), or exactly the sample's size where its
+	// room is its packed row in a dense batch (cuFile handles the
+	// unaligned size and address); a file that grew is then found by its
+	// size.
+	size := req.DevBytes()
+	n, err := b.r.Read(worker, fd, req.Dev, size)
 	if ft, ok := faults.Inject(faults.FileRead, s.Path); ok {
 		var in int
 		in, err = ft.Apply(int(n), err, 1)
@@ -147,6 +203,15 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	}
 	if n != s.Size {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d bytes, map says %d", backend.ErrShortRead, n, s.Size)}
+	}
+	if size < backend.AlignUp(s.Size) {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
+		}
+		if st.Size != s.Size {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, s.Size)}
+		}
 	}
 	return nil
 }

@@ -40,8 +40,10 @@ func (p *preadReader) Read(_ int, fd int, dst uintptr, size int64) (int64, error
 	return int64(n), err
 }
 
-func (p *preadReader) Stats() (string, int64, int64) { return "compat", 0, p.reads.Load() }
-func (p *preadReader) Close() error                  { p.closed = true; return nil }
+func (p *preadReader) Stats() modeStats {
+	return modeStats{Mode: "compat", Why: "a test double", POSIX: p.reads.Load()}
+}
+func (p *preadReader) Close() error { p.closed = true; return nil }
 
 // requests lays the samples out as the loader does: 4 KiB-aligned
 // destinations in one allocation.

@@ -5,10 +5,14 @@
 // is allowed (and the seccomp mode); for each dataset, its block device,
 // whether the map still matches the filesystem, whether the device opens
 // for reading with O_DIRECT, and where it sits (PCI path, NUMA node); the
-// NVIDIA driver and CUDA versions, whether cuFile loads; every GPU from
-// NVML (name, UUID, PCI bus id, memory, NUMA node, CPU affinity) and how
-// each dataset's device relates to it, warning when data would cross
-// sockets. Without a driver it says so and the check still succeeds.
+// CUDA libraries (libcudart, libcufile): the file found, how it was
+// found (the discovery of internal/cuda: an explicit directory, the NVIDIA
+// wheels of the Python environment, CUDA_HOME, the dynamic loader) and its
+// version; whether there is a driver, as the runtime found says; the CUDA
+// devices with their UUIDs; every GPU from NVML (name, UUID, PCI bus id,
+// memory, NUMA node, CPU affinity) and how each dataset's device relates
+// to it, warning when data would cross sockets. Without a driver it says
+// so and the check still succeeds. It needs no cgo (NVML aside).
 package check
 
 import (
@@ -35,12 +39,28 @@ type Report struct {
 	IOUring  Probe     `json:"io_uring"`
 	Seccomp  string    `json:"seccomp"` // disabled, strict or filter (Docker's default profile is a filter)
 	Datasets []Dataset `json:"datasets"`
-	Driver   Probe     `json:"nvidia_driver"`
-	CUDA     Probe     `json:"cuda_runtime"`
-	CuFile   Probe     `json:"cufile"`
-	NVML     Probe     `json:"nvml"`
-	GPUs     []GPU     `json:"gpus"`
-	Warnings []string  `json:"warnings"`
+	// Libraries are the CUDA libraries looked for: libcudart, libcufile.
+	Libraries []Library `json:"cuda_libraries"`
+	// Driver says whether there is a driver, as the runtime found says
+	// (cudaDriverGetVersion), with the kernel module's version line where
+	// there is one.
+	Driver      Probe         `json:"nvidia_driver"`
+	CUDA        Probe         `json:"cuda_runtime"`
+	CuFile      Probe         `json:"cufile"`
+	CUDADevices []cuda.Device `json:"cuda_devices"` // as this process numbers them (CUDA_VISIBLE_DEVICES)
+	NVML        Probe         `json:"nvml"`
+	GPUs        []GPU         `json:"gpus"`
+	Warnings    []string      `json:"warnings"`
+}
+
+// Library is one CUDA library: where it was found and how, and its
+// version; or why it was not found.
+type Library struct {
+	Name    string `json:"name"`              // libcudart, libcufile
+	Path    string `json:"path"`              // the file loaded, "" when none
+	From    string `json:"from"`              // how it was found: NVFEED_CUDA_LIB_DIR, VIRTUAL_ENV (NVIDIA wheel), CUDA_HOME, the dynamic loader
+	Version string `json:"version,omitempty"` // the library's own: CUDA runtime 13.0, cuFile 1.15
+	Error   string `json:"error,omitempty"`   // why it was not found or its version not read
 }
 
 // Probe is one yes-or-no finding with what it found or why not.
@@ -77,6 +97,9 @@ type GPU struct {
 type Options struct {
 	Datasets map[string]string // name -> map path
 	Sysfs    string            // default /sys
+	// Search is where the CUDA libraries are looked for; nil means the
+	// process's environment (cuda.SearchFromEnv).
+	Search *cuda.Search
 }
 
 // Run checks the machine. It fails only on a map that cannot be loaded;
@@ -92,19 +115,12 @@ func Run(o Options) (Report, error) {
 		ring.Close()
 		r.IOUring = Probe{OK: true, Detail: "allowed"}
 	}
-	if v, err := cuda.DriverVersion(); err != nil {
-		r.Driver = Probe{Detail: err.Error()}
-		r.CUDA = Probe{Detail: "not tried: no driver"}
-		r.NVML = Probe{Detail: "not tried: no driver"}
-	} else {
-		r.Driver = Probe{OK: true, Detail: v}
-		if rt, err := cuda.Load(); err != nil {
-			r.CUDA = Probe{Detail: err.Error()}
-		} else if d, v, err := rt.Versions(); err != nil {
-			r.CUDA = Probe{Detail: fmt.Sprintf("%s: %v", rt.Path, err)}
-		} else {
-			r.CUDA = Probe{OK: true, Detail: fmt.Sprintf("driver API %s, runtime %s (%s)", cuda.FormatVersion(d), cuda.FormatVersion(v), rt.Path)}
-		}
+	search := cuda.SearchFromEnv()
+	if o.Search != nil {
+		search = *o.Search
+	}
+	r.cudaLibraries(search)
+	if r.Driver.OK {
 		gpus, detail, err := nvmlGPUs()
 		r.NVML = Probe{OK: err == nil, Detail: detail}
 		if err != nil {
@@ -114,11 +130,8 @@ func Run(o Options) (Report, error) {
 			g.Place, _ = gpuPlace(o.Sysfs, g.PCIBusID)
 			r.GPUs = append(r.GPUs, g)
 		}
-	}
-	if c := cuda.ProbeCuFile(); c.Path != "" {
-		r.CuFile = Probe{OK: true, Detail: c.Path + " loads (GDS or compatibility mode is known only once a GPU session opens a cuFile driver)"}
 	} else {
-		r.CuFile = Probe{Detail: c.Err.Error()}
+		r.NVML = Probe{Detail: "not tried: no driver"}
 	}
 	names := make([]string, 0, len(o.Datasets))
 	for n := range o.Datasets {
@@ -138,6 +151,60 @@ func Run(o Options) (Report, error) {
 		r.Datasets = append(r.Datasets, d)
 	}
 	return r, nil
+}
+
+// cudaLibraries finds libcudart and libcufile, reads their versions and
+// asks the runtime whether there is a driver and which devices it has.
+func (r *Report) cudaLibraries(s cuda.Search) {
+	module, moduleErr := cuda.DriverVersion()
+	rtLib := Library{Name: cuda.Cudart().Name}
+	rt, err := cuda.OpenRuntime(s)
+	switch {
+	case err != nil:
+		rtLib.Error = err.Error()
+		r.CUDA = Probe{Detail: err.Error()}
+		r.Driver = Probe{Detail: "no runtime to ask"}
+		if moduleErr == nil {
+			r.Driver.Detail += "; the kernel module says " + module
+		}
+	default:
+		rtLib.Path, rtLib.From = rt.Found.File(), rt.Found.From
+		if v, err := rt.RuntimeVersion(); err != nil {
+			rtLib.Error = err.Error()
+		} else {
+			rtLib.Version = "CUDA runtime " + cuda.FormatVersion(v)
+		}
+		r.CUDA = Probe{OK: rtLib.Error == "", Detail: fmt.Sprintf("%s: %s", rt.Found, rtLib.Version)}
+		if d, err := rt.DriverVersion(); err != nil {
+			r.Driver = Probe{Detail: "no driver: " + strings.TrimPrefix(err.Error(), "cuda: "+cuda.ErrNoDriver.Error()+": ")}
+		} else {
+			r.Driver = Probe{OK: true, Detail: "CUDA " + cuda.FormatVersion(d) + " (cudaDriverGetVersion)"}
+			if moduleErr == nil {
+				r.Driver.Detail += "; " + module
+			}
+			if devs, err := rt.Devices(); err != nil {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("CUDA devices not listed: %v", err))
+			} else {
+				r.CUDADevices = devs
+			}
+		}
+	}
+	cfLib := Library{Name: cuda.Cufile().Name}
+	c := cuda.ProbeCuFile(s)
+	switch {
+	case c.Found.Path == "":
+		cfLib.Error = c.Err.Error()
+		r.CuFile = Probe{Detail: c.Err.Error()}
+	default:
+		cfLib.Path, cfLib.From = c.Found.File(), c.Found.From
+		if c.Err != nil {
+			cfLib.Error = c.Err.Error()
+		} else {
+			cfLib.Version = "cuFile " + cuda.FormatCuFileVersion(c.Version)
+		}
+		r.CuFile = Probe{OK: true, Detail: c.Found.String() + " loads (GDS or compatibility mode is measured when a GPU session opens cuFile)"}
+	}
+	r.Libraries = []Library{rtLib, cfLib}
 }
 
 func dataset(name, path, sysfs string, gpus []GPU) (Dataset, error) {
@@ -248,13 +315,26 @@ func (r Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  to GPU %s    %s\n", gi, rel)
 		}
 	}
+	for _, l := range r.Libraries {
+		switch {
+		case l.Path == "":
+			fmt.Fprintf(w, "%-13s not found: %s\n", l.Name, l.Error)
+		case l.Error != "":
+			fmt.Fprintf(w, "%-13s %s (found by %s), version unknown: %s\n", l.Name, l.Path, l.From, l.Error)
+		default:
+			fmt.Fprintf(w, "%-13s %s (found by %s), %s\n", l.Name, l.Path, l.From, l.Version)
+		}
+	}
 	fmt.Fprintf(w, "driver        %s\ncuda          %s\ncufile        %s\nnvml          %s\n", yes(r.Driver), yes(r.CUDA), yes(r.CuFile), yes(r.NVML))
+	for _, d := range r.CUDADevices {
+		fmt.Fprintf(w, "cuda device %d %s, PCI %s\n", d.Ordinal, d.UUID, d.PCIBusID)
+	}
 	for _, g := range r.GPUs {
 		fmt.Fprintf(w, "gpu %d         %s %s, %s, %.1f GiB, NUMA node %d, CPUs %s\n", g.Index, g.Name, g.UUID, g.PCIBusID,
 			float64(g.MemoryBytes)/(1<<30), g.Place.NUMANode, g.CPUAffinity)
 	}
 	if !r.Driver.OK {
-		fmt.Fprintln(w, "no NVIDIA driver: GPU memory and cuFile are unavailable here; host-memory backends work.")
+		fmt.Fprintln(w, "no driver: no NVIDIA driver here, so GPU memory and cuFile are unavailable; host-memory backends work.")
 	}
 	for _, m := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", m)

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cuda"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 )
 
@@ -28,7 +30,8 @@ func TestCheckReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	datasets["train"] = path
-	r, err := Run(Options{Datasets: datasets})
+	none := cuda.Search{NoLoaderSearch: true}
+	r, err := Run(Options{Datasets: datasets, Search: &none})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,5 +66,74 @@ func TestCheckReport(t *testing.T) {
 	// A map that cannot be loaded fails the check, naming it.
 	if _, err := Run(Options{Datasets: map[string]string{"bad": filepath.Join(t.TempDir(), "none.bmap")}}); err == nil || !strings.Contains(err.Error(), "dataset bad") {
 		t.Errorf("a missing map file: %v, want an error naming the dataset", err)
+	}
+}
+
+// venvSearch is the discovery of a process whose VIRTUAL_ENV is the
+// project's .venv (NVIDIA's nvidia-cuda-runtime and nvidia-cufile wheels,
+// which make test installs), and nothing else; it skips when the venv lacks
+// them.
+func venvSearch(t *testing.T) (cuda.Search, string) {
+	t.Helper()
+	venv, err := filepath.Abs("../../../../.venv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, _ := filepath.Glob(filepath.Join(venv, "lib/python3*/site-packages/nvidia/cu13/lib/libcufile.so.0"))
+	if len(libs) == 0 {
+		testenv.SkipPrivileged(t, "NVIDIA's CUDA wheels are not installed in %s", venv)
+	}
+	return cuda.Search{Getenv: func(k string) string { return map[string]string{"VIRTUAL_ENV": venv}[k] }, NoLoaderSearch: true}, filepath.Dir(libs[0])
+}
+
+// TestCheckLibrariesWithoutDriver: with NVIDIA's wheels in the Python
+// environment and no driver, the check names each library, the file
+// found, how (VIRTUAL_ENV's wheel) and its version, and says "no driver".
+func TestCheckLibrariesWithoutDriver(t *testing.T) {
+	if _, err := os.Stat(cuda.DriverVersionFile); err == nil {
+		t.Skip("an NVIDIA driver is present")
+	}
+	s, dir := venvSearch(t)
+	r, err := Run(Options{Search: &s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"libcudart": "CUDA runtime 13.", "libcufile": "cuFile 1."}
+	if len(r.Libraries) != len(want) {
+		t.Fatalf("libraries %+v", r.Libraries)
+	}
+	for _, l := range r.Libraries {
+		if filepath.Dir(l.Path) != dir || l.From != "VIRTUAL_ENV (NVIDIA wheel)" || !strings.HasPrefix(l.Version, want[l.Name]) || l.Error != "" {
+			t.Errorf("%+v: want the wheel's file in %s, found by VIRTUAL_ENV, version %s", l, dir, want[l.Name])
+		}
+	}
+	if r.Driver.OK || !strings.Contains(r.Driver.Detail, "no driver") || len(r.CUDADevices) != 0 || !r.CuFile.OK {
+		t.Errorf("driver %+v devices %v cufile %+v: want no driver, no devices, cuFile loading", r.Driver, r.CUDADevices, r.CuFile)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	for _, w := range []string{"libcudart", "libcufile", dir, "found by VIRTUAL_ENV (NVIDIA wheel)", "CUDA runtime 13.", "cuFile 1.", "no driver"} {
+		if !strings.Contains(text.String(), w) {
+			t.Errorf("the text lacks %q:\n%s", w, text.String())
+		}
+	}
+	t.Logf("\n%s", text.String())
+}
+
+// TestCheckLibrariesNotFound: with nowhere to look, each library says why
+// it was not found and there is no driver to ask.
+func TestCheckLibrariesNotFound(t *testing.T) {
+	s := cuda.Search{NoLoaderSearch: true}
+	r, err := Run(Options{Search: &s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range r.Libraries {
+		if l.Path != "" || !strings.Contains(l.Error, "not found") {
+			t.Errorf("%+v: want not found, saying so", l)
+		}
+	}
+	if r.Driver.OK || r.CUDA.OK || r.CuFile.OK {
+		t.Errorf("driver %+v cuda %+v cufile %+v", r.Driver, r.CUDA, r.CuFile)
 	}
 }

@@ -43,7 +43,7 @@ func status(err error) int {
 func openParams(r wire.OpenRequest) session.OpenParams {
 	return session.OpenParams{Dataset: r.Dataset, ReaderArgs: r.ReaderArgs, Backend: r.Backend, BackendOptions: r.BackendOptions,
 		PrefetchQueueDepth: r.PrefetchQueueDepth, ReleaseAfter: r.ReleaseAfter, Memory: r.Memory, Device: r.Device,
-		GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID}
+		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID}
 }
 
 // openResponse is an opened session's wire form.

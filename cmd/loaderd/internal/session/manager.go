@@ -363,14 +363,16 @@ func (m *Manager) openLoader(ds *bmap.Map, p OpenParams, o loader.Options) (*loa
 	l, err := loader.New(context.Background(), ds, o)
 	if err == nil {
 		if path, why := l.GPUPath(); path != "" {
-			m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", path, "backend", l.Backend().Name(), "device", p.Device, "why", why)
+			d := l.Memory().Desc()
+			m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", path, "backend", l.Backend().Name(), "device", d.Device, "gpu", d.UUID, "why", why)
 		}
 		return l, nil
 	}
 	switch {
 	case errors.Is(err, loader.ErrNoRaw):
 		err = fmt.Errorf("%w: dataset %s has no samples readable from a block device (mapped on %s): use backend file", ErrInvalid, p.Dataset, fsName(ds))
-	case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, loader.ErrUnsupported), errors.Is(err, loader.ErrUnavailable):
+	case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, loader.ErrUnsupported), errors.Is(err, loader.ErrUnavailable),
+		errors.Is(err, loader.ErrUnknownGPU):
 		err = fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
 	case errors.Is(err, bmap.ErrStale), errors.Is(err, loader.ErrDevice):
 		err = fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)

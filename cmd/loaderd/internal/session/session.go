@@ -26,7 +26,8 @@ type OpenParams struct {
 	// nil means PrefetchQueueDepth+1.
 	ReleaseAfter *int
 	Memory       loader.MemoryKind // "" means pinned
-	Device       int               // the GPU for gpu memory
+	Device       int               // the GPU for gpu memory, as the daemon numbers it (when DeviceUUID is "")
+	DeviceUUID   string            // the GPU for gpu memory by UUID: the daemon's ordinal for it is used
 	// GPUPath is how batches reach gpu memory: loader.GPUPathCuFile,
 	// loader.GPUPathBounce or loader.GPUPathAuto ("" too); the loader
 	// decides and reports the path taken.

@@ -32,8 +32,8 @@ const (
 // has not said how many ranks there are), the loader's options
 // (loader.Options.Validate: reader arguments, prefetch depth, memory,
 // gpu_path with backend), the budget (prefetch_queue_depth when given,
-// release_after), device_id, backend_options' size, job_id, fingerprint
-// and a resume state.
+// release_after), device_id, device_uuid's form (the loader's),
+// backend_options' size, job_id, fingerprint and a resume state.
 // Errors wrap ErrInvalid and name the field, its value and the allowed
 // range. Open calls it; the dataset-dependent checks (num_shards at most
 // the samples, the state made for this dataset, the fingerprint and the
@@ -169,5 +169,5 @@ func (p OpenParams) loaderOptions() loader.Options {
 		prefetch = *p.PrefetchQueueDepth
 	}
 	return loader.Options{ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Memory: p.Memory, Device: p.Device,
-		GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
+		DeviceUUID: p.DeviceUUID, GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
 }

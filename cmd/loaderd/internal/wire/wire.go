@@ -59,7 +59,13 @@ type OpenRequest struct {
 	// ones, in [0, 64]; nil means prefetch_queue_depth+1.
 	ReleaseAfter *int          `msgpack:"release_after"`
 	Memory       batchmem.Kind `msgpack:"memory"`    // "pinned" ("" too) or "gpu"
-	Device       int           `msgpack:"device_id"` // the GPU for gpu memory, in [0, 1023]
+	Device       int           `msgpack:"device_id"` // the GPU for gpu memory, in [0, 1023], the daemon's ordinal: used only when device_uuid is ""
+	// DeviceUUID names the GPU for gpu memory the same in every process
+	// (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, cuDeviceGetUuid's bytes;
+	// at most 64 characters): the daemon uses its own ordinal for it (the
+	// client's and the daemon's CUDA_VISIBLE_DEVICES may differ). A GPU the
+	// daemon does not see is answered 400 naming it and the GPUs it sees.
+	DeviceUUID string `msgpack:"device_uuid"`
 	// GPUPath is how batches reach gpu memory: "cufile", "bounce" or
 	// "auto" ("" too); memory gpu only.
 	GPUPath string        `msgpack:"gpu_path"`

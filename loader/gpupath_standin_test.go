@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package loader
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/nvfeed/nvfeed/internal/cuda/standin"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// TestStandinAutoMeasuresCuFile: gpu_path auto keeps cufile where cuFile
+// runs peer to peer, and takes bounce where it runs in its compatibility
+// mode (slower than bounce), saying why in GPUPath and the log; a
+// cufile asked for is kept either way, with the mode in its reason.
+func TestStandinAutoMeasuresCuFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode, gpuPath string
+		path, why           string
+	}{
+		{"gds", "gds", GPUPathAuto, GPUPathCuFile, "auto: cuFile opens here; cuFile mode gds (cuFile's statistics for GPU-"},
+		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cuFile runs in compatibility mode (nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU in its statistics): bounce"},
+		{"compat, cufile asked for", "compat", GPUPathCuFile, GPUPathCuFile, "asked for; cuFile mode compat (nvidia-fs is not loaded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !standin.InChild(t, standin.ModeVar+"="+tc.mode) {
+				return
+			}
+			m := makeDataset(t, 24, 3, 3000)
+			var logs bytes.Buffer
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4}, Memory: batchmem.GPU, GPUPath: tc.gpuPath,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			path, why := l.GPUPath()
+			if path != tc.path || !strings.HasPrefix(why, tc.why) {
+				t.Errorf("GPUPath() = %s, %q; want %s, %q...", path, why, tc.path, tc.why)
+			}
+			if tc.path == GPUPathBounce && !strings.Contains(logs.String(), "cuFile runs in compatibility mode") {
+				t.Errorf("the log does not say why bounce:\n%s", logs.String())
+			}
+			b, err := l.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Release()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
