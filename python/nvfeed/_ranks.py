@@ -20,13 +20,17 @@ _ARGS = ("batch_size", "num_shards", "random_shuffle", "shuffle", "seed", "initi
 
 def terms(args: dict[str, Any]) -> dict[str, Any]:
     """The sampling arguments that shape a rank's epochs, as the daemon
-    compares them: ``shuffle`` and ``seed`` count with ``random_shuffle``
-    only, ``initial_fill`` with ``shuffle="dali"`` only (None otherwise)."""
+    compares them: ``shuffle`` counts with ``random_shuffle`` only; ``seed``
+    with ``shuffle="permute"`` only; ``initial_fill`` never (None where they
+    do not count). With ``shuffle="dali"`` shards are fixed ranges of an
+    order no seed changes: a rank's seed and buffer order its own samples
+    only, and DALI's own examples give each rank its seed."""
     t = {k: args[k] for k in _ARGS}
     if not t["random_shuffle"]:
-        t["shuffle"] = t["seed"] = None
-    if t["shuffle"] != "dali":
-        t["initial_fill"] = None
+        t["shuffle"] = None
+    if t["shuffle"] != "permute":
+        t["seed"] = None
+    t["initial_fill"] = None
     return t
 
 
@@ -117,8 +121,8 @@ def disagreements(gathered: list[dict[str, Any]]) -> list[str]:
     for name in _ARGS:
         if name in ("shuffle", "seed", "initial_fill") and len(shuffled) > 1:
             continue  # random_shuffle differs: that is the difference
-        if name == "initial_fill" and len({g["terms"]["shuffle"] for g in gathered}) > 1:
-            continue
+        if name == "seed" and len({g["terms"]["shuffle"] for g in gathered}) > 1:
+            continue  # shuffle differs: that is the difference
         d = _by_value(name, [(g["rank"], g["terms"][name]) for g in gathered])
         if d is not None:
             out.append(d)

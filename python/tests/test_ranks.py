@@ -172,7 +172,9 @@ def _desc(rank: int, **change: Any) -> dict[str, Any]:
     ([_desc(0, random_shuffle=False, seed=1), _desc(1, random_shuffle=False, seed=2)], []),  # unshuffled seeds change nothing
     ([_desc(0, random_shuffle=False), _desc(1, seed=99)], ["random_shuffle: False on rank 0; True on rank 1"]),
     ([_desc(0, initial_fill=1), _desc(1, initial_fill=2)], []),  # permute has no buffer
-    ([_desc(0, shuffle="dali", initial_fill=1), _desc(1, shuffle="dali", initial_fill=2)], ["initial_fill: 1 on rank 0; 2 on rank 1"]),
+    # DALI's shuffle: shards are fixed ranges of a seedless order, so DALI's own
+    # seed=12+local_rank and buffer sizes change no rank's samples
+    ([_desc(0, shuffle="dali", initial_fill=1, seed=12), _desc(1, shuffle="dali", initial_fill=2, seed=13)], []),
     ([_desc(0), _desc(1, dataset=("val", "b" * 32))],
      [f"dataset: ('train' (fingerprint {'a' * 32})) on rank 0; ('val' (fingerprint {'b' * 32})) on rank 1"]),
     ([_desc(0), _desc(1, dataset=("copy", "a" * 32))], []),  # another name, the same files

@@ -34,16 +34,17 @@ type jobKey struct {
 
 // jobTerms is what the sessions of a job must agree on: the dataset
 // (its fingerprint; the name only for messages) and the sampling
-// arguments that shape every rank's epoch. Arguments that change nothing
-// are left zero: seed and shuffle without random_shuffle, initial_fill
-// but with shuffle dali.
+// arguments that shape which samples each rank reads. Arguments that
+// change none are left zero: seed and shuffle without random_shuffle; seed
+// and initial_fill with shuffle dali, whose shards are fixed ranges of an
+// order no seed changes (they order a rank's own samples only, and DALI's
+// own examples give each rank its seed, seed=12+local_rank).
 type jobTerms struct {
 	dataset, fingerprint string
 	batchSize, numShards int
 	randomShuffle        bool
 	shuffle              string
 	seed                 uint64
-	initialFill          int
 	padLastBatch         bool
 	stickToShard         bool
 }
@@ -55,9 +56,9 @@ func termsOf(dataset, fingerprint string, a loader.ReaderArgs) jobTerms {
 	t := jobTerms{dataset: dataset, fingerprint: fingerprint, batchSize: a.BatchSize, numShards: a.NumShards,
 		randomShuffle: a.RandomShuffle, padLastBatch: a.PadLastBatch, stickToShard: a.StickToShard}
 	if a.RandomShuffle {
-		t.shuffle, t.seed = a.Shuffle, a.Seed
-		if a.Shuffle == loader.ShuffleDALI {
-			t.initialFill = a.InitialFill
+		t.shuffle = a.Shuffle
+		if a.Shuffle != loader.ShuffleDALI {
+			t.seed = a.Seed
 		}
 	}
 	return t
@@ -80,9 +81,8 @@ func (t jobTerms) diff(j jobTerms) []string {
 	add("random_shuffle", t.randomShuffle, j.randomShuffle)
 	if t.randomShuffle && j.randomShuffle {
 		add("shuffle", t.shuffle, j.shuffle)
-		add("seed", t.seed, j.seed)
-		if t.shuffle == loader.ShuffleDALI && j.shuffle == loader.ShuffleDALI {
-			add("initial_fill", t.initialFill, j.initialFill)
+		if t.shuffle == j.shuffle {
+			add("seed", t.seed, j.seed)
 		}
 	}
 	add("pad_last_batch", t.padLastBatch, j.padLastBatch)

@@ -61,7 +61,7 @@ func TestJobsJoin(t *testing.T) {
 			{who: alice, job: "j", shard: 1, dataset: "val", args: with(func(a *loader.ReaderArgs) {
 				a.BatchSize, a.Seed, a.PadLastBatch, a.StickToShard, a.Shuffle = 16, 1, true, true, loader.ShuffleDALI
 			}), want: []string{`dataset "val"`, `(the job's: "train", fingerprint`, "batch_size 16 (the job's: 8)", "shuffle dali (the job's: permute)",
-				"seed 1 (the job's: 12)", "pad_last_batch true (the job's: false)", "stick_to_shard true (the job's: false)"}},
+				"pad_last_batch true (the job's: false)", "stick_to_shard true (the job's: false)"}},
 		}, 1},
 		{"another dataset's name, the same fingerprint", []step{
 			{who: alice, job: "j", shard: 0, args: args},
@@ -76,12 +76,11 @@ func TestJobsJoin(t *testing.T) {
 			{who: alice, job: "j", shard: 0, args: with(func(a *loader.ReaderArgs) { a.RandomShuffle, a.Seed = false, 12 })},
 			{who: alice, job: "j", shard: 1, args: with(func(a *loader.ReaderArgs) { a.RandomShuffle, a.Seed = false, 13 })},
 		}, 1},
-		{"initial_fill counts with the dali shuffle only", []step{
+		{"seeds and initial_fill change no rank's samples with the dali shuffle", []step{
 			{who: alice, job: "p", shard: 0, args: with(func(a *loader.ReaderArgs) { a.InitialFill = 100 })},
 			{who: alice, job: "p", shard: 1, args: with(func(a *loader.ReaderArgs) { a.InitialFill = 200 })},
-			{who: alice, job: "d", shard: 0, args: with(func(a *loader.ReaderArgs) { a.Shuffle, a.InitialFill = loader.ShuffleDALI, 100 })},
-			{who: alice, job: "d", shard: 1, args: with(func(a *loader.ReaderArgs) { a.Shuffle, a.InitialFill = loader.ShuffleDALI, 200 }),
-				want: []string{"initial_fill 200 (the job's: 100)"}},
+			{who: alice, job: "d", shard: 0, args: with(func(a *loader.ReaderArgs) { a.Shuffle, a.InitialFill, a.Seed = loader.ShuffleDALI, 100, 12 })},
+			{who: alice, job: "d", shard: 1, args: with(func(a *loader.ReaderArgs) { a.Shuffle, a.InitialFill, a.Seed = loader.ShuffleDALI, 200, 13 })},
 		}, 2},
 		{"defaults are the values they stand for", []step{
 			{who: alice, job: "j", shard: 0, args: with(func(a *loader.ReaderArgs) { a.Shuffle, a.InitialFill = "", 0 })},
