@@ -38,6 +38,8 @@ def main() -> None:
     metadata = (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {a.version}\n"
                 "Summary: Dataset batches straight from NVMe for DALI: loaderd, mkbmap and the DALI source\n"
                 "License: Apache-2.0\nRequires-Python: >=3.9\nRequires-Dist: numpy>=1.22\nRequires-Dist: msgpack>=1.0\n"
+                # nvfeed.torch (pyproject.toml's extra, the same range)
+                "Provides-Extra: torch\nRequires-Dist: torch>=2.0; extra == \"torch\"\n"
                 "Description-Content-Type: text/markdown\n\n" + readme)
     files.append((f"{dist_info}/METADATA", metadata.encode(), 0o644))
     files.append((f"{dist_info}/LICENSE", (repo / "LICENSE").read_bytes(), 0o644))

@@ -244,6 +244,16 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *mapPath == "" {
 		return cli.UsageErr(fs, "--bmap is required")
 	}
+	// The library takes 0 for its default; a flag given as 0 is an error.
+	for _, f := range []struct {
+		flag, field string
+		v, max      int
+	}{{"num-shards", "num_shards", *shards, loader.MaxSamples}, {"prefetch", "prefetch_queue_depth", *prefetch, loader.MaxPrefetchQueueDepth},
+		{"initial-fill", "initial_fill", *initialFill, loader.MaxInitialFill}} {
+		if f.v < 1 {
+			return cli.UsageErr(fs, "--%s %d: %s %d not in [1, %d]", f.flag, f.v, f.field, f.v, f.max)
+		}
+	}
 	if fs.NArg() > 0 {
 		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
 	}

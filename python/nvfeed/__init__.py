@@ -47,7 +47,7 @@ from ._api import backends, datasets
 from ._connect import DEFAULT_SOCKET, SOCKET_ENV
 from ._cuda import CudaArray
 from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
-                      LoaderError, NoSpaceError, NotFoundError, SampleError, SocketPermissionError)
+                      LoaderError, NoSpaceError, NotFoundError, RankMismatchError, SampleError, SocketPermissionError)
 from ._source import LoaderSource
 from ._wire import DatasetInfo, State
 
@@ -73,4 +73,5 @@ the file VERSION beside this module)."""
 
 __all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError",
            "DaemonNotRunningError", "ForbiddenError", "LimitError", "LoaderError", "LoaderSource", "NoSpaceError",
-           "NotFoundError", "SampleError", "SocketPermissionError", "State", "DatasetInfo", "backends", "datasets"]
+           "NotFoundError", "RankMismatchError", "SampleError", "SocketPermissionError", "State", "DatasetInfo", "backends",
+           "datasets"]

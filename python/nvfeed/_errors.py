@@ -44,6 +44,15 @@ class ConflictError(LoaderError):
     status = 409
 
 
+class RankMismatchError(ConflictError):
+    """The ranks of one training job disagree: another seed, ``num_shards``,
+    batch size, shuffle, dataset (fingerprint), or one ``shard_id`` on two
+    ranks. Raised by the daemon for the sessions of a ``job_id`` on its
+    node (HTTP 409, "ranks disagree: ..."), and on every rank when the
+    sources of a ``torch.distributed`` group are compared. The message
+    names each argument that differs and its value on each side."""
+
+
 class LimitError(LoaderError):
     """The daemon has as many sessions as it allows (HTTP 429)."""
     status = 429
@@ -104,6 +113,9 @@ _BY_STATUS: dict[int, type[LoaderError]] = {
 
 
 def error_for(msg: str, status: Optional[int]) -> LoaderError:
-    """The LoaderError subclass for a daemon's status."""
+    """The LoaderError subclass for a daemon's status (a 409 whose error
+    starts "ranks disagree:", RankMismatchError)."""
     cls = _BY_STATUS.get(status, LoaderError) if status is not None else LoaderError
+    if status == 409 and "ranks disagree: " in msg:
+        cls = RankMismatchError
     return cls(msg, status)

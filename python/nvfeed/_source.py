@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional, Union, cast
 
 import numpy as np
 
+from . import _args, _depth, _ranks
 from ._connect import check_timeout, socket_path
 from ._cuda import CudaArray, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, load_libcuda, stream_handle
 from ._errors import DaemonGoneError, LoaderError, NotFoundError, SampleError, error_for
@@ -46,7 +47,7 @@ Device = Literal["cpu", "gpu"]
 GPUPath = Literal["auto", "cufile", "bounce"]
 Shuffle = Literal["permute", "dali"]
 
-MAX_INITIAL_FILL = 1 << 24
+MAX_INITIAL_FILL = _args.MAX_INITIAL_FILL
 """The largest ``initial_fill`` (the daemon's bound too)."""
 
 
@@ -102,11 +103,13 @@ class LoaderSource:
         else ``/run/loaderd/loaderd.sock`` (``DEFAULT_SOCKET``, where
         deploy/ puts it).
     batch_size : int, optional, default = 64
-        Samples per batch (DALI ``fn.readers.file``'s ``batch_size``).
+        Samples per batch (DALI ``fn.readers.file``'s ``batch_size``), in
+        ``[1, 65536]``.
     shard_id : int, optional, default = 0
         This rank's shard, in ``[0, num_shards)``.
     num_shards : int, optional, default = 1
-        The number of shards (ranks) the dataset is split into.
+        The number of shards (ranks) the dataset is split into, in
+        ``[1, 2**31 - 1]`` (0 is an error: it does not mean 1).
     random_shuffle : bool, optional, default = False
         Shuffle every epoch, as ``shuffle`` says. Without it every
         ``shuffle`` reads the shard in order, as ``fn.readers.file`` does.
@@ -152,12 +155,20 @@ class LoaderSource:
     backend_options : dict, optional
         The backend's options by name (see ``backends()``).
     prefetch_queue_depth : int, optional
-        Batches the daemon reads ahead; ``None`` takes its default (2).
+        Batches the daemon reads ahead, in ``[1, 64]``; ``None`` takes its
+        default (2). Not DALI's ``prefetch_queue_depth``: ``release_after``
+        follows that one.
     release_after : int, optional
         A batch's memory goes back to the daemon after this many later
-        batches; ``None`` means ``prefetch_queue_depth + 1``, what DALI's
-        ``fn.external_source(no_copy=True)`` needs with the same
-        ``prefetch_queue_depth``.
+        batches, in ``[0, 64]``. ``None``: derived from the DALI pipeline
+        the source feeds (its ``prefetch_queue_depth`` + 1; with separated
+        queues ``cpu_size`` + 1 when equal to ``gpu_size``, else
+        ``cpu_size * gpu_size + 1``: how long DALI may still read a batch
+        fed with ``no_copy=True``), found when DALI builds the pipeline
+        (``iter(src)``) or first calls ``src.batch``; outside DALI the
+        daemon's ``prefetch_queue_depth + 1``. A ``release_after`` given
+        that is smaller than the pipeline needs raises ``ValueError``
+        naming both.
     state : State, optional
         Resume where ``state()`` was taken.
     timeout : float, optional, default = 600.0
@@ -213,6 +224,41 @@ class LoaderSource:
         way, and the old session is closed.
         After the timeout, ``DaemonGoneError`` says since when the daemon
         is gone. 0 turns reconnection off (>= 0).
+    job_id : str, optional
+        A name the ranks of one training job share (at most 128 bytes,
+        e.g. the scheduler's job id and the dataset's role): the daemon
+        compares the sessions of one job (of this user) on its node and
+        refuses one that reads another dataset (fingerprint), other
+        sampling (``batch_size``, ``num_shards``, ``random_shuffle``,
+        ``pad_last_batch``, ``stick_to_shard``; shuffled, ``shuffle``
+        and ``seed``; ``shuffle="dali"``, ``initial_fill``) or a
+        ``shard_id`` another rank reads, with ``RankMismatchError`` naming
+        each difference. One ``job_id`` per dataset a job reads (training
+        and validation sources are two jobs). Ranks on other nodes are
+        compared through ``torch.distributed`` (below).
+    fingerprint : str, optional
+        The dataset's fingerprint this source must read (32 hex digits:
+        ``src.fingerprint`` or ``datasets()``, the same on every node
+        holding the same files); another raises ``ConflictError``.
+        Reopening after a daemon restart always asks for the first one.
+    process_group : torch.distributed.ProcessGroup, optional
+        When ``torch.distributed`` is initialised in this process and the
+        source is sharded (``num_shards`` > 1), the sources of the ranks of
+        this group (``None``: the default group) are compared at
+        construction: one ``all_gather_object``, which every rank of the
+        group must reach (build the source on every rank, in the same
+        order). Ranks that read another dataset or with other sampling, two
+        ranks with one ``shard_id``, or a group of another size than
+        ``num_shards`` raise ``RankMismatchError`` on every rank, naming
+        each difference and each rank's value; a rank whose open failed
+        raises its own error, the others one naming it. Pass the group of
+        data-parallel ranks when model-parallel ranks share a shard. With
+        NCCL the exchange uses ``torch.cuda.current_device()``: set each
+        rank's device first, as DDP needs anyway. Never done in a
+        DataLoader worker; torch is never imported for it.
+    check_ranks : bool, optional, default = True
+        False skips the ``torch.distributed`` comparison (a sharded source
+        built on some ranks only would wait for the others forever).
     batch_format : {"numpy", "dali"}, optional, default = "numpy"
         What ``next()`` returns. ``"numpy"``: a list of numpy views (or
         of ``CudaArray``) and an int32 array of shape (batch, 1).
@@ -247,8 +293,13 @@ class LoaderSource:
     Raises
     ------
     ValueError
-        An argument out of its range (``timeout`` <= 0, ``reconnect_timeout``
-        < 0, ...), named, before the daemon is asked.
+        An argument out of its range (``num_shards`` < 1, ``shard_id`` not
+        below it, ``prefetch_queue_depth`` < 1, ``timeout`` <= 0,
+        ``reconnect_timeout`` < 0, ...), named with its range, before the
+        daemon is asked.
+    RankMismatchError
+        The ranks of this source's job disagree (``job_id``,
+        ``torch.distributed``): the message names each difference.
     TypeError
         ``cuda_stream`` is not a stream or a stream handle.
     CudaError
@@ -277,7 +328,35 @@ class LoaderSource:
                  state: Optional[State] = None, timeout: float = 600.0, on_error: OnError = "raise",
                  transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
                  gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0,
-                 batch_format: BatchFormat = "numpy", cuda_stream: object = None) -> None:
+                 batch_format: BatchFormat = "numpy", cuda_stream: object = None, job_id: Optional[str] = None,
+                 fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True) -> None:
+        # A sharded source under torch.distributed is compared with the
+        # other ranks' (one collective each): a rank whose arguments or
+        # open fail tells them so, rather than leave them waiting.
+        peers = _ranks.peers(num_shards, process_group, _args.bool_arg("check_ranks", check_ranks))
+        try:
+            self._init(dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch,
+                       stick_to_shard, shuffle, initial_fill, backend, backend_options, prefetch_queue_depth,
+                       release_after, state, timeout, on_error, transport, device, device_id, gpu_path,
+                       reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint)
+        except Exception as e:
+            if peers is not None:
+                peers.fail(e)
+            raise
+        if peers is not None:
+            try:
+                peers.compare(dataset, self.fingerprint, self._req["shard_id"], cast(dict[str, Any], self._req))
+            except LoaderError:
+                self.close()
+                raise
+
+    def _init(self, dataset: str, socket: Optional[str], batch_size: int, shard_id: int, num_shards: int,
+              random_shuffle: bool, seed: int, pad_last_batch: bool, stick_to_shard: bool, shuffle: Shuffle,
+              initial_fill: int, backend: Optional[str], backend_options: Optional[dict[str, Any]],
+              prefetch_queue_depth: Optional[int], release_after: Optional[int], state: Optional[State],
+              timeout: float, on_error: OnError, transport: Transport, device: Device, device_id: int,
+              gpu_path: GPUPath, reconnect_timeout: float, batch_format: BatchFormat, cuda_stream: object,
+              job_id: Optional[str], fingerprint: Optional[str]) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if transport not in ("stream", "http"):
@@ -290,8 +369,17 @@ class LoaderSource:
             raise ValueError(f"batch_format must be 'numpy' or 'dali', got {batch_format!r}")
         if shuffle not in ("permute", "dali"):
             raise ValueError(f"shuffle must be 'permute' or 'dali', got {shuffle!r}")
-        if isinstance(initial_fill, bool) or not isinstance(initial_fill, int) or not 1 <= initial_fill <= MAX_INITIAL_FILL:
-            raise ValueError(f"initial_fill must be an int in [1, {MAX_INITIAL_FILL}], got {initial_fill!r}")
+        if not isinstance(dataset, str) or not dataset:
+            raise ValueError(f"dataset must be a registered dataset's name, got {dataset!r}")
+        args = _args.reader_args(batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard,
+                                 initial_fill)
+        prefetch_queue_depth = _args.optional_int_arg("prefetch_queue_depth", prefetch_queue_depth, 1, _args.MAX_PREFETCH,
+                                                      "the daemon's default")
+        release_after = _args.optional_int_arg("release_after", release_after, 0, _args.MAX_RELEASE_AFTER,
+                                               "derived from the DALI pipeline")
+        device_id = _args.int_arg("device_id", device_id, 0, _args.MAX_DEVICE)
+        job = _args.job_id_arg(job_id)
+        want_fingerprint = _args.fingerprint_arg(fingerprint)
         if cuda_stream is not None and device != "gpu":
             raise ValueError(f"cuda_stream is for device='gpu' (the consumer's GPU work on GPU batches), got it with "
                              f"device={device!r}")
@@ -299,8 +387,6 @@ class LoaderSource:
         self._dali: Optional[_DaliTypes] = None
         if batch_format == "dali":
             self._dali = _DaliTypes()
-        if release_after is not None and release_after < 0:
-            raise ValueError(f"release_after must be >= 0, got {release_after}")
         timeout = check_timeout("timeout", timeout)
         reconnect_timeout = check_timeout("reconnect_timeout", reconnect_timeout, zero="turns reconnection off")
         socket = socket_path(socket)
@@ -324,14 +410,17 @@ class LoaderSource:
         self._cuda_stream = cuda_stream  # kept alive: its handle is used at every release
         self._halves = BatchHalves()
         self._last: Optional[Position] = None  # the position of the batch returned last
-        req: OpenRequest = {
-            "dataset": dataset, "batch_size": batch_size, "shard_id": shard_id,
-            "num_shards": num_shards, "random_shuffle": random_shuffle, "seed": seed,
-            "pad_last_batch": pad_last_batch, "stick_to_shard": stick_to_shard,
-            "shuffle": shuffle, "initial_fill": initial_fill,
+        self._release_after_given = release_after is not None
+        self._dali_looked = False  # the DALI pipeline fed was looked for (release_after)
+        req = cast(OpenRequest, {
+            "dataset": dataset, **args, "shuffle": shuffle,
             "memory": "gpu" if device == "gpu" else "pinned", "device_id": device_id,
             "release_after": release_after, "state": state,
-        }
+        })
+        if job:
+            req["job_id"] = job
+        if want_fingerprint:
+            req["fingerprint"] = want_fingerprint
         if backend is not None:
             req["backend"] = backend
         if backend_options:
@@ -353,6 +442,8 @@ class LoaderSource:
             except CudaError:
                 pass  # the failure that brought us here is the one to raise
             raise
+        if self.fingerprint:
+            self._req["fingerprint"] = self.fingerprint  # a reopen reads this dataset or none
 
     def _open(self, req: OpenRequest) -> None:
         """Opens a session and maps its batch memory."""
@@ -367,6 +458,9 @@ class LoaderSource:
         self._epoch_batches: int = r["epoch_batches"]
         self._expect = (r["epoch"], r["iteration"])
         self._state0: State = r["state"]
+        self.fingerprint: str = r.get("fingerprint", "")  # "" from a daemon that gives none
+        """The dataset's fingerprint: 32 hex digits naming its samples (paths,
+        labels, sizes), the same on every node holding the same files."""
         try:
             mr, fd = receive(self._socket, r["id"], self._timeout)
         except UpgradeError as e:
@@ -467,7 +561,37 @@ class LoaderSource:
         return call(self._conn, self._socket, method, path, body)
 
     def __iter__(self) -> LoaderSource:
+        # DALI calls iter() on an iterable source while it builds the
+        # pipeline's graph: the pipeline is current then.
+        self._fit_pipeline(frames=False)
         return self
+
+    def _fit_pipeline(self, frames: bool) -> None:
+        """Makes release_after cover the DALI pipeline this source feeds
+        (_depth), once: the session is reopened at this source's position
+        with a larger one when it was not given, a ValueError raised when
+        the one given is too small."""
+        if self._dali_looked:
+            return
+        pipe = _depth.find_pipeline(frames)
+        if pipe is None:
+            self._dali_looked = frames  # iter() outside DALI: look again at the first batch
+            return
+        self._dali_looked = True
+        n = _depth.release_after_for(pipe, self._release_after, self._req["release_after"] if self._release_after_given else None)
+        if n is not None and self._id is not None and self._expect is not None:
+            self._req["release_after"] = n
+            self._drop_stream()
+            epoch, batch = self._expect
+            req = cast(OpenRequest, dict(self._req))
+            req["state"] = {"version": self._state0["version"], "sampling": self._state0["sampling"], "epoch": epoch, "batch": batch}
+            try:
+                self._call("DELETE", f"/v1/sessions/{self._id}")  # first: its shard leaves the job
+            except NotFoundError:
+                pass
+            self._open(req)
+            self._held.clear()  # the old session's slots; arrays handed out keep its memory mapped
+            self._give_back.clear()
 
     def __next__(self) -> Union[Batch, DaliBatch]:
         return self._fetch(None)
@@ -487,6 +611,8 @@ class LoaderSource:
     def _fetch(self, at: Optional[tuple[int, int]]) -> Union[Batch, DaliBatch]:
         if self._id is None:
             raise LoaderError("LoaderSource is closed")
+        if not self._dali_looked:
+            self._fit_pipeline(frames=True)  # a callable source (src.batch): DALI is among the callers
         # Batches with release_after later batches delivered go back to the
         # daemon with this request (one round trip per batch); GPU memory
         # only once the consumer's GPU work queued on it has finished.

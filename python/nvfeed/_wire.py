@@ -38,13 +38,15 @@ class OpenRequest(ReaderArgs, total=False):
     dataset: str
     backend: str
     backend_options: Dict[str, Any]
-    prefetch_queue_depth: int
+    prefetch_queue_depth: Optional[int]  # in [1, 64]; absent or None: the daemon's default
     release_after: Optional[int]
     memory: str  # "pinned" or "gpu"
     device_id: int  # the daemon's ordinal: used when device_uuid is ""
     device_uuid: str  # the GPU (memory "gpu"), "GPU-xxxxxxxx-..." as cuDeviceGetUuid gives it; "" unknown
     gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
+    fingerprint: str  # the dataset's fingerprint expected ("": any); another one is refused (409)
+    job_id: str  # the job this session is a rank of ("": none): its sessions must agree (409 otherwise)
 
 
 class MemoryDesc(TypedDict):
@@ -69,6 +71,7 @@ class OpenResponse(TypedDict):
     iteration: int
     epoch_batches: int
     state: State  # the position at open, with its sampling
+    fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
 
 
 class MemoryResponse(TypedDict):
@@ -127,6 +130,7 @@ class DatasetInfo(TypedDict):
     filesystem_only: int  # samples mapped without extents
     added: int  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown
     freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"
+    fingerprint: str  # the same on every node holding a copy: its samples' paths, labels and sizes
 
 
 class DatasetsResponse(TypedDict):

@@ -124,7 +124,7 @@ def test_daemon_stopped_mid_epoch_then_resume(dataset: Dataset, tmp_path: Path) 
     ({"gpu_path": "dma"}, "gpu_path must be 'auto', 'cufile' or 'bounce', got 'dma'"),
     ({"batch_format": "torch"}, "batch_format must be 'numpy' or 'dali', got 'torch'"),
     ({"cuda_stream": 5}, "cuda_stream is for device='gpu'"),
-    ({"release_after": -1}, "release_after must be >= 0, got -1"),
+    ({"release_after": -1}, "release_after must be an int in [0, 64] or None (derived from the DALI pipeline), got -1"),
 ])
 def test_bad_arguments_named_before_connecting(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
     """A bad argument is a ValueError naming it, raised before any daemon

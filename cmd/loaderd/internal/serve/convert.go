@@ -27,7 +27,7 @@ func status(err error) int {
 		code = http.StatusNotFound
 	case errors.Is(err, session.ErrForbidden):
 		code = http.StatusForbidden
-	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrConflict):
+	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrConflict), errors.Is(err, session.ErrDisagree):
 		code = http.StatusConflict
 	case errors.Is(err, session.ErrLimit):
 		code = http.StatusTooManyRequests
@@ -43,14 +43,14 @@ func status(err error) int {
 func openParams(r wire.OpenRequest) session.OpenParams {
 	return session.OpenParams{Dataset: r.Dataset, ReaderArgs: r.ReaderArgs, Backend: r.Backend, BackendOptions: r.BackendOptions,
 		PrefetchQueueDepth: r.PrefetchQueueDepth, ReleaseAfter: r.ReleaseAfter, Memory: r.Memory, Device: r.Device,
-		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State}
+		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID}
 }
 
 // openResponse is an opened session's wire form.
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State}
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint}
 }
 
 // nextResponse is a delivery's wire form.
@@ -84,7 +84,7 @@ func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
 	}
 	for i, d := range ds {
 		r.Datasets[i] = wire.DatasetInfo{Name: d.Name, Samples: d.Samples, Bytes: d.Bytes, Classes: d.Classes, Fresh: d.Fresh,
-			Stale: d.Stale, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness}
+			Stale: d.Stale, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness, Fingerprint: d.Fingerprint}
 	}
 	return r
 }

@@ -181,7 +181,7 @@ const opener = `
 import socket, sys, time
 sys.stdin.readline()
 t = time.time()
-body = bytes.fromhex("82a764617461736574a26473aa62617463685f73697a6501")  # {"dataset": "ds", "batch_size": 1}
+body = bytes.fromhex("83a764617461736574a26473aa62617463685f73697a6501aa6e756d5f73686172647301")  # {"dataset": "ds", "batch_size": 1, "num_shards": 1}
 try:
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(float(sys.argv[2]))
@@ -323,7 +323,7 @@ func TestTCPSessionsHaveOwner(t *testing.T) {
 	serveWith(t, f.m, Config{SessionTimeout: time.Minute}, Listen{Socket: sock, TCP: addr, Token: "sesame"})
 	viaUnix := unixClient(sock)
 	viaTCP := &client{http: &http.Client{}, base: "http://" + addr, token: "sesame"}
-	req := wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2}}
+	req := wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}
 	var tcpOpen, unixOpen wire.OpenResponse
 	if code, raw := viaTCP.call(t, "POST", "/v1/sessions", req, &tcpOpen); code != 200 {
 		t.Fatalf("open over TCP: %d %s", code, raw)

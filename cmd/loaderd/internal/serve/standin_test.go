@@ -24,7 +24,7 @@ func TestStandinDeviceUUID(t *testing.T) {
 	f := start(t, time.Minute)
 	const gpu0 = "GPU-5354414e-4449-4e2d-4750-552d30303030" // physical GPU 0: the daemon's ordinal 1
 	var open wire.OpenResponse
-	req := wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 4}, Dataset: "ds", Memory: batchmem.GPU, GPUPath: loader.GPUPathBounce, Device: 0, DeviceUUID: gpu0}
+	req := wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}, Dataset: "ds", Memory: batchmem.GPU, GPUPath: loader.GPUPathBounce, Device: 0, DeviceUUID: gpu0}
 	if code := f.call(t, "POST", "/v1/sessions", req, &open); code != 200 {
 		t.Fatalf("open on %s: %d", gpu0, code)
 	}

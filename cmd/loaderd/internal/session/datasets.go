@@ -27,6 +27,9 @@ type dataset struct {
 	m     *bmap.Map    // read-only
 	guard *fresh.Guard // nil: no raw sample to guard, or none could be made (raw sessions check at open)
 	why   string       // why there is no guard
+	// fingerprint names the dataset the same on every node that holds a
+	// copy (bmap.Map.Fingerprint): what the ranks of a job compare.
+	fingerprint string
 
 	users   int  // under Manager.mu: sessions open or opening on it
 	retired bool // under Manager.mu: out of the table; its guard closes with its last user
@@ -55,7 +58,7 @@ const (
 // were added to its class folders since mapping.
 func openDataset(name string, id uint64, m *bmap.Map, log *slog.Logger) *dataset {
 	t0 := time.Now()
-	d := &dataset{name: name, id: id, m: m}
+	d := &dataset{name: name, id: id, m: m, fingerprint: m.Fingerprint()}
 	if !hasRaw(m) {
 		d.why = FreshnessNone
 	} else if g, err := fresh.Open(m, fresh.Watch, log); err != nil {
@@ -65,7 +68,7 @@ func openDataset(name string, id uint64, m *bmap.Map, log *slog.Logger) *dataset
 	} else {
 		d.guard = g
 	}
-	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "freshness", d.freshness(),
+	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "fingerprint", d.fingerprint, "freshness", d.freshness(),
 		"filesystem", m.Device.FSType, "seconds", time.Since(t0).Seconds())
 	if n, err := m.Unmapped(bmap.DiscoverOptions{}); err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", name, "err", err)
@@ -120,6 +123,9 @@ type DatasetInfo struct {
 	Added int
 	// Freshness: watch or read (fresh.Guard), none or unchecked.
 	Freshness string
+	// Fingerprint names the dataset the same on every node holding a copy
+	// of it (bmap.Map.Fingerprint): its samples' paths, labels and sizes.
+	Fingerprint string
 }
 
 // infoInterval is the least time between two counts of one dataset while
@@ -142,7 +148,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) DatasetInfo {
 	if !d.infoAt.IsZero() && (now.Sub(d.infoAt) < infoInterval || (d.guard != nil && gen == d.infoGen)) {
 		return d.info
 	}
-	info := DatasetInfo{Name: d.name, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness()}
+	info := DatasetInfo{Name: d.name, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness(), Fingerprint: d.fingerprint}
 	for i := range d.m.Samples {
 		info.Bytes += d.m.Samples[i].Size
 	}

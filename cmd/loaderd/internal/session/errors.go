@@ -20,4 +20,8 @@ var (
 	// shortage is loader.ErrNoSpace, with the same text.
 	ErrNoSpace  = errors.New("no room for batch memory")
 	ErrConflict = errors.New("dataset not readable") // the map is stale or the device cannot be read
+	// ErrDisagree: a session of a job (OpenParams.JobID) would read with
+	// other sampling, another dataset, or a shard another session of the
+	// job reads (jobs.go).
+	ErrDisagree = errors.New("ranks disagree")
 )

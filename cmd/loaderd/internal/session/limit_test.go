@@ -30,7 +30,7 @@ func TestMaxSessionsConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, errs[i] = m.Open(me, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1}})
+			_, errs[i] = m.Open(me, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}})
 		}()
 	}
 	close(start)
@@ -61,7 +61,7 @@ func TestAdmissionLimits(t *testing.T) {
 	asRoot(t)
 	ds := tree(t)
 	searchable(t, ds.Root)
-	params := OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1}}
+	params := OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}
 	_, _, slots, _ := budget(params)
 	one := loader.SlotBytes(ds, 1) * int64(slots) // one session's batch memory
 	me := Caller{UID: os.Getuid(), GID: os.Getgid()}

@@ -107,6 +107,7 @@ type Manager struct {
 	metrics *metrics
 	reg     *prometheus.Registry
 	shared  *loader.Shared // engines shared by sessions; nil: per session
+	jobs    *jobs          // the ranks of each job (jobs.go)
 
 	reloadMu sync.Mutex // one reload at a time
 
@@ -146,7 +147,7 @@ func NewManager(cfg Config) *Manager {
 		cfg.Logger.Info("session: batch memory budget", "mib", b>>20, "why", why)
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{},
-		reg: prometheus.NewRegistry(), access: newVerdicts()}
+		reg: prometheus.NewRegistry(), access: newVerdicts(), jobs: newJobs(cfg.SessionTimeout)}
 	if cfg.Engines == EnginesPerDevice {
 		m.shared = &loader.Shared{}
 	}
@@ -190,19 +191,28 @@ func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
 // budget returns the prefetch depth, release_after and slots of a session:
 // prefetched batches plus the batches the client holds (the one just
 // delivered and release_after earlier ones). The prefetch depth's default
-// and bounds are the loader's (loader.Options.WithDefaults, Validate).
+// and bounds are the loader's (loader.DefaultPrefetchQueueDepth,
+// loader.Options.Validate); nil takes the default, a depth given is
+// checked as it is.
 func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
-	prefetch = loader.Options{PrefetchQueueDepth: p.PrefetchQueueDepth}.WithDefaults().PrefetchQueueDepth
+	prefetch = loader.DefaultPrefetchQueueDepth
+	if p.PrefetchQueueDepth != nil { // given: 0 is no depth, not the default
+		prefetch = *p.PrefetchQueueDepth
+	}
 	if prefetch < 1 || prefetch > loader.MaxPrefetchQueueDepth {
 		// What loader.Options.Validate says, for a budget asked before it.
-		return 0, 0, 0, fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrInvalid, p.PrefetchQueueDepth, loader.MaxPrefetchQueueDepth)
+		return 0, 0, 0, fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrInvalid, prefetch, loader.MaxPrefetchQueueDepth)
 	}
 	releaseAfter = prefetch + 1
 	if p.ReleaseAfter != nil {
 		releaseAfter = *p.ReleaseAfter
 	}
 	if releaseAfter < 0 || releaseAfter > MaxReleaseAfter {
-		return 0, 0, 0, fmt.Errorf("%w: release_after %d not in [0, %d]", ErrInvalid, releaseAfter, MaxReleaseAfter)
+		why := ""
+		if p.ReleaseAfter == nil {
+			why = " (its default, prefetch_queue_depth+1: give release_after)"
+		}
+		return 0, 0, 0, fmt.Errorf("%w: release_after %d not in [0, %d]%s", ErrInvalid, releaseAfter, MaxReleaseAfter, why)
 	}
 	return prefetch, releaseAfter, prefetch + releaseAfter + 1, nil
 }
@@ -210,9 +220,11 @@ func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
 // Open opens a session for c. The slot size is computed once here (for
 // the budget) and handed to the loader, which picks the backend and GPU
 // path (loader.Options.GPUPath). It is refused
-// with ErrLimit past MaxSessions or c's MaxSessionsPerUID, and with
+// with ErrLimit past MaxSessions or c's MaxSessionsPerUID, with
 // ErrNoSpace when the session's batch memory would take the open
-// sessions' past MaxLockedBytes.
+// sessions' past MaxLockedBytes, with ErrConflict when the dataset's
+// fingerprint is not the one p expects, and with ErrDisagree when p names
+// a job of c's whose sessions read otherwise (jobs.go).
 func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if c.UID < 0 {
 		return Opened{}, fmt.Errorf("%w: the caller's uid is unknown", ErrForbidden)
@@ -231,8 +243,25 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		}
 	}()
 	ds := d.m
+	if p.Fingerprint != "" && p.Fingerprint != d.fingerprint {
+		return Opened{}, fmt.Errorf("%w: dataset %s has fingerprint %s, not the %s asked for: it is another dataset (remapped and reloaded, or another node's files)",
+			ErrConflict, p.Dataset, d.fingerprint, p.Fingerprint)
+	}
 	if err := m.authorize(d, c); err != nil {
 		return Opened{}, err
+	}
+	id := newID()
+	var job *jobKey
+	if p.JobID != "" {
+		job = &jobKey{c.owner(), p.JobID}
+		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs), p.ShardID, id, time.Now()); err != nil {
+			return Opened{}, err
+		}
+		defer func() {
+			if !opened {
+				m.jobs.leave(*job, p.ShardID, id)
+			}
+		}()
 	}
 	prefetch, releaseAfter, slots, err := budget(p)
 	if err != nil {
@@ -258,7 +287,8 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err == nil {
 		gpuPath, _ = l.GPUPath()
 		backendName = l.Backend().Name()
-		ss = &session{id: newID(), dataset: p.Dataset, ds: d, backend: backendName, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots}
+		ss = &session{id: id, dataset: p.Dataset, ds: d, backend: backendName, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots,
+			job: job, shard: p.ShardID}
 		desc := l.Memory().Desc()
 		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, string(desc.Kind), desc.Device, desc.Size, gpuPath)
 		ss.touch()
@@ -279,9 +309,9 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	st := l.State()
 	desc := l.Memory().Desc()
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
-		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "slots", slots, "memory", desc.Kind)
+		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
-		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st}, nil
+		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint}, nil
 }
 
 // admit counts an open of o's needing need bytes of batch memory against
@@ -443,6 +473,9 @@ func (m *Manager) closeSession(ss *session, why string) {
 		m.log.Warn("session: closing", "session", ss.id, "err", err)
 	}
 	m.release(ss.ds) // after its loader, which reads through the dataset's guard
+	if ss.job != nil {
+		m.jobs.leave(*ss.job, ss.shard, ss.id)
+	}
 	m.metrics.forget(ss)
 	m.metrics.sessions.Dec()
 	m.log.Info("session: ended", "session", ss.id, "why", why)

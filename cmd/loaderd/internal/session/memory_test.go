@@ -27,7 +27,7 @@ func TestMemoryOnlyToItsOwner(t *testing.T) {
 	other := Caller{UID: owner.UID + 4242, GID: owner.GID + 4242}
 	tcp := Caller{UID: 65534, GID: 65534, TCP: true} // the TCP principal (--tcp-user nobody)
 	open := func(c Caller) string {
-		o, err := m.Open(c, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1}})
+		o, err := m.Open(c, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ type OpenParams struct {
 	loader.ReaderArgs
 	Backend            string         // a name from loader.Backends(); "" means the default
 	BackendOptions     map[string]any // the backend's options by name
-	PrefetchQueueDepth int            // 0 means loader.DefaultPrefetchQueueDepth
+	PrefetchQueueDepth *int           // nil means loader.DefaultPrefetchQueueDepth; a depth given is in [1, MaxPrefetch]
 	// ReleaseAfter: the client releases a batch after this many later ones;
 	// nil means PrefetchQueueDepth+1.
 	ReleaseAfter *int
@@ -33,6 +33,14 @@ type OpenParams struct {
 	// decides and reports the path taken.
 	GPUPath string
 	State   *loader.State // resume here
+	// Fingerprint, when set, is the dataset's fingerprint the client
+	// expects (bmap.Map.Fingerprint): another one is refused with
+	// ErrConflict, so a reopen never reads another dataset registered
+	// under the same name.
+	Fingerprint string
+	// JobID, when set, makes the session a rank of that job of its owner:
+	// it must agree with the job's other sessions (jobs.go).
+	JobID string
 }
 
 // Opened describes a new session.
@@ -47,6 +55,7 @@ type Opened struct {
 	Iteration          int               // Iteration == EpochBatches means the end of Epoch comes first
 	EpochBatches       int               // batches in Epoch for this shard
 	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
+	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices
@@ -69,7 +78,9 @@ type session struct {
 	id, dataset, backend string
 	ds                   *dataset // the registration it reads (kept across reloads until it ends)
 	owner                owner
-	reserved             int64 // batch memory counted against Config.MaxLockedBytes
+	reserved             int64   // batch memory counted against Config.MaxLockedBytes
+	job                  *jobKey // the job it is a rank of; nil: none
+	shard                int     // its shard_id
 	l                    *loader.Loader
 	slots                int
 	lastUsed             atomic.Int64

@@ -4,7 +4,10 @@ package session
 
 import (
 	"fmt"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -25,15 +28,21 @@ const (
 )
 
 // Validate checks what an open request carries on its own, before any
-// dataset is looked at: the loader's options (loader.Options.Validate:
-// reader arguments, prefetch depth, memory, gpu_path with backend), the
-// budget (release_after), device_id, device_uuid's form (the loader's),
-// backend_options' size and a resume
-// state.
+// dataset is looked at: num_shards (at least 1: a client that sends 0
+// has not said how many ranks there are), the loader's options
+// (loader.Options.Validate: reader arguments, prefetch depth, memory,
+// gpu_path with backend), the budget (prefetch_queue_depth when given,
+// release_after), device_id, device_uuid's form (the loader's),
+// backend_options' size, job_id, fingerprint and a resume state.
 // Errors wrap ErrInvalid and name the field, its value and the allowed
 // range. Open calls it; the dataset-dependent checks (num_shards at most
-// the samples, the state made for this dataset) follow there.
+// the samples, the state made for this dataset, the fingerprint and the
+// job's terms) follow there.
 func (p OpenParams) Validate() error {
+	// Checked before the loader's defaults, which take 0 for 1.
+	if p.NumShards < 1 || p.NumShards > loader.MaxSamples {
+		return fmt.Errorf("%w: num_shards %d not in [1, %d]", ErrInvalid, p.NumShards, loader.MaxSamples)
+	}
 	// The loader's options' defaults and bounds: the reader arguments,
 	// the prefetch depth, the memory kind and the GPU path.
 	if err := p.loaderOptions().WithDefaults().Validate(); err != nil {
@@ -48,10 +57,49 @@ func (p OpenParams) Validate() error {
 	if n := len(p.BackendOptions); n > MaxBackendOptions {
 		return fmt.Errorf("%w: backend_options has %d entries, at most %d", ErrInvalid, n, MaxBackendOptions)
 	}
+	if err := checkJobID(p.JobID); err != nil {
+		return err
+	}
+	if err := checkFingerprint(p.Fingerprint); err != nil {
+		return err
+	}
 	if p.State != nil {
 		if err := p.State.Validate(); err != nil {
 			return fmt.Errorf("%w: state: %w", ErrInvalid, err)
 		}
+	}
+	return nil
+}
+
+// checkJobID checks a job_id: "" (no job), or at most MaxJobID bytes of
+// UTF-8 without control characters (it appears in messages and logs).
+func checkJobID(id string) error {
+	switch {
+	case len(id) > MaxJobID:
+		return fmt.Errorf("%w: job_id of %d bytes, at most %d", ErrInvalid, len(id), MaxJobID)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: job_id %q is not UTF-8", ErrInvalid, id)
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: job_id %q has a control character (%U)", ErrInvalid, id, r)
+		}
+	}
+	return nil
+}
+
+// checkFingerprint checks an expected dataset fingerprint: "" (none) or
+// bmap.FingerprintLen lowercase hex digits, as an open response gives.
+func checkFingerprint(f string) error {
+	if f == "" {
+		return nil
+	}
+	ok := len(f) == bmap.FingerprintLen
+	for i := 0; ok && i < len(f); i++ {
+		ok = f[i] >= '0' && f[i] <= '9' || f[i] >= 'a' && f[i] <= 'f'
+	}
+	if !ok {
+		return fmt.Errorf("%w: fingerprint %.64q is not %d lowercase hex digits (what an open response or GET /v1/datasets gives)", ErrInvalid, f, bmap.FingerprintLen)
 	}
 	return nil
 }
@@ -116,6 +164,10 @@ func checkSlotsAt(field string, slots []int, at *Position) error {
 // loaderOptions returns the loader options an open request names (the
 // budget's slots and what the daemon adds are Open's).
 func (p OpenParams) loaderOptions() loader.Options {
-	return loader.Options{ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: p.PrefetchQueueDepth, Memory: p.Memory, Device: p.Device,
+	var prefetch int // 0: the default
+	if p.PrefetchQueueDepth != nil {
+		prefetch = *p.PrefetchQueueDepth
+	}
+	return loader.Options{ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Memory: p.Memory, Device: p.Device,
 		DeviceUUID: p.DeviceUUID, GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
 }

@@ -28,8 +28,12 @@
 // Ranges: a slot is in [0, 129) (session.MaxSlots: prefetch 64 + release
 // after 64 + 1) and a list of slots has at most 129 entries; an epoch and
 // an iteration are in [0, 2^31-1] (loader.MaxEpoch, loader.MaxIteration);
-// batch_size is in [1, 65536] (loader.MaxBatchSize). A number out of its
-// range is answered 400 and names the field, its value and the range.
+// batch_size is in [1, 65536] (loader.MaxBatchSize); num_shards is in
+// [1, 2^31-1] (0 is refused: it does not mean 1); prefetch_queue_depth,
+// when given, in [1, 64]; job_id has at most 128 bytes
+// (session.MaxJobID), fingerprint is "" or 32 hex digits. A number or
+// string out of its range is answered 400 and names the field, its value
+// and the range. docs/protocol.md has the whole table.
 package wire
 
 import (
@@ -42,7 +46,7 @@ import (
 type OpenRequest struct {
 	Dataset string `msgpack:"dataset"` // a registered dataset's name
 	// DALI's reader arguments: batch_size in [1, 65536], shard_id in
-	// [0, num_shards), num_shards (0 means 1), random_shuffle, seed,
+	// [0, num_shards), num_shards in [1, 2^31-1], random_shuffle, seed,
 	// pad_last_batch, stick_to_shard, initial_fill in [1, 2^24] (0 means
 	// 1024); and shuffle, how random_shuffle shuffles: "permute" ("" too)
 	// or "dali" (see loader.ReaderArgs).
@@ -50,7 +54,7 @@ type OpenRequest struct {
 	// Backend is a name from GET /v1/backends; "" means the default.
 	Backend            string         `msgpack:"backend"`
 	BackendOptions     map[string]any `msgpack:"backend_options"`      // the backend's options by name; at most 64 entries
-	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // in [1, 64]; 0 means loader.DefaultPrefetchQueueDepth
+	PrefetchQueueDepth *int           `msgpack:"prefetch_queue_depth"` // in [1, 64]; nil (absent) means loader.DefaultPrefetchQueueDepth
 	// ReleaseAfter: the client releases a batch after this many later
 	// ones, in [0, 64]; nil means prefetch_queue_depth+1.
 	ReleaseAfter *int          `msgpack:"release_after"`
@@ -66,6 +70,15 @@ type OpenRequest struct {
 	// "auto" ("" too); memory gpu only.
 	GPUPath string        `msgpack:"gpu_path"`
 	State   *loader.State `msgpack:"state"` // resume here: a state an open response or GET .../state gave
+	// Fingerprint: "" or the dataset's fingerprint the client expects (an
+	// open response's, or GET /v1/datasets'): another one is refused (409).
+	Fingerprint string `msgpack:"fingerprint"`
+	// JobID: "" or the job this session is a rank of, at most 128 bytes of
+	// UTF-8 without control characters. The sessions of one job (one
+	// owner's, on this daemon) must read one dataset with the same
+	// sampling, each its own shard_id; one that does not is refused (409,
+	// "ranks disagree: ...", naming each difference).
+	JobID string `msgpack:"job_id"`
 }
 
 // OpenResponse describes the new session, its batch memory (kind, size,
@@ -82,6 +95,7 @@ type OpenResponse struct {
 	Iteration          int           `msgpack:"iteration"`            // Iteration == EpochBatches means the end of Epoch comes first
 	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
 	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
+	Fingerprint        string        `msgpack:"fingerprint"`          // the dataset's: what ranks compare, and what a reopen asks for
 }
 
 // MemoryUpgrade is the Upgrade header value that asks for a session's
@@ -198,8 +212,9 @@ type DatasetInfo struct {
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file would list and the map does not have; -1: the
 	// folders could not be listed.
-	Added     int    `msgpack:"added"`
-	Freshness string `msgpack:"freshness"` // watch, read, none or unchecked
+	Added       int    `msgpack:"added"`
+	Freshness   string `msgpack:"freshness"`   // watch, read, none or unchecked
+	Fingerprint string `msgpack:"fingerprint"` // the same on every node holding a copy: its samples' paths, labels and sizes
 }
 
 // ReloadResponse says what a reload did with each dataset, sorted by name.

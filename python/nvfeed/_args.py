@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every argument of a source checked where it enters, before any daemon
+is asked: the same ranges as the daemon's (docs/protocol.md's bounds
+table), and a ``ValueError`` naming the argument, its range and what was
+given. No number takes a default for 0."""
+
+from __future__ import annotations
+
+import operator
+import unicodedata
+from typing import Optional
+
+import numpy as np
+
+MAX_BATCH_SIZE = 1 << 16
+"""The largest ``batch_size`` (loader.MaxBatchSize)."""
+MAX_SHARDS = (1 << 31) - 1
+"""The largest ``num_shards`` (a dataset has at most 2**31 - 1 samples)."""
+MAX_PREFETCH = 64
+"""The largest ``prefetch_queue_depth`` (loader.MaxPrefetchQueueDepth)."""
+MAX_RELEASE_AFTER = 64
+"""The largest ``release_after`` (session.MaxReleaseAfter)."""
+MAX_DEVICE = 1023
+"""The largest ``device_id`` (session.MaxDevice)."""
+MAX_SEED = (1 << 64) - 1
+"""The largest ``seed``: an unsigned 64-bit integer."""
+MAX_INITIAL_FILL = 1 << 24
+"""The largest ``initial_fill`` (loader.MaxInitialFill)."""
+MAX_JOB_ID = 128
+"""The most bytes of ``job_id`` (session.MaxJobID)."""
+FINGERPRINT_LEN = 32
+"""A dataset fingerprint's length: lowercase hex digits."""
+
+
+def int_arg(name: str, value: object, lo: int, hi: int, note: str = "") -> int:
+    """``value`` as an ``int`` in ``[lo, hi]`` (any integer type, numpy's
+    included; not a bool), or a ``ValueError`` naming ``name``, the range
+    and the value (``note`` added after the range)."""
+    v: Optional[int] = None
+    if not isinstance(value, bool):
+        try:
+            v = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            v = None
+    if v is None or not lo <= v <= hi:
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}]{note}, got {value!r}")
+    return v
+
+
+def bool_arg(name: str, value: object) -> bool:
+    """``value`` as a ``bool`` (a numpy bool too), or a ``ValueError``
+    naming ``name``: 1 or "yes" are not taken for True."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def job_id_arg(value: object) -> str:
+    """A ``job_id``: ``None`` or ``""`` (no job, returned as ``""``), or at
+    most ``MAX_JOB_ID`` bytes of UTF-8 without control characters."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"job_id must be a str of at most {MAX_JOB_ID} bytes, got {value!r}")
+    n = len(value.encode("utf-8", errors="replace"))
+    if n > MAX_JOB_ID:
+        raise ValueError(f"job_id must be a str of at most {MAX_JOB_ID} bytes, got one of {n} bytes")
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            raise ValueError(f"job_id must have no control characters, got {value!r}")
+    return value
+
+
+def fingerprint_arg(value: object) -> str:
+    """A dataset ``fingerprint``: ``None`` or ``""`` (any, returned as
+    ``""``), or ``FINGERPRINT_LEN`` lowercase hex digits (what
+    ``LoaderSource.fingerprint`` and ``datasets()`` give)."""
+    if value is None or value == "":
+        return ""
+    if (not isinstance(value, str) or len(value) != FINGERPRINT_LEN
+            or any(c not in "0123456789abcdef" for c in value)):
+        raise ValueError(f"fingerprint must be {FINGERPRINT_LEN} lowercase hex digits (a source's .fingerprint, "
+                         f"or datasets()'), got {value!r}")
+    return value
+
+
+def reader_args(batch_size: object, shard_id: object, num_shards: object, random_shuffle: object, seed: object,
+                pad_last_batch: object, stick_to_shard: object, initial_fill: object) -> dict[str, object]:
+    """DALI's reader arguments checked, as the open request carries them."""
+    n = int_arg("num_shards", num_shards, 1, MAX_SHARDS, " (the number of ranks; 0 does not mean 1)")
+    return {
+        "batch_size": int_arg("batch_size", batch_size, 1, MAX_BATCH_SIZE),
+        "shard_id": int_arg("shard_id", shard_id, 0, n - 1, f" (num_shards is {n})"),
+        "num_shards": n,
+        "random_shuffle": bool_arg("random_shuffle", random_shuffle),
+        "seed": int_arg("seed", seed, 0, MAX_SEED),
+        "pad_last_batch": bool_arg("pad_last_batch", pad_last_batch),
+        "stick_to_shard": bool_arg("stick_to_shard", stick_to_shard),
+        "initial_fill": int_arg("initial_fill", initial_fill, 1, MAX_INITIAL_FILL),
+    }
+
+
+def optional_int_arg(name: str, value: object, lo: int, hi: int, none: str) -> Optional[int]:
+    """``None`` (``none`` says what it means), or ``int_arg``."""
+    if value is None:
+        return None
+    return int_arg(name, value, lo, hi, f" or None ({none})")

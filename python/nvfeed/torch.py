@@ -1,0 +1,427 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``LoaderDataset``: batches served by loaderd as a PyTorch
+``IterableDataset``, for training loops without DALI.
+
+::
+
+    from nvfeed.torch import LoaderDataset   # or: from dali_source.torch import LoaderDataset
+    ds = LoaderDataset("imagenet", socket="/run/loaderd/loaderd.sock", batch_size=64,
+                       random_shuffle=True, seed=0)
+    for epoch in range(epochs):
+        for jpegs, labels in ds:             # one epoch of this rank's shard
+            images = torchvision.io.decode_jpeg(jpegs, device="cuda")
+            ...
+        torch.save({"model": ..., "data": ds.state_dict()}, path)
+
+Each item is one batch: a list of 1-D ``torch.uint8`` tensors (one
+sample's bytes each, as the file holds them) and an ``int64`` tensor of
+labels, shape (batch,). The dataset batches itself; with a ``DataLoader``
+give it ``batch_size=None`` and no workers.
+
+Needs PyTorch (``pip install nvfeed[torch]``, any torch >= 2.0); the rest
+of the client does not.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, Optional, Union
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from ._cuda import CudaArray
+from ._errors import LoaderError
+from ._source import GPUPath, LoaderSource, OnError, Shuffle
+from ._wire import State
+
+__all__ = ["LoaderDataset", "TorchBatch", "STATE_VERSION", "distributed_shard"]
+
+TorchBatch = tuple[list[torch.Tensor], torch.Tensor]
+"""One batch: the samples (1-D uint8 tensors) and their labels (int64, shape (batch,))."""
+
+STATE_VERSION = 1
+"""The version of ``LoaderDataset.state_dict()``'s layout."""
+
+
+def distributed_shard() -> tuple[int, int]:
+    """This process's ``(rank, world_size)``: from ``torch.distributed``
+    when it is initialised, else from the ``RANK`` and ``WORLD_SIZE``
+    environment variables (``torchrun`` sets both), else ``(0, 1)``.
+
+    Raises
+    ------
+    ValueError
+        Only one of ``RANK`` and ``WORLD_SIZE`` is set, one is not an
+        integer, or ``RANK`` is not in ``[0, WORLD_SIZE)``.
+    """
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None and world is None:
+        return 0, 1
+    if rank is None or world is None:
+        raise ValueError(f"LoaderDataset: RANK={rank!r} and WORLD_SIZE={world!r}: set both or neither")
+    try:
+        r, w = int(rank), int(world)
+    except ValueError:
+        raise ValueError(f"LoaderDataset: RANK={rank!r} and WORLD_SIZE={world!r} must be integers") from None
+    if w < 1 or not 0 <= r < w:
+        raise ValueError(f"LoaderDataset: RANK={r} must be in [0, WORLD_SIZE={w}) and WORLD_SIZE >= 1")
+    return r, w
+
+
+class _Writable:
+    """Presents a read-only numpy view of batch memory as writable, so that
+    ``torch.from_numpy`` takes it without its "not writable" warning. The
+    memory itself stays read-only (zero-copy tensors must not be written);
+    ``_base`` keeps it mapped."""
+
+    __slots__ = ("__array_interface__", "_base")
+
+    def __init__(self, ptr: int, nbytes: int, base: object) -> None:
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+        self._base = base
+
+
+def _span(addrs: list[int], sizes: list[int]) -> tuple[int, int]:
+    """The first byte and the length of the smallest range holding every sample."""
+    lo = min(addrs)
+    return lo, max(a + n for a, n in zip(addrs, sizes)) - lo
+
+
+class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
+    """One rank's shard of a dataset registered with loaderd, batch by
+    batch, as a PyTorch ``IterableDataset``.
+
+    Iterating it yields one epoch: ``(samples, labels)`` per batch, where
+    ``samples`` is a list of 1-D ``torch.uint8`` tensors (each a sample's
+    bytes) and ``labels`` an ``int64`` tensor of shape (batch,) on the
+    CPU. Iterating again yields the next epoch; a loop that stops early
+    (``break``) and iterates again goes on from where it stopped, as a
+    resumed run would. The session with the daemon opens at the first
+    iteration (or ``len()``, or ``state_dict()``): the shard is resolved
+    then, so the dataset may be made before ``init_process_group``.
+
+    **Shards.** Without ``shard_id``/``num_shards`` the shard is this
+    process's rank and the world size: from ``torch.distributed`` when it is
+    initialised, else from ``RANK``/``WORLD_SIZE`` (``torchrun`` sets
+    them), else a single shard. Shards are disjoint and together hold
+    every sample once an epoch (with ``pad_last_batch``, the short shards
+    repeat their last sample so that every rank has as many batches: what
+    DDP needs to not wait forever on a rank that has finished).
+
+    **No DataLoader workers.** The daemon already reads ahead
+    (``prefetch_queue_depth`` batches) in its own process, so there is
+    nothing for workers to hide; iterate the dataset directly or through
+    ``DataLoader(ds, batch_size=None)`` (``num_workers=0``, the default).
+    Iterated in a worker process it raises ``RuntimeError`` saying so (its
+    ``state_dict()`` could not see the worker's position). Decode on the GPU
+    (``torchvision.io.decode_jpeg(samples, device="cuda")``), or with DALI,
+    where decoding must keep up.
+
+    **Lifetime.** By default (``zero_copy=False``) every batch is copied out
+    of the daemon's batch memory before it is handed over, and its memory
+    goes back to the daemon when the next batch is asked for: the tensors
+    are ordinary, writable tensors that stay valid for as long as they are
+    referenced, whatever the loop keeps (the samples of one batch share
+    one allocation, so a kept sample keeps its batch's copy). The copy
+    costs one ``memcpy`` a batch. With ``zero_copy=True`` the sample tensors
+    view the daemon's batch memory and are valid **until the next batch is
+    asked for** (the next step of the ``for`` loop): after that the daemon
+    reuses the memory, so a sample kept longer may change under you; clone
+    what must outlive the step. They are read-only memory: writing into one
+    kills the process (``SIGSEGV``). Labels are always a fresh tensor.
+
+    **GPU.** ``device="cuda"`` (or ``"cuda:N"``) makes the daemon place
+    batches in GPU memory on that device; samples are CUDA tensors
+    (``torch.as_tensor`` of the client's ``CudaArray``), labels stay on the
+    CPU. Copies are device-to-device on the current stream, and the next
+    batch is asked for only once they are done. With ``zero_copy=True`` a
+    batch goes back to the daemon one request later, once the work queued on
+    the current stream before the next request is done, so the loop keeps
+    one step of overlap with the GPU; work on other streams that reads the
+    samples is yours to finish before the next step. ``torchvision.io.decode_jpeg`` wants its input on the CPU, even
+    with ``device="cuda"``: JPEGs for it come from a CPU dataset.
+
+    **Resume.** ``state_dict()`` is the position of the next batch the loop
+    will receive (epoch and batch within it) with the sampling it was made
+    under; ``load_state_dict()`` on a fresh dataset (same arguments) makes
+    its iteration continue with exactly that batch, mid-epoch or at an
+    epoch's start, shuffled or not, as MosaicML streaming's datasets do. The
+    position is the same on every rank of a loop that steps together, so
+    rank 0's ``state_dict()`` resumes every rank (each keeps its own shard).
+
+    Parameters
+    ----------
+    dataset : str
+        The dataset's name, as registered with ``loaderd serve --dataset``.
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
+        else ``/run/loaderd/loaderd.sock``.
+    batch_size : int, optional, default = 64
+        Samples per batch.
+    shard_id : int, optional
+        This rank's shard, in ``[0, num_shards)``; by default the rank (see
+        Shards). Give both ``shard_id`` and ``num_shards`` or neither.
+    num_shards : int, optional
+        The number of shards; by default the world size.
+    random_shuffle : bool, optional, default = False
+        Shuffle every epoch, as ``shuffle`` says (``LoaderSource``'s).
+    seed : int, optional, default = 0
+        The shuffle's seed, in ``[0, 2**64)``; the same on every rank.
+    pad_last_batch : bool, optional, default = False
+        Pad every shard to the same number of whole batches by repeating
+        its last sample, as DALI does; recommended with several ranks whose
+        shards differ in length.
+    stick_to_shard : bool, optional, default = False
+        Read the same shard every epoch (else shard ``(shard_id + epoch) %
+        num_shards``).
+    shuffle : {"permute", "dali"}, optional, default = "permute"
+        How ``random_shuffle`` shuffles: a full permutation of the dataset
+        every epoch, or ``fn.readers.file``'s order (see ``LoaderSource``).
+    initial_fill : int, optional, default = 1024
+        The ``"dali"`` shuffle's buffer, in samples.
+    zero_copy : bool, optional, default = False
+        Hand out views of the daemon's batch memory instead of copies; see
+        Lifetime for the rule they follow.
+    device : str or torch.device, optional, default = "cpu"
+        ``"cpu"``, or ``"cuda"``/``"cuda:N"`` for samples in GPU memory.
+    gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
+        How batches reach GPU memory (see ``LoaderSource``).
+    backend : str, optional
+        How the daemon reads (``"file"``, ``"gds"``, ``"bam"``); ``None``
+        takes its default.
+    backend_options : dict, optional
+        The backend's options by name.
+    prefetch_queue_depth : int, optional
+        Batches the daemon reads ahead; ``None`` takes its default (2).
+    timeout : float, optional, default = 600.0
+        Seconds to wait for the daemon per request (> 0).
+    on_error : {"raise", "skip"}, optional, default = "raise"
+        What a batch with unreadable samples does (see ``LoaderSource``).
+    reconnect_timeout : float, optional, default = 60.0
+        Seconds to keep reconnecting when the daemon goes away; 0 turns
+        reconnection off.
+
+    Raises
+    ------
+    ValueError
+        ``zero_copy`` is not a bool, ``device`` is not a CPU or CUDA device,
+        or only one of ``shard_id`` and ``num_shards`` is given (at once);
+        ``LoaderSource``'s checks and the daemon's answers when the session
+        opens.
+    """
+
+    def __init__(self, dataset: str, socket: Optional[str] = None, batch_size: int = 64, *,
+                 shard_id: Optional[int] = None, num_shards: Optional[int] = None,
+                 random_shuffle: bool = False, seed: int = 0, pad_last_batch: bool = False,
+                 stick_to_shard: bool = False, shuffle: Shuffle = "permute", initial_fill: int = 1024,
+                 zero_copy: bool = False, device: Union[str, torch.device] = "cpu", gpu_path: GPUPath = "auto",
+                 backend: Optional[str] = None, backend_options: Optional[dict[str, Any]] = None,
+                 prefetch_queue_depth: Optional[int] = None, timeout: float = 600.0, on_error: OnError = "raise",
+                 reconnect_timeout: float = 60.0) -> None:
+        super().__init__()
+        if not isinstance(zero_copy, bool):
+            raise ValueError(f"zero_copy must be True or False, got {zero_copy!r}")
+        if (shard_id is None) != (num_shards is None):
+            raise ValueError(f"give both shard_id and num_shards or neither (got shard_id={shard_id!r}, "
+                             f"num_shards={num_shards!r}): without them they come from the process's rank")
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}: {e}") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.zero_copy = zero_copy
+        self.device = dev
+        self._shard = None if shard_id is None or num_shards is None else (shard_id, num_shards)
+        self._args: dict[str, Any] = dict(
+            socket=socket, batch_size=batch_size, random_shuffle=random_shuffle, seed=seed,
+            pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard, shuffle=shuffle, initial_fill=initial_fill,
+            backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch_queue_depth,
+            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout,
+            # The batch handed out last goes back with the request for the
+            # next one: the lifetime rule above, in both modes.
+            release_after=0)
+        if dev.type == "cuda":
+            # Zero-copy CUDA batches go back one request later, once the GPU
+            # work queued on them is done (see _wait_pending): the loop keeps
+            # one step of overlap with the GPU, and the rule above holds.
+            self._args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path, release_after=int(zero_copy))
+        self._src: Optional[LoaderSource] = None
+        self._resume: Optional[State] = None  # where the next session starts (load_state_dict)
+        self._pending: Optional[torch.cuda.Event] = None  # copy: the GPU copies of the batch handed out last;
+        # zero-copy: the end of the work queued before the previous request
+
+    # -- the session ------------------------------------------------------
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """``(shard_id, num_shards)``: as given, else this process's rank and
+        world size (``distributed_shard()``)."""
+        if self._shard is not None:
+            return self._shard
+        return distributed_shard()
+
+    def _source(self) -> LoaderSource:
+        if self._src is None:
+            shard_id, num_shards = self.shard
+            self._src = LoaderSource(self.dataset, shard_id=shard_id, num_shards=num_shards, state=self._resume,
+                                     **self._args)
+            self._resume = None
+        return self._src
+
+    def close(self) -> None:
+        """Ends the session with the daemon. Tensors handed out stay valid
+        (copies), or must no longer be used (``zero_copy``). Iterating again
+        opens a new session at the position this one had reached (when the
+        daemon could still be asked for it)."""
+        if self._src is not None:
+            self._wait_pending()
+            try:
+                self._resume = self._src.state()
+            except LoaderError:  # the daemon is gone for good: the position goes with it
+                self._resume = None
+            self._src.close()
+            self._src = None
+
+    def __del__(self) -> None:
+        src = getattr(self, "_src", None)
+        if src is not None:
+            try:
+                src.close()
+            except Exception:  # noqa: BLE001 - at interpreter exit the daemon reaps the session anyway
+                pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process (a DataLoader worker) has no session:
+        # it would open its own, which __iter__ refuses there.
+        d = self.__dict__.copy()
+        d["_src"], d["_pending"] = None, None
+        return d
+
+    def __len__(self) -> int:
+        """Batches in the current epoch of this rank's shard."""
+        return len(self._source())
+
+    # -- iteration --------------------------------------------------------
+
+    def __iter__(self) -> Iterator[TorchBatch]:
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            raise RuntimeError(
+                f"LoaderDataset is being iterated in DataLoader worker {info.id} of {info.num_workers}: use it in the "
+                "training process (DataLoader(ds, batch_size=None, num_workers=0), or iterate it directly). The daemon "
+                "already reads ahead, and the dataset's state_dict() must see the loop's position.")
+        return self._epoch()
+
+    def _epoch(self) -> Iterator[TorchBatch]:
+        src = self._source()
+        while True:
+            self._wait_pending()  # the last batch goes back to the daemon with this request
+            try:
+                samples, labels = next(src)
+            except StopIteration:
+                return
+            yield self._tensors(samples), torch.from_numpy(labels.reshape(-1).astype(np.int64))
+
+    def _tensors(self, samples: list[Any]) -> list[torch.Tensor]:
+        """The samples as tensors: copies, or views (zero_copy), of one span
+        of batch memory."""
+        if not samples:
+            return []
+        if self.device.type == "cuda":
+            return self._cuda_tensors(samples)
+        addrs = [int(s.__array_interface__["data"][0]) for s in samples]
+        sizes = [int(s.nbytes) for s in samples]
+        lo, n = _span(addrs, sizes)
+        view = np.asarray(_Writable(lo, n, samples[0]))  # samples[0] keeps the mapping alive
+        span = torch.from_numpy(view if self.zero_copy else view.copy())
+        return [span[a - lo:a - lo + k] for a, k in zip(addrs, sizes)]
+
+    def _cuda_tensors(self, samples: list[CudaArray]) -> list[torch.Tensor]:
+        lo, n = _span([s.ptr for s in samples], [s.nbytes for s in samples])
+        span = torch.as_tensor(CudaArray(lo, n, self.device.index or 0, samples[0]), device=self.device)
+        if not self.zero_copy:
+            span = span.clone()
+            self._pending = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            self._pending.record(torch.cuda.current_stream(self.device))
+        return [span[s.ptr - lo:s.ptr - lo + s.nbytes] for s in samples]
+
+    def _wait_pending(self) -> None:
+        """Before a request: waits until the batch it gives back may go. With
+        copies, the batch handed out last, once its copies are done. Zero-copy
+        (release_after=1), the batch before it, once the work the loop had
+        queued on the current stream by the previous request is done (that
+        batch's step); the last batch's step may still run."""
+        if self.device.type != "cuda":
+            return
+        if not self.zero_copy:
+            if self._pending is not None:
+                self._pending.synchronize()
+                self._pending = None
+            return
+        now = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        now.record(torch.cuda.current_stream(self.device))
+        if self._pending is not None:
+            self._pending.synchronize()
+        self._pending = now
+
+    # -- resume -----------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the next batch the loop will receive, and the
+        sampling it was made under: pass it to ``load_state_dict()``.
+
+        Returns
+        -------
+        dict
+            ``{"version": 1, "dataset": name, "epoch": e, "batch": b,
+            "state": the daemon's State}``: plain values (ints, strings,
+            bools), fit for ``torch.save`` and JSON.
+        """
+        st = self._resume if self._src is None and self._resume is not None else self._source().state()
+        return {"version": STATE_VERSION, "dataset": self.dataset, "epoch": st["epoch"], "batch": st["batch"],
+                "state": st}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue at the position ``state_dict()`` returned: the next
+        iteration yields that batch. The state may come from any rank of the
+        run (rank 0's checkpoint): this dataset keeps its own shard.
+
+        Raises
+        ------
+        ValueError
+            The state is not a ``state_dict()`` of this version, or is for
+            another dataset or batch size. Other sampling arguments that
+            differ (seed, shuffle, number of shards, ...) are refused by the
+            daemon when the session opens, naming them.
+        """
+        if not isinstance(state_dict, dict) or state_dict.get("version") != STATE_VERSION or "state" not in state_dict:
+            raise ValueError(f"LoaderDataset.load_state_dict: not a state_dict() of version {STATE_VERSION}: "
+                             f"{state_dict!r:.200}")
+        if state_dict.get("dataset") != self.dataset:
+            raise ValueError(f"LoaderDataset.load_state_dict: the state is for dataset {state_dict.get('dataset')!r}, "
+                             f"this dataset reads {self.dataset!r}")
+        st: State = dict(state_dict["state"])  # type: ignore[assignment]
+        sampling = dict(st["sampling"])
+        if sampling.get("batch_size") != self.batch_size:
+            raise ValueError(f"LoaderDataset.load_state_dict: the state was made with batch_size="
+                             f"{sampling.get('batch_size')}, this dataset has batch_size={self.batch_size}")
+        shard_id, num_shards = self.shard
+        if sampling.get("num_shards") == num_shards:
+            sampling["shard_id"] = shard_id  # rank 0's position, this rank's shard
+        st["sampling"] = sampling  # type: ignore[typeddict-item]
+        st["epoch"], st["batch"] = int(state_dict["epoch"]), int(state_dict["batch"])
+        if self._src is not None:
+            self._wait_pending()
+            self._src.close()
+            self._src = None
+        self._resume = st
