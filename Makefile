@@ -52,6 +52,7 @@ venv:
 
 fuzz: deps
 	go test -run XXX -fuzz FuzzDecode -fuzztime 60s ./bmap/
+	go test -run XXX -fuzz FuzzParse -fuzztime 30s ./bmap/npy/
 	go test -run XXX -fuzz FuzzParseConfig -fuzztime 30s ./cmd/loaderd/
 	go test -run XXX -fuzz FuzzState -fuzztime 20s ./loader/
 	for f in FuzzOpenRequest FuzzNextRequest FuzzReleaseRequest FuzzStreamRequest FuzzStreamFrames; do \

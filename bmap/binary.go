@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
@@ -16,7 +18,7 @@ import (
 //
 //	offset  size  field
 //	0       8     magic "\x89BMAP\r\n\x1a" (catches text-mode mangling, like PNG's)
-//	8       4     version (1)
+//	8       4     version (1 or 2)
 //	12      4     flags (0)
 //	16      8     payload length in bytes
 //	24      4     CRC-32C of the payload
@@ -24,7 +26,7 @@ import (
 //	32      …     payload
 //
 // The payload is a sequence of uvarints ("u"), zig-zag varints ("v") and
-// strings (u length + bytes):
+// strings (u length + bytes). Version 1:
 //
 //	root, device path, major u, minor u, disk, partition start u,
 //	logical block size u, fs type, fs uuid,
@@ -34,19 +36,41 @@ import (
 //	            reason u, extent count u,
 //	            per extent: logical u, physical u, length u, flags u.
 //
+// Version 2 (marked "+", the rest as in version 1):
+//
+//	root, device path, major u, minor u, disk, partition start u,
+//	logical block size u, fs type, fs uuid,
+//	+reader u (0 file, 1 numpy), +map flags u (bit 0: listed),
+//	class count u, classes…,
+//	sample count u, extent count u, +dimension count u (all samples'),
+//	path-blob length u, path blob,
+//	per sample: path length u, label v (listed labels may be negative),
+//	            size u, inode u, mtime v, ctime v, reason u, extent count u,
+//	            per extent: logical u, physical u, length u, flags u,
+//	            +data offset u, +dtype u (0: none, else npy.DType),
+//	            +with a dtype: rank u, dimensions u….
+//
 // A hand-made layout rather than msgpack: it decodes 1.28 M samples with
-// three allocations (samples, extents, one string holding every path),
-// bounds every count by the bytes left before allocating, and needs no
-// reflection. Paths are kept together so that one string backs them all.
+// three allocations (samples, extents, one string holding every path; a
+// numpy map adds tensors and dimensions), bounds every count by the bytes
+// left before allocating, and needs no reflection. Paths are kept
+// together so that one string backs them all.
 const (
 	headerSize = 32
 	magic      = "\x89BMAP\r\n\x1a"
+	mapListed  = 1 << 0 // version 2 map flags: the samples are listed
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// WriteBinary writes m in the native .bmap format.
+// WriteBinary writes m in the native .bmap format, in its version's
+// layout (version 1 for a map whose Version is 1, else version 2). A
+// version 1 map holding what only version 2 can is refused.
 func WriteBinary(w io.Writer, m *Map) error {
+	v2 := m.Version != 1
+	if !v2 && m.MinVersion() > 1 {
+		return fmt.Errorf("bmap: write: a version 1 map cannot hold a %s map (listed=%v, tensors)", m.Reader, m.Listed)
+	}
 	var p []byte
 	p = appendString(p, m.Root)
 	d := &m.Device
@@ -58,17 +82,31 @@ func WriteBinary(w io.Writer, m *Map) error {
 	p = binary.AppendUvarint(p, uint64(d.LogicalBlockSize))
 	p = appendString(p, d.FSType)
 	p = appendString(p, d.FSUUID)
+	if v2 {
+		p = binary.AppendUvarint(p, uint64(m.Reader))
+		var flags uint64
+		if m.Listed {
+			flags |= mapListed
+		}
+		p = binary.AppendUvarint(p, flags)
+	}
 	p = binary.AppendUvarint(p, uint64(len(m.Classes)))
 	for _, c := range m.Classes {
 		p = appendString(p, c)
 	}
-	nExt, pathLen := 0, 0
+	nExt, nDim, pathLen := 0, 0, 0
 	for i := range m.Samples {
 		nExt += len(m.Samples[i].Extents)
 		pathLen += len(m.Samples[i].Path)
+		if t := m.Samples[i].Tensor; t != nil {
+			nDim += len(t.Shape)
+		}
 	}
 	p = binary.AppendUvarint(p, uint64(len(m.Samples)))
 	p = binary.AppendUvarint(p, uint64(nExt))
+	if v2 {
+		p = binary.AppendUvarint(p, uint64(nDim))
+	}
 	p = binary.AppendUvarint(p, uint64(pathLen))
 	for i := range m.Samples {
 		p = append(p, m.Samples[i].Path...)
@@ -76,7 +114,11 @@ func WriteBinary(w io.Writer, m *Map) error {
 	for i := range m.Samples {
 		s := &m.Samples[i]
 		p = binary.AppendUvarint(p, uint64(len(s.Path)))
-		p = binary.AppendUvarint(p, uint64(s.Label))
+		if v2 {
+			p = binary.AppendVarint(p, int64(s.Label))
+		} else {
+			p = binary.AppendUvarint(p, uint64(uint32(s.Label)))
+		}
 		p = binary.AppendUvarint(p, uint64(s.Size))
 		p = binary.AppendUvarint(p, s.Inode)
 		p = binary.AppendVarint(p, s.MtimeNs)
@@ -89,10 +131,26 @@ func WriteBinary(w io.Writer, m *Map) error {
 			p = binary.AppendUvarint(p, e.Length)
 			p = binary.AppendUvarint(p, uint64(e.Flags))
 		}
+		if v2 {
+			p = binary.AppendUvarint(p, uint64(s.Offset))
+			if s.Tensor == nil {
+				p = binary.AppendUvarint(p, 0)
+				continue
+			}
+			p = binary.AppendUvarint(p, uint64(s.Tensor.DType))
+			p = binary.AppendUvarint(p, uint64(len(s.Tensor.Shape)))
+			for _, d := range s.Tensor.Shape {
+				p = binary.AppendUvarint(p, uint64(d))
+			}
+		}
+	}
+	version := uint32(1)
+	if v2 {
+		version = 2
 	}
 	var h [headerSize]byte
 	copy(h[:], magic)
-	binary.LittleEndian.PutUint32(h[8:], Version)
+	binary.LittleEndian.PutUint32(h[8:], version)
 	binary.LittleEndian.PutUint64(h[16:], uint64(len(p)))
 	binary.LittleEndian.PutUint32(h[24:], crc32.Checksum(p, castagnoli))
 	binary.LittleEndian.PutUint32(h[28:], crc32.Checksum(h[:28], castagnoli))
@@ -122,8 +180,9 @@ func DecodeBinary(b []byte) (*Map, error) {
 	if got, want := crc32.Checksum(b[:28], castagnoli), binary.LittleEndian.Uint32(b[28:]); got != want {
 		return nil, fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrCorrupt, v, Version)
+	v := binary.LittleEndian.Uint32(b[8:])
+	if v < 1 || v > Version {
+		return nil, fmt.Errorf("%w: version %d, this build reads 1 to %d", ErrCorrupt, v, Version)
 	}
 	n := binary.LittleEndian.Uint64(b[16:])
 	if n != uint64(len(b)-headerSize) {
@@ -133,7 +192,7 @@ func DecodeBinary(b []byte) (*Map, error) {
 	if crc32.Checksum(p, castagnoli) != binary.LittleEndian.Uint32(b[24:]) {
 		return nil, fmt.Errorf("%w: payload checksum mismatch", ErrCorrupt)
 	}
-	m, err := decodePayload(p)
+	m, err := decodePayload(p, int(v))
 	if err != nil {
 		return nil, err
 	}
@@ -219,9 +278,10 @@ func (d *decoder) uint32(what string) uint32 {
 	return uint32(v)
 }
 
-func decodePayload(p []byte) (*Map, error) {
+func decodePayload(p []byte, version int) (*Map, error) {
 	d := &decoder{p: p}
-	m := &Map{Version: Version}
+	m := &Map{Version: version}
+	v2 := version >= 2
 	m.Root = d.string("root")
 	dev := &m.Device
 	dev.Path = d.string("device path")
@@ -232,6 +292,18 @@ func decodePayload(p []byte) (*Map, error) {
 	dev.LogicalBlockSize = d.uint32("logical block size")
 	dev.FSType = d.string("fs type")
 	dev.FSUUID = d.string("fs uuid")
+	if v2 {
+		r := d.uvarint("reader")
+		if r >= uint64(numReaders) {
+			d.fail("reader")
+		}
+		m.Reader = Reader(r)
+		flags := d.uvarint("map flags")
+		if flags&^mapListed != 0 {
+			d.fail("map flags")
+		}
+		m.Listed = flags&mapListed != 0
+	}
 	nc := d.count("class count", 1)
 	if d.err == nil && nc > 0 {
 		m.Classes = make([]string, nc)
@@ -241,6 +313,10 @@ func decodePayload(p []byte) (*Map, error) {
 	}
 	ns := d.count("sample count", 8)
 	ne := d.count("extent count", 4)
+	nd := 0
+	if v2 {
+		nd = d.count("dimension count", 1)
+	}
 	blob := string(d.bytes(d.count("path blob length", 1), "path blob"))
 	if d.err != nil {
 		return nil, d.err
@@ -249,6 +325,12 @@ func decodePayload(p []byte) (*Map, error) {
 		m.Samples = make([]Sample, ns)
 	}
 	exts := make([]extentinfo.Extent, ne)
+	var dims []int64
+	if nd > 0 {
+		dims = make([]int64, nd)
+	}
+	var tensors []Tensor // allocated at the first tensor sample
+	dimOff, nTensor := 0, 0
 	pathOff, extOff := 0, 0
 	for i := range m.Samples {
 		s := &m.Samples[i]
@@ -261,7 +343,15 @@ func decodePayload(p []byte) (*Map, error) {
 		}
 		s.Path = blob[pathOff : pathOff+int(pl)]
 		pathOff += int(pl)
-		s.Label = int32(d.uint32("label"))
+		if v2 {
+			l := d.varint("label")
+			if l < math.MinInt32 || l > math.MaxInt32 {
+				d.fail("label")
+			}
+			s.Label = int32(l)
+		} else {
+			s.Label = int32(d.uint32("label"))
+		}
 		s.Size = int64(d.uvarint("size"))
 		s.Inode = d.uvarint("inode")
 		s.MtimeNs = d.varint("mtime")
@@ -286,10 +376,49 @@ func decodePayload(p []byte) (*Map, error) {
 		if k == 0 {
 			s.Extents = nil
 		}
+		if !v2 {
+			continue
+		}
+		off := d.uvarint("data offset")
+		if off > math.MaxInt64 {
+			d.fail("data offset")
+		}
+		s.Offset = int64(off)
+		dt := d.uvarint("dtype")
+		if dt == 0 || d.err != nil {
+			continue
+		}
+		rank := d.count("rank", 1)
+		if d.err == nil && (dt > math.MaxUint8 || rank > MaxRank || rank > nd-dimOff) {
+			d.fail("tensor")
+		}
+		if d.err != nil {
+			return nil, fmt.Errorf("sample %d: %w", i, d.err)
+		}
+		if tensors == nil {
+			tensors = make([]Tensor, ns-i)
+		}
+		t := &tensors[nTensor]
+		nTensor++
+		t.DType = npy.DType(dt)
+		if rank > 0 {
+			t.Shape = dims[dimOff : dimOff+rank : dimOff+rank]
+			for j := range t.Shape {
+				v := d.uvarint("dimension")
+				if v > math.MaxInt64 {
+					d.fail("dimension")
+				}
+				t.Shape[j] = int64(v)
+			}
+			dimOff += rank
+		}
+		s.Tensor = t
 	}
 	switch {
 	case d.err != nil:
 		return nil, d.err
+	case dimOff != nd:
+		return nil, fmt.Errorf("%w: %d dimensions declared, %d used", ErrCorrupt, nd, dimOff)
 	case pathOff != len(blob):
 		return nil, fmt.Errorf("%w: path blob has %d unused bytes", ErrCorrupt, len(blob)-pathOff)
 	case extOff != ne:

@@ -1,25 +1,75 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package bmap builds, stores and checks block maps: for every sample of a
-// dataset laid out for DALI's fn.readers.file (one subdirectory per class),
-// the byte ranges of the filesystem's block device that hold it.
+// dataset, in the order DALI's reader lists them, the byte ranges of the
+// filesystem's block device that hold it. A dataset is what
+// fn.readers.file reads (one subdirectory per class, or a file list with
+// labels) or what fn.readers.numpy reads (.npy files found under a root,
+// or listed): a tensor sample is the array's data, without its header,
+// with its element type and shape.
 //
 // A Map is made by Build, written and read in three formats (the native
 // checksummed binary .bmap, JSON, and the xNVMe DALI example's JSON), and
-// checked against the live filesystem by CheckDevice and CheckSample before
-// anyone trusts its extents.
+// checked against the live filesystem by NewChecker and Checker.Check
+// before anyone trusts its extents.
 package bmap
 
 import (
 	"fmt"
+	"math"
 	"path"
+	"slices"
 	"strings"
 
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
-// Version is the map format version this package writes.
-const Version = 1
+// Version is the newest map format version, the one this package writes
+// for maps that need it. Version 1 holds fn.readers.file's folder layout
+// only; version 2 adds the reader kind, listed samples (labels of any
+// value, paths in subdirectories) and tensor samples (a data offset, an
+// element type and a shape). Build gives a map the lowest version that
+// holds it (MinVersion), so that older readers keep reading what they
+// can; the decoders read both.
+const Version = 2
+
+// Reader is the DALI reader whose samples a map lists, and so what a
+// sample's bytes are.
+type Reader uint8
+
+// Readers.
+const (
+	// ReaderFile is fn.readers.file: each sample is a whole file's bytes
+	// (an encoded image, audio...) with an integer label.
+	ReaderFile Reader = iota
+	// ReaderNumpy is fn.readers.numpy: each sample is the data of an .npy
+	// file's array (the header is not served), with its element type and
+	// shape in Sample.Tensor; there are no labels (every Label is 0).
+	ReaderNumpy
+	numReaders
+)
+
+// String returns the reader's name: "file" or "numpy".
+func (r Reader) String() string {
+	switch r {
+	case ReaderFile:
+		return "file"
+	case ReaderNumpy:
+		return "numpy"
+	}
+	return fmt.Sprintf("reader(%d)", uint8(r))
+}
+
+// ParseReader is the inverse of Reader.String.
+func ParseReader(s string) (Reader, error) {
+	for r := ReaderFile; r < numReaders; r++ {
+		if r.String() == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown reader %q (want file or numpy)", s)
+}
 
 // Reason says why a sample must be read through the filesystem; Raw means
 // every byte of it can be read from the device through its extents.
@@ -65,37 +115,137 @@ func ParseReason(s string) (Reason, error) {
 	return 0, fmt.Errorf("unknown reason %q", s)
 }
 
-// Sample is one dataset file.
+// Sample is one dataset file. Its bytes are the file's bytes
+// [Offset, Offset+Size): the whole file (Offset 0) for fn.readers.file,
+// an .npy file's array data for fn.readers.numpy. The file is always
+// exactly Offset+Size bytes long (FileSize).
 type Sample struct {
-	Path    string              // relative to the map's root, "class/file"
-	Extents []extentinfo.Extent // physical extents, in file order
-	Size    int64               // file size in bytes
+	Path    string              // relative to the map's root: "class/file" in a folder layout
+	Extents []extentinfo.Extent // the file's physical extents, in file order (Logical is the offset in the file)
+	Size    int64               // bytes of the sample: the file's size, or a tensor's data size
+	Offset  int64               // where the sample's bytes start in the file: 0, or a tensor's data offset (past the .npy header)
+	Tensor  *Tensor             // element type and shape, for fn.readers.numpy; nil for fn.readers.file
 	Inode   uint64              // inode number when mapped
 	MtimeNs int64               // modification time when mapped (ns since epoch)
 	CtimeNs int64               // change time when mapped (ns since epoch)
-	Label   int32               // index of its class in Map.Classes
+	Label   int32               // the class index in a folder layout; the listed label; 0 for tensors
 	Reason  Reason              // Raw, or why it must be read through the filesystem
 }
 
-// Map is a dataset's block map.
-type Map struct {
-	Version int               // format version
-	Root    string            // absolute path of the dataset root when mapped
-	Device  extentinfo.Device // the filesystem's block device
-	Classes []string          // class directory names; label i is Classes[i]
-	Samples []Sample          // in DALI order: by class, then by file name
+// Tensor says what a tensor sample's bytes hold: a C-order (row-major)
+// array of Shape, elements of DType, little-endian. Its size in bytes is
+// the sample's Size.
+type Tensor struct {
+	DType npy.DType // element type
+	Shape []int64   // dimensions, outermost first; nil for a 0-d array (one element)
 }
 
-// Validate checks the map's internal consistency: labels in range, paths
-// relative, clean and inside their class, extents sorted, non-overlapping and
-// 512-byte aligned for raw samples. Decoders call it; a map that passes
-// cannot name bytes outside what its extents say.
+// NBytes returns the size of the array's data: the product of the shape
+// times the element size. Validate guarantees that it fits an int64.
+func (t *Tensor) NBytes() int64 {
+	n := int64(t.DType.ItemSize())
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// FileSize returns the size the sample's file had when mapped.
+func (s *Sample) FileSize() int64 { return s.Offset + s.Size }
+
+// Map is a dataset's block map.
+type Map struct {
+	Version int               // format version (see Version)
+	Root    string            // absolute path of the dataset root when mapped
+	Device  extentinfo.Device // the filesystem's block device
+	Reader  Reader            // the DALI reader whose samples these are
+	// Listed: the samples come from a list (DALI's file_list, or files
+	// and labels), in its order, with its labels (fn.readers.file), and
+	// not from walking Root; Classes is then empty.
+	Listed  bool
+	Classes []string // class directory names of a folder layout; label i is Classes[i]
+	Samples []Sample // in DALI order (see Build)
+}
+
+// MinVersion returns the lowest format version that holds m: 1 for
+// fn.readers.file's folder layout, 2 for anything else.
+func (m *Map) MinVersion() int {
+	if m.Reader != ReaderFile || m.Listed {
+		return 2
+	}
+	for i := range m.Samples {
+		if s := &m.Samples[i]; s.Offset != 0 || s.Tensor != nil {
+			return 2
+		}
+	}
+	return 1
+}
+
+// Dirs returns the directories that hold the map's samples, relative to
+// Root ("." for Root itself), sorted bytewise, and for each sample the
+// index in dirs of its directory. In fn.readers.file's folder layout they
+// are the classes and the labels.
+func (m *Map) Dirs() (dirs []string, dirOf []int32) {
+	dirOf = make([]int32, len(m.Samples))
+	if m.Reader == ReaderFile && !m.Listed {
+		for i := range m.Samples {
+			dirOf[i] = m.Samples[i].Label
+		}
+		return m.Classes, dirOf
+	}
+	index := map[string]int32{}
+	for i := range m.Samples {
+		index[path.Dir(m.Samples[i].Path)] = 0
+	}
+	dirs = make([]string, 0, len(index))
+	for d := range index {
+		dirs = append(dirs, d)
+	}
+	slices.Sort(dirs)
+	for i, d := range dirs {
+		index[d] = int32(i)
+	}
+	for i := range m.Samples {
+		dirOf[i] = index[path.Dir(m.Samples[i].Path)]
+	}
+	return dirs, dirOf
+}
+
+// Limits Validate puts on a map, so that a hostile one cannot make its
+// reader allocate much from a few bytes.
+const (
+	// MaxRank is the most dimensions a tensor sample may have.
+	MaxRank = npy.MaxRank
+	// MaxDataOffset is the largest data offset of a tensor sample: past
+	// the longest .npy format 1.0 header.
+	MaxDataOffset = npy.MaxDataOffset
+)
+
+// Validate checks the map's internal consistency: a known version that
+// holds what the map uses; labels in range for the folder layout
+// (Classes), 0 for tensors; paths relative and clean (inside their class
+// in a folder layout, never leading out of the root); tensors exactly on
+// numpy maps, each of a known type, at most MaxRank non-negative
+// dimensions whose data size is the sample's Size, at an offset past an
+// .npy header (at most MaxDataOffset) with Offset+Size within an int64;
+// extents sorted, non-overlapping and 512-byte aligned for raw samples.
+// Decoders call it; a map that passes cannot name bytes outside what its
+// extents say.
 func (m *Map) Validate() error {
-	if m.Version != Version {
-		return fmt.Errorf("%w: version %d, want %d", ErrCorrupt, m.Version, Version)
+	if m.Version < 1 || m.Version > Version {
+		return fmt.Errorf("%w: version %d, this build reads 1 to %d", ErrCorrupt, m.Version, Version)
+	}
+	if m.Reader >= numReaders {
+		return fmt.Errorf("%w: unknown reader %d", ErrCorrupt, m.Reader)
+	}
+	if v := m.MinVersion(); m.Version < v {
+		return fmt.Errorf("%w: version %d cannot hold a %s map (listed=%v, tensors): version %d needed", ErrCorrupt, m.Version, m.Reader, m.Listed, v)
 	}
 	if !path.IsAbs(m.Root) {
 		return fmt.Errorf("%w: root %q is not absolute", ErrCorrupt, m.Root)
+	}
+	if (m.Listed || m.Reader != ReaderFile) && len(m.Classes) > 0 {
+		return fmt.Errorf("%w: %d classes in a %s map: classes belong to fn.readers.file's folder layout", ErrCorrupt, len(m.Classes), m.kind())
 	}
 	for i, c := range m.Classes {
 		if c == "" || c == "." || c == ".." || strings.ContainsAny(c, "/\x00") {
@@ -110,16 +260,34 @@ func (m *Map) Validate() error {
 	return nil
 }
 
-func (m *Map) validateSample(s *Sample) error {
-	if s.Label < 0 || int(s.Label) >= len(m.Classes) {
-		return fmt.Errorf("label %d out of range [0,%d)", s.Label, len(m.Classes))
+// kind names the map's sort in messages.
+func (m *Map) kind() string {
+	if m.Listed {
+		return "listed " + m.Reader.String()
 	}
-	cls, name, ok := strings.Cut(s.Path, "/")
-	if !ok || cls != m.Classes[s.Label] || name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
-		return fmt.Errorf("path not of the form %s/<file>", m.Classes[s.Label])
+	return m.Reader.String()
+}
+
+func (m *Map) validateSample(s *Sample) error {
+	if m.Reader == ReaderFile && !m.Listed {
+		if s.Label < 0 || int(s.Label) >= len(m.Classes) {
+			return fmt.Errorf("label %d out of range [0,%d)", s.Label, len(m.Classes))
+		}
+		cls, name, ok := strings.Cut(s.Path, "/")
+		if !ok || cls != m.Classes[s.Label] || name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+			return fmt.Errorf("path not of the form %s/<file>", m.Classes[s.Label])
+		}
+	} else if err := checkListedPath(s.Path); err != nil {
+		return err
+	}
+	if m.Reader == ReaderNumpy && s.Label != 0 {
+		return fmt.Errorf("label %d in a numpy map (tensors have none: 0)", s.Label)
 	}
 	if s.Size < 0 {
 		return fmt.Errorf("negative size %d", s.Size)
+	}
+	if err := m.validateTensor(s); err != nil {
+		return err
 	}
 	if s.Reason >= numReasons {
 		return fmt.Errorf("unknown reason %d", s.Reason)
@@ -133,19 +301,75 @@ func (m *Map) validateSample(s *Sample) error {
 			return fmt.Errorf("extent %d: logical %d overlaps the previous extent", j, e.Logical)
 		}
 		end = e.Logical + e.Length
-		if s.Reason == Raw && e.Logical < uint64(s.Size) && (e.Physical%512 != 0 || e.Logical%512 != 0) {
+		if s.Reason == Raw && e.Logical < uint64(s.FileSize()) && (e.Physical%512 != 0 || e.Logical%512 != 0) {
 			return fmt.Errorf("extent %d: raw extent not 512-byte aligned", j)
 		}
 	}
 	return nil
 }
 
-// classify decides whether a file of the given size with these extents can
-// be read raw from the device. Extents wholly past the end of the file are
-// ignored; holes and unwritten extents read as zeros.
-func classify(size int64, exts []extentinfo.Extent) Reason {
+// validateTensor checks a sample's offset and tensor against its map's
+// reader.
+func (m *Map) validateTensor(s *Sample) error {
+	t := s.Tensor
+	if m.Reader != ReaderNumpy {
+		if t != nil || s.Offset != 0 {
+			return fmt.Errorf("tensor or data offset %d in a %s map", s.Offset, m.Reader)
+		}
+		return nil
+	}
+	if t == nil {
+		return fmt.Errorf("no element type and shape in a numpy map")
+	}
+	if s.Offset <= 10 || s.Offset > MaxDataOffset {
+		return fmt.Errorf("data offset %d outside an .npy header's (10, %d]", s.Offset, MaxDataOffset)
+	}
+	if s.Size > math.MaxInt64-s.Offset {
+		return fmt.Errorf("data offset %d + size %d overflow", s.Offset, s.Size)
+	}
+	if !t.DType.Valid() {
+		return fmt.Errorf("unknown element type %d", t.DType)
+	}
+	if len(t.Shape) > MaxRank {
+		return fmt.Errorf("%d dimensions, at most %d", len(t.Shape), MaxRank)
+	}
+	if t.Shape != nil && len(t.Shape) == 0 {
+		return fmt.Errorf("empty non-nil shape (a 0-d array's shape is nil)")
+	}
+	n := int64(t.DType.ItemSize())
+	for _, d := range t.Shape {
+		if d < 0 {
+			return fmt.Errorf("negative dimension in shape %s", npy.FormatShape(t.Shape))
+		}
+		if d > 1 && n > math.MaxInt64/d {
+			return fmt.Errorf("shape %s of %s overflows", npy.FormatShape(t.Shape), t.DType)
+		}
+		if d > 0 {
+			n *= d
+		}
+	}
+	if nb := t.NBytes(); nb != s.Size {
+		return fmt.Errorf("%s data of shape %s is %d bytes, size says %d", t.DType, npy.FormatShape(t.Shape), nb, s.Size)
+	}
+	return nil
+}
+
+// checkListedPath checks a listed or discovered path: relative, clean, not
+// the root, not leading out of it.
+func checkListedPath(p string) error {
+	if p == "" || p == "." || path.IsAbs(p) || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("path is not a clean relative path inside the root")
+	}
+	return nil
+}
+
+// classify decides whether the bytes [off, off+size) of a file with these
+// extents can be read raw from the device. Extents wholly outside the
+// range are ignored; holes and unwritten extents read as zeros.
+func classify(off, size int64, exts []extentinfo.Extent) Reason {
+	lo, hi := uint64(off), uint64(off+size)
 	for _, e := range exts {
-		if e.Logical >= uint64(size) {
+		if e.Logical >= hi || e.Logical+e.Length <= lo {
 			continue
 		}
 		switch f := e.Flags; {

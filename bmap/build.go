@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -13,12 +14,22 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
 // BuildOptions configures Build.
 type BuildOptions struct {
 	DiscoverOptions
+	// Reader is the DALI reader the map is for: ReaderFile (the zero
+	// value) or ReaderNumpy.
+	Reader Reader
+	// Files, when not nil, are the samples, in this order, instead of
+	// those found under the root: DALI's file_list (ParseFileList,
+	// ParseNumpyFileList) or files and labels. Paths are relative to the
+	// root, or absolute inside it; labels are fn.readers.file's (a numpy
+	// sample's must be 0).
+	Files    []Entry
 	Workers  int                   // parallel mappers; 0 means 4 per CPU
 	Progress func(done, total int) // called as samples are mapped (from several goroutines)
 	// RequireExtents refuses a filesystem without device extents (one
@@ -27,16 +38,36 @@ type BuildOptions struct {
 	RequireExtents bool
 }
 
-// Build discovers root's samples and maps each with FIEMAP. On a
+// ErrNoFiles is returned (wrapped) by Build for a numpy root with no file
+// the filter matches, or an empty list.
+var ErrNoFiles = errors.New("no files")
+
+// Build lists root's samples as DALI's reader does and maps each with
+// FIEMAP:
+//
+//   - fn.readers.file (ReaderFile): the folder layout (Discover), or
+//     o.Files with their labels;
+//   - fn.readers.numpy (ReaderNumpy): the files DiscoverNumpy finds, or
+//     o.Files; each file's .npy header is read (bmap/npy) and the sample
+//     is its array's data: Offset past the header, Size the data's bytes,
+//     Tensor its type and shape. A file that is not exactly a supported
+//     version 1.0 header and the data, in C order, fails the build with
+//     an error naming it and wrapping npy's sentinel (npy.ErrVersion,
+//     npy.ErrObject, npy.ErrBigEndian, npy.ErrStructured, npy.ErrDType,
+//     npy.ErrFortran, npy.ErrSize, ...).
+//
+// A listed path must lie inside root (see ListedPath). The map gets the
+// lowest version that holds it (Map.MinVersion). On a
 // filesystem whose FIEMAP addresses are not offsets on one block device
 // (extentinfo.ResolveDevice refuses it: tmpfs, NFS, overlay, btrfs, …) it
 // maps nothing and marks every sample NoExtents, filesystem-only: the map
 // then has no Device.Path (see Map.FSOnly), and only the file backend
 // reads it. With o.RequireExtents it refuses such a filesystem instead,
 // before looking at any file. A root without DALI's layout (no class
-// folder, or no sample in them) fails with ErrLayout saying what it found.
-// A file that cannot be opened or mapped fails the whole build with an
-// error naming it.
+// folder, or no sample in them) fails with ErrLayout saying what it found;
+// a numpy root without a matching file, or an empty list, with
+// ErrNoFiles. A file that cannot be opened or mapped fails the whole
+// build with an error naming it.
 func Build(ctx context.Context, root string, o BuildOptions) (*Map, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
@@ -52,21 +83,64 @@ func Build(ctx context.Context, root string, o BuildOptions) (*Map, error) {
 			return nil, err
 		}
 	}
-	classes, entries, err := Discover(abs, o.DiscoverOptions)
+	classes, entries, err := o.samples(abs)
 	if err != nil {
 		return nil, err
 	}
-	if len(entries) == 0 {
-		return nil, layoutError(abs, classes, o.DiscoverOptions)
-	}
-	m := &Map{Version: Version, Root: abs, Device: dev, Classes: classes, Samples: make([]Sample, len(entries))}
+	m := &Map{Root: abs, Device: dev, Reader: o.Reader, Listed: o.Files != nil, Classes: classes, Samples: make([]Sample, len(entries))}
 	for i, e := range entries {
 		m.Samples[i] = Sample{Path: e.Path, Label: e.Label}
 	}
 	if err := m.mapSamples(ctx, o.Workers, o.Progress); err != nil {
 		return nil, err
 	}
+	m.Version = m.MinVersion()
 	return m, nil
+}
+
+// samples lists the samples Build maps under root: o.Files made relative
+// and clean, or what DALI's reader finds under root.
+func (o *BuildOptions) samples(root string) (classes []string, entries []Entry, err error) {
+	if o.Reader >= numReaders {
+		return nil, nil, fmt.Errorf("bmap: unknown reader %d", o.Reader)
+	}
+	if o.Files != nil {
+		if len(o.Files) == 0 {
+			return nil, nil, fmt.Errorf("bmap: %s: %w: the list is empty", root, ErrNoFiles)
+		}
+		entries = make([]Entry, len(o.Files))
+		for i, e := range o.Files {
+			where := fmt.Sprintf("entry %d", i+1)
+			if e.Line > 0 {
+				where = fmt.Sprintf("line %d", e.Line)
+			}
+			p, err := ListedPath(root, e.Path)
+			if err != nil {
+				return nil, nil, fmt.Errorf("bmap: %s: list %s %q: %w: %v", root, where, e.Path, ErrFileList, err)
+			}
+			if o.Reader == ReaderNumpy && e.Label != 0 {
+				return nil, nil, fmt.Errorf("bmap: %s: list %s %q: label %d: numpy samples have no labels", root, where, e.Path, e.Label)
+			}
+			entries[i] = Entry{Path: p, Label: e.Label, Line: e.Line}
+		}
+		return nil, entries, nil
+	}
+	if o.Reader == ReaderNumpy {
+		entries, err := DiscoverNumpy(root, o.FileFilter)
+		if err == nil && len(entries) == 0 {
+			f := o.FileFilter
+			if f == "" {
+				f = DefaultNumpyFilter
+			}
+			err = fmt.Errorf("bmap: %s: %w matching %q directly in it or in its immediate subdirectories (fn.readers.numpy looks no deeper)", root, ErrNoFiles, f)
+		}
+		return nil, entries, err
+	}
+	classes, entries, err = Discover(root, o.DiscoverOptions)
+	if err == nil && len(entries) == 0 {
+		err = layoutError(root, classes, o.DiscoverOptions)
+	}
+	return classes, entries, err
 }
 
 // fsOnlyDevice describes a filesystem without device extents: its type
@@ -100,6 +174,7 @@ func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, t
 	defer unix.Close(rootFd)
 	devNum := unix.Mkdev(m.Device.Major, m.Device.Minor)
 	fsOnly := m.FSOnly()
+	tensors := m.Reader == ReaderNumpy
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -118,7 +193,7 @@ func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, t
 				}
 				hi := min(lo+chunk, len(m.Samples))
 				for i := lo; i < hi; i++ {
-					if err := mapOne(rootFd, devNum, fsOnly, &mp, &m.Samples[i]); err != nil {
+					if err := mapOne(rootFd, devNum, fsOnly, tensors, &mp, &m.Samples[i]); err != nil {
 						cancel(fmt.Errorf("bmap: %s: %w", filepath.Join(m.Root, m.Samples[i].Path), err))
 						return
 					}
@@ -137,8 +212,9 @@ func (m *Map) mapSamples(ctx context.Context, workers int, progress func(done, t
 	return nil
 }
 
-// mapOne stats s and, unless fsOnly, maps its extents.
-func mapOne(rootFd int, devNum uint64, fsOnly bool, mp *extentinfo.Mapper, s *Sample) error {
+// mapOne stats s, reads its .npy header when tensors, and unless fsOnly
+// maps its extents.
+func mapOne(rootFd int, devNum uint64, fsOnly, tensors bool, mp *extentinfo.Mapper, s *Sample) error {
 	// O_NONBLOCK: a symlink to a FIFO must not hang the build.
 	fd, err := unix.Openat(rootFd, s.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -154,6 +230,20 @@ func mapOne(rootFd int, devNum uint64, fsOnly bool, mp *extentinfo.Mapper, s *Sa
 	}
 	s.Size, s.Inode = st.Size, st.Ino
 	s.MtimeNs, s.CtimeNs = st.Mtim.Nano(), st.Ctim.Nano()
+	if tensors {
+		h, err := npy.Read(fdReader(fd))
+		if err == nil {
+			err = h.CheckFile(st.Size)
+		}
+		if err != nil {
+			return err
+		}
+		s.Offset, s.Size = h.DataOffset, h.NBytes()
+		s.Tensor = &Tensor{DType: h.DType}
+		if len(h.Shape) > 0 {
+			s.Tensor.Shape = h.Shape
+		}
+	}
 	if st.Dev != devNum {
 		s.Reason = OtherFS
 		return nil
@@ -167,6 +257,28 @@ func mapOne(rootFd int, devNum uint64, fsOnly bool, mp *extentinfo.Mapper, s *Sa
 		return err
 	}
 	s.Extents = exts
-	s.Reason = classify(s.Size, exts)
+	s.Reason = classify(s.Offset, s.Size, exts)
 	return nil
+}
+
+// fdReader reads a file descriptor with pread.
+type fdReader int
+
+// ReadAt implements io.ReaderAt.
+func (fd fdReader) ReadAt(b []byte, off int64) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := unix.Pread(int(fd), b[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if k == 0 {
+			return n, io.EOF
+		}
+		n += k
+	}
+	return n, nil
 }

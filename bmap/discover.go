@@ -24,17 +24,22 @@ var DefaultFilters = []string{
 	"*.pgm", "*.pbm", "*.jp2", "*.webp", "*.flac", "*.ogg", "*.wav",
 }
 
+// DefaultNumpyFilter is DALI fn.readers.numpy's default file_filter.
+const DefaultNumpyFilter = "*.npy"
+
 // DiscoverOptions selects files the way fn.readers.file's file_filters and
-// case_sensitive_filter do.
+// case_sensitive_filter, and fn.readers.numpy's file_filter, do.
 type DiscoverOptions struct {
-	Filters       []string // glob patterns; nil means DefaultFilters
-	CaseSensitive bool     // DALI's default is case-insensitive
+	Filters       []string // fn.readers.file: glob patterns; nil means DefaultFilters
+	CaseSensitive bool     // fn.readers.file: DALI's default is case-insensitive
+	FileFilter    string   // fn.readers.numpy: one glob, always case-sensitive; "" means DefaultNumpyFilter
 }
 
-// Entry is one discovered sample.
+// Entry is one sample, discovered or listed.
 type Entry struct {
-	Path  string // "class/file", relative to the root
-	Label int32  // index of the class
+	Path  string // relative to the root: "class/file" in a folder layout
+	Label int32  // the class index in a folder layout; the listed label
+	Line  int    // the line of the list it comes from (1-based); 0 when not from a file list
 }
 
 // Discover lists samples exactly as DALI's fn.readers.file(file_root=root)
@@ -48,10 +53,9 @@ func Discover(root string, o DiscoverOptions) (classes []string, entries []Entry
 	if filters == nil {
 		filters = DefaultFilters
 	}
-	for _, f := range filters {
-		if _, err := path.Match(f, ""); err != nil {
-			return nil, nil, fmt.Errorf("bmap: filter %q: %w", f, err)
-		}
+	filters, err = globs(filters)
+	if err != nil {
+		return nil, nil, err
 	}
 	if !o.CaseSensitive {
 		lower := make([]string, len(filters))
@@ -90,6 +94,101 @@ func Discover(root string, o DiscoverOptions) (classes []string, entries []Entry
 	return classes, entries, nil
 }
 
+// DiscoverNumpy lists samples exactly as DALI's fn.readers.numpy(
+// file_root=root, file_filter=filter) does: first the files directly in
+// root, then those in each immediate subdirectory of root (stat follows
+// links; subdirectories sorted bytewise; no deeper), each directory's
+// files sorted bytewise. A file is a regular file or a symlink (never a
+// directory) whose name matches filter (fnmatch, case-sensitive; hidden
+// files too; "" means DefaultNumpyFilter). DALI names a file in root
+// "./name"; its Path here is "name". Like DALI, an entry of root that
+// cannot be stat'ed is an error. Labels are 0: numpy samples have none.
+func DiscoverNumpy(root, filter string) ([]Entry, error) {
+	if filter == "" {
+		filter = DefaultNumpyFilter
+	}
+	f, err := globs([]string{filter})
+	if err != nil {
+		return nil, err
+	}
+	top, err := os.ReadDir(root) // sorted bytewise by name
+	if err != nil {
+		return nil, fmt.Errorf("bmap: %w", err)
+	}
+	var dirs []string
+	for _, de := range top {
+		fi, err := os.Stat(filepath.Join(root, de.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("bmap: could not access %s during directory traversal: %w", filepath.Join(root, de.Name()), err)
+		}
+		if fi.IsDir() {
+			dirs = append(dirs, de.Name())
+		}
+	}
+	entries := numpyFiles(nil, top, "", f)
+	for _, d := range dirs {
+		des, err := os.ReadDir(filepath.Join(root, d))
+		if err != nil {
+			return nil, fmt.Errorf("bmap: %w", err)
+		}
+		entries = numpyFiles(entries, des, d+"/", f)
+	}
+	return entries, nil
+}
+
+// numpyFiles appends the regular files and symlinks of des matching
+// filter, in order, with prefix.
+func numpyFiles(entries []Entry, des []os.DirEntry, prefix string, filter []string) []Entry {
+	for _, de := range des {
+		if t := de.Type(); !t.IsRegular() && t&fs.ModeSymlink == 0 {
+			continue
+		}
+		if matchAny(filter, de.Name(), true) {
+			entries = append(entries, Entry{Path: prefix + de.Name()})
+		}
+	}
+	return entries
+}
+
+// globs turns fnmatch patterns (what DALI's filters are) into
+// path.Match's: fnmatch's bracket negation "[!" becomes "[^". A pattern
+// path.Match cannot take, or with a POSIX character class ("[:alpha:]"),
+// which path.Match would read differently, is an error.
+func globs(patterns []string) ([]string, error) {
+	out := make([]string, len(patterns))
+	for i, p := range patterns {
+		var b strings.Builder
+		inClass := false
+		for j := 0; j < len(p); j++ {
+			c := p[j]
+			switch {
+			case c == '\\' && j+1 < len(p):
+				b.WriteByte(c)
+				j++
+				c = p[j]
+			case !inClass && c == '[':
+				inClass = true
+				b.WriteByte(c)
+				if j+1 < len(p) && p[j+1] == '!' {
+					b.WriteByte('^')
+					j++
+				}
+				continue
+			case inClass && c == '[' && j+1 < len(p) && p[j+1] == ':':
+				return nil, fmt.Errorf("bmap: filter %q: POSIX character classes ([:name:]) are not supported", p)
+			case inClass && c == ']':
+				inClass = false
+			}
+			b.WriteByte(c)
+		}
+		out[i] = b.String()
+		if _, err := path.Match(out[i], ""); err != nil {
+			return nil, fmt.Errorf("bmap: filter %q: %w", p, err)
+		}
+	}
+	return out, nil
+}
+
 func matchAny(filters []string, name string, caseSensitive bool) bool {
 	if !caseSensitive {
 		name = asciiLower(name)
@@ -126,12 +225,13 @@ func layoutError(root string, classes []string, o DiscoverOptions) error {
 	if filters == nil {
 		filters = DefaultFilters
 	}
+	globbed, _ := globs(filters) // Discover checked them
 	var files, matching []string
 	top, _ := os.ReadDir(root)
 	for _, de := range top {
 		if fi, err := os.Stat(filepath.Join(root, de.Name())); err == nil && fi.Mode().IsRegular() {
 			files = append(files, de.Name())
-			if matchAny(lowerIf(filters, !o.CaseSensitive), de.Name(), o.CaseSensitive) {
+			if matchAny(lowerIf(globbed, !o.CaseSensitive), de.Name(), o.CaseSensitive) {
 				matching = append(matching, de.Name())
 			}
 		}
@@ -183,16 +283,32 @@ func firstOr(a, b []string) string {
 	return b[0]
 }
 
-// Unmapped returns how many files Discover(m.Root, o) lists now that the
-// map has no sample for: files added since mapping (in a class folder the
-// map knows or a new one), which nothing reading the map serves. A map
-// does not record the filters it was made with: the caller passes them
-// (the zero DiscoverOptions: DALI's defaults).
+// Unmapped returns how many files Discover(m.Root, o) (DiscoverNumpy
+// for a numpy map) lists now that the map has no sample for: files added
+// since mapping (in a class folder the map knows or a new one), which
+// nothing reading the map serves. A map does not record the filters it
+// was made with: the caller passes them (the zero DiscoverOptions:
+// DALI's defaults). A listed map names its files: none is unmapped.
 func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
+	switch {
+	case m.Listed:
+		return 0, nil
+	case m.Reader == ReaderNumpy:
+		entries, err := DiscoverNumpy(m.Root, o.FileFilter)
+		if err != nil {
+			return 0, err
+		}
+		return m.countUnmapped(entries), nil
+	}
 	_, entries, err := Discover(m.Root, o)
 	if err != nil {
 		return 0, err
 	}
+	return m.countUnmapped(entries), nil
+}
+
+// countUnmapped returns how many of entries the map has no sample for.
+func (m *Map) countUnmapped(entries []Entry) int {
 	mapped := make([]string, len(m.Samples))
 	for i := range m.Samples {
 		mapped[i] = m.Samples[i].Path
@@ -204,7 +320,7 @@ func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
 			n++
 		}
 	}
-	return n, nil
+	return n
 }
 
 // plural returns "1 file", "2 files".

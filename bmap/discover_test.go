@@ -62,9 +62,9 @@ func TestDiscoverDALIRules(t *testing.T) {
 			},
 			wantClasses: []string{"B", "_", "a", "b", "linkclass", "Éclair"},
 			want: []Entry{
-				{"B/one.png", 0}, {"_/u.webp", 1},
-				{"b/Z.JPG", 3}, {"b/a.jpg", 3}, {"b/link.jpg", 3},
-				{"linkclass/one.png", 4}, {"Éclair/crème.JPEG", 5},
+				{Path: "B/one.png", Label: 0}, {Path: "_/u.webp", Label: 1},
+				{Path: "b/Z.JPG", Label: 3}, {Path: "b/a.jpg", Label: 3}, {Path: "b/link.jpg", Label: 3},
+				{Path: "linkclass/one.png", Label: 4}, {Path: "Éclair/crème.JPEG", Label: 5},
 			},
 		},
 		{
@@ -72,14 +72,14 @@ func TestDiscoverDALIRules(t *testing.T) {
 			tree:        []string{"c/a.jpg", "c/b.raw", "c/C.RAW"},
 			opts:        DiscoverOptions{Filters: []string{"*.raw"}},
 			wantClasses: []string{"c"},
-			want:        []Entry{{"c/C.RAW", 0}, {"c/b.raw", 0}},
+			want:        []Entry{{Path: "c/C.RAW", Label: 0}, {Path: "c/b.raw", Label: 0}},
 		},
 		{
 			name:        "case-sensitive filter",
 			tree:        []string{"c/a.jpg", "c/B.JPG"},
 			opts:        DiscoverOptions{CaseSensitive: true},
 			wantClasses: []string{"c"},
-			want:        []Entry{{"c/a.jpg", 0}},
+			want:        []Entry{{Path: "c/a.jpg", Label: 0}},
 		},
 	}
 	for _, tt := range tests {

@@ -5,6 +5,8 @@ package bmap
 import (
 	"regexp"
 	"testing"
+
+	"github.com/nvfeed/nvfeed/bmap/npy"
 )
 
 // TestFingerprint: what names the dataset changes the fingerprint, what
@@ -70,5 +72,39 @@ func TestFingerprint(t *testing.T) {
 	}
 	if got := synthMap(200, 1).Fingerprint(); got != want {
 		t.Errorf("the same map made again: %s, want %s", got, want)
+	}
+}
+
+// TestFingerprintV2: a numpy or listed map's fingerprint also names its
+// reader, listing and each tensor's offset, type and shape; a folder
+// layout's is the one main's version 1 code gave (pinned here).
+func TestFingerprintV2(t *testing.T) {
+	if got := v1Map().Fingerprint(); got != "064b6d401dd85c5bc37e3f85bab8f0d4" {
+		t.Errorf("version 1 map: fingerprint %s, version 1 gave 064b6d401dd85c5bc37e3f85bab8f0d4", got)
+	}
+	base := synthTensorMap(50, 2)
+	want := base.Fingerprint()
+	for _, tc := range []struct {
+		name string
+		edit func(m *Map)
+	}{
+		{"listed", func(m *Map) { m.Listed = true }},
+		{"a dtype", func(m *Map) {
+			t := *m.Samples[4].Tensor
+			t.DType ^= 3
+			m.Samples[4].Tensor = &t
+		}},
+		{"a shape", func(m *Map) { m.Samples[6].Tensor = &Tensor{DType: npy.Uint8, Shape: []int64{m.Samples[6].Size}} }},
+		{"an offset", func(m *Map) { m.Samples[8].Offset += 64 }},
+	} {
+		m := *base
+		m.Samples = append([]Sample(nil), base.Samples...)
+		tc.edit(&m)
+		if m.Fingerprint() == want {
+			t.Errorf("%s: fingerprint unchanged", tc.name)
+		}
+	}
+	if m := synthListedMap(9); m.Fingerprint() == func() string { m.Listed = false; return m.Fingerprint() }() {
+		t.Error("listed and unlisted maps share a fingerprint")
 	}
 }

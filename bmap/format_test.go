@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"runtime"
 	"strings"
@@ -162,6 +163,15 @@ func FuzzDecode(f *testing.F) {
 		f.Add(encode(f, m, FormatBinary))
 		f.Add(encode(f, m, FormatJSON))
 	}
+	for _, m := range []*Map{synthTensorMap(3, 1), synthListedMap(3), v1Map()} {
+		f.Add(encode(f, m, FormatBinary))
+		f.Add(encode(f, m, FormatJSON))
+	}
+	for _, name := range []string{"testdata/v1/train.bmap", "testdata/v1/train.json"} {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)
 		if err != nil {
@@ -174,9 +184,11 @@ func FuzzDecode(f *testing.F) {
 		if err := m.Validate(); err != nil {
 			t.Fatalf("decoded map fails validation: %v", err)
 		}
-		m2, err := Decode(encode(t, m, FormatBinary))
-		if err != nil || !reflect.DeepEqual(m, m2) {
-			t.Fatalf("re-encode round trip: err=%v equal=%v", err, reflect.DeepEqual(m, m2))
+		for _, f := range []Format{FormatBinary, FormatJSON} {
+			m2, err := Decode(encode(t, m, f))
+			if err != nil || !reflect.DeepEqual(m, m2) {
+				t.Fatalf("re-encode round trip (%s): err=%v equal=%v", f, err, reflect.DeepEqual(m, m2))
+			}
 		}
 	})
 }

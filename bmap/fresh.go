@@ -51,8 +51,8 @@ func (m *Map) NewChecker() (*Checker, error) {
 // Device returns the live device of the map's filesystem.
 func (c *Checker) Device() extentinfo.Device { return c.dev }
 
-// Check compares sample i with the live file: same filesystem, inode, size,
-// modification and change time. Any difference returns an error wrapping
+// Check compares sample i with the live file: same filesystem, inode, size
+// (Sample.FileSize), modification and change time. Any difference returns an error wrapping
 // ErrStale that names the sample and what changed.
 func (c *Checker) Check(i int) error {
 	_, err := c.CheckLinks(i)
@@ -79,8 +79,8 @@ func (c *Checker) compare(i int, st *unix.Stat_t) (nlink uint64, err error) {
 		what = "now on another filesystem"
 	case st.Ino != s.Inode:
 		what = fmt.Sprintf("inode %d, mapped %d", st.Ino, s.Inode)
-	case st.Size != s.Size:
-		what = fmt.Sprintf("size %d, mapped %d", st.Size, s.Size)
+	case st.Size != s.FileSize():
+		what = fmt.Sprintf("size %d, mapped %d", st.Size, s.FileSize())
 	case st.Mtim.Nano() != s.MtimeNs:
 		what = "modified since mapped"
 	case st.Ctim.Nano() != s.CtimeNs:
@@ -108,8 +108,8 @@ func (c *Checker) CheckFd(i, fd int, mp *extentinfo.Mapper) (nlink uint64, err e
 	if err != nil {
 		return 0, fmt.Errorf("bmap: sample %d (%s): %w: FIEMAP: %w", i, s.Path, ErrExtents, err)
 	}
-	now := Sample{Size: s.Size, Extents: live}
-	if classify(s.Size, live) != Raw || !slices.Equal(s.Segments(nil), now.Segments(nil)) {
+	now := Sample{Offset: s.Offset, Size: s.Size, Extents: live}
+	if classify(s.Offset, s.Size, live) != Raw || !slices.Equal(s.Segments(nil), now.Segments(nil)) {
 		return 0, fmt.Errorf("bmap: sample %d (%s): %w", i, s.Path, ErrExtents)
 	}
 	return nlink, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
@@ -15,17 +16,25 @@ import (
 //	{"version": 1, "root": "/abs/root",
 //	 "device": {"path", "major", "minor", "disk", "partition_start",
 //	            "logical_block_size", "fs_type", "fs_uuid"},
+//	 "reader", "listed",
 //	 "classes": [...],
 //	 "samples": [{"path", "label", "size", "raw", "reason",
 //	              "extents": [{"logical", "physical", "length", "flags"}],
-//	              "inode", "mtime_ns", "ctime_ns"}]}
+//	              "inode", "mtime_ns", "ctime_ns",
+//	              "offset", "dtype", "shape"}]}
 //
 // inode, mtime_ns and ctime_ns are extra keys that keep the freshness check
-// possible after a round trip through JSON.
+// possible after a round trip through JSON. Version 2 maps add "reader"
+// ("file" or "numpy") and "listed"; a tensor sample adds "offset" (of its
+// data in the file; "size" is the data's), "dtype" (numpy's name,
+// "float32") and "shape" (absent for a 0-d array). Version 1 maps have
+// none of these keys.
 type jsonMap struct {
 	Version int          `json:"version"`
 	Root    string       `json:"root"`
 	Device  jsonDevice   `json:"device"`
+	Reader  string       `json:"reader,omitempty"`
+	Listed  bool         `json:"listed,omitempty"`
 	Classes []string     `json:"classes"`
 	Samples []jsonSample `json:"samples"`
 }
@@ -51,6 +60,9 @@ type jsonSample struct {
 	Inode   uint64       `json:"inode"`
 	MtimeNs int64        `json:"mtime_ns"`
 	CtimeNs int64        `json:"ctime_ns"`
+	Offset  int64        `json:"offset,omitempty"`
+	DType   string       `json:"dtype,omitempty"`
+	Shape   []int64      `json:"shape,omitempty"`
 }
 
 type jsonExtent struct {
@@ -69,10 +81,16 @@ func WriteJSON(w io.Writer, m *Map) error {
 	if jm.Classes == nil {
 		jm.Classes = []string{}
 	}
+	if m.Version != 1 {
+		jm.Reader, jm.Listed = m.Reader.String(), m.Listed
+	}
 	for i := range m.Samples {
 		s := &m.Samples[i]
 		js := jsonSample{Path: s.Path, Label: s.Label, Size: s.Size, Raw: s.Reason == Raw, Reason: s.Reason.String(),
-			Extents: make([]jsonExtent, len(s.Extents)), Inode: s.Inode, MtimeNs: s.MtimeNs, CtimeNs: s.CtimeNs}
+			Extents: make([]jsonExtent, len(s.Extents)), Inode: s.Inode, MtimeNs: s.MtimeNs, CtimeNs: s.CtimeNs, Offset: s.Offset}
+		if t := s.Tensor; t != nil {
+			js.DType, js.Shape = t.DType.String(), t.Shape
+		}
 		for j, e := range s.Extents {
 			js.Extents[j] = jsonExtent(e)
 		}
@@ -92,8 +110,15 @@ func DecodeJSON(b []byte) (*Map, error) {
 		return nil, fmt.Errorf("%w: json: %v", ErrCorrupt, err)
 	}
 	d := jm.Device
-	m := &Map{Version: jm.Version, Root: jm.Root,
+	m := &Map{Version: jm.Version, Root: jm.Root, Listed: jm.Listed,
 		Device: extentinfo.Device{Path: d.Path, Major: d.Major, Minor: d.Minor, Disk: d.Disk, PartitionStart: d.PartitionStart, LogicalBlockSize: d.LogicalBlockSize, FSType: d.FSType, FSUUID: d.FSUUID}}
+	if jm.Reader != "" {
+		r, err := ParseReader(jm.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reader: %v", ErrCorrupt, err)
+		}
+		m.Reader = r
+	}
 	if len(jm.Classes) > 0 {
 		m.Classes = jm.Classes
 	}
@@ -108,7 +133,19 @@ func DecodeJSON(b []byte) (*Map, error) {
 		if js.Raw != (r == Raw) {
 			return nil, fmt.Errorf("%w: samples[%d] (%q): raw=%v contradicts reason %q", ErrCorrupt, i, js.Path, js.Raw, js.Reason)
 		}
-		s := Sample{Path: js.Path, Label: js.Label, Size: js.Size, Inode: js.Inode, MtimeNs: js.MtimeNs, CtimeNs: js.CtimeNs, Reason: r}
+		s := Sample{Path: js.Path, Label: js.Label, Size: js.Size, Offset: js.Offset, Inode: js.Inode, MtimeNs: js.MtimeNs, CtimeNs: js.CtimeNs, Reason: r}
+		if js.DType != "" {
+			dt, err := npy.ParseDType(js.DType)
+			if err != nil {
+				return nil, fmt.Errorf("%w: samples[%d] (%q): %v", ErrCorrupt, i, js.Path, err)
+			}
+			s.Tensor = &Tensor{DType: dt}
+			if len(js.Shape) > 0 {
+				s.Tensor.Shape = js.Shape
+			}
+		} else if len(js.Shape) > 0 {
+			return nil, fmt.Errorf("%w: samples[%d] (%q): a shape without a dtype", ErrCorrupt, i, js.Path)
+		}
 		if len(js.Extents) > 0 {
 			s.Extents = make([]extentinfo.Extent, len(js.Extents))
 			for j, e := range js.Extents {

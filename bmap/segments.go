@@ -7,38 +7,40 @@ import "github.com/nvfeed/nvfeed/extentinfo"
 // Segment is one piece of a sample's bytes: either a range of the
 // filesystem's device or a run of zeros (a hole or an unwritten extent).
 type Segment struct {
-	FileOff uint64 // offset in the file
+	FileOff uint64 // offset in the sample's bytes: the offset in the file less Sample.Offset
 	DevOff  uint64 // offset on the filesystem's device (Device.Path); unused when Zero
 	Len     uint64 // length in bytes
 	Zero    bool   // the range reads as zeros
 }
 
-// Segments appends to dst the pieces that make up bytes [0, s.Size) of a
-// raw sample, in file order, covering every byte exactly once. Extents are
-// clipped at the end of the file; adjacent extents contiguous on the device
-// are merged.
+// Segments appends to dst the pieces that make up a raw sample's bytes,
+// the file's bytes [s.Offset, s.Offset+s.Size), in order, covering every
+// byte exactly once; FileOff counts from the sample's first byte, so a
+// tensor's header is not among them. Extents are clipped to the range;
+// adjacent extents contiguous on the device are merged.
 func (s *Sample) Segments(dst []Segment) []Segment {
-	size := uint64(s.Size)
-	var pos uint64
+	base := uint64(s.Offset)
+	end := base + uint64(s.Size)
+	pos := base
 	for _, e := range s.Extents {
-		if e.Logical >= size {
+		if e.Logical >= end {
 			break
 		}
-		if e.Logical > pos {
-			dst = appendSeg(dst, Segment{FileOff: pos, Len: e.Logical - pos, Zero: true})
-			pos = e.Logical
-		}
-		end := min(e.Logical+e.Length, size)
-		if end <= pos {
+		eEnd := min(e.Logical+e.Length, end)
+		if eEnd <= pos {
 			continue
 		}
+		if e.Logical > pos {
+			dst = appendSeg(dst, Segment{FileOff: pos - base, Len: e.Logical - pos, Zero: true})
+			pos = e.Logical
+		}
 		skip := pos - e.Logical
-		seg := Segment{FileOff: pos, DevOff: e.Physical + skip, Len: end - pos, Zero: e.Flags&extentinfo.FlagUnwritten != 0}
+		seg := Segment{FileOff: pos - base, DevOff: e.Physical + skip, Len: eEnd - pos, Zero: e.Flags&extentinfo.FlagUnwritten != 0}
 		dst = appendSeg(dst, seg)
-		pos = end
+		pos = eEnd
 	}
-	if pos < size {
-		dst = appendSeg(dst, Segment{FileOff: pos, Len: size - pos, Zero: true})
+	if pos < end {
+		dst = appendSeg(dst, Segment{FileOff: pos - base, Len: end - pos, Zero: true})
 	}
 	return dst
 }

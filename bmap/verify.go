@@ -21,7 +21,7 @@ import (
 type Difference struct {
 	Index  int    // sample index
 	Path   string // sample path
-	Offset int64  // first differing byte, or -1 when the read itself failed
+	Offset int64  // first differing byte of the sample's bytes, or -1 when the read itself failed
 	Err    error  // the read error, if any
 }
 
@@ -41,7 +41,8 @@ type VerifyReport struct {
 }
 
 // Verify reads every raw sample of m from the live device with O_DIRECT
-// and compares it with a read through the filesystem. Samples changed since
+// and compares it with a read through the filesystem (a tensor's data
+// with the file's bytes past its header). Samples changed since
 // mapping are reported as mismatches (their old extents are not read).
 func Verify(ctx context.Context, m *Map, workers int) (VerifyReport, error) {
 	return VerifyProgress(ctx, m, workers, nil)
@@ -123,6 +124,7 @@ func verifyOne(ck *Checker, r *RawReader, m *Map, i int) *Difference {
 	if err != nil {
 		return &Difference{Index: i, Path: s.Path, Offset: -1, Err: err}
 	}
+	want = want[min(int64(len(want)), s.Offset):] // a tensor's data, past its header
 	got := make([]byte, s.Size)
 	if err := r.ReadSample(s, got); err != nil {
 		return &Difference{Index: i, Path: s.Path, Offset: -1, Err: err}
@@ -151,7 +153,8 @@ type RawReader struct {
 // satisfies every logical block size up to 4 KiB.
 const rawAlign = 4096
 
-// ReadSample reads all s.Size bytes of raw sample s into dst.
+// ReadSample reads all s.Size bytes of raw sample s into dst: the file's
+// bytes from s.Offset (a tensor's data, without its header).
 func (r *RawReader) ReadSample(s *Sample, dst []byte) error {
 	if int64(len(dst)) != s.Size {
 		return fmt.Errorf("bmap: %s: buffer is %d bytes, sample is %d", s.Path, len(dst), s.Size)

@@ -64,8 +64,11 @@ type xnvmeEntry struct {
 
 // WriteXNVMe writes the samples of m that fit the xNVMe format, keyed with
 // the root's base name as prefix, in map order. It returns how many samples
-// were left out.
+// were left out. A numpy map is refused: the format has whole files only.
 func WriteXNVMe(w io.Writer, m *Map) (left int, err error) {
+	if m.Reader != ReaderFile {
+		return 0, fmt.Errorf("bmap: xnvme-json holds whole files of fn.readers.file datasets, not %s samples (its reader would serve the .npy headers)", m.Reader)
+	}
 	bw := bufio.NewWriter(w)
 	prefix := filepath.Base(m.Root) + "/"
 	bw.WriteString("{")

@@ -9,7 +9,7 @@
 // (changed ones, and ones whose mapped extents are not the file's own on
 // the live filesystem — a map file is not trusted —, are never read raw;
 // ones with other hard links are always re-checked), and watches the dataset's directories with inotify so that
-// after a read, a sample needs a stat only if its class saw a change. The
+// after a read, a sample needs a stat only if its directory saw a change. The
 // daemon keeps one Guard per dataset for all its sessions; a loader
 // without one makes its own.
 package fresh
@@ -27,8 +27,8 @@ import (
 
 // Methods of catching changes after the stat pass.
 const (
-	// Watch watches the class directories with inotify and stats a sample
-	// after its raw read only when its class saw a change or the file has
+	// Watch watches the sample directories with inotify and stats a sample
+	// after its raw read only when its directory saw a change or the file has
 	// other hard links: one poll per batch instead of a stat per sample,
 	// and as safe for changes made through the dataset's paths.
 	Watch = "watch"
@@ -42,9 +42,10 @@ type Guard struct {
 	ck        *bmap.Checker
 	watch     *Watcher // nil with Read
 	method    string
-	staleOpen bitset // samples found changed by the stat pass
-	changed   bitset // samples Counts found changed since (sticky)
-	multiLink bitset // samples with other hard links: always stat after reading
+	dirOf     []int32 // each sample's directory: an index into the watched directories
+	staleOpen bitset  // samples found changed by the stat pass
+	changed   bitset  // samples Counts found changed since (sticky)
+	multiLink bitset  // samples with other hard links: always stat after reading
 	readGen   atomic.Uint64
 }
 
@@ -65,7 +66,9 @@ func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
 	}
 	g := &Guard{m: m, ck: ck, method: method}
 	if method == Watch {
-		w, err := NewWatcher(m.Root, m.Classes)
+		var dirs []string
+		dirs, g.dirOf = m.Dirs()
+		w, err := NewWatcher(m.Root, dirs)
 		if err != nil {
 			if log == nil {
 				log = slog.Default()
@@ -166,7 +169,7 @@ type Counts struct {
 
 // Counts counts the map's samples now. A raw sample is stale when the stat
 // pass at Open found it changed, or when a stat now does: only samples
-// whose class the watch saw change (and those with other hard links; every
+// whose directory the watch saw change (and those with other hard links; every
 // one with Read) are stat'ed again, and one found changed stays stale
 // without another stat.
 func (g *Guard) Counts() Counts {
@@ -197,21 +200,22 @@ func (g *Guard) Poll() {
 }
 
 // NeedStat reports whether sample i, read raw, must be stat'ed before its
-// bytes are trusted: always with Read; with Watch when its class changed
-// since the watch began or it has other hard links.
+// bytes are trusted: always with Read; with Watch when its directory (its
+// class in a folder layout) changed since the watch began or it has other
+// hard links.
 func (g *Guard) NeedStat(i int) bool {
-	return g.watch == nil || g.multiLink.has(i) || g.watch.Changed(g.m.Samples[i].Label)
+	return g.watch == nil || g.multiLink.has(i) || g.watch.Changed(g.dirOf[i])
 }
 
 // PathUnchanged reports whether nothing under the dataset root on sample
 // i's path has changed since the watch began (after Poll): neither the
-// root nor its class directory saw an event (a rename, unlink, create,
-// chmod, chown, write...). False with Read. A user who could open the
+// root nor any directory on its path saw an event (a rename, unlink,
+// create, chmod, chown, write...). False with Read. A user who could open the
 // sample by its path after the watch began can still reach, by that
 // path, the file then there; whether it is still that file, with the
 // same mode, is the file's identity and change time (SameFile).
 func (g *Guard) PathUnchanged(i int) bool {
-	return g.watch != nil && !g.watch.Changed(g.m.Samples[i].Label)
+	return g.watch != nil && !g.watch.Changed(g.dirOf[i])
 }
 
 // SameFile checks that fd is sample i's file as mapped: identity, size,

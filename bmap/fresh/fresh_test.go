@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 )
@@ -114,4 +115,48 @@ func TestCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGuardNumpyDirs: a numpy map's samples (in the root and in
+// subdirectories, no classes) are watched by directory: a change in one
+// makes only its samples need a stat.
+func TestGuardNumpyDirs(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	for _, p := range []string{"vol/a.npy", "vol/s/b.npy", "vol/t/c.npy"} {
+		fs.WriteFile(t, p, npyBytes(t))
+	}
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("vol"), bmap.BuildOptions{Reader: bmap.ReaderNumpy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Open(m, Watch, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.Poll()
+	for i := range m.Samples {
+		if g.NeedStat(i) || !g.PathUnchanged(i) {
+			t.Fatalf("sample %d needs a stat before anything happened", i)
+		}
+	}
+	if err := os.Chmod(fs.Path("vol/s/b.npy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.Poll()
+	for i, want := range []bool{false, true, false} {
+		if g.NeedStat(i) != want {
+			t.Errorf("%s: NeedStat = %v, want %v", m.Samples[i].Path, g.NeedStat(i), want)
+		}
+	}
+}
+
+// npyBytes is a small .npy file: a version 1.0 header and 4 int32.
+func npyBytes(t *testing.T) []byte {
+	b, err := npy.Encode(npy.Header{DType: npy.Int32, Shape: []int64{4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, make([]byte, 16)...)
 }

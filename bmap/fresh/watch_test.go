@@ -75,3 +75,53 @@ func TestWatcherRootChange(t *testing.T) {
 		t.Errorf("after a chmod of the root: changed a=%v b=%v, want both", w.Changed(0), w.Changed(1))
 	}
 }
+
+// TestWatcherNested: sample directories at any depth and the root itself
+// (a numpy dataset, a file list). A file change marks its own directory
+// only; a change to a directory on the way (renamed, chmod'ed) marks
+// everything beneath it.
+func TestWatcherNested(t *testing.T) {
+	root := t.TempDir()
+	dirs := []string{".", "a/b", "a/c", "d"}
+	for _, d := range dirs {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+		os.WriteFile(filepath.Join(root, d, "x.npy"), []byte("x"), 0o644)
+	}
+	w, err := NewWatcher(root, dirs)
+	if err != nil {
+		testenv.SkipPrivileged(t, "inotify refused here: %v", err)
+	}
+	defer w.Close()
+	changed := func() (s string) {
+		w.Poll()
+		for i, d := range dirs {
+			if w.Changed(int32(i)) {
+				s += d + " "
+			}
+		}
+		return s
+	}
+	if got := changed(); got != "" {
+		t.Fatalf("changed before anything happened: %s", got)
+	}
+	os.WriteFile(filepath.Join(root, "x.npy"), []byte("y"), 0o644)
+	if got := changed(); got != ". " {
+		t.Errorf("after a write in the root: changed %q, want only the root's samples", got)
+	}
+	os.Chmod(filepath.Join(root, "a/c/x.npy"), 0o600)
+	if got := changed(); got != ". a/c " {
+		t.Errorf("after a chmod in a/c: changed %q", got)
+	}
+	os.WriteFile(filepath.Join(root, "a", "other.txt"), []byte("z"), 0o644)
+	if got := changed(); got != ". a/c " {
+		t.Errorf("a file beside the sample directories in a: changed %q", got)
+	}
+	os.Chmod(filepath.Join(root, "a"), 0o700)
+	if got := changed(); got != ". a/b a/c " {
+		t.Errorf("after a chmod of a: changed %q, want everything beneath it", got)
+	}
+	os.Rename(filepath.Join(root, "d"), filepath.Join(root, "d2"))
+	if got := changed(); got != ". a/b a/c d " {
+		t.Errorf("after renaming d: changed %q", got)
+	}
+}

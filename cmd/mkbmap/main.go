@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command mkbmap maps every sample of a DALI fn.readers.file dataset to its
-// physical extents and writes a block map.
+// Command mkbmap maps every sample of a DALI dataset to its physical
+// extents and writes a block map.
 //
-//	mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
+//	mkbmap [--reader file|numpy] --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
+//	mkbmap [--reader file|numpy] --file-list LIST [--mountpoint ROOT] ...
+//	mkbmap [--reader file|numpy] --mountpoint ROOT [--labels L,...] ... FILE...
 //	mkbmap inspect [--format json|bmap|xnvme-json] [-o FILE] [--mountpoint ROOT] MAPFILE
 //
-// ROOT holds one folder per class, as DALI's fn.readers.file wants
-// (ROOT/CLASS/FILE). On a filesystem without device extents (tmpfs, NFS,
-// overlay, btrfs, …) the map's samples are all filesystem-only, for the
-// file backend; --require-extents refuses such a filesystem instead.
+// The samples are those DALI's reader lists: fn.readers.file's folder
+// layout (ROOT/CLASS/FILE), fn.readers.numpy's .npy files under ROOT
+// (--reader numpy, --file-filter), a file list (--file-list, DALI's
+// file_list) or files given as arguments (DALI's files and labels). On a
+// filesystem without device extents (tmpfs, NFS, overlay, btrfs, …) the
+// map's samples are all filesystem-only, for the file backend;
+// --require-extents refuses such a filesystem instead.
 package main
 
 import (
@@ -21,6 +26,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +36,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/internal/cli"
 )
 
@@ -77,10 +85,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-const mapUsage = `usage: mkbmap --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
+const mapUsage = `usage: mkbmap [--reader file|numpy] --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
+       mkbmap [--reader file|numpy] --file-list LIST [--mountpoint ROOT] [-o FILE] ...
+       mkbmap [--reader file|numpy] --mountpoint ROOT [--labels L,...] [-o FILE] ... FILE...
 
-Maps every sample of a dataset laid out for DALI's fn.readers.file
-(ROOT/CLASS/FILE: one folder per class) to its extents on the block device.
+Maps every sample of a DALI dataset to its extents on the block device, in
+the order DALI's reader lists them:
+  --reader file (default): fn.readers.file, one folder per class
+      (ROOT/CLASS/FILE), or a file list of "path label" lines (--file-list),
+      or the files given (labels from --labels, else 0, 1, 2, ...);
+  --reader numpy: fn.readers.numpy, the .npy files directly in ROOT and in
+      its immediate subdirectories matching --file-filter (default
+      *.npy), or a list of paths (--file-list), or the files given; each
+      sample is the array's data (not the .npy header), with its dtype and
+      shape.
+List and file paths are relative to ROOT (by default the list's folder).
 On a filesystem without device extents (tmpfs, NFS, overlay, btrfs, ...)
 every sample is filesystem-only: the map serves the file backend.
 (mkbmap inspect --help: summarize, convert or verify a map.)
@@ -89,22 +108,50 @@ flags:`
 
 func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mkbmap", flag.ContinueOnError)
-	root := fs.String("mountpoint", "", "dataset root: one subdirectory per class (required)")
+	root := fs.String("mountpoint", "", "dataset root (DALI's file_root): required, except with --file-list (default: the list's folder)")
 	out := fs.String("o", "", "output file (default: <root name>.bmap, or .json, in the current directory)")
 	format := fs.String("format", "bmap", "output format: bmap, json or xnvme-json")
 	workers := fs.Int("workers", 0, "parallel FIEMAP workers (default 4 per CPU)")
 	verify := fs.Bool("verify", false, "read every raw sample from the device with O_DIRECT and compare with the file")
-	filter := fs.String("filter", "", "comma-separated file name globs replacing DALI's default filters")
-	caseSens := fs.Bool("case-sensitive-filter", false, "match filters case-sensitively (DALI's case_sensitive_filter)")
+	readerName := fs.String("reader", "file", "the DALI reader: file (fn.readers.file) or numpy (fn.readers.numpy)")
+	filter := fs.String("filter", "", "--reader file: comma-separated file name globs replacing DALI's default filters")
+	caseSens := fs.Bool("case-sensitive-filter", false, "--reader file: match filters case-sensitively (DALI's case_sensitive_filter)")
+	fileFilter := fs.String("file-filter", "", "--reader numpy: the file name glob (DALI's file_filter; default *.npy)")
+	fileList := fs.String("file-list", "", "a file list (DALI's file_list): \"path label\" lines (--reader file) or paths (--reader numpy)")
+	labels := fs.String("labels", "", "--reader file with FILE arguments: comma-separated labels, one per file (DALI's labels; default 0, 1, 2, ...)")
 	requireExtents := fs.Bool("require-extents", false, "refuse a filesystem without device extents (tmpfs, NFS, overlay, btrfs, ...) instead of writing a filesystem-only map")
 	if err := cli.Parse(fs, args, stdout, stderr, mapUsage); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
+	files, err := interleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	reader, err := bmap.ParseReader(*readerName)
+	if err != nil {
+		return cli.UsageErr(fs, "--reader: %v", err)
+	}
+	listed := *fileList != "" || len(files) > 0
+	switch {
+	case *fileList != "" && len(files) > 0:
+		return cli.UsageErr(fs, "give the files as arguments or in --file-list, not both (as DALI's files and file_list)")
+	case reader == bmap.ReaderNumpy && (set["filter"] || set["case-sensitive-filter"]):
+		return cli.UsageErr(fs, "--filter and --case-sensitive-filter are fn.readers.file's: fn.readers.numpy has one --file-filter")
+	case reader == bmap.ReaderFile && set["file-filter"]:
+		return cli.UsageErr(fs, "--file-filter is fn.readers.numpy's (--reader numpy): fn.readers.file's are --filter")
+	case listed && (set["filter"] || set["case-sensitive-filter"] || set["file-filter"]):
+		return cli.UsageErr(fs, "filters choose files under --mountpoint: they do not apply to listed files (DALI ignores them there)")
+	case set["labels"] && (len(files) == 0 || reader != bmap.ReaderFile):
+		return cli.UsageErr(fs, "--labels goes with files given as arguments to --reader file (as DALI's labels with files)")
+	case len(files) > 0 && *root == "":
+		return cli.UsageErr(fs, "files given as arguments: give the dataset root they are relative to with --mountpoint")
+	case *root == "" && *fileList == "":
+		return cli.UsageErr(fs, "--mountpoint is required")
 	}
 	if *root == "" {
-		return cli.UsageErr(fs, "--mountpoint is required")
+		*root = filepath.Dir(*fileList) // DALI: file_root defaults to the list's folder
 	}
 	if st, err := os.Stat(*root); err != nil || !st.IsDir() {
 		if err == nil {
@@ -116,10 +163,24 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return cli.UsageErr(fs, "--format: %v", err)
 	}
-	opts := bmap.BuildOptions{Workers: *workers, RequireExtents: *requireExtents}
+	if f == bmap.FormatXNVMe && reader != bmap.ReaderFile {
+		return cli.UsageErr(fs, "--format xnvme-json holds whole files: the xNVMe example would serve the .npy headers")
+	}
+	opts := bmap.BuildOptions{Workers: *workers, RequireExtents: *requireExtents, Reader: reader}
 	opts.CaseSensitive = *caseSens
+	opts.FileFilter = *fileFilter
 	if *filter != "" {
 		opts.Filters = strings.Split(*filter, ",")
+	}
+	switch {
+	case *fileList != "":
+		if opts.Files, err = readList(*fileList, reader); err != nil {
+			return err
+		}
+	case len(files) > 0:
+		if opts.Files, err = argFiles(fs, files, *labels, set["labels"]); err != nil {
+			return err
+		}
 	}
 	if *out == "" {
 		abs, _ := filepath.Abs(*root)
@@ -140,7 +201,10 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	st := m.Stats()
-	fmt.Fprintf(stderr, "mkbmap: wrote %s (%s): %s; %.0f samples/s\n", *out, f, st, float64(st.Samples)/elapsed.Seconds())
+	fmt.Fprintf(stderr, "mkbmap: wrote %s (%s, %s): %s; %.0f samples/s\n", *out, f, describe(m), st, float64(st.Samples)/elapsed.Seconds())
+	if t := tensorSummary(m); t != "" {
+		fmt.Fprintf(stderr, "mkbmap: tensors: %s\n", t)
+	}
 	if m.FSOnly() {
 		fmt.Fprintf(stderr, "mkbmap: notice: %s is on %s, which has no device extents: all %d samples are filesystem-only, "+
 			"readable by the file backend only (not gds, bam or cufile); --require-extents refuses such a filesystem\n",
@@ -153,6 +217,112 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return verifyMap(ctx, m, *workers, stderr)
 	}
 	return nil
+}
+
+// interleaved returns the arguments that are not flags, parsing the flags
+// among and after them (fs has parsed args up to the first one); all
+// after a "--" are arguments.
+func interleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var out []string
+	for fs.NArg() > 0 {
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(out, rest...), nil
+		}
+		out = append(out, rest[0])
+		args = rest[1:]
+		if err := fs.Parse(args); err != nil { // fs.Usage printed the usage line
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
+		}
+	}
+	return out, nil
+}
+
+// readList reads a file list as the reader's DALI reader does.
+func readList(name string, reader bmap.Reader) ([]bmap.Entry, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	parse := bmap.ParseFileList
+	if reader == bmap.ReaderNumpy {
+		parse = bmap.ParseNumpyFileList
+	}
+	entries, err := parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return entries, nil
+}
+
+// argFiles gives the files named as arguments their labels: --labels, or
+// their index (DALI's labels for files given without any).
+func argFiles(fs *flag.FlagSet, files []string, labels string, haveLabels bool) ([]bmap.Entry, error) {
+	entries := make([]bmap.Entry, len(files))
+	var ls []string
+	if haveLabels {
+		ls = strings.Split(labels, ",")
+		if len(ls) != len(files) {
+			return nil, cli.UsageErr(fs, "--labels: %d labels for %d files", len(ls), len(files))
+		}
+	}
+	for i, p := range files {
+		entries[i] = bmap.Entry{Path: p, Label: int32(i)}
+		if haveLabels {
+			l, err := strconv.ParseInt(strings.TrimSpace(ls[i]), 10, 32)
+			if err != nil {
+				return nil, cli.UsageErr(fs, "--labels: label %d %q: not a 32-bit integer", i+1, ls[i])
+			}
+			entries[i].Label = int32(l)
+		}
+	}
+	return entries, nil
+}
+
+// describe names the map's kind: "fn.readers.file, folders".
+func describe(m *bmap.Map) string {
+	how := "folders"
+	switch {
+	case m.Listed:
+		how = "listed"
+	case m.Reader == bmap.ReaderNumpy:
+		how = "discovered"
+	}
+	return fmt.Sprintf("fn.readers.%s, %s", m.Reader, how)
+}
+
+// tensorSummary describes a numpy map's arrays: "1000 float32 (3, 224,
+// 224)" when they share a type and shape, else how many types and shapes.
+func tensorSummary(m *bmap.Map) string {
+	if m.Reader != bmap.ReaderNumpy || len(m.Samples) == 0 {
+		return ""
+	}
+	type key struct {
+		dt    string
+		shape string
+	}
+	kinds := map[key]int{}
+	dtypes := map[string]bool{}
+	for i := range m.Samples {
+		t := m.Samples[i].Tensor
+		kinds[key{t.DType.String(), npy.FormatShape(t.Shape)}]++
+		dtypes[t.DType.String()] = true
+	}
+	if len(kinds) == 1 {
+		for k, n := range kinds {
+			return fmt.Sprintf("%d %s %s", n, k.dt, k.shape)
+		}
+	}
+	names := make([]string, 0, len(dtypes))
+	for d := range dtypes {
+		names = append(names, d)
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("%d arrays of %d (dtype, shape) kinds, dtypes %s (ragged: no dense batch)", len(m.Samples), len(kinds), strings.Join(names, ", "))
 }
 
 // progress returns a Progress callback drawing a bar on stderr when it is
@@ -225,9 +395,12 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *format == "" {
 		d := m.Device
-		fmt.Fprintf(stdout, "map:     %s (version %d)\nroot:    %s\ndevice:  %s (%d:%d) on %s at +%d, %d-byte blocks, %s %s\nclasses: %d\n%s\n",
+		fmt.Fprintf(stdout, "map:     %s (version %d)\nroot:    %s\ndevice:  %s (%d:%d) on %s at +%d, %d-byte blocks, %s %s\nreader:  %s\nclasses: %d\n%s\n",
 			path, m.Version, m.Root, d.Path, d.Major, d.Minor, d.Disk, d.PartitionStart, d.LogicalBlockSize, d.FSType, d.FSUUID,
-			len(m.Classes), m.Stats())
+			describe(m), len(m.Classes), m.Stats())
+		if t := tensorSummary(m); t != "" {
+			fmt.Fprintf(stdout, "tensors: %s\n", t)
+		}
 	} else {
 		f, err := bmap.ParseFormat(*format)
 		if err != nil {

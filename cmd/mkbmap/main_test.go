@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 )
 
@@ -35,6 +36,18 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--mountpoint", "/", "--format", "yaml"}, 2, `unknown format "yaml"`},
 		{[]string{"--bogus"}, 2, "bogus"},
 		{[]string{"inspect"}, 2, "one map file"},
+		{[]string{"--reader", "tfrecord", "--mountpoint", "/"}, 2, `unknown reader "tfrecord"`},
+		{[]string{"--mountpoint", "/", "--file-filter", "*.x"}, 2, "--file-filter is fn.readers.numpy's"},
+		{[]string{"--reader", "numpy", "--mountpoint", "/", "--filter", "*.x"}, 2, "one --file-filter"},
+		{[]string{"--file-list", "l.txt", "--mountpoint", "/", "a.jpg"}, 2, "not both"},
+		{[]string{"--file-list", "l.txt", "--filter", "*.x"}, 2, "do not apply to listed files"},
+		{[]string{"--mountpoint", "/", "--labels", "1"}, 2, "--labels goes with files"},
+		{[]string{"--reader", "numpy", "--mountpoint", "/", "--labels", "1", "a.npy"}, 2, "--labels goes with files"},
+		{[]string{"--mountpoint", "/", "--labels", "1,2", "a.jpg"}, 2, "2 labels for 1 files"},
+		{[]string{"--mountpoint", "/", "--labels", "x", "a.jpg"}, 2, `label 1 "x"`},
+		{[]string{"a.jpg"}, 2, "give the dataset root"},
+		{[]string{"--reader", "numpy", "--mountpoint", "/", "--format", "xnvme-json"}, 2, "xnvme-json holds whole files"},
+		{[]string{"--file-list", "/nonexistent/list.txt"}, 2, "/nonexistent"},
 		{[]string{"inspect", "/nonexistent.bmap"}, 1, "/nonexistent.bmap"},
 	}
 	for _, tt := range tests {
@@ -265,5 +278,128 @@ func TestMapInspectConvertVerify(t *testing.T) {
 	os.WriteFile(fs.Path("train/b/1.jpg"), []byte("changed"), 0o644)
 	if code, _, stderr := runCmd(t, "inspect", "--verify", out); code != 1 || !strings.Contains(stderr, "b/1.jpg") {
 		t.Errorf("verify after change: exit %d %q", code, stderr)
+	}
+}
+
+// npyFile is a small .npy file as np.save writes it.
+func npyFile(t *testing.T, dt npy.DType, shape ...int64) []byte {
+	h := npy.Header{DType: dt, Shape: shape}
+	b, err := npy.Encode(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.DataOffset = int64(len(b))
+	return append(b, make([]byte, h.NBytes())...)
+}
+
+func writeTree(t *testing.T, root string, files map[string][]byte) {
+	for p, b := range files {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, p), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNumpyMap: --reader numpy maps the .npy files fn.readers.numpy
+// finds, says what arrays they hold, and refuses a file it cannot serve,
+// naming it.
+func TestNumpyMap(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "vol")
+	writeTree(t, root, map[string][]byte{
+		"b.npy": npyFile(t, npy.Float32, 2, 3), "a.npy": npyFile(t, npy.Float32, 2, 3),
+		"s/c.npy": npyFile(t, npy.Float32, 2, 3), "s/d.arr": npyFile(t, npy.Uint8, 7), "notes.txt": []byte("x"),
+	})
+	dir := t.TempDir()
+	out := filepath.Join(dir, "vol.bmap")
+	code, _, stderr := runCmd(t, "--reader", "numpy", "--mountpoint", root, "-o", out)
+	if code != 0 || !strings.Contains(stderr, "fn.readers.numpy, discovered") || !strings.Contains(stderr, "tensors: 3 float32 (2, 3)") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	code, stdout, _ := runCmd(t, "inspect", out)
+	if code != 0 || !strings.Contains(stdout, "reader:  fn.readers.numpy") || !strings.Contains(stdout, "tensors: 3 float32 (2, 3)") {
+		t.Errorf("inspect: %s", stdout)
+	}
+	code, stdout, _ = runCmd(t, "inspect", "--format", "json", out)
+	var j struct {
+		Version int
+		Reader  string
+		Samples []struct {
+			Path   string
+			Size   int64
+			Offset int64
+			DType  string
+			Shape  []int64
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &j); code != 0 || err != nil {
+		t.Fatalf("json: %v", err)
+	}
+	if j.Version != 2 || j.Reader != "numpy" || len(j.Samples) != 3 || j.Samples[2].Path != "s/c.npy" || j.Samples[0].Offset != 128 ||
+		j.Samples[0].Size != 24 || j.Samples[0].DType != "float32" || len(j.Samples[0].Shape) != 2 {
+		t.Errorf("json = %+v", j)
+	}
+	code, _, stderr = runCmd(t, "--reader", "numpy", "--mountpoint", root, "--file-filter", "*.arr", "-o", out)
+	if code != 0 || !strings.Contains(stderr, "tensors: 1 uint8 (7,)") {
+		t.Errorf("--file-filter: exit %d: %s", code, stderr)
+	}
+	code, _, stderr = runCmd(t, "--reader", "numpy", "--mountpoint", root, "--file-filter", "*.none", "-o", out)
+	if code != 1 || !strings.Contains(stderr, `no files matching "*.none"`) {
+		t.Errorf("nothing found: exit %d: %s", code, stderr)
+	}
+	writeTree(t, root, map[string][]byte{"s/e.npy": append(npyFile(t, npy.Int8, 3), 0)})
+	code, _, stderr = runCmd(t, "--reader", "numpy", "--mountpoint", root, "-o", out)
+	if code != 1 || !strings.Contains(stderr, filepath.Join(root, "s/e.npy")) || !strings.Contains(stderr, "file size does not match") {
+		t.Errorf("trailing byte: exit %d: %s", code, stderr)
+	}
+	if m, err := bmap.Load(out); err != nil || len(m.Samples) != 1 {
+		t.Errorf("a failed run replaced the map: %v", err)
+	}
+}
+
+// TestListMaps: --file-list and files given as arguments, for both
+// readers, in the order listed with the labels given.
+func TestListMaps(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "data")
+	writeTree(t, root, map[string][]byte{"x/1.jpg": []byte("1"), "2.jpg": []byte("22"), "t/a.npy": npyFile(t, npy.Int16, 5)})
+	os.WriteFile(filepath.Join(root, "train.txt"), []byte("x/1.jpg 4\n2.jpg 0\n\nx/1.jpg 9\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "np.txt"), []byte("t/a.npy\nt/a.npy\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "bad.txt"), []byte("x/1.jpg 4\n2.jpg\n"), 0o644)
+	dir := t.TempDir()
+	load := func(args ...string) *bmap.Map {
+		t.Helper()
+		out := filepath.Join(dir, "m.bmap")
+		code, _, stderr := runCmd(t, append(args, "-o", out)...)
+		if code != 0 {
+			t.Fatalf("mkbmap %q: exit %d: %s", args, code, stderr)
+		}
+		m, err := bmap.Load(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	labels := func(m *bmap.Map) (s string) {
+		for _, x := range m.Samples {
+			s += fmt.Sprintf("%s:%d ", x.Path, x.Label)
+		}
+		return s
+	}
+	// The list's folder is the root by default, as DALI's file_root.
+	if m := load("--file-list", filepath.Join(root, "train.txt")); labels(m) != "x/1.jpg:4 2.jpg:0 x/1.jpg:9 " || !m.Listed || m.Root != root {
+		t.Errorf("file list: %q, listed %v, root %s", labels(m), m.Listed, m.Root)
+	}
+	if m := load("--mountpoint", root, "x/1.jpg", "2.jpg"); labels(m) != "x/1.jpg:0 2.jpg:1 " {
+		t.Errorf("files: %q", labels(m))
+	}
+	if m := load("--mountpoint", root, "x/1.jpg", "2.jpg", "--labels", "7,-1"); labels(m) != "x/1.jpg:7 2.jpg:-1 " {
+		t.Errorf("files and labels: %q", labels(m))
+	}
+	if m := load("--reader", "numpy", "--file-list", filepath.Join(root, "np.txt")); len(m.Samples) != 2 || m.Samples[1].Tensor.Shape[0] != 5 {
+		t.Errorf("numpy list: %+v", m.Samples)
+	}
+	code, _, stderr := runCmd(t, "--file-list", filepath.Join(root, "bad.txt"), "-o", filepath.Join(dir, "bad.bmap"))
+	if code != 1 || !strings.Contains(stderr, "bad.txt") || !strings.Contains(stderr, "line 2") {
+		t.Errorf("bad list: exit %d: %s", code, stderr)
 	}
 }
