@@ -145,6 +145,9 @@ func (b *Batch) Release() {
 // slower than bounce), bounce with the default backend. GPUPath says
 // which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
+	if m.Reader == bmap.ReaderNumpy {
+		return nil, fmt.Errorf("loader: %w", ErrTensorMap)
+	}
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
