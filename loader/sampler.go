@@ -195,7 +195,7 @@ func (o *Orders) Epoch(epoch int, buf []int32) []int32 {
 				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard})
 		}
 		for o.dali.Epoch() < epoch {
-			o.dali.Skip()
+			o.dali.Skip(nil)
 		}
 		return o.dali.Next(order[:0])
 	case s.RandomShuffle && s.StickToShard:
