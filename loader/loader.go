@@ -335,7 +335,12 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 	orders := l.smp.Orders()
 	bs := l.smp.BatchSize
 	for {
-		order = orders.Epoch(epoch, order)
+		// A replay (ShuffleDALI from a resumed or sought epoch: up to
+		// MaxReplaySamples samples) ends with the producer.
+		var ok bool
+		if order, ok = orders.epoch(epoch, order, ctx.Done()); !ok {
+			return
+		}
 		nb := (len(order) + bs - 1) / bs
 		for ; batch < nb; batch++ {
 			var slot int

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvfeed/nvfeed/loader/internal/daliorder"
 )
@@ -157,5 +158,59 @@ func TestStateVersion1Resumes(t *testing.T) {
 	}
 	if st := r.State(); st.Version != StateVersion || st.Sampling.Shuffle != ShufflePermute || st.Sampling.InitialFill != DefaultInitialFill {
 		t.Errorf("state after resuming: %+v, want version %d with the defaults filled in", st, StateVersion)
+	}
+}
+
+// TestReplayStopsWithTheLoader: a loader replaying epochs to reach a
+// resumed ShuffleDALI state (up to MaxReplaySamples samples: tens of
+// seconds) stops replaying when it is closed or seeks elsewhere: Close
+// and NextAt return at once, not when the replay would have ended.
+func TestReplayStopsWithTheLoader(t *testing.T) {
+	m := makeDataset(t, 100, 2, 100)
+	for _, tc := range []struct {
+		name string
+		a    ReaderArgs
+	}{
+		{"2^30 samples", ReaderArgs{BatchSize: 8, NumShards: 1, RandomShuffle: true, Shuffle: ShuffleDALI}},
+		{"2^30 epochs of one sample padded to 65536", ReaderArgs{BatchSize: 1 << 16, NumShards: 100, ShardID: 3, RandomShuffle: true, Shuffle: ShuffleDALI, PadLastBatch: true}},
+	} {
+		for _, how := range []string{"Close", "NextAt"} {
+			t.Run(tc.name+"/"+how, func(t *testing.T) {
+				smp := Sampling{N: 100, ReaderArgs: tc.a}
+				far := MaxReplaySamples / ((smp.N + tc.a.NumShards - 1) / tc.a.NumShards)
+				st := State{Version: StateVersion, Sampling: smp, Epoch: far}
+				st.Sampling.ReaderArgs = st.Sampling.ReaderArgs.withDefaults()
+				l, err := New(context.Background(), m, Options{ReaderArgs: tc.a, State: &st})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				time.Sleep(50 * time.Millisecond) // the replay is under way
+				done := make(chan error, 1)
+				t0 := time.Now()
+				go func() {
+					if how == "Close" {
+						done <- l.Close()
+						return
+					}
+					b, err := l.NextAt(context.Background(), 0, 0)
+					if err == nil {
+						b.Release()
+					}
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+					if took := time.Since(t0); took > time.Second {
+						t.Errorf("%s during a replay to epoch %d took %s", how, far, took)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s during a replay to epoch %d: still waiting after 5s (for the replay to end)", how, far)
+				}
+			})
+		}
 	}
 }

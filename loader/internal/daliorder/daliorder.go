@@ -109,6 +109,7 @@ type Reader struct {
 	last             int32 // the last sample returned
 	epoch            int   // the epoch Next returns next
 	started          bool  // the buffer is filled
+	steps            int   // samples and epoch ends gone through, for Skip's looks at stop
 }
 
 // New returns a reader at the start of epoch 0. p must be valid: N >=
@@ -138,8 +139,8 @@ func start(k, n, size int) int { return k * size / n }
 // shardLen returns shard k's length: the reads of an epoch that reads it.
 func shardLen(k, n, size int) int { return start(k+1, n, size) - start(k, n, size) }
 
-// stopEvery is how many samples a skip takes between looks at its stop
-// channel (about a millisecond).
+// stopEvery is how many samples (and epoch ends) a skip takes between
+// looks at its stop channel, over epochs: about a millisecond.
 const stopEvery = 1 << 16
 
 // Epoch returns the epoch the next Next call returns.
@@ -172,8 +173,8 @@ func (r *Reader) run(out []int32, keep bool, stop <-chan struct{}) ([]int32, boo
 	p := r.p
 	per := (p.N + p.NumShards - 1) / p.NumShards // every shard's length with padding
 	size := int64(len(r.ring))
-	for n := 1; ; n++ {
-		if stop != nil && n%stopEvery == 0 {
+	for {
+		if r.steps++; stop != nil && r.steps%stopEvery == 0 {
 			select {
 			case <-stop:
 				return out, false
