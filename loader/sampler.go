@@ -187,6 +187,18 @@ func (o *Orders) Epoch(epoch int, buf []int32) []int32 {
 	return order
 }
 
+// replays reports whether Epoch(epoch) would replay epochs before it
+// (ShuffleDALI, from anywhere but the epoch its reader is at).
+func (o *Orders) replays(epoch int) bool {
+	if !o.s.daliShuffled() {
+		return false
+	}
+	if o.dali == nil || o.dali.Epoch() > epoch {
+		return epoch > 0
+	}
+	return o.dali.Epoch() < epoch
+}
+
 // epoch is Epoch, giving up a replay when stop is closed (nil: never):
 // then it returns false, and the next call starts afresh.
 func (o *Orders) epoch(epoch int, buf []int32, stop <-chan struct{}) ([]int32, bool) {

@@ -214,3 +214,43 @@ func TestReplayStopsWithTheLoader(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaysTakeTurns: loaders sharing a Replays of one turn replay one
+// at a time; each closes at once, replaying or waiting for its turn, and
+// every turn comes back.
+func TestReplaysTakeTurns(t *testing.T) {
+	m := makeDataset(t, 100, 2, 100)
+	a := ReaderArgs{BatchSize: 8, NumShards: 1, RandomShuffle: true, Shuffle: ShuffleDALI}
+	st := State{Version: StateVersion, Sampling: Sampling{N: 100, ReaderArgs: a.withDefaults()}, Epoch: MaxReplaySamples / 100}
+	turns := NewReplays(1)
+	var ls []*Loader
+	for range 3 {
+		l, err := New(context.Background(), m, Options{ReaderArgs: a, State: &st, Replays: turns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 5s: %s", what)
+			}
+		}
+	}
+	waitFor("a replay running", func() bool { return turns.Running() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n := turns.Running(); n != 1 {
+		t.Fatalf("%d replays running, want 1", n)
+	}
+	for _, l := range ls { // the one replaying and those waiting close at once
+		t0 := time.Now()
+		l.Close()
+		if took := time.Since(t0); took > time.Second {
+			t.Errorf("Close took %s", took)
+		}
+	}
+	waitFor("every turn given back", func() bool { return turns.Running() == 0 })
+}
