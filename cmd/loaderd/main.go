@@ -421,6 +421,9 @@ func logCUDA(log *slog.Logger) {
 		return
 	}
 	attrs := []any{"libcudart", rt.Found.File(), "found_by", rt.Found.From}
+	if len(rt.Found.Refused) > 0 {
+		attrs = append(attrs, "libcudart_refused", strings.Join(rt.Found.Refused, "; "))
+	}
 	if v, err := rt.RuntimeVersion(); err == nil {
 		attrs = append(attrs, "runtime", cuda.FormatVersion(v))
 	}
