@@ -378,8 +378,9 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 
 // epochOrder returns epoch's order (Orders.Epoch) into buf. A replay
 // (ShuffleDALI from a resumed or sought epoch: up to MaxReplaySamples
-// samples) runs in one of Options.Replays' turns and ends with ctx: then
-// it returns false.
+// samples), and a ShuffleDALI reader's start (its list and its buffer's
+// fill: at open and after every seek), runs in one of Options.Replays'
+// turns; a replay ends with ctx: then it returns false.
 func (l *Loader) epochOrder(ctx context.Context, orders *Orders, epoch int, buf []int32) ([]int32, bool) {
 	if orders.replays(epoch) {
 		if !l.opts.Replays.take(ctx.Done()) {

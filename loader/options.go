@@ -96,8 +96,10 @@ func (s *Shared) Len() int { return s.s.Len() }
 // Replays bounds how many ShuffleDALI replays run at once among the
 // loaders that share it (Options.Replays). A replay — reaching a resumed
 // or sought epoch by going through every epoch before it, up to
-// MaxReplaySamples samples, one CPU core for tens of seconds at worst —
-// takes one of its turns first, waiting for one while all are taken (or
+// MaxReplaySamples samples, one CPU core for tens of seconds at worst;
+// also a reader's start, at open or after any seek: its file list and
+// its buffer's fill, up to MaxInitialFill samples — takes one of its
+// turns first, waiting for one while all are taken (or
 // until its loader closes or seeks elsewhere), and gives it back when it
 // ends. Safe for concurrent use.
 type Replays struct{ turns chan struct{} }

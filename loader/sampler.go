@@ -187,16 +187,12 @@ func (o *Orders) Epoch(epoch int, buf []int32) []int32 {
 	return order
 }
 
-// replays reports whether Epoch(epoch) would replay epochs before it
-// (ShuffleDALI, from anywhere but the epoch its reader is at).
+// replays reports whether Epoch(epoch) would do more than go through
+// epoch's own samples: with ShuffleDALI, start a reader (its file list,
+// N samples, and its buffer, up to MaxInitialFill: at open and after
+// every seek) or replay the epochs before epoch.
 func (o *Orders) replays(epoch int) bool {
-	if !o.s.daliShuffled() {
-		return false
-	}
-	if o.dali == nil || o.dali.Epoch() > epoch {
-		return epoch > 0
-	}
-	return o.dali.Epoch() < epoch
+	return o.s.daliShuffled() && (o.dali == nil || o.dali.Epoch() != epoch)
 }
 
 // epoch is Epoch, giving up a replay when stop is closed (nil: never):

@@ -254,3 +254,33 @@ func TestReplaysTakeTurns(t *testing.T) {
 	}
 	waitFor("every turn given back", func() bool { return turns.Running() == 0 })
 }
+
+// TestDALIFillTakesATurn: a ShuffleDALI producer starting afresh — at
+// open, or after any seek, even within epoch 0 — fills its buffer
+// (initial_fill samples, up to 2^24: a second of a core) in a turn of its
+// Replays, so seeks back and forth within epoch 0 cannot busy more cores
+// than replays can.
+func TestDALIFillTakesATurn(t *testing.T) {
+	m := makeDataset(t, 50, 2, 100)
+	turns := NewReplays(1)
+	if !turns.take(nil) { // held elsewhere
+		t.Fatal("no turn")
+	}
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 1, RandomShuffle: true, Shuffle: ShuffleDALI}, Replays: turns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if b, err := l.Next(ctx); err == nil {
+		b.Release()
+		t.Fatalf("a batch of epoch 0 came while every turn was taken: its reader filled its buffer without one")
+	}
+	turns.give()
+	b, err := l.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+}
