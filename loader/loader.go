@@ -338,7 +338,10 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 	orders := l.smp.Orders()
 	bs := l.smp.BatchSize
 	for {
-		order = orders.Epoch(epoch, order)
+		var ok bool
+		if order, ok = l.epochOrder(ctx, orders, epoch, order); !ok {
+			return
+		}
 		nb := (len(order) + bs - 1) / bs
 		for ; batch < nb; batch++ {
 			var slot int
@@ -374,6 +377,21 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 		}
 		epoch, batch = epoch+1, 0
 	}
+}
+
+// epochOrder returns epoch's order (Orders.Epoch) into buf. A replay
+// (ShuffleDALI from a resumed or sought epoch: up to MaxReplaySamples
+// samples), and a ShuffleDALI reader's start (its list and its buffer's
+// fill: at open and after every seek), runs in one of Options.Replays'
+// turns; a replay ends with ctx: then it returns false.
+func (l *Loader) epochOrder(ctx context.Context, orders *Orders, epoch int, buf []int32) ([]int32, bool) {
+	if orders.replays(epoch) {
+		if !l.opts.Replays.take(ctx.Done()) {
+			return buf, false
+		}
+		defer l.opts.Replays.give()
+	}
+	return orders.epoch(epoch, buf, ctx.Done())
 }
 
 // finish decides, once the batch's reads are over (ReadBatch returned

@@ -74,6 +74,10 @@ type Options struct {
 	// is read only after the user's check passes; nil: the process's own
 	// credentials. The daemon sets it to its client's.
 	Cred *cred.Cred
+	// Replays bounds the ShuffleDALI replays that run at once among the
+	// loaders given the same *Replays (the daemon: one per uid); nil: no
+	// bound.
+	Replays *Replays
 
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil
@@ -88,6 +92,44 @@ type Shared struct{ s shared.Shared }
 
 // Len returns how many resources are shared now.
 func (s *Shared) Len() int { return s.s.Len() }
+
+// Replays bounds how many ShuffleDALI replays run at once among the
+// loaders that share it (Options.Replays). A replay — reaching a resumed
+// or sought epoch by going through every epoch before it, up to
+// MaxReplaySamples samples, one CPU core for tens of seconds at worst;
+// also a reader's start, at open or after any seek: its file list and
+// its buffer's fill, up to MaxInitialFill samples — takes one of its
+// turns first, waiting for one while all are taken (or
+// until its loader closes or seeks elsewhere), and gives it back when it
+// ends. Safe for concurrent use.
+type Replays struct{ turns chan struct{} }
+
+// NewReplays returns a bound of n replays at once (at least 1).
+func NewReplays(n int) *Replays { return &Replays{turns: make(chan struct{}, max(n, 1))} }
+
+// Running returns how many replays hold a turn now.
+func (r *Replays) Running() int { return len(r.turns) }
+
+// take waits for a turn; false when stop closed first. A nil Replays
+// always has one.
+func (r *Replays) take(stop <-chan struct{}) bool {
+	if r == nil {
+		return true
+	}
+	select {
+	case r.turns <- struct{}{}:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// give gives a turn back.
+func (r *Replays) give() {
+	if r != nil {
+		<-r.turns
+	}
+}
 
 // WithDefaults returns o with every zero field that has a default and
 // needs no dataset filled in: NumShards, Shuffle, InitialFill,

@@ -183,6 +183,21 @@ func (s Sampling) Orders() *Orders { return &Orders{s: s} }
 // samples; with ShuffleDALI an earlier epoch than the last one asked for,
 // or a later one than the next, replays the epochs before it.
 func (o *Orders) Epoch(epoch int, buf []int32) []int32 {
+	order, _ := o.epoch(epoch, buf, nil)
+	return order
+}
+
+// replays reports whether Epoch(epoch) would do more than go through
+// epoch's own samples: with ShuffleDALI, start a reader (its file list,
+// N samples, and its buffer, up to MaxInitialFill: at open and after
+// every seek) or replay the epochs before epoch.
+func (o *Orders) replays(epoch int) bool {
+	return o.s.daliShuffled() && (o.dali == nil || o.dali.Epoch() != epoch)
+}
+
+// epoch is Epoch, giving up a replay when stop is closed (nil: never):
+// then it returns false, and the next call starts afresh.
+func (o *Orders) epoch(epoch int, buf []int32, stop <-chan struct{}) ([]int32, bool) {
 	s := o.s
 	lo, hi := s.ShardRange(s.Shard(epoch))
 	n := s.EpochSamples(epoch)
@@ -195,9 +210,12 @@ func (o *Orders) Epoch(epoch int, buf []int32) []int32 {
 				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard})
 		}
 		for o.dali.Epoch() < epoch {
-			o.dali.Skip()
+			if !o.dali.Skip(stop) {
+				o.dali = nil // part-way through an epoch
+				return order[:0], false
+			}
 		}
-		return o.dali.Next(order[:0])
+		return o.dali.Next(order[:0]), true
 	case s.RandomShuffle && s.StickToShard:
 		// DALI's shard k, the same samples every epoch, in a fresh order.
 		if o.set == nil {
@@ -219,7 +237,7 @@ func (o *Orders) Epoch(epoch int, buf []int32) []int32 {
 	for i := hi - lo; i < n; i++ {
 		order[i] = order[hi-lo-1]
 	}
-	return order
+	return order, true
 }
 
 func grow(b []int32, n int) []int32 {

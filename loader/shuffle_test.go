@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvfeed/nvfeed/loader/internal/daliorder"
 )
@@ -158,4 +159,128 @@ func TestStateVersion1Resumes(t *testing.T) {
 	if st := r.State(); st.Version != StateVersion || st.Sampling.Shuffle != ShufflePermute || st.Sampling.InitialFill != DefaultInitialFill {
 		t.Errorf("state after resuming: %+v, want version %d with the defaults filled in", st, StateVersion)
 	}
+}
+
+// TestReplayStopsWithTheLoader: a loader replaying epochs to reach a
+// resumed ShuffleDALI state (up to MaxReplaySamples samples: tens of
+// seconds) stops replaying when it is closed or seeks elsewhere: Close
+// and NextAt return at once, not when the replay would have ended.
+func TestReplayStopsWithTheLoader(t *testing.T) {
+	m := makeDataset(t, 100, 2, 100)
+	for _, tc := range []struct {
+		name string
+		a    ReaderArgs
+	}{
+		{"2^30 samples", ReaderArgs{BatchSize: 8, NumShards: 1, RandomShuffle: true, Shuffle: ShuffleDALI}},
+		{"2^30 epochs of one sample padded to 65536", ReaderArgs{BatchSize: 1 << 16, NumShards: 100, ShardID: 3, RandomShuffle: true, Shuffle: ShuffleDALI, PadLastBatch: true}},
+	} {
+		for _, how := range []string{"Close", "NextAt"} {
+			t.Run(tc.name+"/"+how, func(t *testing.T) {
+				smp := Sampling{N: 100, ReaderArgs: tc.a}
+				far := MaxReplaySamples / ((smp.N + tc.a.NumShards - 1) / tc.a.NumShards)
+				st := State{Version: StateVersion, Sampling: smp, Epoch: far}
+				st.Sampling.ReaderArgs = st.Sampling.ReaderArgs.withDefaults()
+				l, err := New(context.Background(), m, Options{ReaderArgs: tc.a, State: &st})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				time.Sleep(50 * time.Millisecond) // the replay is under way
+				done := make(chan error, 1)
+				t0 := time.Now()
+				go func() {
+					if how == "Close" {
+						done <- l.Close()
+						return
+					}
+					b, err := l.NextAt(context.Background(), 0, 0)
+					if err == nil {
+						b.Release()
+					}
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+					if took := time.Since(t0); took > time.Second {
+						t.Errorf("%s during a replay to epoch %d took %s", how, far, took)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s during a replay to epoch %d: still waiting after 5s (for the replay to end)", how, far)
+				}
+			})
+		}
+	}
+}
+
+// TestReplaysTakeTurns: loaders sharing a Replays of one turn replay one
+// at a time; each closes at once, replaying or waiting for its turn, and
+// every turn comes back.
+func TestReplaysTakeTurns(t *testing.T) {
+	m := makeDataset(t, 100, 2, 100)
+	a := ReaderArgs{BatchSize: 8, NumShards: 1, RandomShuffle: true, Shuffle: ShuffleDALI}
+	st := State{Version: StateVersion, Sampling: Sampling{N: 100, ReaderArgs: a.withDefaults()}, Epoch: MaxReplaySamples / 100}
+	turns := NewReplays(1)
+	var ls []*Loader
+	for range 3 {
+		l, err := New(context.Background(), m, Options{ReaderArgs: a, State: &st, Replays: turns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 5s: %s", what)
+			}
+		}
+	}
+	waitFor("a replay running", func() bool { return turns.Running() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n := turns.Running(); n != 1 {
+		t.Fatalf("%d replays running, want 1", n)
+	}
+	for _, l := range ls { // the one replaying and those waiting close at once
+		t0 := time.Now()
+		l.Close()
+		if took := time.Since(t0); took > time.Second {
+			t.Errorf("Close took %s", took)
+		}
+	}
+	waitFor("every turn given back", func() bool { return turns.Running() == 0 })
+}
+
+// TestDALIFillTakesATurn: a ShuffleDALI producer starting afresh — at
+// open, or after any seek, even within epoch 0 — fills its buffer
+// (initial_fill samples, up to 2^24: a second of a core) in a turn of its
+// Replays, so seeks back and forth within epoch 0 cannot busy more cores
+// than replays can.
+func TestDALIFillTakesATurn(t *testing.T) {
+	m := makeDataset(t, 50, 2, 100)
+	turns := NewReplays(1)
+	if !turns.take(nil) { // held elsewhere
+		t.Fatal("no turn")
+	}
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 1, RandomShuffle: true, Shuffle: ShuffleDALI}, Replays: turns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if b, err := l.Next(ctx); err == nil {
+		b.Release()
+		t.Fatalf("a batch of epoch 0 came while every turn was taken: its reader filled its buffer without one")
+	}
+	turns.give()
+	b, err := l.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
 }

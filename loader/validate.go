@@ -29,9 +29,14 @@ import (
 //   - 1 <= InitialFill <= MaxInitialFill: ShuffleDALI's buffer holds that
 //     many sample indices (64 MiB at most).
 //   - ShuffleDALI with RandomShuffle reaches epoch e by replaying the
-//     epochs before it: e·ceil(N/NumShards) <= MaxReplaySamples (a few
-//     seconds at most) for a resumed state or a requested position. The
-//     producer goes on past it epoch by epoch, replaying nothing.
+//     epochs before it: e·ceil(N/NumShards) <= MaxReplaySamples for a
+//     resumed state or a requested position (their padding costs
+//     nothing). Measured on the development VM: 22 ns a sample with the
+//     default InitialFill, 56 ns with MaxInitialFill (a buffer past the
+//     caches): 24 to 60 s of a core at the bound. A replay stops with its
+//     producer (Close, a seek elsewhere) and runs in a turn of
+//     Options.Replays. The producer goes on past it epoch by epoch,
+//     replaying nothing.
 const (
 	MaxBatchSize = 1 << 16       // batch_size: samples per batch
 	MaxSamples   = math.MaxInt32 // samples in a dataset (indices are int32); num_shards is at most the samples

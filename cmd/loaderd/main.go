@@ -72,7 +72,7 @@ loaderd COMMAND --help prints the command's usage and every flag.`
 const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
-                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64]
+                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64] [--max-replays-per-uid N]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
                      [--engines session|device] [--cuda-lib-dir DIR] [--log-format text|json] [--log-level debug|info|warn|error]
 
@@ -421,6 +421,9 @@ func logCUDA(log *slog.Logger) {
 		return
 	}
 	attrs := []any{"libcudart", rt.Found.File(), "found_by", rt.Found.From}
+	if len(rt.Found.Refused) > 0 {
+		attrs = append(attrs, "libcudart_refused", strings.Join(rt.Found.Refused, "; "))
+	}
 	if v, err := rt.RuntimeVersion(); err == nil {
 		attrs = append(attrs, "runtime", cuda.FormatVersion(v))
 	}
@@ -551,6 +554,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxMem := fs.Int64("max-session-mb", session.DefaultMaxSessionBytes>>20, "refuse sessions needing more batch memory than this (MiB)")
 	maxSessions := fs.Int("max-sessions", session.DefaultMaxSessions, "refuse new sessions while this many are open (429)")
 	maxPerUID := fs.Int("max-sessions-per-uid", session.DefaultMaxSessionsPerUID, "refuse a uid's new sessions while it has this many open (429; TCP callers count as one uid)")
+	maxReplays := fs.Int("max-replays-per-uid", session.DefaultMaxReplaysPerUID(), "run at most this many of a uid's shuffle dali replays at once (a session resumed or moved to an epoch goes through every epoch before it again: up to tens of seconds of a core); the others wait their turn")
 	maxLocked := fs.Int64("max-locked-mb", 0, fmt.Sprintf("refuse sessions whose batch memory would take all open sessions' past this (MiB; 507); 0: %.0f%% of the machine's memory, within RLIMIT_MEMLOCK unless the daemon has CAP_IPC_LOCK", session.DefaultLockedShare*100))
 	maxConns := fs.Int("max-conns-per-uid", serve.DefaultMaxConnsPerUID, "answer a uid's connections past this many open with 429 and close them (TCP clients count as one uid)")
 	readTimeout := fs.Duration("read-timeout", serve.DefaultReadTimeout, "close a connection whose request (headers and body) takes longer than this to arrive")
@@ -605,7 +609,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}} {
+	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}, {"max-replays-per-uid", int64(*maxReplays)}} {
 		if f.v < 1 {
 			return cli.UsageErr(fs, "--%s %d: want at least 1", f.name, f.v)
 		}
@@ -649,7 +653,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, Engines: *engines, Logger: log})
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/ebitengine/purego"
 )
@@ -33,6 +34,16 @@ import (
 // that order, is loaded; one that exists but fails to load is reported and
 // the search goes on. Each library may come from a different place (the
 // CUDA 12 wheels put libcudart and libcufile in different directories).
+//
+// loaderd runs as root, and a library it loads runs as root: a file that
+// someone else could change — it, its directory or any directory above
+// it owned by another user, or writable by another user or group (a
+// VIRTUAL_ENV or CONDA_PREFIX inherited from an operator's environment,
+// a world-writable directory) — is passed over and named with why
+// (Found.Refused, the error), whoever the process runs as (owners it
+// trusts: root and its own user). The dynamic loader's own search, last,
+// is its configuration (ldconfig's cache, the process's LD_LIBRARY_PATH),
+// as for any program root runs.
 
 // EnvLibDir names the explicit directory searched first.
 const EnvLibDir = "NVFEED_CUDA_LIB_DIR"
@@ -65,6 +76,10 @@ type Found struct {
 	Path     string `json:"path"`
 	From     string `json:"from"`
 	Resolved string `json:"resolved,omitempty"` // the file mapped, for a bare-name load
+	// Refused lists the files of the library passed over before this one
+	// because someone other than root or this process's user could change
+	// them (trusted), each with why.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // File is the file that was loaded: Resolved, else Path.
@@ -178,27 +193,89 @@ func pyMinor(path string) int {
 	return -1
 }
 
-// Candidates lists the files of lib that exist in the places, in the order
-// they would be tried.
+// Candidates lists the files of lib that exist in the places and that
+// only root or this process's user can change (trusted), in the order
+// they would be tried; each names the files passed over before it
+// (Found.Refused).
 func (s Search) Candidates(lib Lib) []Found {
-	var out []Found
+	out, _ := s.candidates(lib)
+	return out
+}
+
+// candidates is Candidates, also returning every file passed over, with
+// why.
+func (s Search) candidates(lib Lib) (out []Found, refused []string) {
 	for _, p := range s.Places() {
 		for _, f := range lib.Files {
 			path := filepath.Join(p.Dir, f)
 			if st, err := os.Stat(path); err == nil && !st.IsDir() {
-				out = append(out, Found{Path: path, From: p.From})
+				if err := trusted(path); err != nil {
+					refused = append(refused, fmt.Sprintf("%s (%s): refused: %v", path, p.From, err))
+				} else {
+					out = append(out, Found{Path: path, From: p.From, Refused: slices.Clone(refused)})
+				}
 				break // one file per directory: the preferred name
 			}
 		}
 	}
-	return out
+	return out, refused
+}
+
+// trusted returns nil when only root or this process's user can change
+// the file at path: the file it resolves to and every directory above it,
+// and every directory above path itself (its symlinks live there), are
+// owned by uid 0 or the process's euid, writable by their group only when
+// that is gid 0 or the process's egid, and by others only for a
+// directory with the sticky bit (/tmp: others cannot replace what they do
+// not own) and never for the file. Else it says which and why.
+func trusted(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	uid, gid := uint32(os.Geteuid()), uint32(os.Getegid())
+	check := func(p string, leaf bool) error {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("%s: no owner known", p)
+		}
+		mode := st.Mode()
+		switch {
+		case sys.Uid != 0 && sys.Uid != uid:
+			return fmt.Errorf("%s is owned by uid %d, who could replace the library (root loads it)", p, sys.Uid)
+		case mode&0o020 != 0 && sys.Gid != 0 && sys.Gid != gid:
+			return fmt.Errorf("%s is writable by group %d (mode %04o), whose members could replace the library (root loads it)", p, sys.Gid, mode.Perm())
+		case mode&0o002 != 0 && (leaf || mode&os.ModeSticky == 0):
+			return fmt.Errorf("%s is writable by others (mode %04o), who could replace the library (root loads it)", p, mode.Perm())
+		}
+		return nil
+	}
+	if err := check(real, true); err != nil {
+		return err
+	}
+	for _, p := range []string{real, filepath.Clean(path)} {
+		for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+			if err := check(d, false); err != nil {
+				return err
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // open loads lib: the candidates in order, then (unless NoLoaderSearch)
 // its names through the dynamic loader. The error lists every attempt.
 func (s Search) open(lib Lib) (uintptr, Found, error) {
-	var errs []string
-	for _, c := range s.Candidates(lib) {
+	candidates, refused := s.candidates(lib)
+	errs := slices.Clone(refused)
+	for _, c := range candidates {
 		h, err := purego.Dlopen(c.Path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
 			return h, c, nil

@@ -186,3 +186,97 @@ func TestDiscoveryByTheLoader(t *testing.T) {
 		}
 	}
 }
+
+// TestDiscoveryRefusesWhatOthersCanChange: the daemon runs as root, so a
+// library it loads must be one that only root (or the daemon's own user)
+// can change: a library file, its directory or any directory above it
+// that another user owns or may write (a VIRTUAL_ENV or CONDA_PREFIX
+// inherited from an operator's environment, a world-writable directory)
+// is passed over, named in the error with why, and the next place's is
+// loaded. A sticky world-writable directory of root's (/tmp) above a
+// root-owned directory is fine: no one else may replace what is in it.
+func TestDiscoveryRefusesWhatOthersCanChange(t *testing.T) {
+	const other = 65534 // nobody
+	for _, tc := range []struct {
+		name   string
+		rel    string // the library, under the tree
+		setup  func(t *testing.T, lib string)
+		root   bool   // needs root (chown to another user)
+		refuse string // what the refusal says; "" accepted
+	}{
+		{name: "root's own", rel: "good/libcudart.so.13", setup: func(*testing.T, string) {}},
+		{name: "world-writable file", rel: "ww/libcudart.so.13", setup: func(t *testing.T, lib string) { chmod(t, lib, 0o666) }, refuse: "writable by others"},
+		{name: "group-writable file of another group", rel: "gw/libcudart.so.13", root: true, setup: func(t *testing.T, lib string) {
+			chown(t, lib, 0, other)
+			chmod(t, lib, 0o664)
+		}, refuse: "writable by group 65534"},
+		{name: "world-writable directory", rel: "wwdir/libcudart.so.13", setup: func(t *testing.T, lib string) { chmod(t, filepath.Dir(lib), 0o777) }, refuse: "writable by others"},
+		{name: "world-writable directory above", rel: "up/a/b/libcudart.so.13", setup: func(t *testing.T, lib string) {
+			chmod(t, filepath.Dir(filepath.Dir(filepath.Dir(lib))), 0o777)
+		}, refuse: "writable by others"},
+		{name: "file of another user", rel: "theirs/libcudart.so.13", root: true, setup: func(t *testing.T, lib string) { chown(t, lib, other, other) }, refuse: "owned by uid 65534"},
+		{name: "directory of another user (a venv of theirs)", rel: "venv/lib/libcudart.so.13", root: true, setup: func(t *testing.T, lib string) {
+			chown(t, filepath.Dir(filepath.Dir(lib)), other, other)
+		}, refuse: "owned by uid 65534"},
+		{name: "symlink to a world-writable directory's", rel: "link/libcudart.so.13", setup: func(t *testing.T, lib string) {
+			real := filepath.Join(filepath.Dir(filepath.Dir(lib)), "open", "libcudart.so.13")
+			touch(t, "/", real)
+			chmod(t, filepath.Dir(real), 0o777)
+			os.Remove(lib)
+			if err := os.Symlink(real, lib); err != nil {
+				t.Fatal(err)
+			}
+		}, refuse: "writable by others"},
+		{name: "sticky world-writable directory above", rel: "sticky/mine/libcudart.so.13", setup: func(t *testing.T, lib string) {
+			chmod(t, filepath.Dir(filepath.Dir(lib)), os.ModeSticky|0o777)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("giving a file to another user needs root")
+			}
+			root := t.TempDir()
+			touch(t, root, tc.rel, "home/lib64/libcudart.so.13")
+			lib := filepath.Join(root, tc.rel)
+			tc.setup(t, lib)
+			s := Search{Getenv: func(k string) string {
+				return map[string]string{EnvLibDir: filepath.Dir(lib), "CUDA_HOME": filepath.Join(root, "home")}[k]
+			}, NoLoaderSearch: true}
+			s.CUDADirs = nil
+			c := s.Candidates(Cudart())
+			if len(c) == 0 {
+				t.Fatalf("no candidate at all")
+			}
+			if tc.refuse == "" {
+				if c[0].Path != lib {
+					t.Errorf("first candidate %s, want %s", c[0], lib)
+				}
+				return
+			}
+			if c[0].Path == lib {
+				t.Fatalf("%s is a candidate: a library others can change would be loaded by root", lib)
+			}
+			if len(c[0].Refused) != 1 || !strings.Contains(c[0].Refused[0], tc.refuse) || !strings.Contains(c[0].Refused[0], lib) {
+				t.Errorf("the candidate after it (%s) says it passed over %q, want %s named with %q", c[0], c[0].Refused, lib, tc.refuse)
+			}
+			_, _, err := Search{Getenv: func(k string) string { return map[string]string{EnvLibDir: filepath.Dir(lib)}[k] }, NoLoaderSearch: true}.open(Cudart())
+			if err == nil || !strings.Contains(err.Error(), tc.refuse) {
+				t.Errorf("with nothing else to load: %v, want an error saying %q", err, tc.refuse)
+			}
+		})
+	}
+}
+
+func chmod(t *testing.T, p string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chown(t *testing.T, p string, uid, gid int) {
+	t.Helper()
+	if err := os.Chown(p, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -45,7 +45,9 @@
 // threads, lazy_init) changes when samples are read, never which or in
 // what order. Epoch e's order depends on every epoch before it (the buffer
 // and the generator carry over), so getting to epoch e replays epochs
-// 0..e-1: about 15 ns a sample.
+// 0..e-1: about 15 ns a sample with the default initial_fill (an epoch's
+// padding costs nothing; a buffer far larger than the CPU's caches costs
+// up to ten times more), and Skip can be stopped part-way.
 package daliorder
 
 import "github.com/nvfeed/nvfeed/internal/stdrand"
@@ -83,29 +85,31 @@ func FileOrder(n int, buf []int32) []int32 {
 	return p
 }
 
-// span is an epoch's samples in the buffer: read positions [start, end).
-type span struct{ start, end int64 }
-
 // Reader is one rank's reader. Its zero value is not usable: see New.
 // Not safe for concurrent use.
+//
+// It holds its list and its buffer, nothing that grows with the epochs
+// the buffer spans (an initial_fill far larger than a shard holds samples
+// of many epochs): where each epoch's reads begin and end follows from
+// the shards' lengths, so only the epoch being returned is tracked.
 type Reader struct {
 	p    Params
 	list []int32 // the file list's order; nil: the identity
 	rng  stdrand.MinstdRand0
 	ring []int32 // the buffer: read position i is in slot i mod len(ring)
 
-	// spans are the epochs in the buffer, oldest first (spans[0] is the
-	// epoch being returned); together they cover the buffer.
-	spans []span
-	read  int64 // samples read so far: the next read position
-	// The read side: cur is the next list position to read; the reads
-	// of the epoch being read began at shard vshard's start, cnt of them
-	// made.
-	cur, vshard, cnt int
+	// The epoch being returned holds read positions [start, end): start
+	// is its next sample to return, end the position just past its last
+	// read (some may not be read yet: read is the next read position);
+	// shard is the shard it reads.
+	start, end, read int64
+	shard            int
+	cur              int   // the next list position to read
 	returned         int   // samples (padding included) returned in the current epoch
 	last             int32 // the last sample returned
 	epoch            int   // the epoch Next returns next
 	started          bool  // the buffer is filled
+	steps            int   // samples and epoch ends gone through, for Skip's looks at stop
 }
 
 // New returns a reader at the start of epoch 0. p must be valid: N >=
@@ -119,17 +123,25 @@ func New(p Params) *Reader {
 		list = FileOrder(p.N, nil)
 	}
 	return &Reader{
-		p:      p,
-		list:   list,
-		rng:    stdrand.NewMinstdRand0Seq(stdrand.SeedSeq{uint32(p.Seed)}),
-		ring:   make([]int32, fill),
-		cur:    start(p.ShardID, p.NumShards, p.N),
-		vshard: p.ShardID,
+		p:     p,
+		list:  list,
+		rng:   stdrand.NewMinstdRand0Seq(stdrand.SeedSeq{uint32(p.Seed)}),
+		ring:  make([]int32, fill),
+		cur:   start(p.ShardID, p.NumShards, p.N),
+		shard: p.ShardID,
+		end:   int64(shardLen(p.ShardID, p.NumShards, p.N)),
 	}
 }
 
 // start returns shard k's first list position.
 func start(k, n, size int) int { return k * size / n }
+
+// shardLen returns shard k's length: the reads of an epoch that reads it.
+func shardLen(k, n, size int) int { return start(k+1, n, size) - start(k, n, size) }
+
+// stopEvery is how many samples (and epoch ends) a skip takes between
+// looks at its stop channel, over epochs: about a millisecond.
+const stopEvery = 1 << 16
 
 // Epoch returns the epoch the next Next call returns.
 func (r *Reader) Epoch() int { return r.epoch }
@@ -137,15 +149,22 @@ func (r *Reader) Epoch() int { return r.epoch }
 // Next returns the samples of epoch Epoch(), padding included, written
 // into buf (grown as needed), and moves on to the next epoch.
 func (r *Reader) Next(buf []int32) []int32 {
-	return r.run(buf[:0], true)
+	out, _ := r.run(buf[:0], true, nil)
+	return out
 }
 
-// Skip moves on to the next epoch without returning its samples.
-func (r *Reader) Skip() { r.run(nil, false) }
+// Skip moves on to the next epoch without returning its samples: it costs
+// the epoch's own samples, never its padding. It gives up when stop is
+// closed (looked at every stopEvery samples; nil: never), returning
+// false: the reader is then in the middle of the epoch and of no further
+// use.
+func (r *Reader) Skip(stop <-chan struct{}) bool {
+	_, ok := r.run(nil, false, stop)
+	return ok
+}
 
-func (r *Reader) run(out []int32, keep bool) []int32 {
+func (r *Reader) run(out []int32, keep bool, stop <-chan struct{}) ([]int32, bool) {
 	if !r.started {
-		r.spans = append(r.spans, span{})
 		for i := range r.ring {
 			r.ring[i] = r.readOne() // read position i
 		}
@@ -155,29 +174,42 @@ func (r *Reader) run(out []int32, keep bool) []int32 {
 	per := (p.N + p.NumShards - 1) / p.NumShards // every shard's length with padding
 	size := int64(len(r.ring))
 	for {
-		f := r.spans[0]
-		if f.start == f.end { // the epoch's samples are all out
-			if p.PadLastBatch && (r.returned < per || r.returned%p.BatchSize != 0) {
-				if keep {
-					out = append(out, r.last)
-				}
-				r.returned++
-				continue
+		if r.steps++; stop != nil && r.steps%stopEvery == 0 {
+			select {
+			case <-stop:
+				return out, false
+			default:
 			}
-			r.spans = r.spans[1:]
+		}
+		if r.start == r.end { // the epoch's samples are all out
+			if p.PadLastBatch {
+				// The last sample repeats, without reading or drawing, up
+				// to ceil(N/n) samples and a whole batch.
+				padded := (max(r.returned, per) + p.BatchSize - 1) / p.BatchSize * p.BatchSize
+				if keep {
+					for range padded - r.returned {
+						out = append(out, r.last)
+					}
+				}
+			}
 			r.returned = 0
 			r.epoch++
-			return out
+			if !p.StickToShard {
+				r.shard = (r.shard + 1) % p.NumShards
+			}
+			r.end += int64(shardLen(r.shard, p.NumShards, p.N))
+			return out, true
 		}
 		var off int64
 		if p.RandomShuffle {
-			off = int64(stdrand.UniformInt(&r.rng, 0, uint64(f.end-f.start-1)))
+			// Drawn among the epoch's samples in the buffer: those read.
+			off = int64(stdrand.UniformInt(&r.rng, 0, uint64(min(r.end, r.read)-r.start-1)))
 		}
-		i, j := (f.start+off)%size, f.start%size
+		i, j := (r.start+off)%size, r.start%size
 		r.ring[i], r.ring[j] = r.ring[j], r.ring[i]
 		s := r.ring[j]
-		r.ring[j] = r.readOne() // into read position f.start+size: slot j
-		r.spans[0].start++
+		r.ring[j] = r.readOne() // into read position r.start+size: slot j
+		r.start++
 		if keep {
 			out = append(out, s)
 		}
@@ -186,8 +218,7 @@ func (r *Reader) run(out []int32, keep bool) []int32 {
 	}
 }
 
-// readOne reads the next sample of the list and counts it in its epoch's
-// span (a new span when it begins the next epoch).
+// readOne reads the next sample of the list.
 func (r *Reader) readOne() int32 {
 	p := r.p
 	s := int32(r.cur)
@@ -199,23 +230,11 @@ func (r *Reader) readOne() int32 {
 	// back to the start of the list or of the shard.
 	if r.cur >= p.N || (p.StickToShard && p.ShardID+1 < p.NumShards && r.cur >= start(p.ShardID+1, p.NumShards, p.N)) {
 		if p.StickToShard {
-			r.cur = start(r.vshard, p.NumShards, p.N)
+			r.cur = start(p.ShardID, p.NumShards, p.N)
 		} else {
 			r.cur = 0
 		}
 	}
-	// The sample just read is the cnt-th of the epoch being read; past
-	// its shard's end it is the first of the next epoch.
-	r.cnt++
-	at := r.cnt - 1 + start(r.vshard, p.NumShards, p.N)
-	if at >= p.N || (r.vshard+1 < p.NumShards && at >= start(r.vshard+1, p.NumShards, p.N)) {
-		if !p.StickToShard {
-			r.vshard = (r.vshard + 1) % p.NumShards
-		}
-		r.cnt = 1
-		r.spans = append(r.spans, span{r.read, r.read})
-	}
-	r.spans[len(r.spans)-1].end++
 	r.read++
 	return s
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestMatchesRealDALI replays testdata/dali.json, what DALI's
@@ -164,7 +166,7 @@ func TestSkipIsNext(t *testing.T) {
 	a, b := New(p), New(p)
 	for range 3 {
 		a.Next(nil)
-		b.Skip()
+		b.Skip(nil)
 	}
 	if x, y := a.Next(nil), b.Next(nil); !slices.Equal(x, y) {
 		t.Errorf("after 3 epochs returned: %v; after 3 skipped: %v", x, y)
@@ -193,4 +195,69 @@ func BenchmarkEpoch(b *testing.B) {
 		buf = r.Next(buf)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*p.N), "ns/sample")
+}
+
+// TestMemoryIsTheBuffer: a reader holds its file list and its buffer,
+// whatever the arguments: an initial_fill far larger than a shard (the
+// buffer then holds samples of many epochs) costs no more than the
+// buffer's 4 bytes a sample. Before, a list entry per epoch in the buffer
+// made N=1000 over 1000 shards with initial_fill 2^24 hold 372 MiB.
+func TestMemoryIsTheBuffer(t *testing.T) {
+	for _, p := range []Params{
+		{N: 1000, BatchSize: 1, NumShards: 1000, InitialFill: 1 << 24, Seed: 1, RandomShuffle: true},
+		{N: 1000, BatchSize: 7, NumShards: 3, ShardID: 2, InitialFill: 1 << 24, Seed: 2, RandomShuffle: true, StickToShard: true, PadLastBatch: true},
+	} {
+		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			r := New(p)
+			for range 3 {
+				r.Next(nil)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			runtime.KeepAlive(r)
+			limit := int64(4*p.InitialFill+4*p.N) + 8<<20
+			if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > limit {
+				t.Errorf("the reader holds %d MiB, want at most %d MiB (its buffer and list)", grew>>20, limit>>20)
+			}
+		})
+	}
+}
+
+// TestSkipPaddingIsFree: skipping an epoch costs its own samples, not its
+// padding: one-sample shards padded to batches of 65536 are skipped at
+// the cost of one sample each. Before, each skipped epoch stepped through
+// its 65535 repeats one by one (2^30 epochs, the replay bound: 83 hours).
+func TestSkipPaddingIsFree(t *testing.T) {
+	p := Params{N: 1000, BatchSize: 1 << 16, NumShards: 1000, ShardID: 7, InitialFill: 1024, Seed: 1, RandomShuffle: true, PadLastBatch: true}
+	const epochs = 1 << 14
+	r := New(p)
+	t0 := time.Now()
+	for range epochs {
+		r.Skip(nil)
+	}
+	if took := time.Since(t0); took > time.Second {
+		t.Errorf("%d epochs of one sample padded to %d took %s to skip, want well under a second", epochs, p.BatchSize, took)
+	}
+}
+
+// TestSkipStops: a skip stops when its stop channel is closed, well
+// before the end of a large epoch, and says so.
+func TestSkipStops(t *testing.T) {
+	p := Params{N: 1 << 22, BatchSize: 256, NumShards: 1, InitialFill: 1024, Seed: 1, RandomShuffle: true}
+	r := New(p)
+	stop := make(chan struct{})
+	close(stop)
+	t0 := time.Now()
+	if r.Skip(stop) {
+		t.Fatalf("a skip with its stop closed went to the end of the epoch")
+	}
+	if took := time.Since(t0); took > 100*time.Millisecond {
+		t.Errorf("stopping took %s", took)
+	}
+	if q := New(p); !q.Skip(nil) || q.Epoch() != 1 {
+		t.Errorf("a skip without stop did not end the epoch")
+	}
 }

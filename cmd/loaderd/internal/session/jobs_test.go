@@ -4,6 +4,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -230,5 +231,49 @@ func TestOpenJob(t *testing.T) {
 	}
 	if _, err := open(0, 13); err != nil {
 		t.Errorf("a new job under the same id: %v", err)
+	}
+}
+
+// TestJobsBoundedAndOwned: the registry as an attacker would use it. An
+// owner at its session limit sending opens under ever new job_ids grows
+// nothing (each is refused with ErrLimit and leaves no record); another
+// owner's job of the same job_id is never compared with it; the daemon's
+// stop leaves no record.
+func TestJobsBoundedAndOwned(t *testing.T) {
+	ds := tree(t)
+	const perUID = 3
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}, MaxSessionsPerUID: perUID})
+	me := Caller{UID: os.Getuid(), GID: os.Getgid()}
+	tcp := me
+	tcp.TCP = true // another owner, reading as the same uid
+	open := func(c Caller, job string, shard int, seed uint64) error {
+		_, err := m.Open(c, OpenParams{Dataset: "d", JobID: job, ReaderArgs: loader.ReaderArgs{BatchSize: 1, ShardID: shard, NumShards: 2, RandomShuffle: true, Seed: seed}})
+		return err
+	}
+	for i := range perUID {
+		if err := open(me, fmt.Sprintf("job-%d", i), 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 500 {
+		if err := open(me, fmt.Sprintf("flood-%d", i), 0, 1); !errors.Is(err, ErrLimit) {
+			t.Fatalf("open %d past the limit: %v, want ErrLimit", i, err)
+		}
+	}
+	if n := m.jobs.count(); n != perUID {
+		t.Errorf("%d job records after 500 refused opens, want %d (one per open session)", n, perUID)
+	}
+	// Another owner's job-0, with other terms and the same shard: its own.
+	if err := open(tcp, "job-0", 0, 99); err != nil {
+		t.Errorf("another owner's job of the same id: %v", err)
+	}
+	if err := open(tcp, "job-0", 1, 98); !errors.Is(err, ErrDisagree) || !strings.Contains(err.Error(), "seed 98 (the job's: 99)") {
+		t.Errorf("its own second rank: %v, want ErrDisagree against its own job's seed 99", err)
+	}
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.jobs.count(); n != 0 {
+		t.Errorf("%d job records after Stop, want 0", n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,13 @@ const (
 	// swapped, so what it takes the rest of the machine loses.
 	DefaultLockedShare = 0.5
 )
+
+// DefaultMaxReplaysPerUID is Config.MaxReplaysPerUID's default: a
+// quarter of the CPUs this process may use, at least 1. A replay (a
+// shuffle dali session resumed or moved to an epoch: every epoch before
+// it is gone through again, up to loader.MaxReplaySamples samples) keeps
+// a core busy for up to tens of seconds.
+func DefaultMaxReplaysPerUID() int { return max(1, runtime.GOMAXPROCS(0)/4) }
 
 // DefaultMaxLockedBytes is the default budget of batch memory across all
 // sessions: DefaultLockedShare of MemTotal, and no more than the

@@ -54,7 +54,13 @@ type Config struct {
 	// its staging; an open that would go over it is refused with
 	// ErrNoSpace. Default DefaultMaxLockedBytes.
 	MaxLockedBytes int64
-	Logger         *slog.Logger
+	// MaxReplaysPerUID bounds the replays of one owner's sessions that
+	// run at once (loader.Replays): a shuffle dali session resumed or
+	// moved to an epoch goes through every epoch before it again, up to
+	// loader.MaxReplaySamples samples; the others wait for their turn.
+	// Default DefaultMaxReplaysPerUID().
+	MaxReplaysPerUID int
+	Logger           *slog.Logger
 	// Engines is EnginesPerSession (the default, "" too) or
 	// EnginesPerDevice: whether the sessions reading one device share its
 	// raw engines. Measured with 8 sessions (docs/decisions.md#raw-engines-per-session-by-default): the same
@@ -112,12 +118,13 @@ type Manager struct {
 	reloadMu sync.Mutex // one reload at a time
 
 	mu       sync.Mutex
-	data     map[string]*dataset // under mu: the current registration of each dataset
-	nextID   uint64              // under mu: the next registration's serial
-	sessions map[string]*session // under mu
-	opening  int                 // under mu: opens admitted under MaxSessions and not yet in sessions
-	perOwner map[owner]int       // under mu: sessions open or opening, by owner
-	locked   int64               // under mu: batch memory reserved by sessions open or opening
+	data     map[string]*dataset       // under mu: the current registration of each dataset
+	nextID   uint64                    // under mu: the next registration's serial
+	sessions map[string]*session       // under mu
+	opening  int                       // under mu: opens admitted under MaxSessions and not yet in sessions
+	perOwner map[owner]int             // under mu: sessions open or opening, by owner
+	replays  map[owner]*loader.Replays // under mu: each owner's turns to replay, while it has sessions
+	locked   int64                     // under mu: batch memory reserved by sessions open or opening
 }
 
 // NewManager makes a manager and registers its datasets (datasets.go).
@@ -134,6 +141,9 @@ func NewManager(cfg Config) *Manager {
 	if cfg.MaxSessionsPerUID == 0 {
 		cfg.MaxSessionsPerUID = DefaultMaxSessionsPerUID
 	}
+	if cfg.MaxReplaysPerUID == 0 {
+		cfg.MaxReplaysPerUID = DefaultMaxReplaysPerUID()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -146,7 +156,7 @@ func NewManager(cfg Config) *Manager {
 		cfg.MaxLockedBytes = b
 		cfg.Logger.Info("session: batch memory budget", "mib", b>>20, "why", why)
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{},
+	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, replays: map[owner]*loader.Replays{},
 		reg: prometheus.NewRegistry(), access: newVerdicts(), jobs: newJobs(cfg.SessionTimeout)}
 	if cfg.Engines == EnginesPerDevice {
 		m.shared = &loader.Shared{}
@@ -277,10 +287,11 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
 	}
 	need := slotSize * int64(slots)
-	if err := m.admit(c.owner(), need); err != nil {
+	replays, err := m.admit(c.owner(), need)
+	if err != nil {
 		return Opened{}, err
 	}
-	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred = slotSize, m.log, true, d.guard, m.shared, credOf(c)
+	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.Replays = slotSize, m.log, true, d.guard, m.shared, credOf(c), replays
 	l, err := m.openLoader(ds, p, lo)
 	var ss *session
 	var gpuPath, backendName string
@@ -315,26 +326,29 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 }
 
 // admit counts an open of o's needing need bytes of batch memory against
-// the limits, or refuses it. Admission and insertion under the limits are
-// one step: an open counts from here until it is in the table or has
-// failed (unreserveLocked).
-func (m *Manager) admit(o owner, need int64) error {
+// the limits, or refuses it; it returns o's turns to replay. Admission and
+// insertion under the limits are one step: an open counts from here until
+// it is in the table or has failed (unreserveLocked).
+func (m *Manager) admit(o owner, need int64) (*loader.Replays, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := len(m.sessions) + m.opening; n >= m.cfg.MaxSessions {
-		return fmt.Errorf("%w: %d sessions open, the daemon's limit", ErrLimit, n)
+		return nil, fmt.Errorf("%w: %d sessions open, the daemon's limit", ErrLimit, n)
 	}
 	if n := m.perOwner[o]; n >= m.cfg.MaxSessionsPerUID {
-		return fmt.Errorf("%w: %s has %d sessions open, the daemon's limit per uid", ErrLimit, o, n)
+		return nil, fmt.Errorf("%w: %s has %d sessions open, the daemon's limit per uid", ErrLimit, o, n)
 	}
 	if m.locked+need > m.cfg.MaxLockedBytes {
-		return fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions: close a session, or ask for a smaller batch_size or prefetch",
+		return nil, fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions: close a session, or ask for a smaller batch_size or prefetch",
 			ErrNoSpace, mib(need), mib(m.locked), mib(m.cfg.MaxLockedBytes))
 	}
 	m.opening++
 	m.perOwner[o]++
 	m.locked += need
-	return nil
+	if m.replays[o] == nil {
+		m.replays[o] = loader.NewReplays(m.cfg.MaxReplaysPerUID)
+	}
+	return m.replays[o], nil
 }
 
 // unreserveLocked gives back what admit counted for a session of o's;
@@ -343,6 +357,9 @@ func (m *Manager) unreserveLocked(o owner, need int64) {
 	m.locked -= need
 	if m.perOwner[o]--; m.perOwner[o] <= 0 {
 		delete(m.perOwner, o)
+		// A closing session's replay may hold a turn for the moment its
+		// loader takes to stop; a new session of o's gets new turns.
+		delete(m.replays, o)
 	}
 }
 
