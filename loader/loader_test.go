@@ -141,22 +141,7 @@ func TestResume(t *testing.T) {
 	m := makeDataset(t, 101, 5, 3000)
 	o := Options{ReaderArgs: ReaderArgs{BatchSize: 8, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 3}, PrefetchQueueDepth: 2}
 	// The reference sequence: 4 epochs, EOFs included.
-	seq := func(l *Loader, steps int) []string {
-		var out []string
-		for i := 0; i < steps; i++ {
-			b, err := l.Next(context.Background())
-			if err == io.EOF {
-				out = append(out, "EOF")
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, fmt.Sprint(b.Epoch, b.Iteration, b.Indices))
-			b.Release()
-		}
-		return out
-	}
+	seq := func(l *Loader, steps int) []string { return seqOf(t, l, steps) }
 	ref, err := New(context.Background(), m, o)
 	if err != nil {
 		t.Fatal(err)
