@@ -27,7 +27,7 @@ type sizedReader struct {
 	sizes []int64
 }
 
-func (r *sizedReader) Read(_ int, fd int, dst uintptr, size int64) (int64, error) {
+func (r *sizedReader) Read(_ int, fd int, dst uintptr, size, at int64) (int64, error) {
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err == nil {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_DIRECT)
@@ -37,7 +37,7 @@ func (r *sizedReader) Read(_ int, fd int, dst uintptr, size int64) (int64, error
 	}
 	r.sizes = append(r.sizes, size)
 	off := int64(dst - r.base())
-	n, err := samplefile.PreadUpTo(fd, r.mem[off:off+size], 0)
+	n, err := samplefile.PreadUpTo(fd, r.mem[off:off+size], at)
 	return int64(n), err
 }
 

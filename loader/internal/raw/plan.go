@@ -52,23 +52,39 @@ type segPlan struct {
 	request int    // index of the request in the batch
 }
 
-// plan appends request ri's device reads to sc. Aligned pieces are read
-// straight into the sample's batch memory; pieces whose device offset and
-// memory offset disagree modulo 4 KiB, or that would spill over a
-// neighbour, go through bounce memory. A read running past the sample's
-// last byte (into its slack, memory the client maps) may bring in only
-// the file's own last filesystem block: one that would go further is cut
-// at the end of the logical block holding that byte (gds), or bounced
-// (bam, whose blocks are whole). Holes and unwritten extents become zero
-// ranges; cached blocks are copied at once.
+// ownStart returns the start of the filesystem block holding device byte
+// a: the bytes from there to a are the file's own (extents are whole
+// filesystem blocks).
+func (p *planner) ownStart(a uint64) uint64 {
+	if p.fsBlock == 0 {
+		return a &^ (p.sectorSize() - 1)
+	}
+	return a &^ (p.fsBlock - 1)
+}
+
+// plan appends request ri's device reads to sc: the sample's bytes go to
+// r.Buf[r.At:]. Aligned pieces are read straight into the sample's batch
+// memory; pieces whose device offset and memory address disagree modulo
+// 4 KiB, or that would spill over a neighbour (another piece, or outside
+// Buf: a dense row's neighbours are other rows), go through bounce
+// memory. A read may run into the request's own slack, memory the client
+// maps, only with the file's own bytes: before the sample's first byte
+// (a tensor's header, into Buf[:At]) only from the filesystem block
+// holding it, and past its last byte only the rest of the file's last
+// filesystem block: a read that would go further is cut at the end of
+// the logical block holding that byte (gds), or bounced (bam, whose
+// blocks are whole). Holes and unwritten extents become zero ranges;
+// cached blocks are copied at once.
 func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 	s := r.Sample
 	sc.segs = s.Segments(sc.segs[:0])
 	size := uint64(s.Size)
 	step := p.reqSize
+	at := uint64(r.At)
+	addr := r.Addr()
 	for _, g := range sc.segs {
 		if g.Zero {
-			sc.zeros = append(sc.zeros, r.Buf[g.FileOff:g.FileOff+g.Len])
+			sc.zeros = append(sc.zeros, r.Buf[at+g.FileOff:at+g.FileOff+g.Len])
 			continue
 		}
 		segEnd := g.DevOff + g.Len
@@ -95,19 +111,21 @@ func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 					end = cut
 				}
 			}
-			dst := r.Buf[fileA : fileA+(z-a)]
+			dst := r.Buf[at+fileA : at+fileA+(z-a)]
 			block := cur / step
 			if p.cache != nil && p.cache.get(block, dst, int(a-cur)) {
 				cur = end
 				continue
 			}
 			// Direct when the aligned range maps onto this sample's own
-			// memory without touching bytes another piece writes: memory
-			// offset congruent, and the range is whole, or runs only into
-			// the slack after the sample and only over the file's own block.
-			memStart := int64(fileA) - int64(a-cur)
+			// room without touching bytes another piece writes: its memory
+			// address congruent, and the range is whole, or runs only into
+			// the slack before the sample's first byte or after its last,
+			// and only over the file's own block.
+			memStart := int64(at+fileA) - int64(a-cur)
 			memEnd := memStart + int64(end-cur)
-			direct := memStart >= 0 && uint64(memStart)%backend.Align == 0 && a == cur &&
+			head := a == cur || (fileA == 0 && a-cur <= at && cur >= p.ownStart(a))
+			direct := memStart >= 0 && (addr+uintptr(memStart))%backend.Align == 0 && head &&
 				(z == end || (tail && end <= p.ownEnd(z))) && memEnd <= int64(len(r.Buf))
 			op := sc.newOp(int64(cur), s.Path)
 			pl := segPlan{op: op, dst: dst, request: ri, block: block}

@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package loader
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/npy"
+	"github.com/nvfeed/nvfeed/internal/faults"
+	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// tensorSpec is one .npy file of a test dataset.
+type tensorSpec struct {
+	name  string
+	dt    npy.DType
+	shape []int64
+	at    int64 // where the data starts: 0 for np.save's own header, else a header padded to end there
+}
+
+// npyFile returns the file's bytes: np.save's (npy.Encode's header, byte
+// for byte), or with a header padded so that the data starts at sp.at;
+// random data.
+func npyFile(t testing.TB, rng *rand.Rand, sp tensorSpec) []byte {
+	t.Helper()
+	h := npy.Header{DType: sp.dt, Shape: sp.shape}
+	var b []byte
+	if sp.at == 0 {
+		var err error
+		if b, err = npy.Encode(h); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", sp.dt.Descr(), npy.FormatShape(sp.shape))
+		if sp.at < int64(11+len(dict)) || sp.at-10 > 0xffff {
+			t.Fatalf("%s: no header of %d bytes holds %s", sp.name, sp.at, dict)
+		}
+		b = make([]byte, sp.at)
+		copy(b, npy.Magic+"\x01\x00")
+		binary.LittleEndian.PutUint16(b[8:], uint16(sp.at-10))
+		copy(b[10:], dict)
+		for i := 10 + len(dict); i < len(b)-1; i++ {
+			b[i] = ' '
+		}
+		b[len(b)-1] = '\n'
+	}
+	data := make([]byte, h.NBytes())
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if sp.dt == npy.Bool {
+		for i := range data {
+			data[i] &= 1
+		}
+	}
+	return append(b, data...)
+}
+
+// tensorSet is a test dataset: one dtype and one number of dimensions
+// (as fn.readers.numpy wants of a batch), files in name order.
+type tensorSet struct {
+	name  string
+	files []tensorSpec
+}
+
+// tensorSets are the datasets every backend and memory reads: dense
+// ones (one shape: sizes not a multiple of 4 KiB, whole blocks, 0-d
+// arrays), ragged ones (shapes of every size, empty arrays, 16 KiB), and
+// one of a single shape whose headers differ in length (so its samples'
+// data start at different phases in their files: a batch of them is
+// ragged unless they share the phase).
+func tensorSets() []tensorSet {
+	var sets []tensorSet
+	add := func(name string, files ...tensorSpec) { sets = append(sets, tensorSet{name, files}) }
+	var f []tensorSpec
+	for i := range 24 {
+		f = append(f, tensorSpec{fmt.Sprintf("d%02d.npy", i), npy.Float32, []int64{3, 700}, 0}) // 8400 bytes at 128
+	}
+	add("f32 dense", f...)
+	f = nil
+	for i := range 12 {
+		f = append(f, tensorSpec{fmt.Sprintf("b%02d.npy", i), npy.Int16, []int64{2, 4096}, 0}) // 16 KiB at 128
+	}
+	add("i16 whole blocks", f...)
+	f = nil
+	for i := range 11 {
+		f = append(f, tensorSpec{fmt.Sprintf("s%02d.npy", i), npy.Float64, nil, 0}) // 0-d: 8 bytes
+	}
+	f[7].at = 4096 // a block-aligned data start: phase 0
+	add("f64 0-d", f...)
+	shapes := [][]int64{{1, 1}, {0, 5}, {64, 64}, {100, 33}, {3, 0}, {5, 7}, {5, 7}, {5, 7}, {5, 7}, {1024, 1}, {17, 3}, {2, 2048}, {9, 9}, {0, 0}, {31, 1}}
+	f = nil
+	for i, sh := range shapes {
+		f = append(f, tensorSpec{fmt.Sprintf("r%02d.npy", i), npy.Float32, sh, 0})
+	}
+	f[4].at, f[9].at, f[12].at = 4096, 5000, 1000
+	add("f32 ragged", f...)
+	f = nil
+	for i, at := range []int64{0, 192, 4096, 4224, 8000, 0, 0, 128, 4224, 4224, 65536 - 64} {
+		f = append(f, tensorSpec{fmt.Sprintf("h%02d.npy", i), npy.Uint8, []int64{5000}, at})
+	}
+	add("u8 header lengths", f...)
+	f = nil
+	for i, n := range []int64{0, 1, 4095, 4096, 4097, 12288, 3, 3, 3, 3, 70000} {
+		f = append(f, tensorSpec{fmt.Sprintf("q%02d.npy", i), npy.Bool, []int64{n}, 0})
+	}
+	add("bool ragged", f...)
+	return sets
+}
+
+// writeTensorSet writes set's files under dir with write (relative
+// paths), seeded by its name.
+func writeTensorSet(t testing.TB, set tensorSet, dir string, write func(rel string, b []byte)) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(uint64(len(set.name)), uint64(len(set.files))))
+	for _, sp := range set.files {
+		write(filepath.Join(dir, sp.name), npyFile(t, rng, sp))
+	}
+}
+
+// mapTensors maps root's .npy files as fn.readers.numpy finds them.
+func mapTensors(t testing.TB, root string) *bmap.Map {
+	t.Helper()
+	m, err := bmap.Build(context.Background(), root, bmap.BuildOptions{Reader: bmap.ReaderNumpy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Reader != bmap.ReaderNumpy {
+		t.Fatalf("map of %s: reader %v", root, m.Reader)
+	}
+	return m
+}
+
+// tempTensors writes set in a temporary directory and maps it.
+func tempTensors(t testing.TB, set tensorSet) *bmap.Map {
+	root := t.TempDir()
+	writeTensorSet(t, set, "", func(rel string, b []byte) {
+		if err := os.WriteFile(filepath.Join(root, rel), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return mapTensors(t, root)
+}
+
+// tensorData reads each sample's data bytes from its file (the bytes
+// after the header, [Offset, Offset+Size)), once.
+type tensorData struct {
+	m    *bmap.Map
+	mu   sync.Mutex
+	data map[int32][]byte
+}
+
+func (d *tensorData) of(t testing.TB, i int32) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b, ok := d.data[i]; ok {
+		return b
+	}
+	s := &d.m.Samples[i]
+	b, err := os.ReadFile(filepath.Join(d.m.Root, s.Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) != s.Offset+s.Size {
+		t.Fatalf("%s: %d bytes, the map says %d + %d", s.Path, len(b), s.Offset, s.Size)
+	}
+	if d.data == nil {
+		d.data = map[int32][]byte{}
+	}
+	d.data[i] = b[s.Offset:]
+	return d.data[i]
+}
+
+// wantDense is the size of every sample of b when it must be dense: all
+// of one size > 0, dtype, shape and phase, and their rows fit the slot (in
+// GPU memory at their staging pitch; padding may repeat a sample more
+// often than a slot sized for the largest samples holds); else 0.
+func wantDense(m *bmap.Map, b *Batch, d batchmem.Desc) int64 {
+	s0 := &m.Samples[b.Indices[0]]
+	for _, i := range b.Indices {
+		s := &m.Samples[i]
+		if s.Size == 0 || s.Size != s0.Size || s.Offset%backend.Align != s0.Offset%backend.Align ||
+			s.Tensor.DType != s0.Tensor.DType || !slices.Equal(s.Tensor.Shape, s0.Tensor.Shape) {
+			return 0
+		}
+	}
+	lead, rows := s0.Offset%backend.Align, int64(b.Len())
+	if (d.Kind == batchmem.GPU && rows*backend.AlignUp(lead+s0.Size) > d.SlotSize) || (d.Kind != batchmem.GPU && lead+rows*s0.Size > d.SlotSize) {
+		return 0
+	}
+	return s0.Size
+}
+
+// tensorCheck is what checkTensorBatch checks beyond the bytes.
+type tensorCheck struct {
+	slack bool  // the memory as the client maps it holds zeros in every ragged sample's slack
+	lead  bool  // and before a dense batch's first row
+	fail  int32 // the sample whose reads fail, -1 none
+}
+
+// checkTensorBatch checks batch b of tensor map m as the client sees it
+// in view (the whole memory desc describes): every sample that did
+// not fail holds its file's data bytes at Offsets[i] (a padding row too);
+// the batch is dense exactly when wantDense says (rows back to back from
+// the slot's start plus their phase), else each sample starts at its
+// phase in an aligned room; a failed sample (c.fail) has length 0 and,
+// dense, a row of zeros; with c.slack the rooms' slack reads zeros. It
+// returns whether the batch was dense and how many positions failed.
+func checkTensorBatch(t testing.TB, what string, d *tensorData, view []byte, desc batchmem.Desc, b *Batch, c tensorCheck) (dense bool, failed int) {
+	t.Helper()
+	m, slotSize := d.m, desc.SlotSize
+	what = fmt.Sprintf("%s: epoch %d batch %d", what, b.Epoch, b.Iteration)
+	base := int64(b.Slot) * slotSize
+	row := wantDense(m, b, desc)
+	if b.Dense() != row {
+		t.Fatalf("%s: Dense() = %d, want %d (sizes %v)", what, b.Dense(), row, b.Lengths)
+	}
+	for i := range b.Len() {
+		si := b.Indices[i]
+		s := &m.Samples[si]
+		phase := s.Offset % backend.Align
+		isFailed := slices.Contains(b.Failed, i)
+		if isFailed != (si == c.fail) {
+			t.Fatalf("%s: position %d (%s): failed %v", what, i, s.Path, isFailed)
+		}
+		if b.Labels[i] != 0 {
+			t.Fatalf("%s: position %d: label %d", what, i, b.Labels[i])
+		}
+		switch {
+		case row > 0 && b.Offsets[i] != base+phase+int64(i)*row:
+			t.Fatalf("%s: dense position %d at %d of its slot, want %d", what, i, b.Offsets[i]-base, phase+int64(i)*row)
+		case row == 0 && s.Size > 0 && (b.Offsets[i]-phase)%backend.Align != 0:
+			t.Fatalf("%s: ragged position %d (%s, data at %d of its file) at %d of its slot: not its phase", what, i, s.Path, s.Offset, b.Offsets[i]-base)
+		case b.Offsets[i] < base || b.Offsets[i]+s.Size > base+slotSize:
+			t.Fatalf("%s: position %d at %d: outside its slot", what, i, b.Offsets[i]-base)
+		}
+		got := view[b.Offsets[i] : b.Offsets[i]+s.Size]
+		if isFailed {
+			failed++
+			if b.Lengths[i] != 0 {
+				t.Fatalf("%s: failed position %d has length %d", what, i, b.Lengths[i])
+			}
+			if row > 0 && indexNot(got, 0) >= 0 {
+				t.Fatalf("%s: failed dense row %d holds %#x at %d, want zeros", what, i, got[indexNot(got, 0)], indexNot(got, 0))
+			}
+			continue
+		}
+		if b.Lengths[i] != s.Size {
+			t.Fatalf("%s: position %d: length %d, want %d", what, i, b.Lengths[i], s.Size)
+		}
+		if want := d.of(t, si); !bytes.Equal(got, want) {
+			t.Fatalf("%s: position %d: sample %s (%d data bytes at %d of its file, %s%s) at %d differs from its file's data%s",
+				what, i, s.Path, s.Size, s.Offset, s.Tensor.DType, npy.FormatShape(s.Tensor.Shape), b.Offsets[i]-base, firstDiff(got, want))
+		}
+		if c.slack && row == 0 && s.Size > 0 {
+			start := b.Offsets[i] - phase
+			end := start + backend.AlignUp(phase+s.Size)
+			if j := indexNot(view[start:b.Offsets[i]], 0); j >= 0 {
+				t.Fatalf("%s: position %d (%s): slack byte %d before its data is %#x", what, i, s.Path, j, view[start+int64(j)])
+			}
+			if j := indexNot(view[b.Offsets[i]+s.Size:end], 0); j >= 0 {
+				t.Fatalf("%s: position %d (%s): slack byte %d after its data is %#x", what, i, s.Path, j, view[b.Offsets[i]+s.Size+int64(j)])
+			}
+		}
+	}
+	if c.lead && row > 0 {
+		if j := indexNot(view[base:b.Offsets[0]], 0); j >= 0 {
+			t.Fatalf("%s: byte %d before the first dense row is %#x", what, j, view[base+int64(j)])
+		}
+	}
+	return row > 0, failed
+}
+
+// tensorArgs are the sequences every tensor test reads: in order, shuffled,
+// and the last shard padded (its last batch repeats its last sample).
+var tensorArgs = []struct {
+	name string
+	args ReaderArgs
+}{
+	{"in order", ReaderArgs{BatchSize: 4}},
+	{"shuffled", ReaderArgs{BatchSize: 3, RandomShuffle: true, Seed: 11}},
+	{"shard 1 of 2 padded", ReaderArgs{BatchSize: 5, NumShards: 2, ShardID: 1, PadLastBatch: true}},
+}
+
+// readTensors reads two epochs of m with o, checking every batch as the
+// client sees it (view(l): the memory it maps), and returns how many
+// batches were dense and how many positions failed; with fail >= 0,
+// sample fail's reads fail (EIO) and o has SkipErrors.
+func readTensors(t *testing.T, d *tensorData, o Options, view func(l *Loader) []byte, c tensorCheck) (dense, failed int) {
+	t.Helper()
+	if c.fail >= 0 {
+		inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead | faults.DeviceRead, Path: d.m.Samples[c.fail].Path, Err: unix.EIO}))
+		o.SkipErrors = true
+	}
+	l, err := New(context.Background(), d.m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	v := view(l)
+	desc := l.Memory().Desc()
+	for e := range 2 {
+		var order []int32
+		errs := eachBatch(l, func(b *Batch) {
+			isDense, nf := checkTensorBatch(t, fmt.Sprintf("epoch %d", e), d, v, desc, b, c)
+			if isDense {
+				dense++
+			}
+			failed += nf
+			order = append(order, b.Indices...)
+		})
+		if len(errs) > 0 {
+			t.Fatalf("epoch %d: %v", e, errs)
+		}
+		want, _ := l.Sampling().EpochOrder(e, nil, nil)
+		if fmt.Sprint(order) != fmt.Sprint(want) {
+			t.Fatalf("epoch %d: order %v, the sampler's %v", e, order, want)
+		}
+	}
+	if (failed > 0) != (c.fail >= 0) {
+		t.Errorf("%d failed positions delivered, sample %d failing", failed, c.fail)
+	}
+	return dense, failed
+}
+
+// hostView is the memory a client maps: the exported descriptor.
+func hostView(t *testing.T) func(l *Loader) []byte {
+	return func(l *Loader) []byte { return exported(t, l.Memory()) }
+}
+
+// TestTensorsHost serves every tensor dataset in host memory with the
+// file backend, buffered and O_DIRECT (a temporary directory: no root
+// needed), in order, shuffled and padded, with and without a failing
+// sample: every sample's bytes are its file's data bytes, dense batches
+// are dense (back to back, at their phase), ragged ones at their phase in
+// aligned rooms, and every slack byte reads zero.
+func TestTensorsHost(t *testing.T) {
+	for _, set := range tensorSets() {
+		t.Run(set.name, func(t *testing.T) {
+			d := &tensorData{m: tempTensors(t, set)}
+			var dense int
+			for _, direct := range []bool{false, true} {
+				for _, a := range tensorArgs {
+					for _, fail := range []int32{-1, 2} {
+						t.Run(fmt.Sprintf("direct %v/%s/fail %d", direct, a.name, fail), func(t *testing.T) {
+							o := Options{ReaderArgs: a.args, PrefetchQueueDepth: 2, BackendOptions: map[string]any{"direct": direct}}
+							n, _ := readTensors(t, d, o, hostView(t), tensorCheck{slack: true, lead: true, fail: fail})
+							dense += n
+						})
+					}
+				}
+			}
+			if set.name == "f32 dense" || set.name == "i16 whole blocks" || set.name == "f64 0-d" {
+				if dense == 0 {
+					t.Errorf("no dense batch")
+				}
+			}
+		})
+	}
+}
+
+// TestTensorsGPUDouble serves the tensor datasets into the GPU memory
+// double on both GPU paths: bounce (the file backend with O_DIRECT into
+// staging rooms that keep each sample's phase) and a cufile stand-in
+// writing the device (devBackend: Request.DevBytes from the data's
+// offset).
+func TestTensorsGPUDouble(t *testing.T) {
+	for _, set := range tensorSets() {
+		t.Run(set.name, func(t *testing.T) {
+			d := &tensorData{m: tempTensors(t, set)}
+			for _, path := range []string{GPUPathBounce, GPUPathCuFile} {
+				for _, a := range tensorArgs {
+					for _, fail := range []int32{-1, 3} {
+						t.Run(fmt.Sprintf("%s/%s/fail %d", path, a.name, fail), func(t *testing.T) {
+							var mem *gpuMemory
+							o := Options{ReaderArgs: a.args, Memory: batchmem.GPU, GPUPath: path, openMemory: gpuDouble(&mem)}
+							if path == GPUPathBounce {
+								o.Backend, o.BackendOptions = "file", map[string]any{"direct": true}
+							} else {
+								o.Spec = devSpec(&mem, &devBackend{sizes: map[int64]int{}})
+							}
+							readTensors(t, d, o, func(*Loader) []byte { return mem.dev }, tensorCheck{slack: path == GPUPathBounce, fail: fail})
+						})
+					}
+				}
+			}
+		})
+	}
+}
