@@ -19,8 +19,10 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/internal/faults"
+	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
+	"github.com/nvfeed/nvfeed/loader/internal/raw"
 )
 
 // tensorSpec is one .npy file of a test dataset.
@@ -301,6 +303,20 @@ var tensorArgs = []struct {
 // sample fail's reads fail (EIO) and o has SkipErrors.
 func readTensors(t *testing.T, d *tensorData, o Options, view func(l *Loader) []byte, c tensorCheck) (dense, failed int) {
 	t.Helper()
+	dense, failed, _ = readTensorsAll(t, d, o, view, c)
+	return dense, failed
+}
+
+// readTensorsStats is readTensors returning the backend's counters.
+func readTensorsStats(t *testing.T, d *tensorData, o Options, view func(l *Loader) []byte, c tensorCheck) backend.Stats {
+	t.Helper()
+	_, _, st := readTensorsAll(t, d, o, view, c)
+	return st
+}
+
+// readTensorsAll is readTensors returning the backend's counters too.
+func readTensorsAll(t *testing.T, d *tensorData, o Options, view func(l *Loader) []byte, c tensorCheck) (dense, failed int, st backend.Stats) {
+	t.Helper()
 	if c.fail >= 0 {
 		inject(t, (&faults.Faults{}).Add(faults.Rule{Op: faults.FileRead | faults.DeviceRead, Path: d.m.Samples[c.fail].Path, Err: unix.EIO}))
 		o.SkipErrors = true
@@ -337,7 +353,7 @@ func readTensors(t *testing.T, d *tensorData, o Options, view func(l *Loader) []
 	if (failed > 0) != (c.fail >= 0) {
 		t.Errorf("%d failed positions delivered, sample %d failing", failed, c.fail)
 	}
-	return dense, failed
+	return dense, failed, l.Backend().Stats()
 }
 
 // hostView is the memory a client maps: the exported descriptor.
@@ -401,6 +417,191 @@ func TestTensorsGPUDouble(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// tensorBackends are the backend configurations the filesystem tests
+// read with: gds on both engines and with every raw sample read guarded
+// (freshness read: into bounce rooms at the slot's phase, copied once
+// checked), bam with its cache and without, file buffered and O_DIRECT.
+var tensorBackends = []struct {
+	name    string
+	backend string
+	opts    map[string]any
+}{
+	{"gds uring", "gds", map[string]any{"engine": raw.EngineUring, "queue_depth": 8}},
+	{"gds pread, 8 KiB requests", "gds", map[string]any{"engine": raw.EnginePread, "max_request": 8192}},
+	{"gds guarded", "gds", map[string]any{"freshness": raw.FreshRead}},
+	{"bam", "bam", map[string]any{"queues": 2}},
+	{"bam 8 KiB blocks, no cache", "bam", map[string]any{"block_size": 8192, "cache_mb": 0}},
+	{"file", "file", nil},
+	{"file direct", "file", map[string]any{"direct": true}},
+}
+
+// fsTensors writes every tensor set on fs, one directory each, and maps
+// them.
+func fsTensors(t *testing.T, fs *testfs.FS) map[string]*bmap.Map {
+	sets := map[string]*bmap.Map{}
+	for k, set := range tensorSets() {
+		writeTensorSet(t, set, fmt.Sprintf("set%d", k), func(rel string, b []byte) { fs.WriteFile(t, rel, b) })
+	}
+	fs.Sync(t)
+	for k, set := range tensorSets() {
+		sets[set.name] = mapTensors(t, fs.Path(fmt.Sprintf("set%d", k)))
+	}
+	return sets
+}
+
+// TestTensorsFilesystems serves every tensor dataset from real
+// filesystems (ext4 with 4 KiB and 1 KiB blocks, xfs) with every raw and
+// file backend configuration, into host memory and into the GPU memory
+// double (bounce: the backend reads the staging area): in order, shuffled,
+// padded with a failing sample. Every sample's bytes are its file's data
+// bytes, dense batches back to back at their phase, every slack byte
+// zero; the raw backends read raw samples (not all through the
+// filesystem).
+func TestTensorsFilesystems(t *testing.T) {
+	for _, fo := range rawFilesystems {
+		t.Run(fmt.Sprintf("%s%v", fo.Type, fo.MkfsArgs), func(t *testing.T) {
+			fs := testfs.New(t, fo)
+			sets := fsTensors(t, fs)
+			for _, set := range tensorSets() {
+				d := &tensorData{m: sets[set.name]}
+				for _, be := range tensorBackends {
+					for _, memory := range []batchmem.Kind{batchmem.Pinned, batchmem.GPU} {
+						t.Run(fmt.Sprintf("%s/%s/%s", set.name, be.name, memory), func(t *testing.T) {
+							var rawSamples int64
+							for k, a := range tensorArgs {
+								fail := int32(-1)
+								if k == len(tensorArgs)-1 {
+									fail = 2 // not an empty array: those have no read to fail
+								}
+								var mem *gpuMemory
+								o := Options{ReaderArgs: a.args, Backend: be.backend, BackendOptions: be.opts, PrefetchQueueDepth: 2}
+								view := hostView(t)
+								if memory == batchmem.GPU {
+									o.Memory, o.GPUPath, o.openMemory = batchmem.GPU, GPUPathBounce, gpuDouble(&mem)
+									view = func(*Loader) []byte { return mem.dev }
+								}
+								st := readTensorsStats(t, d, o, view, tensorCheck{slack: true, lead: memory == batchmem.Pinned, fail: fail})
+								rawSamples += st.Counter("raw_samples")
+								if st.Counter("stale_samples") != 0 {
+									t.Errorf("%s: %d stale samples", a.name, st.Counter("stale_samples"))
+								}
+							}
+							if be.backend != "file" && rawSamples == 0 {
+								t.Errorf("no sample read raw")
+							}
+						})
+					}
+				}
+			}
+		})
+	}
+}
+
+// bigTensors writes n float32 arrays of elems elements each (np.save's
+// header: the data at 128) under dir on fs and maps them.
+func bigTensors(t testing.TB, fs *testfs.FS, dir string, n int, elems int64) *bmap.Map {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(elems)))
+	for i := range n {
+		fs.WriteFile(t, fmt.Sprintf("%s/t%02d.npy", dir, i), npyFile(t, rng, tensorSpec{dt: npy.Float32, shape: []int64{elems}}))
+	}
+	fs.Sync(t)
+	return mapTensors(t, fs.Path(dir))
+}
+
+// TestTensorsInPlace: dense batches of 16 MiB tensors (rows a multiple
+// of 4 KiB, at the data's phase 128) are read from the device in place
+// by gds and bam: in host memory only each row's partial first and last
+// blocks go through bounce memory (the bytes around them are other rows'),
+// in the GPU memory's staging area, whose rooms keep the phase, none at
+// all. Rows 4 bytes longer than a multiple of 4 KiB sit at other phases
+// than their files' (but the first): those are bounced, which the same
+// counter shows.
+func TestTensorsInPlace(t *testing.T) {
+	fs := testfs.New(t, testfs.Options{Type: "ext4", SizeMB: 1024, MkfsArgs: []string{"-b", "4096"}})
+	const n, mib16 = 6, 4 << 20 // float32 elements
+	aligned := bigTensors(t, fs, "aligned", n, mib16)
+	unaligned := bigTensors(t, fs, "unaligned", n, mib16+1)
+	for _, tc := range []struct {
+		name    string
+		m       *bmap.Map
+		backend string
+		memory  batchmem.Kind
+		max     int64 // bounced bytes per sample read, at most
+		min     int64 // and at least
+	}{
+		{"gds host", aligned, "gds", batchmem.Pinned, 2 * backend.Align, 2 * backend.Align},
+		{"bam host", aligned, "bam", batchmem.Pinned, 2 * backend.Align, 2 * backend.Align},
+		{"gds gpu staging", aligned, "gds", batchmem.GPU, 0, 0},
+		{"bam gpu staging", aligned, "bam", batchmem.GPU, 0, 0},
+		{"gds host, rows off their phase", unaligned, "gds", batchmem.Pinned, mib16*4 + 2*backend.Align, mib16 * 4 / 2}, // rows 1 and 2 of 3
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mem *gpuMemory
+			o := Options{ReaderArgs: ReaderArgs{BatchSize: 3}, Backend: tc.backend}
+			if tc.backend == "bam" {
+				o.BackendOptions = map[string]any{"cache_mb": 0} // every block read from the device
+			}
+			view := hostView(t)
+			if tc.memory == batchmem.GPU {
+				o.Memory, o.GPUPath, o.openMemory = batchmem.GPU, GPUPathBounce, gpuDouble(&mem)
+				view = func(*Loader) []byte { return mem.dev }
+			}
+			d := &tensorData{m: tc.m}
+			dense, _, st := readTensorsAll(t, d, o, view, tensorCheck{slack: true, lead: tc.memory == batchmem.Pinned, fail: -1})
+			if dense != 4 { // 2 epochs of 2 batches
+				t.Errorf("%d dense batches, want 4", dense)
+			}
+			// The counts include the batches read ahead, their reads
+			// issued, when the loader closed.
+			samples, rawBytes, bounced := st.Counter("samples"), st.Counter("raw_bytes"), st.Counter("bounced_bytes")
+			if samples < 2*n || st.Counter("raw_samples") < 2*n || rawBytes < samples*tc.m.Samples[0].Size || rawBytes > samples*(tc.m.Samples[0].Size+2*backend.Align) {
+				t.Errorf("%d samples (%d raw), %d bytes read raw, want all, whole blocks", samples, st.Counter("raw_samples"), rawBytes)
+			}
+			if bounced < samples*tc.min || bounced > samples*tc.max {
+				t.Errorf("%d of %d bytes of %d samples read into bounce memory, want %d to %d per sample", bounced, rawBytes, samples, tc.min, tc.max)
+			}
+			t.Logf("%s: %d bytes read raw, %d bounced (%.4f%%)", tc.name, rawBytes, bounced, 100*float64(bounced)/float64(rawBytes))
+		})
+	}
+}
+
+// BenchmarkDenseTensors reads dense batches of 16 MiB float32 tensors
+// with gds into host memory: rows a multiple of 4 KiB long read in place
+// (two blocks per row bounced), and rows 4 bytes longer, which sit at other
+// phases than their files' and are bounced whole (copied after). Bytes/s
+// are the tensors' data bytes.
+func BenchmarkDenseTensors(b *testing.B) {
+	fs := testfs.New(b, testfs.Options{Type: "ext4", SizeMB: 1024, MkfsArgs: []string{"-b", "4096"}})
+	const n, mib16 = 8, 4 << 20
+	for _, bc := range []struct {
+		name  string
+		elems int64
+	}{{"in place", mib16}, {"bounced", mib16 + 1}} {
+		m := bigTensors(b, fs, bc.name, n, bc.elems)
+		b.Run(bc.name, func(b *testing.B) {
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4}, Backend: "gds", PrefetchQueueDepth: 2})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			b.SetBytes(n * bc.elems * 4)
+			b.ResetTimer()
+			for range b.N {
+				if errs := eachBatch(l, func(bt *Batch) {
+					if bt.Dense() == 0 {
+						b.Fatalf("a ragged batch")
+					}
+				}); len(errs) > 0 {
+					b.Fatal(errs)
+				}
+			}
+			b.StopTimer()
+			st := l.Backend().Stats()
+			b.ReportMetric(float64(st.Counter("bounced_bytes"))/float64(st.Counter("raw_bytes")), "bounced/raw")
 		})
 	}
 }
