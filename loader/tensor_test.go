@@ -18,6 +18,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/npy"
+	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader/backend"
@@ -603,5 +604,94 @@ func BenchmarkDenseTensors(b *testing.B) {
 			st := l.Backend().Stats()
 			b.ReportMetric(float64(st.Counter("bounced_bytes"))/float64(st.Counter("raw_bytes")), "bounced/raw")
 		})
+	}
+}
+
+// TestTensorsStandin serves the tensor datasets into GPU memory as a real
+// GPU makes it (batchmem's VMM memory, its staging area registered) over
+// the strict CUDA stand-in, on both GPU paths: the real cufile backend
+// (cuFileRead of each sample's data from its offset, unaligned offsets,
+// sizes and addresses included, as cuFile takes them) and bounce with the
+// file backend (O_DIRECT) and, on ext4, gds. The device memory, read back
+// through its exported descriptor, holds every sample's data bytes; the
+// stand-in's report shows no broken rule and nothing left.
+func TestTensorsStandin(t *testing.T) {
+	if !standin.InChild(t) {
+		return
+	}
+	var onExt4 map[string]*bmap.Map
+	if os.Geteuid() == 0 {
+		onExt4 = fsTensors(t, testfs.New(t, testfs.Ext4()))
+	}
+	for _, set := range tensorSets() {
+		t.Run(set.name, func(t *testing.T) {
+			d := &tensorData{m: tempTensors(t, set)}
+			for _, path := range []string{GPUPathCuFile, GPUPathBounce, "bounce gds"} {
+				for k, a := range tensorArgs {
+					fail := int32(-1)
+					if k == len(tensorArgs)-1 {
+						fail = 2
+					}
+					t.Run(fmt.Sprintf("%s/%s", path, a.name), func(t *testing.T) {
+						o := Options{ReaderArgs: a.args, Memory: batchmem.GPU, GPUPath: path}
+						d := d
+						switch path {
+						case GPUPathBounce:
+							o.Backend, o.BackendOptions = "file", map[string]any{"direct": true}
+						case "bounce gds":
+							if onExt4 == nil {
+								t.Skip("gds needs root (a loop device)")
+							}
+							d = &tensorData{m: onExt4[set.name]}
+							o.GPUPath, o.Backend = GPUPathBounce, "gds"
+						}
+						readTensors(t, d, o, func(l *Loader) []byte { return exported(t, l.Memory()) }, tensorCheck{slack: path != GPUPathCuFile, fail: fail})
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestTensorsStale: a tensor file rewritten since mapping is never read
+// from its old blocks: gds reads it through the filesystem (on_stale
+// fallback: its new data bytes, from their offset, into its dense row or
+// ragged room) or fails it (on_stale fail: a zero row, with SkipErrors).
+func TestTensorsStale(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	sets := fsTensors(t, fs)
+	for _, name := range []string{"f32 dense", "f32 ragged"} {
+		m := sets[name]
+		const victim = 2
+		path := filepath.Join(m.Root, m.Samples[victim].Path)
+		old, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := slices.Clone(old)
+		for i := m.Samples[victim].Offset; i < int64(len(fresh)); i++ {
+			fresh[i] ^= 0x5A
+		}
+		if err := os.WriteFile(path, fresh, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fs.Sync(t)
+		for _, policy := range []string{raw.StaleFallback, raw.StaleFail} {
+			t.Run(name+"/"+policy, func(t *testing.T) {
+				d := &tensorData{m: m}
+				c := tensorCheck{slack: true, lead: true, fail: -1}
+				o := Options{ReaderArgs: ReaderArgs{BatchSize: 4}, Backend: "gds", BackendOptions: map[string]any{"on_stale": policy}}
+				if policy == raw.StaleFail {
+					c.fail = victim
+				}
+				st := readTensorsStats(t, d, o, hostView(t), c)
+				if st.Counter("stale_samples") == 0 {
+					t.Errorf("the rewritten sample was not found stale: %+v", st)
+				}
+				if got := d.of(t, victim); bytes.Equal(got, old[m.Samples[victim].Offset:]) {
+					t.Fatalf("the test compared the old data")
+				}
+			})
+		}
 	}
 }
