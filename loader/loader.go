@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package loader reads shuffled, sharded, labeled batches of a block-mapped
-// dataset with DALI fn.readers.file semantics into batch memory (package
+// dataset with DALI fn.readers.file semantics (fn.readers.numpy's for a
+// tensor map: each sample its array's data) into batch memory (package
 // loader/batchmem: a fixed set of slots, page-locked host or GPU memory),
 // through a backend chosen by name from Backends (the contract is package
 // loader/backend).
