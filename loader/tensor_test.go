@@ -365,17 +365,19 @@ func hostView(t *testing.T) func(l *Loader) []byte {
 // TestTensorsHost serves every tensor dataset in host memory with the
 // file backend, buffered and O_DIRECT (a temporary directory: no root
 // needed), in order, shuffled and padded, with and without a failing
-// sample: every sample's bytes are its file's data bytes, dense batches
-// are dense (back to back, at their phase), ragged ones at their phase in
-// aligned rooms, and every slack byte reads zero.
+// sample (the padding sample too): every sample's bytes are its file's
+// data bytes, padding rows included, dense batches are dense (back to
+// back, at their phase), ragged ones at their phase in aligned rooms, a
+// failed dense row reads zeros, and every slack byte reads zero.
 func TestTensorsHost(t *testing.T) {
 	for _, set := range tensorSets() {
 		t.Run(set.name, func(t *testing.T) {
 			d := &tensorData{m: tempTensors(t, set)}
 			var dense int
+			last := int32(len(d.m.Samples) - 1) // the padding sample of the last shard
 			for _, direct := range []bool{false, true} {
 				for _, a := range tensorArgs {
-					for _, fail := range []int32{-1, 2} {
+					for _, fail := range []int32{-1, 2, last} {
 						t.Run(fmt.Sprintf("direct %v/%s/fail %d", direct, a.name, fail), func(t *testing.T) {
 							o := Options{ReaderArgs: a.args, PrefetchQueueDepth: 2, BackendOptions: map[string]any{"direct": direct}}
 							n, _ := readTensors(t, d, o, hostView(t), tensorCheck{slack: true, lead: true, fail: fail})
