@@ -93,7 +93,7 @@ func (m *gpuMemory) Publish(ctx context.Context, i int, p batchmem.Placement) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if i < 0 || i >= m.desc.Slots || (p.Dense() && !m.desc.Packs(p.Rows, p.Row, p.Lead)) || p.Used > m.desc.SlotSize {
+	if i < 0 || i >= m.desc.Slots || (p.Dense() && !m.desc.PacksAt(p.Rows, p.Row, p.Lead)) || p.Used > m.desc.SlotSize {
 		return fmt.Errorf("slot %d: placement %+v does not fit", i, p)
 	}
 	if p.Dense() {

@@ -113,7 +113,7 @@ func (b *Batch) Len() int { return len(b.Indices) }
 // ragged one. A batch is dense when its samples all have the same size
 // S > 0 and, of a tensor map, the same dtype, shape and phase (their data's
 // offset in their files modulo backend.Align), and the memory places it
-// so (batchmem.Desc.Packs): in GPU memory, and for a tensor map in host
+// so (batchmem.Desc.PacksAt): in GPU memory, and for a tensor map in host
 // memory too. Its samples lie back to back, sample i at Offsets[0] + i·S:
 // one C-contiguous (Len, S) array, for a tensor map one (Len, *shape)
 // array of its dtype. A padding sample's row holds a copy of its bytes; a
@@ -290,7 +290,7 @@ func checkState(st *State, smp Sampling) error {
 // backend.Align (room). Padding
 // repeats a sample without reading it again, so a ragged batch never holds
 // more; a dense batch (Batch.Dense) gives each repeat a row of its own and
-// is placed dense only where its rows fit (batchmem.Desc.Packs), which a
+// is placed dense only where its rows fit (batchmem.Desc.PacksAt), which a
 // dataset of one sample size always does.
 func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	// The batchSize largest in a min-heap: one pass, no copy of every size
@@ -490,7 +490,7 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 // data's offset in its file modulo backend.Align) when the batch is placed
 // dense: the samples all have one size > 0 and, of a tensor map, one
 // dtype, shape and phase; in GPU memory, or for a tensor map in host
-// memory; and the memory packs them (batchmem.Desc.Packs). Else 0, 0.
+// memory; and the memory packs them (batchmem.Desc.PacksAt). Else 0, 0.
 func (l *Loader) denseRow(idx []int32) (row, lead int64) {
 	tensors := l.m.Reader == bmap.ReaderNumpy
 	if len(idx) == 0 || (l.desc.Kind != batchmem.GPU && !tensors) {
@@ -507,7 +507,7 @@ func (l *Loader) denseRow(idx []int32) (row, lead int64) {
 	if !tensors {
 		lead = 0 // a whole file starts at its first byte
 	}
-	if !l.desc.Packs(len(idx), row, lead) {
+	if !l.desc.PacksAt(len(idx), row, lead) {
 		return 0, 0
 	}
 	return row, lead

@@ -32,7 +32,7 @@
 //
 // A batch is ragged or dense (Placement). Ragged: each sample has a room
 // starting backend.Align-aligned in the slot, where its writer put it,
-// and the client finds it there. Dense (Desc.Packs), when every sample of
+// and the client finds it there. Dense (Desc.PacksAt), when every sample of
 // the batch has the same size S (the loader decides when: in GPU memory,
 // and in host memory for tensors): sample i is at byte Lead + i·S of the
 // slot, so the batch is one (batch, S) array there; Lead (< 4 KiB) is the
@@ -230,7 +230,10 @@ func (p Placement) Pitch() int64 { return backend.AlignUp(p.Lead + p.Row) }
 // the row's bytes are Lead bytes in.
 func (p Placement) HostOffset(i int) int64 { return int64(i) * p.Pitch() }
 
-// Packs reports whether a batch of rows samples of row bytes each, lead
+// Packs is PacksAt with lead 0: rows of whole files.
+func (d Desc) Packs(rows int, row int64) bool { return d.PacksAt(rows, row, 0) }
+
+// PacksAt reports whether a batch of rows samples of row bytes each, lead
 // bytes into a block of their files, is placed dense in this memory: row
 // > 0, lead in [0, backend.Align), and the rows fit a slot: in host memory
 // lead + rows·row bytes, in GPU memory rows·AlignUp(lead+row) (their
@@ -238,7 +241,7 @@ func (p Placement) HostOffset(i int) int64 { return int64(i) * p.Pitch() }
 // sample more often than the slot's size, the sum of the largest rooms,
 // allows: such a batch stays ragged). Whether a batch of such samples
 // is dense at all is the loader's choice (loader.Batch.Dense).
-func (d Desc) Packs(rows int, row, lead int64) bool {
+func (d Desc) PacksAt(rows int, row, lead int64) bool {
 	if rows <= 0 || row <= 0 || lead < 0 || lead >= backend.Align {
 		return false
 	}
@@ -264,7 +267,7 @@ func (p Placement) check(d Desc, i int) error {
 		}
 		return nil
 	}
-	if !d.Packs(p.Rows, p.Row, p.Lead) {
+	if !d.PacksAt(p.Rows, p.Row, p.Lead) {
 		return fmt.Errorf("batchmem: publish slot %d: %d dense rows of %d bytes at lead %d do not fit %s memory's slots of %d bytes", i, p.Rows, p.Row, p.Lead, d.Kind, d.SlotSize)
 	}
 	for _, z := range p.Zero {

@@ -451,8 +451,11 @@ func TestPlacementRefused(t *testing.T) {
 		if tt.kind == GPU {
 			d.SlotSize = 6 * 4096
 		}
-		if got := d.Packs(tt.rows, tt.row, tt.lead); got != tt.want {
-			t.Errorf("%s slots of %d: Packs(%d, %d, %d) = %v", tt.kind, d.SlotSize, tt.rows, tt.row, tt.lead, got)
+		if got := d.PacksAt(tt.rows, tt.row, tt.lead); got != tt.want {
+			t.Errorf("%s slots of %d: PacksAt(%d, %d, %d) = %v", tt.kind, d.SlotSize, tt.rows, tt.row, tt.lead, got)
+		}
+		if tt.lead == 0 && d.Packs(tt.rows, tt.row) != tt.want {
+			t.Errorf("%s slots of %d: Packs(%d, %d) = %v", tt.kind, d.SlotSize, tt.rows, tt.row, !tt.want)
 		}
 	}
 }
