@@ -33,9 +33,13 @@ func (f npyFile) data() []byte {
 	for _, d := range f.shape {
 		n *= d
 	}
+	seed := 0
+	for _, c := range []byte(f.path) {
+		seed = seed*31 + int(c)
+	}
 	b := make([]byte, n)
 	for i := range b {
-		b[i] = byte(i*7 + len(f.path)*31)
+		b[i] = byte(i*7 + seed)
 	}
 	return b
 }
@@ -119,6 +123,9 @@ func TestNumpyBatchesCarryTensors(t *testing.T) {
 		}
 		if d.EndOfEpoch {
 			break
+		}
+		if len(d.Failed) > 0 {
+			t.Errorf("batch %d: failed %v: %v", d.Iteration, d.Failed, d.Errors)
 		}
 		if d.DType != "<f4" || len(d.Shapes) != len(d.Indices) {
 			t.Fatalf("batch %d: dtype %q, %d shapes for %d samples", d.Iteration, d.DType, len(d.Shapes), len(d.Indices))
