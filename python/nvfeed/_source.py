@@ -718,14 +718,15 @@ class LoaderSource:
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
         return self._batch([offsets[i] for i in keep], [lengths[i] for i in keep], labels)
 
-    def _skip(self, r: NextResponse, failed: list[int]) -> list[int]:
+    def _skip(self, r: NextResponse, failed: list[int], stacklevel: int = 4) -> list[int]:
         """The positions of the samples that were read (on_error="skip"),
-        the failed ones counted and warned of."""
+        the failed ones counted and warned of (the warning points
+        stacklevel frames up: at the caller of next())."""
         bad = set(failed)
         keep = [i for i in range(len(r["offsets"])) if i not in bad]
         self.skipped_samples += len(failed)
         warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
-                      "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=4)
+                      "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=stacklevel)
         return keep
 
     def _tensors(self, r: NextResponse, failed: list[int]) -> Union[Tensors, Any]:
@@ -743,12 +744,12 @@ class LoaderSource:
             dt = self._dtypes[descr] = _tensor_dtype(descr)
         n = len(offsets)
         if failed:
-            keep = self._skip(r, failed)
+            keep = self._skip(r, failed, stacklevel=5)
             offsets, lengths, shapes = [offsets[i] for i in keep], [lengths[i] for i in keep], [shapes[i] for i in keep]
         else:
             row = _dense(offsets, lengths)
             shape = tuple(shapes[0])
-            if row and all(s == shapes[0] for s in shapes) and row == _nbytes(dt, shape):
+            if row and shapes.count(shapes[0]) == n and row == _nbytes(dt, shape):
                 whole = (n, *shape)
                 g = self._gpu
                 if g is not None:
