@@ -25,6 +25,11 @@ of the same views and labels. At the end of an epoch it raises
 after ``release_after`` (the daemon's default: ``prefetch_queue_depth + 1``)
 later batches, so DALI may use it with ``no_copy=True``.
 
+Over a numpy dataset (``mkbmap --reader numpy``, ``src.reader ==
+"numpy"``) each ``next()`` returns the arrays alone: one numpy view
+``(batch, *shape)`` of the batch memory when they share a shape, else a
+list of views, each its file's dtype and shape.
+
 With ``device="gpu"`` the samples are ``CudaArray`` objects of GPU memory
 (``__cuda_array_interface__``), one dense ``(batch, size)`` array per
 batch of same-size samples with ``batch_format="dali"``; ``src.samples``
@@ -55,7 +60,8 @@ from ._wire import DatasetInfo, State
 # was split into modules: the batch types and the source's literals, the
 # other exceptions and the messages; then helpers that are not the API.
 from ._source import (Batch as Batch, BatchFormat as BatchFormat, DaliBatch as DaliBatch, Device as Device,
-                      GPUPath as GPUPath, OnError as OnError, Sample as Sample, Shuffle as Shuffle, Transport as Transport)
+                      GPUPath as GPUPath, OnError as OnError, Sample as Sample, Shuffle as Shuffle, Tensors as Tensors,
+                      Transport as Transport)
 from ._cuda import CudaError as CudaError
 from ._stream import StreamError as StreamError
 from ._upgrade import UpgradeError as UpgradeError

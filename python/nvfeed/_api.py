@@ -42,8 +42,10 @@ def datasets(socket: Optional[str] = None, timeout: float = 60.0) -> list[Datase
     from their extents), ``stale`` (changed since mapping: read through the
     filesystem, or failed if gone) and ``filesystem_only``, and how many
     files were ``added`` to its class folders since mapping (not served
-    until mkbmap maps them and ``loaderd reload``). Counts only: no file
-    and no session is named.
+    until mkbmap maps them and ``loaderd reload``), its ``reader``
+    (``"file"``: encoded files with labels; ``"numpy"``: ``.npy`` arrays)
+    and a numpy dataset's ``dtype`` (the ``.npy`` descr, ``"<f4"``). Counts
+    only: no file and no session is named.
 
     Parameters
     ----------

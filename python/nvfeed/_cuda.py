@@ -444,8 +444,11 @@ class CudaArray:
     """GPU memory at device address ``ptr`` exposed through
     ``__cuda_array_interface__`` (v3): one sample's bytes (1-D, shape
     ``(nbytes,)``) or a dense batch of samples of one size (2-D, shape
-    ``(batch, size)``), C-contiguous (``strides`` None), ``typestr``
-    ``"|u1"`` by default. It keeps its memory mapped while it lives."""
+    ``(batch, size)``), or, for a numpy dataset, an array of its dtype
+    (``typestr`` the ``.npy`` descr, ``"<f4"``) and shape (``()`` for a
+    0-d array: one element; a dense batch ``(batch, *shape)``).
+    C-contiguous (``strides`` None), ``typestr`` ``"|u1"`` by default. It
+    keeps its memory mapped while it lives."""
 
     __slots__ = ("ptr", "shape", "typestr", "nbytes", "device", "_owner")
 
@@ -455,7 +458,7 @@ class CudaArray:
             shp, n = (shape,), shape
         else:
             shp = (shape,) if isinstance(shape, int) else tuple(shape)
-            if not shp or any(type(d) is not int or d < 0 for d in shp):
+            if any(type(d) is not int or d < 0 for d in shp):
                 raise ValueError(f"CudaArray: shape must be non-negative ints, got {shape!r}")
             n = int(typestr[2:]) if len(typestr) > 2 and typestr[2:].isdigit() else 0
             if n <= 0:
@@ -490,6 +493,8 @@ class CudaArray:
                 "strides": None, "stream": None}
 
     def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d CudaArray")
         return self.shape[0]
 
     def __repr__(self) -> str:

@@ -7,6 +7,7 @@ goes away, and the batch types it returns."""
 from __future__ import annotations
 
 import collections
+import mmap
 import os
 import time
 import warnings
@@ -20,7 +21,7 @@ from ._cuda import CudaArray, CudaError, DeviceMapping, ReleaseFence, device_uui
 from ._errors import DaemonGoneError, LoaderError, NotFoundError, SampleError, error_for
 from ._http import UnixHTTPConnection, call
 from ._memory import map_host, receive
-from ._pair import BatchHalves, Position
+from ._pair import BatchHalves, Position, batch_position
 from ._stream import Stream, StreamError
 from ._upgrade import UpgradeError
 from ._wire import MemoryDesc, NextRequest, NextResponse, OpenRequest, OpenResponse, State
@@ -31,6 +32,17 @@ CudaArray (``__cuda_array_interface__``) of GPU batch memory."""
 
 Batch = tuple[list[Sample], "np.ndarray[Any, np.dtype[np.int32]]"]
 """A batch: the samples and their labels (int32, shape (batch, 1), host)."""
+
+Array = np.ndarray[Any, np.dtype[Any]]
+"""A numpy array of any dtype."""
+
+Tensors = Union[Array, list[Array], CudaArray, list[CudaArray]]
+"""A numpy dataset's batch (the arrays alone, no labels): host memory, one
+numpy array ``(batch, *shape)`` viewing the batch memory when every sample
+has one shape (a dense batch), else a list of views, each sample's own
+dtype and shape; GPU memory, the same as ``CudaArray`` objects. With
+``batch_format="dali"`` host batches are one ``TensorListCPU`` of the
+same views (typed ``Any``)."""
 
 DaliBatch = tuple[Any, Any]
 """A batch with ``batch_format="dali"``: the samples, then the labels (a
@@ -72,6 +84,35 @@ class _DaliTypes:
         """The labels as one TensorListCPU."""
         return self._list(labels)
 
+    def tensors(self, arrays: Union[Array, list[Array]]) -> Any:
+        """A numpy dataset's host batch as one TensorListCPU: a dense array
+        wrapped whole (its first axis the batch), or each array of a list
+        as a sample; the memory viewed, not copied."""
+        if isinstance(arrays, list):
+            t = self._tensor
+            return self._list([t(a) for a in arrays], contiguous=False)  # type: ignore[call-overload]
+        return self._list(arrays)
+
+
+def _tensor_dtype(descr: str) -> "np.dtype[Any]":
+    """The numpy dtype of a batch's .npy descr ("<f4"); LoaderError for one
+    the client does not know."""
+    try:
+        dt = np.dtype(descr)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind not in "biufc" or dt.str != descr or descr[:1] not in "<|":
+        raise LoaderError(f"loaderd: a batch of a numpy dataset has dtype {descr!r}, which this client does not know")
+    return dt
+
+
+def _nbytes(dt: "np.dtype[Any]", shape: Any) -> int:
+    """The bytes of a C-order array of dtype dt and shape."""
+    n = dt.itemsize
+    for d in shape:
+        n *= d
+    return int(n)
+
 
 def _dense(offsets: list[int], lengths: list[int]) -> int:
     """The samples' common size when they all have it (> 0) and lie back
@@ -93,6 +134,18 @@ class LoaderSource:
     GPU samples with host labels, for two external sources
     (``source=src.samples, device="gpu"`` and ``source=src.labels,
     device="cpu"``; see ``samples``).
+
+    Over a numpy dataset (``mkbmap --reader numpy``; ``reader`` is then
+    ``"numpy"``) each batch is the arrays **alone**, without labels, as
+    ``fn.readers.numpy``'s one output, for
+    ``fn.external_source(source=src, batch=True)``: in host memory, when
+    every array of the batch has one shape (the daemon then places them
+    back to back), one numpy array ``(batch, *shape)`` of the dataset's
+    dtype that views the batch memory (``arr.base`` is the mapping: no
+    copy); otherwise a list of views, each its file's dtype and shape (0-d
+    and empty arrays included). In GPU memory the same as ``CudaArray``
+    objects (``typestr`` the dtype's ``.npy`` descr, C-contiguous). With
+    ``on_error="skip"`` a batch that lost samples is a list of the others.
 
     Parameters
     ----------
@@ -261,7 +314,8 @@ class LoaderSource:
         built on some ranks only would wait for the others forever).
     batch_format : {"numpy", "dali"}, optional, default = "numpy"
         What ``next()`` returns. ``"numpy"``: a list of numpy views (or
-        of ``CudaArray``) and an int32 array of shape (batch, 1).
+        of ``CudaArray``) and an int32 array of shape (batch, 1); a numpy
+        dataset's arrays (above).
         ``"dali"``: one DALI ``TensorListCPU`` of the samples
         (non-contiguous, each sample a view of batch memory: no copy) and
         one of the labels, which
@@ -272,6 +326,9 @@ class LoaderSource:
         daemon then packs them back to back: DALI wraps that one array,
         no copy), else a list of ``CudaArray`` (which DALI copies into a
         contiguous batch of its own), and the labels a ``TensorListCPU``.
+        A numpy dataset's host batch: one ``TensorListCPU`` of its arrays,
+        viewing the batch memory (a dense batch wrapped whole); its GPU
+        batch: as with ``"numpy"``, a ``CudaArray`` or a list of them.
         Needs DALI in this process.
     cuda_stream : int or stream object, optional
         The stream the consumer's GPU work on the batches runs on
@@ -403,6 +460,8 @@ class LoaderSource:
         self._give_back: list[int] = []  # slots of batches not handed out (failed)
         self._reconnect_timeout = reconnect_timeout
         self._gpu: Optional[DeviceMapping] = None
+        self._mm: Optional[mmap.mmap] = None  # host batch memory
+        self._dtypes: dict[str, np.dtype[Any]] = {}  # a numpy dataset's dtype by descr
         self._fence: Optional[ReleaseFence] = None
         self._cu: Any = None
         self._device_id = device_id
@@ -461,6 +520,10 @@ class LoaderSource:
         self.fingerprint: str = r.get("fingerprint", "")  # "" from a daemon that gives none
         """The dataset's fingerprint: 32 hex digits naming its samples (paths,
         labels, sizes), the same on every node holding the same files."""
+        self.reader: str = r.get("reader") or "file"  # a daemon before numpy datasets serves files only
+        """The DALI reader whose samples the dataset holds: ``"file"``
+        (encoded files: each batch is its samples and labels) or
+        ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone)."""
         try:
             mr, fd = receive(self._socket, r["id"], self._timeout)
         except UpgradeError as e:
@@ -557,6 +620,12 @@ class LoaderSource:
             return [buf[o:o + n] for o, n in zip(offsets, lengths)]
         return [CudaArray(g.ptr + o, n, g.device, g) for o, n in zip(offsets, lengths)]
 
+    def _host(self) -> mmap.mmap:
+        """The host batch memory's mapping."""
+        if self._mm is None:
+            raise LoaderError("LoaderSource: no host batch memory is mapped")
+        return self._mm
+
     def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
         return call(self._conn, self._socket, method, path, body)
 
@@ -593,10 +662,10 @@ class LoaderSource:
             self._held.clear()  # the old session's slots; arrays handed out keep its memory mapped
             self._give_back.clear()
 
-    def __next__(self) -> Union[Batch, DaliBatch]:
+    def __next__(self) -> Union[Batch, DaliBatch, Tensors]:
         return self._fetch(None)
 
-    def batch(self, info: Any) -> Union[Batch, DaliBatch]:
+    def batch(self, info: Any) -> Union[Batch, DaliBatch, Tensors]:
         """Batch ``info.iteration`` of epoch ``info.epoch_idx``: for
         ``fn.external_source(source=src.batch, batch=True, batch_info=True)``,
         which gives DALI's ``BatchInfo``. Raises ``StopIteration`` past the
@@ -608,7 +677,7 @@ class LoaderSource:
         ``batch_info`` for it.)"""
         return self._fetch((int(info.epoch_idx), int(info.iteration)))
 
-    def _fetch(self, at: Optional[tuple[int, int]]) -> Union[Batch, DaliBatch]:
+    def _fetch(self, at: Optional[tuple[int, int]]) -> Union[Batch, DaliBatch, Tensors]:
         if self._id is None:
             raise LoaderError("LoaderSource is closed")
         if not self._dali_looked:
@@ -641,15 +710,62 @@ class LoaderSource:
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
         self._held.append(r["slot"])
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
+        if self.reader == "numpy":
+            return self._tensors(r, failed)
         if not failed:  # the common case: every sample, no index juggling
             return self._batch(offsets, lengths, np.array(lbls, dtype=np.int32).reshape(-1, 1))
-        bad = set(failed)
-        keep = [i for i in range(len(offsets)) if i not in bad]
+        keep = self._skip(r, failed)
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
+        return self._batch([offsets[i] for i in keep], [lengths[i] for i in keep], labels)
+
+    def _skip(self, r: NextResponse, failed: list[int], stacklevel: int = 4) -> list[int]:
+        """The positions of the samples that were read (on_error="skip"),
+        the failed ones counted and warned of (the warning points
+        stacklevel frames up: at the caller of next())."""
+        bad = set(failed)
+        keep = [i for i in range(len(r["offsets"])) if i not in bad]
         self.skipped_samples += len(failed)
         warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
-                      "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=3)
-        return self._batch([offsets[i] for i in keep], [lengths[i] for i in keep], labels)
+                      "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=stacklevel)
+        return keep
+
+    def _tensors(self, r: NextResponse, failed: list[int]) -> Union[Tensors, Any]:
+        """A numpy dataset's batch: the arrays alone, viewing batch memory.
+        Dense (every sample one shape, back to back): one array (batch,
+        *shape); else, or with samples skipped, a list of each sample's
+        array."""
+        descr, shapes = r.get("dtype"), r.get("shapes")
+        offsets, lengths = r["offsets"], r["lengths"]
+        if descr is None or shapes is None or len(shapes) != len(offsets):
+            raise LoaderError(f"loaderd: epoch {r['epoch']} batch {r['iteration']} of numpy dataset "
+                              f"{self._req['dataset']} came without a dtype and one shape per sample")
+        dt = self._dtypes.get(descr)
+        if dt is None:
+            dt = self._dtypes[descr] = _tensor_dtype(descr)
+        n = len(offsets)
+        if failed:
+            keep = self._skip(r, failed, stacklevel=5)
+            offsets, lengths, shapes = [offsets[i] for i in keep], [lengths[i] for i in keep], [shapes[i] for i in keep]
+        else:
+            row = _dense(offsets, lengths)
+            shape = tuple(shapes[0])
+            if row and shapes.count(shapes[0]) == n and row == _nbytes(dt, shape):
+                whole = (n, *shape)
+                g = self._gpu
+                if g is not None:
+                    return CudaArray(g.ptr + offsets[0], whole, g.device, g, descr)
+                arr: Array = np.ndarray(whole, dtype=dt, buffer=self._host(), offset=offsets[0])
+                return self._dali.tensors(arr) if self._dali is not None else arr
+        for i, (m, s) in enumerate(zip(lengths, shapes)):
+            if m != _nbytes(dt, s):
+                raise LoaderError(f"loaderd: epoch {r['epoch']} batch {r['iteration']}: a sample of {m} bytes, but "
+                                  f"its shape {tuple(s)} of {descr} holds {_nbytes(dt, s)}")
+        g = self._gpu
+        if g is not None:
+            return [CudaArray(g.ptr + o, tuple(s), g.device, g, descr) for o, s in zip(offsets, shapes)]
+        mm = self._host()
+        arrays: list[Array] = [np.ndarray(tuple(s), dtype=dt, buffer=mm, offset=o) for o, s in zip(offsets, shapes)]
+        return self._dali.tensors(arrays) if self._dali is not None else arrays
 
     def _batch(self, offsets: list[int], lengths: list[int],
                labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Union[Batch, DaliBatch]:
@@ -688,7 +804,14 @@ class LoaderSource:
 
         For checkpointing pass ``batch_info=True`` to both: each then gets
         DALI's ``BatchInfo`` and the batch at that position (see
-        ``batch``)."""
+        ``batch``).
+
+        A numpy dataset has no labels: ``samples`` is then the whole batch
+        (the arrays), the next one at every call (or the one ``info``
+        names), as ``next()`` and ``batch`` give it, for one external
+        source; ``labels`` raises."""
+        if self.reader == "numpy":
+            return self._fetch(batch_position(info))
         return self._halves.take(0, info, self._fetch_half)
 
     def labels(self, info: Any = None) -> Any:
@@ -696,11 +819,14 @@ class LoaderSource:
         ``batch_format="dali"``, else a numpy array of shape (batch, 1)) of
         the batch whose samples ``samples`` hands out, for a second
         ``fn.external_source(source=src.labels, device="cpu")``; see
-        ``samples``."""
+        ``samples``. A numpy dataset has none: ``LoaderError``."""
+        if self.reader == "numpy":
+            raise LoaderError(f"LoaderSource: dataset {self._req['dataset']} holds numpy arrays, without labels: feed "
+                              "the source itself (or src.samples) to one fn.external_source")
         return self._halves.take(1, info, self._fetch_half)
 
     def _fetch_half(self, at: Optional[Position]) -> tuple[Position, Any, Any]:
-        samples, labels = self._fetch(at)
+        samples, labels = cast(tuple[Any, Any], self._fetch(at))
         return cast(Position, self._last), samples, labels
 
     def _next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:

@@ -72,6 +72,7 @@ class OpenResponse(TypedDict):
     epoch_batches: int
     state: State  # the position at open, with its sampling
     fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
+    reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
 
 
 class MemoryResponse(TypedDict):
@@ -91,6 +92,8 @@ class NextResponse(TypedDict, total=False):
     indices: List[int]
     failed: List[int]
     errors: List[str]
+    dtype: str  # numpy datasets: the arrays' .npy descr ("<f4", "|u1", ...)
+    shapes: List[List[int]]  # numpy datasets: each sample's shape, in batch order ([] for 0-d)
     error: str  # in a stream: it ended with this error
     error_status: int  # and the HTTP status it maps to
     stopped: bool  # in a stream: the answer to a stop
@@ -131,6 +134,8 @@ class DatasetInfo(TypedDict):
     added: int  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown
     freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"
     fingerprint: str  # the same on every node holding a copy: its samples' paths, labels and sizes
+    reader: str  # "file" or "numpy": the DALI reader whose samples these are
+    dtype: str  # numpy: the arrays' .npy descr ("<f4"); "" for file datasets
 
 
 class DatasetsResponse(TypedDict):

@@ -19,6 +19,13 @@ It reads ``fn.readers.file``'s samples in its order (``shuffle="dali"``)
 and takes the seed such a reader would take from the pipeline, so the
 batches, and the random augmentations after them, are the reader's.
 
+Over a numpy dataset (``mkbmap --reader numpy``) it stands where
+``fn.readers.numpy`` stood, and returns one output, the arrays, as that
+reader does::
+
+    # volumes = fn.readers.numpy(file_root=root, shard_id=rank, num_shards=world, name="Reader")
+    volumes = nvfeed.dali.reader("volumes", shard_id=rank, num_shards=world, name="Reader")
+
 Needs DALI in this process (``import nvfeed`` does not).
 """
 
@@ -30,7 +37,11 @@ import warnings
 import weakref
 from typing import Any, Optional
 
-from ._source import DaliBatch, LoaderSource, Shuffle
+from ._api import datasets
+from ._connect import socket_path
+from ._errors import NotFoundError
+from ._source import LoaderSource, Shuffle
+from ._wire import DatasetInfo
 
 try:  # DALI, untyped here: nothing of it is in this module's signatures
     _backend: Any = importlib.import_module("nvidia.dali.backend")
@@ -51,10 +62,12 @@ _META = "_nvfeed_readers"  # the pipeline's attribute: reader name -> _Reader
 def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_shards: int = 1,
            random_shuffle: bool = False, seed: Optional[int] = None, pad_last_batch: bool = False,
            stick_to_shard: bool = False, initial_fill: int = 1024, shuffle: Shuffle = "dali",
-           **source_options: Any) -> tuple[Any, Any]:
+           **source_options: Any) -> Any:
     """``fn.readers.file``'s place in a pipeline definition: the samples
     (1-D uint8, encoded files) and labels (int32, shape (1,)) of this
-    rank's shard of ``dataset``, read by loaderd.
+    rank's shard of ``dataset``, read by loaderd. Over a numpy dataset,
+    ``fn.readers.numpy``'s place: one output, the arrays (each sample its
+    file's dtype and shape).
 
     Call it where the pipeline is defined (a ``@pipeline_def`` function,
     ``define_graph``, or under ``with pipe:``); the batch size is the
@@ -62,7 +75,9 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     they mean there, so swapping the reader's line for this one changes no
     sample of a training run. The session opens when the pipeline first
     needs it (the first batch, or an iterator asking ``reader_meta``), and
-    closes with the pipeline.
+    closes with the pipeline; the dataset's kind (and a numpy dataset's
+    dtype) is asked of the daemon here (``datasets()``), so the daemon must
+    be running when the pipeline is defined.
 
     Parameters
     ----------
@@ -116,8 +131,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
 
     Returns
     -------
-    tuple of DataNode
-        The samples and the labels, as ``fn.readers.file`` returns them.
+    tuple of DataNode, or DataNode
+        A file dataset: the samples and the labels, as ``fn.readers.file``
+        returns them. A numpy dataset: one ``DataNode``, the arrays (of the
+        dataset's dtype), as ``fn.readers.numpy`` returns them.
 
     Raises
     ------
@@ -125,7 +142,13 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
         Called outside a pipeline definition.
     TypeError
         An argument ``LoaderSource`` does not take (``batch_size``, which
-        is the pipeline's, included), or ``device``.
+        is the pipeline's, included), or ``device``; a numpy dataset of a
+        dtype DALI has no type for (complex).
+    NotFoundError
+        The daemon serves no dataset of that name (the message lists those
+        it serves).
+    DaemonNotRunningError
+        No daemon listens on the socket.
     """
     pipe = _Pipeline.current()
     if pipe is None:
@@ -139,11 +162,16 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if name is not None and name in pipe.__dict__.get(_META, {}):
         raise ValueError(f"nvfeed.dali.reader: a reader named {name!r} is already in this pipeline")
     source_options.setdefault("batch_format", "dali")
+    info = _dataset(dataset, source_options)
     args = dict(batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
                 random_shuffle=random_shuffle, pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard,
                 initial_fill=initial_fill, shuffle=shuffle)
+    numpy = info.get("reader") == "numpy"
+    dtype = _dali_type(dataset, info.get("dtype", "")) if numpy else None
     rd = _Reader(pipe, dataset, name, args, seed, source_options)
     weakref.finalize(pipe, rd.close)
+    if numpy:
+        return _numpy_output(pipe, name, rd, seed, dtype)
     jpegs, labels = _fn.external_source(source=rd, num_outputs=2, batch=True, batch_info=True, no_copy=True,
                                         dtype=[_types.UINT8, _types.INT32])
     if seed is None and _slot_per_seeded_op():
@@ -162,6 +190,53 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if name is not None:
         _register(pipe, name, rd)
     return jpegs, labels
+
+
+_DALI_TYPES = {"|b1": "BOOL", "|i1": "INT8", "<i2": "INT16", "<i4": "INT32", "<i8": "INT64", "|u1": "UINT8",
+               "<u2": "UINT16", "<u4": "UINT32", "<u8": "UINT64", "<f2": "FLOAT16", "<f4": "FLOAT", "<f8": "FLOAT64"}
+"""DALI's type of each .npy descr the daemon serves (complex has none)."""
+
+
+def _dataset(dataset: str, options: dict[str, Any]) -> DatasetInfo:
+    """The daemon's description of dataset (GET /v1/datasets)."""
+    sock = socket_path(options.get("socket"))
+    served = datasets(sock, float(options.get("timeout", 60.0)))
+    for d in served:
+        if d["name"] == dataset:
+            return d
+    raise NotFoundError(f"nvfeed.dali.reader: loaderd at {sock} serves no dataset {dataset!r} (it serves: "
+                        f"{', '.join(d['name'] for d in served) or 'none'})")
+
+
+def _dali_type(dataset: str, descr: str) -> Any:
+    """DALI's type for a numpy dataset's dtype."""
+    name = _DALI_TYPES.get(descr)
+    if name is None:
+        raise TypeError(f"nvfeed.dali.reader: numpy dataset {dataset!r} holds arrays of dtype {descr or 'unknown'}, "
+                        "for which DALI has no type (as fn.readers.numpy has none)")
+    return getattr(_types, name)
+
+
+def _numpy_output(pipe: Any, name: Optional[str], rd: _Reader, seed: Optional[int], dtype: Any) -> Any:
+    """The one output of a reader over a numpy dataset: an external source
+    of the arrays (one TensorListCPU a batch), in fn.readers.numpy's place
+    in the pipeline's sequence of operator seeds as reader does it for
+    fn.readers.file."""
+    data = _fn.external_source(source=rd, batch=True, batch_info=True, no_copy=True, dtype=dtype)
+    if seed is None and _slot_per_seeded_op():
+        # As for the two outputs of fn.readers.file: a one-value uniform
+        # right after the source takes the seed the reader would have. Its
+        # pass-through here is a reshape of the arrays to their own shapes
+        # times one: any number of dimensions, 0-d arrays included.
+        one = _fn.random.uniform(values=[1.0], shape=[1])
+        rd.marker = one.source
+        shape = data.shape() if callable(getattr(data, "shape", None)) else _fn.shapes(data)
+        data = _fn.reshape(data, shape=shape * _fn.cast(one, dtype=_types.INT64))
+    else:
+        rd.marker = data.source
+    if name is not None:
+        _register(pipe, name, rd)
+    return data
 
 
 def reader_meta(src: LoaderSource) -> dict[str, int]:
@@ -248,7 +323,7 @@ class _Reader:
     def __repr__(self) -> str:  # DALI names the source by it in its messages
         return f"nvfeed.dali.reader({self._dataset!r}, name={self._name!r})"
 
-    def __call__(self, info: Any) -> DaliBatch:
+    def __call__(self, info: Any) -> Any:
         return self.source().batch(info)
 
     def source(self) -> LoaderSource:

@@ -15,8 +15,11 @@
 
 Each item is one batch: a list of 1-D ``torch.uint8`` tensors (one
 sample's bytes each, as the file holds them) and an ``int64`` tensor of
-labels, shape (batch,). The dataset batches itself; with a ``DataLoader``
-give it ``batch_size=None`` and no workers.
+labels, shape (batch,). Over a numpy dataset (``mkbmap --reader numpy``)
+an item is the arrays alone: one tensor ``(batch, *shape)`` when the
+batch's arrays share a shape, else a list of tensors, each its array's
+dtype and shape. The dataset batches itself; with a ``DataLoader`` give it
+``batch_size=None`` and no workers.
 
 Needs PyTorch (``pip install nvfeed[torch]``, any torch >= 2.0); the rest
 of the client does not.
@@ -25,7 +28,7 @@ of the client does not.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Union, cast
 
 import numpy as np
 import torch
@@ -33,13 +36,21 @@ import torch.utils.data
 
 from ._cuda import CudaArray
 from ._errors import LoaderError
-from ._source import GPUPath, LoaderSource, OnError, Shuffle
+from ._source import Batch, GPUPath, LoaderSource, OnError, Shuffle, Tensors
 from ._wire import State
 
-__all__ = ["LoaderDataset", "TorchBatch", "STATE_VERSION", "distributed_shard"]
+__all__ = ["LoaderDataset", "TorchBatch", "TensorBatch", "Item", "STATE_VERSION", "distributed_shard"]
 
 TorchBatch = tuple[list[torch.Tensor], torch.Tensor]
 """One batch: the samples (1-D uint8 tensors) and their labels (int64, shape (batch,))."""
+
+TensorBatch = Union[torch.Tensor, list[torch.Tensor]]
+"""One batch of a numpy dataset: one tensor (batch, *shape) when its arrays
+share a shape, else a list of tensors, each its array's dtype and shape."""
+
+Item = Union[TorchBatch, TensorBatch]
+"""What ``LoaderDataset`` yields: a ``TorchBatch`` over a file dataset, a
+``TensorBatch`` over a numpy dataset."""
 
 STATE_VERSION = 1
 """The version of ``LoaderDataset.state_dict()``'s layout."""
@@ -77,13 +88,21 @@ class _Writable:
     """Presents a read-only numpy view of batch memory as writable, so that
     ``torch.from_numpy`` takes it without its "not writable" warning. The
     memory itself stays read-only (zero-copy tensors must not be written);
-    ``_base`` keeps it mapped."""
+    ``_base`` keeps it mapped. Bytes by default, or an array of ``typestr``
+    and ``shape``."""
 
     __slots__ = ("__array_interface__", "_base")
 
-    def __init__(self, ptr: int, nbytes: int, base: object) -> None:
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+    def __init__(self, ptr: int, nbytes: int, base: object, typestr: str = "|u1",
+                 shape: Optional[tuple[int, ...]] = None) -> None:
+        self.__array_interface__ = {"shape": (nbytes,) if shape is None else shape, "typestr": typestr,
+                                    "data": (ptr, False), "version": 3}
         self._base = base
+
+
+def _writable(a: "np.ndarray[Any, np.dtype[Any]]") -> "np.ndarray[Any, np.dtype[Any]]":
+    """A writable view of a's memory (see _Writable), a keeping it mapped."""
+    return np.asarray(_Writable(int(a.__array_interface__["data"][0]), a.nbytes, a, a.dtype.str, a.shape))
 
 
 def _span(addrs: list[int], sizes: list[int]) -> tuple[int, int]:
@@ -92,14 +111,22 @@ def _span(addrs: list[int], sizes: list[int]) -> tuple[int, int]:
     return lo, max(a + n for a, n in zip(addrs, sizes)) - lo
 
 
-class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
+class LoaderDataset(torch.utils.data.IterableDataset[Item]):
     """One rank's shard of a dataset registered with loaderd, batch by
     batch, as a PyTorch ``IterableDataset``.
 
     Iterating it yields one epoch: ``(samples, labels)`` per batch, where
     ``samples`` is a list of 1-D ``torch.uint8`` tensors (each a sample's
     bytes) and ``labels`` an ``int64`` tensor of shape (batch,) on the
-    CPU. Iterating again yields the next epoch; a loop that stops early
+    CPU. Over a numpy dataset (``mkbmap --reader numpy``) each batch is
+    the arrays alone, no labels: one tensor ``(batch, *shape)`` of the
+    dataset's dtype when the batch's arrays share a shape (the daemon
+    places them back to back: with ``zero_copy`` the tensor is
+    ``torch.from_numpy`` of the batch memory itself, no copy), else a list
+    of tensors, each its array's shape (0-d and empty arrays included);
+    with ``on_error="skip"`` a batch that lost samples is a list of the
+    others. ``src.reader`` of ``LoaderSource`` says which kind a dataset
+    is. Iterating again yields the next epoch; a loop that stops early
     (``break``) and iterates again goes on from where it stopped, as a
     resumed run would. The session with the daemon opens at the first
     iteration (or ``len()``, or ``state_dict()``): the shard is resolved
@@ -313,7 +340,7 @@ class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
 
     # -- iteration --------------------------------------------------------
 
-    def __iter__(self) -> Iterator[TorchBatch]:
+    def __iter__(self) -> Iterator[Item]:
         info = torch.utils.data.get_worker_info()
         if info is not None:
             raise RuntimeError(
@@ -322,15 +349,57 @@ class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
                 "already reads ahead, and the dataset's state_dict() must see the loop's position.")
         return self._epoch()
 
-    def _epoch(self) -> Iterator[TorchBatch]:
+    def _epoch(self) -> Iterator[Item]:
         src = self._source()
         while True:
             self._wait_pending()  # the last batch goes back to the daemon with this request
             try:
-                samples, labels = next(src)
+                b = next(src)
             except StopIteration:
                 return
+            if src.reader == "numpy":
+                yield self._arrays(cast(Tensors, b))
+                continue
+            samples, labels = cast(Batch, b)
             yield self._tensors(samples), torch.from_numpy(labels.reshape(-1).astype(np.int64))
+
+    def _arrays(self, b: Tensors) -> TensorBatch:
+        """A numpy dataset's batch as tensors: one dense tensor, or a list;
+        views (zero_copy) or copies (one span of batch memory copied)."""
+        if self.device.type == "cuda":
+            if isinstance(b, CudaArray):
+                t = torch.as_tensor(b, device=self.device)
+                if not self.zero_copy:
+                    t = t.clone()
+                    self._mark_copies()
+                return t
+            return self._cuda_arrays(cast(list[CudaArray], b))
+        if isinstance(b, np.ndarray):
+            return torch.from_numpy(_writable(b) if self.zero_copy else b.copy())
+        arrays = cast(list["np.ndarray[Any, np.dtype[Any]]"], b)
+        if self.zero_copy or not arrays:
+            return [torch.from_numpy(_writable(a)) for a in arrays]
+        addrs = [int(a.__array_interface__["data"][0]) for a in arrays]
+        lo, n = _span(addrs, [a.nbytes for a in arrays])
+        span = np.asarray(_Writable(lo, n, arrays[0])).copy()  # one copy of the batch's bytes
+        return [torch.from_numpy(np.ndarray(a.shape, dtype=a.dtype, buffer=span, offset=p - lo))
+                for a, p in zip(arrays, addrs)]
+
+    def _cuda_arrays(self, arrays: list[CudaArray]) -> list[torch.Tensor]:
+        """A numpy dataset's ragged GPU batch: a tensor per array."""
+        if self.zero_copy or not arrays:
+            return [torch.as_tensor(a, device=self.device) for a in arrays]
+        lo, n = _span([a.ptr for a in arrays], [a.nbytes for a in arrays])
+        span = torch.as_tensor(CudaArray(lo, n, self.device.index or 0, arrays[0]), device=self.device).clone()
+        self._mark_copies()
+        dtype = torch.from_numpy(np.empty(0, dtype=np.dtype(arrays[0].typestr))).dtype
+        return [span[a.ptr - lo:a.ptr - lo + a.nbytes].view(dtype).reshape(a.shape) for a in arrays]
+
+    def _mark_copies(self) -> None:
+        """Records the end of the copies just queued: the batch goes back
+        once they are done (_wait_pending)."""
+        self._pending = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        self._pending.record(torch.cuda.current_stream(self.device))
 
     def _tensors(self, samples: list[Any]) -> list[torch.Tensor]:
         """The samples as tensors: copies, or views (zero_copy), of one span
@@ -351,8 +420,7 @@ class LoaderDataset(torch.utils.data.IterableDataset[TorchBatch]):
         span = torch.as_tensor(CudaArray(lo, n, self.device.index or 0, samples[0]), device=self.device)
         if not self.zero_copy:
             span = span.clone()
-            self._pending = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            self._pending.record(torch.cuda.current_stream(self.device))
+            self._mark_copies()
         return [span[s.ptr - lo:s.ptr - lo + s.nbytes] for s in samples]
 
     def _wait_pending(self) -> None:

@@ -11,7 +11,13 @@ The JSON names LoaderSource's arguments plus "epochs", "end" ("close": close
 the source; "hold": exit holding arrays, closing nothing), "consumer_delay_us"
 (a slow "kernel" on a consumer stream reads the first batch; its bytes are
 checked after the epochs), "use_labels_source" (the batch through src.labels and src.samples, as two
-fn.external_source take it)."""
+fn.external_source take it).
+
+Over a numpy dataset each batch is the arrays alone: every array is read
+back at the address, shape, typestr and strides its
+__cuda_array_interface__ advertises (a dense batch's rows at their
+C-order strides), each line then carrying "shape" and "typestr" and no
+label."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ import json
 import os
 import sys
 from typing import Any
+
+import numpy as np
 
 from nvfeed import CudaArray, LoaderSource, SampleError
 
@@ -73,6 +81,27 @@ def _samples(data: Any) -> list[tuple[int, int]]:
     return [(a.ptr, a.nbytes) for a in data]
 
 
+def _arrays(data: Any) -> list[tuple[int, int, list[int], str]]:
+    """(device address, bytes, shape, typestr) of each array of a numpy
+    dataset's batch, from the __cuda_array_interface__ of one dense
+    CudaArray (batch, *shape) or of each CudaArray of a list: C-contiguous
+    (strides None), so row i of a dense batch starts i times the row's
+    bytes after the first."""
+    out = []
+    for a in data if isinstance(data, list) else [data]:
+        cai = a.__cuda_array_interface__
+        if cai["strides"] is not None or cai["version"] != 3:
+            raise AssertionError(f"not a C-contiguous v3 array: {cai}")
+        ptr, shape, typestr = cai["data"][0], tuple(cai["shape"]), cai["typestr"]
+        itemsize = np.dtype(typestr).itemsize
+        if isinstance(data, list):
+            out.append((ptr, int(np.prod(shape, dtype=np.int64)) * itemsize, list(shape), typestr))
+            continue
+        row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+        out += [(ptr + i * row, row, list(shape[1:]), typestr) for i in range(shape[0])]
+    return out
+
+
 def main() -> int:
     args: dict[str, Any] = json.loads(sys.argv[1])
     epochs = args.pop("epochs", 2)
@@ -103,6 +132,8 @@ def main() -> int:
                 if labels_source:  # two halves, labels asked for first (DALI's order is undefined)
                     labels = src.labels()
                     data = src.samples()
+                elif src.reader == "numpy":
+                    data, labels = next(src), None
                 else:
                     data, labels = next(src)
             except StopIteration:
@@ -115,6 +146,15 @@ def main() -> int:
                 break
             except SampleError as e:
                 out.write(json.dumps({"epoch": epoch, "error": str(e)}) + "\n")
+                continue
+            if labels is None:  # a numpy dataset: the arrays alone
+                for ptr, n, shape, typestr in _arrays(data):
+                    b = dev.read(ptr, n)
+                    out.write(json.dumps({"epoch": epoch, "hash": hashlib.sha256(b).hexdigest(), "shape": shape,
+                                          "typestr": typestr, "ptr": ptr, "size": n,
+                                          "dense": isinstance(data, CudaArray)}) + "\n")
+                if end == "hold":
+                    held.append(data)
                 continue
             if hasattr(labels, "as_array"):  # a TensorListCPU (batch_format="dali")
                 labels = labels.as_array()

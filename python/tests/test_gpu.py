@@ -47,17 +47,26 @@ def test_cuda_array_interface_fields() -> None:
     assert len(a) == 12345 and a.shape == (12345,) and a.nbytes == 12345 and a.device == 3
 
 
-@pytest.mark.parametrize("shape,typestr,nbytes", [((4, 1000), "|u1", 4000), ((2, 3, 5), "<f4", 120), ((7,), "|u1", 7)])
+@pytest.mark.parametrize("shape,typestr,nbytes", [((4, 1000), "|u1", 4000), ((2, 3, 5), "<f4", 120), ((7,), "|u1", 7),
+                                                  ((0, 5), "<u2", 0), ((3,), "<c16", 48), ((2, 2), "|b1", 4)])
 def test_cuda_array_nd(shape: tuple[int, ...], typestr: str, nbytes: int) -> None:
-    """A dense batch: one C-contiguous array of shape (batch, size)."""
+    """A dense batch: one C-contiguous array of shape (batch, size); a
+    numpy dataset's array of its dtype and shape."""
     a = CudaArray(0x1000, shape, 0, None, typestr=typestr)
     cai = a.__cuda_array_interface__
     assert cai["shape"] == shape and cai["typestr"] == typestr and cai["strides"] is None
     assert a.nbytes == nbytes and len(a) == shape[0]
 
 
-@pytest.mark.parametrize("shape,typestr", [((), "|u1"), ((2, -1), "|u1"), ((2.0, 3), "|u1"), ((4,), "|u"),
-                                           ((4,), "<f0")])
+def test_cuda_array_0d() -> None:
+    """A 0-d array (np.save of a scalar): shape (), one element, no len()."""
+    a = CudaArray(0x1000, (), 0, None, typestr="<i8")
+    assert a.__cuda_array_interface__["shape"] == () and a.nbytes == 8
+    with pytest.raises(TypeError, match="0-d"):
+        len(a)
+
+
+@pytest.mark.parametrize("shape,typestr", [((2, -1), "|u1"), ((2.0, 3), "|u1"), ((4,), "|u"), ((4,), "<f0")])
 def test_cuda_array_rejects(shape: Any, typestr: str) -> None:
     with pytest.raises(ValueError, match="CudaArray"):
         CudaArray(0x1000, shape, 0, None, typestr=typestr)

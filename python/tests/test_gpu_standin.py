@@ -324,3 +324,67 @@ def test_metrics_scrape_during_cufile_close(dataset: Dataset, standin: StandIn, 
     assert code == 0, d.log.read_text()[-3000:]
     assert scrapes[0] > 10 and not bad, (scrapes, bad[:5])
     standin.assert_clean(d.proc.pid, "loaderd")
+
+
+def _npy_dataset(parent: Path, name: str, arrays: dict[str, np.ndarray]) -> tuple[Path, collections.Counter]:
+    """np.save's files of a numpy dataset beside the shared one (same
+    filesystem), its map (mkbmap --reader numpy), and what an epoch must
+    hold: (sha256 of the array's bytes, shape, typestr) per file."""
+    import hashlib
+    root = parent / name
+    want: collections.Counter = collections.Counter()
+    for f, a in arrays.items():
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        np.save(root / f, a)
+        back = np.load(root / f)
+        want[(hashlib.sha256(back.tobytes()).hexdigest(), tuple(back.shape), back.dtype.str)] += 1
+    os.sync()
+    bmap = parent / f"{name}.bmap"
+    subprocess.run([str(REPO / "bin" / "mkbmap"), "--reader", "numpy", "--mountpoint", str(root), "-o", str(bmap)],
+                   check=True, capture_output=True)
+    return bmap, want
+
+
+def _npy_sets() -> dict[str, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(21)
+    return {
+        # One shape, 420 bytes (no multiple of 4 KiB; each file's data at
+        # byte 128): dense batches.
+        "dense": {f"{i:02d}.npy": rng.standard_normal((3, 5, 7)).astype(np.float32) for i in range(10)},
+        # Six shapes, a 0-d array and an empty one: ragged batches of 3
+        # (a batch of one sample would be dense).
+        "ragged": {"a.npy": rng.integers(-99, 99, (3,), dtype=np.int16),
+                   "b.npy": np.array(-5, dtype=np.int16),
+                   "c.npy": np.zeros((0, 2), dtype=np.int16),
+                   "d.npy": rng.integers(-99, 99, (2, 2), dtype=np.int16),
+                   "e.npy": rng.integers(-99, 99, (3000,), dtype=np.int16),  # more than a block
+                   "g/h.npy": rng.integers(-99, 99, (2, 1), dtype=np.int16)},
+    }
+
+
+@pytest.mark.parametrize("gpu_path,backend", [("bounce", "file"), ("bounce", "gds"), ("cufile", "cufile")])
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_numpy_tensors_exact_in_device_memory(dataset: Dataset, standin: StandIn, tmp_path: Path, gpu_path: str,
+                                              backend: str, kind: str) -> None:
+    """A numpy dataset served into GPU memory: the stand-in's device
+    memory holds each array's exact bytes (np.load's) at the address,
+    shape, dtype and C-order strides its CudaArray advertises; a batch of
+    one shape is one dense (batch, *shape) array, shuffled or not, two
+    epochs each holding every array once."""
+    need_raw(dataset, backend if backend != "cufile" else "file")
+    bmap, want = _npy_dataset(dataset.root.parent, f"npy-{kind}-{gpu_path}-{backend}", _npy_sets()[kind])
+    d = start_daemon(tmp_path, bmap, env=standin.env("1,0"))
+    try:
+        lines, pid = client(standin, socket=d.socket, batch_size=4 if kind == "dense" else 3, random_shuffle=True,
+                            seed=2, backend=backend, gpu_path=gpu_path, epochs=2)
+    finally:
+        assert stop_daemon(d) == 0, d.log.read_text()[-3000:]
+    assert lines[0]["gpu_path"] == gpu_path
+    arrays = [x for x in lines if "hash" in x]
+    assert arrays and all(x["dense"] == (kind == "dense") for x in arrays), \
+        f"{kind} batches came as {'dense arrays' if kind != 'dense' else 'lists'}"
+    for e in (0, 1):
+        got = collections.Counter((x["hash"], tuple(x["shape"]), x["typestr"]) for x in arrays if x["epoch"] == e)
+        assert got == want, f"epoch {e}: device memory differs from the files: {got - want} not among them"
+    standin.assert_clean(pid, "client")
+    standin.assert_clean(d.proc.pid, "loaderd")

@@ -50,13 +50,14 @@ func openParams(r wire.OpenRequest) session.OpenParams {
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint}
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader}
 }
 
 // nextResponse is a delivery's wire form.
 func nextResponse(d session.Delivery) wire.NextResponse {
 	return wire.NextResponse{EndOfEpoch: d.EndOfEpoch, Epoch: d.Epoch, Iteration: d.Iteration, EpochBatches: d.EpochBatches,
-		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Failed: d.Failed, Errors: d.Errors}
+		Slot: d.Slot, Offsets: d.Offsets, Lengths: d.Lengths, Labels: d.Labels, Indices: d.Indices, Failed: d.Failed, Errors: d.Errors,
+		DType: d.DType, Shapes: d.Shapes}
 }
 
 // errorFrame is the last frame of a stream that ended with err.
@@ -84,7 +85,8 @@ func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
 	}
 	for i, d := range ds {
 		r.Datasets[i] = wire.DatasetInfo{Name: d.Name, Samples: d.Samples, Bytes: d.Bytes, Classes: d.Classes, Fresh: d.Fresh,
-			Stale: d.Stale, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness, Fingerprint: d.Fingerprint}
+			Stale: d.Stale, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness, Fingerprint: d.Fingerprint,
+			Reader: d.Reader, DType: d.DType}
 	}
 	return r
 }

@@ -30,6 +30,10 @@ type dataset struct {
 	// fingerprint names the dataset the same on every node that holds a
 	// copy (bmap.Map.Fingerprint): what the ranks of a job compare.
 	fingerprint string
+	// dtype is a numpy dataset's one element type (npy.DType.Descr);
+	// mixed, when its samples have more than one, says which (the wire
+	// carries one per batch: such a dataset is not served).
+	dtype, mixed string
 
 	users   int  // under Manager.mu: sessions open or opening on it
 	retired bool // under Manager.mu: out of the table; its guard closes with its last user
@@ -59,6 +63,10 @@ const (
 func openDataset(name string, id uint64, m *bmap.Map, log *slog.Logger) *dataset {
 	t0 := time.Now()
 	d := &dataset{name: name, id: id, m: m, fingerprint: m.Fingerprint()}
+	d.dtype, d.mixed = dtypeOf(m)
+	if d.mixed != "" {
+		log.Warn("session: dataset not served: "+d.mixed, "dataset", name)
+	}
 	if !hasRaw(m) {
 		d.why = FreshnessNone
 	} else if g, err := fresh.Open(m, fresh.Watch, log); err != nil {
@@ -77,6 +85,52 @@ func openDataset(name string, id uint64, m *bmap.Map, log *slog.Logger) *dataset
 			"dataset", name, "added", n)
 	}
 	return d
+}
+
+// dtypeOf returns a numpy map's one element type as an .npy descr, or
+// why it has none: two samples of different types (named, with their
+// types). A file map has "" and "".
+func dtypeOf(m *bmap.Map) (descr, mixed string) {
+	if m.Reader != bmap.ReaderNumpy {
+		return "", ""
+	}
+	var first *bmap.Sample
+	for i := range m.Samples {
+		s := &m.Samples[i]
+		if s.Tensor == nil {
+			return "", fmt.Sprintf("sample %s of a numpy map has no dtype and shape", s.Path)
+		}
+		if first == nil {
+			first = s
+		} else if s.Tensor.DType != first.Tensor.DType {
+			return "", fmt.Sprintf("its arrays are of more than one dtype (%s is %s, %s is %s), as fn.readers.numpy refuses: remap files of one dtype",
+				first.Path, first.Tensor.DType, s.Path, s.Tensor.DType)
+		}
+	}
+	if first == nil {
+		return "", ""
+	}
+	return first.Tensor.DType.Descr(), ""
+}
+
+// noDims is the shape of a 0-d array: empty, not nil (msgpack [] rather
+// than nil).
+var noDims = []int64{}
+
+// tensorsOf fills a numpy batch's dtype and shapes (Delivery.DType,
+// Shapes) from the samples at indices; nothing for a file map.
+func (d *dataset) tensorsOf(indices []int32) (string, [][]int64) {
+	if d.m.Reader != bmap.ReaderNumpy {
+		return "", nil
+	}
+	shapes := make([][]int64, len(indices))
+	for i, idx := range indices {
+		shapes[i] = noDims
+		if t := d.m.Samples[idx].Tensor; t != nil && t.Shape != nil {
+			shapes[i] = t.Shape
+		}
+	}
+	return d.dtype, shapes
 }
 
 // hasRaw reports whether any sample of m may be read from the device.
@@ -126,6 +180,12 @@ type DatasetInfo struct {
 	// Fingerprint names the dataset the same on every node holding a copy
 	// of it (bmap.Map.Fingerprint): its samples' paths, labels and sizes.
 	Fingerprint string
+	// Reader is the DALI reader whose samples the dataset holds
+	// (bmap.Reader's name: "file" or "numpy").
+	Reader string
+	// DType is a numpy dataset's element type as an .npy descr ("<f4");
+	// "" for a file dataset, or a numpy one of mixed types (not served).
+	DType string
 }
 
 // infoInterval is the least time between two counts of one dataset while
@@ -148,7 +208,8 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) DatasetInfo {
 	if !d.infoAt.IsZero() && (now.Sub(d.infoAt) < infoInterval || (d.guard != nil && gen == d.infoGen)) {
 		return d.info
 	}
-	info := DatasetInfo{Name: d.name, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness(), Fingerprint: d.fingerprint}
+	info := DatasetInfo{Name: d.name, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness(), Fingerprint: d.fingerprint,
+		Reader: d.m.Reader.String(), DType: d.dtype}
 	for i := range d.m.Samples {
 		info.Bytes += d.m.Samples[i].Size
 	}

@@ -95,7 +95,7 @@ func TestDatasetsCounts(t *testing.T) {
 	if !strings.Contains(logs.String(), "2 files added since mapping are not served: run mkbmap again, then loaderd reload") {
 		t.Errorf("no warning of the added files at registration:\n%s", logs.String())
 	}
-	want := DatasetInfo{Name: "d", Samples: 4, Bytes: 4 * 14000, Classes: 2, Fresh: 3, Stale: 1, Added: 2, Freshness: "watch",
+	want := DatasetInfo{Name: "d", Samples: 4, Bytes: 4 * 14000, Classes: 2, Fresh: 3, Stale: 1, Added: 2, Freshness: "watch", Reader: "file",
 		Fingerprint: ds.Fingerprint()}
 	if got := m.Datasets(); len(got) != 1 || got[0] != want {
 		t.Fatalf("at registration: %+v, want %+v", got, want)

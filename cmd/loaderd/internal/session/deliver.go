@@ -81,6 +81,7 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 	for _, e := range b.Errors {
 		d.Errors = append(d.Errors, e.Error())
 	}
+	d.DType, d.Shapes = ss.ds.tensorsOf(b.Indices)
 	ss.metrics.observe(b)
 	ss.heldMu.Lock()
 	ss.held[b.Slot] = b

@@ -257,6 +257,9 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		return Opened{}, fmt.Errorf("%w: dataset %s has fingerprint %s, not the %s asked for: it is another dataset (remapped and reloaded, or another node's files)",
 			ErrConflict, p.Dataset, d.fingerprint, p.Fingerprint)
 	}
+	if d.mixed != "" {
+		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
+	}
 	if err := m.authorize(d, c); err != nil {
 		return Opened{}, err
 	}
@@ -322,7 +325,8 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
-		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint}, nil
+		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
+		Reader: ds.Reader.String()}, nil
 }
 
 // admit counts an open of o's needing need bytes of batch memory against

@@ -56,10 +56,11 @@ type Opened struct {
 	EpochBatches       int               // batches in Epoch for this shard
 	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
+	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices
-// are its own.
+// are its own, but for Shapes' entries, which are the map's (read-only).
 type Delivery struct {
 	EndOfEpoch   bool
 	Epoch        int
@@ -72,6 +73,11 @@ type Delivery struct {
 	Indices      []int32
 	Failed       []int    // positions whose sample could not be read (their lengths are 0)
 	Errors       []string // one message per failed sample, naming its path and the cause
+	// A numpy dataset's batch: the element type (npy.DType.Descr: "<f4")
+	// and each sample's shape in batch order (an empty, non-nil slice for
+	// a 0-d array), a failed sample's as mapped. "" and nil otherwise.
+	DType  string
+	Shapes [][]int64
 }
 
 type session struct {

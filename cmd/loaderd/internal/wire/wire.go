@@ -96,6 +96,10 @@ type OpenResponse struct {
 	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
 	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string        `msgpack:"fingerprint"`          // the dataset's: what ranks compare, and what a reopen asks for
+	// Reader is the DALI reader whose samples the dataset holds: "file"
+	// (encoded files with labels) or "numpy" (.npy arrays: batches carry
+	// dtype and shapes).
+	Reader string `msgpack:"reader"`
 }
 
 // MemoryUpgrade is the Upgrade header value that asks for a session's
@@ -127,6 +131,15 @@ type NextResponse struct {
 	Indices      []int32  `msgpack:"indices"`
 	Failed       []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
 	Errors       []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
+	// Numpy datasets only: the samples' element type as an .npy header's
+	// descr writes it ("<f4", "|u1", "|b1", "<i8", ...: one for the
+	// dataset), and each sample's shape in batch order (outermost first;
+	// [] for a 0-d array), a failed sample's as mapped. Each sample's
+	// bytes are a C-order array of that shape; its length is the shape's
+	// product times the element size (0 for a failed sample). Labels are
+	// zeros.
+	DType  string    `msgpack:"dtype,omitempty"`
+	Shapes [][]int64 `msgpack:"shapes,omitempty"`
 	// In a stream only: the stream ended with this error (the last frame),
 	// and the HTTP status a request would have had for it (404: the
 	// session is gone, e.g. the daemon stopped).
@@ -215,6 +228,8 @@ type DatasetInfo struct {
 	Added       int    `msgpack:"added"`
 	Freshness   string `msgpack:"freshness"`   // watch, read, none or unchecked
 	Fingerprint string `msgpack:"fingerprint"` // the same on every node holding a copy: its samples' paths, labels and sizes
+	Reader      string `msgpack:"reader"`      // "file" or "numpy": the DALI reader whose samples these are
+	DType       string `msgpack:"dtype"`       // numpy: the arrays' element type as an .npy descr ("<f4"); "" for file datasets
 }
 
 // ReloadResponse says what a reload did with each dataset, sorted by name.
