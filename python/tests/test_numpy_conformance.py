@@ -491,6 +491,21 @@ def test_torch_dataset_dense_zero_copy(served: Served) -> None:
         assert np.array_equal(t.numpy(), np.stack(want[b * bs:(b + 1) * bs])), f"batch {b}"
 
 
+def test_datasets_say_reader_and_dtype(served: Served) -> None:
+    """/v1/datasets names each dataset's reader and, for numpy ones, the
+    one dtype of its arrays (as the .npy descr, DALI's)."""
+    import nvfeed
+
+    info = {d["name"]: d for d in nvfeed.datasets(socket=served.daemon.socket)}
+    for name, root in served.roots.items():
+        first = _dali_arrays(root, 1)[0]
+        assert (info[name]["reader"], info[name]["dtype"]) == ("numpy", first.dtype.str), name
+        assert info[name]["samples"] == SPECS[name].n
+    for name, kw in served.lists.items():
+        assert info[name]["reader"] == kw["reader"], name
+    assert info["enc_list"]["dtype"] == "" and info["np_list"]["dtype"] == "<f4"
+
+
 # --- file lists ---------------------------------------------------------------
 
 LIST_CASES = [(1, 0, False, False), (2, 1, False, False), (3, 2, True, False), (3, 0, False, True), (4, 3, True, True)]
