@@ -224,16 +224,21 @@ def dali_stream(n: int, bs: int, reader: str = "numpy", pipe_seed: int = 99, **k
 
 
 def external_epochs(src: Any, bs: int, epochs: int = EPOCHS, labels: bool = False, pipe_seed: int = 1) -> list[list[Any]]:
-    """src (LoaderSource, or a pipeline-building function's output) through
-    fn.external_source in a DALI pipeline, epoch by epoch (an epoch ends
-    with the source's StopIteration): keys, or (key, label)."""
+    """src (a LoaderSource) through fn.external_source in a DALI pipeline,
+    epoch by epoch: keys, or (key, label)."""
     @pipeline_def(batch_size=bs, num_threads=1, device_id=None, seed=pipe_seed)
     def ext():
         if labels:
             return tuple(fn.external_source(source=src, num_outputs=2, batch=True, no_copy=True, dtype=[types.UINT8, types.INT32]))
         return fn.external_source(source=src, batch=True, no_copy=True)
 
-    p = ext()
+    return pipeline_epochs(ext(), epochs)
+
+
+def pipeline_epochs(p: Any, epochs: int = EPOCHS) -> list[list[Any]]:
+    """A pipeline's samples epoch by epoch (an epoch ends with its
+    source's StopIteration, then the pipeline is reset): keys, or (key,
+    label) for two outputs."""
     p.build()
     got: list[list[Any]] = []
     for _ in range(epochs):
@@ -246,7 +251,7 @@ def external_epochs(src: Any, bs: int, epochs: int = EPOCHS, labels: bool = Fals
                 break
             for i in range(len(outs[0])):
                 k = key(np.array(outs[0][i]))
-                ep.append(k if not labels else (k, int(np.array(outs[1][i]).reshape(-1)[0])))
+                ep.append(k if len(outs) == 1 else (k, int(np.array(outs[1][i]).reshape(-1)[0])))
         got.append(ep)
     return got
 
@@ -384,14 +389,10 @@ def test_dali_reader_default_seed(served: Served) -> None:
         return nvfeed.dali.reader(name, socket=served.daemon.socket, name="Reader", **kw)
 
     p = pipe()
-    p.build()
+    got = pipeline_epochs(p)
     assert p.reader_meta("Reader")["epoch_size"] == SPECS[name].n
-    got: list[Key] = []
-    for _ in range(sum(lengths) // bs):
-        (out,) = p.run()
-        got += [key(np.array(out[i])) for i in range(len(out))]
-    want = dali_stream(len(got), bs, pipe_seed=1234, file_root=str(served.roots[name]), **kw)
-    assert got == want
+    compare(got, dali_stream(sum(lengths), bs, pipe_seed=1234, file_root=str(served.roots[name]), **kw), lengths,
+            "nvfeed.dali.reader")
 
 
 # --- every backend, and batch_format="dali" -----------------------------------
@@ -438,14 +439,14 @@ def test_dense_batches_are_one_array(served: Served, name: str) -> None:
     want = _dali_arrays(served.roots[name], SPECS[name].n)
     with open_source(served, name, bs) as src:
         assert src.reader == "numpy"
-        batches = list(src)
-    assert len(batches) == -(-SPECS[name].n // bs)
-    for b, batch in enumerate(batches):
-        rows = want[b * bs:(b + 1) * bs]
-        assert isinstance(batch, np.ndarray), f"batch {b}: {type(batch).__name__}, want one ndarray (arrays alone, no labels)"
-        assert batch.dtype == rows[0].dtype and batch.shape == (len(rows), *rows[0].shape), (batch.dtype, batch.shape)
-        assert batch.flags.c_contiguous and not batch.flags.owndata, "a dense batch is a view of the batch memory"
-        assert np.array_equal(batch, np.stack(rows)), f"batch {b}"
+        b = -1
+        for b, batch in enumerate(src):  # a batch's memory is reused once released: checked here
+            rows = want[b * bs:(b + 1) * bs]
+            assert isinstance(batch, np.ndarray), f"batch {b}: {type(batch).__name__}, want one ndarray (arrays alone, no labels)"
+            assert batch.dtype == rows[0].dtype and batch.shape == (len(rows), *rows[0].shape), (batch.dtype, batch.shape)
+            assert batch.flags.c_contiguous and not batch.flags.owndata, "a dense batch is a view of the batch memory"
+            assert np.array_equal(batch, np.stack(rows)), f"batch {b}"
+    assert b + 1 == -(-SPECS[name].n // bs)
 
 
 @pytest.mark.parametrize("name", ["f4_ragged", "u1_ragged", "i4_mostly_dense"])
@@ -481,14 +482,14 @@ def test_torch_dataset_dense_zero_copy(served: Served) -> None:
     name, bs = "i8_2d", 4
     want = _dali_arrays(served.roots[name], SPECS[name].n)
     ds = LoaderDataset(name, socket=served.daemon.socket, batch_size=bs)
+    b = -1
     try:
-        got = list(ds)
+        for b, t in enumerate(ds):  # a batch's memory is reused once released: checked here
+            assert isinstance(t, torch.Tensor) and t.dtype == torch.int64, type(t)
+            assert np.array_equal(t.numpy(), np.stack(want[b * bs:(b + 1) * bs])), f"batch {b}"
     finally:
         ds.close()
-    assert len(got) == -(-SPECS[name].n // bs)
-    for b, t in enumerate(got):
-        assert isinstance(t, torch.Tensor) and t.dtype == torch.int64, type(t)
-        assert np.array_equal(t.numpy(), np.stack(want[b * bs:(b + 1) * bs])), f"batch {b}"
+    assert b + 1 == -(-SPECS[name].n // bs)
 
 
 def test_datasets_say_reader_and_dtype(served: Served) -> None:
@@ -574,5 +575,5 @@ def test_listed_maps_are_what_dali_lists(served: Served) -> None:
     assert n == 30 and len(set(samples)) < n and len({s[0] for s in samples}) < n
     assert [s[0] for s in samples] != sorted(s[0] for s in samples)
     with open_source(served, "enc_list", n) as src:
-        (batch, labels), = list(src)
-    assert [(key(np.asarray(b)), int(np.asarray(lbl).reshape(-1)[0])) for b, lbl in zip(batch, labels)] == samples
+        batch, labels = next(iter(src))
+        assert [(key(np.asarray(b)), int(np.asarray(lbl).reshape(-1)[0])) for b, lbl in zip(batch, labels)] == samples
