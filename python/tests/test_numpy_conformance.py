@@ -37,7 +37,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -70,10 +70,13 @@ def show(k: Key) -> str:
 class Spec:
     """A generated dataset: n arrays made by make(rng, i); nested puts
     files in the root and in two subdirectories (and one deeper, ignored,
-    of another dtype)."""
+    of another dtype); offset, where given, is where the i-th file's data
+    starts (its header padded by hand, as DALI reads it: a multiple of
+    16), else np.save writes it."""
     make: Callable[[np.random.Generator, int], np.ndarray]
     n: int
     nested: bool = False
+    offset: Optional[Callable[[int], int]] = None
 
 
 def _rand(dtype: str, shape: tuple[int, ...]) -> Callable[[np.random.Generator, int], np.ndarray]:
@@ -114,8 +117,10 @@ SPECS: dict[str, Spec] = {
     "f4_ragged": Spec(_ragged_f4, 31, nested=True),
     "u1_ragged": Spec(_ragged_u1, 25),
     "i4_mostly_dense": Spec(_mostly_dense_i4, 27),
+    # One shape, data at other phases in their files (80 .. 8240): a batch is dense only where they agree.
+    "f4_phases": Spec(_rand("<f4", (3, 333)), 22, offset=lambda i: 128 if i < 10 else [80, 4096, 1008, 8192 + 48][i % 4]),
 }
-DENSE = [n for n in SPECS if "ragged" not in n and "mostly" not in n]
+DENSE = [n for n in SPECS if "ragged" not in n and "mostly" not in n and "phases" not in n]
 
 
 @dataclass
@@ -134,7 +139,15 @@ def _write_npy(root: Path, name: str, spec: Spec) -> None:
             rel = f"{'ba'[i % 2]}/{rel}"
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        np.save(p, spec.make(rng, i))
+        a = spec.make(rng, i)
+        if spec.offset is None:
+            np.save(p, a)
+            continue
+        header = f"{{'descr': '{a.dtype.str}', 'fortran_order': False, 'shape': {a.shape}, }}"
+        pad = spec.offset(i) - 10 - len(header) - 1
+        assert pad >= 0 and spec.offset(i) % 16 == 0
+        header += " " * pad + "\n"
+        p.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + a.tobytes())
     if spec.nested:
         (root / "a" / "deep").mkdir(parents=True)
         np.save(root / "a" / "deep" / "000.npy", np.zeros(3, np.complex64))  # neither DALI nor mkbmap looks here
@@ -398,7 +411,7 @@ def test_dali_reader_default_seed(served: Served) -> None:
 # --- every backend, and batch_format="dali" -----------------------------------
 
 @pytest.mark.parametrize("backend", ["file", "gds", "bam"])
-@pytest.mark.parametrize("name", ["f8_2d", "u1_ragged", "i4_mostly_dense"])
+@pytest.mark.parametrize("name", ["f8_2d", "u1_ragged", "i4_mostly_dense", "f4_phases"])
 def test_backends(served: Served, backend: str, name: str) -> None:
     need_raw(served.raw, backend)
     bs, kw = 4, dict(num_shards=2, shard_id=1, pad_last_batch=True)
@@ -449,18 +462,20 @@ def test_dense_batches_are_one_array(served: Served, name: str) -> None:
     assert b + 1 == -(-SPECS[name].n // bs)
 
 
-@pytest.mark.parametrize("name", ["f4_ragged", "u1_ragged", "i4_mostly_dense"])
+@pytest.mark.parametrize("name", ["f4_ragged", "u1_ragged", "i4_mostly_dense", "f4_phases"])
 def test_ragged_batches_are_lists(served: Served, name: str) -> None:
-    """A batch whose shapes differ (or with an empty array) is a list of
-    arrays, each with its dtype and shape, empty ones included; one whose
-    shapes agree is one array."""
-    bs = 5
-    want = _dali_arrays(served.roots[name], SPECS[name].n)
+    """A batch whose shapes differ (or with an empty array, or whose data
+    lie at different phases in their files) is a list of arrays, each
+    with its dtype and shape, empty ones included; one whose shapes and
+    phases agree is one array."""
+    bs, spec = 5, SPECS[name]
+    want = _dali_arrays(served.roots[name], spec.n)
     kinds = set()
     with open_source(served, name, bs) as src:
         for b, batch in enumerate(src):
             rows = want[b * bs:(b + 1) * bs]
-            dense = len({r.shape for r in rows}) == 1 and rows[0].size > 0
+            phases = {(spec.offset(i) if spec.offset else 128) % 4096 for i in range(b * bs, b * bs + len(rows))}
+            dense = len({r.shape for r in rows}) == 1 and rows[0].size > 0 and len(phases) == 1
             kinds.add(dense)
             if dense:
                 assert isinstance(batch, np.ndarray) and np.array_equal(batch, np.stack(rows)), f"batch {b}"
@@ -469,7 +484,7 @@ def test_ragged_batches_are_lists(served: Served, name: str) -> None:
             for g, w in zip(batch, rows):
                 assert isinstance(g, np.ndarray) and key(g) == key(w), f"batch {b}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
     assert False in kinds, "the test read no ragged batch"
-    if name == "i4_mostly_dense":
+    if name in ("i4_mostly_dense", "f4_phases"):
         assert True in kinds, "the test read no dense batch"
 
 
