@@ -306,6 +306,7 @@ UNSHUFFLED = [(name, bs, shards, sid, pad, stick)
               for pad in (False, True) for stick in (False, True)
               for name, bs in [(["f4_3d", "i2_4d", "u1_1d", "f8_2d"][j], 4), (["f4_ragged", "u1_ragged", "i4_mostly_dense", "f4_ragged"][j], 5)]]
 UNSHUFFLED += [(name, 6, 2, 0, True, False) for name in SPECS]  # every dataset
+UNSHUFFLED += [("i4_0d", 32, 1, 0, pad, False) for pad in (False, True)]  # a batch larger than the dataset
 
 
 @pytest.mark.parametrize("case", UNSHUFFLED, ids=["-".join(map(str, c)) for c in UNSHUFFLED])
@@ -408,7 +409,7 @@ def test_dali_reader_default_seed(served: Served) -> None:
             "nvfeed.dali.reader")
 
 
-# --- every backend, and batch_format="dali" -----------------------------------
+# --- every backend, batch_format="dali", transport="http" ---------------------
 
 @pytest.mark.parametrize("backend", ["file", "gds", "bam"])
 @pytest.mark.parametrize("name", ["f8_2d", "u1_ragged", "i4_mostly_dense", "f4_phases"])
@@ -421,13 +422,14 @@ def test_backends(served: Served, backend: str, name: str) -> None:
     compare(got, dali_stream(sum(lengths), bs, file_root=str(served.roots[name]), **kw), lengths, f"{name} on {backend}")
 
 
+@pytest.mark.parametrize("how", [dict(batch_format="dali"), dict(transport="http")], ids=["batch_format=dali", "transport=http"])
 @pytest.mark.parametrize("name", ["f2_3d", "f4_ragged"])
-def test_batch_format_dali(served: Served, name: str) -> None:
+def test_batch_format_and_transport(served: Served, name: str, how: dict[str, str]) -> None:
     bs = 5
     lengths = epoch_lengths(SPECS[name].n, bs, 1, 0, False, False)
-    with open_source(served, name, bs, batch_format="dali") as src:
+    with open_source(served, name, bs, **how) as src:
         got = external_epochs(src, bs)
-    compare(got, dali_stream(sum(lengths), bs, file_root=str(served.roots[name])), lengths, f"{name} batch_format=dali")
+    compare(got, dali_stream(sum(lengths), bs, file_root=str(served.roots[name])), lengths, f"{name} {how}")
 
 
 # --- what LoaderSource yields over a numpy dataset ----------------------------
