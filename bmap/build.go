@@ -55,9 +55,9 @@ var ErrNoFiles = errors.New("no files")
 //     an error naming it and wrapping npy's sentinel (npy.ErrVersion,
 //     npy.ErrObject, npy.ErrBigEndian, npy.ErrStructured, npy.ErrDType,
 //     npy.ErrFortran, npy.ErrSize, ...), or ErrDALIHeader for a header
-//     numpy reads but fn.readers.numpy does not. Arrays that differ in
-//     dtype or number of dimensions fail it with ErrMixedTensors, naming
-//     two of them.
+//     numpy reads but fn.readers.numpy does not. Arrays may differ in
+//     dtype or number of dimensions here: Map.CheckTensors says whether
+//     DALI could batch them (mkbmap refuses the map otherwise).
 //
 // A listed path must lie inside root (see ListedPath). The map gets the
 // lowest version that holds it (Map.MinVersion). On a
@@ -96,11 +96,6 @@ func Build(ctx context.Context, root string, o BuildOptions) (*Map, error) {
 	}
 	if err := m.mapSamples(ctx, o.Workers, o.Progress); err != nil {
 		return nil, err
-	}
-	if i, what := m.mixedTensors(); i >= 0 {
-		return nil, fmt.Errorf("bmap: %s: %w: %s; fn.readers.numpy fails on a batch holding both "+
-			"(\"Inconsistent data\"): save the arrays with one dtype and one number of dimensions, or map them as separate datasets",
-			abs, ErrMixedTensors, what)
 	}
 	m.Version = m.MinVersion()
 	return m, nil

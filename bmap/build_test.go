@@ -129,12 +129,12 @@ func checkTensors(t *testing.T, root string, m *Map, want []wantTensor) {
 	}
 }
 
-// TestBuildNumpyMixed: arrays of different dtypes or numbers of
-// dimensions in one dataset (discovered or listed) fail the build with
-// ErrMixedTensors naming two of them, as fn.readers.numpy fails on a
-// batch holding both (bmap/testdata/dali: "numpy_files"); shapes of one
-// rank may differ.
-func TestBuildNumpyMixed(t *testing.T) {
+// TestCheckTensorsMixed: arrays of different dtypes or numbers of
+// dimensions in one dataset (discovered or listed) map, but CheckTensors
+// refuses them with ErrMixedTensors naming two of them, as
+// fn.readers.numpy fails on a batch holding both (bmap/testdata/dali:
+// "numpy_files"); shapes of one rank may differ.
+func TestCheckTensorsMixed(t *testing.T) {
 	root := t.TempDir()
 	writeFiles(t, root, map[string][]byte{
 		"a.npy":     npyFile(t, npy.Int32, []int64{2, 3}, false, nil),
@@ -143,6 +143,7 @@ func TestBuildNumpyMixed(t *testing.T) {
 		"s/1d.npy":  npyFile(t, npy.Int32, []int64{6}, false, nil),
 		"s/0d.npy":  npyFile(t, npy.Int32, nil, false, nil),
 		"s/0d2.npy": npyFile(t, npy.Int32, nil, false, nil),
+		"s/x/e.npy": npyFile(t, npy.Int8, []int64{1}, false, nil), // too deep: not a sample
 	})
 	tests := []struct {
 		files []string
@@ -160,14 +161,18 @@ func TestBuildNumpyMixed(t *testing.T) {
 			files = append(files, Entry{Path: f})
 		}
 		m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy, Files: files})
+		if err != nil || len(m.Samples) != len(files) {
+			t.Fatalf("%q: %v", tt.files, err)
+		}
+		err = m.CheckTensors()
 		if tt.want == nil {
-			if err != nil || len(m.Samples) != len(files) {
+			if err != nil {
 				t.Errorf("%q: %v", tt.files, err)
 			}
 			continue
 		}
-		if !errors.Is(err, ErrMixedTensors) {
-			t.Errorf("%q: err = %v, want ErrMixedTensors", tt.files, err)
+		if !errors.Is(err, ErrMixedTensors) || !strings.Contains(err.Error(), root) {
+			t.Errorf("%q: err = %v, want ErrMixedTensors naming the root", tt.files, err)
 			continue
 		}
 		for _, w := range tt.want {
@@ -176,9 +181,15 @@ func TestBuildNumpyMixed(t *testing.T) {
 			}
 		}
 	}
-	_, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy})
-	if !errors.Is(err, ErrMixedTensors) || !strings.Contains(err.Error(), "a.npy is int32") || !strings.Contains(err.Error(), "Inconsistent data") {
+	m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CheckTensors(); !errors.Is(err, ErrMixedTensors) || !strings.Contains(err.Error(), "a.npy is int32") || !strings.Contains(err.Error(), "Inconsistent data") {
 		t.Errorf("discovered: err = %v, want ErrMixedTensors naming a.npy and DALI's error", err)
+	}
+	if err := (&Map{Reader: ReaderFile, Samples: []Sample{{Path: "c/a.jpg"}}}).CheckTensors(); err != nil {
+		t.Errorf("file map: %v", err)
 	}
 }
 

@@ -159,9 +159,10 @@ var numpyDivergences = map[string]error{
 
 // TestNumpyFilesAgainstDALI: Build maps each .npy file of dali.json's
 // numpy_files as fn.readers.numpy reads it (the same dtype, shape and data
-// bytes), and refuses what DALI refuses, files that would share a batch
-// with another dtype or number of dimensions with ErrMixedTensors; except
-// for numpyDivergences, each exactly as documented.
+// bytes), and refuses what DALI refuses (Build, or CheckTensors for files
+// that would share a batch with another dtype or number of dimensions:
+// ErrMixedTensors); except for numpyDivergences, each exactly as
+// documented.
 func TestNumpyFilesAgainstDALI(t *testing.T) {
 	b, err := os.ReadFile("testdata/dali/dali.json")
 	if err != nil {
@@ -182,6 +183,9 @@ func TestNumpyFilesAgainstDALI(t *testing.T) {
 			root := t.TempDir()
 			writeFiles(t, root, c.Files)
 			m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy})
+			if err == nil {
+				err = m.CheckTensors() // as mkbmap does
+			}
 			want, diverges := numpyDivergences[c.Name]
 			seen[c.Name] = diverges
 			switch {

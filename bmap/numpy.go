@@ -11,8 +11,8 @@ import (
 	"github.com/nvfeed/nvfeed/bmap/npy"
 )
 
-// ErrMixedTensors is returned (wrapped) by Build for a numpy dataset whose
-// arrays differ in element type or in number of dimensions. DALI's fn.readers.numpy
+// ErrMixedTensors is returned (wrapped) by Map.CheckTensors for a numpy
+// map whose arrays differ in element type or in number of dimensions. DALI's fn.readers.numpy
 // fails on any batch holding two of them ("Inconsistent data: All samples
 // in the batch must have the same data type", "... number of
 // dimensions"), and a dataset's batches have one dtype. Shapes of one
@@ -111,12 +111,16 @@ func (p *daliHeader) fail() error {
 		"in this order with single quotes; re-save it with np.save", ErrDALIHeader, got)
 }
 
-// mixedTensors returns the first sample whose element type or number of
-// dimensions differs from sample 0's, and a description of both; -1 if
-// they all agree (or the map holds no tensors).
-func (m *Map) mixedTensors() (int, string) {
+// CheckTensors returns an error wrapping ErrMixedTensors, naming the
+// first sample and the first whose element type or number of dimensions
+// differs from it (with theirs), when a numpy map's arrays do not share
+// both: fn.readers.numpy fails on any batch holding two such arrays, and
+// a dataset's batches carry one dtype. Shapes of one rank may differ. A
+// file map, or a numpy map of one kind, gives nil. mkbmap refuses a map
+// that fails it; Build and Validate do not check it.
+func (m *Map) CheckTensors() error {
 	if m.Reader != ReaderNumpy || len(m.Samples) == 0 || m.Samples[0].Tensor == nil {
-		return -1, ""
+		return nil
 	}
 	a := m.Samples[0].Tensor
 	for i := 1; i < len(m.Samples); i++ {
@@ -128,9 +132,11 @@ func (m *Map) mixedTensors() (int, string) {
 		if b.DType == a.DType {
 			what = "numbers of dimensions"
 		}
-		return i, fmt.Sprintf("%s is %s, %s is %s (%s differ)", m.Samples[0].Path, describeTensor(a), m.Samples[i].Path, describeTensor(b), what)
+		return fmt.Errorf("bmap: %s: %w: %s is %s, %s is %s (%s differ); fn.readers.numpy fails on a batch holding both "+
+			"(\"Inconsistent data\"): save the arrays with one dtype and one number of dimensions, or map them as separate datasets",
+			m.Root, ErrMixedTensors, m.Samples[0].Path, describeTensor(a), m.Samples[i].Path, describeTensor(b), what)
 	}
-	return -1, ""
+	return nil
 }
 
 // describeTensor says "float32 of shape (2, 3), 2-d".

@@ -93,7 +93,10 @@ func TestNumpyRawReads(t *testing.T) {
 			files["vol/b/frag.npy"] = frag
 			fs.Sync(t)
 
-			m := buildEach(t, fs.Path("vol"), files)
+			m, err := bmap.Build(context.Background(), fs.Path("vol"), bmap.BuildOptions{Reader: bmap.ReaderNumpy})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if len(m.Samples) != len(files) {
 				t.Fatalf("%d samples, want %d", len(m.Samples), len(files))
 			}
@@ -149,27 +152,6 @@ func TestNumpyRawReads(t *testing.T) {
 			checkWithNumpy(t, check)
 		})
 	}
-}
-
-// buildEach maps each of files (paths under "vol/") as a dataset of its
-// own, since one dataset holds one dtype and number of dimensions, and
-// returns one map of all their samples.
-func buildEach(t *testing.T, root string, files map[string][]byte) *bmap.Map {
-	t.Helper()
-	var m *bmap.Map
-	for p := range files {
-		one, err := bmap.Build(context.Background(), root, bmap.BuildOptions{Reader: bmap.ReaderNumpy,
-			Files: []bmap.Entry{{Path: strings.TrimPrefix(p, "vol/")}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m == nil {
-			m = one
-		} else {
-			m.Samples = append(m.Samples, one.Samples...)
-		}
-	}
-	return m
 }
 
 func byPathOf(m *bmap.Map, p string) *bmap.Sample {

@@ -193,6 +193,9 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	t0 := time.Now()
 	m, err := bmap.Build(ctx, *root, opts)
 	finish()
+	if err == nil {
+		err = m.CheckTensors() // one dtype and rank, as DALI's batches need
+	}
 	if err != nil {
 		return err
 	}
