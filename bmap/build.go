@@ -54,7 +54,10 @@ var ErrNoFiles = errors.New("no files")
 //     version 1.0 header and the data, in C order, fails the build with
 //     an error naming it and wrapping npy's sentinel (npy.ErrVersion,
 //     npy.ErrObject, npy.ErrBigEndian, npy.ErrStructured, npy.ErrDType,
-//     npy.ErrFortran, npy.ErrSize, ...).
+//     npy.ErrFortran, npy.ErrSize, ...), or ErrDALIHeader for a header
+//     numpy reads but fn.readers.numpy does not. Arrays may differ in
+//     dtype or number of dimensions here: Map.CheckTensors says whether
+//     DALI could batch them (mkbmap refuses the map otherwise).
 //
 // A listed path must lie inside root (see ListedPath). The map gets the
 // lowest version that holds it (Map.MinVersion). On a
@@ -234,6 +237,9 @@ func mapOne(rootFd int, devNum uint64, fsOnly, tensors bool, mp *extentinfo.Mapp
 		h, err := npy.Read(fdReader(fd))
 		if err == nil {
 			err = h.CheckFile(st.Size)
+		}
+		if err == nil {
+			err = checkDALIHeader(fdReader(fd), h)
 		}
 		if err != nil {
 			return err

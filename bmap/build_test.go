@@ -49,14 +49,14 @@ func writeFiles(t testing.TB, root string, files map[string][]byte) {
 func TestBuildNumpy(t *testing.T) {
 	root := t.TempDir()
 	writeFiles(t, root, map[string][]byte{
-		"b.npy":          npyFile(t, npy.Float32, []int64{2, 3}, false, nil),
-		"a.npy":          npyFile(t, npy.Int64, nil, false, nil),
-		"s/c.npy":        npyFile(t, npy.Uint8, []int64{0, 3}, false, nil),
-		"s/d.npy":        npyFile(t, npy.Bool, []int64{5}, false, nil),
+		"b.npy":          npyFile(t, npy.Int16, []int64{2, 3}, false, nil),
+		"a.npy":          npyFile(t, npy.Int16, []int64{1, 1}, false, nil),
+		"s/c.npy":        npyFile(t, npy.Int16, []int64{0, 3}, false, nil),
+		"s/d.npy":        npyFile(t, npy.Int16, []int64{5, 1}, false, nil),
 		"s/f.npy":        npyFile(t, npy.Int16, []int64{1, 4}, true, nil), // Fortran, laid out as C
 		"notes.txt":      []byte("not an array"),
-		"s/deep/e.npy":   npyFile(t, npy.Int8, []int64{1}, false, nil), // DALI looks no deeper
-		"big/large.npy":  npyFile(t, npy.Complex128, []int64{300, 7}, false, nil),
+		"s/deep/e.npy":   npyFile(t, npy.Int8, []int64{1}, false, nil), // DALI looks no deeper (nor does the dtype check)
+		"big/large.npy":  npyFile(t, npy.Int16, []int64{300, 7}, false, nil),
 		"big/.hidden.np": []byte("x"),
 	})
 	m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy})
@@ -66,15 +66,53 @@ func TestBuildNumpy(t *testing.T) {
 	if m.Version != 2 || m.Reader != ReaderNumpy || m.Listed || m.Classes != nil {
 		t.Errorf("map: version %d reader %v listed %v classes %q", m.Version, m.Reader, m.Listed, m.Classes)
 	}
-	want := []struct {
+	want := []wantTensor{
+		{"a.npy", npy.Int16, []int64{1, 1}}, {"b.npy", npy.Int16, []int64{2, 3}},
+		{"big/large.npy", npy.Int16, []int64{300, 7}},
+		{"s/c.npy", npy.Int16, []int64{0, 3}}, {"s/d.npy", npy.Int16, []int64{5, 1}}, {"s/f.npy", npy.Int16, []int64{1, 4}},
+	}
+	checkTensors(t, root, m, want)
+	if err := m.Validate(); err != nil {
+		t.Error(err)
+	}
+	if n, err := m.Unmapped(DiscoverOptions{}); err != nil || n != 0 {
+		t.Errorf("Unmapped = %d, %v", n, err)
+	}
+	writeFiles(t, root, map[string][]byte{"s/new.npy": npyFile(t, npy.Int8, []int64{1}, false, nil)})
+	if n, err := m.Unmapped(DiscoverOptions{}); err != nil || n != 1 {
+		t.Errorf("after adding one: Unmapped = %d, %v", n, err)
+	}
+
+	// Other element types, 0-d and empty arrays: one dataset each.
+	for _, w := range []struct {
 		path  string
 		dt    npy.DType
 		shape []int64
 	}{
-		{"a.npy", npy.Int64, nil}, {"b.npy", npy.Float32, []int64{2, 3}},
-		{"big/large.npy", npy.Complex128, []int64{300, 7}},
-		{"s/c.npy", npy.Uint8, []int64{0, 3}}, {"s/d.npy", npy.Bool, []int64{5}}, {"s/f.npy", npy.Int16, []int64{1, 4}},
+		{"0d.npy", npy.Int64, nil}, {"bool.npy", npy.Bool, []int64{5}}, {"c16.npy", npy.Complex128, []int64{300, 7}},
+		{"empty.npy", npy.Uint8, []int64{0, 3}}, {"f2.npy", npy.Float16, []int64{3, 1, 2, 1}},
+	} {
+		root := t.TempDir()
+		writeFiles(t, root, map[string][]byte{w.path: npyFile(t, w.dt, w.shape, false, nil)})
+		m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTensors(t, root, m, []wantTensor{w})
 	}
+}
+
+// wantTensor is a sample a test expects: its path, type and shape.
+type wantTensor struct {
+	path  string
+	dt    npy.DType
+	shape []int64
+}
+
+// checkTensors checks m's samples against want: paths, types, shapes and
+// where the data lies in the file.
+func checkTensors(t *testing.T, root string, m *Map, want []wantTensor) {
+	t.Helper()
 	if len(m.Samples) != len(want) {
 		t.Fatalf("%d samples, want %d: %+v", len(m.Samples), len(want), m.Samples)
 	}
@@ -89,15 +127,69 @@ func TestBuildNumpy(t *testing.T) {
 			t.Errorf("%s: offset %d size %d, file %d bytes", s.Path, s.Offset, s.Size, len(file))
 		}
 	}
-	if err := m.Validate(); err != nil {
-		t.Error(err)
+}
+
+// TestCheckTensorsMixed: arrays of different dtypes or numbers of
+// dimensions in one dataset (discovered or listed) map, but CheckTensors
+// refuses them with ErrMixedTensors naming two of them, as
+// fn.readers.numpy fails on a batch holding both (bmap/testdata/dali:
+// "numpy_files"); shapes of one rank may differ.
+func TestCheckTensorsMixed(t *testing.T) {
+	root := t.TempDir()
+	writeFiles(t, root, map[string][]byte{
+		"a.npy":     npyFile(t, npy.Int32, []int64{2, 3}, false, nil),
+		"b.npy":     npyFile(t, npy.Int32, []int64{5, 0}, false, nil),
+		"s/f4.npy":  npyFile(t, npy.Float32, []int64{2, 3}, false, nil),
+		"s/1d.npy":  npyFile(t, npy.Int32, []int64{6}, false, nil),
+		"s/0d.npy":  npyFile(t, npy.Int32, nil, false, nil),
+		"s/0d2.npy": npyFile(t, npy.Int32, nil, false, nil),
+		"s/x/e.npy": npyFile(t, npy.Int8, []int64{1}, false, nil), // too deep: not a sample
+	})
+	tests := []struct {
+		files []string
+		want  []string // in the message; nil: no error
+	}{
+		{[]string{"a.npy", "b.npy", "a.npy"}, nil},
+		{[]string{"s/0d.npy", "s/0d2.npy"}, nil},
+		{[]string{"a.npy", "b.npy", "s/f4.npy"}, []string{"a.npy is int32 of shape (2, 3), 2-d", "s/f4.npy is float32 of shape (2, 3), 2-d", "dtypes differ"}},
+		{[]string{"a.npy", "s/1d.npy"}, []string{"a.npy is int32", "s/1d.npy is int32 of shape (6,), 1-d", "numbers of dimensions differ"}},
+		{[]string{"s/0d.npy", "s/1d.npy"}, []string{"s/0d.npy is int32 of shape (), 0-d", "s/1d.npy", "1-d"}},
 	}
-	if n, err := m.Unmapped(DiscoverOptions{}); err != nil || n != 0 {
-		t.Errorf("Unmapped = %d, %v", n, err)
+	for _, tt := range tests {
+		var files []Entry
+		for _, f := range tt.files {
+			files = append(files, Entry{Path: f})
+		}
+		m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy, Files: files})
+		if err != nil || len(m.Samples) != len(files) {
+			t.Fatalf("%q: %v", tt.files, err)
+		}
+		err = m.CheckTensors()
+		if tt.want == nil {
+			if err != nil {
+				t.Errorf("%q: %v", tt.files, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrMixedTensors) || !strings.Contains(err.Error(), root) {
+			t.Errorf("%q: err = %v, want ErrMixedTensors naming the root", tt.files, err)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: %v\ndoes not say %q", tt.files, err, w)
+			}
+		}
 	}
-	writeFiles(t, root, map[string][]byte{"s/new.npy": npyFile(t, npy.Int8, []int64{1}, false, nil)})
-	if n, err := m.Unmapped(DiscoverOptions{}); err != nil || n != 1 {
-		t.Errorf("after adding one: Unmapped = %d, %v", n, err)
+	m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CheckTensors(); !errors.Is(err, ErrMixedTensors) || !strings.Contains(err.Error(), "a.npy is int32") || !strings.Contains(err.Error(), "Inconsistent data") {
+		t.Errorf("discovered: err = %v, want ErrMixedTensors naming a.npy and DALI's error", err)
+	}
+	if err := (&Map{Reader: ReaderFile, Samples: []Sample{{Path: "c/a.jpg"}}}).CheckTensors(); err != nil {
+		t.Errorf("file map: %v", err)
 	}
 }
 

@@ -3,12 +3,17 @@
 package bmap
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nvfeed/nvfeed/bmap/npy"
 )
 
 // daliCase is one case of testdata/dali/dali.json: what real DALI
@@ -23,6 +28,21 @@ type daliCase struct {
 	Samples []struct {
 		Path  string `json:"path"`
 		Label *int32 `json:"label"`
+	} `json:"samples"`
+}
+
+// daliFiles is one case of dali.json's numpy_files: .npy files and what
+// fn.readers.numpy returned for them as one batch.
+type daliFiles struct {
+	Name    string            `json:"name"`
+	Files   map[string][]byte `json:"files"` // base64 in the JSON
+	Error   string            `json:"error"`
+	Kind    string            `json:"error_kind"` // mixed: dtypes or ranks differ in the batch; read: a file failed
+	Samples []struct {
+		Path  string  `json:"path"`
+		DType string  `json:"dtype"`
+		Shape []int64 `json:"shape"`
+		Data  []byte  `json:"data"`
 	} `json:"samples"`
 }
 
@@ -123,6 +143,97 @@ func TestDiscoverNumpyAgainstDALI(t *testing.T) {
 				t.Errorf("DiscoverNumpy:\n %q\nDALI:\n %q", got, want)
 			}
 		})
+	}
+}
+
+// numpyDivergences are the files mkbmap treats otherwise than
+// fn.readers.numpy does, on purpose (docs/mkbmap.md): nil means mapped
+// though DALI refuses it, else the error it fails with though DALI reads
+// it.
+var numpyDivergences = map[string]error{
+	"fortran order":        npy.ErrFortran, // DALI transposes while reading: no in-place (dense) batch
+	"descr |i4":            npy.ErrDType,   // no byte order for a 4-byte type: np.save never writes it
+	"bytes after the data": npy.ErrSize,    // np.save never writes them
+	"complex64":            nil,            // for numpy and PyTorch consumers
+}
+
+// TestNumpyFilesAgainstDALI: Build maps each .npy file of dali.json's
+// numpy_files as fn.readers.numpy reads it (the same dtype, shape and data
+// bytes), and refuses what DALI refuses (Build, or CheckTensors for files
+// that would share a batch with another dtype or number of dimensions:
+// ErrMixedTensors); except for numpyDivergences, each exactly as
+// documented.
+func TestNumpyFilesAgainstDALI(t *testing.T) {
+	b, err := os.ReadFile("testdata/dali/dali.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Files []daliFiles `json:"numpy_files"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Files) < 30 {
+		t.Fatalf("dali.json: %d numpy_files cases", len(d.Files))
+	}
+	seen := map[string]bool{}
+	for _, c := range d.Files {
+		t.Run(c.Name, func(t *testing.T) {
+			root := t.TempDir()
+			writeFiles(t, root, c.Files)
+			m, err := Build(context.Background(), root, BuildOptions{Reader: ReaderNumpy})
+			if err == nil {
+				err = m.CheckTensors() // as mkbmap does
+			}
+			want, diverges := numpyDivergences[c.Name]
+			seen[c.Name] = diverges
+			switch {
+			case diverges && want == nil:
+				if c.Error == "" || err != nil {
+					t.Fatalf("documented as mapped though DALI refuses it: DALI %q, Build %v", c.Error, err)
+				}
+				return
+			case diverges:
+				if c.Error != "" || !errors.Is(err, want) {
+					t.Fatalf("documented as refused (%v) though DALI reads it: DALI %q, Build %v", want, c.Error, err)
+				}
+				return
+			case c.Kind == "mixed":
+				if !errors.Is(err, ErrMixedTensors) {
+					t.Fatalf("DALI: %s; Build: %v, want ErrMixedTensors", c.Error, err)
+				}
+				return
+			case c.Error != "":
+				if err == nil || !strings.Contains(err.Error(), filepath.Join(root, "a.npy")) {
+					t.Fatalf("DALI: %s; Build: %v, want an error naming a.npy", c.Error, err)
+				}
+				return
+			case err != nil:
+				t.Fatalf("DALI reads it; Build: %v", err)
+			}
+			if len(m.Samples) != len(c.Samples) {
+				t.Fatalf("%d samples, DALI %d", len(m.Samples), len(c.Samples))
+			}
+			for i, w := range c.Samples {
+				s := &m.Samples[i]
+				shape := s.Tensor.Shape
+				if shape == nil {
+					shape = []int64{}
+				}
+				file := c.Files[s.Path]
+				if s.Path != strings.TrimPrefix(w.Path, "./") || s.Tensor.DType.Descr() != w.DType || !reflect.DeepEqual(shape, w.Shape) {
+					t.Errorf("sample %d: %s %s %v, DALI %s %s %v", i, s.Path, s.Tensor.DType.Descr(), shape, w.Path, w.DType, w.Shape)
+				} else if !bytes.Equal(file[s.Offset:s.Offset+s.Size], w.Data) {
+					t.Errorf("%s: the data bytes [%d, %d) are not DALI's array", s.Path, s.Offset, s.Offset+s.Size)
+				}
+			}
+		})
+	}
+	for name := range numpyDivergences {
+		if !seen[name] {
+			t.Errorf("divergence %q: no such case in dali.json", name)
+		}
 	}
 }
 

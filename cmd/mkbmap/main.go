@@ -98,7 +98,8 @@ the order DALI's reader lists them:
       its immediate subdirectories matching --file-filter (default
       *.npy), or a list of paths (--file-list), or the files given; each
       sample is the array's data (not the .npy header), with its dtype and
-      shape.
+      shape: one dtype and number of dimensions per dataset, as DALI's
+      batches need.
 List and file paths are relative to ROOT (by default the list's folder).
 On a filesystem without device extents (tmpfs, NFS, overlay, btrfs, ...)
 every sample is filesystem-only: the map serves the file backend.
@@ -178,7 +179,7 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	case len(files) > 0:
-		if opts.Files, err = argFiles(fs, files, *labels, set["labels"]); err != nil {
+		if opts.Files, err = argFiles(fs, files, *labels, set["labels"], reader); err != nil {
 			return err
 		}
 	}
@@ -192,6 +193,9 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	t0 := time.Now()
 	m, err := bmap.Build(ctx, *root, opts)
 	finish()
+	if err == nil {
+		err = m.CheckTensors() // one dtype and rank, as DALI's batches need
+	}
 	if err != nil {
 		return err
 	}
@@ -260,8 +264,9 @@ func readList(name string, reader bmap.Reader) ([]bmap.Entry, error) {
 }
 
 // argFiles gives the files named as arguments their labels: --labels, or
-// their index (DALI's labels for files given without any).
-func argFiles(fs *flag.FlagSet, files []string, labels string, haveLabels bool) ([]bmap.Entry, error) {
+// their index (DALI's labels for files given without any); none (0) for
+// fn.readers.numpy.
+func argFiles(fs *flag.FlagSet, files []string, labels string, haveLabels bool, reader bmap.Reader) ([]bmap.Entry, error) {
 	entries := make([]bmap.Entry, len(files))
 	var ls []string
 	if haveLabels {
@@ -271,7 +276,10 @@ func argFiles(fs *flag.FlagSet, files []string, labels string, haveLabels bool) 
 		}
 	}
 	for i, p := range files {
-		entries[i] = bmap.Entry{Path: p, Label: int32(i)}
+		entries[i] = bmap.Entry{Path: p}
+		if reader == bmap.ReaderFile {
+			entries[i].Label = int32(i)
+		}
 		if haveLabels {
 			l, err := strconv.ParseInt(strings.TrimSpace(ls[i]), 10, 32)
 			if err != nil {
@@ -296,7 +304,9 @@ func describe(m *bmap.Map) string {
 }
 
 // tensorSummary describes a numpy map's arrays: "1000 float32 (3, 224,
-// 224)" when they share a type and shape, else how many types and shapes.
+// 224)" when they share a type and shape, "1000 float32 arrays of 37
+// shapes, 3-d (ragged)" when they share a type and rank (as mkbmap makes
+// them), else how many types and shapes.
 func tensorSummary(m *bmap.Map) string {
 	if m.Reader != bmap.ReaderNumpy || len(m.Samples) == 0 {
 		return ""
@@ -307,15 +317,21 @@ func tensorSummary(m *bmap.Map) string {
 	}
 	kinds := map[key]int{}
 	dtypes := map[string]bool{}
+	ranks := map[int]bool{}
 	for i := range m.Samples {
 		t := m.Samples[i].Tensor
 		kinds[key{t.DType.String(), npy.FormatShape(t.Shape)}]++
 		dtypes[t.DType.String()] = true
+		ranks[len(t.Shape)] = true
 	}
 	if len(kinds) == 1 {
 		for k, n := range kinds {
 			return fmt.Sprintf("%d %s %s", n, k.dt, k.shape)
 		}
+	}
+	if len(dtypes) == 1 && len(ranks) == 1 {
+		return fmt.Sprintf("%d %s arrays of %d shapes, %d-d (ragged)", len(m.Samples), m.Samples[0].Tensor.DType,
+			len(kinds), len(m.Samples[0].Tensor.Shape))
 	}
 	names := make([]string, 0, len(dtypes))
 	for d := range dtypes {

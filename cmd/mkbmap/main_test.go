@@ -357,6 +357,33 @@ func TestNumpyMap(t *testing.T) {
 	}
 }
 
+// TestNumpyMixed: arrays of one dtype and rank but several shapes map
+// (ragged); a dtype or a number of dimensions that differs is refused,
+// naming two files with theirs, as fn.readers.numpy fails on a batch
+// holding both.
+func TestNumpyMixed(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "vol")
+	writeTree(t, root, map[string][]byte{
+		"a.npy": npyFile(t, npy.Int16, 2, 3), "b.npy": npyFile(t, npy.Int16, 4, 1), "s/c.npy": npyFile(t, npy.Int16, 0, 7),
+	})
+	out := filepath.Join(t.TempDir(), "vol.bmap")
+	code, _, stderr := runCmd(t, "--reader", "numpy", "--mountpoint", root, "-o", out)
+	if code != 0 || !strings.Contains(stderr, "tensors: 3 int16 arrays of 3 shapes, 2-d (ragged)") {
+		t.Fatalf("ragged: exit %d: %s", code, stderr)
+	}
+	for name, file := range map[string][]byte{"s/d.npy": npyFile(t, npy.Float32, 2, 3), "s/e.npy": npyFile(t, npy.Int16, 6)} {
+		writeTree(t, root, map[string][]byte{name: file})
+		code, _, stderr = runCmd(t, "--reader", "numpy", "--mountpoint", root, "-o", out)
+		want := []string{"a.npy is int16 of shape (2, 3), 2-d", name, "Inconsistent data"}
+		for _, w := range want {
+			if code != 1 || !strings.Contains(stderr, w) {
+				t.Errorf("%s: exit %d: %s\nwant it to say %q", name, code, stderr, w)
+			}
+		}
+		os.Remove(filepath.Join(root, name))
+	}
+}
+
 // TestListMaps: --file-list and files given as arguments, for both
 // readers, in the order listed with the labels given.
 func TestListMaps(t *testing.T) {
@@ -397,6 +424,10 @@ func TestListMaps(t *testing.T) {
 	}
 	if m := load("--reader", "numpy", "--file-list", filepath.Join(root, "np.txt")); len(m.Samples) != 2 || m.Samples[1].Tensor.Shape[0] != 5 {
 		t.Errorf("numpy list: %+v", m.Samples)
+	}
+	// fn.readers.numpy(files=): several files, no labels.
+	if m := load("--reader", "numpy", "--mountpoint", root, "t/a.npy", "t/a.npy", "./t/a.npy"); labels(m) != "t/a.npy:0 t/a.npy:0 t/a.npy:0 " || !m.Listed {
+		t.Errorf("numpy files: %q", labels(m))
 	}
 	code, _, stderr := runCmd(t, "--file-list", filepath.Join(root, "bad.txt"), "-o", filepath.Join(dir, "bad.bmap"))
 	if code != 1 || !strings.Contains(stderr, "bad.txt") || !strings.Contains(stderr, "line 2") {

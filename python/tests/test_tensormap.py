@@ -107,27 +107,39 @@ def test_files_and_labels(tmp_path: Path) -> None:
 
 
 def _npy_dataset(root: Path) -> None:
+    """One dtype and rank (2-d float32), shapes of all sorts, as mkbmap
+    takes a dataset; the other kinds of arrays are _KINDS."""
     rng = np.random.default_rng(11)
     arrays = {
         "b.npy": rng.standard_normal((3, 4)).astype(np.float32),
         "a.npy": rng.standard_normal((3, 4)).astype(np.float32),
-        "_scalar.npy": np.array(7, dtype=np.int64),
-        "empty.npy": np.zeros((0, 5), dtype=np.uint16),
-        "s1/x.npy": rng.integers(0, 255, (2, 3, 4), dtype=np.uint8),
-        "s1/bool.npy": rng.integers(0, 2, 33).astype(bool),
-        "s1/half.npy": rng.standard_normal(17).astype(np.float16),
-        "S0/i8.npy": rng.integers(-100, 100, (5, 1), dtype=np.int8),
-        "S0/u64.npy": rng.integers(0, 2**63, 6, dtype=np.uint64),
-        "S0/f8.npy": rng.standard_normal((1, 2, 1, 3)),
+        "_tiny.npy": np.array([[7]], dtype=np.float32),
+        "empty.npy": np.zeros((0, 5), dtype=np.float32),
+        "s1/x.npy": rng.standard_normal((2, 12)).astype(np.float32),
+        "s1/row.npy": rng.standard_normal((1, 33)).astype(np.float32),
+        "S0/col.npy": rng.standard_normal((5, 1)).astype(np.float32),
         "S0/big.npy": rng.standard_normal((64, 1000)).astype(np.float32),
-        "S0/fortran_row.npy": np.asfortranarray(np.arange(4, dtype=np.int32).reshape(1, 4)),
-        "s1/deep/ignored.npy": np.zeros(3),  # fn.readers.numpy looks no deeper
+        "S0/fortran_row.npy": np.asfortranarray(np.arange(4, dtype=np.float32).reshape(1, 4)),
+        "s1/deep/ignored.npy": np.zeros((1, 3), dtype=np.float32),  # fn.readers.numpy looks no deeper
     }
     for name, a in arrays.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         np.save(root / name, a)
     (root / "notes.txt").write_text("not an array")
     (root / "s1" / "raw.arr").write_bytes((root / "a.npy").read_bytes())
+
+
+_KINDS = {
+    "scalar.npy": np.array(7, dtype=np.int64),
+    "empty.npy": np.zeros((0, 5), dtype=np.uint16),
+    "u8.npy": np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4),
+    "bool.npy": np.arange(33) % 3 == 0,
+    "half.npy": np.linspace(-2, 2, 17).astype(np.float16),
+    "i8.npy": np.arange(-2, 3, dtype=np.int8).reshape(5, 1),
+    "u64.npy": np.arange(6, dtype=np.uint64) * (2**62),
+    "f8.npy": np.linspace(0, 1, 6).reshape(1, 2, 1, 3),
+    "fortran_row.npy": np.asfortranarray(np.arange(4, dtype=np.int32).reshape(1, 4)),
+}
 
 
 def check_numpy(root: Path, m: dict[str, Any], dali: list) -> None:
@@ -157,7 +169,45 @@ def test_numpy_discovery(tmp_path: Path) -> None:
         dali = run_reader(fn.readers.numpy, **kw)
         check_numpy(root, m, dali)
         if flt is None:
-            assert len(dali) == 12 and not any("deep" in s["path"] for s in m["samples"])
+            assert len(dali) == 9 and not any("deep" in s["path"] for s in m["samples"])
+
+
+def test_numpy_kinds(tmp_path: Path) -> None:
+    """Each kind of array (dtype, 0-d, empty, 4-d, Fortran order laid out
+    as C), given as files (fn.readers.numpy's files=): one dataset each,
+    since a dataset holds one dtype and rank."""
+    root = tmp_path / "kinds"
+    root.mkdir()
+    for name, a in _KINDS.items():
+        np.save(root / name, a)
+    for name, a in _KINDS.items():
+        m = mkbmap("--reader", "numpy", "--mountpoint", str(root), "-o", str(tmp_path / "k.bmap"), name, name)
+        dali = run_reader(fn.readers.numpy, file_root=str(root), files=[name, name])
+        check_numpy(root, m, dali)
+        assert np.array_equal(dali[0][1], a) and dali[0][1].dtype == a.dtype and dali[0][1].shape == a.shape
+
+
+def test_numpy_mixed_refused(tmp_path: Path) -> None:
+    """mkbmap refuses a dataset of two dtypes, or two ranks, naming two
+    files; DALI fails on a batch that holds both."""
+    root = tmp_path / "mixed"
+    root.mkdir()
+    np.save(root / "a.npy", np.zeros((2, 3), np.float32))
+    for other, a in (("b.npy", np.zeros((2, 3), np.float64)), ("c.npy", np.zeros(6, np.float32))):
+        np.save(root / other, a)
+        r = subprocess.run([str(BIN / "mkbmap"), "--reader", "numpy", "--mountpoint", str(root), "-o", str(tmp_path / "m.bmap")],
+                           capture_output=True, text=True)
+        assert r.returncode == 1 and "a.npy is float32 of shape (2, 3), 2-d" in r.stderr and other in r.stderr, r.stderr
+
+        @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+        def pipe():
+            return fn.readers.numpy(file_root=str(root))
+
+        p = pipe()
+        p.build()
+        with pytest.raises(RuntimeError, match="Inconsistent data"):
+            p.run()
+        (root / other).unlink()
 
 
 def test_numpy_file_list(tmp_path: Path) -> None:

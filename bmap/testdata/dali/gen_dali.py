@@ -2,7 +2,12 @@
 """Writes dali.json: what real DALI makes of file lists and .npy trees, for
 package bmap's tests (ParseFileList, ParseNumpyFileList, DiscoverNumpy).
 
-Each case gives a tree of files (a name ending in "/" is a directory,
+"numpy_files" are .npy files of every kind (np.save's, and headers
+written by hand), each case read by fn.readers.numpy as one batch: the
+dtype, shape and bytes DALI returns for each, or its error ("mixed" when
+the batch mixes dtypes or numbers of dimensions).
+
+Each other case gives a tree of files (a name ending in "/" is a directory,
 "a -> b" a symlink), and either a file list's text (fn.readers.file or
 fn.readers.numpy with file_list=) or a file_filter (fn.readers.numpy
 discovering under file_root); DALI's answer is the samples it returns in
@@ -18,8 +23,11 @@ Run with DALI installed (CPU is enough), from this directory:
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
+import struct
 import sys
 import tempfile
 
@@ -66,6 +74,88 @@ NUMPY_TREES = {
 }
 
 
+def save(a: np.ndarray, version: tuple[int, int] | None = None) -> bytes:
+    f = io.BytesIO()
+    if version is None:
+        np.save(f, a, allow_pickle=True)
+    else:
+        np.lib.format.write_array(f, a, version=version)
+    return f.getvalue()
+
+
+def by_hand(header: str, data: bytes, align: int = 64) -> bytes:
+    """A version 1.0 file with this header dict, padded with spaces (and a
+    newline) so the data starts at a multiple of align (0: no padding)."""
+    if align:
+        header += " " * (-(10 + len(header) + 1) % align)
+    header += "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+I4 = np.arange(6, dtype="<i4").tobytes()
+D = "{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }"
+NUMPY_FILES: dict[str, dict[str, bytes]] = {
+    **{f"dtype {t}": {"a.npy": save((np.arange(6) % 2 == 1 if t == "b1" else np.arange(6)).astype(t).reshape(2, 3))}
+       for t in ("u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8", "f2", "f4", "f8", "b1")},
+    "0-d arrays": {"a.npy": save(np.array(5, dtype="<i8")), "b.npy": save(np.array(-7, dtype="<i8"))},
+    "empty arrays": {"a.npy": save(np.zeros((0, 5), "<u2")), "b.npy": save(np.ones((2, 5), "<u2"))},
+    "4-d": {"a.npy": save(np.arange(24, dtype="<f4").reshape(1, 2, 3, 4))},
+    "ragged, one rank": {"a.npy": save(np.arange(3, dtype="<i4")), "b.npy": save(np.arange(5, dtype="<i4"))},
+    "mixed dtypes": {"a.npy": save(np.arange(3, dtype="<i4")), "b.npy": save(np.arange(3, dtype="<f4"))},
+    "mixed ranks": {"a.npy": save(np.arange(3, dtype="<i4")), "b.npy": save(np.arange(6, dtype="<i4").reshape(2, 3))},
+    "0-d and 1-d": {"a.npy": save(np.array(3, dtype="<i4")), "b.npy": save(np.arange(1, dtype="<i4"))},
+    "fortran order": {"a.npy": save(np.asfortranarray(np.arange(6, dtype="<i4").reshape(2, 3)))},
+    "fortran order, one row": {"a.npy": save(np.asfortranarray(np.arange(4, dtype="<i4").reshape(1, 4)))},
+    "fortran_order True, 1-d": {"a.npy": by_hand("{'descr': '<i4', 'fortran_order': True, 'shape': (6,), }", I4)},
+    "big-endian": {"a.npy": save(np.arange(3, dtype=">i4"))},
+    "big-endian one byte": {"a.npy": by_hand("{'descr': '>u1', 'fortran_order': False, 'shape': (3,), }", b"abc")},
+    "version 2.0": {"a.npy": save(np.arange(3, dtype="<i4"), (2, 0))},
+    "version 3.0": {"a.npy": save(np.arange(3, dtype="<i4"), (3, 0))},
+    "complex64": {"a.npy": save(np.arange(3, dtype="<c8"))},
+    "object": {"a.npy": save(np.array([1, "x"], dtype=object))},
+    "structured": {"a.npy": save(np.zeros(2, dtype=[("a", "<i4"), ("b", "<f4")]))},
+    "unicode": {"a.npy": save(np.array(["ab", "c"]))},
+    "header aligned to 16": {"a.npy": by_hand(D, I4, 16)},
+    "header aligned to 4096": {"a.npy": by_hand(D, I4, 4096)},
+    "header not aligned to 16": {"a.npy": by_hand(D, I4, 0)},
+    "keys in another order": {"a.npy": by_hand("{'shape': (6,), 'fortran_order': False, 'descr': '<i4', }", I4)},
+    "double quotes": {"a.npy": by_hand('{"descr": "<i4", "fortran_order": False, "shape": (6,), }', I4)},
+    "no trailing comma": {"a.npy": by_hand("{'descr':'<i4','fortran_order':False,'shape':(6,)}", I4)},
+    "descr =i4": {"a.npy": by_hand("{'descr': '=i4', 'fortran_order': False, 'shape': (6,), }", I4)},
+    "descr |i4": {"a.npy": by_hand("{'descr': '|i4', 'fortran_order': False, 'shape': (6,), }", I4)},
+    "bytes after the data": {"a.npy": save(np.arange(6, dtype="<i4")) + b"tail"},
+    "data truncated": {"a.npy": save(np.arange(6, dtype="<i4"))[:-4]},
+}
+
+
+def read_files(files: dict[str, bytes]) -> dict:
+    """fn.readers.numpy over files, all in one batch."""
+    with tempfile.TemporaryDirectory() as root:
+        for name, b in files.items():
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b)
+
+        @pipeline_def(batch_size=len(files), num_threads=1, device_id=None)
+        def pipe():
+            return fn.readers.numpy(file_root=root, name="r")
+
+        try:
+            p = pipe()
+            p.build()
+            (out,) = p.run()
+        except RuntimeError as e:
+            msg = str(e)
+            lines = [ln for ln in msg.splitlines() if "Assert on" in ln or "Unknown" in ln or "Error" in ln]
+            kind = "mixed" if "Inconsistent data" in msg else "read"
+            return {"error": (lines[-1] if lines else msg.splitlines()[0]).strip()[:300].replace(root, "ROOT"), "error_kind": kind}
+        got = []
+        for i in range(len(out)):
+            a = np.array(out[i])
+            got.append({"path": out[i].source_info(), "dtype": a.dtype.str, "shape": list(a.shape),
+                        "data": base64.b64encode(a.tobytes()).decode()})
+        return {"samples": got}
+
+
 def make_tree(root: str, tree: list[str]) -> None:
     for i, p in enumerate(tree):
         full = os.path.join(root, p)
@@ -106,7 +196,7 @@ def run(reader, **kw):
 
 
 def main() -> None:
-    out = {"dali": dali_version, "file_lists": [], "numpy_lists": [], "numpy_trees": []}
+    out = {"dali": dali_version, "file_lists": [], "numpy_lists": [], "numpy_trees": [], "numpy_files": []}
     for kind, cases, reader in (("file_lists", FILE_LISTS, fn.readers.file),
                                 ("numpy_lists", NUMPY_LISTS, fn.readers.numpy)):
         for name, (tree, text) in cases.items():
@@ -123,6 +213,9 @@ def main() -> None:
                 make_tree(root, tree)
                 res = run(fn.readers.numpy, file_root=root, file_filter=flt)
             out["numpy_trees"].append({"name": name, "tree": tree, "filter": flt, **res})
+    for name, files in NUMPY_FILES.items():
+        out["numpy_files"].append({"name": name, "files": {k: base64.b64encode(v).decode() for k, v in files.items()},
+                                   **read_files(files)})
     json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
 
