@@ -351,13 +351,14 @@ def _npy_sets() -> dict[str, dict[str, np.ndarray]]:
         # One shape, 420 bytes (no multiple of 4 KiB; each file's data at
         # byte 128): dense batches.
         "dense": {f"{i:02d}.npy": rng.standard_normal((3, 5, 7)).astype(np.float32) for i in range(10)},
-        # Six shapes, a 0-d array and an empty one: ragged batches of 3
-        # (a batch of one sample would be dense).
-        "ragged": {"a.npy": rng.integers(-99, 99, (3,), dtype=np.int16),
-                   "b.npy": np.array(-5, dtype=np.int16),
+        # Six 2-d shapes (one rank, as fn.readers.numpy needs), an empty
+        # one among them: ragged batches of 3 (a batch of one sample would
+        # be dense).
+        "ragged": {"a.npy": rng.integers(-99, 99, (1, 3), dtype=np.int16),
+                   "b.npy": np.array([[-5]], dtype=np.int16),
                    "c.npy": np.zeros((0, 2), dtype=np.int16),
                    "d.npy": rng.integers(-99, 99, (2, 2), dtype=np.int16),
-                   "e.npy": rng.integers(-99, 99, (3000,), dtype=np.int16),  # more than a block
+                   "e.npy": rng.integers(-99, 99, (1, 3000), dtype=np.int16),  # more than a block
                    "g/h.npy": rng.integers(-99, 99, (2, 1), dtype=np.int16)},
     }
 
