@@ -1,35 +1,59 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Summarizes bench/tensors.sh: reads its JSON lines (one per case and
-round: the case's result plus case, round, device, size, dev_bytes,
-tensor_bytes, shape, batch, files; or a skipped case with its reason) and
-prints, per device and tensor size, each case's median tensors/s and GB/s,
-the spread of its rounds ((max - min) / median), its process CPU seconds per
-GB, the bytes the device read per data byte (dev/data: 1.00 means every
-tensor came from the device, once), and its ratios to fn.readers.numpy
-(CPU), the np.load loop and fio's best (the best median of the fio
-settings); then the goals.
+"""The tensor benchmarks' records and summary (bench/tensors.sh, and the
+tensor run of bench/gpu.sh).
 
-Usage: python bench/tensor_compare.py < results.jsonl"""
+    tag --case C --round R --device D --size S --dev-bytes N --tensor-bytes T --shape A,B --batch B --files F
+        reads one result (the last line of stdin: a JSON object in
+        `loaderd bench --json`'s shape) and prints it with those fields
+    skip --case C --device D --size S --why REASON
+        prints a skipped case's record
+    summary [--gpu] < records
+        per device and tensor size: each case's median tensors/s and GB/s,
+        the spread of its rounds ((max - min) / median), its process CPU
+        seconds per GB, the bytes the device read per data byte (dev/data:
+        1.00 means every tensor came from the device, once; - where not
+        known), and its ratios to the references: fn.readers.numpy (CPU),
+        the np.load loop and fio's best (the best median of the fio
+        settings), then the goals; with --gpu (into GPU memory): to
+        fn.readers.numpy(device="gpu") and torch.from_numpy(np.load(f)).cuda()."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
+from typing import Any
 
-GOALS = [  # (case, reference, what, at least)
-    ("loaderd gds", "dali readers.numpy", "loaderd gds vs fn.readers.numpy (CPU)", 1.5),
-    ("loaderd gds", "fio best", "loaderd gds vs fio best", 0.9),
+GOALS = [  # (case, reference column, what, at least)
+    ("loaderd gds", "vs dali", "loaderd gds vs fn.readers.numpy (CPU)", 1.5),
+    ("loaderd gds", "vs fio best", "loaderd gds vs fio best", 0.9),
 ]
 GOAL_AT = ("ram", "16m")  # the issue's goals are for the RAM device, 16 MiB tensors
+DALI_GPU = "dali readers.numpy gpu"
+TORCH_GPU = "torch np.load .cuda()"
 
 
 def sizename(size: str) -> str:
     return {"256k": "256 KiB", "16m": "16 MiB"}.get(size, size)
 
 
-def main() -> None:
-    rows: dict[tuple[str, str], dict[str, list[dict]]] = {}
+def tag(a: argparse.Namespace) -> None:
+    lines = sys.stdin.read().strip().splitlines()
+    if not lines:
+        sys.exit(f"tensor_compare tag: {a.case}: no result on stdin")
+    r = json.loads(lines[-1])
+    r.update(case=a.case, round=a.round, device=a.device, size=a.size, dev_bytes=a.dev_bytes,
+             tensor_bytes=a.tensor_bytes, shape=a.shape, batch=a.batch, files=a.files)
+    print(json.dumps(r))
+
+
+def skip(a: argparse.Namespace) -> None:
+    print(json.dumps({"case": a.case, "device": a.device, "size": a.size, "skipped": a.why}))
+
+
+def summary(a: argparse.Namespace) -> None:
+    rows: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
     skipped: dict[tuple[str, str], dict[str, str]] = {}
     for line in sys.stdin:
         if not line.strip():
@@ -47,44 +71,69 @@ def main() -> None:
         med = {c: statistics.median(r["samples_per_s"] for r in rs) for c, rs in cases.items()}
         fio = {c: v for c, v in med.items() if c.startswith("fio ")}
         best = max(fio, key=lambda c: fio[c], default=None)
-        refs = {"dali readers.numpy": med.get("dali readers.numpy"), "np.load loop": med.get("np.load loop"),
-                "fio best": med.get(best) if best else None}
+        if a.gpu:
+            refs = {"vs dali gpu": med.get(DALI_GPU), "vs torch": med.get(TORCH_GPU)}
+        else:
+            refs = {"vs dali": med.get("dali readers.numpy"), "vs np.load": med.get("np.load loop"),
+                    "vs fio best": med.get(best) if best else None}
         some = next(iter(cases.values()), [{}])[0]
         n = max((len(rs) for rs in cases.values()), default=0)
+        where = "into GPU memory" if a.gpu else "into host memory"
         print(f"\n{dev} device, {sizename(size)} tensors (float32 {some.get('shape', '?').replace(',', 'x')}, "
-              f"{some.get('files', '?')} files, {some.get('files', 0) * some.get('tensor_bytes', 0) / 2**30:.1f} GiB), "
-              f"batch {some.get('batch', '?')}, shuffled, cold, medians of {n} rounds")
-        print(f"{'case':<30} {'tensors/s':>10} {'GB/s':>7} {'spread':>7} {'cpu s/GB':>9} {'dev/data':>9} "
-              f"{'vs dali':>8} {'vs np.load':>10} {'vs fio best':>11}")
+              f"{some.get('files', '?')} files, {some.get('files', 0) * some.get('tensor_bytes', 0) / 2**30:.1f} GiB) "
+              f"{where}, batch {some.get('batch', '?')}, shuffled, cold, medians of {n} rounds")
+        print(f"{'case':<30} {'tensors/s':>10} {'GB/s':>7} {'spread':>7} {'cpu s/GB':>9} {'dev/data':>9}"
+              + "".join(f" {k:>11}" for k in refs))
         for c, rs in cases.items():
             v = med[c]
             gbs = statistics.median(r["bytes_per_s"] for r in rs) / 1e9
             vals = [r["samples_per_s"] for r in rs]
             spread = (max(vals) - min(vals)) / v if v else 0
             data = rs[0]["files"] * rs[0]["tensor_bytes"]
-            cpu = (statistics.median(r["cpu_seconds"] / (data / 1e9) for r in rs)
-                   if all("cpu_seconds" in r for r in rs) else None)
-            devr = statistics.median(r["dev_bytes"] / data for r in rs)
+            cpu = (f"{statistics.median(r['cpu_seconds'] / (data / 1e9) for r in rs):.3f}"
+                   if all("cpu_seconds" in r for r in rs) else "-")
+            devr = f"{statistics.median(r['dev_bytes'] / data for r in rs):.2f}" \
+                if all(r.get("dev_bytes", -1) >= 0 for r in rs) else "-"
             name = c + (" (best)" if c == best else "")
-            cells = [f"{v / ref:>7.2f}x" if ref else f"{'-':>8}" for ref in refs.values()]
-            print(f"{name:<30} {v:>10.1f} {gbs:>7.2f} {spread:>6.0%} {cpu if cpu is None else f'{cpu:.3f}':>9} "
-                  f"{devr:>9.2f} {cells[0]:>8} {cells[1]:>10} {cells[2]:>11}")
+            cells = "".join(f" {f'{v / ref:.2f}x' if ref else '-':>11}" for ref in refs.values())
+            print(f"{name:<30} {v:>10.1f} {gbs:>7.2f} {spread:>7.0%} {cpu:>9} {devr:>9}{cells}")
         by_why: dict[str, list[str]] = {}
         for c, why in skipped.get(key, {}).items():
             by_why.setdefault(why, []).append(c)
         for why, cs in by_why.items():
             print(f"skipped: {', '.join(cs)}: {why}")
+        if a.gpu:
+            continue
         note = "" if key == GOAL_AT else " (set for the RAM device, 16 MiB tensors; shown for comparison)"
         print(f"{dev} device, {sizename(size)} tensors: goals{note}")
-        for case, ref, what, want in GOALS:
-            a, b = med.get(case), refs.get(ref)
-            got = f"{a / b:.2f}x" if a and b else "not measured"
-            verdict = ("met" if a / b >= want else "MISSED") if a and b else ""
-            print(f"  {what + f' (>= {want})':<52} {got:>12}  {verdict}")
+        for case, col, what, want in GOALS:
+            got, ref = med.get(case), refs.get(col)
+            cell = f"{got / ref:.2f}x" if got and ref else "not measured"
+            verdict = ("met" if got / ref >= want else "MISSED") if got and ref else ""
+            print(f"  {what + f' (>= {want})':<52} {cell:>12}  {verdict}")
     print("\nspread: (max - min) / median of the rounds. dev/data: bytes read from the loop device per tensor data")
     print("byte (its sysfs stat around each case). cpu s/GB: the reading process's user+sys (the RAM device's copy")
-    print("runs in kernel workers, not counted). fio best: the device's limit for these bytes: every tensor's data")
-    print("extents (4 KiB-rounded), shuffled, the best median of the fio settings shown.")
+    print("runs in kernel workers, not counted).")
+    if not a.gpu:
+        print("fio best: the device's limit for these bytes: every tensor's data extents (4 KiB-rounded), shuffled,")
+        print("the best median of the fio settings shown.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tag")
+    for f in ("case", "device", "size", "shape"):
+        t.add_argument("--" + f, required=True)
+    for f in ("round", "dev-bytes", "tensor-bytes", "batch", "files"):
+        t.add_argument("--" + f, type=int, required=True)
+    s = sub.add_parser("skip")
+    for f in ("case", "device", "size", "why"):
+        s.add_argument("--" + f, required=True)
+    m = sub.add_parser("summary")
+    m.add_argument("--gpu", action="store_true", help="GPU memory: references are DALI's GPU reader and torch")
+    a = ap.parse_args()
+    {"tag": tag, "skip": skip, "summary": summary}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -60,19 +60,8 @@ $dali || echo "tensors: DALI is not importable from $PY: its cases are skipped" 
 echo "bash bench/tensors.sh $ROUNDS   (DEVICES=\"$DEVICES\" SIZES=\"$SIZES\" TOTAL_MB=$TOTAL_MB;" \
   "$(nproc) CPUs, loaderd $("$LOADERD" --version 2>/dev/null | head -1 || echo '?'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 
-# record CASE ROUND DEVICE SIZE DEVBYTES < one JSON result: the result with
-# those fields added, appended to $results.
-record() {
-  "$PY" -c '
-import json, sys
-r = json.loads(sys.stdin.read().strip().splitlines()[-1])
-r.update(case=sys.argv[1], round=int(sys.argv[2]), device=sys.argv[3], size=sys.argv[4], dev_bytes=int(sys.argv[5]),
-         tensor_bytes=int(sys.argv[6]), shape=sys.argv[7], batch=int(sys.argv[8]), files=int(sys.argv[9]))
-print(json.dumps(r))' "$@" >>"$results"
-}
 skip() { # CASE DEVICE SIZE REASON
-  "$PY" -c 'import json, sys; print(json.dumps({"case": sys.argv[1], "device": sys.argv[2], "size": sys.argv[3], "skipped": sys.argv[4]}))' \
-    "$@" >>"$results"
+  "$PY" bench/tensor_compare.py skip --case "$1" --device "$2" --size "$3" --why "$4" >>"$results"
 }
 
 for device in $DEVICES; do
@@ -92,6 +81,7 @@ for device in $DEVICES; do
     sync
     bin/mkbmap --reader numpy --mountpoint "$root" -o "$w/t.bmap" 2>&1 | sed 's/^/  /' >&2
     bin/mkbmap inspect --format json -o "$w/t.json" "$w/t.bmap" >/dev/null
+    rm -f "$w"/fio-*.iolog
     for f in $fios; do
       req=${f%%:*}
       [[ -e $w/fio-$req.iolog ]] || "$PY" bench/iolog_shuffled.py --map-json "$w/t.json" --out "$w/fio-$req.iolog" --seed 1 \
@@ -133,11 +123,13 @@ for device in $DEVICES; do
           echo "tensors: $device $size: $name failed: ${cmd//@R/$r}" >&2; tail -5 "$w/case.err" >&2; exit 1
         fi
         b1=$(dev_read_bytes)
-        printf '%s\n' "$out" | record "$name" "$r" "$device" "$size" $((b1 - b0)) "$tbytes" "$shape" "$batch" "$n"
+        printf '%s\n' "$out" | "$PY" bench/tensor_compare.py tag --case "$name" --round "$r" --device "$device" \
+          --size "$size" --dev-bytes $((b1 - b0)) --tensor-bytes "$tbytes" --shape "$shape" --batch "$batch" \
+          --files "$n" >>"$results"
       done
       echo "tensors: $device, $size: round $r of $ROUNDS done" >&2
     done
     bench_cleanup
   done
 done
-"$PY" bench/tensor_compare.py <"$results"
+"$PY" bench/tensor_compare.py summary <"$results"
