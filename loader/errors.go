@@ -4,7 +4,6 @@ package loader
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -52,10 +51,3 @@ var ErrUnknownGPU = batchmem.ErrUnknownGPU
 // ErrUnsupported is returned (wrapped) for a memory kind this build
 // cannot make on this machine (batchmem.ErrUnsupported).
 var ErrUnsupported = batchmem.ErrUnsupported
-
-// ErrTensorMap is returned (wrapped) by New for a tensor dataset's map
-// (mkbmap --reader numpy): such maps are made and checked, but not yet
-// served — a sample's bytes are its array's data after the .npy header,
-// which only the raw backends' planner reads from the right offset, and
-// its batches need each sample's dtype and shape. It wraps ErrOptions.
-var ErrTensorMap = fmt.Errorf("%w: a tensor dataset (mkbmap --reader numpy) is mapped but not served by this version", ErrOptions)

@@ -93,7 +93,7 @@ func (m *gpuMemory) Publish(ctx context.Context, i int, p batchmem.Placement) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if i < 0 || i >= m.desc.Slots || (p.Dense() && !m.desc.Packs(p.Rows, p.Row)) || p.Used > m.desc.SlotSize {
+	if i < 0 || i >= m.desc.Slots || (p.Dense() && !m.desc.Packs(p.Rows, p.Row, p.Lead)) || p.Used > m.desc.SlotSize {
 		return fmt.Errorf("slot %d: placement %+v does not fit", i, p)
 	}
 	if p.Dense() {
@@ -106,7 +106,7 @@ func (m *gpuMemory) Publish(ctx context.Context, i int, p batchmem.Placement) er
 		copy(dev[:p.Used], m.staging[off:off+p.Used])
 	case m.staging != nil:
 		h := m.staging[off : off+m.desc.SlotSize]
-		row := func(j int) []byte { return h[p.HostOffset(j) : p.HostOffset(j)+p.Row] }
+		row := func(j int) []byte { return h[p.HostOffset(j)+p.Lead : p.HostOffset(j)+p.Lead+p.Row] }
 		for _, z := range p.Zero {
 			clear(row(z))
 		}
@@ -224,7 +224,7 @@ func (b *devBackend) ReadBatch(ctx context.Context, reqs []backend.Request) erro
 		if off < 0 || off+n > int64(len(b.mem.dev)) {
 			return fmt.Errorf("a write of %d bytes at %#x: outside the device memory", n, r.Dev)
 		}
-		copy(b.mem.dev[off:off+n], data)
+		copy(b.mem.dev[off:off+n], data[min(r.Sample.Offset, int64(len(data))):])
 		b.mu.Lock()
 		b.sizes[n]++
 		b.mu.Unlock()

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package loader reads shuffled, sharded, labeled batches of a block-mapped
-// dataset with DALI fn.readers.file semantics into batch memory (package
+// dataset with DALI fn.readers.file semantics (fn.readers.numpy's for a
+// tensor map: each sample its array's data) into batch memory (package
 // loader/batchmem: a fixed set of slots, page-locked host or GPU memory),
 // through a backend chosen by name from Backends (the contract is package
 // loader/backend).
@@ -21,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,12 +109,18 @@ type Batch struct {
 // Len returns the number of samples in the batch.
 func (b *Batch) Len() int { return len(b.Indices) }
 
-// Dense reports the size of every sample of a dense batch: one in GPU
-// memory whose samples all have the same size S > 0 (and fit the slot at
-// their staging pitch: batchmem.Desc.Packs) lies back to back on the
-// device, sample i at Offsets[0] + i·S, one (Len, S) array. 0 for a ragged
-// batch, whose samples each start backend.Align-aligned. A failed
-// sample's row in a dense batch reads zeros (its Lengths entry is 0).
+// Dense reports the size S of every sample of a dense batch, 0 for a
+// ragged one. A batch is dense when its samples all have the same size
+// S > 0 and, of a tensor map, the same dtype, shape and phase (their data's
+// offset in their files modulo backend.Align), and the memory places it
+// so (batchmem.Desc.Packs): in GPU memory, and for a tensor map in host
+// memory too. Its samples lie back to back, sample i at Offsets[0] + i·S:
+// one C-contiguous (Len, S) array, for a tensor map one (Len, *shape)
+// array of its dtype. A padding sample's row holds a copy of its bytes; a
+// failed sample's row reads zeros (its Lengths entry is 0). In a ragged
+// batch each distinct sample has a room of its own starting
+// backend.Align-aligned, its bytes at the room's start plus its phase,
+// and a padding sample shares its first copy's offset.
 func (b *Batch) Dense() int64 { return b.place.Row }
 
 // Sample returns a view of sample i's bytes in host batch memory
@@ -145,9 +153,6 @@ func (b *Batch) Release() {
 // slower than bounce), bounce with the default backend. GPUPath says
 // which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	if m.Reader == bmap.ReaderNumpy {
-		return nil, fmt.Errorf("loader: %w", ErrTensorMap)
-	}
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
@@ -280,7 +285,9 @@ func checkState(st *State, smp Sampling) error {
 }
 
 // SlotBytes returns the slot size that holds any batch of m: the sum of
-// the batchSize largest samples, each rounded up to backend.Align. Padding
+// the batchSize largest rooms, a sample's room being its phase (a
+// tensor's data offset modulo backend.Align) plus its size rounded up to
+// backend.Align (room). Padding
 // repeats a sample without reading it again, so a ragged batch never holds
 // more; a dense batch (Batch.Dense) gives each repeat a row of its own and
 // is placed dense only where its rows fit (batchmem.Desc.Packs), which a
@@ -290,7 +297,7 @@ func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	// (it runs at every session open, over datasets of millions).
 	top := make(minHeap, 0, min(batchSize, len(m.Samples)))
 	for i := range m.Samples {
-		n := backend.AlignUp(m.Samples[i].Size)
+		_, n := room(&m.Samples[i])
 		switch {
 		case len(top) < cap(top):
 			heap.Push(&top, n)
@@ -304,6 +311,18 @@ func SlotBytes(m *bmap.Map, batchSize int) int64 {
 		sum += n
 	}
 	return max(sum, backend.Align)
+}
+
+// room returns where sample s's bytes start in its room in a ragged
+// batch (its phase: the data's offset in its file modulo backend.Align, so
+// that whole blocks of the file land in place) and the room's size,
+// AlignUp(phase+Size). An empty sample has an empty room.
+func room(s *bmap.Sample) (at, size int64) {
+	if s.Size == 0 {
+		return 0, 0
+	}
+	at = s.Offset % backend.Align
+	return at, backend.AlignUp(at + s.Size)
 }
 
 // minHeap is a container/heap of sizes, smallest first.
@@ -426,19 +445,20 @@ func (l *Loader) failure() error {
 }
 
 // plan lays the batch's samples out in its slot (batchmem.Placement):
-// dense where the memory packs a batch of samples all of one size (each
-// sample read into its own row, a repeated padding sample copied from its
-// first row by Publish), else ragged, each distinct sample at a
-// backend.Align-aligned offset and a repeated (padding) sample sharing
-// its first copy.
+// dense where the memory packs a batch of samples all of one size (and,
+// of a tensor map, one dtype, shape and phase: denseRow), each sample
+// read into its own row, a repeated padding sample copied from its first
+// row by Publish; else ragged, each distinct sample in a room of its own
+// (room) at a backend.Align-aligned offset, its bytes at the room's phase,
+// and a repeated (padding) sample sharing its first copy.
 func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.Epoch, b.Iteration, b.err, b.Errors, b.Failed = epoch, iter, nil, b.Errors[:0], b.Failed[:0]
 	b.done = make(chan struct{})
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
-	if row := l.denseRow(idx); row > 0 {
-		l.planDense(b, idx, row)
+	if row, lead := l.denseRow(idx); row > 0 {
+		l.planDense(b, idx, row, lead)
 		return
 	}
 	base, slot := b.base, b.mem
@@ -451,14 +471,14 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 			b.Offsets = append(b.Offsets, b.Offsets[i-1])
 			continue
 		}
-		n := backend.AlignUp(s.Size)
-		b.Offsets = append(b.Offsets, base+off)
-		r := backend.Request{Index: int(si), Sample: s}
+		at, n := room(s)
+		b.Offsets = append(b.Offsets, base+off+at)
+		r := backend.Request{Index: int(si), Sample: s, At: at}
 		if slot != nil {
 			r.Buf = slot[off : off+n : off+n]
 		}
 		if b.dev != 0 {
-			r.Dev, r.DevRoom = b.dev+uintptr(off), n
+			r.Dev, r.DevRoom = b.dev+uintptr(off+at), n-at
 		}
 		b.reqs = append(b.reqs, r)
 		off += n
@@ -466,33 +486,55 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.place = batchmem.Ragged(off)
 }
 
-// denseRow returns the size every sample of idx has when the batch
-// memory places such a batch dense, else 0.
-func (l *Loader) denseRow(idx []int32) int64 {
-	if l.desc.Kind != batchmem.GPU || len(idx) == 0 {
-		return 0
+// denseRow returns the size every sample of idx has and their phase (the
+// data's offset in its file modulo backend.Align) when the batch is placed
+// dense: the samples all have one size > 0 and, of a tensor map, one
+// dtype, shape and phase; in GPU memory, or for a tensor map in host
+// memory; and the memory packs them (batchmem.Desc.Packs). Else 0, 0.
+func (l *Loader) denseRow(idx []int32) (row, lead int64) {
+	tensors := l.m.Reader == bmap.ReaderNumpy
+	if len(idx) == 0 || (l.desc.Kind != batchmem.GPU && !tensors) {
+		return 0, 0
 	}
-	row := l.m.Samples[idx[0]].Size
+	s0 := &l.m.Samples[idx[0]]
+	row, lead = s0.Size, s0.Offset%backend.Align
 	for _, si := range idx[1:] {
-		if l.m.Samples[si].Size != row {
-			return 0
+		s := &l.m.Samples[si]
+		if s.Size != row || (tensors && (s.Offset%backend.Align != lead || !sameTensor(s.Tensor, s0.Tensor))) {
+			return 0, 0
 		}
 	}
-	if !l.desc.Packs(len(idx), row) {
-		return 0
+	if !tensors {
+		lead = 0 // a whole file starts at its first byte
 	}
-	return row
+	if !l.desc.Packs(len(idx), row, lead) {
+		return 0, 0
+	}
+	return row, lead
 }
 
-// planDense lays out a dense batch of samples of row bytes each: sample i
-// at the place's DevOffset(i) on the device, where a backend writing
-// device memory reads exactly row bytes, and at its HostOffset(i) (an
-// aligned room) in the staging area a backend writing host memory reads
-// into. A repeated (padding) sample is read once: Publish copies its row.
-func (l *Loader) planDense(b *Batch, idx []int32, row int64) {
+// sameTensor reports whether a and b have the same dtype and shape.
+func sameTensor(a, b *bmap.Tensor) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.DType == b.DType && slices.Equal(a.Shape, b.Shape)
+}
+
+// planDense lays out a dense batch of samples of row bytes each, whose
+// data starts lead bytes into a block of its file: sample i at the
+// place's DevOffset(i) in the memory the client maps. In host memory a
+// backend reads it there, exactly row bytes (Request.At 0); on the GPU a
+// backend writing device memory reads exactly row bytes there, and one
+// writing host memory reads it into its room at HostOffset(i) of the
+// staging area (4 KiB-aligned, its data at the room's lead, in place for
+// O_DIRECT). A repeated (padding) sample is read once: Publish copies its
+// row.
+func (l *Loader) planDense(b *Batch, idx []int32, row, lead int64) {
 	b.repeats = b.repeats[:0]
-	p := batchmem.Placement{Rows: len(idx), Row: row}
-	room := backend.AlignUp(row)
+	p := batchmem.Placement{Rows: len(idx), Row: row, Lead: lead}
+	host := l.desc.Kind != batchmem.GPU
+	pitch := p.Pitch()
 	first := 0 // the row of the run of equal samples i is in
 	for i, si := range idx {
 		s := &l.m.Samples[si]
@@ -504,10 +546,17 @@ func (l *Loader) planDense(b *Batch, idx []int32, row int64) {
 			continue
 		}
 		first = i
-		r := backend.Request{Index: int(si), Sample: s, Dev: b.dev + uintptr(p.DevOffset(i)), DevRoom: row}
-		if b.mem != nil {
-			h := p.HostOffset(i)
-			r.Buf = b.mem[h : h+room : h+room]
+		r := backend.Request{Index: int(si), Sample: s}
+		switch {
+		case host:
+			d := p.DevOffset(i)
+			r.Buf = b.mem[d : d+row : d+row]
+		default:
+			r.Dev, r.DevRoom = b.dev+uintptr(p.DevOffset(i)), row
+			if b.mem != nil {
+				h := p.HostOffset(i)
+				r.Buf, r.At = b.mem[h:h+pitch:h+pitch], lead
+			}
 		}
 		b.reqs = append(b.reqs, r)
 	}
@@ -519,18 +568,25 @@ func (l *Loader) planDense(b *Batch, idx []int32, row int64) {
 // or the GPU memory's staging area that Publish copies) no client may
 // read: a failed sample's whole room (it may hold bytes read before the
 // failure was found, of blocks the file no longer owns) and every other
-// sample's slack after its last byte (reads may run into it, and earlier
-// batches' bytes would stay). The reads are over: ReadBatch has returned.
-// Its cost: docs/decisions.md#slack-is-zeroed-not-left. Device memory a
-// backend wrote itself has no host room: there Publish zeroes a dense
-// batch's failed rows (batchmem.Placement.Zero).
+// sample's slack before and after its bytes (reads may run into it: a
+// tensor's header, the file's last block; and earlier batches' bytes
+// would stay). The reads are over: ReadBatch has returned. Its cost:
+// docs/decisions.md#slack-is-zeroed-not-left. Device memory a backend
+// wrote itself has no host room: there Publish zeroes a dense batch's
+// failed rows (batchmem.Placement.Zero).
 func scrub(reqs []backend.Request) {
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Err != nil {
 			clear(r.Buf)
-		} else if int64(len(r.Buf)) > r.Sample.Size {
-			clear(r.Buf[r.Sample.Size:])
+			continue
+		}
+		if len(r.Buf) == 0 {
+			continue
+		}
+		clear(r.Buf[:r.At])
+		if end := r.At + r.Sample.Size; int64(len(r.Buf)) > end {
+			clear(r.Buf[end:])
 		}
 	}
 }

@@ -11,9 +11,6 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/bmap/npy"
 )
 
 func TestBounds(t *testing.T) {
@@ -160,22 +157,4 @@ func TestNextAtRefusesHugeEpochs(t *testing.T) {
 		t.Fatalf("NextAt(MaxEpoch, 0): %v %v", b, err)
 	}
 	b.Release()
-}
-
-// TestTensorMapNotServed: a tensor dataset's map (mkbmap --reader numpy)
-// is refused by New, naming it, for every backend: its samples are array
-// data after a header, which the file and cufile backends would read from
-// the file's first byte, and nothing carries their dtype and shape yet.
-func TestTensorMapNotServed(t *testing.T) {
-	m := &bmap.Map{Reader: bmap.ReaderNumpy, Samples: []bmap.Sample{{Path: "a.npy", Offset: 128, Size: 64,
-		Tensor: &bmap.Tensor{DType: npy.Float32, Shape: []int64{16}}}}}
-	for _, b := range []string{"file", "gds", "bam", "cufile"} {
-		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 1}, Backend: b})
-		if l != nil {
-			l.Close()
-		}
-		if !errors.Is(err, ErrTensorMap) || !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "--reader numpy") {
-			t.Errorf("backend %s: New = %v, want ErrTensorMap naming --reader numpy", b, err)
-		}
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"unsafe"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/cred"
@@ -31,38 +32,64 @@ func AlignUp(n int64) int64 { return (n + Align - 1) &^ (Align - 1) }
 type Request struct {
 	Index  int          // sample index in the map
 	Sample *bmap.Sample // the sample
-	// Buf is where the sample goes: Align-aligned, AlignUp(Sample.Size)
-	// bytes. The sample's bytes land in Buf[:Sample.Size]; the backend
-	// may also write the slack after them, but only with the file's own
-	// bytes (clients map batch memory while it is written). The loader
-	// zeroes the slack, and a failed sample's whole Buf, after ReadBatch.
+	// Buf is the sample's room in host memory: its bytes, the file's
+	// bytes [Sample.Offset, Sample.Offset+Sample.Size), land in
+	// Buf[At:At+Sample.Size]. Buf[:At] and Buf[At+Sample.Size:] are the
+	// request's own slack: no other request's bytes lie there, a backend
+	// may write it, but only with the sample's file's own bytes (clients
+	// map batch memory while it is written), and the loader zeroes it,
+	// and a failed sample's whole Buf, after ReadBatch.
+	//
+	// A ragged room starts Align-aligned, At is the data's phase in its
+	// file (Sample.Offset % Align: 0 for a whole file) and the room is
+	// AlignUp(At+Sample.Size) bytes, so that the file's blocks land in
+	// place with O_DIRECT. A dense row is exactly the sample's bytes
+	// (At 0, len Sample.Size) and its address need not be aligned: the
+	// bytes before and after it are other rows; a backend judges by the
+	// address (Addr) where an aligned read can land in place.
+	//
 	// Buf is nil when the destination is device memory a backend writes
 	// itself (Dev).
 	Buf []byte
-	// Dev is the device address of the sample's destination when batch
+	At  int64 // where in Buf the sample's first byte goes
+	// Dev is the device address of the sample's first byte when batch
 	// memory is on a GPU; 0 for host memory. Only a backend whose Spec
 	// says DeviceWrites writes it; the others write Buf, a host staging
 	// area the memory copies over.
 	Dev uintptr
-	// DevRoom is how many bytes at Dev the backend may write (DevBytes):
-	// AlignUp(Sample.Size) where each sample has an aligned room; exactly
-	// Sample.Size in a dense batch, whose samples lie back to back on the
-	// device (the next sample's bytes start right after). Dev is then not
-	// Align-aligned.
+	// DevRoom is how many bytes from Dev the backend may write (DevBytes):
+	// the rest of the sample's room, at least Sample.Size, where each
+	// sample has a room of its own; exactly Sample.Size in a dense batch,
+	// whose samples lie back to back on the device (the next sample's
+	// bytes start right after).
 	DevRoom int64
 	Err     error // set by the backend when this sample failed (a *SampleError)
 }
 
+// Addr returns the address of Buf[0], 0 for a nil Buf: with the file
+// offset Sample.Offset-At it says whether an aligned (O_DIRECT) read may
+// land in Buf.
+func (r *Request) Addr() uintptr {
+	if cap(r.Buf) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(r.Buf)))
+}
+
+// Data returns the sample's bytes in Buf: Buf[At:At+Sample.Size].
+func (r *Request) Data() []byte { return r.Buf[r.At : r.At+r.Sample.Size] }
+
 // DevBytes returns how many bytes a backend writing device memory reads
-// to Dev: the sample's aligned length (what O_DIRECT reads, and a file
-// that grew shows up as a longer read), cut to DevRoom where the room is
-// smaller (a dense batch: then a longer file reads exactly DevRoom bytes
-// and the backend must compare the file's size itself). A DevRoom of 0
-// is taken as the aligned length.
+// from the file's byte Sample.Offset to Dev: the sample's aligned length
+// where its data starts a block of its file and of the device and the
+// room holds it (whole blocks, as direct reads want; a file that grew
+// shows up as a longer read), else exactly Sample.Size (a tensor's data
+// after its header, or a dense row: then the backend compares the file's
+// size itself). A DevRoom of 0 is taken as the aligned length.
 func (r *Request) DevBytes() int64 {
 	n := AlignUp(r.Sample.Size)
-	if r.DevRoom > 0 && r.DevRoom < n {
-		return r.DevRoom
+	if r.Sample.Offset%Align != 0 || r.Dev%Align != 0 || (r.DevRoom > 0 && r.DevRoom < n) {
+		return r.Sample.Size
 	}
 	return n
 }

@@ -30,15 +30,21 @@
 //
 // # Placement
 //
-// A batch is ragged or dense (Placement). Ragged: each sample starts
-// backend.Align-aligned in the slot, where its writer put it, and the
-// client finds it there. Dense, only in GPU memory (Desc.Packs) and only
-// when every sample of the batch has the same size S: sample i is at byte
-// i·S of the slot on the device, so the batch is one (batch, S) array
-// there. A backend that writes device memory writes sample i there,
-// exactly S bytes; one that writes host memory writes it at i·AlignUp(S)
-// of the staging area (4 KiB-aligned rooms, as O_DIRECT needs), and
-// Publish packs the rows while copying, in one 2D copy.
+// A batch is ragged or dense (Placement). Ragged: each sample has a room
+// starting backend.Align-aligned in the slot, where its writer put it,
+// and the client finds it there. Dense (Desc.Packs), when every sample of
+// the batch has the same size S (the loader decides when: in GPU memory,
+// and in host memory for tensors): sample i is at byte Lead + i·S of the
+// slot, so the batch is one (batch, S) array there; Lead (< 4 KiB) is the
+// rows' phase, their data's offset in their files modulo 4 KiB, so that
+// blocks of the files land in place. In host memory writers write each
+// row there, exactly S bytes, and Publish copies repeated rows and zeroes
+// failed ones. In GPU memory a backend that writes device memory writes
+// sample i there, exactly S bytes; one that writes host memory writes it
+// at Lead + i·Pitch of the staging area (4 KiB-aligned rooms of
+// AlignUp(Lead+S) bytes, the data at the same phase as in its file, as
+// O_DIRECT needs), and Publish packs the rows while copying, in one 2D
+// copy.
 //
 // Memory methods other than Publish may be called from any goroutine;
 // Publish of different slots may run at once. Close must not be called
@@ -184,10 +190,14 @@ type Placement struct {
 	Used int64
 	// Rows is a dense batch's number of samples (0: ragged) and Row each
 	// one's size in bytes (> 0). Sample i is at DevOffset(i) in the
-	// memory the client maps, and, for a writer of host memory, at
-	// HostOffset(i) of the slot's Region.Host.
+	// memory the client maps, and, for a writer of GPU memory's host
+	// staging area, in its room at HostOffset(i) of the slot's
+	// Region.Host, Lead bytes in.
 	Rows int
 	Row  int64
+	// Lead is a dense batch's phase, in [0, backend.Align): where row 0
+	// starts in the slot, and each row's data in its staging room.
+	Lead int64
 	// Zero lists the dense rows whose writer left them unfilled (failed
 	// samples): Publish makes them read zeros, never another sample's or
 	// an older batch's bytes. Repeats lists the dense rows that hold the
@@ -208,20 +218,38 @@ func Ragged(used int64) Placement { return Placement{Used: used} }
 func (p Placement) Dense() bool { return p.Rows > 0 }
 
 // DevOffset returns dense row i's offset in its slot in the memory the
-// client maps: i·Row, the rows back to back.
-func (p Placement) DevOffset(i int) int64 { return int64(i) * p.Row }
+// client maps: Lead + i·Row, the rows back to back.
+func (p Placement) DevOffset(i int) int64 { return p.Lead + int64(i)*p.Row }
 
-// HostOffset returns dense row i's offset in its slot's host staging
-// area: i·AlignUp(Row), every row backend.Align-aligned.
-func (p Placement) HostOffset(i int) int64 { return int64(i) * backend.AlignUp(p.Row) }
+// Pitch returns the size of a dense row's room in GPU memory's host
+// staging area: AlignUp(Lead+Row).
+func (p Placement) Pitch() int64 { return backend.AlignUp(p.Lead + p.Row) }
 
-// Packs reports whether a batch of rows samples of row bytes each is
-// placed dense in this memory: GPU memory only, row > 0 and at most
-// MaxRow rounded up, and the rows fit a slot at their staging pitch
-// (padding may repeat a large sample more often than the slot's size,
-// the sum of the largest samples, allows: such a batch stays ragged).
-func (d Desc) Packs(rows int, row int64) bool {
-	return d.Kind == GPU && rows > 0 && row > 0 && backend.AlignUp(row) <= MaxRow && int64(rows)*backend.AlignUp(row) <= d.SlotSize
+// HostOffset returns where dense row i's room starts in its slot's host
+// staging area (GPU memory): i·Pitch, every room backend.Align-aligned;
+// the row's bytes are Lead bytes in.
+func (p Placement) HostOffset(i int) int64 { return int64(i) * p.Pitch() }
+
+// Packs reports whether a batch of rows samples of row bytes each, lead
+// bytes into a block of their files, is placed dense in this memory: row
+// > 0, lead in [0, backend.Align), and the rows fit a slot: in host memory
+// lead + rows·row bytes, in GPU memory rows·AlignUp(lead+row) (their
+// staging rooms), each room at most MaxRow (padding may repeat a large
+// sample more often than the slot's size, the sum of the largest rooms,
+// allows: such a batch stays ragged). Whether a batch of such samples
+// is dense at all is the loader's choice (loader.Batch.Dense).
+func (d Desc) Packs(rows int, row, lead int64) bool {
+	if rows <= 0 || row <= 0 || lead < 0 || lead >= backend.Align {
+		return false
+	}
+	switch d.Kind {
+	case GPU:
+		pitch := backend.AlignUp(lead + row)
+		return pitch <= MaxRow && pitch <= d.SlotSize/int64(rows)
+	case Pinned:
+		return row <= (d.SlotSize-lead)/int64(rows)
+	}
+	return false
 }
 
 // check returns why p cannot be published in slot i of memory d, nil
@@ -236,8 +264,8 @@ func (p Placement) check(d Desc, i int) error {
 		}
 		return nil
 	}
-	if !d.Packs(p.Rows, p.Row) {
-		return fmt.Errorf("batchmem: publish slot %d: %d dense rows of %d bytes do not fit %s memory's slots of %d bytes", i, p.Rows, p.Row, d.Kind, d.SlotSize)
+	if !d.Packs(p.Rows, p.Row, p.Lead) {
+		return fmt.Errorf("batchmem: publish slot %d: %d dense rows of %d bytes at lead %d do not fit %s memory's slots of %d bytes", i, p.Rows, p.Row, p.Lead, d.Kind, d.SlotSize)
 	}
 	for _, z := range p.Zero {
 		if z < 0 || z >= p.Rows {
@@ -250,4 +278,15 @@ func (p Placement) check(d Desc, i int) error {
 		}
 	}
 	return nil
+}
+
+// fill applies a dense placement's Zero and Repeats to the rows row(j)
+// returns, in host memory.
+func (p Placement) fill(row func(j int) []byte) {
+	for _, z := range p.Zero {
+		clear(row(z))
+	}
+	for _, r := range p.Repeats {
+		copy(row(r.Row), row(r.Of))
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-
-	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // gpuDevice is the small CUDA surface GPU memory uses: cudaDevice
@@ -134,8 +132,8 @@ func (m *gpu) Slot(i int) Region {
 //     to the slot as they lie (one cudaMemcpyAsync);
 //   - dense, with staging: the Zero rows cleared and the Repeats filled in
 //     the staging area, then every row packed from its 4 KiB-aligned room
-//     to i·Row on the device in one cudaMemcpy2DAsync (source pitch
-//     AlignUp(Row), destination pitch Row);
+//     (its bytes Lead in) to Lead + i·Row on the device in one
+//     cudaMemcpy2DAsync (source pitch Pitch, destination pitch Row);
 //   - dense, the backend having written the device: the Zero rows cleared
 //     (cudaMemsetAsync), then the Repeats copied on the device;
 //   - ragged with no staging: nothing to do.
@@ -172,16 +170,11 @@ func (m *gpu) ops(i int, p Placement) []devOp {
 		}
 		return []devOp{{kind: fromHost, dst: r.Dev, src: r.Host[:p.Used], width: p.Used, height: 1}}
 	case m.staging != nil:
-		pitch := backend.AlignUp(p.Row)
-		row := func(j int) []byte { return r.Host[int64(j)*pitch : int64(j)*pitch+p.Row] }
-		for _, z := range p.Zero {
-			clear(row(z))
-		}
-		for _, rp := range p.Repeats {
-			copy(row(rp.Row), row(rp.Of))
-		}
+		pitch := p.Pitch()
+		row := func(j int) []byte { h := p.HostOffset(j) + p.Lead; return r.Host[h : h+p.Row] }
+		p.fill(row)
 		n := int64(p.Rows-1)*pitch + p.Row
-		return []devOp{{kind: fromHost, dst: r.Dev, src: r.Host[:n], width: p.Row, height: p.Rows, dpitch: p.Row, spitch: pitch}}
+		return []devOp{{kind: fromHost, dst: r.Dev + uintptr(p.DevOffset(0)), src: r.Host[p.Lead : p.Lead+n], width: p.Row, height: p.Rows, dpitch: p.Row, spitch: pitch}}
 	}
 	ops := make([]devOp, 0, len(p.Zero)+len(p.Repeats))
 	for _, z := range p.Zero {

@@ -266,9 +266,15 @@ var placements = []struct {
 		[]devOp{{kind: fromHost, width: 8192, height: 6, dpitch: 8192, spitch: 8192}}},
 	{"dense bounce, a failed row and padding", true, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
 		[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
+	{"dense bounce at a lead, a failed row and padding", true, Placement{Rows: 5, Row: 5000, Lead: 128, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
+		[]devOp{{kind: fromHost, width: 5000, height: 5, dpitch: 5000, spitch: 8192}}},
+	{"dense bounce, whole blocks at a lead", true, Placement{Rows: 4, Row: 8192, Lead: 4000},
+		[]devOp{{kind: fromHost, width: 8192, height: 4, dpitch: 8192, spitch: 12288}}},
 	{"ragged device writes", false, Ragged(12288), nil},
 	{"dense device writes", false, Placement{Rows: 5, Row: 5000}, nil},
 	{"dense device writes, a failed row and padding", false, Placement{Rows: 5, Row: 5000, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
+		[]devOp{{kind: zero, width: 5000}, {kind: onDevice, width: 5000}, {kind: onDevice, width: 5000}}},
+	{"dense device writes at a lead, a failed row and padding", false, Placement{Rows: 5, Row: 5000, Lead: 300, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}},
 		[]devOp{{kind: zero, width: 5000}, {kind: onDevice, width: 5000}, {kind: onDevice, width: 5000}}},
 }
 
@@ -325,6 +331,7 @@ func testPlacements(t *testing.T, open gpuUnderTest) {
 					copy(onDev, want)
 				}
 			} else {
+				want = bytes.Repeat([]byte{0xA5}, int(tt.p.Lead)) // before row 0: nobody's
 				for row := range tt.p.Rows {
 					b := make([]byte, tt.p.Row)
 					for j := range b {
@@ -335,7 +342,7 @@ func testPlacements(t *testing.T, open gpuUnderTest) {
 						for j := range h {
 							h[j] = 0xEE
 						}
-						copy(h, b)
+						copy(h[tt.p.Lead:], b)
 					} else if row < 3 {
 						copy(onDev[tt.p.DevOffset(row):], b)
 					}
@@ -346,7 +353,7 @@ func testPlacements(t *testing.T, open gpuUnderTest) {
 					case slices.Contains(tt.p.Zero, row):
 						b = make([]byte, tt.p.Row)
 					case slices.ContainsFunc(tt.p.Repeats, func(rp Repeat) bool { return rp.Row == row }):
-						b = want[2*tt.p.Row : 3*tt.p.Row]
+						b = want[tt.p.DevOffset(2):tt.p.DevOffset(3)]
 					case !tt.staging && row >= 3:
 						b = bytes.Repeat([]byte{0xA5}, int(tt.p.Row))
 					default:
@@ -389,7 +396,7 @@ func testPlacements(t *testing.T, open gpuUnderTest) {
 }
 
 // TestPlacementRefused: Publish refuses a placement that does not fit the
-// memory, naming the slot, and runs nothing; host memory is never dense.
+// memory, naming the slot, and runs nothing.
 func TestPlacementRefused(t *testing.T) {
 	dev := newFake(t)
 	m, err := newGPU(dev, 2, 3*8192, Options{})
@@ -416,7 +423,10 @@ func TestPlacementRefused(t *testing.T) {
 		{"a repeat of a row past the end", m, 0, Placement{Rows: 3, Row: 5000, Repeats: []Repeat{{1, 3}}}},
 		{"no such slot", m, 2, Placement{Rows: 1, Row: 5000}},
 		{"ragged past the slot", m, 1, Ragged(3*8192 + 1)},
-		{"dense in host memory", h, 0, Placement{Rows: 1, Row: 5000}},
+		{"dense rows over a host slot", h, 0, Placement{Rows: 5, Row: 5000}},
+		{"dense rows over a host slot at their lead", h, 0, Placement{Rows: 3, Row: 8192, Lead: 1}},
+		{"a lead of a whole block", m, 0, Placement{Rows: 1, Row: 5000, Lead: 4096}},
+		{"dense rows over a GPU slot at their lead", m, 0, Placement{Rows: 3, Row: 8192, Lead: 1}},
 		{"ragged past a host slot", h, 0, Ragged(3*8192 + 1)},
 	} {
 		if err := tt.mem.Publish(context.Background(), tt.slot, tt.p); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("slot %d", tt.slot)) {
@@ -427,17 +437,22 @@ func TestPlacementRefused(t *testing.T) {
 		t.Errorf("refused placements ran %+v", dev.ops)
 	}
 	for _, tt := range []struct {
-		kind Kind
-		rows int
-		row  int64
-		want bool
-	}{{GPU, 3, 8192, true}, {GPU, 3, 5000, true}, {GPU, 7, 4096, false}, {GPU, 6, 1, true}, {GPU, 7, 1, false}, {GPU, 1, 0, false}, {GPU, 0, 1, false}, {Pinned, 1, 1, false}} {
+		kind      Kind
+		rows      int
+		row, lead int64
+		want      bool
+	}{
+		{GPU, 3, 8192, 0, true}, {GPU, 3, 5000, 0, true}, {GPU, 7, 4096, 0, false}, {GPU, 6, 1, 0, true}, {GPU, 7, 1, 0, false}, {GPU, 1, 0, 0, false}, {GPU, 0, 1, 0, false},
+		{GPU, 6, 4096 - 128, 128, true}, {GPU, 6, 4096 - 127, 128, false}, {GPU, 1, 1, -1, false}, {GPU, 1, 1, 4096, false},
+		{Pinned, 1, 1, 0, true}, {Pinned, 3, 8192, 0, true}, {Pinned, 3, 8192, 1, false}, {Pinned, 3, 8191, 3, true}, {Pinned, 4, 6144, 0, true},
+		{Pinned, 4, 6144, 4095, false}, {Pinned, 2, 0, 0, false}, {Kind("other"), 1, 1, 0, false},
+	} {
 		d := Desc{Kind: tt.kind, SlotSize: 3 * 8192}
 		if tt.kind == GPU {
 			d.SlotSize = 6 * 4096
 		}
-		if got := d.Packs(tt.rows, tt.row); got != tt.want {
-			t.Errorf("%s slots of %d: Packs(%d, %d) = %v", tt.kind, d.SlotSize, tt.rows, tt.row, got)
+		if got := d.Packs(tt.rows, tt.row, tt.lead); got != tt.want {
+			t.Errorf("%s slots of %d: Packs(%d, %d, %d) = %v", tt.kind, d.SlotSize, tt.rows, tt.row, tt.lead, got)
 		}
 	}
 }

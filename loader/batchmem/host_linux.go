@@ -185,9 +185,21 @@ func (h *host) Slot(i int) Region {
 	return Region{Host: h.mem[off : off+h.desc.SlotSize : off+h.desc.SlotSize]}
 }
 
-// Publish checks p and does nothing more: the memory is what the client
-// maps, every batch in it ragged (Desc.Packs is false for host memory).
-func (h *host) Publish(_ context.Context, i int, p Placement) error { return p.check(h.desc, i) }
+// Publish checks p; the memory is what the client maps, so a ragged batch
+// is already where it lies. Of a dense batch it zeroes the bytes before
+// row 0 (Lead: no writer's) and the Zero rows, then copies the Repeats.
+func (h *host) Publish(_ context.Context, i int, p Placement) error {
+	if err := p.check(h.desc, i); err != nil {
+		return err
+	}
+	if !p.Dense() {
+		return nil
+	}
+	slot := h.Slot(i).Host
+	clear(slot[:p.Lead])
+	p.fill(func(j int) []byte { return slot[p.DevOffset(j) : p.DevOffset(j)+p.Row] })
+	return nil
+}
 
 // Export opens the memfd anew, read-only: the client can map the memory
 // but neither write nor resize it, nor reopen it writable (openMemfd).

@@ -4,6 +4,7 @@ package batchmem
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"strconv"
@@ -223,3 +224,57 @@ func testExport(t *testing.T, m Memory, reserved bool) {
 	}
 }
 func unsafeAddr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// TestHostPublishDense: in host memory a dense batch's rows lie where
+// their writers put them (Lead + i·Row); Publish zeroes the bytes before
+// row 0 and the failed rows, copies the padding rows from the row they
+// repeat, and writes nothing past the last row nor in another slot. A
+// ragged batch is left as it lies.
+func TestHostPublishDense(t *testing.T) {
+	m, err := Open(Pinned, 2, 6*8192, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	slot0, slot1 := m.Slot(0).Host, m.Slot(1).Host
+	for i := range slot0 {
+		slot0[i], slot1[i] = 0xA5, 0xA5 // an older batch's bytes
+	}
+	p := Placement{Rows: 5, Row: 5000, Lead: 200, Zero: []int{1}, Repeats: []Repeat{{3, 2}, {4, 2}}}
+	rowOf := func(r int) []byte {
+		b := make([]byte, p.Row)
+		for j := range b {
+			b[j] = byte(r+1) ^ byte(j)
+		}
+		return b
+	}
+	for r := range 3 { // rows 3 and 4 repeat row 2; row 1 failed half way
+		copy(slot1[p.DevOffset(r):], rowOf(r))
+	}
+	if err := m.Publish(context.Background(), 1, p); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, p.Lead)
+	for r, src := range []int{0, -1, 2, 2, 2} {
+		if src < 0 {
+			want = append(want, make([]byte, p.Row)...)
+		} else {
+			want = append(want, rowOf(src)...)
+		}
+		if got := slot1[p.DevOffset(r) : p.DevOffset(r)+p.Row]; !bytes.Equal(got, want[p.DevOffset(r):]) {
+			t.Errorf("row %d differs%s", r, firstDiff(got, want[p.DevOffset(r):]))
+		}
+	}
+	if !bytes.Equal(slot1[:len(want)], want) {
+		t.Errorf("the slot differs from the batch%s", firstDiff(slot1[:len(want)], want))
+	}
+	if i := indexNot(slot1[len(want):], 0xA5); i >= 0 {
+		t.Errorf("byte %d past the rows was written", len(want)+i)
+	}
+	if i := indexNot(slot0, 0xA5); i >= 0 {
+		t.Errorf("slot 0 was written at %d", i)
+	}
+	if err := m.Publish(context.Background(), 0, Ragged(8192)); err != nil || indexNot(slot0, 0xA5) >= 0 {
+		t.Errorf("a ragged publish: %v, or it wrote the slot", err)
+	}
+}

@@ -16,6 +16,8 @@ type Counts struct {
 	StaleSamples  int64 // found changed since mapping
 	Errors        int64 // samples that failed
 	Requests      int64 // device read requests issued
+	RawBytes      int64 // bytes read from the device
+	BouncedBytes  int64 // of them, read into bounce memory and copied (not in place)
 	PeakInFlight  int64 // most requests in flight at once
 	CacheHits     int64 // bam: blocks served from the cache
 	CacheMisses   int64
@@ -29,6 +31,7 @@ func (c Counts) Counters() []backend.Counter {
 	return []backend.Counter{
 		{Name: "samples", Value: c.Samples}, {Name: "raw_samples", Value: c.RawSamples}, {Name: "fs_only_samples", Value: c.FSOnlySamples},
 		{Name: "stale_samples", Value: c.StaleSamples}, {Name: "errors", Value: c.Errors}, {Name: "requests", Value: c.Requests},
+		{Name: "raw_bytes", Value: c.RawBytes}, {Name: "bounced_bytes", Value: c.BouncedBytes},
 		{Name: "peak_in_flight", Value: c.PeakInFlight}, {Name: "cache_hits", Value: c.CacheHits}, {Name: "cache_misses", Value: c.CacheMisses},
 		{Name: "cufile_p2p_reads", Value: c.CuFileP2PReads}, {Name: "cufile_posix_reads", Value: c.CuFilePOSIXReads},
 	}

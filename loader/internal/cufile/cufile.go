@@ -72,9 +72,11 @@ func Spec() backend.Spec {
 // reader is the cuFile surface the backend uses: real cuFile on the GPU's
 // threads (openCuFile), a pread double in tests.
 type reader interface {
-	// Read reads up to size bytes from offset 0 of the open file fd into
-	// device memory at dst, on worker's thread, and returns the bytes read.
-	Read(worker, fd int, dst uintptr, size int64) (int64, error)
+	// Read reads up to size bytes from offset off of the open file fd
+	// into device memory at dst, on worker's thread, and returns the bytes
+	// read. Any offset, size and address: cuFile reads what is not
+	// aligned through its own bounce buffers.
+	Read(worker, fd int, dst uintptr, size, off int64) (int64, error)
 	// Stats returns what cuFile says ran for the GPU: its mode, why, and
 	// the read counts. It may be called at any time, after Close too.
 	Stats() modeStats
@@ -156,7 +158,7 @@ func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
 		if err != nil {
 			continue
 		}
-		_, err = b.r.Read(0, fd, mem.Base, backend.AlignUp(s.Size))
+		_, err = b.r.Read(0, fd, mem.Base, backend.AlignUp(s.Size), s.Offset)
 		unix.Close(fd)
 		if err == nil {
 			return
@@ -186,13 +188,15 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
 	defer unix.Close(fd)
-	// The whole aligned length (what O_DIRECT reads; a file that grew
-	// shows up as a longer read), or exactly the sample's size where its
-	// room is its packed row in a dense batch (cuFile handles the
-	// unaligned size and address); a file that grew is then found by its
-	// size.
+	// The sample's bytes from the file's byte s.Offset (a tensor's data,
+	// past its header) to req.Dev: the whole aligned length where they
+	// start a block of the file and of the device and the room holds it
+	// (what O_DIRECT reads; a file that grew shows up as a longer read),
+	// else exactly s.Size bytes (cuFile handles the unaligned offset, size
+	// and address; the next row of a dense batch starts right after); then
+	// a file that grew is found by its size.
 	size := req.DevBytes()
-	n, err := b.r.Read(worker, fd, req.Dev, size)
+	n, err := b.r.Read(worker, fd, req.Dev, size, s.Offset)
 	if ft, ok := faults.Inject(faults.FileRead, s.Path); ok {
 		var in int
 		in, err = ft.Apply(int(n), err, 1)
@@ -201,17 +205,18 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	if err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
-	if n != s.Size {
-		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d bytes, map says %d", backend.ErrShortRead, n, s.Size)}
+	if n == s.Size && size > s.Size {
+		return nil // the file ended where the map says
 	}
-	if size < backend.AlignUp(s.Size) {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
-		}
-		if st.Size != s.Size {
-			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, s.Size)}
-		}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
+	}
+	if want := s.FileSize(); st.Size != want {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, want)}
+	}
+	if n != s.Size {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d of the %d data bytes at offset %d, the map says %d", backend.ErrShortRead, n, s.Size, s.Offset, s.Size)}
 	}
 	return nil
 }

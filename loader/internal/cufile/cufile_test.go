@@ -33,10 +33,10 @@ type preadReader struct {
 
 func (p *preadReader) base() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(p.mem))) }
 
-func (p *preadReader) Read(_ int, fd int, dst uintptr, size int64) (int64, error) {
+func (p *preadReader) Read(_ int, fd int, dst uintptr, size, at int64) (int64, error) {
 	off := int64(dst - p.base())
 	p.reads.Add(1)
-	n, err := samplefile.PreadUpTo(fd, p.mem[off:off+size], 0)
+	n, err := samplefile.PreadUpTo(fd, p.mem[off:off+size], at)
 	return int64(n), err
 }
 

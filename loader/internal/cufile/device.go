@@ -100,9 +100,9 @@ func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger) (*cuFileRe
 	return c, nil
 }
 
-// Read registers fd, reads into dst (at its offset in the batch memory)
-// and deregisters, on worker's thread.
-func (c *cuFileReader) Read(worker, fd int, dst uintptr, size int64) (int64, error) {
+// Read registers fd, reads size bytes from its offset off into dst (at
+// its offset in the batch memory) and deregisters, on worker's thread.
+func (c *cuFileReader) Read(worker, fd int, dst uintptr, size, off int64) (int64, error) {
 	if dst < c.mem.Base || int64(dst-c.mem.Base)+size > c.mem.Size {
 		return 0, fmt.Errorf("cufile: destination %#x+%d outside the batch memory [%#x, +%d)", dst, size, c.mem.Base, c.mem.Size)
 	}
@@ -118,7 +118,7 @@ func (c *cuFileReader) Read(worker, fd int, dst uintptr, size int64) (int64, err
 			return err
 		}
 		defer c.lib.DeregisterFile(h)
-		n, err = c.lib.Read(h, c.mem.Base, size, 0, int64(dst-c.mem.Base))
+		n, err = c.lib.Read(h, c.mem.Base, size, off, int64(dst-c.mem.Base))
 		return err
 	})
 	return n, err

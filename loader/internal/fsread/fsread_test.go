@@ -122,3 +122,89 @@ func TestBackendReadsAsTheCaller(t *testing.T) {
 		}
 	}
 }
+
+// TestReadTensorData: a tensor sample is its file's bytes [Offset,
+// Offset+Size), read to Buf[At:]. With O_DIRECT and a room at the data's
+// phase the whole blocks are read in place (the header's bytes land in
+// the slack before At); a dense row at an unaligned address is read with
+// a plain pread of exactly its bytes, nothing written around it. A file
+// that grew or shrank fails with ErrShortRead naming it and its sizes.
+func TestReadTensorData(t *testing.T) {
+	const off, size = 300, 5000
+	file := make([]byte, off+size)
+	for i := range file {
+		file[i] = byte(i*7 + i>>8)
+	}
+	mem, err := unix.Mmap(-1, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	for _, tc := range []struct {
+		name          string
+		direct        bool
+		bufAt, room   int64 // Buf is mem[bufAt:bufAt+room]
+		at            int64
+		headerInSlack bool // the read brought the header's bytes into Buf[:At]
+	}{
+		{"direct, a room at the data's phase", true, 0, 8192, off, true},
+		{"buffered, a room at the data's phase", false, 0, 8192, off, false},
+		{"direct, a dense row at an unaligned address", true, 4096 + 7, size, 0, false},
+		{"direct, a room at another phase", true, 0, 8192, 0, false},
+		{"direct, a room too small for whole blocks", true, 0, off + size, off, false},
+	} {
+		for _, change := range []string{"", "grown", "shrunk"} {
+			t.Run(tc.name+"/"+change, func(t *testing.T) {
+				root := t.TempDir()
+				p := filepath.Join(root, "t.npy")
+				if err := os.WriteFile(p, file, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				var st unix.Stat_t
+				unix.Stat(p, &st)
+				m := &bmap.Map{Version: bmap.Version, Root: root, Reader: bmap.ReaderNumpy,
+					Samples: []bmap.Sample{{Path: "t.npy", Offset: off, Size: size, Inode: st.Ino, Reason: bmap.UnknownPlace}}}
+				switch change {
+				case "grown":
+					os.WriteFile(p, append(file, "more"...), 0o644)
+				case "shrunk":
+					os.Truncate(p, off+size-1)
+				}
+				for i := range mem {
+					mem[i] = 0xEE
+				}
+				r, err := samplefile.NewReader(m, tc.direct)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := backend.Request{Sample: &m.Samples[0], Buf: mem[tc.bufAt : tc.bufAt+tc.room : tc.bufAt+tc.room], At: tc.at}
+				err = r.Read(&req, nil)
+				if change != "" {
+					var se *backend.SampleError
+					if !errors.Is(err, backend.ErrShortRead) || !errors.As(err, &se) || se.Path != "t.npy" || !strings.Contains(err.Error(), "the map says 5300") {
+						t.Fatalf("Read of a %s file: %v, want ErrShortRead naming t.npy and the mapped size", change, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := req.Data(); string(got) != string(file[off:]) {
+					t.Fatalf("the data read differs from the file's bytes [%d, %d)", off, off+size)
+				}
+				slack := req.Buf[:tc.at]
+				if tc.headerInSlack != (tc.at > 0 && string(slack) == string(file[off-tc.at:off])) {
+					t.Errorf("the slack before the data holds the header: %v, want %v", !tc.headerInSlack, tc.headerInSlack)
+				}
+				for i := range mem[:tc.bufAt] {
+					if mem[i] != 0xEE {
+						t.Fatalf("byte %d before the request's room written", i)
+					}
+				}
+				if end := tc.bufAt + tc.room; mem[end] != 0xEE {
+					t.Fatalf("the byte after the request's room written")
+				}
+			})
+		}
+	}
+}

@@ -52,23 +52,39 @@ type segPlan struct {
 	request int    // index of the request in the batch
 }
 
-// plan appends request ri's device reads to sc. Aligned pieces are read
-// straight into the sample's batch memory; pieces whose device offset and
-// memory offset disagree modulo 4 KiB, or that would spill over a
-// neighbour, go through bounce memory. A read running past the sample's
-// last byte (into its slack, memory the client maps) may bring in only
-// the file's own last filesystem block: one that would go further is cut
-// at the end of the logical block holding that byte (gds), or bounced
-// (bam, whose blocks are whole). Holes and unwritten extents become zero
-// ranges; cached blocks are copied at once.
+// ownStart returns the start of the filesystem block holding device byte
+// a: the bytes from there to a are the file's own (extents are whole
+// filesystem blocks).
+func (p *planner) ownStart(a uint64) uint64 {
+	if p.fsBlock == 0 {
+		return a &^ (p.sectorSize() - 1)
+	}
+	return a &^ (p.fsBlock - 1)
+}
+
+// plan appends request ri's device reads to sc: the sample's bytes go to
+// r.Buf[r.At:]. Aligned pieces are read straight into the sample's batch
+// memory; pieces whose device offset and memory address disagree modulo
+// 4 KiB, or that would spill over a neighbour (another piece, or outside
+// Buf: a dense row's neighbours are other rows), go through bounce
+// memory. A read may run into the request's own slack, memory the client
+// maps, only with the file's own bytes: before the sample's first byte
+// (a tensor's header, into Buf[:At]) only from the filesystem block
+// holding it, and past its last byte only the rest of the file's last
+// filesystem block: a read that would go further is cut at the end of
+// the logical block holding that byte (gds), or bounced (bam, whose
+// blocks are whole). Holes and unwritten extents become zero ranges;
+// cached blocks are copied at once.
 func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 	s := r.Sample
 	sc.segs = s.Segments(sc.segs[:0])
 	size := uint64(s.Size)
 	step := p.reqSize
+	at := uint64(r.At)
+	addr := r.Addr()
 	for _, g := range sc.segs {
 		if g.Zero {
-			sc.zeros = append(sc.zeros, r.Buf[g.FileOff:g.FileOff+g.Len])
+			sc.zeros = append(sc.zeros, r.Buf[at+g.FileOff:at+g.FileOff+g.Len])
 			continue
 		}
 		segEnd := g.DevOff + g.Len
@@ -84,35 +100,30 @@ func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 			if p.fixed {
 				end = cur + step
 			}
-			// The part of [cur,end) that belongs to this segment.
-			a, z := max(cur, g.DevOff), min(end, segEnd)
-			fileA := g.FileOff + (a - g.DevOff)
-			// The read runs on past the sample's last byte: only the rest
-			// of the file's own block may follow it.
-			tail := z < end && z == segEnd && fileA+(z-a) == size
-			if tail && !p.fixed && end > p.ownEnd(z) {
-				if cut := alignUpTo(z, p.sectorSize()); cut <= p.ownEnd(z) {
-					end = cut
+			o := p.judge(r, g, cur, end, at, addr, size)
+			if !o.direct && !p.fixed && o.congruent && o.end-cur > backend.Align {
+				// Only the blocks that cannot land in place are bounced: a
+				// partial first block (the bytes before it another row's,
+				// or another file's) alone, or the read cut before its
+				// partial last block.
+				if !o.head {
+					o = p.judge(r, g, cur, cur+backend.Align, at, addr, size)
+				} else if cut := o.z &^ (backend.Align - 1); cut > cur && cut < o.end {
+					o = p.judge(r, g, cur, cut, at, addr, size)
 				}
 			}
-			dst := r.Buf[fileA : fileA+(z-a)]
+			end = o.end
+			a, z, fileA := o.a, o.z, o.fileA
+			dst := r.Buf[at+fileA : at+fileA+(z-a)]
 			block := cur / step
 			if p.cache != nil && p.cache.get(block, dst, int(a-cur)) {
 				cur = end
 				continue
 			}
-			// Direct when the aligned range maps onto this sample's own
-			// memory without touching bytes another piece writes: memory
-			// offset congruent, and the range is whole, or runs only into
-			// the slack after the sample and only over the file's own block.
-			memStart := int64(fileA) - int64(a-cur)
-			memEnd := memStart + int64(end-cur)
-			direct := memStart >= 0 && uint64(memStart)%backend.Align == 0 && a == cur &&
-				(z == end || (tail && end <= p.ownEnd(z))) && memEnd <= int64(len(r.Buf))
 			op := sc.newOp(int64(cur), s.Path)
 			pl := segPlan{op: op, dst: dst, request: ri, block: block}
-			if direct {
-				op.buf = r.Buf[memStart:memEnd:memEnd]
+			if o.direct {
+				op.buf = r.Buf[o.memStart:o.memEnd:o.memEnd]
 			} else {
 				buf, err := sc.alloc(int(end - cur))
 				if err != nil {
@@ -127,6 +138,48 @@ func (p *planner) plan(ri int, r *backend.Request, sc *scratch) error {
 		}
 	}
 	return nil
+}
+
+// opJudged is how a device read [cur, end) of a segment reaches the
+// sample: the part of it that is the segment's, [a, z), at file offset
+// fileA of the sample's bytes; and whether it can land in place.
+type opJudged struct {
+	end              uint64 // the read's end, perhaps cut (the tail's)
+	a, z, fileA      uint64
+	memStart, memEnd int64 // the read in r.Buf, were it direct
+	head             bool  // what it reads before a may land in r.Buf: nothing, or the file's own bytes into the slack before the sample
+	congruent        bool  // its memory address is congruent with its device offset modulo Align
+	direct           bool
+}
+
+// judge says how the device read [cur, end) of segment g of request r
+// (its bytes at r.Buf[at:], Buf at address addr, size bytes) reaches it.
+// Direct when the aligned range maps onto this sample's own room without
+// touching bytes another piece writes: its memory address congruent, and
+// the range is whole, or runs only into the slack before the sample's
+// first byte or after its last, and only over the file's own block. A
+// read running past the sample's last byte and past the file's own block
+// is cut at the end of the logical block holding that byte (gds).
+func (p *planner) judge(r *backend.Request, g bmap.Segment, cur, end, at uint64, addr uintptr, size uint64) opJudged {
+	segEnd := g.DevOff + g.Len
+	a, z := max(cur, g.DevOff), min(end, segEnd)
+	fileA := g.FileOff + (a - g.DevOff)
+	// The read runs on past the sample's last byte: only the rest of the
+	// file's own block may follow it.
+	tail := z < end && z == segEnd && fileA+(z-a) == size
+	if tail && !p.fixed && end > p.ownEnd(z) {
+		if cut := alignUpTo(z, p.sectorSize()); cut <= p.ownEnd(z) {
+			end = cut
+		}
+	}
+	o := opJudged{end: end, a: a, z: z, fileA: fileA}
+	o.memStart = int64(at+fileA) - int64(a-cur)
+	o.memEnd = o.memStart + int64(end-cur)
+	o.head = a == cur || (fileA == 0 && a-cur <= at && cur >= p.ownStart(a))
+	o.congruent = (int64(addr)+o.memStart)%backend.Align == 0
+	o.direct = o.memStart >= 0 && o.congruent && o.head &&
+		(z == end || (tail && end <= p.ownEnd(z))) && o.memEnd <= int64(len(r.Buf))
+	return o
 }
 
 func alignUpU(n uint64) uint64 { return (n + backend.Align - 1) &^ (backend.Align - 1) }

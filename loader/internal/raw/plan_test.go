@@ -9,6 +9,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/loader/backend"
@@ -138,6 +140,91 @@ func TestPlanTail(t *testing.T) {
 				if op.off%int64(tt.sector) != 0 || uint64(len(op.buf))%tt.sector != 0 {
 					t.Errorf("op at %d (+%d) is not whole logical blocks", op.off, len(op.buf))
 				}
+			}
+		})
+	}
+}
+
+// TestPlanTensor: a tensor's data starts past its .npy header. In a
+// ragged room that keeps the data's phase (Request.At) the header's block
+// is read in place, into the slack before the data; a dense row (At 0,
+// its neighbours' bytes around it) is judged by its address: congruent
+// with the device, only its partial first and last blocks are bounced,
+// every whole block between lands in place; at any other address all is
+// bounced.
+func TestPlanTensor(t *testing.T) {
+	mem, err := unix.Mmap(-1, 0, 8<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	gds := planner{reqSize: 1 << 20, devSize: 1 << 30, devPath: "/dev/x", sector: 512, fsBlock: 4096}
+	gds1k := planner{reqSize: 1 << 20, devSize: 1 << 30, devPath: "/dev/x", sector: 512, fsBlock: 1024}
+	bam := planner{reqSize: 4096, fixed: true, devSize: 1 << 30, devPath: "/dev/x", sector: 512, fsBlock: 4096}
+	tests := []struct {
+		name        string
+		p           planner
+		offset      int64 // the data's offset in its file
+		size        int64
+		physical    uint64 // of the file's one extent, from its first byte
+		bufAt, room int64  // Buf is mem[bufAt:bufAt+room]
+		at          int64
+		want        []string
+		bounced     int // bytes
+	}{
+		{"gds: a ragged room at the data's phase reads the header's block into its slack", gds, 128, 10000, 40960, 0, 12288, 128,
+			[]string{"dev 40960+12288 -> buf 0"}, 0},
+		{"bam: the same, block by block", bam, 128, 10000, 40960, 0, 12288, 128,
+			[]string{"dev 40960+4096 -> buf 0", "dev 45056+4096 -> buf 4096", "dev 49152+4096 -> buf 8192"}, 0},
+		{"gds, 1 KiB blocks: only the data's own block is surely the file's: the first block bounced", gds1k, 1500, 3000, 40960, 0, 8192, 1500,
+			[]string{"dev 40960+4096 -> bounce[1500:] -> buf 1500+2596", "dev 45056+512 -> buf 4096"}, 4096},
+		{"gds, 1 KiB blocks: the header's block on the 4 KiB grid is read in place", gds1k, 100, 5000, 40960, 0, 8192, 100,
+			[]string{"dev 40960+5120 -> buf 0"}, 0},
+		{"gds, 1 KiB blocks off the 4 KiB grid: bounced, cut", gds1k, 1500, 3000, 41984, 0, 8192, 1500,
+			[]string{"dev 40960+5632 -> bounce[2524:] -> buf 1500+3000"}, 5632},
+		{"gds: a dense row congruent with the device: first and last blocks bounced", gds, 128, 10000, 40960, 128, 10000, 0,
+			[]string{"dev 40960+4096 -> bounce[128:] -> buf 0+3968", "dev 45056+4096 -> buf 3968", "dev 49152+4096 -> bounce[0:] -> buf 8064+1936"}, 8192},
+		{"gds: a 3 MiB dense row: split at max_request, two blocks bounced", gds, 128, 3 << 20, 40960, 128, 3 << 20, 0,
+			[]string{"dev 40960+4096 -> bounce[128:] -> buf 0+3968", "dev 45056+1048576 -> buf 3968", "dev 1093632+1048576 -> buf 1052544",
+				"dev 2142208+1044480 -> buf 2101120", "dev 3186688+4096 -> bounce[0:] -> buf 3145600+128"}, 8192},
+		{"gds: a dense row at another phase is bounced whole", gds, 128, 10000, 40960, 100, 10000, 0,
+			[]string{"dev 40960+12288 -> bounce[128:] -> buf 0+10000"}, 12288},
+		{"bam: a dense row congruent with the device", bam, 128, 10000, 40960, 128, 10000, 0,
+			[]string{"dev 40960+4096 -> bounce[128:] -> buf 0+3968", "dev 45056+4096 -> buf 3968", "dev 49152+4096 -> bounce[0:] -> buf 8064+1936"}, 8192},
+		{"gds: a dense row at phase 0 ending on a block", gds, 4096, 8192, 40960, 0, 8192, 0,
+			[]string{"dev 45056+8192 -> buf 0"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fileLen := (uint64(tt.offset+tt.size) + tt.p.fsBlock - 1) &^ (tt.p.fsBlock - 1)
+			s := &bmap.Sample{Path: "x.npy", Offset: tt.offset, Size: tt.size, Extents: []ext{{Logical: 0, Physical: tt.physical, Length: fileLen}}}
+			r := &backend.Request{Sample: s, Buf: mem[tt.bufAt : tt.bufAt+tt.room : tt.bufAt+tt.room], At: tt.at}
+			sc := &scratch{}
+			defer sc.free()
+			if err := tt.p.plan(0, r, sc); err != nil {
+				t.Fatal(err)
+			}
+			if got := describe(r, sc); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			bounced, covered := 0, int64(0)
+			for _, p := range sc.plans {
+				if p.bounce {
+					bounced += len(p.op.buf)
+				}
+				covered += int64(len(p.dst))
+				if uintptr(unsafe.Pointer(&p.op.buf[0]))%backend.Align != 0 || p.op.off%backend.Align != 0 {
+					t.Errorf("op at %d: not aligned in memory or on the device", p.op.off)
+				}
+				if !p.bounce {
+					lo := uintptr(unsafe.Pointer(&p.op.buf[0])) - uintptr(unsafe.Pointer(&r.Buf[0]))
+					if int64(lo)+int64(len(p.op.buf)) > int64(len(r.Buf)) {
+						t.Errorf("op at %d reads past the request's room", p.op.off)
+					}
+				}
+			}
+			if bounced != tt.bounced || covered != tt.size {
+				t.Errorf("%d bytes bounced, want %d; %d of the %d data bytes covered", bounced, tt.bounced, covered, tt.size)
 			}
 		})
 	}

@@ -176,6 +176,7 @@ type Backend struct {
 	scratches []*scratch // free planning scratch, reused across batches
 
 	samples, raw, fsOnly, stale, errs, requests atomic.Int64
+	rawBytes, bounced                           atomic.Int64 // device bytes read; of them into bounce memory
 }
 
 // Open opens m's block device read-only with O_DIRECT and starts the
@@ -352,7 +353,7 @@ func (b *Backend) Name() string { return b.name }
 // Stats reports the engine, the device and the counters.
 func (b *Backend) Stats() backend.Stats {
 	c := counts.Counts{Samples: b.samples.Load(), RawSamples: b.raw.Load(), FSOnlySamples: b.fsOnly.Load(), StaleSamples: b.stale.Load(),
-		Errors: b.errs.Load(), Requests: b.requests.Load()}
+		Errors: b.errs.Load(), Requests: b.requests.Load(), RawBytes: b.rawBytes.Load(), BouncedBytes: b.bounced.Load()}
 	for _, e := range b.engines {
 		c.PeakInFlight += e.peakInflight()
 	}
@@ -402,6 +403,17 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 		op.grp = grp
 	}
 	b.requests.Add(int64(len(sc.ops)))
+	var read, bounced int64
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		n := int64(len(p.op.buf))
+		read += n
+		if p.bounce || sc.how[p.request] == rawGuarded {
+			bounced += n
+		}
+	}
+	b.rawBytes.Add(read)
+	b.bounced.Add(bounced)
 	b.dispatch(sc.ops)
 	// Filesystem-only samples are read while the device works.
 	for _, i := range fsIdx {
@@ -446,20 +458,23 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 // planGuarded plans raw sample i, whose bytes need a stat before they are
 // trusted (its class saw a change, it has other hard links, or freshness
 // read): it is stat'ed first (found changed: the stale policy, no raw
-// read), then read into bounce memory the size of its room, which
-// checkFresh copies into the slot only once the stat after the read
-// passes. Batch memory, which the client maps, never holds its raw bytes
-// before then.
+// read), then read into bounce memory the size of its room and at its
+// room's address modulo 4 KiB (so that the same blocks land in place),
+// whose data checkFresh copies into the slot only once the stat after the
+// read passes. Batch memory, which the client maps, never holds its raw
+// bytes before then.
 func (b *Backend) planGuarded(i int, r *backend.Request, sc *scratch) {
 	if err := b.guard.Check(r.Index); err != nil {
 		b.onStale(r, err)
 		return
 	}
-	room, err := sc.alloc(len(r.Buf))
+	ph := int(r.Addr() % backend.Align)
+	room, err := sc.alloc(ph + len(r.Buf))
 	if err != nil {
 		r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: err}
 		return
 	}
+	room = room[ph : ph+len(r.Buf) : ph+len(r.Buf)]
 	sc.how[i], sc.shadow[i] = rawGuarded, room
 	shadow := *r
 	shadow.Buf = room
@@ -502,7 +517,7 @@ func (b *Backend) checkFresh(ctx context.Context, reqs []backend.Request, sc *sc
 		if err != nil {
 			b.onStale(r, err)
 		} else if sc.how[i] == rawGuarded {
-			copy(r.Buf[:r.Sample.Size], sc.shadow[i])
+			copy(r.Data(), sc.shadow[i][r.At:])
 			sc.how[i] = rawTrusted
 		}
 	}

@@ -109,12 +109,11 @@ func (r *Reader) bind(fd int, s *bmap.Sample) error {
 	return nil
 }
 
-// Read reads req's sample into req.Buf[:Size], with O_DIRECT when the
-// Reader's direct is set (reading whole aligned blocks into req.Buf,
-// which has room for them). The file is opened with OpenSample through
-// open. It fails with a *backend.SampleError: wrapping ErrReplaced when
-// the path names another file, backend.ErrShortRead when the file's
-// length differs from the map's.
+// Read reads req's sample, the file's bytes [Offset, Offset+Size), into
+// req.Buf[At:At+Size] (ReadOpened). The file is opened with OpenSample
+// through open. It fails with a *backend.SampleError: wrapping
+// ErrReplaced when the path names another file, backend.ErrShortRead
+// when the file's length differs from the map's.
 func (r *Reader) Read(req *backend.Request, open Opener) error {
 	fd, err := r.OpenSample(req.Sample, r.Flags(), open)
 	if err != nil {
@@ -135,27 +134,67 @@ func (r *Reader) ReadFd(req *backend.Request, fd int) error {
 }
 
 // ReadOpened reads req's sample from fd, an open of the mapped file
-// already checked to be it, and closes fd.
+// (with the Reader's flags) already checked to be it, into
+// req.Buf[At:At+Size], and closes fd.
+//
+// With the Reader's direct, the read is O_DIRECT where it can be: Buf's
+// address and the file offset Offset-At are Align-aligned and Buf holds
+// AlignUp(At+Size) bytes; then whole blocks are read from Offset-At into
+// Buf (the bytes before the data, a tensor's header, into the slack
+// Buf[:At]). Elsewhere, a dense row at an unaligned address or a room
+// whose phase is not the file's, O_DIRECT is cleared on fd and the bytes
+// are read with a plain pread at Offset. Where the room has space after
+// the data, the read asks for it too (a file that grew shows up as a
+// longer read); else the file's size is compared with the map's
+// (Offset+Size).
 func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 	s := req.Sample
 	defer unix.Close(fd)
-	// Ask for the whole aligned length: O_DIRECT needs it, and a file that
-	// grew shows up as a longer read at no extra cost.
-	want := int(s.Size)
-	n, err := PreadUpTo(fd, req.Buf[:backend.AlignUp(s.Size)], 0)
+	at := req.At
+	fail := func(err error) error { return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err} }
+	if at < 0 || at+s.Size > int64(len(req.Buf)) {
+		return fail(fmt.Errorf("samplefile: a room of %d bytes cannot hold %d bytes at %d", len(req.Buf), s.Size, at))
+	}
+	var buf []byte // what the read asks for
+	var off int64  // from this file offset
+	var lead int64 // bytes of buf before the data
+	room := backend.AlignUp(at + s.Size)
+	if r.direct && req.Addr()%backend.Align == 0 && s.Offset >= at && (s.Offset-at)%backend.Align == 0 && int64(len(req.Buf)) >= room {
+		buf, off, lead = req.Buf[:room], s.Offset-at, at
+	} else {
+		if r.direct {
+			fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+			if err == nil {
+				_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_DIRECT)
+			}
+			if err != nil {
+				return fail(fmt.Errorf("clear O_DIRECT: %w", err))
+			}
+		}
+		buf, off = req.Buf[at:], s.Offset
+	}
+	n, err := PreadUpTo(fd, buf, off)
 	if ft, ok := faults.Inject(faults.FileRead, s.Path); ok {
 		n, err = ft.Apply(n, err, 1)
 	}
 	if err != nil {
-		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("read: %w", err)}
+		return fail(fmt.Errorf("read: %w", err))
 	}
-	if n != want {
-		// The read asks for the aligned length: say the file's own size.
-		var st unix.Stat_t
-		if unix.Fstat(fd, &st) == nil {
-			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, want)}
+	got := int64(n) - lead
+	if got == s.Size && int64(len(buf)) > lead+s.Size {
+		return nil // the file ended where the map says
+	}
+	// The read was cut to the room, or did not give the map's size:
+	// the file's own size says.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail(fmt.Errorf("fstat: %w", err))
+	}
+	if want := s.FileSize(); st.Size != want || got != s.Size {
+		if st.Size == want { // the file is as mapped and the read came short
+			return fail(fmt.Errorf("%w: read %d of the %d data bytes at offset %d", backend.ErrShortRead, max(got, 0), s.Size, s.Offset))
 		}
-		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d bytes, map says %d", backend.ErrShortRead, n, want)}
+		return fail(fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, want))
 	}
 	return nil
 }
