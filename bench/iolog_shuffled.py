@@ -21,11 +21,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--request", type=int, default=1 << 20, help="largest request (bytes)")
     ap.add_argument("--blocks", action="store_true", help="whole --request-sized, --request-aligned blocks (bam)")
+    ap.add_argument("--epochs", type=int, default=1, help="read every sample this many times, each pass shuffled anew")
     a = ap.parse_args()
     m = json.load(open(a.map_json))
     dev = m["device"]["path"]
-    samples = [s for s in m["samples"] if s["raw"]]
-    random.Random(a.seed).shuffle(samples)
+    raw = [s for s in m["samples"] if s["raw"]]
+    rng = random.Random(a.seed)
+    samples = []
+    for _ in range(a.epochs):  # fio's --loops does not repeat a replayed log
+        epoch = list(raw)
+        rng.shuffle(epoch)
+        samples += epoch
     with open(a.out, "w") as f:
         f.write(f"fio version 2 iolog\n{dev} add\n{dev} open\n")
         for s in samples:
@@ -48,7 +54,7 @@ def main() -> None:
                 for off in range(lo, hi, a.request):
                     f.write(f"{dev} read {off} {min(a.request, hi - off)}\n")
         f.write(f"{dev} close\n")
-    print(len(samples))
+    print(len(raw))
 
 
 if __name__ == "__main__":

@@ -33,9 +33,10 @@ sync
 bin/mkbmap --reader numpy --mountpoint "$root" -o "$w/t.bmap" 2>/dev/null
 bin/mkbmap inspect --format json -o "$w/t.json" "$w/t.bmap" >/dev/null
 IFS=: read -r req qd fb <<<"$fioset"
-"$PY" bench/iolog_shuffled.py --map-json "$w/t.json" --out "$w/fio.iolog" --seed 1 --request "$(numfmt --from=iec "${req^^}")" >/dev/null
+"$PY" bench/iolog_shuffled.py --map-json "$w/t.json" --out "$w/fio.iolog" --seed 1 --epochs "$epochs" \
+  --request "$(numfmt --from=iec "${req^^}")" >/dev/null
 fioflags=(--name=replay "--read_iolog=$w/fio.iolog" --replay_no_stall=1 --direct=1 --ioengine=io_uring "--iodepth=$qd"
-          "--loops=$epochs" --output-format=json)
+          --output-format=json)
 [[ -n $fb ]] && fioflags+=(--fixedbufs)
 rate() { "$PY" -c 'import json, sys; t = sys.stdin.read(); r = json.loads(t[t.index("{"):]); j = r.get("jobs", [r])[0]
 b = j["read"]["io_bytes"] if "read" in j else j["bytes"]; s = j["job_runtime"] / 1000 if "read" in j else j["seconds"]

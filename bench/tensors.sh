@@ -20,6 +20,13 @@
 #                                   O_DIRECT, io_uring: "fio best" is the
 #                                   best median, the device's limit for
 #                                   these bytes
+#   pread ring qd4 4MiB / 512MiB    the same reads (1 MiB) by 4 threads into a
+#                                   destination of 4 MiB (fio's buffers at
+#                                   qd 4: they stay in the CPU's cache) or
+#                                   512 MiB (loader-sized: every tensor in
+#                                   its own place, as batches are); on the
+#                                   RAM device the kernel's copy into cached
+#                                   buffers is cheaper (bench/pread_ring.py)
 # The summary (bench/tensor_compare.py) gives medians of ROUNDS, their
 # spread, each case's ratio to fn.readers.numpy, np.load and fio best, the
 # bytes the device really read per data byte (dev/data), and the goals
@@ -58,7 +65,7 @@ dali=false
 "$PY" -c 'import nvidia.dali' 2>/dev/null && dali=true
 $dali || echo "tensors: DALI is not importable from $PY: its cases are skipped" >&2
 echo "bash bench/tensors.sh $ROUNDS   (DEVICES=\"$DEVICES\" SIZES=\"$SIZES\" TOTAL_MB=$TOTAL_MB;" \
-  "$(nproc) CPUs, loaderd $("$LOADERD" --version 2>/dev/null | head -1 || echo '?'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  "$(nproc) CPUs, $("$LOADERD" --version 2>/dev/null | head -1 || echo '?'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 
 skip() { # CASE DEVICE SIZE REASON
   "$PY" bench/tensor_compare.py skip --case "$1" --device "$2" --size "$3" --why "$4" >>"$results"
@@ -82,7 +89,7 @@ for device in $DEVICES; do
     bin/mkbmap --reader numpy --mountpoint "$root" -o "$w/t.bmap" 2>&1 | sed 's/^/  /' >&2
     bin/mkbmap inspect --format json -o "$w/t.json" "$w/t.bmap" >/dev/null
     rm -f "$w"/fio-*.iolog
-    for f in $fios; do
+    for f in $fios 1m:0; do  # 1m: pread_ring.py's log
       req=${f%%:*}
       [[ -e $w/fio-$req.iolog ]] || "$PY" bench/iolog_shuffled.py --map-json "$w/t.json" --out "$w/fio-$req.iolog" --seed 1 \
         --request "$(numfmt --from=iec "${req^^}")" >/dev/null
@@ -110,6 +117,9 @@ for device in $DEVICES; do
       req=${f%%:*} qd=${f#*:}
       cases+=("fio $req qd$qd|$PY bench/fio_replay.py --iolog $w/fio-$req.iolog --samples $n --iodepth $qd"
               "fio $req qd$qd fixedbufs|$PY bench/fio_replay.py --iolog $w/fio-$req.iolog --samples $n --iodepth $qd --fixedbufs")
+    done
+    for mib in 4 512; do
+      cases+=("pread ring qd4 ${mib}MiB|$PY bench/pread_ring.py --iolog $w/fio-1m.iolog --samples $n --iodepth 4 --footprint $mib")
     done
     for r in $(seq 1 "$ROUNDS"); do
       order=("${cases[@]}")
