@@ -117,7 +117,9 @@ def summary(a: argparse.Namespace) -> None:
             print(f"  {what + (f' (>= {want})' if want else ''):<52} {cell:>12}  {verdict}")
     print("\nspread: (max - min) / median of the rounds. dev/data: bytes read from the loop device per tensor data")
     print("byte (its sysfs stat around each case). cpu s/GB: the reading process's user+sys (the RAM device's copy")
-    print("runs in kernel workers, not counted).")
+    print("runs in kernel workers, not counted). dev/data above 1.00: a reader's prefetch reading on into the next")
+    print("epoch (loaderd: about 3 batches, 1.09 at 16 MiB; DALI with O_DIRECT), or whole 4 KiB blocks around each")
+    print("256 KiB tensor's 128-byte header and its end (1.02).")
     if not a.gpu:
         print("fio best: the device's limit for these bytes: every tensor's data extents (4 KiB-rounded), shuffled,")
         print("the best median of the fio settings shown. fio reads into iodepth x request bytes of buffers, which")
