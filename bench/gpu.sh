@@ -4,6 +4,8 @@
 # script against the CUDA stand-in on any machine.
 #
 #   bench/gpu.sh [--standin] [--no-loop] [FILES]      (or STANDIN=1, NOLOOP=1)
+#   env: TENSOR_SIZES="256k 16m", TENSOR_MB=2048, TENSOR_ROUNDS=3 (step 7;
+#        TENSOR_SIZES="" skips it)
 #
 # BUILD HERE (any Linux machine with Go; the binaries need only glibc's
 # libc, so they run whatever the GPU machine's glibc is):
@@ -13,14 +15,18 @@
 # the GPU machine's glibc to be at least this machine's.)
 # COPY, keeping the paths (nothing else is needed; no Go there):
 #   tar czf nvfeed-gpu.tgz bin/loaderd bin/mkbmap bin/gendataset \
-#     bench/gpu.sh bench/gpu_check.py python/nvfeed
+#     bench/gpu.sh bench/gpu_check.py python/nvfeed \
+#     bench/npy_dataset.py bench/tensor_read.py bench/tensor_compare.py
+# (the last three: step 7, the tensor run; it is skipped, saying so,
+# without them, or with a loaderd that does not serve tensor maps)
 # Instead of bin/loaderd, bin/mkbmap and python/nvfeed, the wheel from
 # `make wheel` (dist/nvfeed-*.whl) may be pip-installed into the GPU
 # machine's PyTorch environment: loaderd and mkbmap are then taken from
 # that environment's bin (bin/gendataset is still needed). For --standin
 # add internal/cuda/standin/csrc/ (its C sources and build.sh; needs cc).
 # RUN THERE, as root, with the Python environment that has PyTorch (or
-# CuPy) and NVIDIA's CUDA wheels:
+# CuPy) and NVIDIA's CUDA wheels (and DALI, nvidia-dali-cuda*, for step
+# 7's reference; without it torch is the reference):
 #   tar xzf nvfeed-gpu.tgz && PYTHON=/path/to/env/bin/python bash bench/gpu.sh
 #
 # Without an NVIDIA driver (/proc/driver/nvidia/version missing) it says
@@ -63,16 +69,30 @@
 #  6. Speed, bytes only: samples/s into GPU memory (cufile; bounce) against
 #     host batches and a PyTorch read + .cuda() baseline, cold where
 #     drop_caches may be written.
+#  7. Tensors into GPU memory: .npy datasets made by np.save (float32,
+#     256 KiB and 16 MiB tensors, TENSOR_MB each, on the same loop device
+#     or directory), mapped with mkbmap --reader numpy; tensors/s and GB/s
+#     of loaderd bench --memory gpu (gpu_path cufile: --backend cufile;
+#     bounce: the gds backend, file without a loop device) and --memory
+#     pinned, against fn.readers.numpy(device="gpu") where DALI imports
+#     and torch.from_numpy(np.load(f)).cuda() where PyTorch has CUDA;
+#     shuffled, cold, medians of TENSOR_ROUNDS (bench/tensor_compare.py).
+#     Skipped, with the reason, where a piece is missing: the three
+#     scripts, numpy, a loaderd that serves tensor maps; a reference that
+#     fails is shown as skipped with its error.
 # --standin builds the stand-in (internal/cuda/standin/csrc/build.sh),
 # runs 2-5 against it (CUDA_STANDIN_GPUS=2; the daemon sees 1,0), again
 # with CUFILE_STANDIN_MODE=compat (auto must pick bounce), skips 6 (the
-# stand-in's timings say nothing), and checks every process's stand-in
+# stand-in's timings say nothing), runs 7 once on 64 MiB as a dry run of
+# its steps (no figures worth reading; the references need a real GPU
+# and skip), and checks every process's stand-in
 # report (CUDA_STANDIN_REPORT): no violation, nothing left allocated,
 # mapped or registered, no spinning event. --no-loop takes the directory
 # even where loop devices work. Exits 1 when any check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STANDIN=${STANDIN:-0} NOLOOP=${NOLOOP:-0} FILES=''
+TENSOR_SIZES=${TENSOR_SIZES-256k 16m} TENSOR_MB=${TENSOR_MB:-2048} TENSOR_ROUNDS=${TENSOR_ROUNDS:-3}
 while (($#)); do
   case $1 in
     --standin) STANDIN=1 ;;
@@ -91,6 +111,7 @@ fi
 
 if [[ $STANDIN == 1 ]]; then
   FILES=${FILES:-256}
+  TENSOR_MB=64 TENSOR_ROUNDS=1
   PY=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 else
   FILES=${FILES:-2000}
@@ -268,7 +289,7 @@ if [[ -z $why ]]; then
   echo "== data: an ext4 loop device, O_DIRECT ($FILES + $TFILES files)"
   mountpoint -q "$WORK/mnt" 2>/dev/null && umount "$WORK/mnt"
   rm -f "$WORK/img"
-  truncate -s 4G "$WORK/img"
+  truncate -s "$((4096 + $(wc -w <<<"$TENSOR_SIZES") * TENSOR_MB * 115 / 100))M" "$WORK/img"
   mkfs.ext4 -q -F -b 4096 "$WORK/img"
   loop=$(losetup --find --show --direct-io=on "$WORK/img")
   mkdir -p "$WORK/mnt" && mount "$loop" "$WORK/mnt"
@@ -335,6 +356,101 @@ exactness() {
   check --dataset train --root "$data/train" --gpu-path auto ${expect:+--expect-path "$expect"}
 }
 
+# Step 7: tensors into GPU memory. Appends to status only for loaderd's
+# own failures; a missing piece skips, saying which.
+tensor_speed() {
+  local why='' f size shape batch tbytes n root map err c name cmd out b0 b1 r
+  local res=$WORK/tensors.jsonl
+  echo "== tensors into GPU memory: loaderd bench --memory gpu (cufile; $RAWB bounce) vs fn.readers.numpy(device=\"gpu\"), torch (cold)"
+  for f in bench/npy_dataset.py bench/tensor_read.py bench/tensor_compare.py; do
+    [[ -f $f ]] || why="$f is missing (copy it: this script's header says what)"
+  done
+  [[ -z $why ]] && ! "$PY" -c 'import numpy' 2>/dev/null && why="numpy does not import in $PY"
+  [[ -z $TENSOR_SIZES ]] && why="TENSOR_SIZES is empty"
+  if [[ -n $why ]]; then echo "   skipped: $why"; return 0; fi
+  local dali_why='' torch_why=''
+  "$PY" -c 'import nvidia.dali' 2>/dev/null || dali_why="DALI does not import in $PY (pip install nvidia-dali-cuda130 for this reference)"
+  env "${CLIB[@]}" "${CENV[@]}" "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
+    torch_why="PyTorch with CUDA does not import in $PY, or sees no GPU"
+  # A loop device: its sysfs stat says what the device read.
+  devread() {
+    local s
+    if [[ -n $loop ]]; then read -r _ _ s _ <"/sys/block/$(basename "$loop")/stat"; echo $((s * 512)); else echo -1; fi
+  }
+  skip_case() { "$PY" bench/tensor_compare.py skip --case "$1" --device "$2" --size "$3" --why "$4" >>"$res"; }
+  local where=dir
+  [[ -n $loop ]] && where=loop
+  [[ -w /proc/sys/vm/drop_caches ]] || echo "   (drop_caches is not writable here: warm figures)"
+  : >"$res"
+  for size in $TENSOR_SIZES; do
+    case $size in
+      256k) shape=256,256 batch=64 tbytes=262144 ;;
+      16m) shape=2048,2048 batch=8 tbytes=16777216 ;;
+      *) echo "   FAILED: TENSOR_SIZES: unknown size $size (256k or 16m)"; status=1; continue ;;
+    esac
+    n=$((TENSOR_MB * 1048576 / tbytes / batch * batch))
+    ((n > 0)) || n=$batch
+    root=$data/npy-$size map=$WORK/npy-$size.bmap
+    rm -rf "$root"
+    echo "   $size: $n files of float32 ($shape) in $root"
+    "$PY" bench/npy_dataset.py --out "$root" --files "$n" --shape "$shape" >/dev/null
+    sync
+    "$MKBMAP" --reader numpy --mountpoint "$root" -o "$map" 2>&1 | sed "s/^/   mkbmap npy-$size: /"
+    if ! err=$(env "${LENV[@]}" "${CENV[@]}" "$LOADERD" bench "${BENCH_LIB[@]}" --bmap "$map" --batch-size "$batch" \
+      --batches 1 --json 2>&1 >/dev/null); then
+      if [[ $err == *"not served"* ]]; then
+        echo "   skipped: this loaderd refuses tensor maps (it predates tensor serving): build bin/ from a tree that serves them"
+        rm -rf "$root"
+        return 0
+      fi
+      echo "   FAILED: loaderd bench on $map: $(tail -1 <<<"$err")"
+      status=1
+      rm -rf "$root"
+      continue
+    fi
+    local ld="env ${LENV[*]} ${CENV[*]} $LOADERD bench ${BENCH_LIB[*]} --bmap $map --batch-size $batch --shuffle --seed @R --json"
+    local cases=("loaderd gpu cufile|$ld --memory gpu --backend cufile"
+                 "loaderd gpu $RAWB bounce|$ld --memory gpu --backend $RAWB"
+                 "loaderd pinned $RAWB|$ld --memory pinned --backend $RAWB")
+    local refenv="env ${CLIB[*]} ${CENV[*]} $PY bench/tensor_read.py"
+    if [[ -z $dali_why ]]; then
+      cases+=("dali readers.numpy gpu|$refenv dali --device gpu --root $root --batch-size $batch --seed @R")
+    else
+      skip_case "dali readers.numpy gpu" "$where" "$size" "$dali_why"
+    fi
+    if [[ -z $torch_why ]]; then
+      cases+=("torch np.load .cuda()|$refenv torch-cuda --root $root --seed @R")
+    else
+      skip_case "torch np.load .cuda()" "$where" "$size" "$torch_why"
+    fi
+    local failed=()
+    for ((r = 1; r <= TENSOR_ROUNDS; r++)); do
+      local order=("${cases[@]}")
+      if ((r % 2 == 0)); then order=(); for ((i = ${#cases[@]} - 1; i >= 0; i--)); do order+=("${cases[i]}"); done; fi
+      for c in "${order[@]}"; do
+        name=${c%%|*} cmd=${c#*|}
+        [[ " ${failed[*]} " == *" $name "* ]] && continue
+        drop_caches >/dev/null 2>&1
+        b0=$(devread)
+        # shellcheck disable=SC2086 # cmd is a command line of plain words
+        if ! out=$(${cmd//@R/$r} 2>"$WORK/tensor-case.err"); then
+          failed+=("$name")
+          echo "   $name failed: $(tail -1 "$WORK/tensor-case.err")"
+          if [[ $name == loaderd* ]]; then status=1; fi
+          skip_case "$name" "$where" "$size" "failed: $(tail -1 "$WORK/tensor-case.err")"
+          continue
+        fi
+        b1=$(devread)
+        printf '%s\n' "$out" | "$PY" bench/tensor_compare.py tag --case "$name" --round "$r" --device "$where" \
+          --size "$size" --dev-bytes $((b0 < 0 ? -1 : b1 - b0)) --tensor-bytes "$tbytes" --shape "$shape" \
+          --batch "$batch" --files "$n" >>"$res"
+      done
+    done
+    rm -rf "$root"
+  done
+  "$PY" bench/tensor_compare.py summary --gpu <"$res" | sed 's/^/   /'
+}
+
 start_daemon
 if [[ $STANDIN == 1 ]]; then
   echo "#### stand-in, cuFile in GDS mode (CUFILE_STANDIN_MODE=gds)"
@@ -349,6 +465,8 @@ if [[ $STANDIN == 1 ]]; then
   [[ ${MODE:-} == compat ]] || { echo "gpu: FAILED: the stand-in's cuFile ran in compat mode, loaderd bench read ${MODE:-nothing}"; status=1; }
   stop_daemon
   echo "== speed: skipped (the stand-in's timings say nothing about a GPU)"
+  echo "== step 7 against the stand-in: a dry run of the tensor run's steps (its figures say nothing)"
+  tensor_speed
   echo "== the stand-in's reports (every process: violations, what was left live at exit)"
   "$PY" bench/gpu_check.py report --dir "$REPORT" || status=1
 else
@@ -356,6 +474,7 @@ else
   echo "== samples/s into GPU memory, bytes only (drop_caches before each)"
   env "${CLIB[@]}" "${CENV[@]}" "$PY" bench/gpu_check.py speed --socket "$sock" --root "$data/train" --bounce-backend "$RAWB" || status=1
   stop_daemon
+  tensor_speed
 fi
 echo "== daemon log (tail)"
 tail -5 "$log"

@@ -1,20 +1,29 @@
 # SPDX-License-Identifier: Apache-2.0
+# shellcheck shell=bash
 # Shared by the bench scripts (sourced): one ImageNet-shaped dataset on a
 # loop device, cleaned up at exit.
 #
 # bench_dataset DEVICE WORK: DEVICE virtio (an image under WORK) or ram (an
 # image in /dev/shm); makes an ext4 loop device attached with
-# --direct-io=on, FILES (default 12000) files of ~110 KB under
-# WORK/mnt/train and their map WORK/train.bmap. Needs root.
-bench_loop= bench_img= bench_work=
+# --direct-io=on (bench_device), FILES (default 12000) files of ~110 KB
+# under WORK/mnt/train and their map WORK/train.bmap. Needs root.
+bench_loop='' bench_img='' bench_work=''
 bench_cleanup() {
   [[ -n $bench_work ]] && mountpoint -q "$bench_work/mnt" 2>/dev/null && umount "$bench_work/mnt"
   [[ -n $bench_loop ]] && losetup -d "$bench_loop" 2>/dev/null
   [[ -n $bench_img ]] && rm -f "$bench_img"
-  bench_loop= bench_img=
+  bench_loop='' bench_img=''
 }
 bench_dataset() {
-  local device=$1
+  bench_device "$1" "$2" 4G
+  bin/gendataset --out "$bench_work/mnt/train" --files "${FILES:-12000}" --classes 100 --mean 110000 >/dev/null
+  sync
+  bin/mkbmap --mountpoint "$bench_work/mnt/train" -o "$bench_work/train.bmap" 2>/dev/null
+}
+# bench_device DEVICE WORK SIZE: the empty filesystem alone (SIZE as
+# truncate takes it), mounted at WORK/mnt, its loop device in $bench_loop.
+bench_device() {
+  local device=$1 size=$3
   bench_work=$2
   [[ $(id -u) == 0 ]] || { echo "bench: needs root (loop devices, drop_caches)" >&2; exit 1; }
   mkdir -p "$bench_work"
@@ -23,12 +32,15 @@ bench_dataset() {
     ram) bench_img=/dev/shm/nvfeed-$(basename "$bench_work").img ;;
     *) echo "bench: unknown device $device (want virtio or ram)" >&2; exit 2 ;;
   esac
-  truncate -s 4G "$bench_img"
+  truncate -s "$size" "$bench_img"
   mkfs.ext4 -q -F -b 4096 "$bench_img"
   bench_loop=$(losetup --find --show --direct-io=on "$bench_img")
   mkdir -p "$bench_work/mnt" && mount "$bench_loop" "$bench_work/mnt"
-  bin/gendataset --out "$bench_work/mnt/train" --files "${FILES:-12000}" --classes 100 --mean 110000 >/dev/null
-  sync
-  bin/mkbmap --mountpoint "$bench_work/mnt/train" -o "$bench_work/train.bmap" 2>/dev/null
+}
+# dev_read_bytes: bytes read from $bench_loop so far (its sysfs stat).
+dev_read_bytes() {
+  local s
+  read -r _ _ s _ < "/sys/block/$(basename "$bench_loop")/stat"
+  echo $((s * 512))
 }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }

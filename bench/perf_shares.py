@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shares of CPU time by thread group in `perf record -a` profiles, one
 column per profile: DALI's thread pool and executor, the Python main thread
-(the source's per-batch code and DALI's Python side), loaderd, the kernel's
+(the source's per-batch code and DALI's Python side), loaderd, fio, the kernel's
 unbound workers (the loop device's copy of every byte; DMA on real NVMe),
 softirqs, idle; then loaderd's own samples by what their call stacks
 are doing. Usage: python bench/perf_shares.py PERF.DATA...
@@ -19,6 +19,7 @@ GROUPS = [
     ("DALI executor", re.compile(r"^\[DALI\]")),
     ("Python main thread", re.compile(r"^python")),
     ("loaderd", re.compile(r"^loaderd")),
+    ("fio", re.compile(r"^fio")),
     ("kernel unbound workers (loop device)", re.compile(r"^kworker/u")),
     ("softirq", re.compile(r"^ksoftirqd")),
     ("idle", re.compile(r"^swapper")),

@@ -32,6 +32,20 @@ SECTIONS = [
      "contiguous: a cost of a read-only benchmark, not of training)."),
     ("e2e-virtio-operator.txt", "End to end, virtio device, bytes to an operator",
      "CONSUME=operator bash bench/e2e.sh virtio 3", "As above, on the virtio disk: the disk is every reader's limit."),
+    ("tensors.txt", "Tensors: .npy files into pinned memory, loaderd vs fn.readers.numpy, np.load and fio",
+     "bash bench/tensors.sh 5",
+     "`.npy` files made by `np.save` (float32, 256 KiB: 256x256, and 16 MiB: 2048x2048; 4 GiB of data each), "
+     "mapped with `mkbmap --reader numpy`, each size on its own ext4 loop device (`--direct-io=on`) over the "
+     "virtio disk and over `/dev/shm`. One shuffled epoch per case, cold (page cache dropped before each), the "
+     "case order reversed every other round, medians of 5 rounds: `loaderd bench` into its pinned batch memory "
+     "(gds, file, file --direct), a DALI pipeline of `fn.readers.numpy` alone (CPU, `num_threads=2`; with and "
+     "without `use_o_direct`), an `np.load` loop, fio replaying every tensor's data extents (best of the "
+     "settings shown: the device's limit), and the same 1 MiB reads by 4 threads into a 4 MiB destination "
+     "(like fio's buffers, which stay in the CPU's cache) or a loader-sized 512 MiB one (`bench/pread_ring.py`). "
+     "Goals (RAM device, 16 MiB tensors): loaderd gds >= 1.5x `fn.readers.numpy` and >= 0.9x fio best; why gds "
+     "stays under fio's best there: [docs/decisions.md](../docs/decisions.md#why-gds-stays-under-fios-best-on-"
+     "the-ram-device). The VM is shared (2 cores; other work ran beside it): single rounds are noisy, the spread "
+     "column says how much."),
     ("go-bench.txt", "Hot paths (go test -bench)", "go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/",
      "Map building and loading at scale, planning, the sampler."),
 ]
