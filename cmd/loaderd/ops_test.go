@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -125,6 +126,13 @@ func TestLogFlags(t *testing.T) {
 // lines only; loaderd reload makes it read its map again (a map that no
 // longer loads: exit 1, the dataset kept), and so does SIGHUP.
 func TestServeReload(t *testing.T) {
+	// The test binary keeps a SIGHUP handler of its own while this test
+	// runs: a SIGHUP that reaches the process when no daemon's handler is
+	// installed (before it starts, after it stops) must not end the whole
+	// test binary ("signal: hangup").
+	own := make(chan os.Signal, 1)
+	signal.Notify(own, syscall.SIGHUP)
+	defer signal.Stop(own)
 	mapPath := writeMap(t, 5)
 	good, err := os.ReadFile(mapPath)
 	if err != nil {

@@ -296,10 +296,14 @@ func TestConnectionTimeouts(t *testing.T) {
 			}
 		}
 		// Quiet past the stream's idle limit: the daemon says why and closes.
-		s.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		rest, _ := io.ReadAll(s.rd)
+		// The wait is generous: under -race with every package's tests
+		// on two cores, the daemon's 1 s idle timer may fire late.
+		start := time.Now()
+		s.conn.SetReadDeadline(start.Add(15 * time.Second))
+		rest, err := io.ReadAll(s.rd)
 		if !bytes.Contains(rest, []byte("without a frame either way")) {
-			t.Errorf("an idle stream ended with %q, want an error frame saying it was idle", rest)
+			t.Errorf("an idle stream ended after %s with %q (read: %v), want an error frame saying it was idle",
+				time.Since(start), rest, err)
 		}
 	})
 }
