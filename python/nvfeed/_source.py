@@ -7,6 +7,7 @@ goes away, and the batch types it returns."""
 from __future__ import annotations
 
 import collections
+import math
 import mmap
 import os
 import time
@@ -108,10 +109,7 @@ def _tensor_dtype(descr: str) -> "np.dtype[Any]":
 
 def _nbytes(dt: "np.dtype[Any]", shape: Any) -> int:
     """The bytes of a C-order array of dtype dt and shape."""
-    n = dt.itemsize
-    for d in shape:
-        n *= d
-    return int(n)
+    return int(dt.itemsize * math.prod(shape))
 
 
 def _dense(offsets: list[int], lengths: list[int]) -> int:
