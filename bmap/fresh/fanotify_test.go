@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -224,4 +225,33 @@ func run(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v: %s", name, args, err, out)
 	}
+}
+
+// TestMoveExtReport: does EXT4_IOC_MOVE_EXT (a sample's blocks swapped
+// with a donor file's, through the sample's own fd) reach the
+// filesystem-wide watch? It logs the answer; the raw reads' trust check
+// closes that path whatever it is.
+func TestMoveExtReport(t *testing.T) {
+	fs, m, g := linkedGuard(t)
+	victim := 0
+	orig, err := os.OpenFile(fs.Path("train", m.Samples[victim].Path), os.O_RDWR, 0)
+	must(t, err)
+	defer orig.Close()
+	donor, err := os.OpenFile(fs.Path("outside", "donor"), os.O_RDWR|os.O_CREATE, 0o600)
+	must(t, err)
+	defer donor.Close()
+	must(t, unix.Fallocate(int(donor.Fd()), 0, 0, 3*4096))
+	g.Poll()
+	g0 := g.Generation()
+	// struct move_extent: reserved u32, donor_fd u32, orig_start, donor_start, len, moved_len u64.
+	var me [40]byte
+	binary.NativeEndian.PutUint32(me[4:], uint32(donor.Fd()))
+	binary.NativeEndian.PutUint64(me[24:], 1)
+	const ext4IocMoveExt = 0xc028660f
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, orig.Fd(), ext4IocMoveExt, uintptr(unsafe.Pointer(&me[0]))); e != 0 {
+		t.Skipf("EXT4_IOC_MOVE_EXT: %v", e)
+	}
+	g.Poll()
+	t.Logf("EXT4_IOC_MOVE_EXT moved %d block(s): generation moved %v, NeedStat %v, PathUnchanged %v",
+		binary.NativeEndian.Uint64(me[32:]), g.Generation() != g0, g.NeedStat(victim), g.PathUnchanged(victim))
 }
