@@ -40,7 +40,10 @@ const (
 type Guard struct {
 	m         *bmap.Map
 	ck        *bmap.Checker
-	watch     *Watcher // nil with Read
+	watch     *Watcher  // nil with Read
+	fan       *fanWatch // with watch: changes through any path
+	reindexMu sync.Mutex
+	indexedAt uint64 // the inotify generation the fanotify index was last brought up to
 	method    string
 	dirOf     []int32 // each sample's directory: an index into the watched directories
 	staleOpen bitset  // samples found changed by the stat pass
@@ -64,25 +67,21 @@ func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
+	if log == nil {
+		log = slog.Default()
+	}
 	g := &Guard{m: m, ck: ck, method: method}
 	if method == Watch {
-		var dirs []string
-		dirs, g.dirOf = m.Dirs()
-		w, err := NewWatcher(m.Root, dirs)
+		g.watch, g.fan, err = watchBoth(m, len(m.Samples), log)
 		if err != nil {
-			if log == nil {
-				log = slog.Default()
-			}
-			log.Warn("fresh: cannot watch the dataset, checking every read instead", "root", m.Root, "err", err)
+			log.Warn("fresh: cannot watch the dataset, checking every read instead: every raw sample is stat'ed after its read (and rechecked as the caller if changed), and access is checked again at every open",
+				"root", m.Root, "err", err)
 			g.method = Read
 		} else {
-			g.watch = w
+			_, g.dirOf = m.Dirs()
 		}
 	}
 	if n, first := g.verifyAll(); n > 0 {
-		if log == nil {
-			log = slog.Default()
-		}
 		log.Warn("fresh: the map's extents are not the files' own: those samples are read through the filesystem only",
 			"root", m.Root, "samples", n, "first", first)
 	}
@@ -110,9 +109,10 @@ func (g *Guard) verifyAll() (forged int, first error) {
 				}
 				for i := lo; i < min(lo+256, n); i++ {
 					if g.m.Samples[i].Reason != bmap.Raw {
+						g.recordPath(i) // the fanotify index (fanotify_linux.go)
 						continue
 					}
-					nlink, err := g.ck.Verify(i, &mp)
+					nlink, err := g.verify(i, &mp) // Verify, recording the handle on its fd
 					switch {
 					case errors.Is(err, bmap.ErrExtents):
 						nForged.Add(1)
@@ -132,6 +132,9 @@ func (g *Guard) verifyAll() (forged int, first error) {
 		}()
 	}
 	wg.Wait()
+	if g.fan != nil {
+		g.fan.build()
+	}
 	return int(nForged.Load()), first
 }
 
@@ -196,15 +199,17 @@ func (g *Guard) Counts() Counts {
 func (g *Guard) Poll() {
 	if g.watch != nil {
 		g.watch.Poll()
+		g.fan.Poll()
 	}
 }
 
 // NeedStat reports whether sample i, read raw, must be stat'ed before its
 // bytes are trusted: always with Read; with Watch when its directory (its
-// class in a folder layout) changed since the watch began or it has other
-// hard links.
+// class in a folder layout) changed since the watch began, the
+// filesystem-wide watch saw its inode change (through any path), or it
+// has other hard links.
 func (g *Guard) NeedStat(i int) bool {
-	return g.watch == nil || g.multiLink.has(i) || g.watch.Changed(g.dirOf[i])
+	return g.watch == nil || g.multiLink.has(i) || g.watch.Changed(g.dirOf[i]) || g.fan.Changed(i)
 }
 
 // PathUnchanged reports whether nothing under the dataset root on sample
@@ -215,7 +220,7 @@ func (g *Guard) NeedStat(i int) bool {
 // path, the file then there; whether it is still that file, with the
 // same mode, is the file's identity and change time (SameFile).
 func (g *Guard) PathUnchanged(i int) bool {
-	return g.watch != nil && !g.watch.Changed(g.dirOf[i])
+	return g.watch != nil && !g.watch.Changed(g.dirOf[i]) && !g.fan.Changed(i)
 }
 
 // SameFile checks that fd is sample i's file as mapped: identity, size,
@@ -226,21 +231,25 @@ func (g *Guard) SameFile(i, fd int) error {
 	return err
 }
 
-// Generation moves whenever the watch sees a change (after Poll); with
-// Read it moves at every call. What was judged of the dataset's files at
-// one generation holds while it stays the same.
+// Generation moves whenever a watch sees a change (after Poll): under
+// the root (inotify) or to a sample's inode through any path (fanotify);
+// with Read, or while a sample cannot be watched, it moves at every call.
+// What was judged of the dataset's files at one generation holds while it
+// stays the same.
 func (g *Guard) Generation() uint64 {
 	if g.watch == nil {
 		return g.readGen.Add(1)
 	}
-	return g.watch.Generation()
+	wg := g.watch.Generation()
+	g.reindex(wg)
+	return wg + g.fan.Generation()
 }
 
 // Close stops the watch and releases the root.
 func (g *Guard) Close() error {
 	var err error
 	if g.watch != nil {
-		err = g.watch.Close()
+		err = errors.Join(g.watch.Close(), g.fan.Close())
 	}
 	if cerr := g.ck.Close(); err == nil {
 		err = cerr

@@ -165,17 +165,29 @@ func keyOf(dataset uint64, c Caller) verdictKey {
 }
 
 // verdict is checkAccess's result for a caller, valid while the dataset's
-// watch generation is gen.
+// watch generation is gen and every directory above the dataset root is
+// as anc recorded it before the check (nil: no snapshot could be taken,
+// so the verdict is never reused).
 type verdict struct {
 	err error
 	gen uint64
+	anc *fresh.Ancestors
+}
+
+// holds reports whether v, judged at generation v.gen, still holds at gen:
+// nothing under the root changed (the watch) and nothing above it (the
+// ancestors' snapshot, taken again: a handful of statx calls).
+func (v verdict) holds(gen uint64) bool {
+	return v.gen == gen && v.anc != nil && v.anc.Check() == nil
 }
 
 // authorize returns nil if c may read every sample of dataset name
 // (registration id: ds, watched by g, nil for none) through the filesystem, else an error
 // wrapping ErrForbidden that names the dataset and the first path refused.
-// Verdicts are cached until the watch sees a change; without a watch
-// every call checks.
+// Verdicts are cached until the watch sees a change to a sample (by any
+// path: the guard's fanotify mark) or under the root, or a directory above
+// the root changes (mode, owner, ACL, rename, mount: the ancestors'
+// snapshot); without a watch every call checks.
 func (v *verdicts) authorize(name string, id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) error {
 	err := v.get(id, ds, g, c).err
 	if err != nil {
@@ -191,8 +203,9 @@ func (v *verdicts) authorize(name string, id uint64, ds *bmap.Map, g *fresh.Guar
 	return nil
 }
 
-// get returns the cached verdict for (dataset, credentials) while the
-// dataset's watch generation is unchanged, else checks access. The check
+// get returns the cached verdict for (dataset, credentials) while it
+// holds (the dataset's watch generation and the directories above its
+// root unchanged), else checks access. The check
 // (an open of every file: seconds at ImageNet scale) runs outside the
 // lock: concurrent opens by the same caller share one check, and other
 // callers and datasets are not held up by it.
@@ -203,14 +216,17 @@ func (v *verdicts) get(id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) verdic
 	if g != nil {
 		g.Poll()
 		gen = g.Generation()
-		if old, ok := v.cache[key]; ok && old.gen == gen {
+		if old, ok := v.cache[key]; ok && old.holds(gen) {
 			v.mu.Unlock()
 			return old
 		}
 		if p := v.checking[key]; p != nil && p.v.gen == gen {
 			v.mu.Unlock()
 			<-p.done
-			return p.v
+			if p.v.holds(gen) { // else a change above the root came during that check
+				return p.v
+			}
+			return v.get(id, ds, g, c)
 		}
 	}
 	p := &pendingVerdict{done: make(chan struct{}), v: verdict{gen: gen}}
@@ -219,6 +235,11 @@ func (v *verdicts) get(id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) verdic
 	}
 	v.mu.Unlock()
 
+	// The snapshot comes before the check: a change above the root after
+	// it is seen at the next open, whether or not the check saw it.
+	if g != nil {
+		p.v.anc, _ = fresh.SnapshotAncestors(ds.Root) // nil on error: never reused
+	}
 	p.v.err = v.check(ds, credOf(c))
 	v.mu.Lock()
 	if g != nil {

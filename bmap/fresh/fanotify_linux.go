@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package fresh
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/extentinfo"
+)
+
+// fanWatch is a filesystem-wide fanotify mark on the dataset root's
+// filesystem: it sees a change to a sample's inode whatever path made it
+// (a hard link outside the dataset: chmod, chown, an ACL, a write, a
+// truncate, a new link), which the inotify watch of the dataset's
+// directories cannot. Each event names the inode by its file handle; a
+// hash of (handle type, handle bytes) maps it to the samples recorded
+// with that handle (a collision only marks another sample changed: one
+// more check, never one less).
+//
+// As with inotify, the kernel queues the event inside the system call
+// that makes the change, so a Poll after a read sees every change
+// completed before it. The queue is unlimited; a background drain every
+// drainEvery keeps it short while no one reads, and if it overflows all
+// the same, every sample counts as changed from then on.
+type fanWatch struct {
+	fd   int
+	dev  uint64 // the filesystem's device: samples elsewhere cannot be watched
+	root string
+	seed maphash.Seed
+	log  *slog.Logger
+
+	// hashOf[i]: sample i's handle hash, or noHandle (never recorded: not
+	// watched) or gone (no file at its path when recorded: nothing to
+	// watch until one appears, which the inotify watch sees). Written by
+	// the recording pass (distinct indices, one writer each) before
+	// build, under mu after.
+	hashOf []uint64
+
+	mu        sync.Mutex
+	first     map[uint64]int32   // hash -> a sample with it
+	dups      map[uint64][]int32 // hashes of more than one sample: all of them
+	unwatched int                // samples with noHandle
+	overflow  atomic.Bool        // the queue overflowed: every sample changed
+	gen       uint64             // events on samples seen so far
+	buf       []byte
+	changed   bitset // samples an event named (sticky)
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+const (
+	noHandle uint64 = 0
+	gone     uint64 = 1
+)
+
+// fanMask is what marks a sample changed: its mode, owner, ACL or link
+// count (FAN_ATTRIB), its bytes or size (FAN_MODIFY: write, truncate),
+// the inode moved or deleted.
+const fanMask = unix.FAN_ATTRIB | unix.FAN_MODIFY | unix.FAN_MOVE_SELF | unix.FAN_DELETE_SELF
+
+// drainEvery is how often the queue is drained while nothing polls.
+const drainEvery = time.Second
+
+// newFanWatch marks the filesystem holding root for n samples. It needs
+// CAP_SYS_ADMIN and a filesystem that gives file handles; the error says
+// which failed.
+func newFanWatch(root string, n int, log *slog.Logger) (*fanWatch, error) {
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_REPORT_FID|unix.FAN_NONBLOCK|unix.FAN_CLOEXEC|unix.FAN_UNLIMITED_QUEUE, unix.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("fanotify_init: %w", err)
+	}
+	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, fanMask, unix.AT_FDCWD, root); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fanotify_mark of %s's filesystem: %w", root, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(root, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fanotify: %w", err)
+	}
+	return &fanWatch{fd: fd, dev: st.Dev, root: root, seed: maphash.MakeSeed(), log: log,
+		hashOf: make([]uint64, n), changed: newBitset(n), buf: make([]byte, 64<<10)}, nil
+}
+
+// record notes sample i's handle from fd, a descriptor of its file (any
+// open mode, O_PATH included). Safe for concurrent calls on distinct i
+// before build.
+func (f *fanWatch) record(i, fd int) {
+	f.hashOf[i] = f.handleHash(fd)
+}
+
+// recordPath records sample rel (relative to the root) by its path,
+// following symlinks as the samples' opens do.
+func (f *fanWatch) recordPath(i int, rel string) {
+	fd, err := unix.Open(filepath.Join(f.root, rel), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		f.hashOf[i] = gone
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+			f.hashOf[i] = noHandle
+		}
+		return
+	}
+	f.record(i, fd)
+	unix.Close(fd)
+}
+
+// handleHash returns the hash of fd's file handle, noHandle if it is on
+// another filesystem or has none.
+func (f *fanWatch) handleHash(fd int) uint64 {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Dev != f.dev {
+		return noHandle
+	}
+	h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		return noHandle
+	}
+	return f.hash(h.Type(), h.Bytes())
+}
+
+// hash hashes a handle; never noHandle or gone.
+func (f *fanWatch) hash(typ int32, b []byte) uint64 {
+	var m maphash.Hash
+	m.SetSeed(f.seed)
+	var t [4]byte
+	binary.NativeEndian.PutUint32(t[:], uint32(typ))
+	m.Write(t[:])
+	m.Write(b)
+	if h := m.Sum64(); h > gone {
+		return h
+	}
+	return gone + 1
+}
+
+// build indexes the recorded hashes and starts the background drain.
+func (f *fanWatch) build() {
+	f.mu.Lock()
+	f.first, f.dups = make(map[uint64]int32, len(f.hashOf)), map[uint64][]int32{}
+	for i, h := range f.hashOf {
+		f.add(int32(i), h)
+	}
+	f.mu.Unlock()
+	f.stop, f.done = make(chan struct{}), make(chan struct{})
+	go f.drain()
+}
+
+// add indexes sample i under h (under mu).
+func (f *fanWatch) add(i int32, h uint64) {
+	switch h {
+	case noHandle:
+		f.unwatched++
+		f.changed.set(int(i)) // never known unchanged (sticky, as every mark)
+		return
+	case gone:
+		return
+	}
+	if d, ok := f.dups[h]; ok {
+		f.dups[h] = append(d, i)
+	} else if j, ok := f.first[h]; ok {
+		delete(f.first, h)
+		f.dups[h] = []int32{j, i}
+	} else {
+		f.first[h] = i
+	}
+}
+
+// remove unindexes sample i, indexed under h (under mu).
+func (f *fanWatch) remove(i int32, h uint64) {
+	switch h {
+	case noHandle:
+		f.unwatched--
+		return
+	case gone:
+		return
+	}
+	if d, ok := f.dups[h]; ok {
+		d = slices.DeleteFunc(d, func(j int32) bool { return j == i })
+		switch len(d) {
+		case 1:
+			delete(f.dups, h)
+			f.first[h] = d[0]
+		case 0:
+			delete(f.dups, h)
+		default:
+			f.dups[h] = d
+		}
+	} else if f.first[h] == i {
+		delete(f.first, h)
+	}
+}
+
+// reindex records again each sample for which moved reports true (its
+// path may now lead to another inode) and indexes what is there now.
+func (f *fanWatch) reindex(paths func(i int) string, moved func(i int) bool) {
+	for i := range f.hashOf {
+		if !moved(i) {
+			continue
+		}
+		f.mu.Lock()
+		old := f.hashOf[i]
+		f.mu.Unlock()
+		f.recordPath(i, paths(i)) // writes hashOf[i]: only this goroutine does after build (Guard.Generation holds reindexMu)
+		f.mu.Lock()
+		f.remove(int32(i), old)
+		f.add(int32(i), f.hashOf[i])
+		f.mu.Unlock()
+	}
+}
+
+// drain polls until Close.
+func (f *fanWatch) drain() {
+	defer close(f.done)
+	t := time.NewTicker(drainEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+			f.Poll()
+		}
+	}
+}
+
+// Poll drains queued events without blocking and marks the samples they
+// name.
+func (f *fanWatch) Poll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		n, err := unix.Read(f.fd, f.buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if n <= 0 || err != nil {
+			return
+		}
+		f.events(f.buf[:n])
+	}
+}
+
+// events takes in a buffer of fanotify events (FAN_REPORT_FID: each
+// carries its object's file handle; under mu).
+func (f *fanWatch) events(b []byte) {
+	const metaLen = int(unsafe.Sizeof(unix.FanotifyEventMetadata{})) // 24
+	for off := 0; off+metaLen <= len(b); {
+		evLen := int(binary.NativeEndian.Uint32(b[off:]))
+		hdrLen := int(binary.NativeEndian.Uint16(b[off+6:]))
+		mask := binary.NativeEndian.Uint64(b[off+8:])
+		if evLen < metaLen || off+evLen > len(b) {
+			return
+		}
+		ev := b[off : off+evLen]
+		off += evLen
+		if mask&unix.FAN_Q_OVERFLOW != 0 {
+			if !f.overflow.Load() {
+				f.log.Warn("fresh: the filesystem-wide watch's queue overflowed: every sample counts as changed from now on (stat'ed after each raw read, access checked at every open)",
+					"root", f.root)
+			}
+			f.overflow.Store(true)
+			f.gen++
+			continue
+		}
+		// Info records: header (type u8, pad u8, len u16), fsid (8),
+		// file_handle (handle_bytes u32, handle_type i32, bytes).
+		for r := hdrLen; r+4 <= len(ev); {
+			typ, rLen := ev[r], int(binary.NativeEndian.Uint16(ev[r+2:]))
+			if rLen < 4 || r+rLen > len(ev) {
+				break
+			}
+			rec := ev[r : r+rLen]
+			r += rLen
+			if typ != unix.FAN_EVENT_INFO_TYPE_FID || len(rec) < 20 {
+				continue
+			}
+			hb := int(binary.NativeEndian.Uint32(rec[12:]))
+			if 20+hb > len(rec) {
+				continue
+			}
+			f.mark(f.hash(int32(binary.NativeEndian.Uint32(rec[16:])), rec[20:20+hb]))
+		}
+	}
+}
+
+// mark marks the samples with handle hash h changed (under mu).
+func (f *fanWatch) mark(h uint64) {
+	if i, ok := f.first[h]; ok {
+		f.changed.set(int(i))
+		f.gen++
+		return
+	}
+	for _, i := range f.dups[h] {
+		f.changed.set(int(i))
+		f.gen++
+	}
+}
+
+// Changed reports whether an event named sample i since the watch began,
+// or the queue overflowed, or sample i could not be watched (ever).
+func (f *fanWatch) Changed(i int) bool {
+	return f.changed.has(i) || f.overflow.Load()
+}
+
+// Generation moves with every event on a sample; at every call while any
+// change cannot be attributed (overflow, samples not watched).
+func (f *fanWatch) Generation() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.overflow.Load() || f.unwatched > 0 {
+		f.gen++
+	}
+	return f.gen
+}
+
+// Close stops the drain and the watch.
+func (f *fanWatch) Close() error {
+	if f.stop != nil {
+		close(f.stop)
+		<-f.done
+	}
+	return unix.Close(f.fd)
+}
+
+// watchBoth starts the inotify watch of m's directories and the
+// filesystem-wide fanotify mark. Either failing fails both: inotify alone
+// does not see changes through links outside the dataset.
+func watchBoth(m *bmap.Map, n int, log *slog.Logger) (*Watcher, *fanWatch, error) {
+	dirs, _ := m.Dirs()
+	w, err := NewWatcher(m.Root, dirs)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := newFanWatch(m.Root, n, log)
+	if err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("%w (the filesystem-wide watch needs CAP_SYS_ADMIN and a filesystem with file handles)", err)
+	}
+	return w, f, nil
+}
+
+// verify is Checker.Verify that also records sample i's handle on the
+// file it opened (the checking pass's hook for the fanotify index).
+func (g *Guard) verify(i int, mp *extentinfo.Mapper) (nlink uint64, err error) {
+	if g.fan == nil {
+		return g.ck.Verify(i, mp)
+	}
+	fd, err := g.ck.Open(i)
+	if err != nil {
+		g.fan.hashOf[i] = gone
+		return 0, err
+	}
+	defer unix.Close(fd)
+	g.fan.record(i, fd)
+	return g.ck.CheckFd(i, fd, mp)
+}
+
+// recordPath records the handle of sample i, not read raw, by its path.
+func (g *Guard) recordPath(i int) {
+	if g.fan != nil {
+		g.fan.recordPath(i, g.m.Samples[i].Path)
+	}
+}
+
+// reindex brings the fanotify index up to the inotify generation wg: a
+// sample whose path may lead to another inode now (its directory saw a
+// change) is recorded again, before any verdict of this generation is
+// judged. It costs a path lookup per such sample, only when wg moved.
+func (g *Guard) reindex(wg uint64) {
+	g.reindexMu.Lock()
+	defer g.reindexMu.Unlock()
+	if wg == g.indexedAt {
+		return
+	}
+	g.indexedAt = wg
+	g.fan.reindex(func(i int) string { return g.m.Samples[i].Path }, func(i int) bool { return g.watch.Changed(g.dirOf[i]) })
+}
