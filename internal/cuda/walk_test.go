@@ -299,3 +299,25 @@ func mapsInode(maps string, st unix.Stat_t) bool {
 	}
 	return false
 }
+
+// BenchmarkDiscoveryCandidates: one discovery of libcudart over the
+// process's places, the explicit directory a real library's (NVIDIA's
+// wheel): what the daemon now pays once at start, and paid before on
+// every GPU open.
+func BenchmarkDiscoveryCandidates(b *testing.B) {
+	wheels, err := filepath.Abs("../../.venv")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, _ := filepath.Glob(filepath.Join(wheels, "lib/python3*/site-packages/nvidia/cu13/lib"))
+	if len(m) == 0 {
+		b.Skip("no NVIDIA wheels in .venv")
+	}
+	s := SearchFromEnv()
+	s.Getenv = func(k string) string { return map[string]string{EnvLibDir: m[0]}[k] }
+	for b.Loop() {
+		if c := s.Candidates(Cudart()); len(c) == 0 {
+			b.Fatal("no candidate")
+		}
+	}
+}
