@@ -192,7 +192,7 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if o.openMemory != nil {
 		openMemory = o.openMemory
 	}
-	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger})
+	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger, CUDA: o.CUDA})
 	if err != nil {
 		if errors.Is(err, batchmem.ErrKind) {
 			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)
@@ -203,7 +203,7 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if d := mem.Desc(); d.Kind == batchmem.GPU {
 		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
 	}
-	x := builtinEnv{guard: o.Guard}
+	x := builtinEnv{guard: o.Guard, cuda: o.CUDA}
 	if o.Shared != nil {
 		x.shared = &o.Shared.s
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 	"github.com/nvfeed/nvfeed/loader/internal/cufile"
@@ -74,6 +75,10 @@ type Options struct {
 	// is read only after the user's check passes; nil: the process's own
 	// credentials. The daemon sets it to its client's.
 	Cred *cred.Cred
+	// CUDA is the process's CUDA libraries, discovered once (the daemon
+	// holds one for its life) and used by GPU memory and the cufile
+	// backend; nil: each GPU loader discovers them again.
+	CUDA *cuda.Libs
 	// Replays bounds the ShuffleDALI replays that run at once among the
 	// loaders given the same *Replays (the daemon: one per uid); nil: no
 	// bound.

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/cufile"
 	"github.com/nvfeed/nvfeed/loader/internal/fsread"
@@ -24,13 +25,14 @@ type builtinEnv struct {
 	guard       *fresh.Guard
 	shared      *shared.Shared
 	hostBuffers [][]byte
+	cuda        *cuda.Libs
 }
 
 // builtins returns the built-in backends' descriptions, the default
 // first, each with its environment from x.
 func builtins(x builtinEnv) []backend.Spec {
 	rx := raw.Env{Guard: x.guard, Shared: x.shared, HostBuffers: x.hostBuffers}
-	return []backend.Spec{fsread.Spec(fsread.Env{Guard: x.guard}), raw.GDSSpec(rx), raw.BAMSpec(rx), cufile.Spec()}
+	return []backend.Spec{fsread.Spec(fsread.Env{Guard: x.guard}), raw.GDSSpec(rx), raw.BAMSpec(rx), cufile.Spec(cufile.Env{CUDA: x.cuda})}
 }
 
 // builtinSpec returns the built-in backend name with environment x.

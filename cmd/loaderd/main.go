@@ -411,19 +411,17 @@ func addCUDALibDirFlag(fs *flag.FlagSet) func() error {
 	}
 }
 
-// logCUDA logs where the CUDA libraries were found and whether there is a
-// driver (the GPU sessions load them again, from the same places).
-func logCUDA(log *slog.Logger) {
-	s := cuda.SearchFromEnv()
-	rt, err := cuda.OpenRuntime(s)
+// logCUDA discovers and loads the daemon's CUDA libraries, once, at
+// start: libs logs where it found each or, where none is usable, every
+// place it looked and why each was passed over; every GPU session then
+// reuses them. The versions are logged here.
+func logCUDA(log *slog.Logger, libs *cuda.Libs) {
+	rt, err := libs.OpenRuntime()
 	if err != nil {
-		log.Info("loaderd: no CUDA runtime: memory gpu unavailable", "why", err)
+		log.Info("loaderd: no CUDA runtime: memory gpu unavailable")
 		return
 	}
-	attrs := []any{"libcudart", rt.Found.File(), "found_by", rt.Found.From}
-	if len(rt.Found.Refused) > 0 {
-		attrs = append(attrs, "libcudart_refused", strings.Join(rt.Found.Refused, "; "))
-	}
+	var attrs []any
 	if v, err := rt.RuntimeVersion(); err == nil {
 		attrs = append(attrs, "runtime", cuda.FormatVersion(v))
 	}
@@ -432,12 +430,14 @@ func logCUDA(log *slog.Logger) {
 	} else {
 		attrs = append(attrs, "driver", cuda.FormatVersion(d))
 	}
-	if c := cuda.ProbeCuFile(s); c.Found.Path != "" {
-		attrs = append(attrs, "libcufile", c.Found.File(), "libcufile_found_by", c.Found.From)
+	if c, err := libs.CuFile(); err == nil {
+		if v, err := c.Version(); err == nil {
+			attrs = append(attrs, "cufile", cuda.FormatCuFileVersion(v))
+		}
 	} else {
 		attrs = append(attrs, "libcufile", "none")
 	}
-	log.Info("loaderd: CUDA libraries", attrs...)
+	log.Info("loaderd: CUDA versions", attrs...)
 }
 
 // checkCmd reports what this machine offers the loader; it succeeds
@@ -594,7 +594,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	logCUDA(log)
+	libs := cuda.NewLibs(cuda.SearchFromEnv(), log)
+	logCUDA(log, libs)
 	loaded := map[string]*bmap.Map{}
 	for name, path := range datasets {
 		m, err := bmap.Load(path)
@@ -653,7 +654,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log})
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/ebitengine/purego"
 )
@@ -36,14 +35,18 @@ import (
 // CUDA 12 wheels put libcudart and libcufile in different directories).
 //
 // loaderd runs as root, and a library it loads runs as root: a file that
-// someone else could change — it, its directory or any directory above
-// it owned by another user, or writable by another user or group (a
-// VIRTUAL_ENV or CONDA_PREFIX inherited from an operator's environment,
-// a world-writable directory) — is passed over and named with why
-// (Found.Refused, the error), whoever the process runs as (owners it
-// trusts: root and its own user). The dynamic loader's own search, last,
-// is its configuration (ldconfig's cache, the process's LD_LIBRARY_PATH),
-// as for any program root runs.
+// someone else could change, or a path on which someone else could put
+// another file — an entry on the way (directory, symlink, the file) owned
+// by another user, in a directory another user or group may write and
+// that is not sticky, a name missing from a directory others may write
+// (a CUDA_HOME under /tmp), a VIRTUAL_ENV or CONDA_PREFIX of an
+// operator's — is passed over and named with why (Found.Refused, the
+// error), whoever the process runs as (owners it trusts: root and its
+// own user). walk.go resolves every symlink itself and judges every
+// entry; the file loaded is the inode judged, by its descriptor
+// (openChecked). The dynamic loader's own search, last, is its
+// configuration (ldconfig's cache, the process's LD_LIBRARY_PATH), as for
+// any program root runs. A process discovers once: Libs.
 
 // EnvLibDir names the explicit directory searched first.
 const EnvLibDir = "NVFEED_CUDA_LIB_DIR"
@@ -80,6 +83,8 @@ type Found struct {
 	// because someone other than root or this process's user could change
 	// them (trusted), each with why.
 	Refused []string `json:"refused,omitempty"`
+
+	checked checkedFile // what the walk judged: the file loaded
 }
 
 // File is the file that was loaded: Resolved, else Path.
@@ -194,89 +199,46 @@ func pyMinor(path string) int {
 }
 
 // Candidates lists the files of lib that exist in the places and that
-// only root or this process's user can change (trusted), in the order
-// they would be tried; each names the files passed over before it
+// only root or this process's user can change (trusted: walk.go), in the
+// order they would be tried; each names the files passed over before it
 // (Found.Refused).
 func (s Search) Candidates(lib Lib) []Found {
 	out, _ := s.candidates(lib)
 	return out
 }
 
-// candidates is Candidates, also returning every file passed over, with
-// why.
+// candidates is Candidates, also returning every file or place passed
+// over, with why. The first of lib's names that a place has is its
+// candidate; a place whose walk is refused is passed over whole.
 func (s Search) candidates(lib Lib) (out []Found, refused []string) {
+	euid := uint32(os.Geteuid())
 	for _, p := range s.Places() {
 		for _, f := range lib.Files {
 			path := filepath.Join(p.Dir, f)
-			if st, err := os.Stat(path); err == nil && !st.IsDir() {
-				if err := trusted(path); err != nil {
-					refused = append(refused, fmt.Sprintf("%s (%s): refused: %v", path, p.From, err))
-				} else {
-					out = append(out, Found{Path: path, From: p.From, Refused: slices.Clone(refused)})
-				}
-				break // one file per directory: the preferred name
+			c, err := walk(path, euid)
+			if errors.Is(err, errAbsent) {
+				continue
 			}
+			if err != nil {
+				refused = append(refused, fmt.Sprintf("%s (%s): %v", path, p.From, err))
+			} else {
+				out = append(out, Found{Path: path, From: p.From, Refused: slices.Clone(refused), checked: c})
+			}
+			break // one file per directory: the preferred name
 		}
 	}
 	return out, refused
 }
 
-// trusted returns nil when only root or this process's user can change
-// the file at path: the file it resolves to and every directory above it,
-// and every directory above path itself (its symlinks live there), are
-// owned by uid 0 or the process's euid, writable by their group only when
-// that is gid 0 or the process's egid, and by others only for a
-// directory with the sticky bit (/tmp: others cannot replace what they do
-// not own) and never for the file. Else it says which and why.
-func trusted(path string) error {
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return err
-	}
-	uid, gid := uint32(os.Geteuid()), uint32(os.Getegid())
-	check := func(p string, leaf bool) error {
-		st, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		sys, ok := st.Sys().(*syscall.Stat_t)
-		if !ok {
-			return fmt.Errorf("%s: no owner known", p)
-		}
-		mode := st.Mode()
-		switch {
-		case sys.Uid != 0 && sys.Uid != uid:
-			return fmt.Errorf("%s is owned by uid %d, who could replace the library (root loads it)", p, sys.Uid)
-		case mode&0o020 != 0 && sys.Gid != 0 && sys.Gid != gid:
-			return fmt.Errorf("%s is writable by group %d (mode %04o), whose members could replace the library (root loads it)", p, sys.Gid, mode.Perm())
-		case mode&0o002 != 0 && (leaf || mode&os.ModeSticky == 0):
-			return fmt.Errorf("%s is writable by others (mode %04o), who could replace the library (root loads it)", p, mode.Perm())
-		}
-		return nil
-	}
-	if err := check(real, true); err != nil {
-		return err
-	}
-	for _, p := range []string{real, filepath.Clean(path)} {
-		for d := filepath.Dir(p); ; d = filepath.Dir(d) {
-			if err := check(d, false); err != nil {
-				return err
-			}
-			if d == filepath.Dir(d) {
-				break
-			}
-		}
-	}
-	return nil
-}
-
-// open loads lib: the candidates in order, then (unless NoLoaderSearch)
-// its names through the dynamic loader. The error lists every attempt.
+// open loads lib: the candidates in order, each the very file its walk
+// checked (openChecked), then (unless NoLoaderSearch) its names through
+// the dynamic loader. The error lists every attempt and every place.
 func (s Search) open(lib Lib) (uintptr, Found, error) {
 	candidates, refused := s.candidates(lib)
 	errs := slices.Clone(refused)
+	euid := uint32(os.Geteuid())
 	for _, c := range candidates {
-		h, err := purego.Dlopen(c.Path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		h, err := openChecked(c.checked, euid, 0)
 		if err == nil {
 			return h, c, nil
 		}

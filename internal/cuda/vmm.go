@@ -108,7 +108,7 @@ func (r *Runtime) Driver() (*Driver, error) {
 
 func (r *Runtime) resolveDriver() (*Driver, error) {
 	if r.entryPoint == nil {
-		return nil, fmt.Errorf("cuda: %w: %s has no cudaGetDriverEntryPointByVersion (CUDA 12.5 or later)", ErrNoVMM, r.Path)
+		return nil, fmt.Errorf("cuda: %w: the libcudart loaded has no cudaGetDriverEntryPointByVersion (CUDA 12.5 or later)", ErrNoVMM)
 	}
 	d := &Driver{rt: r}
 	for name, fn := range d.driverSymbols() {

@@ -58,6 +58,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
@@ -135,6 +136,10 @@ type Options struct {
 	DeviceWrites bool
 	// Logger, default slog.Default().
 	Logger *slog.Logger
+	// CUDA is the process's CUDA libraries, discovered once (the daemon
+	// holds one for its life); nil: GPU memory discovers them again for
+	// this Open (cuda.SearchFromEnv).
+	CUDA *cuda.Libs
 }
 
 // Errors callers branch on.

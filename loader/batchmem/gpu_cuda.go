@@ -27,9 +27,14 @@ type cudaDevice struct {
 
 // openCUDADevice finds the GPU o names (o.DeviceUUID, else o.Device),
 // starts its thread and resolves what GPU memory needs; without a driver
-// it fails with ErrNoCUDA, for a GPU not here with ErrUnknownGPU.
+// it fails with ErrNoCUDA, for a GPU not here with ErrUnknownGPU. The
+// libraries are o.CUDA's, else discovered for this open.
 func openCUDADevice(o Options) (*cudaDevice, error) {
-	rt, err := cuda.Load()
+	libs := o.CUDA
+	if libs == nil {
+		libs = cuda.NewLibs(cuda.SearchFromEnv(), o.Logger)
+	}
+	rt, err := libs.Load()
 	if err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) {
 			return nil, fmt.Errorf("batchmem: memory kind gpu: %w: %w", ErrNoCUDA, err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/counts"
@@ -36,8 +37,15 @@ const Name = "cufile"
 // here (no libcufile, no driver, or its driver refused to open).
 var ErrUnavailable = errors.New("cuFile unavailable")
 
+// Env is what the cufile backend needs beyond backend.Env.
+type Env struct {
+	// CUDA is the process's CUDA libraries, discovered once; nil: each
+	// open discovers them again (cuda.SearchFromEnv).
+	CUDA *cuda.Libs
+}
+
 // Spec describes the cufile backend.
-func Spec() backend.Spec {
+func Spec(x Env) backend.Spec {
 	return backend.Spec{
 		Name: Name,
 		Doc:  "reads each sample through its file with cuFileRead straight into GPU batch memory (memory gpu only; GPUDirect Storage where the platform has it, else cuFile's compatibility mode)",
@@ -54,7 +62,7 @@ func Spec() backend.Spec {
 			if log == nil {
 				log = slog.Default()
 			}
-			r, err := openCuFile(*env.GPU, workers, log)
+			r, err := openCuFile(*env.GPU, workers, log, x.CUDA)
 			if err != nil {
 				return nil, fmt.Errorf("%w on GPU %d: %w", ErrUnavailable, env.GPU.Device, err)
 			}

@@ -40,9 +40,13 @@ type cuFileReader struct {
 // process's life, as KvikIO does: the driver is process-wide and shared by
 // every session) and registers mem. A registration cuFile refuses is a
 // warning: it reads into unregistered memory through its own bounce
-// buffers (cufile.h), as KvikIO does.
-func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger) (*cuFileReader, error) {
-	rt, err := cuda.Load()
+// buffers (cufile.h), as KvikIO does. The libraries are libs's, else
+// discovered for this open.
+func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger, libs *cuda.Libs) (*cuFileReader, error) {
+	if libs == nil {
+		libs = cuda.NewLibs(cuda.SearchFromEnv(), log)
+	}
+	rt, err := libs.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +57,7 @@ func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger) (*cuFileRe
 	if mem.Device < 0 || mem.Device >= len(devs) {
 		return nil, fmt.Errorf("cufile: GPU %d: this process sees %d GPUs", mem.Device, len(devs))
 	}
-	lib, err := cuda.LoadCuFile("")
+	lib, err := libs.CuFile()
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func openOnStandin(t *testing.T, root string) (*Backend, batchmem.Memory, *bmap.
 		t.Fatal(err)
 	}
 	d := mem.Desc()
-	spec := Spec()
+	spec := Spec(Env{})
 	p, err := spec.Resolve(map[string]any{"workers": int64(3)})
 	if err != nil {
 		t.Fatal(err)

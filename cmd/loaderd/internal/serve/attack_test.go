@@ -105,12 +105,18 @@ func (a *attackFS) build(t *testing.T) *bmap.Map {
 // daemon serves m as "ds" on a socket anyone may connect to.
 func daemon(t *testing.T, m *bmap.Map) string {
 	t.Helper()
+	return daemonWith(t, Config{Datasets: map[string]*bmap.Map{"ds": m}, SessionTimeout: time.Minute})
+}
+
+// daemonWith serves cfg on a socket anyone may connect to.
+func daemonWith(t *testing.T, cfg Config) string {
+	t.Helper()
 	dir := t.TempDir()
 	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		os.Chmod(d, 0o755)
 	}
 	sock := filepath.Join(dir, "d.sock")
-	srv := New(Config{Datasets: map[string]*bmap.Map{"ds": m}, SessionTimeout: time.Minute})
+	srv := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, Listen{Socket: sock, Mode: 0o666}) }()

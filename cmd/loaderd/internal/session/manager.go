@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -68,6 +69,10 @@ type Config struct {
 	// session's queue its own and spreads submissions over cores, per
 	// device uses one ring and goroutine per device instead of one each.
 	Engines string
+	// CUDA is the daemon's CUDA libraries, discovered once and reused
+	// by every GPU session; nil: NewManager makes them from the process's
+	// environment (cuda.SearchFromEnv), discovered at the first GPU open.
+	CUDA *cuda.Libs
 }
 
 // Engine scopes (Config.Engines).
@@ -155,6 +160,9 @@ func NewManager(cfg Config) *Manager {
 		}
 		cfg.MaxLockedBytes = b
 		cfg.Logger.Info("session: batch memory budget", "mib", b>>20, "why", why)
+	}
+	if cfg.CUDA == nil {
+		cfg.CUDA = cuda.NewLibs(cuda.SearchFromEnv(), cfg.Logger)
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, replays: map[owner]*loader.Replays{},
 		reg: prometheus.NewRegistry(), access: newVerdicts(), jobs: newJobs(cfg.SessionTimeout)}
@@ -294,7 +302,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err != nil {
 		return Opened{}, err
 	}
-	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.Replays = slotSize, m.log, true, d.guard, m.shared, credOf(c), replays
+	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.Replays, lo.CUDA = slotSize, m.log, true, d.guard, m.shared, credOf(c), replays, m.cfg.CUDA
 	l, err := m.openLoader(ds, p, lo)
 	var ss *session
 	var gpuPath, backendName string

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cuda
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrNoLibraries is the message a client gets for a GPU open refused
+// because the process has no usable CUDA libraries: where they were
+// looked for, and why each place was passed over, is the process's log's
+// (Libs logs it once), never a client's.
+var ErrNoLibraries = errors.New("the daemon has no usable CUDA libraries; its log says where it looked")
+
+// Libs are the CUDA libraries of one process, discovered and loaded at
+// most once each, at the first call that needs them: a daemon makes one
+// at start, and every GPU session reuses what it found — or why it found
+// nothing. Its errors carry the sentinels callers branch on (ErrNoDriver,
+// ErrNoRuntime, ErrNoLibraries) but no path of the search; the full
+// reasons go to the log, once. Safe for concurrent use.
+type Libs struct {
+	search Search
+	log    *slog.Logger
+
+	searches atomic.Int32 // discoveries run: Searches
+
+	rtOnce sync.Once
+	rt     *Runtime
+	rtErr  error // the full reason, logged
+	drvErr error // the runtime's "no driver", logged
+
+	cfOnce sync.Once
+	cf     *CuFileLib
+	cfErr  error // the full reason, logged
+}
+
+// NewLibs returns the libraries s finds; log (nil: slog.Default()) gets
+// what each discovery found and every reason for what it passed over.
+func NewLibs(s Search, log *slog.Logger) *Libs {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Libs{search: s, log: log}
+}
+
+// Searches returns how many discoveries ran (at most two: libcudart,
+// libcufile).
+func (l *Libs) Searches() int { return int(l.searches.Load()) }
+
+// hidden is an error for a client: its message names no path, and it
+// matches the sentinels of the full error it stands for.
+type hidden struct {
+	msg  string
+	errs []error
+}
+
+func (h hidden) Error() string   { return h.msg }
+func (h hidden) Unwrap() []error { return h.errs }
+
+// hide returns the client's version of full: ErrNoLibraries, and those of
+// ErrNoDriver and ErrNoRuntime that full matches.
+func hide(full error) error {
+	errs := []error{ErrNoLibraries}
+	for _, s := range []error{ErrNoDriver, ErrNoRuntime} {
+		if errors.Is(full, s) {
+			errs = append(errs, s)
+		}
+	}
+	return hidden{msg: "cuda: " + ErrNoLibraries.Error(), errs: errs}
+}
+
+// places lists the directories of the search and how each was chosen,
+// for the log.
+func (l *Libs) places() string {
+	var p []string
+	for _, pl := range l.search.Places() {
+		p = append(p, pl.Dir+" ("+pl.From+")")
+	}
+	if !l.search.NoLoaderSearch {
+		p = append(p, FromLoader)
+	}
+	return strings.Join(p, "; ")
+}
+
+// OpenRuntime returns libcudart, found and loaded at the first call,
+// whether or not a driver is present.
+func (l *Libs) OpenRuntime() (*Runtime, error) {
+	l.rtOnce.Do(func() {
+		l.searches.Add(1)
+		l.rt, l.rtErr = OpenRuntime(l.search)
+		if l.rtErr != nil {
+			l.log.Warn("cuda: no usable libcudart: memory gpu is refused", "searched", l.places(), "why", l.rtErr)
+			return
+		}
+		attrs := []any{"libcudart", l.rt.Found.File(), "found_by", l.rt.Found.From}
+		if len(l.rt.Found.Refused) > 0 {
+			attrs = append(attrs, "refused", strings.Join(l.rt.Found.Refused, "; "))
+		}
+		if _, l.drvErr = l.rt.DriverVersion(); l.drvErr != nil {
+			attrs = append(attrs, "driver", l.drvErr)
+		}
+		l.log.Info("cuda: libcudart loaded", attrs...)
+	})
+	if l.rtErr != nil {
+		return nil, hide(l.rtErr)
+	}
+	return l.rt, nil
+}
+
+// Load returns libcudart as OpenRuntime does, or ErrNoDriver where the
+// runtime finds no driver.
+func (l *Libs) Load() (*Runtime, error) {
+	rt, err := l.OpenRuntime()
+	if err != nil {
+		return nil, err
+	}
+	if l.drvErr != nil {
+		return nil, hidden{msg: "cuda: " + ErrNoDriver.Error() + " (the CUDA runtime loaded says so; the daemon's log names it)", errs: []error{ErrNoDriver}}
+	}
+	return rt, nil
+}
+
+// CuFile returns libcufile, found and loaded at the first call.
+func (l *Libs) CuFile() (*CuFileLib, error) {
+	l.cfOnce.Do(func() {
+		l.searches.Add(1)
+		l.cf, l.cfErr = LoadCuFileFrom(l.search)
+		if l.cfErr != nil {
+			l.log.Warn("cuda: no usable libcufile: gpu_path cufile is unavailable", "searched", l.places(), "why", l.cfErr)
+			return
+		}
+		attrs := []any{"libcufile", l.cf.Found.File(), "found_by", l.cf.Found.From}
+		if len(l.cf.Found.Refused) > 0 {
+			attrs = append(attrs, "refused", strings.Join(l.cf.Found.Refused, "; "))
+		}
+		l.log.Info("cuda: libcufile loaded", attrs...)
+	})
+	if l.cfErr != nil {
+		return nil, hidden{msg: "cuda: no usable libcufile; the daemon's log says where it looked", errs: []error{ErrNoLibraries}}
+	}
+	return l.cf, nil
+}
