@@ -39,6 +39,7 @@ import (
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/internal/caps"
 	"github.com/nvfeed/nvfeed/internal/cli"
 	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/cuda"
@@ -594,6 +595,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	have, err := caps.Current()
+	if err != nil {
+		return fmt.Errorf("loaderd serve: %w", err)
+	}
+	if err := checkCaps(have.Effective, os.Geteuid(), capNeeds(*sockGroup), log); err != nil {
+		return err
+	}
 	logCUDA(log)
 	loaded := map[string]*bmap.Map{}
 	for name, path := range datasets {
@@ -628,6 +636,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mode, err := strconv.ParseUint(*sockMode, 8, 32)
 	if err != nil || mode > 0o777 {
 		return cli.UsageErr(fs, "--socket-mode %q: want octal permission bits such as 0660", *sockMode)
+	}
+	if *sockGroup == "" && mode&0o007 == 0 {
+		log.Warn(rootOnlySocket(os.Geteuid(), os.Getegid(), *socket), "socket", *socket, "mode", fmt.Sprintf("%04o", mode))
 	}
 	var token string
 	if *tokenFile != "" {
