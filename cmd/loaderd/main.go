@@ -548,7 +548,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	socket := fs.String("socket", "", "unix socket to listen on (required; its directory is created, mode 0755, if missing); ready when it exists")
 	listen := fs.String("listen", "", "also listen on this loopback TCP address, e.g. 127.0.0.1:7070 (needs --tcp-token)")
 	tokenFile := fs.String("tcp-token", "", "FILE holding the bearer token every TCP request must carry (Authorization: Bearer TOKEN)")
-	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group)")
+	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group, root's as a service: only root can connect, and loaderd warns so)")
 	sockMode := fs.String("socket-mode", "0660", "the socket's permission bits, octal")
 	tcpUser := fs.String("tcp-user", serve.DefaultTCPUser, "the user (name or uid) TCP callers are judged as: the datasets it may read, and the owner of their sessions (which unix-socket callers cannot reach, nor they a unix caller's)")
 	timeout := fs.Duration("session-timeout", session.DefaultSessionTimeout, "close sessions idle for longer than this")

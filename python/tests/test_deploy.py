@@ -10,7 +10,6 @@ serves a user who is not root byte-exact."""
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import os
 import resource
@@ -345,10 +344,10 @@ def loop_dataset() -> Iterator[_LoopDataset]:
         try:
             mnt.chmod(0o755)
             root, bmap, by_hash = small_dataset(mnt, "train")
-            for d, dirs, files in os.walk(root):
+            for d, _, names in os.walk(root):
                 os.chmod(d, 0o755)
-                for f in files:
-                    os.chmod(os.path.join(d, f), 0o644)
+                for name in names:
+                    os.chmod(os.path.join(d, name), 0o644)
             bmap.chmod(0o644)
             yield _LoopDataset(root=root, bmap=bmap, hashes=sorted(by_hash))
         finally:
@@ -364,8 +363,7 @@ def _start_as_deployed(r: _Run, work: Path, bmap: Path, *extra: str) -> tuple[su
     the installed one, with the config file's text at r's config path's
     stand-in and the command line overriding the socket and the dataset
     (and what extra gives). Returns the process, its socket and its log;
-    the socket is None-free: a daemon that did not start raises with its
-    log."""
+    a daemon that does not start fails the test with its log."""
     assert Path(r.argv[0]).name == "loaderd" and r.argv[1] == "serve", r.argv
     conf = work / "loaderd.conf"
     conf.write_text(r.config_text)
@@ -390,14 +388,15 @@ def _start_as_deployed(r: _Run, work: Path, bmap: Path, *extra: str) -> tuple[su
         for k, v in want.items():
             resource.setrlimit(k, v)
 
-    proc = subprocess.Popen([*_setpriv(r), *argv], stdout=open(log, "w"), stderr=subprocess.STDOUT, umask=r.umask,
+    cmd = [*_setpriv(r), *argv]
+    proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, umask=r.umask,
                             preexec_fn=limits, cwd="/")
     deadline = time.monotonic() + 10
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait()
-            raise AssertionError(f"loaderd did not start as deployed ({shlex.join(proc.args)}): {log.read_text()}")
+            raise AssertionError(f"loaderd did not start as deployed ({shlex.join(cmd)}): {log.read_text()}")
         time.sleep(0.02)
     return proc, sock, log
 
