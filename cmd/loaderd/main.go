@@ -39,6 +39,7 @@ import (
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/session"
+	"github.com/nvfeed/nvfeed/internal/caps"
 	"github.com/nvfeed/nvfeed/internal/cli"
 	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/cuda"
@@ -547,7 +548,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	socket := fs.String("socket", "", "unix socket to listen on (required; its directory is created, mode 0755, if missing); ready when it exists")
 	listen := fs.String("listen", "", "also listen on this loopback TCP address, e.g. 127.0.0.1:7070 (needs --tcp-token)")
 	tokenFile := fs.String("tcp-token", "", "FILE holding the bearer token every TCP request must carry (Authorization: Bearer TOKEN)")
-	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group)")
+	sockGroup := fs.String("socket-group", "", "group (name or gid) whose members may connect to the socket (default: the daemon's group, root's as a service: only root can connect, and loaderd warns so)")
 	sockMode := fs.String("socket-mode", "0660", "the socket's permission bits, octal")
 	tcpUser := fs.String("tcp-user", serve.DefaultTCPUser, "the user (name or uid) TCP callers are judged as: the datasets it may read, and the owner of their sessions (which unix-socket callers cannot reach, nor they a unix caller's)")
 	timeout := fs.Duration("session-timeout", session.DefaultSessionTimeout, "close sessions idle for longer than this")
@@ -594,6 +595,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	have, err := caps.Current()
+	if err != nil {
+		return fmt.Errorf("loaderd serve: %w", err)
+	}
+	if err := checkCaps(have.Effective, os.Geteuid(), capNeeds(*sockGroup), log); err != nil {
+		return err
+	}
 	libs := cuda.NewLibs(cuda.SearchFromEnv(), log)
 	logCUDA(log, libs)
 	loaded := map[string]*bmap.Map{}
@@ -629,6 +637,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mode, err := strconv.ParseUint(*sockMode, 8, 32)
 	if err != nil || mode > 0o777 {
 		return cli.UsageErr(fs, "--socket-mode %q: want octal permission bits such as 0660", *sockMode)
+	}
+	if *sockGroup == "" && mode&0o007 == 0 {
+		log.Warn(rootOnlySocket(os.Geteuid(), os.Getegid(), *socket), "socket", *socket, "mode", fmt.Sprintf("%04o", mode))
 	}
 	var token string
 	if *tokenFile != "" {

@@ -67,7 +67,8 @@ def connect_error(path: str, e: OSError) -> LoaderError:
     if e.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR):
         return DaemonNotRunningError(
             f"is loaderd running at {path}? Connecting failed: {e.strerror or e}. Start it "
-            f"(`sudo systemctl start loaderd`, or `sudo loaderd serve --socket {path} --dataset NAME=MAP`), "
+            f"(`sudo systemctl start loaderd`, or "
+            f"`sudo loaderd serve --socket {path} --socket-group GROUP --dataset NAME=MAP`), "
             f"or point the client at the socket it listens on (socket=PATH, or {SOCKET_ENV}=PATH).", path)
     return DaemonGoneError(f"loaderd at {path}: cannot connect: {e}")
 
@@ -87,8 +88,9 @@ def _user_name() -> str:
 
 
 def _permission_error(path: str, e: OSError) -> SocketPermissionError:
-    """Explains EACCES: the socket's group and how to join it, or the
-    directory this process cannot search."""
+    """Explains EACCES: the socket's group and how to join it (never
+    root's group: then how to give the daemon a group), or the directory
+    this process cannot search."""
     me = f"this process (user {_user_name()}, uid {os.geteuid()}, groups {sorted(set(os.getgroups()) | {os.getegid()})})"
     try:
         st = os.stat(path)
@@ -104,7 +106,13 @@ def _permission_error(path: str, e: OSError) -> SocketPermissionError:
     shown = f"'{name}' (gid {gid})" if name else f"gid {gid} (no name on this machine)"
     msg = (f"cannot connect to loaderd at {path}: permission denied. Only members of the socket's group {shown} "
            f"may connect (socket mode {stat.S_IMODE(st.st_mode):04o}); {me} is not one. ")
-    if name is None:
+    if gid == 0:
+        # Root's group: the daemon was started without a socket group. Its
+        # members hold root's files; no one joins it to reach a socket.
+        msg += ("The daemon was started without a socket group, so only root may connect. Ask its administrator to "
+                "give it one of its own (loaderd serve --socket-group GROUP, or socket-group = GROUP in its config "
+                "file) and to add this user to that group.")
+    elif name is None:
         msg += (f"Run the process with that group: a supplementary group {gid} "
                 "(in Kubernetes, securityContext.supplementalGroups).")
     else:

@@ -122,8 +122,8 @@ def _group() -> grp.struct_group:
 
 def test_not_in_the_sockets_group(dataset: Dataset) -> None:
     """nobody connects to a socket of mode 0660 whose group it lacks, then
-    with the group; then with the socket's group unnamed, then with its
-    directory unsearchable."""
+    with the group; then with the socket's group unnamed, then root's
+    (never advised to join it), then with its directory unsearchable."""
     who = nobody()
     group = _group()
     base = shared_dir()
@@ -146,6 +146,13 @@ def test_not_in_the_sockets_group(dataset: Dataset) -> None:
         out = json.loads(r.stdout)
         assert out["type"] == "SocketPermissionError" and "gid 4242 (no name on this machine)" in out["msg"], out
         assert "supplementalGroups" in out["msg"] and out["group"] == "4242"
+
+        os.chown(d.socket, -1, 0)  # root's group: as a daemon started without --socket-group
+        r = run_as(who.pw_uid, who.pw_gid, [], CONNECT, d.socket)
+        out = json.loads(r.stdout)
+        assert out["type"] == "SocketPermissionError" and out["gid"] == 0, out
+        assert "--socket-group GROUP" in out["msg"] and "only root may connect" in out["msg"], out["msg"]
+        assert "usermod" not in out["msg"] and "newgrp" not in out["msg"], f"advises joining root's group: {out['msg']}"
 
         base.chmod(0o700)  # the daemon's directory, not the socket, keeps it out
         r = run_as(who.pw_uid, who.pw_gid, [4242], CONNECT, d.socket)

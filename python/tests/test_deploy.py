@@ -1,25 +1,34 @@
 # SPDX-License-Identifier: Apache-2.0
 """The deploy files: the systemd unit passes systemd-analyze verify, the
 Kubernetes manifests pass kubernetes-validate --strict (and both checks
-catch a typo), the shipped config files start a real daemon, and the
-image, the DaemonSet and the training pod agree on the command, the tag
-and the socket."""
+catch a typo), the shipped config files start a real daemon, the image,
+the DaemonSet and the training pod agree on the command, the tag and the
+socket, and a daemon run as the unit and as the DaemonSet's container
+run it (their capability sets, no_new_privs, umask, limits, command)
+serves a user who is not root byte-exact."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
 import os
+import resource
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Optional
 
 import pytest
 import yaml
 
-from conftest import BIN, Dataset, start_daemon, stop_daemon
+from asuser import nobody, run_as, shared_dir
+from conftest import BIN, Dataset, skip_unprivileged, small_dataset, start_daemon, stop_daemon
 from nvfeed import LoaderSource
 
 REPO = Path(__file__).resolve().parents[2]
@@ -189,3 +198,269 @@ def test_image_tag_version_and_context() -> None:
     for needed in ("go.mod", "go.sum", "cmd/loaderd/main.go", "bmap/bmap.go", "python/nvfeed/VERSION",
                    "python/nvfeed/__init__.py", "python/dali_source/__init__.py", "docker/Dockerfile"):
         assert not ignored(needed), f"{needed} is left out of the build context"
+
+
+# ---- The deployment files as they run: a root daemon under the unit's
+# (or the container's) capability set serves a user who is not root.
+
+
+def _unit_service() -> dict[str, list[str]]:
+    """The [Service] section of deploy/systemd/loaderd.service: every
+    value of each key, in order (systemd merges repeated lines)."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    for line in (DEPLOY / "systemd" / "loaderd.service").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line
+            continue
+        if section == "[Service]":
+            k, _, v = line.partition("=")
+            out.setdefault(k.strip(), []).append(v.strip())
+    return out
+
+
+def _unit_bounding_set(svc: dict[str, list[str]]) -> list[str]:
+    """The unit's CapabilityBoundingSet, its lines ORed as systemd does
+    (a "~" line, which systemd ANDs in, is not supported here)."""
+    caps: list[str] = []
+    for v in svc["CapabilityBoundingSet"]:
+        assert not v.startswith("~"), f"CapabilityBoundingSet={v}: this test does not model '~' lines"
+        caps += [c for c in v.split() if c not in caps]
+    return caps
+
+
+def _limit(v: str) -> tuple[int, int]:
+    """A systemd Limit*= value as (soft, hard)."""
+    soft, _, hard = v.partition(":")
+    conv = [resource.RLIM_INFINITY if x == "infinity" else int(x) for x in (soft, hard or soft)]
+    return conv[0], conv[1]
+
+
+@dataclass
+class _Run:
+    """How the service manager starts the daemon: the command (a config
+    file's path in it to be replaced), the user, the capability bounding
+    set (None: the full set, as a privileged container has), whether
+    no_new_privs is set, the umask and the resource limits."""
+    argv: list[str]
+    config: str  # the config file's path as argv names it
+    config_text: str
+    uid: int = 0
+    bounding: Optional[list[str]] = None
+    no_new_privs: bool = False
+    umask: int = 0o022
+    limits: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def _systemd_run() -> _Run:
+    """The unit's ExecStart, CapabilityBoundingSet, NoNewPrivileges,
+    UMask, LimitMEMLOCK and LimitNOFILE, as systemd applies them to a
+    root service (no User=: uid 0; its permitted and effective sets are
+    the bounding set, its inheritable and ambient sets empty)."""
+    svc = _unit_service()
+    assert "User" not in svc and "AmbientCapabilities" not in svc, "the unit changed its user: extend this test"
+    argv = shlex.split(svc["ExecStart"][-1])
+    return _Run(argv=argv, config=argv[argv.index("--config") + 1], config_text=(DEPLOY / "loaderd.conf").read_text(),
+                bounding=_unit_bounding_set(svc), no_new_privs=svc["NoNewPrivileges"][-1] == "yes",
+                umask=int(svc["UMask"][-1], 8),
+                limits={resource.RLIMIT_MEMLOCK: _limit(svc["LimitMEMLOCK"][-1]),
+                        resource.RLIMIT_NOFILE: _limit(svc["LimitNOFILE"][-1])})
+
+
+# The capabilities a container runtime (containerd, CRI-O, Docker) gives a
+# container that is not privileged and adds or drops none.
+RUNTIME_DEFAULT_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID",
+                        "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL",
+                        "CAP_AUDIT_WRITE"]
+
+
+def _kubernetes_run() -> _Run:
+    """The DaemonSet's container as the runtime starts it from
+    docker/Dockerfile's image: its command, its user (runAsUser, else
+    the image's USER, else root), its capabilities (privileged: all; else
+    the runtime's defaults with securityContext.capabilities' add and
+    drop), no_new_privs (allowPrivilegeEscalation: false) and the
+    ConfigMap's config file."""
+    df = _dockerfile()
+    ds = _manifest("loaderd.yaml", "DaemonSet")["spec"]["template"]["spec"]
+    c = ds["containers"][0]
+    sc = {**ds.get("securityContext", {}), **c.get("securityContext", {})}
+    users = [rest for k, rest in df if k == "USER"]
+    user = sc.get("runAsUser", users[-1] if users else 0)
+    assert str(user) in ("0", "root"), f"the container runs as {user}: extend this test for a user that is not root"
+    argv = _argv(c, _exec_form(df, "ENTRYPOINT"), _exec_form(df, "CMD"))
+    bounding: Optional[list[str]] = None
+    if not sc.get("privileged", False):
+        add = ["CAP_" + a.upper().removeprefix("CAP_") for a in sc.get("capabilities", {}).get("add", [])]
+        drop = ["CAP_" + d.upper().removeprefix("CAP_") for d in sc.get("capabilities", {}).get("drop", [])]
+        bounding = [] if "CAP_ALL" in drop else [x for x in RUNTIME_DEFAULT_CAPS if x not in drop]
+        bounding += [a for a in add if a not in bounding]
+    return _Run(argv=argv, config=argv[argv.index("--config") + 1], config_text=_configs()["the ConfigMap"],
+                bounding=bounding, no_new_privs=sc.get("allowPrivilegeEscalation") is False)
+
+
+def _setpriv(r: _Run) -> list[str]:
+    """setpriv's command line giving the daemon r's capabilities as the
+    service manager does for uid 0: the bounding set, empty inheritable
+    and ambient sets (so exec makes the permitted and effective sets the
+    bounding set), no_new_privs."""
+    args = ["setpriv"]
+    if r.bounding is not None:
+        args += ["--bounding-set", ",".join(["-all", *("+" + c.lower().removeprefix("cap_") for c in r.bounding)])]
+    args += ["--inh-caps", "-all", "--ambient-caps", "-all"]
+    if r.no_new_privs:
+        args.append("--no-new-privs")
+    return [*args, "--"]
+
+
+@dataclass
+class _LoopDataset:
+    root: Path
+    bmap: Path
+    hashes: list[str]  # sha256 of every sample, sorted
+
+
+@pytest.fixture(scope="module")
+def loop_dataset() -> Iterator[_LoopDataset]:
+    """A dataset on a real ext4 filesystem on a loop device (direct I/O),
+    in a directory every user can search, its files readable by all."""
+    if os.geteuid() != 0 or shutil.which("losetup") is None or shutil.which("setpriv") is None:
+        skip_unprivileged("needs root, losetup and setpriv (util-linux): runs the daemon as its unit does")
+    if not (BIN / "loaderd").exists():
+        skip_unprivileged("bin/loaderd missing: run `make test` (it builds the binaries first)")
+    base = shared_dir()
+    img, mnt = base / "img", base / "mnt"
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", str(img)], check=True)
+    loop = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(img)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    try:
+        mnt.mkdir()
+        subprocess.run(["mount", loop, str(mnt)], check=True)
+        try:
+            mnt.chmod(0o755)
+            root, bmap, by_hash = small_dataset(mnt, "train")
+            for d, _, names in os.walk(root):
+                os.chmod(d, 0o755)
+                for name in names:
+                    os.chmod(os.path.join(d, name), 0o644)
+            bmap.chmod(0o644)
+            yield _LoopDataset(root=root, bmap=bmap, hashes=sorted(by_hash))
+        finally:
+            if subprocess.run(["umount", str(mnt)]).returncode != 0:
+                subprocess.run(["umount", "-l", str(mnt)])
+    finally:
+        subprocess.run(["losetup", "-d", loop])
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _start_as_deployed(r: _Run, work: Path, bmap: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Starts r's command, the binary this checkout built standing in for
+    the installed one, with the config file's text at r's config path's
+    stand-in and the command line overriding the socket and the dataset
+    (and what extra gives). Returns the process, its socket and its log;
+    a daemon that does not start fails the test with its log."""
+    assert Path(r.argv[0]).name == "loaderd" and r.argv[1] == "serve", r.argv
+    conf = work / "loaderd.conf"
+    conf.write_text(r.config_text)
+    sockdir = work / "run"  # RuntimeDirectory=loaderd, RuntimeDirectoryMode=0755
+    sockdir.mkdir(mode=0o755)
+    sockdir.chmod(0o755)
+    sock, log = str(sockdir / "loaderd.sock"), work / "loaderd.log"
+    argv = [str(BIN / "loaderd"), *(str(conf) if a == r.config else a for a in r.argv[1:]),
+            "--socket", sock, "--dataset", f"train={bmap}", *extra]
+
+    # A limit past this process's hard limit needs CAP_SYS_RESOURCE, which
+    # a sandbox running the tests may lack: then the hard limit it has.
+    want = dict(r.limits)
+    if not int(_status(os.getpid())["CapEff"], 16) & (1 << 24):  # CAP_SYS_RESOURCE
+        for k, (soft, hard) in r.limits.items():
+            cur = resource.getrlimit(k)[1]
+            if cur != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > cur):
+                warnings.warn(f"limit {k}: {hard} asked, {cur} given (no CAP_SYS_RESOURCE to raise it here)")
+                want[k] = (cur if soft == resource.RLIM_INFINITY else min(soft, cur), cur)
+
+    def limits() -> None:
+        for k, v in want.items():
+            resource.setrlimit(k, v)
+
+    cmd = [*_setpriv(r), *argv]
+    proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, umask=r.umask,
+                            preexec_fn=limits, cwd="/")
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"loaderd did not start as deployed ({shlex.join(cmd)}): {log.read_text()}")
+        time.sleep(0.02)
+    return proc, sock, log
+
+
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
+
+
+def _cap_mask(names: list[str]) -> int:
+    nums = {ln.split()[0]: i for i, ln in enumerate(subprocess.run(["setpriv", "--list-caps"], capture_output=True,
+                                                                   text=True, check=True).stdout.split("\n")) if ln}
+    return sum(1 << nums[n.lower().removeprefix("cap_")] for n in names)
+
+
+SERVE_ALL = """
+import hashlib, json, sys
+from nvfeed import LoaderError, LoaderSource
+out = {}
+for be in sys.argv[2:]:
+    try:
+        with LoaderSource("train", socket=sys.argv[1], batch_size=4, backend=be) as src:
+            out[be] = sorted(hashlib.sha256(s.tobytes()).hexdigest() for b, _ in src for s in b)
+    except LoaderError as e:
+        out[be] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("how", ["systemd", "kubernetes"])
+def test_deployed_daemon_serves_nobody_byte_exact(how: str, loop_dataset: _LoopDataset, tmp_path: Path) -> None:
+    """loaderd serve run as deploy/systemd/loaderd.service runs it (its
+    exact CapabilityBoundingSet, NoNewPrivileges, UMask, LimitMEMLOCK,
+    LimitNOFILE and ExecStart, through setpriv and no systemd), or as the
+    DaemonSet's container runs (its security context, the image's user,
+    its command and ConfigMap), serves nobody, a member of the socket's
+    group, every sample of a real ext4 loop dataset byte-exact through
+    file, gds and bam."""
+    who = nobody()
+    r = _systemd_run() if how == "systemd" else _kubernetes_run()
+    conf = dict(ln.split(" = ", 1) for ln in r.config_text.splitlines() if " = " in ln and not ln.lstrip().startswith("#"))
+    # The config's socket-group is a name this machine may lack (the unit's)
+    # or a gid (the ConfigMap's): nobody joins it by number.
+    gid = int(conf["socket-group"]) if conf["socket-group"].isdigit() else 43118
+    work = shared_dir()
+    proc, sock, log = _start_as_deployed(r, work, loop_dataset.bmap, "--socket-group", str(gid))
+    try:
+        st = _status(proc.pid)
+        if r.bounding is not None:
+            # The bounding set can only shrink: what this sandbox lacks stays out.
+            mask = _cap_mask(r.bounding) & int(_status(os.getpid())["CapBnd"], 16)
+            assert int(st["CapBnd"], 16) == mask and int(st["CapEff"], 16) == mask, (st["CapBnd"], st["CapEff"], r.bounding)
+        assert int(st["CapInh"], 16) == 0 and int(st["CapAmb"], 16) == 0, st
+        assert st["NoNewPrivs"] == ("1" if r.no_new_privs else "0"), st["NoNewPrivs"]
+        assert int(st["Umask"], 8) == r.umask, st["Umask"]
+        out = run_as(who.pw_uid, who.pw_gid, [gid], SERVE_ALL, sock, "file", "gds", "bam")
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        for be in ("file", "gds", "bam"):
+            assert got[be] == loop_dataset.hashes, f"{how}: {be}: {got[be] if isinstance(got[be], str) else 'wrong bytes'}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        text = log.read_text()
+        shutil.rmtree(work, ignore_errors=True)
+    assert code == 0, text
+    assert "missing" not in text, f"{how}: the daemon warns of a missing capability:\n{text}"
