@@ -184,8 +184,12 @@ func writeErr(w http.ResponseWriter, code int, msg string) {
 	writeMsg(w, code, wire.ErrorResponse{Error: msg})
 }
 
-// fail writes err with the status its sentinel maps to.
+// fail writes err with the status its sentinel maps to. After a body too
+// large the connection closes: the rest of it is not read.
 func fail(w http.ResponseWriter, err error) {
+	if errors.Is(err, errBodyTooLarge) {
+		w.Header().Set("Connection", "close")
+	}
 	writeErr(w, status(err), err.Error())
 }
 
@@ -199,24 +203,43 @@ func writeMsg(w http.ResponseWriter, code int, v any) {
 	w.Write(b)
 }
 
-// decode reads a request's body (at most wire.MaxBody bytes) and decodes
-// it into v (wire.Decode). Errors wrap wire.ErrMalformed.
-func decode(r *http.Request, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, wire.MaxBody+1))
+// errBodyTooLarge is wrapped by decode's error for a body past its
+// endpoint's limit; fail closes the connection after answering it, so
+// the server does not read the rest.
+var errBodyTooLarge = fmt.Errorf("%w: request body too large", wire.ErrMalformed)
+
+// decode reads a request's body, at most limit bytes (wire.MaxOpenBody or
+// wire.MaxSmallBody), and decodes it into v (wire.Decode). A body whose
+// Content-Length is past limit is refused unread; one of unknown length
+// is read no further than limit. What is read is allocated once, at its
+// size where the length is known. Errors wrap wire.ErrMalformed.
+func decode(r *http.Request, v any, limit int) error {
+	if r.ContentLength > int64(limit) {
+		return fmt.Errorf("%w: %d bytes, at most %d", errBodyTooLarge, r.ContentLength, limit)
+	}
+	var b []byte
+	var err error
+	if r.ContentLength >= 0 {
+		b = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, b)
+	} else {
+		b, err = io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+	}
 	if err != nil {
 		return fmt.Errorf("%w: reading request body: %w", wire.ErrMalformed, err)
 	}
-	if len(b) > wire.MaxBody {
-		return fmt.Errorf("%w: request body larger than %d bytes", wire.ErrMalformed, wire.MaxBody)
+	if len(b) > limit {
+		return fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, limit)
 	}
 	return wire.Decode(b, v)
 }
 
-// decodePosition decodes an optional body into v and returns the position
-// its epoch and iteration fields name (nil for neither; both or neither).
+// decodePosition decodes an optional body (at most wire.MaxSmallBody
+// bytes) into v and returns the position its epoch and iteration fields
+// name (nil for neither; both or neither).
 func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Position, error) {
 	if r.ContentLength != 0 {
-		if err := decode(r, v); err != nil {
+		if err := decode(r, v, wire.MaxSmallBody); err != nil {
 			return nil, err
 		}
 	}
@@ -254,7 +277,7 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 	var req wire.OpenRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, &req, wire.MaxOpenBody); err != nil {
 		fail(w, err)
 		return
 	}
@@ -339,7 +362,7 @@ func (s *Server) next(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	var req wire.ReleaseRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, &req, wire.MaxSmallBody); err != nil {
 		fail(w, err)
 		return
 	}
@@ -370,7 +393,7 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 // Defaults of Listen's limits: a zero field takes its default.
 const (
 	// DefaultReadTimeout bounds reading a request, headers and body
-	// (bodies are small: at most 1 MiB): a slow body is cut.
+	// (bodies are small: at most 64 KiB): a slow body is cut.
 	DefaultReadTimeout = 30 * time.Second
 	// DefaultWriteTimeout bounds a response from the end of its request,
 	// a next's wait for its batch included, and every frame written on a
