@@ -198,6 +198,9 @@ func (m *Manager) Registry() *prometheus.Registry { return m.reg }
 // Timeout returns the idle timeout.
 func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
 
+// MaxSessions returns the cap on open sessions, all owners together.
+func (m *Manager) MaxSessions() int { return m.cfg.MaxSessions }
+
 // budget returns the prefetch depth, release_after and slots of a session:
 // prefetched batches plus the batches the client holds (the one just
 // delivered and release_after earlier ones). The prefetch depth's default
