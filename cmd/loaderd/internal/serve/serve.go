@@ -223,7 +223,7 @@ func decode(r *http.Request, v any, limit int) error {
 		b = make([]byte, r.ContentLength)
 		_, err = io.ReadFull(r.Body, b)
 	} else {
-		b, err = io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+		b, err = readUpTo(r.Body, limit+1)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: reading request body: %w", wire.ErrMalformed, err)
@@ -232,6 +232,27 @@ func decode(r *http.Request, v any, limit int) error {
 		return fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, limit)
 	}
 	return wire.Decode(b, v)
+}
+
+// readUpTo reads rd to its end or to n bytes, whichever comes first,
+// into a buffer that doubles as it fills (from 512 bytes, never past n):
+// what it allocates stays under twice what it read, and n.
+func readUpTo(rd io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(512, n))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = append(make([]byte, 0, min(2*cap(b), n)), b...)
+		}
+		k, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 // decodePosition decodes an optional body (at most wire.MaxSmallBody
