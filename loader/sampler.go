@@ -165,6 +165,35 @@ func (s Sampling) EpochOrder(epoch int, buf, perm []int32) (order, permOut []int
 	return order, o.perm
 }
 
+// SamplerBytes returns the memory a loader over s holds for its sample
+// order, besides its batch memory: the epoch's order (the longest epoch's
+// samples, padding included), and as s shuffles, the permutation of all N
+// samples (ShufflePermute), the shard's samples and their permutation
+// (with StickToShard, and the file list while it is sorted out), or
+// DALI's reader (its file list of N samples and its initial_fill buffer,
+// daliorder.Bytes). A daemon admits it against its budget before opening
+// (s as Validate passed it). All are int32s.
+func SamplerBytes(s Sampling) int64 {
+	s.ReaderArgs = s.ReaderArgs.withDefaults()
+	// The longest epoch: a shard's ceil(N/num_shards) samples, padded to
+	// whole batches with PadLastBatch.
+	shards, b := int64(max(s.NumShards, 1)), int64(max(s.BatchSize, 1))
+	longest := (int64(s.N) + shards - 1) / shards
+	if s.PadLastBatch {
+		longest = (longest + b - 1) / b * b
+	}
+	order := 4 * longest
+	switch {
+	case s.daliShuffled():
+		return order + daliorder.Bytes(daliorder.Params{N: s.N, RandomShuffle: true, InitialFill: s.InitialFill})
+	case s.RandomShuffle && s.StickToShard:
+		return order + 4*int64(s.N) + 8*longest
+	case s.RandomShuffle:
+		return order + 4*int64(s.N)
+	}
+	return order
+}
+
 // Orders gives a rank's epoch orders, EpochOrder's sequence, keeping what
 // the next epoch needs: the permutation's scratch, a StickToShard shard's
 // samples, DALI's reader. Not safe for concurrent use.

@@ -74,6 +74,7 @@ const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
                      [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64] [--max-replays-per-uid N]
+                     [--max-sampler-mb MiB] [--max-conns N] [--root-conns 16]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
                      [--engines session|device] [--cuda-lib-dir DIR] [--log-format text|json] [--log-level debug|info|warn|error]
 
@@ -557,7 +558,10 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxPerUID := fs.Int("max-sessions-per-uid", session.DefaultMaxSessionsPerUID, "refuse a uid's new sessions while it has this many open (429; TCP callers count as one uid)")
 	maxReplays := fs.Int("max-replays-per-uid", session.DefaultMaxReplaysPerUID(), "run at most this many of a uid's shuffle dali replays at once (a session resumed or moved to an epoch goes through every epoch before it again: up to tens of seconds of a core); the others wait their turn")
 	maxLocked := fs.Int64("max-locked-mb", 0, fmt.Sprintf("refuse sessions whose batch memory would take all open sessions' past this (MiB; 507); 0: %.0f%% of the machine's memory, within RLIMIT_MEMLOCK unless the daemon has CAP_IPC_LOCK", session.DefaultLockedShare*100))
+	maxSampler := fs.Int64("max-sampler-mb", 0, fmt.Sprintf("refuse sessions whose sample order (a permutation of the dataset; shuffle dali's file list and initial_fill buffer) would take all open sessions' past this (MiB; 507); 0: %.1f%% of the machine's memory", session.DefaultSamplerShare*100))
 	maxConns := fs.Int("max-conns-per-uid", serve.DefaultMaxConnsPerUID, "answer a uid's connections past this many open with 429 and close them (TCP clients count as one uid)")
+	maxConnsAll := fs.Int("max-conns", 0, "answer connections past this many open, all users together, with 429 and close them (0: what RLIMIT_NOFILE leaves after the sessions and the daemon)")
+	rootConns := fs.Int("root-conns", serve.DefaultRootConns, "keep this many of --max-conns for root (uid 0 on the unix socket)")
 	readTimeout := fs.Duration("read-timeout", serve.DefaultReadTimeout, "close a connection whose request (headers and body) takes longer than this to arrive")
 	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "bound each response (a next's wait for its batch included) and each frame of a stream")
 	idleTimeout := fs.Duration("idle-timeout", serve.DefaultIdleTimeout, "close keep-alive connections idle between requests for longer than this")
@@ -626,6 +630,18 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *maxLocked < 0 {
 		return cli.UsageErr(fs, "--max-locked-mb %d: want 0 (the default) or more", *maxLocked)
 	}
+	if *maxSampler < 0 {
+		return cli.UsageErr(fs, "--max-sampler-mb %d: want 0 (the default) or more", *maxSampler)
+	}
+	if *maxConnsAll < 0 {
+		return cli.UsageErr(fs, "--max-conns %d: want 0 (the default) or more", *maxConnsAll)
+	}
+	if *rootConns < 0 {
+		return cli.UsageErr(fs, "--root-conns %d: want 0 or more", *rootConns)
+	}
+	if *rootConns == 0 {
+		*rootConns = -1 // serve.Listen's "none"
+	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration
@@ -665,7 +681,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs})
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -675,7 +691,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 	err = srv.Run(ctx, serve.Listen{Socket: *socket, Mode: os.FileMode(mode), Group: *sockGroup, TCP: *listen, Token: token, TCPUser: *tcpUser,
-		MaxConnsPerUID: *maxConns, ReadTimeout: *readTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout, StreamIdleTimeout: *streamIdle})
+		MaxConnsPerUID: *maxConns, MaxConns: *maxConnsAll, RootConns: *rootConns, ReadTimeout: *readTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout, StreamIdleTimeout: *streamIdle})
 	if errors.Is(err, serve.ErrNoToken) {
 		return fmt.Errorf("%w: give --tcp-token FILE with --listen", err)
 	}

@@ -112,6 +112,16 @@ type Reader struct {
 	steps            int   // samples and epoch ends gone through, for Skip's looks at stop
 }
 
+// Bytes returns the memory a Reader for p holds: its file list (N
+// int32s, with RandomShuffle) and its buffer (InitialFill int32s, 1
+// without RandomShuffle). Nothing else it holds grows with p.
+func Bytes(p Params) int64 {
+	if !p.RandomShuffle {
+		return 4
+	}
+	return 4 * (int64(p.N) + int64(max(p.InitialFill, 1)))
+}
+
 // New returns a reader at the start of epoch 0. p must be valid: N >=
 // NumShards >= 1, ShardID in range, BatchSize >= 1, and InitialFill >= 1
 // when RandomShuffle.

@@ -20,15 +20,39 @@ import (
 // it a refused connection is closed without an answer.
 const refusals = 32
 
+// connCaps are the connection limits a peerListener keeps.
+type connCaps struct {
+	perPeer int // a peer's open connections
+	// total bounds every peer's together (below the fd limit), of which
+	// rootOnly are kept for uid 0 on the unix socket: the others stop at
+	// total - rootOnly.
+	total, rootOnly int
+	// counted is shared by the daemon's listeners (unix and TCP): the
+	// connections open, all peers together. Nil: the listener's own.
+	counted *totalConns
+}
+
+// totalConns counts every listener's open connections together.
+type totalConns struct {
+	mu     sync.Mutex
+	n      int  // under mu
+	warned bool // under mu: a refusal past the total was logged since n was last below it
+}
+
+// rootKey is uid 0's key on the unix socket.
+const rootKey = "0"
+
 // peerListener counts the open connections of each peer (a uid, from
-// SO_PEERCRED at accept; every TCP connection is one peer) and refuses a
-// peer's connection past max: it answers 429 naming the limit and closes
-// it, so one user's flood of connections cannot take the daemon's file
-// descriptors from the others. A unix connection whose peer cannot be
-// identified is closed.
+// SO_PEERCRED at accept; every TCP connection is one peer) and of all of
+// them together, and refuses a connection past its peer's cap or past
+// the total (for any peer but root, past the total less root's reserve):
+// it answers 429 naming the limit and closes it, so one user's — or
+// many users' — flood of connections cannot take the daemon's file
+// descriptors from the others, nor from root. A unix connection whose
+// peer cannot be identified is closed.
 type peerListener struct {
 	net.Listener
-	max  int
+	caps connCaps
 	log  *slog.Logger
 	busy chan struct{} // refusals being answered
 
@@ -37,8 +61,11 @@ type peerListener struct {
 	full map[string]bool
 }
 
-func newPeerListener(ln net.Listener, max int, log *slog.Logger) *peerListener {
-	return &peerListener{Listener: ln, max: max, log: log, busy: make(chan struct{}, refusals), open: map[string]int{}, full: map[string]bool{}}
+func newPeerListener(ln net.Listener, caps connCaps, log *slog.Logger) *peerListener {
+	if caps.counted == nil {
+		caps.counted = &totalConns{}
+	}
+	return &peerListener{Listener: ln, caps: caps, log: log, busy: make(chan struct{}, refusals), open: map[string]int{}, full: map[string]bool{}}
 }
 
 // unixConn is an accepted unix connection with its peer's credentials,
@@ -87,8 +114,8 @@ func (l *peerListener) Accept() (net.Conn, error) {
 			}
 			key, who = fmt.Sprint(cr.UID), fmt.Sprintf("uid %d", cr.UID)
 		}
-		if !l.take(key) {
-			l.refuse(c, key, who)
+		if why := l.take(key, who); why != "" {
+			l.refuse(c, key, who, why)
 			continue
 		}
 		done := func() { l.give(key) }
@@ -99,15 +126,37 @@ func (l *peerListener) Accept() (net.Conn, error) {
 	}
 }
 
-// take counts a connection of key's, or says it is over the limit.
-func (l *peerListener) take(key string) bool {
+// take counts a connection of key's (who, in words), or says which
+// limit it is over.
+func (l *peerListener) take(key, who string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open[key] >= l.max {
-		return false
+	if n := l.open[key]; n >= l.caps.perPeer {
+		return fmt.Sprintf("%s, %d open, the daemon's limit per uid (--max-conns-per-uid)", who, n)
 	}
+	t := l.caps.counted
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	limit := l.caps.total
+	if key != rootKey || l.isTCP() {
+		limit -= l.caps.rootOnly
+	}
+	if t.n >= limit {
+		if !t.warned { // once per flood, not once per connection
+			t.warned = true
+			l.log.Warn("serve: connections refused: the daemon's limit for all users", "open", t.n, "max_conns", l.caps.total, "kept_for_root", l.caps.rootOnly)
+		}
+		return fmt.Sprintf("%d open, all users together, the daemon's limit (--max-conns %d, of which %d kept for root)", t.n, l.caps.total, l.caps.rootOnly)
+	}
+	t.n++
 	l.open[key]++
-	return true
+	return ""
+}
+
+// isTCP says whether l listens on TCP (whose peers are never root).
+func (l *peerListener) isTCP() bool {
+	_, ok := l.Listener.Addr().(*net.TCPAddr)
+	return ok
 }
 
 // give gives back a place of key's.
@@ -118,20 +167,28 @@ func (l *peerListener) give(key string) {
 		delete(l.open, key)
 		delete(l.full, key)
 	}
+	t := l.caps.counted
+	t.mu.Lock()
+	if t.n--; t.n < l.caps.total-l.caps.rootOnly {
+		t.warned = false
+	}
+	t.mu.Unlock()
 }
 
 // refuse answers c 429 and closes it, without holding up Accept: the
 // answer is written at once (a new connection's buffer has room) and the
 // request read off for a moment in the background, so that a client that
 // writes its request first still reads the answer.
-func (l *peerListener) refuse(c net.Conn, key, who string) {
+func (l *peerListener) refuse(c net.Conn, key, who, why string) {
 	l.mu.Lock()
-	first := !l.full[key]
-	l.full[key] = true
+	first := !l.full[key] && l.open[key] > 0 // a peer refused past the total was logged by take
+	if l.open[key] > 0 {
+		l.full[key] = true
+	}
 	l.mu.Unlock()
-	msg := fmt.Sprintf("too many connections: %s, %d open, the daemon's limit per uid (--max-conns-per-uid)", who, l.max)
+	msg := "too many connections: " + why
 	if first { // once per flood, not once per connection
-		l.log.Warn("serve: connections refused", "peer", who, "limit", l.max)
+		l.log.Warn("serve: connections refused", "peer", who, "why", why)
 	}
 	body, _ := msgpack.Marshal(wire.ErrorResponse{Error: msg})
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))

@@ -70,7 +70,7 @@ func FuzzOpenRequest(f *testing.F) {
 	)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req wire.OpenRequest
-		err := decode(httptest.NewRequest("POST", "/v1/sessions", bytes.NewReader(b)), &req)
+		err := decode(httptest.NewRequest("POST", "/v1/sessions", bytes.NewReader(b)), &req, wire.MaxOpenBody)
 		if err == nil {
 			err = openParams(req).Validate()
 		}
@@ -98,7 +98,7 @@ func FuzzReleaseRequest(f *testing.F) {
 	seeds(f, wire.ReleaseRequest{Slot: 2}, wire.ReleaseRequest{Slot: math.MinInt64}, map[string]any{"slot": "two"})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req wire.ReleaseRequest
-		err := decode(httptest.NewRequest("POST", "/v1/sessions/x/release", bytes.NewReader(b)), &req)
+		err := decode(httptest.NewRequest("POST", "/v1/sessions/x/release", bytes.NewReader(b)), &req, wire.MaxSmallBody)
 		if err == nil {
 			err = session.CheckSlots("release", []int{req.Slot})
 		}

@@ -205,15 +205,7 @@ func TestConnectionFloodStopsNoOtherUser(t *testing.T) {
 	attacker, attackerOut := asUser(t, nobody, flooder, nil, sock, fmt.Sprint(flood))
 	victim, victimOut := asUser(t, 0, opener, nil, sock, "1")
 	// The daemon may have a few hundred descriptors more than it uses now.
-	fds, _ := os.ReadDir("/proc/self/fd")
-	var old unix.Rlimit
-	unix.Getrlimit(unix.RLIMIT_NOFILE, &old)
-	lim := old
-	lim.Cur = uint64(len(fds) + 256)
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
+	lowerFDLimit(t, 256)
 	defer attacker.Close()
 	if !attackerOut.Scan() {
 		t.Fatal("the flooding client died")
@@ -230,6 +222,21 @@ func TestConnectionFloodStopsNoOtherUser(t *testing.T) {
 	if want := "429 Too Many Requests"; !strings.Contains(ready, want) || !strings.Contains(ready, fmt.Sprintf("uid %d, %d open", nobody, DefaultMaxConnsPerUID)) {
 		t.Errorf("connection %d of uid %d was answered %q, want %s naming the limit", flood, nobody, ready, want)
 	}
+}
+
+// lowerFDLimit lowers the process's fd limit to headroom past the
+// descriptors open now, as a service's would be, until t ends.
+func lowerFDLimit(t *testing.T, headroom int) {
+	t.Helper()
+	fds, _ := os.ReadDir("/proc/self/fd")
+	var old unix.Rlimit
+	unix.Getrlimit(unix.RLIMIT_NOFILE, &old)
+	lim := old
+	lim.Cur = uint64(len(fds) + headroom)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Setrlimit(unix.RLIMIT_NOFILE, &old) })
 }
 
 // readUntilClosed reads c until the daemon closes it and returns how long

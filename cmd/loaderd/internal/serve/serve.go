@@ -184,8 +184,12 @@ func writeErr(w http.ResponseWriter, code int, msg string) {
 	writeMsg(w, code, wire.ErrorResponse{Error: msg})
 }
 
-// fail writes err with the status its sentinel maps to.
+// fail writes err with the status its sentinel maps to. After a body too
+// large the connection closes: the rest of it is not read.
 func fail(w http.ResponseWriter, err error) {
+	if errors.Is(err, errBodyTooLarge) {
+		w.Header().Set("Connection", "close")
+	}
 	writeErr(w, status(err), err.Error())
 }
 
@@ -199,24 +203,64 @@ func writeMsg(w http.ResponseWriter, code int, v any) {
 	w.Write(b)
 }
 
-// decode reads a request's body (at most wire.MaxBody bytes) and decodes
-// it into v (wire.Decode). Errors wrap wire.ErrMalformed.
-func decode(r *http.Request, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, wire.MaxBody+1))
+// errBodyTooLarge is wrapped by decode's error for a body past its
+// endpoint's limit; fail closes the connection after answering it, so
+// the server does not read the rest.
+var errBodyTooLarge = fmt.Errorf("%w: request body too large", wire.ErrMalformed)
+
+// decode reads a request's body, at most limit bytes (wire.MaxOpenBody or
+// wire.MaxSmallBody), and decodes it into v (wire.Decode). A body whose
+// Content-Length is past limit is refused unread; one of unknown length
+// is read no further than limit. What is read is allocated once, at its
+// size where the length is known. Errors wrap wire.ErrMalformed.
+func decode(r *http.Request, v any, limit int) error {
+	if r.ContentLength > int64(limit) {
+		return fmt.Errorf("%w: %d bytes, at most %d", errBodyTooLarge, r.ContentLength, limit)
+	}
+	var b []byte
+	var err error
+	if r.ContentLength >= 0 {
+		b = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, b)
+	} else {
+		b, err = readUpTo(r.Body, limit+1)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: reading request body: %w", wire.ErrMalformed, err)
 	}
-	if len(b) > wire.MaxBody {
-		return fmt.Errorf("%w: request body larger than %d bytes", wire.ErrMalformed, wire.MaxBody)
+	if len(b) > limit {
+		return fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, limit)
 	}
 	return wire.Decode(b, v)
 }
 
-// decodePosition decodes an optional body into v and returns the position
-// its epoch and iteration fields name (nil for neither; both or neither).
+// readUpTo reads rd to its end or to n bytes, whichever comes first,
+// into a buffer that doubles as it fills (from 512 bytes, never past n):
+// what it allocates stays under twice what it read, and n.
+func readUpTo(rd io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(512, n))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = append(make([]byte, 0, min(2*cap(b), n)), b...)
+		}
+		k, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+// decodePosition decodes an optional body (at most wire.MaxSmallBody
+// bytes) into v and returns the position its epoch and iteration fields
+// name (nil for neither; both or neither).
 func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Position, error) {
 	if r.ContentLength != 0 {
-		if err := decode(r, v); err != nil {
+		if err := decode(r, v, wire.MaxSmallBody); err != nil {
 			return nil, err
 		}
 	}
@@ -254,7 +298,7 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 	var req wire.OpenRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, &req, wire.MaxOpenBody); err != nil {
 		fail(w, err)
 		return
 	}
@@ -339,7 +383,7 @@ func (s *Server) next(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	var req wire.ReleaseRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, &req, wire.MaxSmallBody); err != nil {
 		fail(w, err)
 		return
 	}
@@ -370,7 +414,7 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 // Defaults of Listen's limits: a zero field takes its default.
 const (
 	// DefaultReadTimeout bounds reading a request, headers and body
-	// (bodies are small: at most 1 MiB): a slow body is cut.
+	// (bodies are small: at most 64 KiB): a slow body is cut.
 	DefaultReadTimeout = 30 * time.Second
 	// DefaultWriteTimeout bounds a response from the end of its request,
 	// a next's wait for its batch included, and every frame written on a
@@ -390,6 +434,19 @@ const (
 	// allows every session a uid may open (session.DefaultMaxSessionsPerUID)
 	// with room to spare.
 	DefaultMaxConnsPerUID = 64
+	// DefaultRootConns is how many of the connections allowed in total
+	// (Listen.MaxConns) are kept for uid 0 on the unix socket: when every
+	// other user together has taken the rest, root is still answered.
+	DefaultRootConns = 16
+	// fdsPerSession is what MaxConns's default keeps per session (the
+	// daemon's cap, session.Config.MaxSessions): its batch memory, its
+	// engines' io_uring rings and their threads' descriptors, the sample
+	// files being read.
+	fdsPerSession = 32
+	// daemonFDs is what MaxConns's default keeps for the rest of the
+	// daemon: map reloads, GPU libraries, logs, the refusals being
+	// answered, the listeners.
+	daemonFDs = 96 + refusals
 	// DefaultTCPUser is the user TCP callers are judged as.
 	DefaultTCPUser = "nobody"
 	// headerTimeout bounds reading a request's headers.
@@ -412,6 +469,15 @@ type Listen struct {
 	// connection counts as one peer's); past it a connection is answered
 	// 429 and closed. Default DefaultMaxConnsPerUID.
 	MaxConnsPerUID int
+	// MaxConns bounds every peer's open connections together, below the
+	// fd limit so that accept never fails for want of a descriptor
+	// (which would leave every client, root included, unanswered); past
+	// it a connection is answered 429 and closed. RootConns of them
+	// (default DefaultRootConns; -1: none) are kept for uid 0 on the unix
+	// socket. 0: derived at Run from RLIMIT_NOFILE, less the descriptors
+	// open then, fdsPerSession for each session the daemon may open and
+	// daemonFDs (maxConnsFor).
+	MaxConns, RootConns int
 	// Timeouts: DefaultReadTimeout, DefaultWriteTimeout,
 	// DefaultIdleTimeout, DefaultStreamIdleTimeout when zero.
 	ReadTimeout, WriteTimeout, IdleTimeout, StreamIdleTimeout time.Duration
@@ -428,6 +494,12 @@ func (l Listen) withDefaults(sessionTimeout time.Duration) Listen {
 	if l.MaxConnsPerUID == 0 {
 		l.MaxConnsPerUID = DefaultMaxConnsPerUID
 	}
+	switch l.RootConns {
+	case 0:
+		l.RootConns = DefaultRootConns
+	case -1:
+		l.RootConns = 0
+	}
 	if l.ReadTimeout == 0 {
 		l.ReadTimeout = DefaultReadTimeout
 	}
@@ -442,6 +514,45 @@ func (l Listen) withDefaults(sessionTimeout time.Duration) Listen {
 	}
 	l.StreamIdleTimeout = max(l.StreamIdleTimeout, sessionTimeout)
 	return l
+}
+
+// maxConnsFor is the default total of connections under a limit of
+// nofile descriptors, open of them in use, for a daemon of sessions
+// sessions: what is left for connections, and no less than rootConns+1
+// (so one other user's connection is possible).
+func maxConnsFor(nofile uint64, open, sessions, rootConns int) int {
+	left := int64(min(nofile, 1<<30)) - int64(open) - int64(sessions)*fdsPerSession - daemonFDs
+	return int(max(left, int64(rootConns)+1))
+}
+
+// openFDs counts the process's open descriptors.
+func openFDs() (int, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0, fmt.Errorf("counting open descriptors: %w", err)
+	}
+	return len(ents), nil
+}
+
+// connCapsFor returns l's connection limits: MaxConns, or its default
+// from the fd limit now, for a daemon of sessions sessions.
+func connCapsFor(l Listen, sessions int) (connCaps, error) {
+	caps := connCaps{perPeer: l.MaxConnsPerUID, total: l.MaxConns, rootOnly: l.RootConns, counted: &totalConns{}}
+	if caps.total == 0 {
+		var lim unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return caps, fmt.Errorf("serve: RLIMIT_NOFILE: %w", err)
+		}
+		open, err := openFDs()
+		if err != nil {
+			return caps, fmt.Errorf("serve: the default of --max-conns: %w", err)
+		}
+		caps.total = maxConnsFor(lim.Cur, open, sessions, caps.rootOnly)
+	}
+	if caps.rootOnly >= caps.total {
+		return caps, fmt.Errorf("serve: %d connections kept for root, but only %d allowed in all (--max-conns): %w", caps.rootOnly, caps.total, ErrConnCaps)
+	}
+	return caps, nil
 }
 
 // lookupUser resolves a user name or numeric uid to the caller it stands
@@ -476,8 +587,9 @@ func lookupUser(name string) (session.Caller, error) {
 // session, removes the socket and returns nil. The socket is created with
 // l.Mode and l.Group (never world-writable unless the mode says so); the
 // TCP listener, loopback only, requires l.Token on every request. Every
-// connection is bounded in time (l's timeouts) and every uid in
-// connections (l.MaxConnsPerUID).
+// connection is bounded in time (l's timeouts), every uid in connections
+// (l.MaxConnsPerUID) and all of them together (l.MaxConns, some kept for
+// root).
 func (s *Server) Run(ctx context.Context, l Listen) error {
 	defer s.mgr.Stop()
 	l = l.withDefaults(s.mgr.Timeout())
@@ -506,6 +618,10 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 		}
 		tcpUser = session.Caller{UID: -1, GID: -1, TCP: true} // no TCP listener: never used
 	}
+	caps, err := connCapsFor(l, s.mgr.MaxSessions())
+	if err != nil {
+		return err
+	}
 	ln, err := listenUnix(l.Socket, gid, l.Mode)
 	if err != nil {
 		return err
@@ -520,21 +636,21 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 	srv := &http.Server{Handler: handler, ConnContext: connContext(tcpUser), ReadHeaderTimeout: min(headerTimeout, l.ReadTimeout),
 		ReadTimeout: l.ReadTimeout, WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(newPeerListener(ln, l.MaxConnsPerUID, s.log)) }()
+	go func() { errc <- srv.Serve(newPeerListener(ln, caps, s.log)) }()
 	if l.TCP != "" {
 		tl, err := net.Listen("tcp", l.TCP)
 		if err != nil {
 			srv.Close()
 			return fmt.Errorf("serve: listen on %s: %w", l.TCP, err)
 		}
-		go func() { errc <- srv.Serve(newPeerListener(tl, l.MaxConnsPerUID, s.log)) }()
+		go func() { errc <- srv.Serve(newPeerListener(tl, caps, s.log)) }()
 	}
 	// The socket accepts connections from here (it listens; Serve takes them).
 	s.sdNotify("READY=1\nSTATUS=" + s.status())
 	tick := time.NewTicker(max(s.mgr.Timeout()/4, 10*time.Millisecond))
 	defer tick.Stop()
 	s.log.Info("serve: listening", "socket", l.Socket, "mode", fmt.Sprintf("%04o", l.Mode), "group", l.Group, "tcp", l.TCP,
-		"datasets", strings.Join(s.mgr.DatasetNames(), ","), "max_conns_per_uid", l.MaxConnsPerUID,
+		"datasets", strings.Join(s.mgr.DatasetNames(), ","), "max_conns_per_uid", l.MaxConnsPerUID, "max_conns", caps.total, "conns_kept_for_root", caps.rootOnly,
 		"read_timeout", l.ReadTimeout, "write_timeout", l.WriteTimeout, "idle_timeout", l.IdleTimeout, "stream_idle_timeout", l.StreamIdleTimeout)
 	for {
 		select {

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -92,4 +94,59 @@ func hasIPCLock() bool {
 		}
 	}
 	return false
+}
+
+// DefaultSamplerShare is the share of the machine's memory (MemTotal) that
+// all sessions' sample orders may take when Config.MaxSamplerBytes is not
+// given; without /proc/meminfo, DefaultSamplerBytesUnknown.
+const (
+	DefaultSamplerShare        = 0.125
+	DefaultSamplerBytesUnknown = 4 << 30
+)
+
+// DefaultMaxSamplerBytes is the default budget of sample-order memory
+// across all sessions (loader.SamplerBytes), and why.
+func DefaultMaxSamplerBytes() (int64, string) {
+	total, err := memTotal()
+	if err != nil {
+		return DefaultSamplerBytesUnknown, fmt.Sprintf("unknown machine memory: %v", err)
+	}
+	return int64(float64(total) * DefaultSamplerShare), fmt.Sprintf("%.1f%% of MemTotal (%d MiB)", DefaultSamplerShare*100, total>>20)
+}
+
+// freeOSAfter: a closed session whose sample order held at least this
+// much has its memory returned to the OS (osFreer); smaller ones wait for
+// the runtime's own scavenger.
+const freeOSAfter = 8 << 20
+
+// freeOSEvery bounds how often osFreer runs debug.FreeOSMemory (a full
+// collection, stopping the world for a moment).
+const freeOSEvery = time.Second
+
+// osFreer returns freed heap to the OS soon after a large session
+// closes, at most once per freeOSEvery: the runtime's scavenger alone
+// takes minutes to give back a closed shuffle dali session's 72 MiB.
+// Its zero value is ready.
+type osFreer struct {
+	mu      sync.Mutex
+	last    time.Time // under mu: the last run
+	pending bool      // under mu: a run is scheduled
+}
+
+// soon runs debug.FreeOSMemory in the background now, or once
+// freeOSEvery has passed since the last run; calls meanwhile share it.
+func (f *osFreer) soon() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending {
+		return
+	}
+	f.pending = true
+	wait := max(0, freeOSEvery-time.Since(f.last))
+	time.AfterFunc(wait, func() {
+		f.mu.Lock()
+		f.pending, f.last = false, time.Now()
+		f.mu.Unlock()
+		debug.FreeOSMemory()
+	})
 }

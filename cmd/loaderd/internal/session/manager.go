@@ -55,6 +55,13 @@ type Config struct {
 	// its staging; an open that would go over it is refused with
 	// ErrNoSpace. Default DefaultMaxLockedBytes.
 	MaxLockedBytes int64
+	// MaxSamplerBytes bounds the sample-order memory of all open
+	// sessions together (loader.SamplerBytes: a permutation of the
+	// dataset, DALI's file list and initial_fill buffer, up to 72 MiB a
+	// session): ordinary heap, not page-locked, so it has its own budget
+	// rather than a share of MaxLockedBytes; an open that would go over
+	// it is refused with ErrNoSpace. Default DefaultMaxSamplerBytes.
+	MaxSamplerBytes int64
 	// MaxReplaysPerUID bounds the replays of one owner's sessions that
 	// run at once (loader.Replays): a shuffle dali session resumed or
 	// moved to an epoch goes through every epoch before it again, up to
@@ -130,6 +137,9 @@ type Manager struct {
 	perOwner map[owner]int             // under mu: sessions open or opening, by owner
 	replays  map[owner]*loader.Replays // under mu: each owner's turns to replay, while it has sessions
 	locked   int64                     // under mu: batch memory reserved by sessions open or opening
+	samplers int64                     // under mu: sample-order memory reserved by sessions open or opening
+
+	freer osFreer // returns closed sessions' sample orders to the OS
 }
 
 // NewManager makes a manager and registers its datasets (datasets.go).
@@ -163,6 +173,11 @@ func NewManager(cfg Config) *Manager {
 	}
 	if cfg.CUDA == nil {
 		cfg.CUDA = cuda.NewLibs(cuda.SearchFromEnv(), cfg.Logger)
+	}
+	if cfg.MaxSamplerBytes == 0 {
+		b, why := DefaultMaxSamplerBytes()
+		cfg.MaxSamplerBytes = b
+		cfg.Logger.Info("session: sample order memory budget", "mib", b>>20, "why", why)
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, replays: map[owner]*loader.Replays{},
 		reg: prometheus.NewRegistry(), access: newVerdicts(), jobs: newJobs(cfg.SessionTimeout)}
@@ -205,6 +220,9 @@ func (m *Manager) Registry() *prometheus.Registry { return m.reg }
 
 // Timeout returns the idle timeout.
 func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
+
+// MaxSessions returns the cap on open sessions, all owners together.
+func (m *Manager) MaxSessions() int { return m.cfg.MaxSessions }
 
 // budget returns the prefetch depth, release_after and slots of a session:
 // prefetched batches plus the batches the client holds (the one just
@@ -297,7 +315,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
 			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
 	}
-	need := slotSize * int64(slots)
+	need := res{locked: slotSize * int64(slots), sampler: loader.SamplerBytes(loader.Sampling{N: len(ds.Samples), ReaderArgs: p.ReaderArgs})}
 	replays, err := m.admit(c.owner(), need)
 	if err != nil {
 		return Opened{}, err
@@ -337,11 +355,17 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		Reader: ds.Reader.String()}, nil
 }
 
-// admit counts an open of o's needing need bytes of batch memory against
-// the limits, or refuses it; it returns o's turns to replay. Admission and
+// res is what a session reserves against the daemon's budgets.
+type res struct {
+	locked  int64 // batch memory (Config.MaxLockedBytes)
+	sampler int64 // sample-order memory (Config.MaxSamplerBytes)
+}
+
+// admit counts an open of o's needing need (batch memory and sample
+// order memory) against the limits, or refuses it; it returns o's turns to replay. Admission and
 // insertion under the limits are one step: an open counts from here until
 // it is in the table or has failed (unreserveLocked).
-func (m *Manager) admit(o owner, need int64) (*loader.Replays, error) {
+func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := len(m.sessions) + m.opening; n >= m.cfg.MaxSessions {
@@ -350,13 +374,18 @@ func (m *Manager) admit(o owner, need int64) (*loader.Replays, error) {
 	if n := m.perOwner[o]; n >= m.cfg.MaxSessionsPerUID {
 		return nil, fmt.Errorf("%w: %s has %d sessions open, the daemon's limit per uid", ErrLimit, o, n)
 	}
-	if m.locked+need > m.cfg.MaxLockedBytes {
+	if m.locked+need.locked > m.cfg.MaxLockedBytes {
 		return nil, fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions: close a session, or ask for a smaller batch_size or prefetch",
-			ErrNoSpace, mib(need), mib(m.locked), mib(m.cfg.MaxLockedBytes))
+			ErrNoSpace, mib(need.locked), mib(m.locked), mib(m.cfg.MaxLockedBytes))
+	}
+	if m.samplers+need.sampler > m.cfg.MaxSamplerBytes {
+		return nil, fmt.Errorf("%w: the session's sample order (%d MiB: its permutation, or shuffle dali's file list and initial_fill buffer) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions (--max-sampler-mb): close a session, or ask for a smaller initial_fill",
+			ErrNoSpace, mib(need.sampler), mib(m.samplers), mib(m.cfg.MaxSamplerBytes))
 	}
 	m.opening++
 	m.perOwner[o]++
-	m.locked += need
+	m.locked += need.locked
+	m.samplers += need.sampler
 	if m.replays[o] == nil {
 		m.replays[o] = loader.NewReplays(m.cfg.MaxReplaysPerUID)
 	}
@@ -365,8 +394,9 @@ func (m *Manager) admit(o owner, need int64) (*loader.Replays, error) {
 
 // unreserveLocked gives back what admit counted for a session of o's;
 // m.mu held.
-func (m *Manager) unreserveLocked(o owner, need int64) {
-	m.locked -= need
+func (m *Manager) unreserveLocked(o owner, need res) {
+	m.locked -= need.locked
+	m.samplers -= need.sampler
 	if m.perOwner[o]--; m.perOwner[o] <= 0 {
 		delete(m.perOwner, o)
 		// A closing session's replay may hold a turn for the moment its
@@ -377,6 +407,14 @@ func (m *Manager) unreserveLocked(o owner, need int64) {
 
 // mib is n bytes in MiB, rounded up.
 func mib(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
+
+// Samplers returns the sample-order memory reserved by open sessions and
+// the budget for all of them (Config.MaxSamplerBytes).
+func (m *Manager) Samplers() (inUse, budget int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.samplers, m.cfg.MaxSamplerBytes
+}
 
 // Locked returns the batch memory reserved by open sessions and the
 // budget for all of them (Config.MaxLockedBytes).
@@ -500,6 +538,9 @@ func (m *Manager) closeSession(ss *session, why string) {
 	m.mu.Unlock()
 	if err := ss.l.Close(); err != nil {
 		m.log.Warn("session: closing", "session", ss.id, "err", err)
+	}
+	if ss.reserved.sampler >= freeOSAfter {
+		m.freer.soon()
 	}
 	m.release(ss.ds) // after its loader, which reads through the dataset's guard
 	if ss.job != nil {

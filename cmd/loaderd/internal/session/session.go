@@ -84,7 +84,7 @@ type session struct {
 	id, dataset, backend string
 	ds                   *dataset // the registration it reads (kept across reloads until it ends)
 	owner                owner
-	reserved             int64   // batch memory counted against Config.MaxLockedBytes
+	reserved             res     // batch and sample-order memory counted against the budgets
 	job                  *jobKey // the job it is a rank of; nil: none
 	shard                int     // its shard_id
 	l                    *loader.Loader

@@ -19,15 +19,41 @@ import (
 // as one (400).
 var ErrMalformed = errors.New("invalid request")
 
-// Limits on what a client sends.
+// Limits on what a client sends, each sized to the largest valid message
+// with room to spare: a body past its endpoint's limit is refused before
+// it is read (by its Content-Length) or as soon as the limit is passed,
+// so a refused body costs the daemon at most the limit, not what the
+// client sent.
 const (
-	MaxBody  = 1 << 20 // bytes of a request body
-	MaxFrame = 1 << 20 // bytes of a stream control frame
+	// MaxOpenBody bounds an open request's body: its strings are short
+	// (names, a job_id of 128 bytes, a UUID) and backend_options has at
+	// most 64 entries; a valid one is well under 4 KiB.
+	MaxOpenBody = 64 << 10
+	// MaxSmallBody bounds the other requests' bodies (next, release,
+	// stream): at most two lists of 129 slots and two numbers, under
+	// 1 KiB.
+	MaxSmallBody = 4 << 10
+	// MaxBody is the largest body any endpoint takes (MaxOpenBody).
+	MaxBody = MaxOpenBody
+	// MaxFrame bounds a stream control frame: two lists of 129 slots at
+	// most, under 1 KiB.
+	MaxFrame = 4 << 10
+	// MaxString bounds every string and binary value in a message: no
+	// field needs more (a job_id has 128 bytes, a device UUID 64), and a
+	// long one would be quoted back in errors.
+	MaxString = 4 << 10
+	// MaxDecoded bounds the memory a message may make its decoder
+	// materialise, as checkMsgpack estimates it (the costs in
+	// msgcheck.go; a smaller message gets less: 16 KiB and twice its
+	// size): a valid message needs a few KiB, while a body of small
+	// values can make generic maps and slices 10–30 times its size.
+	MaxDecoded = 64 << 10
 )
 
 // Decode decodes a request body into v: its msgpack checked first
-// (checkMsgpack: nothing allocated past what b holds), unknown keys
-// refused. Errors wrap ErrMalformed.
+// (checkMsgpack: nothing allocated past what b holds, at most MaxDecoded
+// bytes materialised, no string over MaxString), unknown keys refused.
+// Errors wrap ErrMalformed.
 func Decode(b []byte, v any) error {
 	if err := checkMsgpack(b); err != nil {
 		return fmt.Errorf("%w: malformed msgpack request: %w", ErrMalformed, err)

@@ -4,6 +4,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -20,9 +21,14 @@ const maxDepth = 16
 // without its 1M-element limit), so a 6-byte array32 header of 2^32-1
 // elements would allocate 32 GiB and end the daemon with a fatal,
 // unrecoverable out-of-memory; checked here, a body of b bytes allocates
-// at most about b elements.
+// at most about b elements. Elements are not all: decoded into generic
+// values (backend_options' map[string]any) or typed slices, one byte of
+// msgpack becomes 16 to 100 bytes of heap, so the walk also charges every
+// value what decoding it would materialise (costValue and the others) and refuses a
+// message past MaxDecoded, and any string or binary past MaxString.
 func checkMsgpack(b []byte) error {
-	rest, err := skipValue(b, 0)
+	budget := min(int64(MaxDecoded), decodedSlack+decodedPerByte*int64(len(b)))
+	rest, err := skipValue(b, 0, &budget)
 	if err != nil {
 		return err
 	}
@@ -32,13 +38,50 @@ func checkMsgpack(b []byte) error {
 	return nil
 }
 
-// skipValue returns what follows the value at the start of b.
-func skipValue(b []byte, depth int) ([]byte, error) {
+// What decoding materialises, per value, as checkMsgpack charges it: an
+// upper estimate for msgpack's decoder into generic values (a slot of
+// []any or a map[string]any entry with its share of the map's buckets
+// and their growth, a boxed number) and into typed slices (which grow by
+// doubling as they are filled).
+const (
+	costValue = 24 // every value: an interface slot, or a slice element and its growth
+	costEntry = 96 // every map entry, besides its key and value: buckets, growth, hashing
+	costBytes = 16 // every string, binary or extension, besides its bytes: header and rounding
+)
+
+// A message of n bytes may materialise decodedSlack + decodedPerByte·n
+// bytes, and never more than MaxDecoded: a valid request's generic values
+// (64 backend options) fit in the slack, and no body makes its decoder
+// take more than about twice its size beyond it.
+const (
+	decodedSlack   = 16 << 10
+	decodedPerByte = 2
+)
+
+// charge takes cost from budget, or says the message would materialise
+// more than MaxDecoded.
+func charge(budget *int64, cost uint64) error {
+	if cost > uint64(*budget) {
+		return errTooBig
+	}
+	*budget -= int64(cost)
+	return nil
+}
+
+// errTooBig says a message would materialise more than its budget.
+var errTooBig = errors.New("decoding would take more memory than the message's size allows")
+
+// skipValue returns what follows the value at the start of b, charging
+// budget for what decoding it materialises.
+func skipValue(b []byte, depth int, budget *int64) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("nested deeper than %d", maxDepth)
 	}
 	if len(b) == 0 {
 		return nil, fmt.Errorf("truncated")
+	}
+	if err := charge(budget, costValue); err != nil {
+		return nil, err
 	}
 	c, b := b[0], b[1:]
 	// n: bytes of payload to skip; items: values that follow.
@@ -52,6 +95,9 @@ func skipValue(b []byte, depth int) ([]byte, error) {
 		items = uint64(c & 0x0f)
 	case c >= 0xa0 && c <= 0xbf: // fixstr
 		n = uint64(c & 0x1f)
+		if err := charge(budget, costBytes+n); err != nil {
+			return nil, err
+		}
 	default:
 		var size int // bytes of the length that follows c
 		var kind byte
@@ -113,15 +159,28 @@ func skipValue(b []byte, depth int) ([]byte, error) {
 			case 'm':
 				items = 2 * l
 			}
+			if kind == 'b' || kind == 'e' {
+				if l > MaxString {
+					return nil, fmt.Errorf("a string or binary of %d bytes, at most %d", l, MaxString)
+				}
+				if err := charge(budget, costBytes+l); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	if n > uint64(len(b)) || items > uint64(len(b)) {
 		return nil, fmt.Errorf("a length of %d says more than the %d bytes left", max(n, items), len(b))
 	}
+	if c&0xf0 == 0x80 || c == 0xde || c == 0xdf { // a map: its entries
+		if err := charge(budget, items/2*costEntry); err != nil {
+			return nil, err
+		}
+	}
 	b = b[n:]
 	for ; items > 0; items-- {
 		var err error
-		if b, err = skipValue(b, depth+1); err != nil {
+		if b, err = skipValue(b, depth+1, budget); err != nil {
 			return nil, err
 		}
 	}
