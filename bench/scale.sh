@@ -3,27 +3,30 @@
 # Start-up at ImageNet scale: N (default 1 281 167) small files (the count
 # matters here, not the bytes) on an ext4 loop device, cold: mkbmap, the
 # daemon ready, 8 ranks' first batches, the daemon's memory. Needs root and
-# about 12 GB of disk for the image (sparse). Usage: bench/scale.sh
+# about 12 GB of disk for the image (sparse).
+#
+# Several daemons side by side on the same files and map (an A/B: each
+# round starts each daemon cold, in turn, the order reversed every other
+# round): LOADERDS="before=/tmp/old/loaderd after=bin/loaderd".
+# Usage: bench/scale.sh [ROUNDS]   (env: N, LOADERDS, default "loaderd=bin/loaderd")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-1281167}
+ROUNDS=${1:-1}
+read -r -a daemons <<< "${LOADERDS:-loaderd=bin/loaderd}"
 w=$PWD/.bench/scale; mkdir -p $w
 truncate -s 12G $w/img; mkfs.ext4 -q -F -b 4096 -N 1400000 $w/img
 loop=$(losetup --find --show --direct-io=on $w/img); mkdir -p $w/mnt; mount $loop $w/mnt
-cleanup() { [[ -n ${dpid:-} ]] && kill -TERM $dpid 2>/dev/null; pkill -f "$w/rank.py" 2>/dev/null; wait 2>/dev/null; umount $w/mnt 2>/dev/null || umount -l $w/mnt; losetup -d $loop; rm -f $w/img; }
+dpid=
+cleanup() { [[ -n $dpid ]] && kill -TERM $dpid 2>/dev/null; pkill -f "$w/rank.py" 2>/dev/null; wait 2>/dev/null; umount $w/mnt 2>/dev/null || umount -l $w/mnt; losetup -d $loop; rm -f $w/img; }
 trap cleanup EXIT
-t0=$(date +%s.%N); bin/gendataset --out $w/mnt/train --files $N --classes 1000 --mean 2000 --sigma 0.3 >/dev/null; sync
-echo "gendataset: $(echo "$(date +%s.%N) - $t0" | bc) s"
+now() { date +%s.%N; }
+since() { echo "$(now) - $1" | bc; }
+t0=$(now); bin/gendataset --out $w/mnt/train --files $N --classes 1000 --mean 2000 --sigma 0.3 >/dev/null; sync
+echo "gendataset: $(since $t0) s"
 sync; echo 3 > /proc/sys/vm/drop_caches
-t0=$(date +%s.%N); bin/mkbmap --mountpoint $w/mnt/train -o $w/train.bmap 2>&1 | tail -1
-echo "mkbmap cold: $(echo "$(date +%s.%N) - $t0" | bc) s"
-sync; echo 3 > /proc/sys/vm/drop_caches
-t0=$(date +%s.%N)
-bin/loaderd serve --socket $w/d.sock --dataset train=$w/train.bmap 2>$w/d.log & dpid=$!
-while [[ ! -S $w/d.sock ]]; do sleep 0.01; done
-echo "daemon ready (cold): $(echo "$(date +%s.%N) - $t0" | bc) s"
-grep "registered" $w/d.log | head -2 || true
-echo "daemon RSS idle: $(grep VmRSS /proc/$dpid/status)"
+t0=$(now); bin/mkbmap --mountpoint $w/mnt/train -o $w/train.bmap 2>&1 | tail -1
+echo "mkbmap cold: $(since $t0) s"
 cat > $w/rank.py <<'PY'
 import sys, time
 from nvfeed import LoaderSource
@@ -33,11 +36,27 @@ with LoaderSource("train", socket=sys.argv[1], batch_size=64, shard_id=int(sys.a
     print(f"rank {sys.argv[2]}: open {t1-t0:.3f} s, first batch {t2-t0:.3f} s after asking", flush=True)
     sys.stdin.readline()
 PY
-
-pids=()
-for k in 0 1 2 3 4 5 6 7; do
-  (sleep 30 | .venv/bin/python $w/rank.py $w/d.sock $k) & pids+=($!)
+run() { # LABEL BINARY
+  local label=$1 bin=$2
+  rm -f $w/d.sock
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  local t0; t0=$(now)
+  $bin serve --socket $w/d.sock --dataset train=$w/train.bmap 2>$w/d-$label.log & dpid=$!
+  while [[ ! -S $w/d.sock ]]; do sleep 0.01; done
+  echo "$label: daemon ready (cold): $(since $t0) s"
+  grep "registered" $w/d-$label.log | head -2 || true
+  echo "$label: daemon RSS idle: $(grep VmRSS /proc/$dpid/status)"
+  local pids=()
+  for k in 0 1 2 3 4 5 6 7; do
+    (sleep 30 | .venv/bin/python $w/rank.py $w/d.sock $k | sed "s/^/$label: /") & pids+=($!)
+  done
+  sleep 12
+  echo "$label: daemon RSS with 8 sessions: $(grep VmRSS /proc/$dpid/status)"
+  wait "${pids[@]}" || true
+  kill -TERM $dpid; wait $dpid 2>/dev/null || true; dpid=
+}
+for r in $(seq 1 "$ROUNDS"); do
+  order=("${daemons[@]}")
+  if (( r % 2 == 0 )); then order=(); for ((i = ${#daemons[@]} - 1; i >= 0; i--)); do order+=("${daemons[i]}"); done; fi
+  for d in "${order[@]}"; do run "${d%%=*}" "${d#*=}"; done
 done
-sleep 12
-echo "daemon RSS with 8 sessions: $(grep VmRSS /proc/$dpid/status)"
-wait "${pids[@]}" || true
