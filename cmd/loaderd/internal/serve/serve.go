@@ -544,6 +544,10 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
 			s.sdNotify("STOPPING=1\nSTATUS=stopping: ending sessions")
+			// Sessions first: a next waiting for its batch (behind a dali
+			// replay, say) answers at once, so no request holds up the
+			// shutdown below.
+			s.mgr.CloseAll()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Shutdown(sctx) // stop accepting; let in-flight requests finish
 			cancel()
