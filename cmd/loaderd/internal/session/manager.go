@@ -253,15 +253,18 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		}
 	}()
 	ds := d.m
+	// Access first: every answer after this one may name what only a
+	// reader of the dataset may know (its fingerprint, its files); a
+	// refusal names the one path the kernel refused the caller.
+	if err := m.authorize(d, c); err != nil {
+		return Opened{}, err
+	}
 	if p.Fingerprint != "" && p.Fingerprint != d.fingerprint {
 		return Opened{}, fmt.Errorf("%w: dataset %s has fingerprint %s, not the %s asked for: it is another dataset (remapped and reloaded, or another node's files)",
 			ErrConflict, p.Dataset, d.fingerprint, p.Fingerprint)
 	}
 	if d.mixed != "" {
 		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
-	}
-	if err := m.authorize(d, c); err != nil {
-		return Opened{}, err
 	}
 	id := newID()
 	var job *jobKey
