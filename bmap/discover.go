@@ -104,22 +104,29 @@ func Discover(root string, o DiscoverOptions) (classes []string, entries []Entry
 // "./name"; its Path here is "name". Like DALI, an entry of root that
 // cannot be stat'ed is an error. Labels are 0: numpy samples have none.
 func DiscoverNumpy(root, filter string) ([]Entry, error) {
+	entries, _, err := discoverNumpy(root, filter)
+	return entries, err
+}
+
+// discoverNumpy is DiscoverNumpy, with the subdirectories of root it
+// listed.
+func discoverNumpy(root, filter string) ([]Entry, []string, error) {
 	if filter == "" {
 		filter = DefaultNumpyFilter
 	}
 	f, err := globs([]string{filter})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	top, err := os.ReadDir(root) // sorted bytewise by name
 	if err != nil {
-		return nil, fmt.Errorf("bmap: %w", err)
+		return nil, nil, fmt.Errorf("bmap: %w", err)
 	}
 	var dirs []string
 	for _, de := range top {
 		fi, err := os.Stat(filepath.Join(root, de.Name()))
 		if err != nil {
-			return nil, fmt.Errorf("bmap: could not access %s during directory traversal: %w", filepath.Join(root, de.Name()), err)
+			return nil, nil, fmt.Errorf("bmap: could not access %s during directory traversal: %w", filepath.Join(root, de.Name()), err)
 		}
 		if fi.IsDir() {
 			dirs = append(dirs, de.Name())
@@ -129,11 +136,11 @@ func DiscoverNumpy(root, filter string) ([]Entry, error) {
 	for _, d := range dirs {
 		des, err := os.ReadDir(filepath.Join(root, d))
 		if err != nil {
-			return nil, fmt.Errorf("bmap: %w", err)
+			return nil, nil, fmt.Errorf("bmap: %w", err)
 		}
 		entries = numpyFiles(entries, des, d+"/", f)
 	}
-	return entries, nil
+	return entries, dirs, nil
 }
 
 // numpyFiles appends the regular files and symlinks of des matching
@@ -290,21 +297,33 @@ func firstOr(a, b []string) string {
 // was made with: the caller passes them (the zero DiscoverOptions:
 // DALI's defaults). A listed map names its files: none is unmapped.
 func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
+	n, _, err := m.UnmappedIn(o)
+	return n, err
+}
+
+// UnmappedIn is Unmapped, with the folders it listed to count: the root
+// first, then each of its immediate subdirectories (as the listing
+// reached them, through symlinks). A map from a file list lists none.
+func (m *Map) UnmappedIn(o DiscoverOptions) (n int, dirs []string, err error) {
+	var entries []Entry
+	var sub []string
 	switch {
 	case m.Listed:
-		return 0, nil
+		return 0, nil, nil
 	case m.Reader == ReaderNumpy:
-		entries, err := DiscoverNumpy(m.Root, o.FileFilter)
-		if err != nil {
-			return 0, err
-		}
-		return m.countUnmapped(entries), nil
+		entries, sub, err = discoverNumpy(m.Root, o.FileFilter)
+	default:
+		sub, entries, err = Discover(m.Root, o)
 	}
-	_, entries, err := Discover(m.Root, o)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return m.countUnmapped(entries), nil
+	dirs = make([]string, 0, len(sub)+1)
+	dirs = append(dirs, m.Root)
+	for _, d := range sub {
+		dirs = append(dirs, filepath.Join(m.Root, d))
+	}
+	return m.countUnmapped(entries), dirs, nil
 }
 
 // countUnmapped returns how many of entries the map has no sample for.

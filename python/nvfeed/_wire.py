@@ -123,15 +123,18 @@ class BackendsResponse(TypedDict):
     backends: List[BackendSpec]
 
 
-class DatasetInfo(TypedDict):
+class DatasetInfo(TypedDict, total=False):
+    # Counts only for a caller who may read the dataset ("readable"); "added"
+    # only for one who may also list every folder it counts in. Root sees all.
     name: str
-    samples: int  # in the map: what sessions serve
-    bytes: int  # the samples' sizes when mapped, summed
-    classes: int
-    fresh: int  # raw samples still readable from their extents
-    stale: int  # raw samples changed since mapping: read through the filesystem (or failed, if gone)
-    filesystem_only: int  # samples mapped without extents
-    added: int  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown
+    readable: bool  # the caller may read every sample; False: only name, reader and freshness are given
+    samples: Optional[int]  # in the map: what sessions serve
+    bytes: Optional[int]  # the samples' sizes when mapped, summed
+    classes: Optional[int]
+    fresh: Optional[int]  # raw samples still readable from their extents
+    stale: Optional[int]  # raw samples changed since mapping: read through the filesystem (or failed, if gone)
+    filesystem_only: Optional[int]  # samples mapped without extents
+    added: Optional[int]  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown; absent: not listable by the caller
     freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"
     fingerprint: str  # the same on every node holding a copy: its samples' paths, labels and sizes
     reader: str  # "file" or "numpy": the DALI reader whose samples these are

@@ -14,11 +14,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
@@ -122,7 +124,8 @@ func (c *chaos) mutate(b []byte) []byte {
 // socket, a real dataset) with thousands of seeded mutated requests over
 // HTTP and the stream endpoint, on a real open session and on random ids:
 // no response may be a 5xx or missing, and the daemon answers /healthz
-// after every chunk.
+// after every chunk. Every route of the router has its case (enumerated
+// from the router: a new endpoint without one fails the test).
 func TestMutatedRequests(t *testing.T) {
 	n := envInt(t, "NVFEED_CHAOS_REQUESTS", chaosRequests)
 	seed := uint64(envInt(t, "NVFEED_CHAOS_SEED", 1))
@@ -193,37 +196,82 @@ func TestMutatedRequests(t *testing.T) {
 		}
 		return c.mutate(b)
 	}
+	// One case per route of the router ("METHOD pattern"; "*" for every
+	// method): each makes a request with its valid bodies, mutated or not.
+	// A route the router has and this table lacks fails the test: a new
+	// endpoint comes with its fuzzing.
+	type chaosCase struct {
+		weight int
+		make   func(sid string) (method, path string, b []byte)
+	}
+	anyMethod := func() string {
+		return []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"}[c.pick(7)]
+	}
+	const streamRoute, memoryRoute = "POST /v1/sessions/{id}/stream", "POST /v1/sessions/{id}/memory"
+	cases := map[string]chaosCase{
+		"GET /healthz":      {1, func(string) (string, string, []byte) { return "GET", "/healthz", c.mutate(bodies["next"][0]) }},
+		"* /metrics":        {1, func(string) (string, string, []byte) { return anyMethod(), "/metrics", c.mutate(bodies["next"][0]) }},
+		"GET /v1/backends":  {1, func(string) (string, string, []byte) { return "GET", "/v1/backends", c.mutate(bodies["next"][0]) }},
+		"GET /v1/datasets":  {1, func(string) (string, string, []byte) { return "GET", "/v1/datasets", c.mutate(bodies["next"][0]) }},
+		"POST /v1/reload":   {1, func(string) (string, string, []byte) { return "POST", "/v1/reload", body("next") }},
+		"POST /v1/sessions": {3, func(string) (string, string, []byte) { return "POST", "/v1/sessions", body("open") }},
+		"POST /v1/sessions/{id}/next": {6, func(sid string) (string, string, []byte) {
+			if c.pick(5) == 0 {
+				return "POST", "/v1/sessions/" + sid + "/next", nil
+			}
+			return "POST", "/v1/sessions/" + sid + "/next", body("next")
+		}},
+		"POST /v1/sessions/{id}/release": {2, func(sid string) (string, string, []byte) {
+			return "POST", "/v1/sessions/" + sid + "/release", body("release")
+		}},
+		"GET /v1/sessions/{id}/state": {1, func(sid string) (string, string, []byte) { return "GET", "/v1/sessions/" + sid + "/state", nil }},
+		"DELETE /v1/sessions/{id}": {1, func(sid string) (string, string, []byte) {
+			if sid == live.ID && c.pick(4) != 0 {
+				sid = "x" // keep the live session most of the time
+			}
+			return "DELETE", "/v1/sessions/" + sid, nil
+		}},
+		memoryRoute: {2, nil}, // below: with and without the upgrade
+		streamRoute: {3, nil}, // chaosStream
+		// Not a route: methods and paths the router has no handler for.
+		"": {3, func(sid string) (string, string, []byte) {
+			path := []string{"/", "/v1", "/v1/sessions/" + sid, "/v1/sessions/" + sid + "/next/x", "/v2/x", "/v1/datasets/x", "/metrics/x"}[c.pick(7)]
+			return anyMethod(), path, c.mutate(bodies["next"][0])
+		}},
+	}
+	if err := chi.Walk(New(Config{MaxLockedBytes: 1 << 30}).Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if _, ok := cases[method+" "+route]; !ok {
+			if _, ok := cases["* "+route]; !ok {
+				return fmt.Errorf("route %s %s has no case in TestMutatedRequests", method, route)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k, cc := range cases {
+		for range cc.weight {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys) // the seed alone decides the sequence
 	for i := 0; i < n; i++ {
 		sid := id()
 		var method, path string
 		var b []byte
-		switch k := c.pick(20); {
-		case k < 3:
-			method, path, b = "POST", "/v1/sessions", body("open")
-		case k < 9:
-			method, path, b = "POST", "/v1/sessions/"+sid+"/next", body("next")
-			if c.pick(5) == 0 {
-				b = nil
-			}
-		case k < 11:
-			method, path, b = "POST", "/v1/sessions/"+sid+"/release", body("release")
-		case k < 14:
+		switch k := keys[c.pick(len(keys))]; k {
+		case streamRoute:
 			f.chaosStream(t, c, sid, body("stream"), bodies["control"], streamCodes, failed)
 			continue
-		case k == 14:
-			method, path = "GET", "/v1/sessions/"+sid+"/state"
-		case k == 15:
-			method, path = "DELETE", "/v1/sessions/"+sid
-			if sid == live.ID && c.pick(4) != 0 {
-				sid = "x" // keep the live session most of the time
-				path = "/v1/sessions/x"
+		case memoryRoute:
+			if c.pick(2) == 0 {
+				f.chaosMemory(t, sid, body("next"), streamCodes, failed)
+				continue
 			}
-		case k == 16:
 			method, path, b = "POST", "/v1/sessions/"+sid+"/memory", body("next") // no upgrade header: refused
 		default:
-			method = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"}[c.pick(7)]
-			path = []string{"/", "/v1", "/v1/backends", "/v1/sessions", "/v1/sessions/" + sid, "/v1/sessions/" + sid + "/next/x", "/healthz", "/v2/x", "/v1/sessions/" + sid + "/state"}[c.pick(9)]
-			b = c.mutate(bodies["next"][0])
+			method, path, b = cases[k].make(sid)
 		}
 		req, err := http.NewRequest(method, "http://d"+path, bytes.NewReader(b))
 		if err != nil {
@@ -261,6 +309,29 @@ func TestMutatedRequests(t *testing.T) {
 	t.Logf("%d requests (seed %d), HTTP statuses %v, streams: %v", n, seed, codes, streamCodes)
 	for _, s := range failures {
 		t.Error(s)
+	}
+}
+
+// chaosMemory asks for the batch memory of session id with the upgrade
+// header and body: the answer, 101 and a frame or a refusal, must be
+// under 500; codes counts it.
+func (f *fixture) chaosMemory(t *testing.T, id string, body []byte, codes map[int]int, failed func(string, ...any)) {
+	conn, err := net.Dial("unix", f.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "POST /v1/sessions/%s/memory HTTP/1.1\r\nHost: d\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Length: %d\r\n\r\n%s", id, wire.MemoryUpgrade, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		failed("memory %s body %x: no response: %v", id, body, err)
+		return
+	}
+	codes[2000+resp.StatusCode]++ // 2000+status: a memory hand-over
+	if resp.StatusCode >= 500 {
+		raw, _ := io.ReadAll(resp.Body)
+		failed("memory %s body %x: %d %q", id, body, resp.StatusCode, raw)
 	}
 }
 

@@ -84,9 +84,15 @@ func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
 		r.Datasets = make([]wire.DatasetInfo, len(ds))
 	}
 	for i, d := range ds {
-		r.Datasets[i] = wire.DatasetInfo{Name: d.Name, Samples: d.Samples, Bytes: d.Bytes, Classes: d.Classes, Fresh: d.Fresh,
-			Stale: d.Stale, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness, Fingerprint: d.Fingerprint,
-			Reader: d.Reader, DType: d.DType}
+		w := wire.DatasetInfo{Name: d.Name, Readable: d.Readable, Freshness: d.Freshness, Reader: d.Reader}
+		if d.Readable { // counts only to a caller who may read the dataset
+			w.Samples, w.Bytes, w.Classes, w.Fresh, w.Stale, w.FilesystemOnly = &d.Samples, &d.Bytes, &d.Classes, &d.Fresh, &d.Stale, &d.FilesystemOnly
+			w.Fingerprint, w.DType = d.Fingerprint, d.DType
+			if d.Listable {
+				w.Added = &d.Added
+			}
+		}
+		r.Datasets[i] = w
 	}
 	return r
 }

@@ -166,7 +166,7 @@ func TestDatasetsAndReloadAccess(t *testing.T) {
 			if code, msg := c.call("GET", "/v1/datasets", nil, &d); code != http.StatusOK {
 				t.Fatalf("GET /v1/datasets: %d %s", code, msg)
 			}
-			if len(d.Datasets) != 1 || d.Datasets[0].Name != "ds" || d.Datasets[0].Samples == 0 {
+			if len(d.Datasets) != 1 || d.Datasets[0].Name != "ds" || d.Datasets[0].Samples == nil || *d.Datasets[0].Samples == 0 {
 				t.Errorf("datasets %+v", d)
 			}
 			if code, msg := c.call("POST", "/v1/reload", nil, nil); code != tt.wantReload {

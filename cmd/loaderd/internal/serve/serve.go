@@ -30,12 +30,15 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
 
@@ -159,8 +162,9 @@ func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	// No session ids in the metrics (session/metrics.go): anyone who may
-	// connect reads them.
-	r.Handle("/metrics", promhttp.HandlerFor(s.mgr.Registry(), promhttp.HandlerOpts{}))
+	// connect reads them, a dataset's series only if it may read the
+	// dataset (metrics).
+	r.Handle("/metrics", http.HandlerFunc(s.metrics))
 	r.Get("/v1/backends", s.backends)
 	r.Get("/v1/datasets", s.datasets)
 	r.Post("/v1/reload", s.reload)
@@ -273,8 +277,31 @@ func (s *Server) backends(w http.ResponseWriter, _ *http.Request) {
 
 // datasets describes every registered dataset: counts only, no session
 // and no file (anyone who may connect asks).
-func (s *Server) datasets(w http.ResponseWriter, _ *http.Request) {
-	writeMsg(w, http.StatusOK, datasetsResponse(s.mgr.Datasets()))
+func (s *Server) datasets(w http.ResponseWriter, r *http.Request) {
+	writeMsg(w, http.StatusOK, datasetsResponse(s.mgr.Datasets(caller(r))))
+}
+
+// metrics serves the Prometheus metrics as the caller may see them, by
+// the rule of /v1/datasets: a series labelled with a dataset only to a
+// caller who may read that dataset (root: all); the daemon-wide series
+// (sessions, the batch memory budget) to all.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	readable := s.mgr.Readable(caller(r))
+	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := s.mgr.Registry().Gather()
+		for _, mf := range mfs {
+			mf.Metric = slices.DeleteFunc(mf.Metric, func(m *dto.Metric) bool {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "dataset" && !readable(l.GetValue()) {
+						return true
+					}
+				}
+				return false
+			})
+		}
+		return mfs, err
+	})
+	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
 // reload reads the datasets' maps again: root on the unix socket only, so
@@ -660,6 +687,10 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
 			s.sdNotify("STOPPING=1\nSTATUS=stopping: ending sessions")
+			// Sessions first: a next waiting for its batch (behind a dali
+			// replay, say) answers at once, so no request holds up the
+			// shutdown below.
+			s.mgr.CloseAll()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Shutdown(sctx) // stop accepting; let in-flight requests finish
 			cancel()

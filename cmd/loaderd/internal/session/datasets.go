@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 )
@@ -40,6 +42,7 @@ type dataset struct {
 
 	infoMu  sync.Mutex // one count at a time; callers meanwhile wait for its result
 	info    DatasetInfo
+	listed  []string  // the folders the count of info.Added listed (bmap.Map.UnmappedIn)
 	infoGen uint64    // the guard's generation info was counted at
 	infoAt  time.Time // when; zero: never
 }
@@ -156,12 +159,19 @@ func (d *dataset) close() error {
 }
 
 // DatasetInfo describes a registered dataset (Manager.Datasets). It names
-// no file: counts only.
+// no file: counts only, and those only for a caller who may read the
+// dataset (Readable; Added only where Listable).
 type DatasetInfo struct {
-	Name    string
-	Samples int   // in the map: what sessions serve
-	Bytes   int64 // the samples' sizes when mapped, summed
-	Classes int
+	Name string
+	// Readable: the caller may read every sample (its access verdict);
+	// else every field but Name, Reader and Freshness is zero.
+	Readable bool
+	// Listable: the caller may also list every folder Added counts in;
+	// else Added is zero.
+	Listable bool
+	Samples  int   // in the map: what sessions serve
+	Bytes    int64 // the samples' sizes when mapped, summed
+	Classes  int
 	// Fresh raw samples are still readable from their extents; Stale ones
 	// changed since mapping (found at registration, or since, in a class
 	// the watch saw change) and are read through the filesystem, or fail
@@ -197,7 +207,7 @@ const infoInterval = 5 * time.Second
 // seen a change since (at most once per infoInterval), or for a dataset
 // without a watch, when infoInterval has passed. Concurrent callers share
 // one count.
-func (d *dataset) describe(now time.Time, log *slog.Logger) DatasetInfo {
+func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []string) {
 	d.infoMu.Lock()
 	defer d.infoMu.Unlock()
 	var gen uint64
@@ -206,9 +216,9 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) DatasetInfo {
 		gen = d.guard.Generation()
 	}
 	if !d.infoAt.IsZero() && (now.Sub(d.infoAt) < infoInterval || (d.guard != nil && gen == d.infoGen)) {
-		return d.info
+		return d.info, d.listed
 	}
-	info := DatasetInfo{Name: d.name, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness(), Fingerprint: d.fingerprint,
+	info := DatasetInfo{Name: d.name, Readable: true, Listable: true, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness(), Fingerprint: d.fingerprint,
 		Reader: d.m.Reader.String(), DType: d.dtype}
 	for i := range d.m.Samples {
 		info.Bytes += d.m.Samples[i].Size
@@ -225,33 +235,88 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) DatasetInfo {
 			}
 		}
 	}
-	n, err := d.m.Unmapped(bmap.DiscoverOptions{})
+	n, listed, err := d.m.UnmappedIn(bmap.DiscoverOptions{})
 	if err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
 		n = -1
 	}
 	info.Added = n
-	d.info, d.infoGen, d.infoAt = info, gen, now
-	return info
+	d.info, d.listed, d.infoGen, d.infoAt = info, listed, gen, now
+	return info, listed
 }
 
-// Datasets describes every registered dataset, sorted by name: its size
-// and how its samples may be read now (DatasetInfo). Anyone who may
-// connect may ask: it names no session and no file.
-func (m *Manager) Datasets() []DatasetInfo {
-	m.mu.Lock()
-	ds := make([]*dataset, 0, len(m.data))
-	for _, d := range m.data {
-		ds = append(ds, d)
-	}
-	m.mu.Unlock()
+// Datasets describes every registered dataset to c, sorted by name: its
+// size and how its samples may be read now (DatasetInfo). Anyone who may
+// connect may ask; it names no session and no file, and tells c only
+// what the filesystem would: root sees every count; another caller sees a
+// dataset's name, reader and freshness, its counts only if it may read
+// every sample (its access verdict, cached or checked now: as an open
+// would), and Added only if it may also list every folder counted in
+// (opened as c).
+func (m *Manager) Datasets(c Caller) []DatasetInfo {
+	ds := m.registered()
 	slices.SortFunc(ds, func(a, b *dataset) int { return strings.Compare(a.name, b.name) })
 	out := make([]DatasetInfo, len(ds))
 	now := time.Now()
 	for i, d := range ds {
-		out[i] = d.describe(now, m.log)
+		out[i] = m.describeTo(d, now, c)
 	}
 	return out
+}
+
+// describeTo is d's description as c may see it (Datasets).
+func (m *Manager) describeTo(d *dataset, now time.Time, c Caller) DatasetInfo {
+	info, listed := d.describe(now, m.log)
+	cr := credOf(c)
+	if cr == nil { // root
+		return info
+	}
+	if m.authorize(d, c) != nil {
+		return DatasetInfo{Name: info.Name, Reader: info.Reader, Freshness: info.Freshness}
+	}
+	if info.Added >= 0 && cr.Do(func() error { return canList(listed) }) != nil {
+		info.Listable, info.Added = false, 0
+	}
+	return info
+}
+
+// canList returns nil if the calling thread may open every folder of
+// dirs for listing, else the first refusal.
+func canList(dirs []string) error {
+	for _, dir := range dirs {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		unix.Close(fd)
+	}
+	return nil
+}
+
+// Readable returns whether c may read a dataset, by name (its access
+// verdicts, as Datasets judges them; root: every name, registered or
+// not): what c may see of the metrics labelled with a dataset.
+func (m *Manager) Readable(c Caller) func(name string) bool {
+	if credOf(c) == nil {
+		return func(string) bool { return true }
+	}
+	ds := m.registered()
+	ok := make(map[string]bool, len(ds))
+	for _, d := range ds {
+		ok[d.name] = m.authorize(d, c) == nil
+	}
+	return func(name string) bool { return ok[name] }
+}
+
+// registered returns the current registrations, in no order.
+func (m *Manager) registered() []*dataset {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ds := make([]*dataset, 0, len(m.data))
+	for _, d := range m.data {
+		ds = append(ds, d)
+	}
+	return ds
 }
 
 // DatasetNames returns the registered names, sorted.

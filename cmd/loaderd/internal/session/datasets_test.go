@@ -36,7 +36,7 @@ func TestFilesystemOnlyMap(t *testing.T) {
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("registration warned:\n%s", logs.String())
 	}
-	if info := m.Datasets(); len(info) != 1 || info[0].FilesystemOnly != 5 || info[0].Fresh != 0 || info[0].Stale != 0 || info[0].Freshness != FreshnessNone {
+	if info := m.Datasets(Caller{}); len(info) != 1 || info[0].FilesystemOnly != 5 || info[0].Fresh != 0 || info[0].Stale != 0 || info[0].Freshness != FreshnessNone {
 		t.Errorf("Datasets() = %+v", info)
 	}
 	root0 := Caller{UID: 0, GID: 0}
@@ -95,9 +95,9 @@ func TestDatasetsCounts(t *testing.T) {
 	if !strings.Contains(logs.String(), "2 files added since mapping are not served: run mkbmap again, then loaderd reload") {
 		t.Errorf("no warning of the added files at registration:\n%s", logs.String())
 	}
-	want := DatasetInfo{Name: "d", Samples: 4, Bytes: 4 * 14000, Classes: 2, Fresh: 3, Stale: 1, Added: 2, Freshness: "watch", Reader: "file",
+	want := DatasetInfo{Name: "d", Readable: true, Listable: true, Samples: 4, Bytes: 4 * 14000, Classes: 2, Fresh: 3, Stale: 1, Added: 2, Freshness: "watch", Reader: "file",
 		Fingerprint: ds.Fingerprint()}
-	if got := m.Datasets(); len(got) != 1 || got[0] != want {
+	if got := m.Datasets(Caller{}); len(got) != 1 || got[0] != want {
 		t.Fatalf("at registration: %+v, want %+v", got, want)
 	}
 	// Changed after registration: the watch sees it. Counts are kept
@@ -108,7 +108,7 @@ func TestDatasetsCounts(t *testing.T) {
 	d := m.data["d"]
 	d.infoAt = d.infoAt.Add(-infoInterval)
 	want.Fresh, want.Stale = 2, 2
-	if got := m.Datasets(); got[0] != want {
+	if got := m.Datasets(Caller{}); got[0] != want {
 		t.Fatalf("after a removal: %+v, want %+v", got[0], want)
 	}
 }

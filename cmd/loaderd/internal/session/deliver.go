@@ -55,10 +55,15 @@ func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int, 
 func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Delivery, error) {
 	var b *loader.Batch
 	var err error
+	wctx, stop := ss.waitCtx(ctx) // ends too when the session closes
+	defer stop()
 	if at != nil {
-		b, err = ss.l.NextAt(ctx, at.Epoch, at.Iteration)
+		b, err = ss.l.NextAt(wctx, at.Epoch, at.Iteration)
 	} else {
-		b, err = ss.l.Next(ctx)
+		b, err = ss.l.Next(wctx)
+	}
+	if err != nil && ss.closing.Err() != nil {
+		return Delivery{}, context.Cause(ss.closing)
 	}
 	if errors.Is(err, io.EOF) {
 		st := ss.l.State()

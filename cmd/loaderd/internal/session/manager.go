@@ -279,15 +279,18 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		}
 	}()
 	ds := d.m
+	// Access first: every answer after this one may name what only a
+	// reader of the dataset may know (its fingerprint, its files); a
+	// refusal names the one path the kernel refused the caller.
+	if err := m.authorize(d, c); err != nil {
+		return Opened{}, err
+	}
 	if p.Fingerprint != "" && p.Fingerprint != d.fingerprint {
 		return Opened{}, fmt.Errorf("%w: dataset %s has fingerprint %s, not the %s asked for: it is another dataset (remapped and reloaded, or another node's files)",
 			ErrConflict, p.Dataset, d.fingerprint, p.Fingerprint)
 	}
 	if d.mixed != "" {
 		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
-	}
-	if err := m.authorize(d, c); err != nil {
-		return Opened{}, err
 	}
 	id := newID()
 	var job *jobKey
@@ -327,8 +330,8 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err == nil {
 		gpuPath, _ = l.GPUPath()
 		backendName = l.Backend().Name()
-		ss = &session{id: id, dataset: p.Dataset, ds: d, backend: backendName, owner: c.owner(), reserved: need, l: l, held: map[int]*loader.Batch{}, slots: slots,
-			job: job, shard: p.ShardID}
+		ss = newSession()
+		ss.id, ss.dataset, ss.ds, ss.backend, ss.owner, ss.reserved, ss.l, ss.slots, ss.job, ss.shard = id, p.Dataset, d, backendName, c.owner(), need, l, slots, job, p.ShardID
 		desc := l.Memory().Desc()
 		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, string(desc.Kind), desc.Device, desc.Size, gpuPath)
 		ss.touch()
@@ -515,10 +518,12 @@ func (m *Manager) Check(c Caller, id string) error {
 	return err
 }
 
-// Close ends a session (its stream first) and frees its memory.
+// Close ends a session and frees its memory. A Next or stream of the
+// session waiting for its batch (behind a dali replay, say) ends first,
+// at once: the Next with an error wrapping ErrNotFound that says so.
 func (m *Manager) Close(c Caller, id string) error {
 	if ss, err := m.lookup(c, id); err == nil {
-		ss.cancelStream()
+		ss.interrupt("closed by client")
 	}
 	return m.with(c, id, func(ss *session) error {
 		m.closeSession(ss, "closed by client")
@@ -532,6 +537,7 @@ func (m *Manager) closeSession(ss *session, why string) {
 		return
 	}
 	ss.closed = true
+	ss.interrupt(why)
 	m.mu.Lock()
 	delete(m.sessions, ss.id)
 	m.unreserveLocked(ss.owner, ss.reserved)
@@ -571,10 +577,14 @@ func (m *Manager) Reap(now time.Time) {
 	}
 }
 
-// CloseAll ends every session.
+// CloseAll ends every session: the waits of all first (a pending Next
+// returns at once, ErrNotFound saying why), then each in turn.
 func (m *Manager) CloseAll() {
-	for _, ss := range m.snapshot() {
-		ss.cancelStream()
+	all := m.snapshot()
+	for _, ss := range all {
+		ss.interrupt("daemon shutting down")
+	}
+	for _, ss := range all {
 		ss.mu.Lock()
 		m.closeSession(ss, "daemon shutting down")
 		ss.mu.Unlock()

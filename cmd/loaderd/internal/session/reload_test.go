@@ -102,7 +102,7 @@ func TestReload(t *testing.T) {
 	}
 
 	jpegs(t, root, 7, 1) // a file added since mapping: counted, not served
-	if info := m.Datasets(); len(info) != 1 || info[0].Added != 1 || info[0].Samples != 7 {
+	if info := m.Datasets(Caller{}); len(info) != 1 || info[0].Added != 1 || info[0].Samples != 7 {
 		t.Errorf("before mkbmap again: %+v, want 7 samples and 1 added", info)
 	}
 	writeMap(t, root, mapPath)
@@ -148,7 +148,7 @@ func TestReload(t *testing.T) {
 			}
 		})
 	}
-	if info := m.Datasets(); info[0].Added != 0 || info[0].Samples != 8 {
+	if info := m.Datasets(Caller{}); info[0].Added != 0 || info[0].Samples != 8 {
 		t.Errorf("after the reload: %+v, want 8 samples and none added", info)
 	}
 	// The session opened before the reloads goes on with its map.

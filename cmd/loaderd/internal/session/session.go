@@ -94,6 +94,13 @@ type session struct {
 	mu     sync.Mutex // the consumer side: one Next, State, Close or stream step at a time
 	closed bool       // under mu
 
+	// closing ends when the session is closing (Close, reaping, the
+	// daemon's shutdown): a Next or stream step waiting for its batch —
+	// behind a dali replay, say — returns at once with its cause, so the
+	// close that cancelled it gets ss.mu without waiting for the batch.
+	closing     context.Context
+	cancelWaits context.CancelCauseFunc
+
 	heldMu sync.Mutex
 	held   map[int]*loader.Batch // under heldMu: batches delivered and not released
 
@@ -110,6 +117,30 @@ func newID() string {
 }
 
 func (ss *session) touch() { ss.lastUsed.Store(time.Now().UnixNano()) }
+
+// newSession returns a session with its closing context; the caller
+// fills in the rest.
+func newSession() *session {
+	ss := &session{held: map[int]*loader.Batch{}}
+	ss.closing, ss.cancelWaits = context.WithCancelCause(context.Background())
+	return ss
+}
+
+// interrupt ends every wait of the session's consumer side (a pending
+// Next, a stream step) with why, and its stream: what a close does first,
+// before it takes ss.mu.
+func (ss *session) interrupt(why string) {
+	ss.cancelWaits(fmt.Errorf("%w: session %s was closed (%s) while this request waited for its batch", ErrNotFound, ss.id, why))
+	ss.cancelStream()
+}
+
+// waitCtx returns ctx, also ended (with the session's cause) when the
+// session closes; stop releases it.
+func (ss *session) waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(ss.closing, func() { cancel(context.Cause(ss.closing)) })
+	return ctx, func() { stop(); cancel(nil) }
+}
 
 // cancelStream ends the session's stream, if one runs.
 func (ss *session) cancelStream() {

@@ -94,7 +94,7 @@ func TestNumpyBatchesCarryTensors(t *testing.T) {
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"np": numpyMap(t, root), "jpg": testfs.MapDir(t, froot)}, Logger: slog.New(slog.DiscardHandler)})
 	defer m.Stop()
 
-	info := m.Datasets()
+	info := m.Datasets(Caller{})
 	if len(info) != 2 || info[0].Name != "jpg" || info[1].Name != "np" {
 		t.Fatalf("Datasets() = %+v", info)
 	}
@@ -190,7 +190,7 @@ func TestNumpyMixedDTypesNotServed(t *testing.T) {
 	if !strings.Contains(logs.String(), why) {
 		t.Errorf("registration did not warn %q:\n%s", why, logs.String())
 	}
-	if info := m.Datasets(); info[0].Reader != "numpy" || info[0].DType != "" {
+	if info := m.Datasets(Caller{}); info[0].Reader != "numpy" || info[0].DType != "" {
 		t.Errorf("Datasets() = %+v, want reader numpy and no dtype", info[0])
 	}
 	_, err := m.Open(Caller{}, OpenParams{Dataset: "np", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}})

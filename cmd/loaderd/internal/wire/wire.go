@@ -209,27 +209,32 @@ type DatasetsResponse struct {
 
 // DatasetInfo is one registered dataset: its name, size, and how many of
 // its samples are fresh, stale, filesystem-only, and how many files were
-// added to its folders since mapping. It names no file: counts only.
+// added to its folders since mapping. It names no file: counts only, and
+// those only to a caller who may read the dataset (readable); added only
+// to one who may also list every folder it counts in. Root sees all.
 type DatasetInfo struct {
-	Name    string `msgpack:"name"`
-	Samples int    `msgpack:"samples"` // in the map: what sessions serve
-	Bytes   int64  `msgpack:"bytes"`   // the samples' sizes when mapped, summed
-	Classes int    `msgpack:"classes"`
+	Name string `msgpack:"name"`
+	// Readable: the caller may read every sample of the dataset; false:
+	// only name, reader and freshness are given.
+	Readable bool   `msgpack:"readable"`
+	Samples  *int   `msgpack:"samples,omitempty"` // in the map: what sessions serve
+	Bytes    *int64 `msgpack:"bytes,omitempty"`   // the samples' sizes when mapped, summed
+	Classes  *int   `msgpack:"classes,omitempty"`
 	// Fresh raw samples are still readable from their extents; Stale ones
 	// changed since mapping and are read through the filesystem, or fail
 	// if gone; FilesystemOnly ones were mapped without extents. Without a
 	// guard (freshness unchecked) every raw sample counts as stale.
-	Fresh          int `msgpack:"fresh"`
-	Stale          int `msgpack:"stale"`
-	FilesystemOnly int `msgpack:"filesystem_only"`
+	Fresh          *int `msgpack:"fresh,omitempty"`
+	Stale          *int `msgpack:"stale,omitempty"`
+	FilesystemOnly *int `msgpack:"filesystem_only,omitempty"`
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file would list and the map does not have; -1: the
-	// folders could not be listed.
-	Added       int    `msgpack:"added"`
-	Freshness   string `msgpack:"freshness"`   // watch, read, none or unchecked
-	Fingerprint string `msgpack:"fingerprint"` // the same on every node holding a copy: its samples' paths, labels and sizes
-	Reader      string `msgpack:"reader"`      // "file" or "numpy": the DALI reader whose samples these are
-	DType       string `msgpack:"dtype"`       // numpy: the arrays' element type as an .npy descr ("<f4"); "" for file datasets
+	// folders could not be listed; absent: the caller may not list them.
+	Added       *int   `msgpack:"added,omitempty"`
+	Freshness   string `msgpack:"freshness"`             // watch, read, none or unchecked
+	Fingerprint string `msgpack:"fingerprint,omitempty"` // the same on every node holding a copy: its samples' paths, labels and sizes
+	Reader      string `msgpack:"reader"`                // "file" or "numpy": the DALI reader whose samples these are
+	DType       string `msgpack:"dtype"`                 // numpy: the arrays' element type as an .npy descr ("<f4"); "" for file datasets
 }
 
 // ReloadResponse says what a reload did with each dataset, sorted by name.
