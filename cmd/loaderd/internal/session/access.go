@@ -111,7 +111,7 @@ func checkAccess(ds *bmap.Map, c *cred.Cred) error {
 						continue
 					}
 					if refused(err) {
-						fail(i, fmt.Errorf("%s: %w", p, err))
+						fail(i, fmt.Errorf("%s: %w", listable(ds.Root, ds.Samples[i].Path), err))
 						break
 					}
 				}
@@ -120,6 +120,25 @@ func checkAccess(ds *bmap.Map, c *cred.Cred) error {
 	}
 	wg.Wait()
 	return first
+}
+
+// listable returns the path of sample rel under root as far as the
+// calling thread's credentials may list it: each component is named only
+// if its parent directory can be opened for reading (listing) by them,
+// the rest is "…". A refusal then names no file or folder that the caller
+// could not have seen by listing directories itself.
+func listable(root, rel string) string {
+	shown := root
+	parts := strings.Split(filepath.Clean(rel), string(filepath.Separator))
+	for _, part := range parts {
+		fd, err := unix.Open(shown, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return filepath.Join(shown, "…")
+		}
+		unix.Close(fd)
+		shown = filepath.Join(shown, part)
+	}
+	return shown
 }
 
 // verdicts caches access verdicts per (dataset, credentials) while the
