@@ -118,13 +118,24 @@ func (c *Checker) CheckFd(i, fd int, mp *extentinfo.Mapper) (nlink uint64, err e
 // Verify opens sample i as the process (following links, as Build does)
 // and checks it with CheckFd.
 func (c *Checker) Verify(i int, mp *extentinfo.Mapper) (nlink uint64, err error) {
-	s := &c.m.Samples[i]
-	fd, err := unix.Openat(c.rootFd, s.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := c.Open(i)
 	if err != nil {
-		return 0, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
+		return 0, err
 	}
 	defer unix.Close(fd)
 	return c.CheckFd(i, fd, mp)
+}
+
+// Open opens sample i's file read-only beneath the map's root, as the
+// process (the descriptor Verify checks); the caller closes it. The error
+// wraps ErrStale.
+func (c *Checker) Open(i int) (int, error) {
+	s := &c.m.Samples[i]
+	fd, err := unix.Openat(c.rootFd, s.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return -1, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
+	}
+	return fd, nil
 }
 
 // Close releases the checker's directory handle.
