@@ -130,6 +130,7 @@ class DatasetInfo(TypedDict):
     classes: int
     fresh: int  # raw samples still readable from their extents
     stale: int  # raw samples changed since mapping: read through the filesystem (or failed, if gone)
+    writable: int  # raw-mapped samples a user the daemon does not trust may change: read through the filesystem
     filesystem_only: int  # samples mapped without extents
     added: int  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown
     freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"

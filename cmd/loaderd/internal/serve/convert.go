@@ -85,7 +85,7 @@ func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
 	}
 	for i, d := range ds {
 		r.Datasets[i] = wire.DatasetInfo{Name: d.Name, Samples: d.Samples, Bytes: d.Bytes, Classes: d.Classes, Fresh: d.Fresh,
-			Stale: d.Stale, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness, Fingerprint: d.Fingerprint,
+			Stale: d.Stale, Writable: d.Writable, FilesystemOnly: d.FilesystemOnly, Added: d.Added, Freshness: d.Freshness, Fingerprint: d.Fingerprint,
 			Reader: d.Reader, DType: d.DType}
 	}
 	return r

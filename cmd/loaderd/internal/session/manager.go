@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -68,6 +69,11 @@ type Config struct {
 	// session's queue its own and spreads submissions over cores, per
 	// device uses one ring and goroutine per device instead of one each.
 	Engines string
+	// Trust names the users (besides root) whose writes a raw read may
+	// rely on: a raw-mapped sample anyone else may change (owner, mode,
+	// ACL, not immutable) is read through the filesystem as the caller
+	// (fresh.Trust; loaderd's --trusted-uid and --trusted-gid).
+	Trust fresh.Trust
 }
 
 // Engine scopes (Config.Engines).
@@ -164,7 +170,7 @@ func NewManager(cfg Config) *Manager {
 	m.metrics = newMetrics(m.reg, m)
 	m.data = map[string]*dataset{}
 	for name, ds := range cfg.Datasets {
-		m.data[name] = openDataset(name, m.nextID, ds, m.log)
+		m.data[name] = openDataset(name, m.nextID, ds, cfg.Trust, m.log)
 		m.nextID++
 	}
 	return m
