@@ -50,7 +50,9 @@ type Guard struct {
 	writable  bitset  // unchanged raw samples an untrusted user may change (Trust): read through the filesystem
 	changed   bitset  // samples Counts found changed since (sticky)
 	multiLink bitset  // samples with other hard links: always stat after reading
-	readGen   atomic.Uint64
+	// whyWritable says why the first Writable sample is (nil: none is).
+	whyWritable error
+	readGen     atomic.Uint64
 }
 
 // Open checks that the filesystem mounted at m's root is the one mapped
@@ -75,8 +77,8 @@ type Options struct {
 }
 
 // OpenWith is Open with options; it also judges every unchanged raw
-// sample with o.Trust (on the descriptor it checks) and logs how many
-// others may change, and how to let them be read raw.
+// sample with o.Trust, on the descriptor it checks (Writable,
+// WritableReason).
 func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 	method, log := o.Method, o.Log
 	if method != Watch && method != Read {
@@ -104,14 +106,7 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 	trust := o.Trust
 	trust.UIDs = append(slices.Clip(trust.UIDs), uint32(unix.Geteuid()))
 	v := g.verifyAll(trust)
-	if writable, why := v.writable, v.firstWritable; writable > 0 {
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Warn(fmt.Sprintf("fresh: %d samples may be changed by a user the daemon does not trust: they are read through the filesystem, not raw; "+
-			"for raw reads make them root's and not writable by others (chown root; chmod go-w; no ACL granting write), or immutable (chattr +i)", writable),
-			"root", m.Root, "samples", writable, "first", why)
-	}
+	g.whyWritable = v.firstWritable
 	if n, first := v.forged, v.firstForged; n > 0 {
 		if log == nil {
 			log = slog.Default()
@@ -218,6 +213,10 @@ func (g *Guard) ChangedAtOpen(i int) bool { return g.staleOpen.has(i) }
 // not immutable, or open for writing then): it is never read raw, but
 // through the filesystem as the session's caller.
 func (g *Guard) Writable(i int) bool { return g.writable.has(i) }
+
+// WritableReason says why the first Writable sample is, naming it; nil
+// when none is.
+func (g *Guard) WritableReason() error { return g.whyWritable }
 
 // RawAllowed reports whether raw sample i may be read from its extents
 // (after the checks of each read): neither changed at the checking pass

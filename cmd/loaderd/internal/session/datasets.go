@@ -80,7 +80,7 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, log *sl
 		if n := g.Counts().Writable; n > 0 {
 			log.Warn(fmt.Sprintf("session: dataset %s: %d raw-mapped samples may be changed by users the daemon does not trust: they are served through the filesystem, not raw; "+
 				"for raw reads make them root's and not writable by group or others (chown root; chmod go-w; no ACL granting write; or --trusted-uid/--trusted-gid), or immutable (chattr +i)", name, n),
-				"dataset", name, "writable", n)
+				"dataset", name, "writable", n, "first", g.WritableReason())
 		}
 	}
 	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "fingerprint", d.fingerprint, "freshness", d.freshness(),
