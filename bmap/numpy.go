@@ -161,14 +161,14 @@ func (s *Sample) CheckHeaderFd(fd int) error {
 	}
 	var what string
 	switch {
+	case h.DataOffset != s.Offset:
+		what = fmt.Sprintf("data at offset %d, mapped %d", h.DataOffset, s.Offset)
 	case h.DType != s.Tensor.DType:
 		what = fmt.Sprintf("dtype %s, mapped %s", h.DType, s.Tensor.DType)
 	case !slices.Equal(h.Shape, s.Tensor.Shape) && (len(h.Shape) > 0 || len(s.Tensor.Shape) > 0):
 		what = fmt.Sprintf("shape %s, mapped %s", npy.FormatShape(h.Shape), npy.FormatShape(s.Tensor.Shape))
 	case !h.COrder():
 		what = "Fortran order, mapped C order"
-	case h.DataOffset != s.Offset:
-		what = fmt.Sprintf("data at offset %d, mapped %d", h.DataOffset, s.Offset)
 	default:
 		return nil
 	}

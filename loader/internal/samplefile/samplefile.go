@@ -158,23 +158,35 @@ func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 	if err := r.read(req, fd); err != nil {
 		return err
 	}
-	if req.Sample.Tensor != nil {
-		return checkTensor(req, fd)
-	}
-	return nil
+	return CheckTensor(req, fd)
 }
 
-// checkTensor checks, after its read, that tensor sample req's file at fd
-// is unchanged since mapping, or else that its header still says what
-// the map does (bmap.Sample.CheckHeaderFd).
-func checkTensor(req *backend.Request, fd int) error {
+// CheckTensor checks, after its read, that tensor sample req's file at fd
+// is unchanged since mapping (modification and change time), or else
+// that its header still says what the map does
+// (bmap.Sample.CheckHeaderFd): a *backend.SampleError wrapping
+// bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
+func CheckTensor(req *backend.Request, fd int) error {
 	s := req.Sample
+	if s.Tensor == nil {
+		return nil
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
 	}
 	if st.Mtim.Nano() == s.MtimeNs && st.Ctim.Nano() == s.CtimeNs {
 		return nil
+	}
+	// The header is read with a plain pread: O_DIRECT off (fd is the
+	// read's own, closed after it).
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_DIRECT != 0 {
+		if err == nil {
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_DIRECT)
+		}
+		if err != nil {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("clear O_DIRECT: %w", err)}
+		}
 	}
 	if err := s.CheckHeaderFd(fd); err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
