@@ -126,12 +126,12 @@ func (c *Checker) Verify(i int, mp *extentinfo.Mapper) (nlink uint64, err error)
 	return c.CheckFd(i, fd, mp)
 }
 
-// Open opens sample i read-only as the process (following links, as
-// Build does), beneath the checker's handle on the root; the caller
-// closes fd. The error wraps ErrStale.
-func (c *Checker) Open(i int) (fd int, err error) {
+// Open opens sample i's file read-only beneath the map's root, as the
+// process (the descriptor Verify checks); the caller closes it. The error
+// wraps ErrStale.
+func (c *Checker) Open(i int) (int, error) {
 	s := &c.m.Samples[i]
-	fd, err = unix.Openat(c.rootFd, s.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := unix.Openat(c.rootFd, s.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return -1, fmt.Errorf("bmap: sample %d (%s): %w: %w", i, s.Path, ErrStale, err)
 	}

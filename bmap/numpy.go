@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/nvfeed/nvfeed/bmap/npy"
@@ -142,4 +143,34 @@ func (m *Map) CheckTensors() error {
 // describeTensor says "float32 of shape (2, 3), 2-d".
 func describeTensor(t *Tensor) string {
 	return fmt.Sprintf("%s of shape %s, %d-d", t.DType, npy.FormatShape(t.Shape), len(t.Shape))
+}
+
+// CheckHeaderFd checks that the .npy header of the file open at fd still
+// says what tensor sample s was mapped with: its element type, shape, C
+// order and data offset. A header rewritten in place keeps the file's
+// size: its data must not be served with the map's old layout. The error
+// wraps ErrStale (and npy's sentinel when the header no longer parses).
+// A sample without a tensor passes.
+func (s *Sample) CheckHeaderFd(fd int) error {
+	if s.Tensor == nil {
+		return nil
+	}
+	h, err := npy.Read(fdReader(fd))
+	if err != nil {
+		return fmt.Errorf("bmap: %s: %w: the .npy header changed since mapping: %w", s.Path, ErrStale, err)
+	}
+	var what string
+	switch {
+	case h.DataOffset != s.Offset:
+		what = fmt.Sprintf("data at offset %d, mapped %d", h.DataOffset, s.Offset)
+	case h.DType != s.Tensor.DType:
+		what = fmt.Sprintf("dtype %s, mapped %s", h.DType, s.Tensor.DType)
+	case !slices.Equal(h.Shape, s.Tensor.Shape) && (len(h.Shape) > 0 || len(s.Tensor.Shape) > 0):
+		what = fmt.Sprintf("shape %s, mapped %s", npy.FormatShape(h.Shape), npy.FormatShape(s.Tensor.Shape))
+	case !h.COrder():
+		what = "Fortran order, mapped C order"
+	default:
+		return nil
+	}
+	return fmt.Errorf("bmap: %s: %w: the .npy header changed since mapping: %s", s.Path, ErrStale, what)
 }

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
 // fanWatch is a filesystem-wide fanotify mark on the dataset root's
@@ -352,20 +351,20 @@ func watchBoth(m *bmap.Map, n int, log *slog.Logger) (*Watcher, *fanWatch, error
 	return w, f, nil
 }
 
-// verify is Checker.Verify that also records sample i's handle on the
-// file it opened (the checking pass's hook for the fanotify index).
-func (g *Guard) verify(i int, mp *extentinfo.Mapper) (nlink uint64, err error) {
-	if g.fan == nil {
-		return g.ck.Verify(i, mp)
+// record records the handle of raw sample i, open at fd, for the
+// fanotify index.
+func (g *Guard) record(i, fd int) {
+	if g.fan != nil {
+		g.fan.record(i, fd)
 	}
-	fd, err := g.ck.Open(i)
-	if err != nil {
+}
+
+// forget marks raw sample i, which could not be opened, as having no
+// handle in the fanotify index.
+func (g *Guard) forget(i int) {
+	if g.fan != nil {
 		g.fan.hashOf[i] = gone
-		return 0, err
 	}
-	defer unix.Close(fd)
-	g.fan.record(i, fd)
-	return g.ck.CheckFd(i, fd, mp)
 }
 
 // recordPath records the handle of sample i, not read raw, by its path.

@@ -18,8 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/extentinfo"
@@ -47,9 +50,12 @@ type Guard struct {
 	method    string
 	dirOf     []int32 // each sample's directory: an index into the watched directories
 	staleOpen bitset  // samples found changed by the stat pass
+	writable  bitset  // unchanged raw samples an untrusted user may change (Trust): read through the filesystem
 	changed   bitset  // samples Counts found changed since (sticky)
 	multiLink bitset  // samples with other hard links: always stat after reading
-	readGen   atomic.Uint64
+	// whyWritable says why the first Writable sample is (nil: none is).
+	whyWritable error
+	readGen     atomic.Uint64
 }
 
 // Open checks that the filesystem mounted at m's root is the one mapped
@@ -60,6 +66,24 @@ type Guard struct {
 // not the file's own are logged (their count and the first) and never
 // read raw.
 func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
+	return OpenWith(m, Options{Method: method, Log: log})
+}
+
+// Options configures OpenWith.
+type Options struct {
+	Method string       // Watch or Read
+	Log    *slog.Logger // nil: slog.Default()
+	// Trust names the users a raw read may rely on: samples others may
+	// change are read through the filesystem (Writable). The process's
+	// own uid is trusted too.
+	Trust Trust
+}
+
+// OpenWith is Open with options; it also judges every unchanged raw
+// sample with o.Trust, on the descriptor it checks (Writable,
+// WritableReason).
+func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
+	method, log := o.Method, o.Log
 	if method != Watch && method != Read {
 		return nil, fmt.Errorf("fresh: method %q (want %s or %s)", method, Watch, Read)
 	}
@@ -81,21 +105,33 @@ func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
 			_, g.dirOf = m.Dirs()
 		}
 	}
-	if n, first := g.verifyAll(); n > 0 {
+	trust := o.Trust
+	trust.UIDs = append(slices.Clip(trust.UIDs), uint32(unix.Geteuid()))
+	v := g.verifyAll(trust)
+	g.whyWritable = v.firstWritable
+	if n, first := v.forged, v.firstForged; n > 0 {
 		log.Warn("fresh: the map's extents are not the files' own: those samples are read through the filesystem only",
 			"root", m.Root, "samples", n, "first", first)
 	}
 	return g, nil
 }
 
-// verifyAll checks every raw sample with 8 goroutines and returns how many
-// have extents that are not the file's own, and the first such error.
-func (g *Guard) verifyAll() (forged int, first error) {
+// verified is what verifyAll found: how many raw samples have extents
+// that are not the file's own, and the first such error; how many
+// unchanged ones trust does not vouch for, and the first reason.
+type verified struct {
+	forged, writable           int
+	firstForged, firstWritable error
+}
+
+// verifyAll checks every raw sample with 8 goroutines.
+func (g *Guard) verifyAll(trust Trust) verified {
 	n := len(g.m.Samples)
-	g.staleOpen, g.multiLink, g.changed = newBitset(n), newBitset(n), newBitset(n)
-	var next, nForged atomic.Int64
+	g.staleOpen, g.multiLink, g.changed, g.writable = newBitset(n), newBitset(n), newBitset(n), newBitset(n)
+	var next, nForged, nWritable atomic.Int64
 	var firstMu sync.Mutex
-	firstIdx := n
+	firstIdx, whyIdx := n, n
+	var v verified
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -112,18 +148,26 @@ func (g *Guard) verifyAll() (forged int, first error) {
 						g.recordPath(i) // the fanotify index (fanotify_linux.go)
 						continue
 					}
-					nlink, err := g.verify(i, &mp) // Verify, recording the handle on its fd
+					nlink, untrusted, err := g.verifyOne(i, trust, &mp)
 					switch {
 					case errors.Is(err, bmap.ErrExtents):
 						nForged.Add(1)
 						firstMu.Lock()
 						if i < firstIdx {
-							first, firstIdx = err, i
+							v.firstForged, firstIdx = err, i
 						}
 						firstMu.Unlock()
 						g.staleOpen.set(i)
 					case err != nil:
 						g.staleOpen.set(i)
+					case untrusted != nil:
+						nWritable.Add(1)
+						firstMu.Lock()
+						if i < whyIdx {
+							v.firstWritable, whyIdx = fmt.Errorf("sample %d (%s): %w", i, g.m.Samples[i].Path, untrusted), i
+						}
+						firstMu.Unlock()
+						g.writable.set(i)
 					case nlink > 1:
 						g.multiLink.set(i)
 					}
@@ -135,7 +179,25 @@ func (g *Guard) verifyAll() (forged int, first error) {
 	if g.fan != nil {
 		g.fan.build()
 	}
-	return int(nForged.Load()), first
+	v.forged, v.writable = int(nForged.Load()), int(nWritable.Load())
+	return v
+}
+
+// verifyOne checks raw sample i on one descriptor: trust's verdict
+// first, then (bmap.Checker.CheckFd) identity, times and extents, so that
+// a change of owner, mode, ACL or flags after the verdict (which moves the
+// change time) makes the sample stale.
+func (g *Guard) verifyOne(i int, trust Trust, mp *extentinfo.Mapper) (nlink uint64, untrusted, err error) {
+	fd, err := g.ck.Open(i)
+	if err != nil {
+		g.forget(i)
+		return 0, nil, err
+	}
+	defer unix.Close(fd)
+	g.record(i, fd) // the fanotify index (fanotify_linux.go)
+	untrusted = trust.Check(fd)
+	nlink, err = g.ck.CheckFd(i, fd, mp)
+	return nlink, untrusted, err
 }
 
 // Map returns the guarded map.
@@ -151,6 +213,21 @@ func (g *Guard) Method() string { return g.method }
 // pass: it must not be read raw.
 func (g *Guard) ChangedAtOpen(i int) bool { return g.staleOpen.has(i) }
 
+// Writable reports whether raw sample i, unchanged at the checking pass,
+// may be changed by a user outside the guard's Trust (owner, mode, ACL,
+// not immutable, or open for writing then): it is never read raw, but
+// through the filesystem as the session's caller.
+func (g *Guard) Writable(i int) bool { return g.writable.has(i) }
+
+// WritableReason says why the first Writable sample is, naming it; nil
+// when none is.
+func (g *Guard) WritableReason() error { return g.whyWritable }
+
+// RawAllowed reports whether raw sample i may be read from its extents
+// (after the checks of each read): neither changed at the checking pass
+// nor Writable.
+func (g *Guard) RawAllowed(i int) bool { return !g.staleOpen.has(i) && !g.writable.has(i) }
+
 // Check stats sample i now; the error wraps bmap.ErrStale if it changed.
 func (g *Guard) Check(i int) error { return g.ck.Check(i) }
 
@@ -165,9 +242,12 @@ func (g *Guard) CheckFd(i, fd int) error {
 
 // Counts are a map's samples by how they may be read.
 type Counts struct {
-	Fresh  int // raw samples unchanged since mapping: readable from their extents
-	Stale  int // raw samples changed since mapping (or whose mapped extents are not the file's own): never read raw
-	FSOnly int // samples mapped filesystem-only (any reason but bmap.Raw)
+	Fresh int // raw samples unchanged since mapping: readable from their extents
+	Stale int // raw samples changed since mapping (or whose mapped extents are not the file's own): never read raw
+	// Writable raw samples are unchanged but may be changed by a user
+	// outside the Trust (Guard.Writable): read through the filesystem.
+	Writable int
+	FSOnly   int // samples mapped filesystem-only (any reason but bmap.Raw)
 }
 
 // Counts counts the map's samples now. A raw sample is stale when the stat
@@ -187,6 +267,8 @@ func (g *Guard) Counts() Counts {
 		case g.NeedStat(i) && g.Check(i) != nil:
 			g.changed.set(i)
 			c.Stale++
+		case g.writable.has(i):
+			c.Writable++
 		default:
 			c.Fresh++
 		}

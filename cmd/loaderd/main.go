@@ -76,7 +76,8 @@ const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset
                      [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64] [--max-replays-per-uid N]
                      [--max-sampler-mb MiB] [--max-conns N] [--root-conns 16]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
-                     [--engines session|device] [--cuda-lib-dir DIR] [--log-format text|json] [--log-level debug|info|warn|error]
+                     [--engines session|device] [--trusted-uid UID[,UID...]] [--trusted-gid GID[,GID...]]
+                     [--cuda-lib-dir DIR] [--log-format text|json] [--log-level debug|info|warn|error]
 
 Serves the datasets' batches on a unix socket (created with its directory
 if missing; ready when it exists, and under systemd Type=notify once
@@ -538,6 +539,25 @@ func (d datasetFlags) Set(v string) error {
 	return nil
 }
 
+// idFlags collects repeated uid or gid flags, each a number or a
+// comma-separated list of numbers.
+type idFlags []uint32
+
+// String lists the ids given.
+func (d *idFlags) String() string { return fmt.Sprint([]uint32(*d)) }
+
+// Set adds one id or a comma-separated list of them.
+func (d *idFlags) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
+		if err != nil || n == 1<<32-1 {
+			return fmt.Errorf("want a number or a comma-separated list of numbers, got %q", v)
+		}
+		*d = append(*d, uint32(n))
+	}
+	return nil
+}
+
 // serveTestFlags adds the flags of a test build to loaderd serve's:
 // --inject-eio in a build with -tags nvfeed_faults (faults.go); nil in a
 // release build, which has none.
@@ -573,6 +593,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the daemon's run to FILE (until it stops)")
 	datasets := datasetFlags{}
 	fs.Var(datasets, "dataset", "NAME=MAPFILE: register a dataset (repeatable, at least one); SIGHUP or loaderd reload reads the files again")
+	var trustedUIDs, trustedGIDs idFlags
+	fs.Var(&trustedUIDs, "trusted-uid", "UID[,UID...]: users besides root whose files may be read raw (repeatable); a raw-mapped sample another user may change (owner, mode, ACL; not immutable) is read through the filesystem")
+	fs.Var(&trustedGIDs, "trusted-gid", "GID[,GID...]: groups whose write permission on a sample still lets it be read raw (repeatable; default none)")
 	cudaLibDir := addCUDALibDirFlag(fs)
 	logs := addLogFlags(fs)
 	if err := cli.Parse(fs, args, stdout, stderr, serveUsage); err != nil {
@@ -681,7 +704,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs})
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs,
+		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

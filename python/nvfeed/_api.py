@@ -40,7 +40,9 @@ def datasets(socket: Optional[str] = None, timeout: float = 60.0) -> list[Datase
     """The datasets the daemon serves, sorted by name: for each, its
     samples, bytes and classes, and how many samples are ``fresh`` (read
     from their extents), ``stale`` (changed since mapping: read through the
-    filesystem, or failed if gone) and ``filesystem_only``, and how many
+    filesystem, or failed if gone), ``writable`` (unchanged, but a user the
+    daemon does not trust may change them: read through the filesystem,
+    never raw) and ``filesystem_only``, and how many
     files were ``added`` to its class folders since mapping (not served
     until mkbmap maps them and ``loaderd reload``), its ``reader``
     (``"file"``: encoded files with labels; ``"numpy"``: ``.npy`` arrays)

@@ -133,6 +133,7 @@ class DatasetInfo(TypedDict, total=False):
     classes: Optional[int]
     fresh: Optional[int]  # raw samples still readable from their extents
     stale: Optional[int]  # raw samples changed since mapping: read through the filesystem (or failed, if gone)
+    writable: Optional[int]  # raw-mapped samples a user the daemon does not trust may change: read through the filesystem
     filesystem_only: Optional[int]  # samples mapped without extents
     added: Optional[int]  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown; absent: not listable by the caller
     freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"

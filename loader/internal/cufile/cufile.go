@@ -214,7 +214,7 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
 	if n == s.Size && size > s.Size {
-		return nil // the file ended where the map says
+		return samplefile.CheckTensor(req, fd) // the file ended where the map says
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -226,7 +226,7 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	if n != s.Size {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d of the %d data bytes at offset %d, the map says %d", backend.ErrShortRead, n, s.Size, s.Offset, s.Size)}
 	}
-	return nil
+	return samplefile.CheckTensor(req, fd)
 }
 
 // Close stops the workers and releases cuFile's registrations. No

@@ -152,7 +152,8 @@ func BAMSpec(x Env) backend.Spec {
 }
 
 // Backend reads raw samples from the block device; samples the map marks
-// filesystem-only are read through the filesystem. After the raw reads of
+// filesystem-only, and raw ones a user outside the guard's trust may
+// change (fresh.Guard.Writable), are read through the filesystem. After the raw reads of
 // a sample complete, the live file is checked against the map (inode,
 // size, mtime, ctime) as the freshness method says: a file changed before
 // or during the read is never served from the blocks it used to have.
@@ -380,7 +381,10 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 		r := &reqs[i]
 		r.Err = nil
 		switch {
-		case r.Sample.Reason != bmap.Raw:
+		case r.Sample.Reason != bmap.Raw, b.guard.Writable(r.Index):
+			// Filesystem-only, or raw-mapped but changeable by a user the
+			// guard does not trust: read through the filesystem (as the
+			// caller), never from extents someone else could move.
 			fsIdx = append(fsIdx, i)
 		case b.guard.ChangedAtOpen(r.Index):
 			b.onStale(r, b.check(r.Index))

@@ -147,9 +147,56 @@ func (r *Reader) ReadFd(req *backend.Request, fd int) error {
 // the data, the read asks for it too (a file that grew shows up as a
 // longer read); else the file's size is compared with the map's
 // (Offset+Size).
+//
+// A tensor sample whose file is not exactly as mapped after the read (its
+// modification or change time moved) has its .npy header parsed again: a
+// header that no longer says the map's dtype, shape, order and data
+// offset fails the sample (bmap.ErrStale), never served with the map's
+// old layout.
 func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
-	s := req.Sample
 	defer unix.Close(fd)
+	if err := r.read(req, fd); err != nil {
+		return err
+	}
+	return CheckTensor(req, fd)
+}
+
+// CheckTensor checks, after its read, that tensor sample req's file at fd
+// is unchanged since mapping (modification and change time), or else
+// that its header still says what the map does
+// (bmap.Sample.CheckHeaderFd): a *backend.SampleError wrapping
+// bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
+func CheckTensor(req *backend.Request, fd int) error {
+	s := req.Sample
+	if s.Tensor == nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
+	}
+	if st.Mtim.Nano() == s.MtimeNs && st.Ctim.Nano() == s.CtimeNs {
+		return nil
+	}
+	// The header is read with a plain pread: O_DIRECT off (fd is the
+	// read's own, closed after it).
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_DIRECT != 0 {
+		if err == nil {
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_DIRECT)
+		}
+		if err != nil {
+			return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("clear O_DIRECT: %w", err)}
+		}
+	}
+	if err := s.CheckHeaderFd(fd); err != nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
+	}
+	return nil
+}
+
+// read is ReadOpened's read, without closing fd.
+func (r *Reader) read(req *backend.Request, fd int) error {
+	s := req.Sample
 	at := req.At
 	fail := func(err error) error { return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err} }
 	if at < 0 || at+s.Size > int64(len(req.Buf)) {

@@ -61,9 +61,11 @@ const (
 )
 
 // openDataset registers map m as dataset name (registration serial id):
-// a guard when it has raw samples, and a warning in the log when files
-// were added to its class folders since mapping.
-func openDataset(name string, id uint64, m *bmap.Map, log *slog.Logger) *dataset {
+// a guard when it has raw samples (its checking pass judging them with
+// trust), and a warning in the log when files were added to its class
+// folders since mapping, or when raw samples are read through the
+// filesystem because an untrusted user may change them.
+func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, log *slog.Logger) *dataset {
 	t0 := time.Now()
 	d := &dataset{name: name, id: id, m: m, fingerprint: m.Fingerprint()}
 	d.dtype, d.mixed = dtypeOf(m)
@@ -72,12 +74,17 @@ func openDataset(name string, id uint64, m *bmap.Map, log *slog.Logger) *dataset
 	}
 	if !hasRaw(m) {
 		d.why = FreshnessNone
-	} else if g, err := fresh.Open(m, fresh.Watch, log); err != nil {
+	} else if g, err := fresh.OpenWith(m, fresh.Options{Method: fresh.Watch, Log: log, Trust: trust}); err != nil {
 		d.why = FreshnessUnchecked
 		log.Warn("session: dataset not checked at registration: raw sessions check it at open, access at every open",
 			"dataset", name, "err", err)
 	} else {
 		d.guard = g
+		if n := g.Counts().Writable; n > 0 {
+			log.Warn(fmt.Sprintf("session: dataset %s: %d raw-mapped samples may be changed by users the daemon does not trust: they are served through the filesystem, not raw; "+
+				"for raw reads make them root's and not writable by group or others (chown root; chmod go-w; no ACL granting write; or --trusted-uid/--trusted-gid), or immutable (chattr +i)", name, n),
+				"dataset", name, "writable", n, "first", g.WritableReason())
+		}
 	}
 	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "fingerprint", d.fingerprint, "freshness", d.freshness(),
 		"filesystem", m.Device.FSType, "seconds", time.Since(t0).Seconds())
@@ -177,8 +184,12 @@ type DatasetInfo struct {
 	// the watch saw change) and are read through the filesystem, or fail
 	// if gone; FilesystemOnly ones were mapped without extents. Without a
 	// guard (Freshness unchecked) every raw sample counts as stale.
-	Fresh          int
-	Stale          int
+	Fresh int
+	Stale int
+	// Writable raw-mapped samples are unchanged but may be changed by a
+	// user outside the daemon's trust (fresh.Guard.Writable): served
+	// through the filesystem, never raw.
+	Writable       int
 	FilesystemOnly int
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file (default file_filters) would list and the map does
@@ -225,7 +236,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 	}
 	if d.guard != nil {
 		c := d.guard.Counts()
-		info.Fresh, info.Stale, info.FilesystemOnly = c.Fresh, c.Stale, c.FSOnly
+		info.Fresh, info.Stale, info.Writable, info.FilesystemOnly = c.Fresh, c.Stale, c.Writable, c.FSOnly
 	} else {
 		for i := range d.m.Samples {
 			if d.m.Samples[i].Reason == bmap.Raw {

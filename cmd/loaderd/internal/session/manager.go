@@ -28,6 +28,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/internal/cuda"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -80,6 +81,11 @@ type Config struct {
 	// by every GPU session; nil: NewManager makes them from the process's
 	// environment (cuda.SearchFromEnv), discovered at the first GPU open.
 	CUDA *cuda.Libs
+	// Trust names the users (besides root) whose writes a raw read may
+	// rely on: a raw-mapped sample anyone else may change (owner, mode,
+	// ACL, not immutable) is read through the filesystem as the caller
+	// (fresh.Trust; loaderd's --trusted-uid and --trusted-gid).
+	Trust fresh.Trust
 }
 
 // Engine scopes (Config.Engines).
@@ -187,7 +193,7 @@ func NewManager(cfg Config) *Manager {
 	m.metrics = newMetrics(m.reg, m)
 	m.data = map[string]*dataset{}
 	for name, ds := range cfg.Datasets {
-		m.data[name] = openDataset(name, m.nextID, ds, m.log)
+		m.data[name] = openDataset(name, m.nextID, ds, cfg.Trust, m.log)
 		m.nextID++
 	}
 	return m

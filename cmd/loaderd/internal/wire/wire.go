@@ -224,8 +224,12 @@ type DatasetInfo struct {
 	// changed since mapping and are read through the filesystem, or fail
 	// if gone; FilesystemOnly ones were mapped without extents. Without a
 	// guard (freshness unchecked) every raw sample counts as stale.
-	Fresh          *int `msgpack:"fresh,omitempty"`
-	Stale          *int `msgpack:"stale,omitempty"`
+	Fresh *int `msgpack:"fresh,omitempty"`
+	Stale *int `msgpack:"stale,omitempty"`
+	// Writable raw-mapped samples are unchanged but a user the daemon
+	// does not trust may change them (owner, mode, ACL, not immutable):
+	// read through the filesystem as the caller, never raw.
+	Writable       *int `msgpack:"writable,omitempty"`
 	FilesystemOnly *int `msgpack:"filesystem_only,omitempty"`
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file would list and the map does not have; -1: the
