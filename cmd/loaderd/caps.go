@@ -43,7 +43,8 @@ func capNeeds(socketGroup string) []capNeed {
 	return append(needs,
 		capNeed{unix.CAP_DAC_OVERRIDE, "without it loaderd opens for writing only what root's own mode bits allow (a socket directory, or a GPU or nvidia-fs device node, not writable by its owner class fails)", false},
 		capNeed{unix.CAP_IPC_LOCK, "without it batch memory is page-locked only within RLIMIT_MEMLOCK, and the locked budget (--max-locked-mb) is bounded by that limit", false},
-		capNeed{unix.CAP_SYS_ADMIN, "without it no filesystem-wide fanotify mark can see a raw-read sample's changes made through another path; the daemon falls back to the per-folder inotify watch", false},
+		capNeed{unix.CAP_SYS_ADMIN, "without it no filesystem-wide fanotify mark can see a sample change through another path: every raw read is checked with a stat after it and no access verdict is reused (every open checks every sample as the caller)", false},
+		capNeed{unix.CAP_LEASE, "without it the check that no one holds a raw sample open for writing (a read lease) fails for samples not owned by root, so those of a --trusted-uid are read through the filesystem", false},
 	)
 }
 
