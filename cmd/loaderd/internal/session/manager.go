@@ -477,6 +477,11 @@ func (m *Manager) Memory(c Caller, id string) (loader.MemoryDesc, *os.File, erro
 	if c.TCP {
 		return loader.MemoryDesc{}, nil, fmt.Errorf("%w: session %s: batch memory is handed over only on the unix socket (as a file descriptor)", ErrForbidden, id)
 	}
+	ss.memMu.RLock()
+	defer ss.memMu.RUnlock()
+	if ss.memGone {
+		return loader.MemoryDesc{}, nil, fmt.Errorf("%w: unknown session %q (closed)", ErrNotFound, id)
+	}
 	mem := ss.l.Memory()
 	f, err := mem.Export()
 	if err != nil {
@@ -548,7 +553,11 @@ func (m *Manager) closeSession(ss *session, why string) {
 	delete(m.sessions, ss.id)
 	m.unreserveLocked(ss.owner, ss.reserved)
 	m.mu.Unlock()
-	if err := ss.l.Close(); err != nil {
+	ss.memMu.Lock()
+	ss.memGone = true
+	err := ss.l.Close()
+	ss.memMu.Unlock()
+	if err != nil {
 		m.log.Warn("session: closing", "session", ss.id, "err", err)
 	}
 	if ss.reserved.sampler >= freeOSAfter {

@@ -4,6 +4,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -69,5 +70,57 @@ func TestMemoryOnlyToItsOwner(t *testing.T) {
 				t.Errorf("err = %v, want ErrForbidden mentioning %q", err, tt.refuse)
 			}
 		})
+	}
+}
+
+// TestMemoryRacesClose: exports of a session's memory running while the
+// session closes (a client's memory request during DELETE or the
+// daemon's shutdown) either get the memory — a file of the memory's size
+// — or ErrNotFound, never a descriptor of whatever file reused the
+// closed memory's number (before, Export read the number with no lock
+// against Close: the race detector saw it, and /proc/self/fd/N could by
+// then be another session's memory or a dataset file).
+func TestMemoryRacesClose(t *testing.T) {
+	ds := tree(t)
+	asRoot(t)
+	searchable(t, ds.Root)
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}})
+	defer m.Stop()
+	owner := Caller{UID: os.Getuid(), GID: os.Getgid()}
+	for round := range 20 {
+		o, err := m.Open(owner, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 4)
+		for range 4 {
+			go func() {
+				for {
+					desc, f, err := m.Memory(owner, o.ID)
+					if err != nil {
+						if errors.Is(err, ErrNotFound) {
+							done <- nil
+						} else {
+							done <- err
+						}
+						return
+					}
+					st, serr := f.Stat()
+					f.Close()
+					if serr != nil || st.Size() != desc.Size {
+						done <- fmt.Errorf("round %d: exported a file of %d bytes (%v), the memory is %d", round, st.Size(), serr, desc.Size)
+						return
+					}
+				}
+			}()
+		}
+		if err := m.Close(owner, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		for range 4 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

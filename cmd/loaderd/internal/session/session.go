@@ -104,6 +104,14 @@ type session struct {
 	heldMu sync.Mutex
 	held   map[int]*loader.Batch // under heldMu: batches delivered and not released
 
+	// memMu orders exports of the batch memory against its close: an
+	// export (Memory, which does not take mu: a Next may hold it for a
+	// while) takes it shared, the close exclusively, and no export
+	// happens once memGone is set (its descriptor may be another file's
+	// by then).
+	memMu   sync.RWMutex
+	memGone bool // under memMu
+
 	streamMu   sync.Mutex
 	stopStream context.CancelFunc // under streamMu: set while a stream runs
 
