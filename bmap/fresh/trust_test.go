@@ -259,4 +259,3 @@ func FuzzParseACL(f *testing.F) {
 		}
 	})
 }
-

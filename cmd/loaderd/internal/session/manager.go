@@ -27,8 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
