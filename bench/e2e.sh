@@ -16,7 +16,8 @@
 # to an operator instead (their shape, standing in for a decoder: no copy).
 #
 # Needs root. Usage: bench/e2e.sh DEVICE [ROUNDS]   (DEVICE virtio or ram;
-# env: FILES, default 12000; BATCHES, default "16 64 256"; CONSUME)
+# env: FILES, default 12000; BATCHES, default "16 64 256"; CONSUME;
+# LOADERD, the daemon to run, default bin/loaderd: another build for an A/B)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 device=${1:?usage: bench/e2e.sh virtio|ram [ROUNDS]} rounds=${2:-3}
@@ -31,7 +32,7 @@ bench_dataset "$device" "$PWD/.bench/e2e"
 w=$bench_work root=$w/mnt/train out=$w/e2e.jsonl
 : > "$out"
 rm -f "$w/d.sock"
-bin/loaderd serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
+"${LOADERD:-bin/loaderd}" serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
 while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
 consume=${CONSUME:-output} batches=${BATCHES:-16 64 256}
 bm() { .venv/bin/python python/examples/benchmark.py --threads 2 --consume "$consume" --json --batchsize "$@"; }
