@@ -19,12 +19,15 @@ by UUID across processes (ordinals depend on ``CUDA_VISIBLE_DEVICES``)."""
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import threading
 import warnings
 import weakref
 from typing import Any, Callable, Optional, Union
+
+from ._errors import LoaderError
 
 LIB_DIR_ENV = "NVFEED_CUDA_LIB_DIR"
 """A directory to load ``libcuda.so.1`` from instead of the loader's path
@@ -38,14 +41,39 @@ _READWRITE = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 _EVENT_FLAGS = 0x1 | 0x2  # CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING: wait asleep, no spinning core
 
 
-class CudaError(RuntimeError):
+class CudaError(LoaderError):
     """A CUDA driver call failed, or there is no driver; the message names
-    the call and CUDA's error (``call`` and ``code`` too, when a call
-    failed)."""
+    the call, CUDA's error and what to do about it (``call`` and ``code``
+    too, when a call failed). A ``LoaderError``: a script catching that
+    catches GPU failures too."""
 
     def __init__(self, message: str, call: str = "", code: int = 0) -> None:
         super().__init__(message)
         self.call, self.code = call, code
+
+
+NO_DRIVER_HINT = ("install the NVIDIA driver (it provides libcuda.so.1), point NVFEED_CUDA_LIB_DIR at the folder "
+                  "holding libcuda.so.1, or use device='cpu'")
+"""What to do when this process has no CUDA driver."""
+
+_HINTS: dict[int, str] = {
+    2: "the GPU is out of memory: free some (other processes: nvidia-smi) or use a smaller batch_size",
+    3: "the driver is not initialised: " + NO_DRIVER_HINT,
+    34: "the CUDA stub library was loaded, not the driver's: " + NO_DRIVER_HINT,
+    35: "the NVIDIA driver is older than this CUDA: update the driver",
+    100: "this process sees no GPU: check nvidia-smi and CUDA_VISIBLE_DEVICES, or use device='cpu'",
+    101: "device_id is not a GPU of this process: count the GPUs CUDA_VISIBLE_DEVICES leaves it",
+    999: "the driver failed: check nvidia-smi and the kernel log (dmesg)",
+    803: "the NVIDIA kernel module and libcuda.so.1 differ in version: reboot, or reinstall the driver",
+    804: "forward compatibility is not supported on this GPU: use the driver's own libcuda.so.1",
+}
+"""What to do about a CUDA driver error, by code (CUresult), when a call
+of _SETUP fails."""
+
+_SETUP = frozenset({"cuInit", "cuDeviceGet", "cuDeviceGetCount", "cuDeviceGetUuid_v2", "cuDevicePrimaryCtxRetain",
+                    "cuMemImportFromShareableHandle", "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess"})
+"""The calls that set a GPU up for this process: their failures say what to
+do (a cleanup's failure names the call alone)."""
 
 
 class _Location(ctypes.Structure):
@@ -58,20 +86,26 @@ class _AccessDesc(ctypes.Structure):
 
 def load_libcuda() -> ctypes.CDLL:
     """libcuda.so.1 from ``$NVFEED_CUDA_LIB_DIR`` when that is set (and not
-    empty), else from the dynamic loader's path. Raises CudaError saying
-    what was tried."""
+    empty) and holds it, else from the dynamic loader's search (the
+    system's driver). A file there that does not load is an error, not a
+    reason to look elsewhere. Raises CudaError saying what was tried and
+    what to do."""
     d = os.environ.get(LIB_DIR_ENV, "")
+    tried = f"{LIB_DIR_ENV} is not set"
     if d:
         path = os.path.join(d, LIBCUDA)
-        try:
-            return ctypes.CDLL(path)
-        except OSError as e:
-            raise CudaError(f"no NVIDIA driver found: cannot load {path} ({LIB_DIR_ENV}={d}): {e}") from e
+        if os.path.lexists(path):
+            try:
+                return ctypes.CDLL(path)
+            except OSError as e:
+                raise CudaError(f"no NVIDIA driver found: cannot load {path} ({LIB_DIR_ENV}={d}): {e}; "
+                                f"{NO_DRIVER_HINT}") from e
+        tried = f"{LIB_DIR_ENV}={d} holds no {LIBCUDA}"
     try:
         return ctypes.CDLL(LIBCUDA)
     except OSError as e:
-        raise CudaError(f"no NVIDIA driver found: {LIBCUDA} is not in the dynamic loader's path "
-                        f"({LIB_DIR_ENV} is not set): {e}") from e
+        raise CudaError(f"no NVIDIA driver found: {LIBCUDA} is not in the dynamic loader's path ({tried}): {e}; "
+                        f"{NO_DRIVER_HINT}") from e
 
 
 def _error(cu: Any, name: str, rc: int) -> CudaError:
@@ -81,7 +115,8 @@ def _error(cu: Any, name: str, rc: int) -> CudaError:
     except (AttributeError, OSError):
         known = False
     what = s.value.decode() if known and s.value else "CUDA_ERROR"
-    return CudaError(f"{name}: {what} ({rc})", name, rc)
+    hint = _HINTS.get(rc) if name in _SETUP else None
+    return CudaError(f"{name}: {what} ({rc})" + (f": {hint}" if hint else ""), name, rc)
 
 
 def _call(cu: Any, name: str, *args: Any) -> None:
@@ -157,7 +192,8 @@ def find_device(cu: Any, uuid: str) -> int:
             return i
         seen.append(u)
     raise CudaError(f"GPU {uuid} is not visible to this process (it sees {', '.join(seen) or 'no GPU'}; "
-                    f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')})")
+                    f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}): give this process a "
+                    "CUDA_VISIBLE_DEVICES that includes the GPU the daemon placed the memory on")
 
 
 class _PrimaryContext:
@@ -352,7 +388,7 @@ def stream_handle(stream: object) -> Optional[int]:
     elif hasattr(stream, "ptr"):
         h = getattr(stream, "ptr")
     else:
-        raise TypeError("cuda_stream must be None, an int CUstream handle, or a stream object with cuda_stream, "
+        raise TypeError("cuda_stream must be None, 'context', an int CUstream handle, or a stream object with cuda_stream, "
                         f"__cuda_stream__, handle or ptr (torch.cuda.Stream, cupy.cuda.Stream); got {type(stream).__name__}")
     if isinstance(h, ctypes.c_void_p):
         h = h.value or 0
@@ -363,41 +399,139 @@ def stream_handle(stream: object) -> Optional[int]:
     return h
 
 
-class _Fence:
-    """What a ReleaseFence holds (apart from it, for its finalizer)."""
+CU_STREAM_LEGACY = 1
+"""The legacy default stream's handle: work recorded on it follows the
+work queued before on every blocking stream of the context."""
 
-    def __init__(self, ctx: _PrimaryContext, stream: Optional[int]) -> None:
-        self.ctx, self.stream = ctx, stream
-        self.event: Optional[ctypes.c_void_p] = None
+CONTEXT = "context"
+"""LoaderSource's ``cuda_stream="context"``: the release fence waits for
+the whole context (``cuCtxSynchronize``), the client's behaviour before
+the fence moved to a stream."""
+
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY: cuEventQuery's "not yet"
+
+
+def torch_current_stream(device: int) -> Optional[int]:
+    """The handle of PyTorch's current stream on ``device`` when PyTorch is
+    imported in this process and has initialised CUDA; else None. PyTorch
+    is never imported here."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_initialized():
+            return None
+        h = torch.cuda.current_stream(device).cuda_stream
+    except (AttributeError, RuntimeError):
+        return None
+    return h if isinstance(h, int) and not isinstance(h, bool) else None
+
+
+class _Fence:
+    """What a ReleaseFence holds (apart from it, for its finalizer): the
+    context, the slots waiting with their events, the events free again."""
+
+    def __init__(self, ctx: _PrimaryContext, stream: Union[int, str, None],
+                 current: Callable[[int], Optional[int]]) -> None:
+        self.ctx, self.stream, self.current = ctx, stream, current
+        self.pending: collections.deque[tuple[int, Optional[ctypes.c_void_p]]] = collections.deque()
+        self.free: list[ctypes.c_void_p] = []
+        self.events: list[ctypes.c_void_p] = []
+
+    def consumer_stream(self) -> int:
+        """The stream the consumer's work is on now: the one given, else
+        PyTorch's current stream, else the legacy default stream."""
+        if isinstance(self.stream, int):
+            return self.stream
+        h = self.current(self.ctx.device)
+        return CU_STREAM_LEGACY if h is None else h
+
+    def record(self, slot: int) -> None:
+        cu, ctx = self.ctx.cu, self.ctx
+        ctx.push()
+        try:
+            if self.stream == CONTEXT:
+                _call(cu, "cuCtxSynchronize")
+                self.pending.append((slot, None))
+            else:
+                if self.free:
+                    ev = self.free.pop()
+                else:
+                    ev = ctypes.c_void_p()
+                    _call(cu, "cuEventCreate", ctypes.byref(ev), _EVENT_FLAGS)
+                    self.events.append(ev)
+                try:
+                    _call(cu, "cuEventRecord", ev, ctypes.c_void_p(self.consumer_stream()))
+                except CudaError:
+                    self.free.append(ev)
+                    raise
+                self.pending.append((slot, ev))
+        finally:
+            ctx.pop()
 
     def wait(self) -> None:
         cu, ctx = self.ctx.cu, self.ctx
         ctx.push()
         try:
-            if self.stream is None:
+            if self.stream == CONTEXT:
                 _call(cu, "cuCtxSynchronize")
-            else:
-                if self.event is None:
-                    ev = ctypes.c_void_p()
-                    _call(cu, "cuEventCreate", ctypes.byref(ev), _EVENT_FLAGS)
-                    self.event = ev
-                _call(cu, "cuEventRecord", self.event, ctypes.c_void_p(self.stream))
-                _call(cu, "cuEventSynchronize", self.event)
-        except BaseException:
-            try:
-                ctx.pop()
-            except CudaError:
-                pass  # the failure that brought us here is the one to raise
-            raise
-        ctx.pop()
+                return
+            if not self.free:
+                ev = ctypes.c_void_p()
+                _call(cu, "cuEventCreate", ctypes.byref(ev), _EVENT_FLAGS)
+                self.events.append(ev)
+                self.free.append(ev)
+            ev = self.free[-1]
+            _call(cu, "cuEventRecord", ev, ctypes.c_void_p(self.consumer_stream()))
+            _call(cu, "cuEventSynchronize", ev)
+        finally:
+            ctx.pop()
+
+    def done(self, keep: int) -> list[int]:
+        cu, ctx = self.ctx.cu, self.ctx
+        out: list[int] = []
+        if not self.pending:
+            return out
+        ctx.push()
+        try:
+            still: collections.deque[tuple[int, Optional[ctypes.c_void_p]]] = collections.deque()
+            while self.pending:
+                slot, ev = self.pending[0]
+                rc = 0 if ev is None else int(cu.cuEventQuery(ev))
+                if rc not in (0, _NOT_READY):
+                    # Nothing is lost: the slots found done go out next time.
+                    done: collections.deque[tuple[int, Optional[ctypes.c_void_p]]] = collections.deque(
+                        (x, None) for x in out)
+                    self.pending = done + still + self.pending
+                    raise _error(cu, "cuEventQuery", rc)
+                self.pending.popleft()
+                if rc == _NOT_READY:
+                    still.append((slot, ev))
+                    continue
+                out.append(slot)
+                if ev is not None:
+                    self.free.append(ev)
+            self.pending = still
+            while len(self.pending) > keep:
+                slot, ev = self.pending[0]
+                if ev is not None:
+                    _call(cu, "cuEventSynchronize", ev)
+                    self.free.append(ev)
+                self.pending.popleft()
+                out.append(slot)
+        finally:
+            ctx.pop()
+        return out
 
     def close(self) -> None:
         f = _Failures()
-        if self.event is not None:
-            ev, self.event = self.event, None
-            if f.run(self.ctx.push):
+        events, self.events, self.free = self.events, [], []
+        self.pending.clear()
+        if events and f.run(self.ctx.push):
+            for ev in events:
                 f.run(_call, self.ctx.cu, "cuEventDestroy_v2", ev)
-                f.run(self.ctx.pop)
+            f.run(self.ctx.pop)
         f.run(self.ctx.release)
         f.raise_first()
 
@@ -409,30 +543,67 @@ class _Fence:
 
 
 class ReleaseFence:
-    """Makes the consumer's queued GPU work finish before batch memory goes
-    back to the daemon (which then writes it again).
+    """Holds batch memory back from the daemon (which writes it again once
+    it has it) until the consumer's GPU work queued on it has finished,
+    without stopping the host for it.
 
-    ``wait()``, with ``stream`` None: ``cuCtxSynchronize`` with the
-    device's primary context pushed (every stream of that context: what
-    DALI, PyTorch and CuPy use by default); with a stream handle: an event
-    (``CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING``, created on first
-    use and reused) recorded on that stream, then synchronized. The primary
-    context is retained from creation to ``close()`` (or interpreter
-    exit)."""
+    ``record(slot)`` marks the consumer's work queued so far: an event
+    (``CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING``, from a pool
+    reused as events complete) recorded on the consumer's stream —
+    ``stream`` when given; else PyTorch's current stream on the device
+    when PyTorch has initialised CUDA in this process; else the legacy
+    default stream (which follows every blocking stream of the context).
+    With ``stream`` ``"context"``, ``cuCtxSynchronize`` at once instead.
+    ``done(keep)`` gives the slots whose events completed (``cuEventQuery``,
+    no wait), and waits (``cuEventSynchronize``, the oldest first) only
+    while more than ``keep`` slots would stay held back. No whole-context
+    synchronisation per release by default: a CUDA graph being captured
+    on another stream is left alone. The primary context is retained from
+    creation to ``close()`` (or interpreter exit)."""
 
-    def __init__(self, cu: Any, device: int, stream: Optional[int]) -> None:
-        self._f = _Fence(_PrimaryContext(cu, device), stream)
+    def __init__(self, cu: Any, device: int, stream: Union[int, str, None],
+                 current: Callable[[int], Optional[int]] = torch_current_stream) -> None:
+        self._f = _Fence(_PrimaryContext(cu, device), stream, current)
         self._fin = weakref.finalize(self, self._f.close_quietly)
 
-    def wait(self) -> None:
-        """Returns when the work queued so far (on the stream, or in the
-        context) has finished; CudaError naming the call otherwise."""
+    def _check(self) -> None:
         if not self._fin.alive:
             raise CudaError("the release fence is closed")
+
+    def record(self, slot: int) -> None:
+        """Holds ``slot`` back until the consumer's work queued so far has
+        finished; CudaError naming the call when it cannot."""
+        self._check()
+        self._f.record(slot)
+
+    def wait(self) -> None:
+        """Returns when the consumer's work queued so far has finished (an
+        event recorded on its stream, then waited for; with ``"context"``,
+        ``cuCtxSynchronize``); CudaError naming the call otherwise."""
+        self._check()
         self._f.wait()
 
+    def done(self, keep: int) -> list[int]:
+        """The slots held back whose consumer's work has finished, oldest
+        first, waiting for the oldest ones while more than ``keep`` would
+        stay held back; CudaError naming the call otherwise."""
+        self._check()
+        return self._f.done(keep)
+
+    @property
+    def held(self) -> list[int]:
+        """The slots held back now."""
+        return [slot for slot, _ in self._f.pending]
+
+    def forget(self) -> None:
+        """Drops the slots held back (they belonged to a session that is
+        gone); their events are reused."""
+        f = self._f
+        f.free += [ev for _, ev in f.pending if ev is not None]
+        f.pending.clear()
+
     def close(self) -> None:
-        """Destroys the event and releases the context (once)."""
+        """Destroys the events and releases the context (once)."""
         if self._fin.detach() is not None:
             self._f.close()
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _args, _depth, _ranks
 from ._connect import check_timeout, socket_path
-from ._cuda import CudaArray, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, load_libcuda, stream_handle
+from ._cuda import CONTEXT, CudaArray, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, load_libcuda, stream_handle
 from ._errors import DaemonGoneError, LoaderError, NotFoundError, SampleError, error_for
 from ._http import UnixHTTPConnection, call
 from ._memory import map_host, receive
@@ -31,8 +31,11 @@ Sample = Union["np.ndarray[Any, np.dtype[np.uint8]]", CudaArray]
 """One sample's bytes: a 1-D uint8 numpy view of host batch memory, or a
 CudaArray (``__cuda_array_interface__``) of GPU batch memory."""
 
-Batch = tuple[list[Sample], "np.ndarray[Any, np.dtype[np.int32]]"]
-"""A batch: the samples and their labels (int32, shape (batch, 1), host)."""
+Batch = tuple[Union[list[Sample], CudaArray], "np.ndarray[Any, np.dtype[np.int32]]"]
+"""A batch: the samples and their labels (int32, shape (batch, 1), host).
+GPU samples all of one size come as one ``CudaArray`` of shape (batch,
+size), the rows back to back; else (and host samples) a list, one array
+a sample."""
 
 Array = np.ndarray[Any, np.dtype[Any]]
 """A numpy array of any dtype."""
@@ -247,9 +250,11 @@ class LoaderSource:
         ``fn.external_source(device="gpu")``, ``torch.as_tensor(x,
         device="cuda")`` and ``cupy.asarray(x)``; labels stay on the host.
         This process needs the CUDA driver (``libcuda.so.1`` from
-        ``$NVFEED_CUDA_LIB_DIR`` when set, else from the dynamic loader's
-        path): without one, ``CudaError`` says what was tried, before the
-        daemon is asked. A batch's GPU memory goes back to the daemon only
+        ``$NVFEED_CUDA_LIB_DIR`` when set and holding it, else from the
+        dynamic loader's path): without one, ``CudaError`` (a
+        ``LoaderError``) says what was tried and what to do, before the
+        daemon is asked. Samples of one size come as one ``CudaArray``
+        of shape (batch, size), with or without DALI. A batch's GPU memory goes back to the daemon only
         after the consumer's GPU work queued on it has finished (see
         ``cuda_stream``).
     device_id : int, optional, default = 0
@@ -328,22 +333,29 @@ class LoaderSource:
         viewing the batch memory (a dense batch wrapped whole); its GPU
         batch: as with ``"numpy"``, a ``CudaArray`` or a list of them.
         Needs DALI in this process.
-    cuda_stream : int or stream object, optional
+    cuda_stream : int, stream object or "context", optional
         The stream the consumer's GPU work on the batches runs on
         (``device="gpu"`` only): an int ``CUstream`` handle, or an object
         with ``cuda_stream`` (``torch.cuda.Stream``), ``__cuda_stream__``,
-        ``handle`` or ``ptr`` (``cupy.cuda.Stream``). Before a batch's GPU
-        memory goes back to the daemon (which then writes it again), the
-        source waits for the consumer's work queued so far: with a stream,
-        for an event recorded on it (created once, ``BLOCKING_SYNC``: the
-        thread sleeps); with ``None`` (the default) for the whole device
-        (``cuCtxSynchronize`` on its primary context, every stream of it:
-        what DALI, PyTorch and CuPy use by default). The cost: one such
-        wait per batch, in the call that fetches the next batch, for all
-        the work queued before it (not only the old batch's), so the host
-        runs at most one batch ahead of the GPU there; a stream narrows
-        the wait to that stream's work. DALI's own stream cannot be
-        named: keep ``None`` under DALI.
+        ``handle`` or ``ptr`` (``cupy.cuda.Stream``). A batch's GPU memory
+        past ``release_after`` goes back to the daemon (which then writes
+        it again) only once the consumer's work queued so far has
+        finished: an event is recorded on the consumer's stream (events
+        ``BLOCKING_SYNC``, reused) and the slot is held back until it
+        completes, polled without waiting (``cuEventQuery``) at each
+        batch; the host waits for the oldest event only when more than
+        ``prefetch_queue_depth`` slots are held back (the daemon keeps room
+        to read ahead). The consumer's stream, by default (``None``):
+        PyTorch's current stream on the device, at each release, when
+        PyTorch has initialised CUDA in this process; else the legacy
+        default stream, whose event follows every blocking stream of the
+        context (PyTorch's and CuPy's default streams). Under DALI,
+        ``release_after`` (from the pipeline's queue depths) is what keeps
+        a batch until DALI has consumed it, as DALI documents for
+        ``no_copy``. No whole-context synchronisation per batch (which
+        would also break a CUDA graph captured on another stream);
+        ``"context"`` asks for it (``cuCtxSynchronize`` at each release:
+        a consumer on non-blocking streams it cannot name).
 
     Raises
     ------
@@ -356,11 +368,11 @@ class LoaderSource:
         The ranks of this source's job disagree (``job_id``,
         ``torch.distributed``): the message names each difference.
     TypeError
-        ``cuda_stream`` is not a stream or a stream handle.
+        ``cuda_stream`` is not a stream, a stream handle or ``"context"``.
     CudaError
         ``device="gpu"`` and this process has no CUDA driver or cannot see
         ``device_id``, or the daemon's GPU (by UUID); the message names the
-        call or what was tried.
+        call or what was tried, and what to do. A ``LoaderError``.
     SocketPermissionError
         This process may not connect to the socket: the message names the
         socket's group and how to join it (also a ``PermissionError``).
@@ -438,7 +450,7 @@ class LoaderSource:
         if cuda_stream is not None and device != "gpu":
             raise ValueError(f"cuda_stream is for device='gpu' (the consumer's GPU work on GPU batches), got it with "
                              f"device={device!r}")
-        stream = stream_handle(cuda_stream)
+        stream: Union[int, str, None] = CONTEXT if cuda_stream == CONTEXT else stream_handle(cuda_stream)
         self._dali: Optional[_DaliTypes] = None
         if batch_format == "dali":
             self._dali = _DaliTypes()
@@ -608,6 +620,8 @@ class LoaderSource:
         # still holds keeps its memory (the old mapping) alive.
         self._held.clear()
         self._give_back.clear()
+        if self._fence is not None:
+            self._fence.forget()
 
     def _samples(self, offsets: list[int], lengths: list[int]) -> list[Sample]:
         """Views of the samples at offsets: numpy arrays of host memory, or
@@ -659,6 +673,8 @@ class LoaderSource:
             self._open(req)
             self._held.clear()  # the old session's slots; arrays handed out keep its memory mapped
             self._give_back.clear()
+            if self._fence is not None:
+                self._fence.forget()
 
     def __next__(self) -> Union[Batch, DaliBatch, Tensors]:
         return self._fetch(None)
@@ -683,11 +699,19 @@ class LoaderSource:
         # Batches with release_after later batches delivered go back to the
         # daemon with this request (one round trip per batch); GPU memory
         # only once the consumer's GPU work queued on it has finished.
-        if self._fence is not None and len(self._held) > self._release_after:
-            self._fence.wait()
+        # The GPU memory of a batch past release_after is held back (an
+        # event on the consumer's stream) until that work has finished,
+        # without waiting for it while the daemon still has room to read
+        # ahead (prefetch_queue_depth slots held back at most).
         release, self._give_back = self._give_back, []
         while len(self._held) > self._release_after:
-            release.append(self._held.popleft())
+            slot = self._held.popleft()
+            if self._fence is None:
+                release.append(slot)
+            else:
+                self._fence.record(slot)
+        if self._fence is not None:
+            release += self._fence.done(self.prefetch_queue_depth)
         try:
             r = self._next(release, at)
         except (DaemonGoneError, NotFoundError) as e:  # NotFound: a restarted daemon does not know the session
@@ -769,14 +793,17 @@ class LoaderSource:
                labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Union[Batch, DaliBatch]:
         """The batch's samples at offsets in this source's batch_format."""
         g, dali = self._gpu, self._dali
-        if dali is None:
-            return self._samples(offsets, lengths), labels
         if g is None:
+            if dali is None:
+                return self._samples(offsets, lengths), labels
             return dali.batch(self._samples(offsets, lengths), labels)
         n = _dense(offsets, lengths)
-        if n:  # one array: DALI wraps it as the batch, no copy
-            return CudaArray(g.ptr + offsets[0], (len(offsets), n), g.device, g), dali.labels(labels)
-        return self._samples(offsets, lengths), dali.labels(labels)
+        # GPU samples of one size lie back to back: one (batch, size) array
+        # (DALI wraps it as the batch, no copy; torch.as_tensor and
+        # cupy.asarray view it whole), the labels numpy without DALI.
+        data: Union[list[Sample], CudaArray] = (CudaArray(g.ptr + offsets[0], (len(offsets), n), g.device, g) if n
+                                                else self._samples(offsets, lengths))
+        return (data, labels) if dali is None else (data, dali.labels(labels))
 
     def samples(self, info: Any = None) -> Any:
         """The samples of the next batch (or of batch ``info`` of DALI's
@@ -843,7 +870,7 @@ class LoaderSource:
         when at is not where the stream is."""
         try:
             if self._stream is not None and at is not None and at != self._expect:
-                self._stream.stop(keep=list(self._held))  # what DALI still holds stays held
+                self._stream.stop(keep=self._kept())  # what DALI still holds stays held
                 self._stream = None
             if self._stream is None:
                 # From the source's own position (known since the open, kept
@@ -852,7 +879,7 @@ class LoaderSource:
                 # (release included) goes back before the first frame.
                 if at is not None:
                     self._expect = at
-                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect, list(self._held))
+                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect, self._kept())
             elif release:
                 self._stream.send({"release": release})
             r = cast(NextResponse, self._stream.recv())
@@ -865,6 +892,11 @@ class LoaderSource:
             self._drop_stream()
             raise error_for(f"loaderd: {r['error']}", r.get("error_status"))
         return r
+
+    def _kept(self) -> list[int]:
+        """The slots this source still holds: those of batches handed out,
+        and those held back for the consumer's GPU work."""
+        return list(self._held) + (self._fence.held if self._fence is not None else [])
 
     def _drop_stream(self) -> None:
         if self._stream is not None:

@@ -401,9 +401,15 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
         self._pending = torch.cuda.Event()  # type: ignore[no-untyped-call]
         self._pending.record(torch.cuda.current_stream(self.device))
 
-    def _tensors(self, samples: list[Any]) -> list[torch.Tensor]:
+    def _tensors(self, samples: Union[list[Any], CudaArray]) -> list[torch.Tensor]:
         """The samples as tensors: copies, or views (zero_copy), of one span
-        of batch memory."""
+        of batch memory (a dense GPU batch: its rows)."""
+        if isinstance(samples, CudaArray):
+            rows = torch.as_tensor(samples, device=self.device)
+            if not self.zero_copy:
+                rows = rows.clone()
+                self._mark_copies()
+            return list(rows.unbind(0))
         if not samples:
             return []
         if self.device.type == "cuda":

@@ -57,6 +57,7 @@ class FakeCuda:
         self.events: dict[int, int] = {}  # handle -> flags
         self.records: list[tuple[int, int]] = []  # (event, stream)
         self.syncs: list[str] = []  # what each synchronization waited for
+        self.not_ready: set[int] = set()  # events cuEventQuery calls not done yet
         self.on_call: Optional[Callable[[str], None]] = None
         self._next = 0x7000_0000
         self._lock = threading.Lock()
@@ -268,6 +269,13 @@ class FakeCuda:
             return self._violate(name, "unknown or destroyed event", INVALID_HANDLE)
         self.syncs.append(f"event {_v(ev):#x}")
         return SUCCESS
+
+    def _cuEventQuery(self, name: str, ev: Any) -> int:
+        if (rc := self._need_ctx(name)) is not None:
+            return rc
+        if _v(ev) not in self.events:
+            return self._violate(name, "unknown or destroyed event", INVALID_HANDLE)
+        return 600 if _v(ev) in self.not_ready else SUCCESS  # CUDA_ERROR_NOT_READY
 
     def _cuEventDestroy_v2(self, name: str, ev: Any) -> int:
         if (rc := self._need_ctx(name)) is not None:

@@ -11,7 +11,9 @@ The JSON names LoaderSource's arguments plus "epochs", "end" ("close": close
 the source; "hold": exit holding arrays, closing nothing), "consumer_delay_us"
 (a slow "kernel" on a consumer stream reads the first batch; its bytes are
 checked after the epochs), "use_labels_source" (the batch through src.labels and src.samples, as two
-fn.external_source take it).
+fn.external_source take it), "pass_stream" (the consumer's stream, then
+non-blocking, given as cuda_stream), "no_dali" (nvidia.dali made
+unimportable first).
 
 Over a numpy dataset each batch is the arrays alone: every array is read
 back at the address, shape, typestr and strides its
@@ -110,13 +112,19 @@ def main() -> int:
     labels_source = args.pop("use_labels_source", False)
     pause_after = args.pop("pause_after", 0)
     pass_stream = args.pop("pass_stream", False)
+    if args.pop("no_dali", False):  # DALI made unimportable: the client must not need it
+        for m in ("nvidia", "nvidia.dali", "nvidia.dali.backend"):
+            sys.modules[m] = None  # type: ignore[assignment]
     socket, name = args.pop("socket"), args.pop("dataset", "train")
     cu = _cuda()
     dev = Device(cu, args.get("device_id", 0))
     stream = ctypes.c_void_p()
     if delay:
         with dev:
-            Device._ok(cu.cuStreamCreate(ctypes.byref(stream), 0), "cuStreamCreate")
+            # A stream passed is non-blocking (only an event on it covers
+            # it); one not passed is blocking (the legacy default stream's
+            # event follows it).
+            Device._ok(cu.cuStreamCreate(ctypes.byref(stream), 1 if pass_stream else 0), "cuStreamCreate")
         if pass_stream:
             args["cuda_stream"] = stream.value
     src = LoaderSource(name, socket=socket, device="gpu", **args)

@@ -157,9 +157,11 @@ def source(mode: str) -> None:
             src._fence = None
         reads = []
         for samples, labels in src:  # a slow kernel reads every sample; the next fetch releases the batch
-            for a, l in zip(samples, labels.reshape(-1).tolist()):
-                buf = ctypes.create_string_buffer(a.nbytes)
-                ctx.launch_read(s, a.ptr, buf, 50_000)
+            rows = ([(samples.ptr + i * samples.shape[1], samples.shape[1]) for i in range(samples.shape[0])]
+                    if isinstance(samples, CudaArray) else [(a.ptr, a.nbytes) for a in samples])  # dense: one array
+            for (ptr, n), l in zip(rows, labels.reshape(-1).tolist()):
+                buf = ctypes.create_string_buffer(n)
+                ctx.launch_read(s, ptr, buf, 50_000)
                 reads.append((buf, l))
         ctx.destroy_stream(s)
         out["reads_right"] = sum(set(b.raw) == {l} for b, l in reads)

@@ -20,7 +20,7 @@ import pytest
 
 from fakecuda import FakeCuda, uuid_bytes
 from nvfeed import BadRequestError, CudaArray
-from nvfeed._cuda import (LIB_DIR_ENV, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, format_uuid,
+from nvfeed._cuda import (CU_STREAM_LEGACY, LIB_DIR_ENV, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, format_uuid,
                           load_libcuda, stream_handle)
 
 TESTS = Path(__file__).resolve().parent
@@ -75,7 +75,7 @@ def test_cuda_array_rejects(shape: Any, typestr: str) -> None:
 def test_discovery_explicit_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """NVFEED_CUDA_LIB_DIR wins: libcuda.so.1 is loaded from there (a
     stand-in library here: libm), and a missing one is named with the
-    variable."""
+    variable when the dynamic loader has none either."""
     with open("/proc/self/maps") as maps:  # this process's libc: a library that surely loads
         path = next(l.split()[-1] for l in maps if l.rstrip().endswith("/libc.so.6"))
     (tmp_path / "libcuda.so.1").symlink_to(path)
@@ -83,8 +83,13 @@ def test_discovery_explicit_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     lib = load_libcuda()
     assert lib._name == str(tmp_path / "libcuda.so.1")
     monkeypatch.setenv(LIB_DIR_ENV, str(tmp_path / "none"))
-    with pytest.raises(CudaError, match=rf"no NVIDIA driver found: cannot load {tmp_path}/none/libcuda.so.1 "
-                                        rf"\({LIB_DIR_ENV}={tmp_path}/none\)"):
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return  # the system's driver: the fallback finds it (test_libcuda_from_the_system_when_the_lib_dir_lacks_it)
+    except OSError:
+        pass
+    with pytest.raises(CudaError, match=rf"no NVIDIA driver found: libcuda.so.1 is not in the dynamic loader's path "
+                                        rf"\({LIB_DIR_ENV}={tmp_path}/none holds no libcuda.so.1\)"):
         load_libcuda()
 
 
@@ -314,19 +319,66 @@ def test_stream_handle_rejects(stream: Any, err: type[Exception], msg: str) -> N
         stream_handle(stream)
 
 
-def test_fence_default_synchronizes_the_context() -> None:
+def test_fence_default_records_on_the_consumers_stream_not_the_context() -> None:
+    """By default no whole-context wait: an event on the legacy default
+    stream (it follows every blocking stream), or on PyTorch's current
+    stream when PyTorch has initialised CUDA."""
     cu = FakeCuda()
-    f = ReleaseFence(cu, 1, None)
-    n = len(cu.calls)
+    f = ReleaseFence(cu, 1, None, current=lambda dev: None)
     f.wait()
-    f.wait()
-    assert cu.names()[n:] == ["cuCtxPushCurrent_v2", "cuCtxSynchronize", "cuCtxPopCurrent_v2"] * 2
-    assert cu.syncs == ["ctx 1", "ctx 1"]
+    f.record(3)
+    assert f.done(0) == [3]
+    assert "cuCtxSynchronize" not in cu.names()
+    assert [s for _, s in cu.records] == [CU_STREAM_LEGACY, CU_STREAM_LEGACY]
     f.close()
+    clean(cu)
+    cu = FakeCuda()
+    f = ReleaseFence(cu, 1, None, current=lambda dev: 0xD1 if dev == 1 else None)  # torch.cuda.current_stream(1)
+    f.record(0)
+    assert f.done(0) == [0] and [s for _, s in cu.records] == [0xD1] and "cuCtxSynchronize" not in cu.names()
     f.close()
     clean(cu)
     with pytest.raises(CudaError, match="closed"):
         f.wait()
+
+
+def test_fence_context_synchronizes_when_asked() -> None:
+    cu = FakeCuda()
+    f = ReleaseFence(cu, 1, "context")
+    f.record(5)
+    assert f.done(0) == [5] and cu.syncs == ["ctx 1"] and not cu.events
+    f.close()
+    clean(cu)
+
+
+def test_fence_holds_slots_back_until_their_events_complete() -> None:
+    """A slot goes back once its event completed (polled, no wait); the
+    host waits, oldest first, only past keep slots held back."""
+    cu = FakeCuda()
+    f = ReleaseFence(cu, 0, 0xBEEF)
+    f.record(1)
+    (ev1,) = cu.events
+    cu.not_ready.add(ev1)
+    assert f.done(2) == [] and f.held == [1] and cu.syncs == []
+    f.record(2)
+    ev2 = next(e for e in cu.events if e != ev1)
+    cu.not_ready.add(ev2)
+    assert f.done(2) == [] and f.held == [1, 2] and cu.syncs == []
+    f.record(4)
+    ev3 = next(e for e in cu.events if e not in (ev1, ev2))
+    cu.not_ready.add(ev3)
+    assert f.done(2) == [1] and cu.syncs == [f"event {ev1:#x}"]  # three held back, two allowed: the oldest waited for
+    cu.not_ready.discard(ev3)
+    assert f.done(2) == [4] and f.held == [2]  # done out of order (another stream): it goes, no wait
+    cu.not_ready.clear()
+    assert f.done(2) == [2] and f.held == [] and len(cu.syncs) == 1
+    f.record(6)
+    assert len(cu.events) == 3, "events are reused, not made per release"
+    f.forget()
+    assert f.held == [] and f.done(0) == []
+    assert "cuCtxSynchronize" not in cu.names()
+    f.close()
+    clean(cu)
 
 
 def test_fence_on_a_stream_records_one_blocking_event() -> None:
@@ -377,6 +429,57 @@ def test_gpu_source_without_driver_says_so(monkeypatch: pytest.MonkeyPatch) -> N
     from nvfeed import LoaderSource
     with pytest.raises(CudaError, match="no NVIDIA driver found: libcuda.so.1 is not in the dynamic loader's path"):
         LoaderSource("train", socket="/nonexistent/loaderd.sock", batch_size=2, device="gpu", device_id=0)
+
+
+def test_gpu_source_without_driver_is_a_loader_error_saying_what_to_do(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """A script catching LoaderError catches a machine without a driver,
+    and the message says what to do (whether NVFEED_CUDA_LIB_DIR is unset
+    or names a folder without the driver)."""
+    if os.path.exists("/proc/driver/nvidia/version"):
+        pytest.skip("an NVIDIA driver is present")
+    from nvfeed import LoaderError, LoaderSource
+    for lib_dir in (None, str(tmp_path)):
+        if lib_dir is None:
+            monkeypatch.delenv(LIB_DIR_ENV, raising=False)
+        else:
+            monkeypatch.setenv(LIB_DIR_ENV, lib_dir)
+        with pytest.raises(LoaderError, match=r"install the NVIDIA driver.*or use device='cpu'"):
+            LoaderSource("train", socket="/nonexistent/loaderd.sock", batch_size=2, device="gpu", device_id=0)
+
+
+@pytest.mark.parametrize("code,says", [(100, "CUDA_VISIBLE_DEVICES"), (101, "device_id"), (2, "out of memory"),
+                                       (803, "reboot")])
+def test_driver_errors_say_what_to_do(code: int, says: str) -> None:
+    from nvfeed import LoaderError
+    cu = FakeCuda(fail={"cuDeviceGet": code})
+    with pytest.raises(LoaderError, match=says) as e:
+        device_uuid(cu, 0)
+    assert isinstance(e.value, CudaError) and e.value.call == "cuDeviceGet" and e.value.code == code
+
+
+def test_libcuda_from_the_system_when_the_lib_dir_lacks_it(tmp_path: Path) -> None:
+    """NVFEED_CUDA_LIB_DIR naming a folder without libcuda.so.1: the
+    dynamic loader's search still finds the system's driver (here the
+    stand-in, on LD_LIBRARY_PATH)."""
+    import standin as standin_lib
+    lib = standin_lib.build(tmp_path / "lib")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_"))}
+    env.update({LIB_DIR_ENV: str(empty), "LD_LIBRARY_PATH": str(lib), "PYTHONPATH": str(TESTS.parent)})
+    code = ("from nvfeed._cuda import load_libcuda, device_uuid\n"
+            "cu = load_libcuda()\n"
+            "print(device_uuid(cu, 0))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().startswith("GPU-"), r.stdout
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "libcuda.so.1").write_bytes(b"not a library")
+    env[LIB_DIR_ENV] = str(broken)  # a file that does not load is an error, not a reason to look elsewhere
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "cannot load" in r.stderr, r.stderr[-2000:]
 
 
 def test_gpu_source_without_driver_in_the_daemon_is_a_bad_request(daemon: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -219,17 +219,43 @@ def test_skip_failed_sample_good_bytes_published(dataset: Dataset, standin: Stan
     standin.assert_clean(pid, "client")
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["context-sync", "cuda_stream"])
+@pytest.mark.parametrize("stream", [False, True], ids=["default-stream", "cuda_stream"])
 def test_release_waits_for_the_consumers_gpu_work(dataset: Dataset, standin: StandIn, gpu_daemon: Daemon,
                                                   stream: bool) -> None:
     """A consumer's kernel, queued on its stream, reads the first batch
     300 ms late; with release_after 0 and a prefetch of 1 the slot goes back
-    at once. The client must make that work finish before it releases the
-    slot, or the daemon's next batch overwrites the bytes under it."""
+    at once. The client must hold the slot back until an event on the
+    consumer's stream completes (the legacy default stream's by default,
+    which follows a blocking stream; the non-blocking stream passed as
+    cuda_stream), or the daemon's next batch overwrites the bytes under
+    it; and never synchronise the whole context per release (only the
+    unmap at close may)."""
     lines, pid = client(standin, socket=gpu_daemon.socket, batch_size=4, prefetch_queue_depth=1, release_after=0,
                         gpu_path="bounce", backend="file", epochs=1, consumer_delay_us=300_000, pass_stream=stream)
     res = [x for x in lines if "consumer_saw_its_batch" in x]
     assert res and res[0]["consumer_saw_its_batch"], "the slot was overwritten under the consumer's queued work"
+    batches = len([x for x in lines if "hash" in x]) // 4
+    assert batches >= 3, lines
+    r = standin.assert_clean(pid, "client")
+    assert r["context_synchronizes"] <= 1, \
+        f"{r['context_synchronizes']} whole-context synchronisations for {batches} batches: one per release"
+
+
+def test_dense_gpu_batches_and_labels_without_dali(standin: StandIn, dataset: Dataset, tmp_path: Path) -> None:
+    """batch_format="numpy" in a process where DALI cannot be imported:
+    samples of one size come as one (batch, size) CudaArray, the labels
+    as numpy, bytes and labels equal the files."""
+    _, bmap, by_hash = _uniform(dataset.root.parent, "uniform-nodali")
+    d = start_daemon(tmp_path, bmap, env=standin.env("1,0"))
+    try:
+        lines, pid = client(standin, socket=d.socket, batch_size=5, gpu_path="bounce", backend="file", epochs=1,
+                            no_dali=True)
+    finally:
+        assert stop_daemon(d) == 0
+    samples = [x for x in lines if "hash" in x]
+    assert samples and all(x["dense"] for x in samples), "GPU samples of one size were not one dense array"
+    per_epoch = _check_samples(lines, by_hash)
+    assert collections.Counter(per_epoch[0]) == collections.Counter(by_hash.keys())
     standin.assert_clean(pid, "client")
 
 

@@ -189,6 +189,9 @@ type Report struct {
 	SpinningEvents   int64    `json:"spinning_events"` // events waited on without BlockingSync
 	Copies           int64    `json:"copies"`          // as of the last rewrite
 	CuFileReads      int64    `json:"cufile_reads"`    // as of the last rewrite
+	// ContextSynchronizes counts cuCtxSynchronize calls (cudaDeviceSynchronize's
+	// too), as of the last rewrite: each one a wait for the whole context.
+	ContextSynchronizes int64 `json:"context_synchronizes"`
 }
 
 // Leaks lists the live counts that are not zero, "name=N", sorted.

@@ -53,6 +53,11 @@
 //     reservation that still has mappings is a violation.
 //   - cuDevicePrimaryCtxRelease: "Releasing a primary context that has not
 //     been previously retained will fail with CUDA_ERROR_INVALID_CONTEXT".
+//   - cuEventRecord on the legacy default stream (NULL, CU_STREAM_LEGACY)
+//     completes after the work queued before it on every blocking stream
+//     of the context (the runtime API's "Stream synchronization
+//     behavior"); non-blocking streams are not waited for. Other work on a
+//     default stream runs at once, as before.
 //   - cuEventRecord: "hEvent and hStream must be from the same context";
 //     cuEventCreate: CU_EVENT_INTERPROCESS "CU_EVENT_DISABLE_TIMING must be
 //     set".
@@ -67,7 +72,9 @@
 // Counts of what is still allocated, mapped or registered are kept in the
 // report (CUDA_STANDIN_REPORT=DIR: DIR/<pid>.json, written when the library
 // loads and rewritten, tmp + rename, on every change of a live count and
-// every violation: a Go process exits without running C destructors).
+// every violation: a Go process exits without running C destructors),
+// with context_synchronizes: the cuCtxSynchronize calls (cudaDeviceSynchronize
+// included), each a wait for the whole context.
 //
 // Test hooks (exported, not NVIDIA's):
 //   CUresult cuStandinLaunchRead(CUstream s, CUdeviceptr src, size_t n,
@@ -162,6 +169,7 @@ static struct {
 	} ctx[MAX_GPUS];
 	struct standin_vec allocs, resvs, maps, exports, hostregs, streams, events;
 	long live[LIVE_N], stat[STAT_N], runtime_contexts, spinning_events;
+	long ctx_syncs; // cuCtxSynchronize calls (cudaDeviceSynchronize's too): whole-context waits
 	char *violations[MAX_VIOLATIONS];
 	long nviolations;
 } st = {.mu = PTHREAD_MUTEX_INITIALIZER, .progress = PTHREAD_COND_INITIALIZER};
@@ -319,8 +327,8 @@ static char *report_json(size_t *len) {
 	}
 	if (st.nviolations > kept)
 		fprintf(f, ",\"cuda-standin: %ld more violations not kept\"", st.nviolations - kept);
-	fprintf(f, "],\"spinning_events\":%ld,\"copies\":%ld,\"cufile_reads\":%ld}\n", st.spinning_events,
-	        st.stat[STAT_COPIES], st.stat[STAT_CUFILE_READS]);
+	fprintf(f, "],\"spinning_events\":%ld,\"copies\":%ld,\"cufile_reads\":%ld,\"context_synchronizes\":%ld}\n",
+	        st.spinning_events, st.stat[STAT_COPIES], st.stat[STAT_CUFILE_READS], st.ctx_syncs);
 	fclose(f);
 	return buf;
 }
@@ -1297,7 +1305,18 @@ CUresult cuMemHostUnregister(void *p) {
 
 // ---- streams, events, copies
 
-enum { OP_COPY, OP_KERNEL, OP_MARK, OP_WAIT, OP_STOP };
+enum { OP_COPY, OP_KERNEL, OP_MARK, OP_WAIT, OP_STOP, OP_PART };
+
+// A mark recorded on the legacy default stream: it completes when every
+// blocking stream of its context has finished the work queued on it
+// before the record (cuda-runtime-api "Stream synchronization behavior":
+// the legacy default stream waits for all blocking streams of the
+// context), one OP_PART in each such stream counting down.
+struct legacy_mark {
+	int left;
+	struct event *ev;
+	unsigned long seq;
+};
 
 struct op {
 	struct op *next;
@@ -1310,6 +1329,7 @@ struct op {
 	unsigned delay_us;
 	struct event *ev;
 	unsigned long seq;
+	struct legacy_mark *part; // OP_PART
 };
 
 static int is_default_stream(CUstream s) { return !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
@@ -1356,6 +1376,13 @@ static void run_locked(struct op *o) {
 	case OP_MARK:
 		if (o->ev->done < o->seq)
 			o->ev->done = o->seq;
+		break;
+	case OP_PART:
+		if (--o->part->left == 0) {
+			if (o->part->ev->done < o->part->seq)
+				o->part->ev->done = o->part->seq;
+			free(o->part);
+		}
 		break;
 	case OP_WAIT:
 		while (o->ev->done < o->seq)
@@ -1494,6 +1521,10 @@ CUresult cuStreamQuery(CUstream s) {
 CUresult cuCtxSynchronize(void) {
 	lock();
 	CUresult r = enter("cuCtxSynchronize", 1);
+	if (!r) {
+		st.ctx_syncs++;
+		report_locked();
+	}
 	for (size_t i = 0; !r && i < st.streams.n; i++) {
 		struct stream *x = st.streams.p[i];
 		if (x->running && x->phys == cur_phys())
@@ -1522,6 +1553,30 @@ CUresult cuEventCreate(CUevent *pe, unsigned int flags) {
 	return r;
 }
 
+// record_legacy_locked records x on the legacy default stream (NULL or
+// CU_STREAM_LEGACY): done once every blocking stream of the current
+// context has run what was queued on it before; at once when none has
+// work.
+static void record_legacy_locked(struct event *x) {
+	unsigned long seq = ++x->recorded;
+	struct legacy_mark *m = calloc(1, sizeof *m);
+	m->ev = x;
+	m->seq = seq;
+	m->left = 1; // the record itself, dropped below
+	for (size_t i = 0; i < st.streams.n; i++) {
+		struct stream *y = st.streams.p[i];
+		if (!y->live || !y->running || y->phys != x->phys || (y->flags & CU_STREAM_NON_BLOCKING) || y->done == y->enq)
+			continue;
+		struct op *o = calloc(1, sizeof *o);
+		o->kind = OP_PART;
+		o->part = m;
+		m->left++;
+		submit(y, o);
+	}
+	struct op self = {.kind = OP_PART, .part = m};
+	run_locked(&self);
+}
+
 CUresult cuEventRecord(CUevent e, CUstream s) {
 	lock();
 	CUresult r = enter("cuEventRecord", 1);
@@ -1532,7 +1587,9 @@ CUresult cuEventRecord(CUevent e, CUstream s) {
 		r = violate(CUDA_ERROR_INVALID_HANDLE,
 		            "cuEventRecord: the event (GPU %d) and the stream (GPU %d) are not from the same context", x->phys,
 		            sphys);
-	if (!r) {
+	if (!r && !y && s != CU_STREAM_PER_THREAD)
+		record_legacy_locked(x);
+	else if (!r) {
 		struct op *o = calloc(1, sizeof *o);
 		o->kind = OP_MARK;
 		o->ev = x;
