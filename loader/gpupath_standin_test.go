@@ -23,7 +23,7 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 		path, why           string
 	}{
 		{"gds", "gds", GPUPathAuto, GPUPathCuFile, "auto: cuFile opens here; cuFile mode gds (cuFile's statistics for GPU-"},
-		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cuFile runs in compatibility mode (nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU in its statistics): bounce"},
+		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cuFile runs in compatibility mode (nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0)): bounce"},
 		{"compat, cufile asked for", "compat", GPUPathCuFile, GPUPathCuFile, "asked for; cuFile mode compat (nvidia-fs is not loaded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,6 +31,7 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 				return
 			}
 			m := makeDataset(t, 24, 3, 3000)
+			standin.ProvideCuFileHost(t, false, m.Root)
 			var logs bytes.Buffer
 			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4}, Memory: batchmem.GPU, GPUPath: tc.gpuPath,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
