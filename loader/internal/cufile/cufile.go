@@ -34,7 +34,9 @@ import (
 const Name = "cufile"
 
 // ErrUnavailable is returned (wrapped) by Open when cuFile cannot run
-// here (no libcufile, no driver, or its driver refused to open).
+// here (no libcufile, no driver, a host precondition unmet:
+// cuda.ErrCuFilePrecondition, or its driver refused to open or hung:
+// cuda.ErrCuFileDriverStuck).
 var ErrUnavailable = errors.New("cuFile unavailable")
 
 // Env is what the cufile backend needs beyond backend.Env.
@@ -62,7 +64,14 @@ func Spec(x Env) backend.Spec {
 			if log == nil {
 				log = slog.Default()
 			}
-			r, err := openCuFile(*env.GPU, workers, log, x.CUDA)
+			libs := x.CUDA
+			if libs == nil {
+				libs = cuda.NewLibs(cuda.SearchFromEnv(), log)
+			}
+			if err := checkDevice(libs.CuFileHost(), m); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			r, err := openCuFile(*env.GPU, workers, log, libs)
 			if err != nil {
 				return nil, fmt.Errorf("%w on GPU %d: %w", ErrUnavailable, env.GPU.Device, err)
 			}
@@ -75,6 +84,17 @@ func Spec(x Env) backend.Spec {
 			return b, nil
 		},
 	}
+}
+
+// checkDevice checks cuFile's precondition on m's filesystem: a udev
+// record of its block device (cuda.CuFileHost.CheckDevice), without which
+// cuFile refuses every handle on it.
+func checkDevice(h cuda.CuFileHost, m *bmap.Map) error {
+	var st unix.Stat_t
+	if err := unix.Stat(m.Root, &st); err != nil {
+		return fmt.Errorf("cufile: dataset root: %w", err)
+	}
+	return h.CheckDevice(st.Dev, "the dataset's filesystem")
 }
 
 // reader is the cuFile surface the backend uses: real cuFile on the GPU's
@@ -159,10 +179,7 @@ func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
 			continue
 		}
 		tried++
-		fd, err := b.fs.OpenSample(s, unix.O_DIRECT, open)
-		if errors.Is(err, unix.EINVAL) {
-			fd, err = b.fs.OpenSample(s, 0, open)
-		}
+		fd, err := b.openSample(s, open)
 		if err != nil {
 			continue
 		}
@@ -172,6 +189,19 @@ func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
 			return
 		}
 	}
+}
+
+// openSample opens s's file for cuFileHandleRegister: O_DIRECT (where the
+// filesystem refuses it, without: cuFile 1.7 and later take the fd as it
+// is), bound to the mapped file, and without O_NONBLOCK, which cuFile
+// refuses (CU_FILE_INVALID_FILE_OPEN_FLAG) — cleared only once the
+// descriptor is checked to be the mapped regular file.
+func (b *Backend) openSample(s *bmap.Sample, open samplefile.Opener) (int, error) {
+	fd, err := b.fs.OpenBlocking(s, unix.O_DIRECT, open)
+	if errors.Is(err, unix.EINVAL) {
+		fd, err = b.fs.OpenBlocking(s, 0, open)
+	}
+	return fd, err
 }
 
 // ReadBatch reads the requests; see backend.Backend. Every request's
@@ -187,11 +217,7 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	if req.Dev == 0 {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: errors.New("cufile: no device destination (batch memory is not GPU memory)")}
 	}
-	open := samplefile.AsCaller(b.caller)
-	fd, err := b.fs.OpenSample(s, unix.O_DIRECT, open)
-	if errors.Is(err, unix.EINVAL) { // a filesystem without O_DIRECT: cuFile (1.7+) takes the fd as it is
-		fd, err = b.fs.OpenSample(s, 0, open)
-	}
+	fd, err := b.openSample(s, samplefile.AsCaller(b.caller))
 	if err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
