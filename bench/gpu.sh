@@ -7,7 +7,8 @@
 #   env: TENSOR_SIZES="256k 16m", TENSOR_MB=2048, TENSOR_ROUNDS=3 (step 7;
 #        TENSOR_SIZES="" skips it); GPU_BUDGET=540 (seconds for the whole
 #        run); GPU_LIMITS="PATTERN=SECONDS ..." (a step's own limit, by
-#        its name as printed, glob patterns: GPU_LIMITS="exact:*=300");
+#        its name as printed, glob patterns: GPU_LIMITS="exact:*=300";
+#        0 skips the step, which fails the run: "speed:*=0");
 #        GPU_BIN=bin (where loaderd, mkbmap and gendataset are);
 #        GPU_RESULTS (where the logs and figures are copied; $OUT where
 #        set, else $WORK/results)
@@ -173,6 +174,11 @@ limited() {
   local name=$1 lim left rc=0
   lim=$(limit_of "$1" "$2")
   shift 2
+  if ((lim == 0)); then
+    echo "   [step $name: SKIPPED: GPU_LIMITS gives it 0s]" >&3
+    SKIPPED+=("$name")
+    return 125
+  fi
   left=$((BUDGET - 30 - SECONDS))
   if ((left < 5)); then
     echo "   [step $name: SKIPPED: the run's ${BUDGET}s budget is spent]" >&3
@@ -455,7 +461,7 @@ finish() {
   [[ -s cufile.log ]] && cp -f cufile.log "$RESULTS/cufile-cwd.log" 2>/dev/null
   echo "== logs: loaderd's and cuFile's, copied to $RESULTS"
   show_logs
-  echo "== steps: $NSTEPS, each under a time limit (timeout --kill-after); hung: ${HUNG[*]:-none}; skipped for the budget: ${SKIPPED[*]:-none}; ${SECONDS}s of ${BUDGET}s"
+  echo "== steps: $NSTEPS, each under a time limit (timeout --kill-after); hung: ${HUNG[*]:-none}; skipped (budget or GPU_LIMITS): ${SKIPPED[*]:-none}; ${SECONDS}s of ${BUDGET}s"
   ((${#HUNG[@]} == 0 && ${#SKIPPED[@]} == 0)) || status=1
   if [[ -n $loop ]]; then
     timeout 60 umount "$WORK/mnt" 2>/dev/null || true
@@ -624,7 +630,7 @@ speed_rows() {
     limited "speed:$row" 150 env "${CLIB[@]}" "${CENV[@]}" "$PY" bench/gpu_check.py speed --row "$row" \
       --socket "$sock" --root "$data/train" --bounce-backend "$RAWB" --rounds "$1" --out "$SPEED" || rc=$?
     if ((rc == 124)); then
-      printf '{"row": "%s", "label": "%s", "rounds": [], "error": "hung: killed at its limit"}\n' "$row" "$row" >>"$SPEED"
+      printf '{"row": "%s", "rounds": [], "error": "hung: killed at its limit"}\n' "$row" >>"$SPEED"
       restart_daemon
     fi
     # A reference's failure is shown, not counted: it says nothing of loaderd.

@@ -589,7 +589,7 @@ def figures(a: argparse.Namespace) -> int:
         print("  page cache NOT dropped (drop_caches is not writable here): warm figures")
     for row in ROWS:
         r = lines.get(row)
-        label = str(r["label"]) if r else row_label(row, a.bounce_backend)
+        label = str((r or {}).get("label") or row_label(row, a.bounce_backend))
         if r is None:
             print(f"  {label:<28} no figure: the row did not run")
         elif row not in med:
