@@ -540,6 +540,26 @@ for set in "${sets[@]}"; do
   limited "mkbmap-$set" 300 "$MKBMAP" "${reader[@]}" --mountpoint "$data/$set" -o "$WORK/$set.bmap" >"$WORK/mkbmap.out" 2>&1 || status=1
   sed "s/^/   mkbmap $set: /" "$WORK/mkbmap.out"
 done
+# What real cuFile needs before it opens (docs/gpu.md, "Before the first
+# run"): reported, not fixed; the daemon decides (auto: bounce, with the
+# reason; cufile: an error naming it).
+preconditions() {
+  local dev rec
+  echo "== cuFile's preconditions on this machine (real libcufile; the stand-in needs none of them)"
+  if [[ -r /proc/modules ]]; then
+    if grep -q '^nvidia_fs ' /proc/modules; then echo "   /proc/modules: yes; nvidia_fs loaded: GDS mode possible"
+    else echo "   /proc/modules: yes; nvidia_fs NOT loaded: cuFile runs in compatibility mode (modprobe nvidia_fs for GDS)"; fi
+  else
+    echo "   /proc/modules: MISSING: real cuFileDriverOpen spins on this kernel; the daemon must not open cuFile here"
+  fi
+  dev=$(stat -c '%Hd:%Ld' "$data" 2>/dev/null || echo '?')
+  rec=/run/udev/data/b$dev
+  if [[ -r $rec ]] && grep -q '^E:ID_FS_USAGE=' "$rec"; then echo "   udev record of the data's device ($dev): $rec, with ID_FS_USAGE"
+  elif [[ -r $rec ]]; then echo "   udev record of the data's device ($dev): $rec, WITHOUT ID_FS_USAGE: cuFile refuses handles (5027)"
+  else echo "   udev record of the data's device ($dev): MISSING ($rec): cuFile refuses handles (5027), compatibility mode too; start systemd-udevd (udevadm trigger --action=add --sysname-match=$(basename "${loop:-?}"))"; fi
+  if pgrep -x systemd-udevd >/dev/null 2>&1; then echo "   systemd-udevd: running"; else echo "   systemd-udevd: not running"; fi
+  return 0
+}
 sock=$WORK/d.sock
 start_daemon() {
   local i ds=(--dataset "train=$WORK/train.bmap" --dataset "tensors=$WORK/tensors.bmap")
@@ -739,6 +759,7 @@ tensor_speed() {
   done
 }
 
+preconditions
 start_daemon
 if [[ $STANDIN == 1 ]]; then
   echo "#### stand-in, cuFile in GDS mode (CUFILE_STANDIN_MODE=gds)"
