@@ -29,7 +29,7 @@
 #     -o bin/ ./cmd/loaderd ./cmd/mkbmap ./tools/gendataset
 # then run with carry ["bin"] (bench/ and python/ are tracked: they go
 # along) and timeout_s 600:
-#   PYTHONUNBUFFERED=1 GPU_BUDGET=520 bash bench/gpu.sh 2>&1 | tee $OUT/gpu.txt
+#   PYTHONUNBUFFERED=1 GPU_BUDGET=520 TENSOR_MB=1024 bash bench/gpu.sh 2>&1 | tee $OUT/gpu.txt
 # (the logs, cufile.log and the figures' JSON land in $OUT too). The
 # machine's Python must have PyTorch or CuPy and NVIDIA's CUDA wheels
 # (nvidia-cufile, nvidia-cuda-runtime); DALI is optional everywhere.
