@@ -556,7 +556,7 @@ preconditions() {
   rec=/run/udev/data/b$dev
   if [[ -r $rec ]] && grep -q '^E:ID_FS_USAGE=' "$rec"; then echo "   udev record of the data's device ($dev): $rec, with ID_FS_USAGE"
   elif [[ -r $rec ]]; then echo "   udev record of the data's device ($dev): $rec, WITHOUT ID_FS_USAGE: cuFile refuses handles (5027)"
-  else echo "   udev record of the data's device ($dev): MISSING ($rec): cuFile refuses handles (5027), compatibility mode too; start systemd-udevd (udevadm trigger --action=add --sysname-match=$(basename "${loop:-?}"))"; fi
+  else echo "   udev record of the data's device ($dev): MISSING ($rec): cuFile refuses handles (5027), compatibility mode too; start systemd-udevd${loop:+ (then udevadm trigger --action=add --sysname-match=$(basename "$loop"))}"; fi
   if pgrep -x systemd-udevd >/dev/null 2>&1; then echo "   systemd-udevd: running"; else echo "   systemd-udevd: not running"; fi
   return 0
 }
