@@ -15,11 +15,22 @@ default (``cuCtxSynchronize``), shard 1 with ``cuda_stream`` set to the
 consumer's stream (an event on it) and takes its batches as DALI's two
 external sources do (``src.labels``, ``src.samples``). ``--dense`` asks for
 ``batch_format="dali"`` on a dataset whose samples share a size and
-expects one (batch, size) array per batch.
+expects one (batch, size) array per batch; where this client needs DALI
+for that and DALI does not import, the batches are checked sample by
+sample, saying so (the dense layout is then the ``--tensor`` check's).
+``--tensor``: a numpy dataset (``mkbmap --reader numpy``) of one dtype and
+shape, whose GPU batches are one dense ``(batch, *shape)`` array without
+DALI and without labels: every row's bytes against the ``.npy`` files'
+data, zero copy and the release rule as above.
 
-``speed``: samples/s into GPU memory, cold where ``drop_caches`` may be
-written, against host batches and a PyTorch (or CuPy) baseline. Bytes
-only: nothing is decoded.
+``speed --row ROW``: one row of the speed table, in its own process (one
+row failing, cuFile say, never takes the others with it): samples/s into
+GPU memory (``cufile``; ``bounce``), into host memory (``host``), or a
+PyTorch (or CuPy) read and copy to the GPU (``baseline``), cold where
+``drop_caches`` may be written; appended to ``--out`` as one JSON line,
+with its error where it failed. Bytes only: nothing is decoded.
+``figures``: the speed table from those lines, each row against the
+baseline where it has one, and each missing row with its reason.
 
 ``report``: the stand-in's per-process reports (``CUDA_STANDIN_REPORT``):
 no violation, nothing left allocated, mapped or registered, no spinning
@@ -65,6 +76,27 @@ def cai(x: Any) -> tuple[int, tuple[int, ...]]:
     """A CUDA array's device address and shape."""
     i = x.__cuda_array_interface__
     return int(i["data"][0]), tuple(i["shape"])
+
+
+def span(x: Any, row: Optional[int]) -> tuple[int, int]:
+    """The device address and byte length of a CUDA array x, or of its
+    row (a dense batch's sample), whatever its element type."""
+    i = x.__cuda_array_interface__
+    ptr, shape = int(i["data"][0]), tuple(int(n) for n in i["shape"])
+    item = np.dtype(i.get("typestr", "|u1")).itemsize
+    if row is None:
+        return ptr, int(np.prod(shape, dtype=np.int64)) * item
+    per = int(np.prod(shape[1:], dtype=np.int64)) * item
+    return ptr + row * per, per
+
+
+def tensor_files(root: Path) -> Files:
+    """sha256 of each .npy file's data (its bytes past the header) ->
+    (FILE, -1): a numpy dataset has no labels."""
+    out: Files = {}
+    for p in sorted(root.glob("*.npy")):
+        out[hashlib.sha256(np.ascontiguousarray(np.load(p)).tobytes()).hexdigest()] = (p.name, -1)
+    return out
 
 
 def libcuda() -> ctypes.CDLL:
@@ -183,7 +215,7 @@ class TorchConsumer:
 
     def launch(self, x: Any, row: Optional[int]) -> Any:
         with self.torch.cuda.stream(self.stream):
-            t = self._view(x, row)
+            t = self._view(x, row).reshape(-1).view(self.torch.uint8)  # the bytes, whatever the dtype
             h = self.torch.empty(t.shape, dtype=self.torch.uint8, pin_memory=True)
             h.copy_(t, non_blocking=True)
         return h
@@ -223,7 +255,7 @@ class CupyConsumer:
 
     def launch(self, x: Any, row: Optional[int]) -> Any:
         with self.stream:
-            g = self._view(x, row)
+            g = self._view(x, row).reshape(-1).view(np.uint8)  # the bytes, whatever the dtype
             h = self.cupyx.empty_pinned(g.shape, dtype=np.uint8)
             g.get(stream=self.stream, out=h)
         return h
@@ -266,15 +298,13 @@ class StandinConsumer:
         return int(self.stream.value or 0)
 
     def pointer(self, x: Any, row: Optional[int]) -> int:
-        ptr, shape = cai(x)
-        return ptr if row is None else ptr + row * shape[1]
+        return span(x, row)[0]
 
     def batch(self) -> None:
         self._batch_delay_us = int(self.lag.next() * 1e6)  # the batch's first "kernel" is that slow
 
     def launch(self, x: Any, row: Optional[int]) -> Any:
-        _, shape = cai(x)
-        n = shape[-1]
+        n = span(x, row)[1]
         buf = ctypes.create_string_buffer(n)
         delay, self._batch_delay_us = max(self.delay_us, self._batch_delay_us), 0
         cu_check(self.cu, "cuStandinLaunchRead", self.stream, self.pointer(x, row), n, delay, buf)
@@ -315,23 +345,29 @@ def labels_of(labels: Any) -> list[int]:
     return [int(v) for v in np.asarray(a).reshape(-1)]
 
 
-def rows_of(samples: Any, dense: bool) -> tuple[list[tuple[Any, Optional[int]]], str]:
+def rows_of(samples: Any, dense: bool, tensor: bool = False) -> tuple[list[tuple[Any, Optional[int]]], str]:
     """A batch's samples as (array, row) pairs, and what is wrong with its
-    shape ("" when nothing)."""
+    shape ("" when nothing). A dense batch is one (batch, size) array, or
+    for a numpy dataset (tensor) one (batch, *shape) array."""
     if hasattr(samples, "__cuda_array_interface__"):
         _, shape = cai(samples)
-        if len(shape) != 2:
-            return [], f"one array of shape {shape}, not (batch, size)"
+        if len(shape) < 2 if tensor else len(shape) != 2:
+            return [], f"one array of shape {shape}, not (batch, {'*shape' if tensor else 'size'})"
         return [(samples, i) for i in range(shape[0])], "" if dense else "one dense array where a list was due"
     out: list[tuple[Any, Optional[int]]] = [(x, None) for x in samples]
     return out, "a list of separate arrays where one dense (batch, size) array was due" if dense else ""
 
 
-def batches(src: Any, halves: bool) -> Any:
+def batches(src: Any, halves: bool, tensor: bool = False) -> Any:
     """One epoch of (samples, labels): by iterating the source, or, as
     DALI's two external sources of GPU samples and host labels take them,
     through src.labels and src.samples (labels first: DALI calls them in
-    no defined order)."""
+    no defined order). A numpy dataset's batches are its arrays alone:
+    labels None (src.samples alone for the halves)."""
+    if tensor:
+        for samples in (iter(src.samples, None) if halves else src):
+            yield samples, None
+        return
     if not halves:
         yield from src
         return
@@ -348,8 +384,9 @@ def batches(src: Any, halves: bool) -> Any:
 
 
 def exact(a: argparse.Namespace) -> int:
-    by_hash, _ = files(Path(a.root))
-    want = f"{a.dataset} {a.backend or 'default'} {a.gpu_path}{' dense' if a.dense else ''}"
+    by_hash = tensor_files(Path(a.root)) if a.tensor else files(Path(a.root))[0]
+    dense = a.dense or a.tensor
+    want = f"{a.dataset} {a.backend or 'default'} {a.gpu_path}{' dense' if dense else ''}"
     try:
         con = consumer(a.consumer, a.device_id)
     except Exception as e:
@@ -376,13 +413,24 @@ def exact(a: argparse.Namespace) -> int:
             kw: dict[str, Any] = {}
             if a.backend:
                 kw["backend"] = a.backend
-            if a.dense:
+            if dense and not a.tensor:
                 kw["batch_format"] = "dali"
             if shard == 1 and has_stream:
                 kw["cuda_stream"] = con.cuda_stream()  # the release waits for an event on it
-            with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batch_size, shard_id=shard, num_shards=2,
-                              random_shuffle=True, seed=7, device="gpu", device_id=a.device_id,
-                              gpu_path=a.gpu_path, **kw) as src:
+            open_kw = dict(socket=a.socket, batch_size=a.batch_size, shard_id=shard, num_shards=2,
+                           random_shuffle=True, seed=7, device="gpu", device_id=a.device_id, gpu_path=a.gpu_path)
+            try:
+                opened = LoaderSource(a.dataset, **open_kw, **kw)
+            except ImportError as e:
+                if kw.pop("batch_format", None) != "dali":
+                    raise
+                # This client wants DALI for dense GPU batches and DALI
+                # does not import: the samples are checked one by one.
+                print(f"  {want}: batch_format='dali' needs DALI in this client ({e}): checked sample by sample "
+                      "with batch_format='numpy'; the dense layout is NOT checked here (the tensor check's is)")
+                dense = False
+                opened = LoaderSource(a.dataset, **open_kw, **kw)
+            with opened as src:
                 expect = a.expect_path or (a.gpu_path if a.gpu_path != "auto" else "")
                 if expect and src.gpu_path != expect:
                     print(f"  {want}: expected gpu_path {expect}, the daemon ran {src.gpu_path}")
@@ -403,16 +451,15 @@ def exact(a: argparse.Namespace) -> int:
                 lo, hi = (g.ptr, g.ptr + g.size) if g is not None else (0, 1 << 64)
                 for epoch in range(2):
                     pending: list[tuple[Any, int]] = []
-                    for samples, labels in batches(src, shard == 1 and has_halves):
-                        lab = labels_of(labels)
-                        rows, wrong = rows_of(samples, a.dense)
+                    for samples, labels in batches(src, shard == 1 and has_halves, a.tensor):
+                        rows, wrong = rows_of(samples, dense, a.tensor)
+                        lab = [-1] * len(rows) if a.tensor else labels_of(labels)
                         if wrong or len(rows) != len(lab):
                             print(f"  {want}: epoch {epoch} shard {shard}: {wrong or 'samples and labels differ in number'}")
                             bad += 1
                         con.batch()
                         for (x, row), lbl in zip(rows, lab):
-                            ptr, shape = cai(x)
-                            at = ptr if row is None else ptr + row * shape[1]
+                            at = span(x, row)[0]
                             mine = con.pointer(x, row)
                             if mine != at or not lo <= at < hi:
                                 print(f"  {want}: a copy, not a view: consumer pointer {mine:#x}, sample at {at:#x}, "
@@ -456,61 +503,102 @@ def drop() -> bool:
         return False
 
 
-def speed(a: argparse.Namespace) -> int:
-    _, paths = files(Path(a.root))
+ROWS = ("cufile", "bounce", "host", "baseline")
+"""The speed table's rows, in its order."""
+
+
+def row_label(row: str, bounce_backend: str, lib: str = "") -> str:
+    """A speed row's name in the table."""
+    return {"cufile": "gpu cufile", "bounce": f"gpu {bounce_backend} bounce", "host": f"host {bounce_backend}",
+            "baseline": f"{lib or 'torch/cupy'} read + copy to GPU"}[row]
+
+
+def to_gpu_fn() -> tuple[Any, Any, str]:
+    """The baseline's copy of bytes to the GPU, its sync and its library:
+    PyTorch with CUDA, else CuPy; RuntimeError saying why neither."""
+    why = []
     try:
         import torch
-
-        def to_gpu(b: bytes) -> None:
-            torch.frombuffer(bytearray(b), dtype=torch.uint8).cuda(non_blocking=False)
-        sync, lib = torch.cuda.synchronize, "torch"
+        if torch.cuda.is_available():
+            def to_gpu(b: bytes) -> None:
+                torch.frombuffer(bytearray(b), dtype=torch.uint8).cuda(non_blocking=False)
+            return to_gpu, torch.cuda.synchronize, "torch"
+        why.append("PyTorch sees no CUDA GPU")
     except ImportError:
-        try:
-            import cupy
-        except ImportError:
-            print("speed: FAILED: neither PyTorch nor CuPy imports here (the baseline and the timing need one)")
-            return 1
+        why.append("PyTorch does not import")
+    try:
+        import cupy
 
-        def to_gpu(b: bytes) -> None:
+        def to_gpu_cp(b: bytes) -> None:
             cupy.asarray(np.frombuffer(b, dtype=np.uint8))
-        sync, lib = cupy.cuda.Device().synchronize, "cupy"
-    cold = [True]
+        return to_gpu_cp, cupy.cuda.Device().synchronize, "cupy"
+    except ImportError:
+        why.append("CuPy does not import")
+    raise RuntimeError("; ".join(why))
 
-    def epoch_source(device: Literal["cpu", "gpu"], backend: str, gpu_path: str = "") -> float:
-        cold[0] &= drop()
-        kw: dict[str, Any] = {"gpu_path": gpu_path} if device == "gpu" else {}
-        with LoaderSource(a.dataset, socket=a.socket, batch_size=64, random_shuffle=True, seed=1, backend=backend,
-                          device=device, **kw) as src:
+
+def speed(a: argparse.Namespace) -> int:
+    """One row of the speed table, appended to a.out as a JSON line."""
+    _, paths = files(Path(a.root))
+    line: dict[str, Any] = {"row": a.row, "label": row_label(a.row, a.bounce_backend), "rounds": [], "cold": True}
+    try:
+        if a.row == "baseline":
+            to_gpu, sync, lib = to_gpu_fn()
+            line["label"] = row_label(a.row, a.bounce_backend, lib)
+        for _ in range(a.rounds):
+            line["cold"] &= drop()
             t0, n = time.perf_counter(), 0
-            for samples, _ in src:
-                n += len(samples)
-            sync()
-            return n / (time.perf_counter() - t0)
+            if a.row == "baseline":
+                for p in paths:
+                    to_gpu(p.read_bytes())
+                    n += 1
+                sync()
+            else:
+                device: Literal["cpu", "gpu"] = "cpu" if a.row == "host" else "gpu"
+                kw: dict[str, Any] = {"gpu_path": a.row} if device == "gpu" else {}
+                backend = "cufile" if a.row == "cufile" else a.bounce_backend
+                with LoaderSource(a.dataset, socket=a.socket, batch_size=64, random_shuffle=True, seed=1,
+                                  backend=backend, device=device, **kw) as src:
+                    for samples, _ in src:
+                        n += len(samples)
+            line["rounds"].append(n / (time.perf_counter() - t0))
+    except Exception as e:  # the row's failure is its line; the other rows run on
+        line["error"] = f"{type(e).__name__}: {e}"
+    with open(a.out, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    if "error" in line:
+        print(f"  {line['label']}: FAILED: {line['error']}")
+        return 1
+    print(f"  {line['label']}: " + " ".join(f"{x:.0f}" for x in line["rounds"]) + " samples/s")
+    return 0
 
-    def baseline() -> float:
-        cold[0] &= drop()
-        t0 = time.perf_counter()
-        for p in paths:
-            to_gpu(p.read_bytes())
-        sync()
-        return len(paths) / (time.perf_counter() - t0)
 
-    base_name = f"{lib} read + copy to GPU"
-    rows: dict[str, list[float]] = {"gpu cufile": [], f"gpu {a.bounce_backend} bounce": [],
-                                    f"host {a.bounce_backend}": [], base_name: []}
-    for _ in range(a.rounds):
-        rows["gpu cufile"].append(epoch_source("gpu", "cufile", "cufile"))
-        rows[f"gpu {a.bounce_backend} bounce"].append(epoch_source("gpu", a.bounce_backend, "bounce"))
-        rows[f"host {a.bounce_backend}"].append(epoch_source("cpu", a.bounce_backend))
-        rows[base_name].append(baseline())
-    if not cold[0]:
+def figures(a: argparse.Namespace) -> int:
+    """The speed table from the rows' lines: medians, each against the
+    baseline where it has one; a row without figures says why."""
+    lines: dict[str, dict[str, Any]] = {}
+    p = Path(a.out)
+    if p.exists():
+        for text in p.read_text().splitlines():
+            if text.strip():
+                r = json.loads(text)
+                lines[str(r["row"])] = r
+    med = {k: sorted(r["rounds"])[len(r["rounds"]) // 2] for k, r in lines.items() if r.get("rounds") and "error" not in r}
+    base = med.get("baseline")
+    if any(not r.get("cold", True) for r in lines.values()):
         print("  page cache NOT dropped (drop_caches is not writable here): warm figures")
-    med = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
-    base = med[base_name]
-    for k, v in med.items():
-        print(f"  {k:<28} {v:>10.0f} samples/s  {v / base:5.2f}x the baseline   rounds: "
-              + " ".join(f"{x:.0f}" for x in rows[k]))
-    print(json.dumps({"cold": cold[0], "medians": med, "rounds": rows}))
+    for row in ROWS:
+        r = lines.get(row)
+        label = str((r or {}).get("label") or row_label(row, a.bounce_backend))
+        if r is None:
+            print(f"  {label:<28} no figure: the row did not run")
+        elif row not in med:
+            print(f"  {label:<28} no figure: {r.get('error', 'no rounds')}")
+        else:
+            v = med[row]
+            vs = f"{v / base:5.2f}x the baseline" if base else "(no baseline)"
+            print(f"  {label:<28} {v:>10.0f} samples/s  {vs}   rounds: " + " ".join(f"{x:.0f}" for x in r["rounds"]))
+    print(json.dumps({"medians": med, "rows": lines}))
     return 0
 
 
@@ -543,29 +631,41 @@ def report(a: argparse.Namespace) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("mode", choices=["exact", "speed", "report"])
+    ap.add_argument("mode", choices=["exact", "speed", "figures", "report"])
     ap.add_argument("--socket")
-    ap.add_argument("--root", help="the dataset's root (CLASS/FILE)")
+    ap.add_argument("--root", help="the dataset's root (CLASS/FILE; with --tensor, the .npy files)")
     ap.add_argument("--dataset", default="train")
     ap.add_argument("--backend", default="", help="'' leaves it to the daemon (what gpu_path auto needs)")
     ap.add_argument("--gpu-path", default="bounce", choices=["bounce", "cufile", "auto"])
     ap.add_argument("--expect-path", default="", choices=["", "bounce", "cufile"],
                     help="the path the daemon must run (for auto)")
     ap.add_argument("--dense", action="store_true", help="samples of one size: expect one (batch, size) array")
+    ap.add_argument("--tensor", action="store_true",
+                    help="a numpy dataset: one (batch, *shape) array a batch, no labels, no DALI")
     ap.add_argument("--device-id", type=int, default=0)
     ap.add_argument("--daemon-device", type=int, help="the daemon's ordinal of this process's GPU, when known")
     ap.add_argument("--consumer", default="auto", choices=["auto", "torch", "cupy", "standin"])
     ap.add_argument("--batch-size", type=int, default=8,
                     help="exact: small, so that an epoch has more batches than the session has slots")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--row", choices=ROWS, help="speed: the row to measure")
+    ap.add_argument("--out", help="speed, figures: the rows' JSON lines")
     ap.add_argument("--bounce-backend", default="gds", help="speed: the host backend of the bounce and host rows")
     ap.add_argument("--dir", help="report: the stand-in's report directory")
     a = ap.parse_args()
     if a.mode == "report":
         return report(a)
+    if a.mode == "figures":
+        if not a.out:
+            ap.error("figures needs --out")
+        return figures(a)
     if not a.socket or not a.root:
         ap.error(f"{a.mode} needs --socket and --root")
-    return exact(a) if a.mode == "exact" else speed(a)
+    if a.mode == "speed":
+        if not a.row or not a.out:
+            ap.error("speed needs --row and --out")
+        return speed(a)
+    return exact(a)
 
 
 if __name__ == "__main__":
