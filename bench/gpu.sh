@@ -545,7 +545,7 @@ done
 # reason; cufile: an error naming it).
 preconditions() {
   local dev rec
-  echo "== cuFile's preconditions on this machine (real libcufile; the stand-in needs none of them)"
+  echo "== cuFile's preconditions on this machine (what real libcufile needs; under --standin the fake host above stands for them)"
   if [[ -r /proc/modules ]]; then
     if grep -q '^nvidia_fs ' /proc/modules; then echo "   /proc/modules: yes; nvidia_fs loaded: GDS mode possible"
     else echo "   /proc/modules: yes; nvidia_fs NOT loaded: cuFile runs in compatibility mode (modprobe nvidia_fs for GDS)"; fi
@@ -759,6 +759,17 @@ tensor_speed() {
   done
 }
 
+if [[ $STANDIN == 1 ]]; then
+  # The stand-in's cuFile refuses a device without a udev record (5027) as
+  # real cuFile does, and the daemon checks /proc/modules before it opens
+  # cuFile: a fake host meets both (python/tests/standin.py's cufile_host).
+  fake=$WORK/cufile-host
+  mkdir -p "$fake/proc" "$fake/udev/data"
+  echo "ext4 1003520 1 - Live 0x0000000000000000" >"$fake/proc/modules"
+  echo "E:ID_FS_USAGE=filesystem" >"$fake/udev/data/b$(stat -c '%Hd:%Ld' "$data")"
+  export NVFEED_CUFILE_PROC=$fake/proc NVFEED_CUFILE_UDEV=$fake/udev
+  echo "== the stand-in's host: cuFile's preconditions met by $fake (NVFEED_CUFILE_PROC, NVFEED_CUFILE_UDEV)"
+fi
 preconditions
 start_daemon
 if [[ $STANDIN == 1 ]]; then
