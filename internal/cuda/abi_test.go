@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,6 +147,36 @@ func TestABIMatchesHeaders(t *testing.T) {
 	for name := range c {
 		if _, ok := want[name]; !ok {
 			t.Errorf("%s: printed by the probe but not compared", name)
+		}
+	}
+}
+
+// TestErrorNamesMatchHeader: every CUfileOpError cufile.h declares has
+// its name here (a code cuFile returns is never shown as a bare number),
+// and no name here is not cufile.h's.
+func TestErrorNamesMatchHeader(t *testing.T) {
+	dir := cudaWheels(t)
+	h, err := os.ReadFile(filepath.Join(dir, "include", "cufile.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := regexp.MustCompile(`CUFILE_OP\(\s*CUFILEOP_BASE_ERR\s*\+\s*(\d+),\s*(CU_FILE_\w+)`)
+	want := map[int32]string{}
+	for _, m := range op.FindAllStringSubmatch(string(h), -1) {
+		n, _ := strconv.Atoi(m[1])
+		want[int32(cuFileBaseErr+n)] = m[2]
+	}
+	if len(want) < 40 {
+		t.Fatalf("cufile.h: %d CUfileOpError values read, want the whole list", len(want))
+	}
+	for code, name := range want {
+		if got := (&FileError{Code: code}).Name(); got != name {
+			t.Errorf("code %d: named %q, cufile.h says %s", code, got, name)
+		}
+	}
+	for code, name := range cuFileErrorNames {
+		if want[code] != name {
+			t.Errorf("code %d: named %s here, cufile.h says %q", code, name, want[code])
 		}
 	}
 }

@@ -242,6 +242,15 @@ func TestCuFileRules(t *testing.T) {
 			var h uintptr
 			return int64(fileErr(a.cuFileHandleRegister(&h, descr(devNull))))
 		}},
+		{"a handle of an O_NONBLOCK descriptor", "is O_NONBLOCK", 5019, -1, func(t *testing.T) int64 {
+			fd, err := syscall.Open(buffered.Name(), syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Close(fd)
+			var h uintptr
+			return int64(fileErr(a.cuFileHandleRegister(&h, &cuda.FileDescr{Type: 1, Handle: uintptr(fd)})))
+		}},
 		{"an unmap of memory still registered", "still registered with cuFileBufRegister", 0, 1, func(t *testing.T) int64 {
 			m := a.alloc(t, 1, gran, true)
 			must(t, "cuFileBufRegister", fileErr(a.cuFileBufRegister(m.ptr, m.size, 0)))

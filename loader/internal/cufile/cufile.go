@@ -159,10 +159,7 @@ func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
 			continue
 		}
 		tried++
-		fd, err := b.fs.OpenSample(s, unix.O_DIRECT, open)
-		if errors.Is(err, unix.EINVAL) {
-			fd, err = b.fs.OpenSample(s, 0, open)
-		}
+		fd, err := b.openSample(s, open)
 		if err != nil {
 			continue
 		}
@@ -172,6 +169,19 @@ func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
 			return
 		}
 	}
+}
+
+// openSample opens s's file for cuFileHandleRegister: O_DIRECT (where the
+// filesystem refuses it, without: cuFile 1.7 and later take the fd as it
+// is), bound to the mapped file, and without O_NONBLOCK, which cuFile
+// refuses (CU_FILE_INVALID_FILE_OPEN_FLAG) — cleared only once the
+// descriptor is checked to be the mapped regular file.
+func (b *Backend) openSample(s *bmap.Sample, open samplefile.Opener) (int, error) {
+	fd, err := b.fs.OpenBlocking(s, unix.O_DIRECT, open)
+	if errors.Is(err, unix.EINVAL) {
+		fd, err = b.fs.OpenBlocking(s, 0, open)
+	}
+	return fd, err
 }
 
 // ReadBatch reads the requests; see backend.Backend. Every request's
@@ -187,11 +197,7 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	if req.Dev == 0 {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: errors.New("cufile: no device destination (batch memory is not GPU memory)")}
 	}
-	open := samplefile.AsCaller(b.caller)
-	fd, err := b.fs.OpenSample(s, unix.O_DIRECT, open)
-	if errors.Is(err, unix.EINVAL) { // a filesystem without O_DIRECT: cuFile (1.7+) takes the fd as it is
-		fd, err = b.fs.OpenSample(s, 0, open)
-	}
+	fd, err := b.openSample(s, samplefile.AsCaller(b.caller))
 	if err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -172,5 +173,52 @@ func TestOpenNeedsGPUMemory(t *testing.T) {
 	}
 	if _, err := spec.Open(m, p, backend.Env{GPU: &backend.GPUMemory{Base: 1 << 40, Size: 1 << 20}}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("without a driver: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestOpenForCuFile: the descriptor handed to cuFileHandleRegister is the
+// mapped file without O_NONBLOCK (real cuFile refuses it:
+// CU_FILE_INVALID_FILE_OPEN_FLAG), and a FIFO swapped in at a sample's
+// path fails the open at once as another file than the one mapped
+// (O_NONBLOCK is cleared only after that check), never blocking it.
+func TestOpenForCuFile(t *testing.T) {
+	root := t.TempDir()
+	m := dataset(t, root)
+	b, err := New(m, 1, &preadReader{mem: make([]byte, 1<<20)}, backend.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	fd, err := b.openSample(&m.Samples[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	unix.Close(fd)
+	if err != nil || fl&unix.O_NONBLOCK != 0 {
+		t.Errorf("flags %#x (%v): O_NONBLOCK still set", fl, err)
+	}
+	p := filepath.Join(root, m.Samples[1].Path)
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		fd, err := b.openSample(&m.Samples[1], nil)
+		if err == nil {
+			unix.Close(fd)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, samplefile.ErrReplaced) {
+			t.Errorf("a FIFO at the path: %v, want ErrReplaced", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the open of a FIFO swapped in blocked")
 	}
 }

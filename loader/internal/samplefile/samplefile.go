@@ -97,6 +97,28 @@ func (r *Reader) OpenSample(s *bmap.Sample, flags int, open Opener) (int, error)
 	return fd, nil
 }
 
+// OpenBlocking is OpenSample for a descriptor handed to a library that
+// refuses O_NONBLOCK (cuFile's cuFileHandleRegister: "fd opened with
+// unsupported flags", CU_FILE_INVALID_FILE_OPEN_FLAG): the open is made
+// with O_NONBLOCK, so that a FIFO or device swapped in at the path never
+// blocks it, and only once the descriptor is checked to be the mapped
+// regular file (where O_NONBLOCK changes no read) is O_NONBLOCK cleared.
+func (r *Reader) OpenBlocking(s *bmap.Sample, flags int, open Opener) (int, error) {
+	fd, err := r.OpenSample(s, flags, open)
+	if err != nil {
+		return -1, err
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("clear O_NONBLOCK: %w", err)
+	}
+	return fd, nil
+}
+
 // bind checks that fd is s's mapped file (see OpenSample).
 func (r *Reader) bind(fd int, s *bmap.Sample) error {
 	var st unix.Stat_t

@@ -26,7 +26,10 @@
 //     cuFileBufRegister, which the real library may accept).
 //   - cuFileHandleRegister: CU_FILE_INVALID_FILE_TYPE "if ... not a regular
 //     file", CU_FILE_HANDLE_ALREADY_REGISTERED "if file handle/descriptor is
-//     already registered". STRICTER: before cuFileDriverOpen it is
+//     already registered". CU_FILE_INVALID_FILE_OPEN_FLAG for an O_NONBLOCK
+//     descriptor (libcufile 1.15: "cuFileHandleRegister error, fd opened
+//     with unsupported flags: 51200", O_NONBLOCK|O_DIRECT|O_LARGEFILE).
+//     STRICTER: before cuFileDriverOpen it is
 //     CU_FILE_DRIVER_NOT_INITIALIZED (the real library may open the driver
 //     itself). A descriptor without O_DIRECT is accepted, as cuFile >= 1.7
 //     does (it opens its own O_DIRECT descriptor).
@@ -189,6 +192,10 @@ CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *d) {
 		r = fail(CU_FILE_INVALID_VALUE, "cuFileHandleRegister: descriptor %d is not open", d->handle.fd);
 	else if (!S_ISREG(s.st_mode))
 		r = fail(CU_FILE_INVALID_FILE_TYPE, "cuFileHandleRegister: descriptor %d is not a regular file",
+		         d->handle.fd);
+	else if (fcntl(d->handle.fd, F_GETFL) & O_NONBLOCK)
+		r = fail(CU_FILE_INVALID_FILE_OPEN_FLAG,
+		         "cuFileHandleRegister: descriptor %d is O_NONBLOCK (cuFile: \"fd opened with unsupported flags\")",
 		         d->handle.fd);
 	for (size_t i = 0; !r.err && i < cf.files.n; i++) {
 		struct file *f = cf.files.p[i];
