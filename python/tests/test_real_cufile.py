@@ -245,6 +245,7 @@ def test_real_cufile_ragged_exact(dataset: Dataset, real: Real, served: list[Ser
         for e, hs in _check_samples(lines, by_hash).items():
             union[e].update(hs)
         real.standin.assert_clean(pid, f"client shard {shard}")
+    assert set(union) == {0, 1}, f"epochs delivered: {sorted(union)} (cuFile: {s.cufile_log()[-2000:]})"
     for e, c in union.items():
         assert c == collections.Counter(by_hash.keys()), f"epoch {e}: the shards do not cover the dataset once"
     stop(s)
@@ -265,7 +266,9 @@ def test_real_cufile_dense_exact(dataset: Dataset, real: Real, served: list[Serv
     assert lines[0]["gpu_path"] == ("cufile" if gpu_path == "cufile" else "bounce"), lines[0]
     samples = [x for x in lines if "hash" in x]
     assert samples and all(x["dense"] for x in samples), "a batch of equal-sized samples was not one dense array"
-    for e, hs in _check_samples(lines, by_hash).items():
+    per_epoch = _check_samples(lines, by_hash)
+    assert set(per_epoch) == {0, 1}, f"epochs delivered: {sorted(per_epoch)}"
+    for e, hs in per_epoch.items():
         assert collections.Counter(hs) == collections.Counter(by_hash.keys()), f"epoch {e}"
     real.standin.assert_clean(pid, "client")
     stop(s)
@@ -314,7 +317,8 @@ def test_real_cufile_auto_falls_back_in_seconds(dataset: Dataset, real: Real, se
     took = time.monotonic() - t0
     assert lines[0]["gpu_path"] == "bounce", (lines[0], s.log.read_text()[-3000:])
     assert took < 30, f"auto took {took:.1f}s to fall back to bounce"
-    _check_samples(lines, _hashes(dataset))
+    got = _check_samples(lines, _hashes(dataset))
+    assert collections.Counter(got[0]) == collections.Counter(_hashes(dataset).keys()), "the epoch is not the dataset"
     stop(s)
     log = s.log.read_text()
     want = "/proc/modules" if modules is None else "udev"
@@ -333,7 +337,8 @@ def test_real_cufile_gds_mode_without_device(dataset: Dataset, real: Real, serve
     served.append(s)
     lines, pid = client(real.standin, socket=s.socket, batch_size=8, gpu_path="cufile", backend="cufile", epochs=1,
                         timeout=60)
-    _check_samples(lines, _hashes(dataset))
+    got = _check_samples(lines, _hashes(dataset))
+    assert collections.Counter(got[0]) == collections.Counter(_hashes(dataset).keys()), "the epoch is not the dataset"
     stop(s)
     log = s.cufile_log()
     print("cuFile with nvidia_fs listed and no device:\n" +
