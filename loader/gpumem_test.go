@@ -337,6 +337,7 @@ func testGPUBatches(t *testing.T, onStandin bool) {
 			o.openMemory = gpuDouble(&mem)
 			if onStandin {
 				o.Spec, o.openMemory = nil, nil
+				standin.ProvideCuFileHost(t, false, m.Root)
 			}
 			l, err := New(context.Background(), m, o)
 			if err != nil {

@@ -5,10 +5,13 @@ package loader
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
@@ -23,7 +26,7 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 		path, why           string
 	}{
 		{"gds", "gds", GPUPathAuto, GPUPathCuFile, "auto: cuFile opens here; cuFile mode gds (cuFile's statistics for GPU-"},
-		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cuFile runs in compatibility mode (nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU in its statistics): bounce"},
+		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cuFile runs in compatibility mode (nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0)): bounce"},
 		{"compat, cufile asked for", "compat", GPUPathCuFile, GPUPathCuFile, "asked for; cuFile mode compat (nvidia-fs is not loaded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,6 +34,7 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 				return
 			}
 			m := makeDataset(t, 24, 3, 3000)
+			standin.ProvideCuFileHost(t, false, m.Root)
 			var logs bytes.Buffer
 			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4}, Memory: batchmem.GPU, GPUPath: tc.gpuPath,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -52,6 +56,72 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
+		})
+	}
+}
+
+// TestStandinCuFilePreconditionsUnmet: on a kernel without /proc/modules
+// (where real cuFileDriverOpen never returns) and where a driver open
+// hangs, gpu_path auto reaches bounce within seconds with the reason in
+// GPUPath and the log, and gpu_path cufile gets an error naming the
+// precondition.
+func TestStandinCuFilePreconditionsUnmet(t *testing.T) {
+	for _, tc := range []struct {
+		name, gpuPath string
+		env           []string
+		noModules     bool
+		why           string
+	}{
+		{"no /proc/modules, auto", GPUPathAuto, nil, true, "cuFile's driver open would hang on this kernel"},
+		{"no /proc/modules, cufile", GPUPathCuFile, nil, true, "cuFile's driver open would hang on this kernel"},
+		{"driver open hangs, auto", GPUPathAuto, []string{standin.FailVar + "=driveropen-hang"}, false, "cuFileDriverOpen did not return within 2s"},
+		{"driver open hangs, cufile", GPUPathCuFile, []string{standin.FailVar + "=driveropen-hang"}, false, "cuFileDriverOpen did not return within 2s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !standin.InChild(t, tc.env...) {
+				return
+			}
+			m := makeDataset(t, 24, 3, 3000)
+			standin.ProvideCuFileHost(t, false, m.Root)
+			h := cuda.CuFileHostFromEnv()
+			h.OpenTimeout = 2 * time.Second
+			if tc.noModules {
+				h.Proc = t.TempDir()
+			}
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			start := time.Now()
+			l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4}, Memory: batchmem.GPU, GPUPath: tc.gpuPath,
+				Logger: log, CUDA: cuda.NewLibs(cuda.SearchFromEnv(), log, cuda.WithCuFileHost(h))})
+			if took := time.Since(start); took > 6*time.Second {
+				t.Errorf("the open took %v", took)
+			}
+			if tc.gpuPath == GPUPathCuFile {
+				if err == nil {
+					l.Close()
+					t.Fatal("gpu_path cufile opened")
+				}
+				if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), tc.why) {
+					t.Errorf("error %v, want ErrUnavailable saying %q", err, tc.why)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			path, why := l.GPUPath()
+			if path != GPUPathBounce || !strings.Contains(why, tc.why) {
+				t.Errorf("GPUPath() = %s, %q; want bounce saying %q", path, why, tc.why)
+			}
+			if !strings.Contains(logs.String(), tc.why) {
+				t.Errorf("the log does not say why bounce:\n%s", logs.String())
+			}
+			b, err := l.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Release()
 		})
 	}
 }

@@ -647,6 +647,7 @@ func TestTensorsStandin(t *testing.T) {
 							d = &tensorData{m: onExt4[set.name]}
 							o.GPUPath, o.Backend = GPUPathBounce, "gds"
 						}
+						standin.ProvideCuFileHost(t, false, d.m.Root)
 						readTensors(t, d, o, func(l *Loader) []byte { return exported(t, l.Memory()) }, tensorCheck{slack: path != GPUPathCuFile, fail: fail})
 					})
 				}

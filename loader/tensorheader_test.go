@@ -143,6 +143,7 @@ func TestTensorHeaderRewrittenStandin(t *testing.T) {
 				if path == GPUPathBounce {
 					o.Backend, o.BackendOptions = "file", map[string]any{"direct": true}
 				}
+				standin.ProvideCuFileHost(t, false, r.m.Root)
 				checkHeaderRewritten(t, r, o)
 			})
 		}

@@ -4,10 +4,13 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ErrNoLibraries is the message a client gets for a GPU open refused
@@ -36,16 +39,39 @@ type Libs struct {
 	cfOnce sync.Once
 	cf     *CuFileLib
 	cfErr  error // the full reason, logged
+
+	host      CuFileHost
+	drvOnce   sync.Once
+	drvSettle sync.Once
+	cfDone    chan struct{} // closed once cfDrvErr is settled
+	cfDrvErr  error         // why cuFile's driver is unusable; nil: open
+}
+
+// LibsOption sets an option of NewLibs.
+type LibsOption func(*Libs)
+
+// WithCuFileHost sets where cuFile's host preconditions are read and how
+// long its driver open may take (zero fields: DefaultCuFileHost's).
+func WithCuFileHost(h CuFileHost) LibsOption {
+	return func(l *Libs) { l.host = h.withDefaults() }
 }
 
 // NewLibs returns the libraries s finds; log (nil: slog.Default()) gets
 // what each discovery found and every reason for what it passed over.
-func NewLibs(s Search, log *slog.Logger) *Libs {
+// cuFile's host is CuFileHostFromEnv unless WithCuFileHost says.
+func NewLibs(s Search, log *slog.Logger, opts ...LibsOption) *Libs {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Libs{search: s, log: log}
+	l := &Libs{search: s, log: log, host: CuFileHostFromEnv(), cfDone: make(chan struct{})}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
+
+// CuFileHost returns where cuFile's host preconditions are read.
+func (l *Libs) CuFileHost() CuFileHost { return l.host }
 
 // Searches returns how many discoveries ran (at most two: libcudart,
 // libcufile).
@@ -143,4 +169,78 @@ func (l *Libs) CuFile() (*CuFileLib, error) {
 		return nil, hidden{msg: "cuda: no usable libcufile; the daemon's log says where it looked", errs: []error{ErrNoLibraries}}
 	}
 	return l.cf, nil
+}
+
+// CuFileDriver returns libcufile with its driver open: opened once per
+// process, at the first call, and left open for the process's life (as
+// KvikIO does). Before the open, the kernel must list its modules
+// (CuFileHost.CheckModules: without them the open never returns). The
+// open runs on a locked thread of its own and is bounded by the host's
+// OpenTimeout: one that does not return by then marks cuFile unusable for
+// the process's life (ErrCuFileDriverStuck), its thread is abandoned, and
+// no caller waits on it past that deadline. Every call after the first
+// returns the first one's verdict at once.
+func (l *Libs) CuFileDriver() (*CuFileLib, error) {
+	lib, err := l.CuFile()
+	if err != nil {
+		return nil, err
+	}
+	l.drvOnce.Do(func() { l.openDriver(lib) })
+	<-l.cfDone
+	if l.cfDrvErr != nil {
+		return nil, l.cfDrvErr
+	}
+	return lib, nil
+}
+
+// settleDriver records the driver's verdict, once.
+func (l *Libs) settleDriver(err error) bool {
+	settled := false
+	l.drvSettle.Do(func() {
+		l.cfDrvErr, settled = err, true
+		close(l.cfDone)
+	})
+	return settled
+}
+
+// openDriver checks the preconditions and starts the bounded open.
+func (l *Libs) openDriver(lib *CuFileLib) {
+	nvfs, err := l.host.CheckModules()
+	if err != nil {
+		l.log.Warn("cuda: cuFile is unusable", "why", err)
+		l.settleDriver(err)
+		return
+	}
+	timeout := l.host.OpenTimeout
+	go func() {
+		// Locked and never unlocked: a stuck open keeps its thread, and a
+		// finished one ends it with the goroutine.
+		runtime.LockOSThread()
+		start := time.Now()
+		err := lib.Open()
+		var fe *FileError
+		if errors.As(err, &fe) && fe.Code == FileDriverAlreadyOpen {
+			err = nil
+		}
+		if err != nil {
+			err = fmt.Errorf("cuda: cuFile's driver: %w", err)
+		}
+		if l.settleDriver(err) {
+			l.log.Info("cuda: cuFile driver opened", "nvidia_fs", nvfs, "took", time.Since(start).Round(time.Millisecond), "err", err)
+			return
+		}
+		l.log.Warn("cuda: cuFileDriverOpen returned after its deadline: cuFile stays unusable for this process", "took", time.Since(start).Round(time.Millisecond), "err", err)
+	}()
+	go func() {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-l.cfDone:
+		case <-t.C:
+			err := fmt.Errorf("cuda: %w within %v: cuFile is unusable until the daemon restarts (its thread is abandoned); libcufile's log (cufile.log) may say why", ErrCuFileDriverStuck, timeout)
+			if l.settleDriver(err) {
+				l.log.Error("cuda: cuFile is unusable", "why", err)
+			}
+		}
+	}()
 }

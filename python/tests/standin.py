@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,24 @@ def env(lib: Path, report: Path, visible: str) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_"))}
     e.update({"NVFEED_CUDA_LIB_DIR": str(lib), "CUDA_STANDIN_REPORT": str(report), "CUDA_VISIBLE_DEVICES": visible,
               "PYTHONPATH": str(REPO / "python")})
+    e.update(cufile_host(report.parent / (report.name + "-cufile-host")))
     return e
+
+
+def cufile_host(root: Path) -> dict[str, str]:
+    """A host meeting cuFile's preconditions (the daemon's checks and the
+    stand-in's cuFile read it): root/proc/modules, and a udev record with
+    ID_FS_USAGE for every block device present and for the temporary
+    directory's; the environment that names them."""
+    (root / "proc").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "modules").write_text("ext4 1003520 1 - Live 0x0000000000000000\n")
+    data = root / "udev" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    devs = {os.stat(tempfile.gettempdir()).st_dev}
+    devs |= {os.makedev(*map(int, p.read_text().split(":"))) for p in Path("/sys/class/block").glob("*/dev")}
+    for d in devs:
+        (data / f"b{os.major(d)}:{os.minor(d)}").write_text("E:ID_FS_USAGE=filesystem\n")
+    return {"NVFEED_CUFILE_PROC": str(root / "proc"), "NVFEED_CUFILE_UDEV": str(root / "udev")}
 
 
 def reports(d: Path) -> list[dict[str, Any]]:

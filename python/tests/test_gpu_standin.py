@@ -53,7 +53,8 @@ class StandIn:
 
     def env(self, visible: str, **extra: str) -> dict[str, str]:
         return {"NVFEED_CUDA_LIB_DIR": str(self.lib), "CUDA_STANDIN_REPORT": str(self.reports),
-                "CUDA_STANDIN_GPUS": str(GPUS), "CUDA_VISIBLE_DEVICES": visible, **extra}
+                "CUDA_STANDIN_GPUS": str(GPUS), "CUDA_VISIBLE_DEVICES": visible,
+                **standin_lib.cufile_host(self.reports.parent / "cufile-host"), **extra}
 
     def report(self, pid: int) -> dict[str, Any]:
         p = self.reports / f"{pid}.json"

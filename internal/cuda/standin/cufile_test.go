@@ -251,6 +251,11 @@ func TestCuFileRules(t *testing.T) {
 			var h uintptr
 			return int64(fileErr(a.cuFileHandleRegister(&h, &cuda.FileDescr{Type: 1, Handle: uintptr(fd)})))
 		}},
+		{"a handle on a device udev has no record of", "udev property not found: ID_FS_USAGE", 5027, -1, func(t *testing.T) int64 {
+			t.Setenv("NVFEED_CUFILE_UDEV", t.TempDir())
+			var h uintptr
+			return int64(fileErr(a.cuFileHandleRegister(&h, descr(buffered))))
+		}},
 		{"an unmap of memory still registered", "still registered with cuFileBufRegister", 0, 1, func(t *testing.T) int64 {
 			m := a.alloc(t, 1, gran, true)
 			must(t, "cuFileBufRegister", fileErr(a.cuFileBufRegister(m.ptr, m.size, 0)))
@@ -276,7 +281,8 @@ func TestCuFileRules(t *testing.T) {
 }
 
 // TestCuFileModes runs cuFile in a second process per setting:
-// CUFILE_STANDIN_MODE (compat: no topology, POSIX reads, nvfs 0.0) and the
+// CUFILE_STANDIN_MODE (compat: the GPUs listed as real cuFile does, POSIX
+// reads, nvfs 0.0) and the
 // injected failures (bufregister: the documented error, unregistered
 // reads still work; read-eio: -1 with errno EIO), none a violation.
 func TestCuFileModes(t *testing.T) {
@@ -285,7 +291,7 @@ func TestCuFileModes(t *testing.T) {
 		want cuFileResult
 	}{
 		{nil, cuFileResult{GPUs: 2, Major: 2, Read: 4096, NVFS: 1}},
-		{[]string{ModeVar + "=compat"}, cuFileResult{GPUs: 0, Major: 0, Read: 4096}},
+		{[]string{ModeVar + "=compat"}, cuFileResult{GPUs: 2, Major: 0, Read: 4096, POSIX: 1}},
 		{[]string{FailVar + "=bufregister"}, cuFileResult{GPUs: 2, Major: 2, Register: 5045, Read: 4096, NVFS: 1}},
 		{[]string{FailVar + "=read-eio," + ModeVar + "=gds"}, cuFileResult{GPUs: 2, Major: 2, Read: -1, Errno: 5}},
 	} {
@@ -312,6 +318,7 @@ type cuFileResult struct {
 	Register, Read int64
 	Errno          int32
 	NVFS           uint64 // the reading GPU's nvidia-fs reads
+	POSIX          uint64 // the reading GPU's POSIX (compatibility mode) reads
 }
 
 func helperCuFileEnv(a *api) error {
@@ -357,6 +364,7 @@ func helperCuFileEnv(a *api) error {
 	res.GPUs = int(binary.LittleEndian.Uint32(stats[1024:]))
 	if res.GPUs == 2 {
 		res.NVFS = binary.LittleEndian.Uint64(stats[1032+248+64:]) // ordinal 0, listed last
+		res.POSIX = binary.LittleEndian.Uint64(stats[1032+248+72:])
 	}
 	if res.Register == 0 {
 		a.cuFileBufDeregister(m.ptr)

@@ -43,7 +43,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The environment variables the stand-in and the library discovery read.
@@ -291,4 +294,45 @@ func InChild(t *testing.T, extra ...string) bool {
 	t.Logf("with the stand-in (%s):\n%s", strings.Join(extra, " "), out)
 	CheckClean(t, reports)
 	return false
+}
+
+// ProvideCuFileHost gives cuFile (the stand-in's, and the project's
+// precondition checks, through NVFEED_CUFILE_PROC and NVFEED_CUFILE_UDEV,
+// set with tb.Setenv) a host that meets its preconditions: a procfs
+// directory whose modules file lists nvidia_fs where nvfs, and a udev
+// record with ID_FS_USAGE for the block device of each of dirs. It
+// returns the environment entries, for a child process.
+func ProvideCuFileHost(tb testing.TB, nvfs bool, dirs ...string) []string {
+	tb.Helper()
+	root := tb.TempDir()
+	modules := "ext4 1003520 1 - Live 0x0000000000000000\n"
+	if nvfs {
+		modules += "nvidia_fs 262144 0 - Live 0x0000000000000000\n"
+	}
+	proc, udev := filepath.Join(root, "proc"), filepath.Join(root, "udev")
+	if err := os.MkdirAll(filepath.Join(udev, "data"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.MkdirAll(proc, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "modules"), []byte(modules), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	for _, d := range dirs {
+		var st syscall.Stat_t
+		if err := syscall.Stat(d, &st); err != nil {
+			tb.Fatal(err)
+		}
+		rec := fmt.Sprintf("b%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+		if err := os.WriteFile(filepath.Join(udev, "data", rec), []byte("E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n"), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	env := []string{"NVFEED_CUFILE_PROC=" + proc, "NVFEED_CUFILE_UDEV=" + udev}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		tb.Setenv(k, v)
+	}
+	return env
 }

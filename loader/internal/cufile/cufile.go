@@ -34,7 +34,9 @@ import (
 const Name = "cufile"
 
 // ErrUnavailable is returned (wrapped) by Open when cuFile cannot run
-// here (no libcufile, no driver, or its driver refused to open).
+// here (no libcufile, no driver, a host precondition unmet:
+// cuda.ErrCuFilePrecondition, or its driver refused to open or hung:
+// cuda.ErrCuFileDriverStuck).
 var ErrUnavailable = errors.New("cuFile unavailable")
 
 // Env is what the cufile backend needs beyond backend.Env.
@@ -62,7 +64,14 @@ func Spec(x Env) backend.Spec {
 			if log == nil {
 				log = slog.Default()
 			}
-			r, err := openCuFile(*env.GPU, workers, log, x.CUDA)
+			libs := x.CUDA
+			if libs == nil {
+				libs = cuda.NewLibs(cuda.SearchFromEnv(), log)
+			}
+			if err := checkDevice(libs.CuFileHost(), m); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			r, err := openCuFile(*env.GPU, workers, log, libs)
 			if err != nil {
 				return nil, fmt.Errorf("%w on GPU %d: %w", ErrUnavailable, env.GPU.Device, err)
 			}
@@ -75,6 +84,17 @@ func Spec(x Env) backend.Spec {
 			return b, nil
 		},
 	}
+}
+
+// checkDevice checks cuFile's precondition on m's filesystem: a udev
+// record of its block device (cuda.CuFileHost.CheckDevice), without which
+// cuFile refuses every handle on it.
+func checkDevice(h cuda.CuFileHost, m *bmap.Map) error {
+	var st unix.Stat_t
+	if err := unix.Stat(m.Root, &st); err != nil {
+		return fmt.Errorf("cufile: dataset root: %w", err)
+	}
+	return h.CheckDevice(st.Dev, "the dataset's filesystem")
 }
 
 // reader is the cuFile surface the backend uses: real cuFile on the GPU's

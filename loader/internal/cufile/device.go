@@ -36,16 +36,13 @@ type cuFileReader struct {
 	final   modeStats // the statistics at Close, what Stats says after
 }
 
-// openCuFile loads libcufile, opens its driver (left open for the
-// process's life, as KvikIO does: the driver is process-wide and shared by
-// every session) and registers mem. A registration cuFile refuses is a
-// warning: it reads into unregistered memory through its own bounce
-// buffers (cufile.h), as KvikIO does. The libraries are libs's, else
-// discovered for this open.
+// openCuFile gets libcufile with its driver open from libs (opened once
+// per process, bounded in time, left open for the process's life, as
+// KvikIO does: the driver is process-wide and shared by every session)
+// and registers mem. A registration cuFile refuses is a warning: it reads
+// into unregistered memory through its own bounce buffers (cufile.h), as
+// KvikIO does.
 func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger, libs *cuda.Libs) (*cuFileReader, error) {
-	if libs == nil {
-		libs = cuda.NewLibs(cuda.SearchFromEnv(), log)
-	}
 	rt, err := libs.Load()
 	if err != nil {
 		return nil, err
@@ -57,7 +54,7 @@ func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger, libs *cuda
 	if mem.Device < 0 || mem.Device >= len(devs) {
 		return nil, fmt.Errorf("cufile: GPU %d: this process sees %d GPUs", mem.Device, len(devs))
 	}
-	lib, err := libs.CuFile()
+	lib, err := libs.CuFileDriver()
 	if err != nil {
 		return nil, err
 	}
@@ -81,12 +78,6 @@ func openCuFile(mem backend.GPUMemory, workers int, log *slog.Logger, libs *cuda
 	}
 	var regErr error
 	err = c.threads[0].Do(func() error {
-		if err := lib.Open(); err != nil {
-			var fe *cuda.FileError
-			if !errors.As(err, &fe) || fe.Code != cuda.FileDriverAlreadyOpen {
-				return err
-			}
-		}
 		c.props, c.propsErr = lib.Properties()
 		regErr = lib.RegisterBuffer(mem.Base, mem.Size)
 		return nil

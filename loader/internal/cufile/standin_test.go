@@ -5,15 +5,18 @@ package cufile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -25,6 +28,7 @@ import (
 func openOnStandin(t *testing.T, root string) (*Backend, batchmem.Memory, *bmap.Map, *bytes.Buffer) {
 	t.Helper()
 	m := dataset(t, root)
+	standin.ProvideCuFileHost(t, false, root)
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	mem, err := batchmem.Open(batchmem.GPU, 1, 1<<20, batchmem.Options{DeviceWrites: true, Logger: log})
@@ -115,7 +119,7 @@ func TestStandinModeByUUID(t *testing.T) {
 	}{
 		{"gds, GPU 1 first", []string{"CUDA_VISIBLE_DEVICES=1,0"}, "gds", "cuFile's statistics for GPU-", true},
 		{"gds", nil, "gds", "cuFile's statistics for GPU-", true},
-		{"compat", []string{standin.ModeVar + "=compat"}, "compat", "nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0); cuFile lists no GPU", false},
+		{"compat", []string{standin.ModeVar + "=compat"}, "compat", "nvidia-fs is not loaded (cuFileDriverGetProperties: nvidia-fs 0.0)", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !standin.InChild(t, tc.env...) {
@@ -132,7 +136,7 @@ func TestStandinModeByUUID(t *testing.T) {
 			n := readAll(t, b, m, root)
 			st := b.Stats()
 			direct, posix := st.Counter("cufile_p2p_reads"), st.Counter("cufile_posix_reads")
-			if st.Label("cufile_mode") != tc.mode || (tc.direct && (direct < int64(n) || posix != 0)) || (!tc.direct && direct != 0) {
+			if st.Label("cufile_mode") != tc.mode || (tc.direct && (direct < int64(n) || posix != 0)) || (!tc.direct && (direct != 0 || posix < int64(n))) {
 				t.Errorf("after %d reads: %+v, want mode %s", n, st, tc.mode)
 			}
 			if mode == "gds" && !strings.Contains(why, mem.Desc().UUID) {
@@ -166,4 +170,64 @@ func TestStandinBufRegisterRefused(t *testing.T) {
 // device memory is mapped in this process.
 func deviceBytes(p uintptr, n int) []byte {
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), n)
+}
+
+// TestStandinPreconditions: cuFile is refused before it is used where the
+// host does not meet a precondition real cuFile needs, with an error that
+// names it and how to provide it (ErrUnavailable, for gpu_path auto's
+// fallback): no /proc/modules (real cuFileDriverOpen spins forever), no
+// udev record of the dataset's device (real cuFile refuses every handle,
+// 5027); a driver open that never returns costs its timeout once, and
+// every later open is refused at once with the same reason.
+func TestStandinPreconditions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		host    func(h *cuda.CuFileHost)
+		want    error
+		message string
+	}{
+		{"no /proc/modules", nil, func(h *cuda.CuFileHost) { h.Proc = t.TempDir() }, cuda.ErrCuFilePrecondition, "modules (a kernel without loadable modules): cuFile's driver open would hang on this kernel"},
+		{"no udev record", nil, func(h *cuda.CuFileHost) { h.Udev = t.TempDir() }, cuda.ErrCuFilePrecondition, "no udev record for the dataset's filesystem (block device b"},
+		{"a driver open that hangs", []string{standin.FailVar + "=driveropen-hang"}, func(h *cuda.CuFileHost) { h.OpenTimeout = time.Second }, cuda.ErrCuFileDriverStuck, "cuFileDriverOpen did not return within 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !standin.InChild(t, tc.env...) {
+				return
+			}
+			root := t.TempDir()
+			m := dataset(t, root)
+			standin.ProvideCuFileHost(t, false, root)
+			h := cuda.CuFileHostFromEnv()
+			tc.host(&h)
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			libs := cuda.NewLibs(cuda.SearchFromEnv(), log, cuda.WithCuFileHost(h))
+			mem, err := batchmem.Open(batchmem.GPU, 1, 1<<20, batchmem.Options{DeviceWrites: true, Logger: log, CUDA: libs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mem.Close()
+			d := mem.Desc()
+			spec := Spec(Env{CUDA: libs})
+			p, err := spec.Resolve(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				start := time.Now()
+				b, err := spec.Open(m, p, backend.Env{Logger: log, GPU: &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}})
+				took := time.Since(start)
+				if err == nil {
+					b.Close()
+					t.Fatalf("open %d: cuFile taken", i)
+				}
+				if !errors.Is(err, ErrUnavailable) || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.message) {
+					t.Errorf("open %d: %v; want ErrUnavailable and %v, saying %q", i, err, tc.want, tc.message)
+				}
+				if limit := []time.Duration{5 * time.Second, time.Second}[i]; took > limit {
+					t.Errorf("open %d took %v, want under %v", i, took, limit)
+				}
+			}
+		})
+	}
 }

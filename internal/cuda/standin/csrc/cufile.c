@@ -6,13 +6,16 @@
 // size or address it reads through an aligned bounce buffer, as cuFile does
 // with its internal pinned buffers.
 //
-// Environment: CUFILE_STANDIN_MODE gds (default) or compat: in compat, no
-// GPU topology (cuFileGetStatsL3 num_gpus = 0), reads counted as POSIX,
-// nvfs version 0.0 in cuFileDriverGetProperties; in gds, per-GPU stats for
-// every visible GPU, listed in REVERSE ordinal order, reads counted as
-// nvidia-fs reads. CUFILE_STANDIN_FAIL, a comma list: bufregister
-// (cuFileBufRegister returns CU_FILE_INTERNAL_BUF_REGISTER_ERROR), read-eio
-// (cuFileRead returns -1 with errno EIO); no violation is recorded for them.
+// Environment: CUFILE_STANDIN_MODE gds (default) or compat: in compat,
+// reads counted as POSIX, nvfs version 0.0 in cuFileDriverGetProperties; in
+// gds, reads counted as nvidia-fs reads; in both, per-GPU stats for every
+// visible GPU, listed in REVERSE ordinal order. CUFILE_STANDIN_FAIL, a
+// comma list: bufregister (cuFileBufRegister returns
+// CU_FILE_INTERNAL_BUF_REGISTER_ERROR), read-eio (cuFileRead returns -1
+// with errno EIO), driveropen-hang (cuFileDriverOpen never returns, as
+// real cuFile on a kernel without /proc/modules); no violation is recorded
+// for them. NVFEED_CUFILE_UDEV: where udev's records are read (default
+// /run/udev), read at each cuFileHandleRegister.
 // CUDA_STANDIN_RDMA=1 (device attribute 110): cuFileBufRegister of memory
 // created without gpuDirectRDMACapable fails.
 //
@@ -62,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 enum { ALIGN = 4096, CHUNK = 8 << 20, MAX_GPUS = 16 };
@@ -80,7 +84,7 @@ struct buf {
 
 static struct {
 	pthread_mutex_t mu;
-	int compat, fail_bufregister, fail_read_eio;
+	int compat, fail_bufregister, fail_read_eio, fail_driveropen_hang;
 	long open, inflight;
 	int stats_level, stats_on;
 	struct standin_vec files, bufs;
@@ -97,6 +101,7 @@ __attribute__((constructor)) static void setup(void) {
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		cf.fail_bufregister |= strcmp(t, "bufregister") == 0;
 		cf.fail_read_eio |= strcmp(t, "read-eio") == 0;
+		cf.fail_driveropen_hang |= strcmp(t, "driveropen-hang") == 0;
 	}
 }
 
@@ -121,6 +126,9 @@ static int need_context(const char *call, int *phys) {
 }
 
 CUfileError_t cuFileDriverOpen(void) {
+	if (cf.fail_driveropen_hang) // injected: as real cuFile on a kernel without /proc/modules
+		for (;;)
+			pause();
 	lock();
 	cf.open++;
 	unlock();
@@ -180,6 +188,23 @@ CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *p) {
 	return r;
 }
 
+// udev_fs_usage says whether udev's record of block device dev
+// (<udev>/data/b<major>:<minor>, <udev> NVFEED_CUFILE_UDEV or /run/udev)
+// has ID_FS_USAGE, as real cuFile requires of a file's device.
+static int udev_fs_usage(dev_t dev) {
+	const char *root = getenv("NVFEED_CUFILE_UDEV");
+	char path[4096], line[512];
+	snprintf(path, sizeof path, "%s/data/b%u:%u", root && *root ? root : "/run/udev", major(dev), minor(dev));
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	int ok = 0;
+	while (!ok && fgets(line, sizeof line, f))
+		ok = strncmp(line, "E:ID_FS_USAGE=", 14) == 0 && line[14] && line[14] != '\n';
+	fclose(f);
+	return ok;
+}
+
 CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *d) {
 	lock();
 	CUfileError_t r = status(CU_FILE_SUCCESS);
@@ -197,6 +222,11 @@ CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *d) {
 		r = fail(CU_FILE_INVALID_FILE_OPEN_FLAG,
 		         "cuFileHandleRegister: descriptor %d is O_NONBLOCK (cuFile: \"fd opened with unsupported flags\")",
 		         d->handle.fd);
+	else if (!udev_fs_usage(s.st_dev))
+		r = fail(CU_FILE_HANDLE_NOT_REGISTERED,
+		         "cuFileHandleRegister: descriptor %d: udev property not found: ID_FS_USAGE (no udev record "
+		         "b%u:%u with it under $NVFEED_CUFILE_UDEV or /run/udev)",
+		         d->handle.fd, major(s.st_dev), minor(s.st_dev));
 	for (size_t i = 0; !r.err && i < cf.files.n; i++) {
 		struct file *f = cf.files.p[i];
 		if (f->live && f->fd == d->handle.fd && f->dev == s.st_dev && f->ino == s.st_ino)
@@ -466,16 +496,17 @@ CUfileError_t cuFileGetStatsL1(CUfileStatsLevel1_t *s) {
 	return r;
 }
 
-// cuFileGetStatsL3 lists, in gds mode, every visible GPU in reverse
-// ordinal order, so that a reader matching them by index is wrong and one
-// matching by UUID right; in compat mode none (no topology).
+// cuFileGetStatsL3 lists every visible GPU in reverse ordinal order, so
+// that a reader matching them by index is wrong and one matching by UUID
+// right; in compat mode too, as real cuFile does (libcufile 1.15 lists
+// the GPUs, their reads counted as POSIX reads).
 CUfileError_t cuFileGetStatsL3(CUfileStatsLevel3_t *s) {
 	lock();
 	CUfileError_t r = status(cf.stats_level >= 3 ? CU_FILE_SUCCESS : CU_FILE_INVALID_VALUE);
 	if (!r.err) {
 		memset(s, 0, sizeof *s);
 		s->detailed.basic = cf.l1;
-		int n = cf.compat ? 0 : standin_visible_count();
+		int n = standin_visible_count();
 		s->num_gpus = (uint32_t)n;
 		for (int i = 0; i < n; i++) {
 			int phys = standin_phys(n - 1 - i);
