@@ -148,7 +148,7 @@ def serve(r: Real, tmp: Path, bmap: Path, data: Path, *, modules: Optional[str] 
         "properties": {"allow_compat_mode": True, "use_poll_mode": False},
     }))
     sock, log = str(tmp / "loaderd.sock"), tmp / "loaderd.log"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_", "NVFEED_CUDA"))},
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "CUFILE_", "NVFEED_CUDA", "NVFEED_CUFILE"))},
            "NVFEED_CUDA_LIB_DIR": str(r.lib), "CUDA_STANDIN_REPORT": str(r.standin.reports),
            "CUDA_STANDIN_GPUS": "2", "CUDA_VISIBLE_DEVICES": "1,0", "CUFILE_ENV_PATH_JSON": str(tmp / "cufile.json")}
     cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", NAMESPACE, "ns", str(realproc), mods,

@@ -160,7 +160,8 @@ static struct {
 	struct {
 		int retains, runtime, created;
 	} ctx[MAX_GPUS];
-	struct standin_vec hostallocs;
+	struct standin_vec hostallocs, ctxallocs;
+	unsigned long ctx_ids; // contexts cuCtxCreate made
 	struct standin_vec allocs, resvs, maps, exports, hostregs, streams, events;
 	long live[LIVE_N], stat[STAT_N], runtime_contexts, spinning_events;
 	char *violations[MAX_VIOLATIONS];
@@ -175,6 +176,9 @@ static const char *live_names[LIVE_N] = {
 // The calling thread's context stack: physical GPU + 1 per entry.
 static __thread int tls_ctx[MAX_STACK];
 static __thread int tls_depth;
+// tls_made[i]: the id of the context of cuCtxCreate at tls_ctx[i], 0 for
+// a primary context.
+static __thread unsigned long tls_made[MAX_STACK];
 
 static void lock(void) { pthread_mutex_lock(&st.mu); }
 static void unlock(void) { pthread_mutex_unlock(&st.mu); }
@@ -725,8 +729,10 @@ static CUresult ctx_push(const char *call, CUcontext c) {
 	if (!r && tls_depth == MAX_STACK)
 		r = violate(CUDA_ERROR_INVALID_VALUE, "%s: context stack deeper than %d (pushes without pops)", call,
 		            MAX_STACK);
-	if (!r)
+	if (!r) {
+		tls_made[tls_depth] = 0;
 		tls_ctx[tls_depth++] = phys + 1;
+	}
 	unlock();
 	return r;
 }
@@ -762,6 +768,7 @@ CUresult cuCtxSetCurrent(CUcontext c) {
 		if (!tls_depth)
 			tls_depth = 1;
 		tls_ctx[tls_depth - 1] = phys + 1;
+		tls_made[tls_depth - 1] = 0;
 	}
 	unlock();
 	return r;
@@ -1717,10 +1724,30 @@ UNEXPECTED(cuStreamWriteValue32_v2)
 // VMM calls make it (created, reserved, mapped, readable and writable:
 // rounded up to the granularity); cuMemFree_v2 undoes it. libcufile
 // allocates some at cuFileDriverOpen to probe PCI P2PDMA.
+// ctxalloc is memory of cuMemAlloc made while a context of cuCtxCreate
+// was current: cuCtxDestroy frees it ("Destroys the CUDA context ... all
+// the resources allocated in it").
+struct ctxalloc {
+	int live;
+	unsigned long ctx;
+	CUdeviceptr p;
+	size_t size;
+};
+
+static struct ctxalloc *ctxalloc_at(CUdeviceptr p, int any) {
+	for (size_t i = 0; i < st.ctxallocs.n; i++) {
+		struct ctxalloc *a = st.ctxallocs.p[i];
+		if (a->p == p && (any || a->live))
+			return a;
+	}
+	return NULL;
+}
+
 CUresult cuMemAlloc_v2(CUdeviceptr *dp, size_t size) {
 	lock();
 	CUresult r = enter("cuMemAlloc_v2", 1);
 	int phys = cur_phys();
+	unsigned long made = tls_depth ? tls_made[tls_depth - 1] : 0;
 	unlock();
 	if (r)
 		return r;
@@ -1746,11 +1773,30 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dp, size_t size) {
 	}
 	cuMemRelease(h); // the mapping keeps it
 	*dp = p;
+	if (made) {
+		struct ctxalloc *a = calloc(1, sizeof *a);
+		*a = (struct ctxalloc){.live = 1, .ctx = made, .p = p, .size = size};
+		lock();
+		standin_push(&st.ctxallocs, a);
+		unlock();
+	}
 	return CUDA_SUCCESS;
 }
 
 CUresult cuMemFree_v2(CUdeviceptr p) {
 	lock();
+	struct ctxalloc *gone = ctxalloc_at(p, 1);
+	if (gone && !gone->live) {
+		// Freed with its context (cuCtxDestroy): the driver answers an
+		// error, as libcufile's P2PDMA probe meets at every
+		// cuFileDriverOpen (cuCtxCreate, cuMemAlloc, cuCtxDestroy, then
+		// cuMemFree); not a violation of the caller's.
+		gone->p = 0;
+		unlock();
+		return tls_depth ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
+	}
+	if (gone)
+		gone->live = 0, gone->p = 0;
 	CUresult r = enter("cuMemFree_v2", 1);
 	struct mapping *m = r ? NULL : mapping_at(p);
 	size_t size = m ? m->size : 0;
@@ -1787,6 +1833,7 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
 		r = violate(CUDA_ERROR_INVALID_VALUE, "cuCtxCreate_v2: context stack deeper than %d", MAX_STACK);
 	if (!r) {
 		st.ctx[phys].created++;
+		tls_made[tls_depth] = ++st.ctx_ids;
 		tls_ctx[tls_depth++] = phys + 1;
 		*pctx = ctx_handle(phys);
 	}
@@ -1795,7 +1842,9 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
 }
 
 // cuCtxDestroy_v2: "Destroys the CUDA context specified by ctx ... If ctx
-// is current to the calling thread then ctx will also be popped".
+// is current to the calling thread then ctx will also be popped"; the
+// memory cuMemAlloc made in it goes with it (freed while it is still
+// current).
 CUresult cuCtxDestroy_v2(CUcontext c) {
 	lock();
 	int phys;
@@ -1804,11 +1853,27 @@ CUresult cuCtxDestroy_v2(CUcontext c) {
 		r = ctx_phys("cuCtxDestroy_v2", c, &phys);
 	if (!r && st.ctx[phys].created == 0)
 		r = violate(CUDA_ERROR_INVALID_CONTEXT, "cuCtxDestroy_v2: GPU %d has no context made by cuCtxCreate", phys);
-	if (!r) {
-		st.ctx[phys].created--;
-		if (cur_phys() == phys)
-			tls_depth--;
+	unsigned long made = !r && cur_phys() == phys ? tls_made[tls_depth - 1] : 0;
+	struct ctxalloc *freeing[64];
+	int nf = 0;
+	for (size_t i = 0; made && i < st.ctxallocs.n && nf < 64; i++) {
+		struct ctxalloc *a = st.ctxallocs.p[i];
+		if (a->live && a->ctx == made) {
+			a->live = 0;
+			freeing[nf++] = a;
+		}
 	}
+	unlock();
+	for (int i = 0; i < nf; i++) {
+		cuMemUnmap(freeing[i]->p, freeing[i]->size);
+		cuMemAddressFree(freeing[i]->p, freeing[i]->size);
+	}
+	if (r)
+		return r;
+	lock();
+	st.ctx[phys].created--;
+	if (made)
+		tls_depth--;
 	unlock();
 	return r;
 }
