@@ -35,8 +35,32 @@ func exported(t *testing.T, path string) []string {
 	return out
 }
 
+// realCuFileResolves are the driver functions NVIDIA's libcufile.so.0
+// (cuFile 1.15, the nvidia-cufile wheel) looks up in libcuda.so.1 at
+// cuFileDriverOpen (a breakpoint on dlsym while it opened over the
+// stand-in); one missing and it refuses to start ("missing cuda symbols
+// while dynamic loading", 5033).
+var realCuFileResolves = []string{
+	"cuCtxCreate_v2", "cuCtxDestroy_v2", "cuCtxEnablePeerAccess", "cuCtxGetCurrent", "cuCtxGetDevice",
+	"cuCtxGetStreamPriorityRange", "cuCtxPopCurrent_v2", "cuCtxPushCurrent_v2", "cuCtxSetCurrent",
+	"cuDeviceCanAccessPeer", "cuDeviceGet", "cuDeviceGetAttribute", "cuDeviceGetCount", "cuDeviceGetName",
+	"cuDeviceGetUuid_v2", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRetain", "cuDriverGetVersion",
+	"cuEventCreate", "cuEventDestroy_v2", "cuEventElapsedTime", "cuEventQuery", "cuEventRecord", "cuEventSynchronize",
+	"cuGetErrorName", "cuGetExportTable", "cuInit", "cuIpcCloseMemHandle", "cuIpcGetEventHandle", "cuIpcGetMemHandle",
+	"cuIpcOpenEventHandle", "cuIpcOpenMemHandle_v2", "cuLaunchHostFunc", "cuMemAllocHost_v2", "cuMemAllocManaged",
+	"cuMemAlloc_v2", "cuMemFreeHost", "cuMemFree_v2", "cuMemGetAddressRange_v2", "cuMemGetHandleForAddressRange",
+	"cuMemHostAlloc", "cuMemHostGetDevicePointer_v2", "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemcpy",
+	"cuMemcpyAsync", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoD_v2",
+	"cuMemcpyPeer", "cuMemcpyPeerAsync", "cuMemsetD8Async", "cuMemsetD8_v2", "cuPointerGetAttribute",
+	"cuPointerGetAttributes", "cuPointerSetAttribute", "cuStreamCreate", "cuStreamCreateWithPriority",
+	"cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamWaitEvent", "cuStreamWaitValue32", "cuStreamWaitValue32_v2",
+	"cuStreamWriteValue32", "cuStreamWriteValue32_v2",
+}
+
 // TestSymbols: the stand-in exports what the project and its fixes call,
-// including every driver function the Python client names.
+// including every driver function the Python client names and every one
+// NVIDIA's libcufile resolves (python/tests/test_real_cufile.py runs it
+// over the stand-in).
 func TestSymbols(t *testing.T) {
 	dir := os.Getenv(LibDirVar)
 	want := map[string][]string{
@@ -49,6 +73,7 @@ func TestSymbols(t *testing.T) {
 		Runtime: {"cudaDeviceGetAttribute", "cudaMemcpy2DAsync", "cudaGetDeviceCount", "cudaGetDriverEntryPointByVersion"},
 		CuFile:  {"cuFileDriverGetProperties", "cuFileDriverClose", "cuFileDriverClose_v2"},
 	}
+	want[Driver] = append(want[Driver], realCuFileResolves...)
 	py, err := filepath.Glob("../../../python/nvfeed/*.py")
 	if err != nil || len(py) == 0 {
 		t.Fatalf("the Python client's sources: %v", err)

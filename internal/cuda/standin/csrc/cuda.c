@@ -165,8 +165,10 @@ static struct {
 	int ngpus, nvisible, visible[MAX_GPUS], rdma;
 	char report_dir[2048], exe[2048];
 	struct {
-		int retains, runtime;
+		int retains, runtime, created;
 	} ctx[MAX_GPUS];
+	struct standin_vec hostallocs, ctxallocs;
+	unsigned long ctx_ids; // contexts cuCtxCreate made
 	struct standin_vec allocs, resvs, maps, exports, hostregs, streams, events;
 	long live[LIVE_N], stat[STAT_N], runtime_contexts, spinning_events;
 	long ctx_syncs; // cuCtxSynchronize calls (cudaDeviceSynchronize's too): whole-context waits
@@ -182,6 +184,9 @@ static const char *live_names[LIVE_N] = {
 // The calling thread's context stack: physical GPU + 1 per entry.
 static __thread int tls_ctx[MAX_STACK];
 static __thread int tls_depth;
+// tls_made[i]: the id of the context of cuCtxCreate at tls_ctx[i], 0 for
+// a primary context.
+static __thread unsigned long tls_made[MAX_STACK];
 
 static void lock(void) { pthread_mutex_lock(&st.mu); }
 static void unlock(void) { pthread_mutex_unlock(&st.mu); }
@@ -438,7 +443,7 @@ void standin_stat_add(enum standin_stat which, long delta) {
 
 static int cur_phys(void) { return tls_depth ? tls_ctx[tls_depth - 1] - 1 : -1; }
 
-static int ctx_active(int phys) { return st.ctx[phys].retains > 0 || st.ctx[phys].runtime; }
+static int ctx_active(int phys) { return st.ctx[phys].retains > 0 || st.ctx[phys].runtime || st.ctx[phys].created > 0; }
 
 int standin_initialized(void) {
 	lock();
@@ -664,10 +669,15 @@ CUresult cuDeviceGetAttribute(int *v, int attrib, CUdevice dev) {
 		case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
 		case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x10 + phys; break;
 		case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
-		case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; break;
+		case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+		case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+		case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: // CU_COMPUTEMODE_DEFAULT
+		case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
+		case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: *v = 0; break; // no cuStreamWaitValue32 here
 		case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
 		case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
 		case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+		case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
 		case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
 		case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
 		case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
@@ -727,8 +737,10 @@ static CUresult ctx_push(const char *call, CUcontext c) {
 	if (!r && tls_depth == MAX_STACK)
 		r = violate(CUDA_ERROR_INVALID_VALUE, "%s: context stack deeper than %d (pushes without pops)", call,
 		            MAX_STACK);
-	if (!r)
+	if (!r) {
+		tls_made[tls_depth] = 0;
 		tls_ctx[tls_depth++] = phys + 1;
+	}
 	unlock();
 	return r;
 }
@@ -764,6 +776,7 @@ CUresult cuCtxSetCurrent(CUcontext c) {
 		if (!tls_depth)
 			tls_depth = 1;
 		tls_ctx[tls_depth - 1] = phys + 1;
+		tls_made[tls_depth - 1] = 0;
 	}
 	unlock();
 	return r;
@@ -1725,6 +1738,460 @@ CUresult cuStandinLaunchRead(CUstream s, CUdeviceptr src, size_t n, unsigned del
 	}
 	unlock();
 	return r;
+}
+
+// ---- what NVIDIA's libcufile.so.0 resolves besides
+//
+// The real libcufile (the nvidia-cufile wheel) dlsyms about 35 more driver
+// entry points at cuFileDriverOpen and refuses to start ("missing cuda
+// symbols while dynamic loading", 5033) if one is absent. Those its host
+// logic calls on a machine without nvidia-fs (compatibility mode) are
+// modelled: contexts it creates, pointer attributes of device memory,
+// pinned host memory, unified copies and memsets, streams with a
+// priority. Every other one records a violation naming itself and
+// returns CUDA_ERROR_NOT_SUPPORTED: a test that reaches it learns that
+// cuFile took a path the stand-in does not model.
+
+// unexpected records that a resolved entry point no modelled path calls
+// was called.
+#define UNEXPECTED(name)                                                                                              \
+	CUresult name() {                                                                                                 \
+		return standin_violation(CUDA_ERROR_NOT_SUPPORTED,                                                            \
+		                         #name ": called, and not modelled by the stand-in (only resolved by libcufile)");    \
+	}
+
+UNEXPECTED(cuCtxEnablePeerAccess)
+UNEXPECTED(cuEventElapsedTime)
+UNEXPECTED(cuGetExportTable)
+UNEXPECTED(cuIpcCloseMemHandle)
+UNEXPECTED(cuIpcGetEventHandle)
+UNEXPECTED(cuIpcGetMemHandle)
+UNEXPECTED(cuIpcOpenEventHandle)
+UNEXPECTED(cuIpcOpenMemHandle_v2)
+UNEXPECTED(cuLaunchHostFunc)
+UNEXPECTED(cuMemAllocManaged)
+UNEXPECTED(cuMemcpyPeer)
+UNEXPECTED(cuMemcpyPeerAsync)
+UNEXPECTED(cuStreamWaitValue32)
+UNEXPECTED(cuStreamWaitValue32_v2)
+UNEXPECTED(cuStreamWriteValue32)
+UNEXPECTED(cuStreamWriteValue32_v2)
+
+// cuMemAlloc_v2: device memory of the current context's GPU, made as the
+// VMM calls make it (created, reserved, mapped, readable and writable:
+// rounded up to the granularity); cuMemFree_v2 undoes it. libcufile
+// allocates some at cuFileDriverOpen to probe PCI P2PDMA.
+// ctxalloc is memory of cuMemAlloc made while a context of cuCtxCreate
+// was current: cuCtxDestroy frees it ("Destroys the CUDA context ... all
+// the resources allocated in it").
+struct ctxalloc {
+	int live;
+	unsigned long ctx;
+	CUdeviceptr p;
+	size_t size;
+};
+
+static struct ctxalloc *ctxalloc_at(CUdeviceptr p, int any) {
+	for (size_t i = 0; i < st.ctxallocs.n; i++) {
+		struct ctxalloc *a = st.ctxallocs.p[i];
+		if (a->p == p && (any || a->live))
+			return a;
+	}
+	return NULL;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dp, size_t size) {
+	lock();
+	CUresult r = enter("cuMemAlloc_v2", 1);
+	int phys = cur_phys();
+	unsigned long made = tls_depth ? tls_made[tls_depth - 1] : 0;
+	unlock();
+	if (r)
+		return r;
+	if (!dp || size == 0)
+		return standin_violation(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc_v2: dptr %p, size %zu", (void *)dp, size);
+	size = (size + GRAN - 1) / GRAN * GRAN;
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+	                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = standin_ordinal(phys)}};
+	CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr p;
+	if ((r = cuMemCreate(&h, size, &prop, 0)))
+		return r;
+	if ((r = cuMemAddressReserve(&p, size, 0, 0, 0))) {
+		cuMemRelease(h);
+		return r;
+	}
+	if ((r = cuMemMap(p, size, 0, h, 0)) || (r = cuMemSetAccess(p, size, &acc, 1))) {
+		cuMemUnmap(p, size);
+		cuMemAddressFree(p, size);
+		cuMemRelease(h);
+		return r;
+	}
+	cuMemRelease(h); // the mapping keeps it
+	*dp = p;
+	if (made) {
+		struct ctxalloc *a = calloc(1, sizeof *a);
+		*a = (struct ctxalloc){.live = 1, .ctx = made, .p = p, .size = size};
+		lock();
+		standin_push(&st.ctxallocs, a);
+		unlock();
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr p) {
+	lock();
+	struct ctxalloc *gone = ctxalloc_at(p, 1);
+	if (gone && !gone->live) {
+		// Freed with its context (cuCtxDestroy): the driver answers an
+		// error, as libcufile's P2PDMA probe meets at every
+		// cuFileDriverOpen (cuCtxCreate, cuMemAlloc, cuCtxDestroy, then
+		// cuMemFree); not a violation of the caller's.
+		gone->p = 0;
+		unlock();
+		return tls_depth ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
+	}
+	if (gone)
+		gone->live = 0, gone->p = 0;
+	CUresult r = enter("cuMemFree_v2", 1);
+	struct mapping *m = r ? NULL : mapping_at(p);
+	size_t size = m ? m->size : 0;
+	if (!r && (!m || m->ptr != p))
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuMemFree_v2: %#llx is not memory of cuMemAlloc", p);
+	unlock();
+	if (!r)
+		r = cuMemUnmap(p, size);
+	if (!r)
+		r = cuMemAddressFree(p, size);
+	return r;
+}
+
+// cuMemGetHandleForAddressRange (a dma-buf of device memory): the stand-in
+// has no dma-buf (device attribute 124, DMA_BUF_SUPPORTED, is 0), so
+// CUDA_ERROR_NOT_SUPPORTED, as a driver says without it.
+CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size, int type, unsigned long long flags) {
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// cuCtxCreate_v2 (cuda.h: "Creates a new CUDA context and associates it
+// with the calling thread"): a context of the GPU, current on the calling
+// thread, alive until cuCtxDestroy. SIMPLER: it shares the primary
+// context's handle (one address space per GPU either way).
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+	lock();
+	int phys;
+	CUresult r = enter("cuCtxCreate_v2", 0);
+	if (!r && !pctx)
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuCtxCreate_v2: pctx is NULL");
+	if (!r)
+		r = device_phys("cuCtxCreate_v2", dev, &phys);
+	if (!r && tls_depth == MAX_STACK)
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuCtxCreate_v2: context stack deeper than %d", MAX_STACK);
+	if (!r) {
+		st.ctx[phys].created++;
+		tls_made[tls_depth] = ++st.ctx_ids;
+		tls_ctx[tls_depth++] = phys + 1;
+		*pctx = ctx_handle(phys);
+	}
+	unlock();
+	return r;
+}
+
+// cuCtxDestroy_v2: "Destroys the CUDA context specified by ctx ... If ctx
+// is current to the calling thread then ctx will also be popped"; the
+// memory cuMemAlloc made in it goes with it (freed while it is still
+// current).
+CUresult cuCtxDestroy_v2(CUcontext c) {
+	lock();
+	int phys;
+	CUresult r = enter("cuCtxDestroy_v2", 0);
+	if (!r)
+		r = ctx_phys("cuCtxDestroy_v2", c, &phys);
+	if (!r && st.ctx[phys].created == 0)
+		r = violate(CUDA_ERROR_INVALID_CONTEXT, "cuCtxDestroy_v2: GPU %d has no context made by cuCtxCreate", phys);
+	unsigned long made = !r && cur_phys() == phys ? tls_made[tls_depth - 1] : 0;
+	struct ctxalloc *freeing[64];
+	int nf = 0;
+	for (size_t i = 0; made && i < st.ctxallocs.n && nf < 64; i++) {
+		struct ctxalloc *a = st.ctxallocs.p[i];
+		if (a->live && a->ctx == made) {
+			a->live = 0;
+			freeing[nf++] = a;
+		}
+	}
+	unlock();
+	for (int i = 0; i < nf; i++) {
+		cuMemUnmap(freeing[i]->p, freeing[i]->size);
+		cuMemAddressFree(freeing[i]->p, freeing[i]->size);
+	}
+	if (r)
+		return r;
+	lock();
+	st.ctx[phys].created--;
+	if (made)
+		tls_depth--;
+	unlock();
+	return r;
+}
+
+// cuCtxGetStreamPriorityRange: CUDA's usual range, 0 (least) to -5.
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+	lock();
+	CUresult r = enter("cuCtxGetStreamPriorityRange", 1);
+	if (!r) {
+		if (least)
+			*least = 0;
+		if (greatest)
+			*greatest = -5;
+	}
+	unlock();
+	return r;
+}
+
+// cuStreamCreateWithPriority: a stream as cuStreamCreate makes, the
+// priority (one of the range's) not modelled.
+CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, int priority) {
+	if (priority > 0 || priority < -5)
+		return standin_violation(CUDA_ERROR_INVALID_VALUE, "cuStreamCreateWithPriority: priority %d", priority);
+	return cuStreamCreate(ps, flags);
+}
+
+// cuDeviceCanAccessPeer: the stand-in has no peer access (see cuMemSetAccess).
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+	lock();
+	int phys;
+	CUresult r = enter("cuDeviceCanAccessPeer", 0);
+	if (!r)
+		r = device_phys("cuDeviceCanAccessPeer", dev, &phys);
+	if (!r)
+		r = device_phys("cuDeviceCanAccessPeer", peer, &phys);
+	if (!r)
+		*can = 0;
+	unlock();
+	return r;
+}
+
+// Pinned host memory: cuMemHostAlloc ("Allocates bytesize bytes of host
+// memory that is page-locked"), cuMemAllocHost_v2, freed by cuMemFreeHost;
+// with unified addressing its device pointer is its host address
+// (cuMemHostGetDevicePointer). Not counted as live: cuFile keeps its
+// bounce buffers while its driver is open, which is the process's life.
+struct hostalloc {
+	int live;
+	void *p;
+	size_t size;
+	unsigned flags;
+};
+
+static struct hostalloc *hostalloc_at(const void *p) {
+	for (size_t i = 0; i < st.hostallocs.n; i++) {
+		struct hostalloc *h = st.hostallocs.p[i];
+		if (h->live && (uintptr_t)p >= (uintptr_t)h->p && (uintptr_t)p - (uintptr_t)h->p < h->size)
+			return h;
+	}
+	return NULL;
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
+	lock();
+	CUresult r = enter("cuMemHostAlloc", 1);
+	if (!r && (!pp || size == 0))
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuMemHostAlloc: pp %p, size %zu", (void *)pp, size);
+	if (!r && flags & ~0xfu)
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuMemHostAlloc: flags %#x", flags);
+	void *p = MAP_FAILED;
+	if (!r && (p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!r) {
+		struct hostalloc *h = calloc(1, sizeof *h);
+		*h = (struct hostalloc){.live = 1, .p = p, .size = size, .flags = flags};
+		standin_push(&st.hostallocs, h);
+		*pp = p;
+	}
+	unlock();
+	return r;
+}
+
+CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
+
+CUresult cuMemFreeHost(void *p) {
+	lock();
+	CUresult r = enter("cuMemFreeHost", 1);
+	struct hostalloc *h = r ? NULL : hostalloc_at(p);
+	if (!r && (!h || h->p != p))
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost: %p is not memory of cuMemHostAlloc", p);
+	if (!r) {
+		h->live = 0;
+		munmap(h->p, h->size);
+	}
+	unlock();
+	return r;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dp, void *p, unsigned int flags) {
+	lock();
+	CUresult r = enter("cuMemHostGetDevicePointer", 1);
+	if (!r && flags)
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuMemHostGetDevicePointer: flags %#x (must be 0)", flags);
+	if (!r && !hostalloc_at(p))
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuMemHostGetDevicePointer: %p is not pinned host memory", p);
+	if (!r)
+		*dp = (CUdeviceptr)(uintptr_t)p;
+	unlock();
+	return r;
+}
+
+// Pointer attributes (cuda.h's CUpointer_attribute), of device memory
+// mapped here and of pinned host memory; cuPointerGetAttribute of any
+// other address is CUDA_ERROR_INVALID_VALUE, as the driver answers for
+// memory it does not know.
+enum {
+	PA_CONTEXT = 1,
+	PA_MEMORY_TYPE = 2,
+	PA_DEVICE_POINTER = 3,
+	PA_HOST_POINTER = 4,
+	PA_SYNC_MEMOPS = 6,
+	PA_BUFFER_ID = 7,
+	PA_IS_MANAGED = 8,
+	PA_DEVICE_ORDINAL = 9,
+	PA_IS_LEGACY_CUDA_IPC_CAPABLE = 10,
+	PA_RANGE_START_ADDR = 11,
+	PA_RANGE_SIZE = 12,
+	PA_MAPPED = 13,
+	PA_ALLOWED_HANDLE_TYPES = 14,
+	PA_IS_GPU_DIRECT_RDMA_CAPABLE = 15,
+	PA_ACCESS_FLAGS = 16,
+	PA_MAPPING_SIZE = 18,
+	PA_MAPPING_BASE_ADDR = 19,
+	PA_MEMORY_BLOCK_ID = 20,
+	MEMORYTYPE_HOST = 1,
+	MEMORYTYPE_DEVICE = 2,
+};
+
+// pointer_attr fills one attribute of p (mu held); 1: p is not memory the
+// stand-in knows, 2: the attribute is not modelled.
+static int pointer_attr(void *data, int attr, uintptr_t p) {
+	struct mapping *m = mapping_at(p);
+	struct hostalloc *h = m ? NULL : hostalloc_at((void *)p);
+	if (!m && !h)
+		return 1;
+	int phys = m ? m->a->phys : cur_phys();
+	uintptr_t base = m ? m->ptr : (uintptr_t)h->p;
+	size_t size = m ? m->size : h->size;
+	switch (attr) {
+	case PA_CONTEXT: *(CUcontext *)data = phys >= 0 ? ctx_handle(phys) : NULL; break;
+	case PA_MEMORY_TYPE: *(unsigned *)data = m ? MEMORYTYPE_DEVICE : MEMORYTYPE_HOST; break;
+	case PA_DEVICE_POINTER: *(CUdeviceptr *)data = p; break;
+	case PA_HOST_POINTER:
+		if (m)
+			return 1;
+		*(void **)data = (void *)p;
+		break;
+	case PA_SYNC_MEMOPS: *(int *)data = 1; break;
+	case PA_BUFFER_ID: *(unsigned long long *)data = base; break;
+	case PA_IS_MANAGED:
+	case PA_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = 0; break;
+	case PA_DEVICE_ORDINAL: *(int *)data = phys >= 0 ? standin_ordinal(phys) : -1; break;
+	case PA_RANGE_START_ADDR:
+	case PA_MAPPING_BASE_ADDR: *(CUdeviceptr *)data = base; break;
+	case PA_RANGE_SIZE:
+	case PA_MAPPING_SIZE: *(size_t *)data = size; break;
+	case PA_MAPPED: *(int *)data = 1; break;
+	case PA_ALLOWED_HANDLE_TYPES: *(unsigned long long *)data = m ? (unsigned)m->a->types : 0; break;
+	case PA_IS_GPU_DIRECT_RDMA_CAPABLE: *(int *)data = m ? m->a->rdma : 0; break;
+	case PA_ACCESS_FLAGS: *(int *)data = m ? m->access : CU_MEM_ACCESS_FLAGS_PROT_READWRITE; break;
+	case PA_MEMORY_BLOCK_ID: *(unsigned long long *)data = base; break;
+	default: return 2;
+	}
+	return 0;
+}
+
+CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+	lock();
+	CUresult r = enter("cuPointerGetAttribute", 0);
+	if (!r && !data)
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuPointerGetAttribute: data is NULL");
+	int k = r ? 0 : pointer_attr(data, attr, p);
+	if (k == 1)
+		r = CUDA_ERROR_INVALID_VALUE; // not an error of the caller's: how it learns p is no device memory
+	else if (k == 2)
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuPointerGetAttribute: attribute %d is not modelled", attr);
+	unlock();
+	return r;
+}
+
+// cuPointerGetAttributes: "Unlike cuPointerGetAttribute, this function
+// will not return an error when the ptr encountered is not a valid CUDA
+// pointer. Instead, the attributes are assigned default NULL values".
+CUresult cuPointerGetAttributes(unsigned int n, int *attrs, void **data, CUdeviceptr p) {
+	lock();
+	CUresult r = enter("cuPointerGetAttributes", 0);
+	for (unsigned i = 0; !r && i < n; i++) {
+		int k = pointer_attr(data[i], attrs[i], p);
+		if (k == 2)
+			r = violate(CUDA_ERROR_INVALID_VALUE, "cuPointerGetAttributes: attribute %d is not modelled", attrs[i]);
+		else if (k == 1) {
+			if (attrs[i] == PA_DEVICE_ORDINAL)
+				*(int *)data[i] = -2;
+			else
+				memset(data[i], 0, attrs[i] == PA_MEMORY_TYPE || attrs[i] == PA_SYNC_MEMOPS ? 4 : 8);
+		}
+	}
+	unlock();
+	return r;
+}
+
+// cuPointerSetAttribute: only CU_POINTER_ATTRIBUTE_SYNC_MEMOPS is settable,
+// of device memory.
+CUresult cuPointerSetAttribute(const void *value, int attr, CUdeviceptr p) {
+	lock();
+	CUresult r = enter("cuPointerSetAttribute", 0);
+	if (!r && attr != PA_SYNC_MEMOPS)
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuPointerSetAttribute: attribute %d is not settable", attr);
+	if (!r && !mapping_at(p))
+		r = violate(CUDA_ERROR_INVALID_VALUE, "cuPointerSetAttribute: %#llx is not device memory", p);
+	unlock();
+	(void)value;
+	return r;
+}
+
+// Unified copies (the direction from the addresses) and memsets of device
+// memory.
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+	return standin_memcpy2d("cuMemcpy", (void *)dst, n, (const void *)src, n, n, 1, 4, NULL);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+	return standin_memcpy2d("cuMemcpyAsync", (void *)dst, n, (const void *)src, n, n, 1, 4, s);
+}
+
+static CUresult memset8(const char *call, CUdeviceptr dst, unsigned char v, size_t n) {
+	lock();
+	CUresult r = enter(call, 1);
+	int p = 0;
+	if (!r && n && (p = range_locked(dst, n, 1, NULL, NULL)))
+		r = violate(CUDA_ERROR_INVALID_VALUE, "%s: the destination [%#llx, +%zu) %s", call, dst, n, range_problem(p));
+	if (!r && n) {
+		pin_locked(dst, n, PIN_IO, 1);
+		memset((void *)(uintptr_t)dst, v, n);
+		pin_locked(dst, n, PIN_IO, -1);
+	}
+	unlock();
+	return r;
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { return memset8("cuMemsetD8", dst, v, n); }
+
+// cuMemsetD8Async: STRICTER than needed, done at once (after the stream's
+// earlier work).
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+	if (!is_default_stream(s)) {
+		CUresult r = cuStreamSynchronize(s);
+		if (r)
+			return r;
+	}
+	return memset8("cuMemsetD8Async", dst, v, n);
 }
 
 // ---- entry points
