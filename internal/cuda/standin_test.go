@@ -151,6 +151,11 @@ func TestStandinThreadWork(t *testing.T) {
 // TestStandinReadErrno: a cuFileRead that returns -1 reports the errno it
 // set (read on the same thread), as a *FileError that is the errno.
 func TestStandinReadErrno(t *testing.T) {
+	if os.Getenv(standin.ChildVar) == "" {
+		// the file below is in the temporary directory: cuFile needs a
+		// udev record of its device, as real cuFile does
+		standin.ProvideCuFileHost(t, false, os.TempDir())
+	}
 	if !standin.InChild(t, standin.FailVar+"=read-eio") {
 		return
 	}
