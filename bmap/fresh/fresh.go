@@ -53,6 +53,8 @@ type Guard struct {
 	writable  bitset  // unchanged raw samples an untrusted user may change (Trust): read through the filesystem
 	changed   bitset  // samples Counts found changed since (sticky)
 	multiLink bitset  // samples with other hard links: always stat after reading
+	moved     bitset  // samples an access check found not at their path (MarkChanged): always stat after reading
+	links     links   // sample paths through a symlink under the root (Linked)
 	// whyWritable says why the first Writable sample is (nil: none is).
 	whyWritable error
 	readGen     atomic.Uint64
@@ -127,7 +129,7 @@ type verified struct {
 // verifyAll checks every raw sample with 8 goroutines.
 func (g *Guard) verifyAll(trust Trust) verified {
 	n := len(g.m.Samples)
-	g.staleOpen, g.multiLink, g.changed, g.writable = newBitset(n), newBitset(n), newBitset(n), newBitset(n)
+	g.staleOpen, g.multiLink, g.changed, g.writable, g.moved = newBitset(n), newBitset(n), newBitset(n), newBitset(n), newBitset(n)
 	var next, nForged, nWritable atomic.Int64
 	var firstMu sync.Mutex
 	firstIdx, whyIdx := n, n
@@ -144,6 +146,7 @@ func (g *Guard) verifyAll(trust Trust) verified {
 					return
 				}
 				for i := lo; i < min(lo+256, n); i++ {
+					g.links.note(g.m.Root, g.m.Samples[i].Path)
 					if g.m.Samples[i].Reason != bmap.Raw {
 						g.recordPath(i) // the fanotify index (fanotify_linux.go)
 						continue
@@ -291,7 +294,7 @@ func (g *Guard) Poll() {
 // filesystem-wide watch saw its inode change (through any path), or it
 // has other hard links.
 func (g *Guard) NeedStat(i int) bool {
-	return g.watch == nil || g.multiLink.has(i) || g.watch.Changed(g.dirOf[i]) || g.fan.Changed(i)
+	return g.watch == nil || g.multiLink.has(i) || g.moved.has(i) || g.watch.Changed(g.dirOf[i]) || g.fan.Changed(i)
 }
 
 // PathUnchanged reports whether nothing under the dataset root on sample
@@ -302,8 +305,26 @@ func (g *Guard) NeedStat(i int) bool {
 // path, the file then there; whether it is still that file, with the
 // same mode, is the file's identity and change time (SameFile).
 func (g *Guard) PathUnchanged(i int) bool {
-	return g.watch != nil && !g.watch.Changed(g.dirOf[i]) && !g.fan.Changed(i)
+	return g.watch != nil && !g.moved.has(i) && !g.watch.Changed(g.dirOf[i]) && !g.fan.Changed(i)
 }
+
+// MarkChanged marks sample i changed for good: an open of its path (an
+// access check as a caller) found no file there, or another file than
+// the one mapped — its path now leads elsewhere through a change no
+// watch sees (a folder outside the root that a symlinked class folder
+// leads to, moved or renamed). From then on a raw read of it is checked
+// by a stat and an open as the caller, which fail it, and a filesystem
+// read opens it as the caller. It does not move Generation: the verdict
+// being judged when it is called stays valid, and the sample's reads say
+// the rest.
+func (g *Guard) MarkChanged(i int) { g.moved.set(i) }
+
+// Linked returns the absolute paths (as written under the root) of the
+// folders and samples reached through a symlink under the root: what an
+// access verdict must snapshot besides the root's ancestors
+// (SnapshotAncestors of each), since a change above where a link leads is
+// seen by no watch.
+func (g *Guard) Linked() []string { return g.links.list() }
 
 // SameFile checks that fd is sample i's file as mapped: identity, size,
 // modification and change time (a chmod or chown changes it), without

@@ -157,3 +157,79 @@ func TestAttackChmodThroughOutsideLink(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRevokedAboveALinkedClass: class c1 of the dataset is a
+// symlink to a folder outside the root (root-owned, readable by all, so
+// gds and bam read its samples raw). nobody reads the dataset; then root
+// takes access away above where the link leads — a chmod 0700 or an ACL
+// entry on the folder holding the target, or the folder moved into a
+// 0700 one. No watch sees those folders (they are neither under the root
+// nor above it). nobody's next session, and that of a user who never
+// opened, must not get c1's bytes: a 403, or (the move: the path leads
+// nowhere, which is a failed sample, not a refusal) its samples failed.
+// Before, both got 200 and every byte from gds and bam, which read the
+// unchanged inodes raw.
+func TestAttackRevokedAboveALinkedClass(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		revoke func(t *testing.T, outside string) (undo func())
+	}{
+		{"chmod 0700 of the target's parent", func(t *testing.T, outside string) func() {
+			if err := os.Chmod(outside, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return func() { os.Chmod(outside, 0o755) }
+		}},
+		{"ACL deny on the target's parent", func(t *testing.T, outside string) func() {
+			setfacl(t, outside)
+			return func() { exec.Command("setfacl", "-b", outside).Run() }
+		}},
+		{"target's parent moved into a 0700 folder", func(t *testing.T, outside string) func() {
+			private := filepath.Join(filepath.Dir(outside), "private")
+			if err := os.Mkdir(private, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(outside, filepath.Join(private, "outside")); err != nil {
+				t.Fatal(err)
+			}
+			return func() {}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAttackFS(t)
+			outside := a.fs.Path("outside")
+			if err := os.MkdirAll(outside, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(a.root, "c1"), filepath.Join(outside, "c1")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(outside, "c1"), filepath.Join(a.root, "c1")); err != nil {
+				t.Fatal(err)
+			}
+			m := a.build(t)
+			sock := daemon(t, m)
+			for _, be := range []string{"file", "gds", "bam"} {
+				readingAsNobody(t, sock, m, be)
+			}
+			t.Cleanup(tc.revoke(t, outside))
+			for _, w := range []who{nobodyWho, {neverOpened, neverOpened, nil}} {
+				for _, be := range []string{"file", "gds", "bam"} {
+					s, code, msg := connectAs(t, sock, w).open(be)
+					if code == http.StatusForbidden {
+						continue
+					}
+					if code != http.StatusOK {
+						t.Fatalf("uid %d, %s: open: %d %s", w.uid, be, code, msg)
+					}
+					got, _ := s.epoch(m)
+					for p, b := range got {
+						if filepath.Dir(p) == "c1" && b != nil {
+							t.Errorf("uid %d, %s, after %s: %s served (%d bytes), which the caller can no longer reach", w.uid, be, tc.name, p, len(b))
+						}
+					}
+				}
+			}
+		})
+	}
+}

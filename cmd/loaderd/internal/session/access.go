@@ -63,8 +63,12 @@ func refused(err error) bool {
 const accessWorkers = 8
 
 // checkAccess returns nil if c (nil: root) may open the dataset root and
-// every sample of ds, else an error naming the first path refused.
-func checkAccess(ds *bmap.Map, c *cred.Cred) error {
+// every sample of ds, else an error naming the first path refused. A
+// sample whose path leads to no file, or to another file than the one
+// mapped, is not a refusal (reading it fails the sample) but is marked
+// changed in g (nil: none), so that no read serves it without checking
+// it again: its path may have moved through a change no watch sees.
+func checkAccess(ds *bmap.Map, c *cred.Cred, g *fresh.Guard) error {
 	if c == nil {
 		return nil
 	}
@@ -107,8 +111,15 @@ func checkAccess(ds *bmap.Map, c *cred.Cred) error {
 					p := filepath.Join(ds.Root, ds.Samples[i].Path)
 					fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 					if err == nil {
+						var st unix.Stat_t
+						if g != nil && (unix.Fstat(fd, &st) != nil || (ds.Samples[i].Inode != 0 && st.Ino != ds.Samples[i].Inode)) {
+							g.MarkChanged(i)
+						}
 						unix.Close(fd)
 						continue
+					}
+					if g != nil {
+						g.MarkChanged(i)
 					}
 					if refused(err) {
 						fail(i, fmt.Errorf("%s: %w", listable(ds.Root, ds.Samples[i].Path), err))
@@ -145,9 +156,9 @@ func listable(root, rel string) string {
 // dataset's watch generation is unchanged.
 type verdicts struct {
 	mu       sync.Mutex
-	cache    map[verdictKey]verdict            // under mu
-	checking map[verdictKey]*pendingVerdict    // under mu: checks running now
-	check    func(*bmap.Map, *cred.Cred) error // checkAccess; tests replace it
+	cache    map[verdictKey]verdict                          // under mu
+	checking map[verdictKey]*pendingVerdict                  // under mu: checks running now
+	check    func(*bmap.Map, *cred.Cred, *fresh.Guard) error // checkAccess; tests replace it
 }
 
 func newVerdicts() *verdicts {
@@ -190,14 +201,39 @@ func keyOf(dataset uint64, c Caller) verdictKey {
 type verdict struct {
 	err error
 	gen uint64
-	anc *fresh.Ancestors
+	anc []*fresh.Ancestors // the root's, then each linked path's (fresh.Guard.Linked)
 }
 
 // holds reports whether v, judged at generation v.gen, still holds at gen:
-// nothing under the root changed (the watch) and nothing above it (the
-// ancestors' snapshot, taken again: a handful of statx calls).
+// nothing under the root changed (the watch) and nothing above it or
+// above where a symlink under it leads (the ancestors' snapshots, taken
+// again: a handful of statx calls each).
 func (v verdict) holds(gen uint64) bool {
-	return v.gen == gen && v.anc != nil && v.anc.Check() == nil
+	if v.gen != gen || len(v.anc) == 0 {
+		return false
+	}
+	for _, a := range v.anc {
+		if a == nil || a.Check() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// snapshot takes the snapshots a verdict on ds (guarded by g) depends on:
+// the root's ancestors and those of every path reached through a symlink
+// under the root; nil where one could not be taken (never reused).
+func snapshot(ds *bmap.Map, g *fresh.Guard) []*fresh.Ancestors {
+	paths := append([]string{ds.Root}, g.Linked()...)
+	out := make([]*fresh.Ancestors, len(paths))
+	for k, p := range paths {
+		a, err := fresh.SnapshotAncestors(p)
+		if err != nil {
+			return nil
+		}
+		out[k] = a
+	}
+	return out
 }
 
 // authorize returns nil if c may read every sample of dataset name
@@ -257,9 +293,9 @@ func (v *verdicts) get(id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) verdic
 	// The snapshot comes before the check: a change above the root after
 	// it is seen at the next open, whether or not the check saw it.
 	if g != nil {
-		p.v.anc, _ = fresh.SnapshotAncestors(ds.Root) // nil on error: never reused
+		p.v.anc = snapshot(ds, g)
 	}
-	p.v.err = v.check(ds, credOf(c))
+	p.v.err = v.check(ds, credOf(c), g)
 	v.mu.Lock()
 	if g != nil {
 		if v.checking[key] == p {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/testenv"
@@ -130,7 +131,7 @@ func TestCheckAccess(t *testing.T) {
 			m := tree(t)
 			searchable(t, m.Root)
 			tt.setup(m.Root)
-			err := checkAccess(m, credOf(tt.c))
+			err := checkAccess(m, credOf(tt.c), nil)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -152,15 +153,15 @@ func TestCheckAccessRoot(t *testing.T) {
 	os.Mkdir(vault, 0o700)
 	os.Rename(m.Root, filepath.Join(vault, "ds"))
 	os.Symlink(filepath.Join(vault, "ds"), m.Root)
-	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody})); err == nil || !strings.Contains(err.Error(), "permission denied") {
+	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody}), nil); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("a root symlinked into a 0700 directory: err = %v, want permission denied", err)
 	}
 	os.Chmod(vault, 0o755)
-	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody})); err != nil {
+	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody}), nil); err != nil {
 		t.Errorf("the same tree made searchable: %v", err)
 	}
 	os.Chmod(base, 0o750)
-	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody})); err == nil || !strings.Contains(err.Error(), "permission denied") {
+	if err := checkAccess(m, credOf(Caller{UID: nobody, GID: nobody}), nil); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("a parent of the root that others cannot search: err = %v", err)
 	}
 }
@@ -185,7 +186,7 @@ func TestVerdictConcurrent(t *testing.T) {
 	slow, fast := Caller{UID: 1001, GID: 1001}, Caller{UID: 1002, GID: 1002}
 	release := make(chan struct{})
 	var calls sync.Map // uid -> *atomic.Int32
-	m.access.check = func(_ *bmap.Map, c *cred.Cred) error {
+	m.access.check = func(_ *bmap.Map, c *cred.Cred, _ *fresh.Guard) error {
 		n, _ := calls.LoadOrStore(int(c.UID), new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 		if int(c.UID) == slow.UID {
