@@ -53,14 +53,11 @@ func readLayers(t *testing.T, root string) map[string]int {
 	return layer
 }
 
-func TestNoImportRunsUp(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer := readLayers(t, root)
-	imports := map[string]map[string]bool{} // package -> module packages it imports
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+// walkSources calls fn with every Go source file of the module below root
+// (test files, testdata, the client and hidden directories aside) and its
+// package's directory relative to root.
+func walkSources(root string, fn func(path, rel string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -71,6 +68,18 @@ func TestNoImportRunsUp(t *testing.T) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		return fn(path, rel)
+	})
+}
+
+func TestNoImportRunsUp(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := readLayers(t, root)
+	imports := map[string]map[string]bool{} // package -> module packages it imports
+	err = walkSources(root, func(path, rel string) error {
 		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
 		if err != nil {
 			return err

@@ -5,7 +5,7 @@ against building one TensorListCPU of them (what LoaderSource does with
 batch_format="dali"), and a whole pipe.run() per batch fed either way
 (the bytes go to an operator: their shape). Needs DALI.
 
-Usage: python bench/feed_cost.py [BATCH]
+Usage: python bench/experiments/feed_cost.py [BATCH]
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@
 # the order alternating; prints each pair's ratio and the median. On a
 # noisy device a paired ratio says more than two separate medians.
 #
-# Needs root. Usage: bench/pair.sh DEVICE ROUNDS [QD] [gds flags...]
+# Needs root. Usage: bench/experiments/pair.sh DEVICE ROUNDS [QD] [gds flags...]
 #   DEVICE: virtio or ram; QD: fio's queue depth (default 16);
 #   env FILES (default 12000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [[ $# -ge 2 ]] || { sed -n '3,11p' "$0" >&2; exit 2; }
 device=$1 rounds=$2 qd=${3:-16}; shift $(( $# >= 3 ? 3 : 2 ))
 . bench/lib.sh

@@ -4,9 +4,9 @@
 # ext4 loop device: RUNS alternating runs of `loaderd bench` and of
 # LoaderSource through a daemon (python/examples/benchmark.py), same
 # batch size; prints each pair and its ratio. Needs root.
-# Usage: bench/client_ratio.sh [BATCH] [RUNS]   (env: FILES, default 4000)
+# Usage: bench/experiments/client_ratio.sh [BATCH] [RUNS]   (env: FILES, default 4000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BATCH=${1:-16} RUNS=${2:-5} FILES=${FILES:-4000}
 w=$PWD/.bench/client; mkdir -p "$w"; img=/dev/shm/nvfeed-client.img
 truncate -s 2G "$img"; mkfs.ext4 -q -F -b 4096 "$img"

@@ -7,10 +7,10 @@
 # SOURCE loader-dali reads through LoaderSource gds; dali-memory is the
 # in-memory ceiling fed either way.
 #
-# Needs root. Usage: bench/format_ab.sh [BATCH] [ROUNDS] [SOURCE]
+# Needs root. Usage: bench/experiments/format_ab.sh [BATCH] [ROUNDS] [SOURCE]
 # (env: CONSUME, default operator; FILES, default 12000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bs=${1:-64} rounds=${2:-7} src=${3:-loader-dali} consume=${CONSUME:-operator}
 . bench/lib.sh
 d=

@@ -5,11 +5,11 @@
 # daemon's peak resident memory (VmRSS, sampled every 50 ms) and how busy
 # the machine was (/proc/stat) with the daemon's share of it.
 #
-# Needs root. Usage: bench/load.sh DEVICE RUNS [SESSIONS] [LOADERD] [EPOCHS]
+# Needs root. Usage: bench/experiments/load.sh DEVICE RUNS [SESSIONS] [LOADERD] [EPOCHS]
 #   DEVICE: virtio or ram; LOADERD: the binary (default bin/loaderd);
 #   env FILES (default 12000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [[ $# -ge 2 ]] || { sed -n '3,11p' "$0" >&2; exit 2; }
 device=$1 runs=$2 sessions=${3:-8} loaderd=${4:-bin/loaderd} epochs=${5:-3}
 . bench/lib.sh

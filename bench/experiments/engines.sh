@@ -6,10 +6,10 @@
 # every other round; medians at the end, with fio's best on the same bytes
 # (shuffled order, qd 16/32/64) as the device limit.
 #
-# Needs root. Usage: bench/engines.sh DEVICE ROUNDS [SESSIONS] [BACKEND]
+# Needs root. Usage: bench/experiments/engines.sh DEVICE ROUNDS [SESSIONS] [BACKEND]
 #   DEVICE: virtio or ram; env FILES (default 12000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [[ $# -ge 2 ]] || { sed -n '3,10p' "$0" >&2; exit 2; }
 device=$1 rounds=$2 sessions=${3:-8} be=${4:-gds}
 FILES=${FILES:-12000}

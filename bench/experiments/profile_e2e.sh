@@ -7,10 +7,10 @@
 # LoaderSource runs and ROUNDS ceiling runs, cold, alternating; then each
 # profile's share of CPU time by thread group (bench/perf_shares.py).
 #
-# Needs root and perf. Usage: bench/profile_e2e.sh [ROUNDS]
+# Needs root and perf. Usage: bench/experiments/profile_e2e.sh [ROUNDS]
 # (env: CONSUME, default operator; BATCH, default 64; OUT, default /tmp)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rounds=${1:-3} consume=${CONSUME:-operator} bs=${BATCH:-64} out=${OUT:-/tmp}
 . bench/lib.sh
 d=
