@@ -183,6 +183,11 @@ func (r *Reader) run(out []int32, keep bool, stop <-chan struct{}) ([]int32, boo
 	p := r.p
 	per := (p.N + p.NumShards - 1) / p.NumShards // every shard's length with padding
 	size := int64(len(r.ring))
+	select {
+	case <-stop: // a skip asked to stop before it began takes no step (nil: never)
+		return out, false
+	default:
+	}
 	for {
 		if r.steps++; stop != nil && r.steps%stopEvery == 0 {
 			select {
