@@ -195,9 +195,25 @@ func (l logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, o)), nil
 	case "json":
+		o.ReplaceAttr = secondsAttr
 		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", *l.format)
+}
+
+// secondsAttr renders a time.Duration in a JSON log the way the rest of
+// the log gives times: float seconds, its key ending in "seconds"
+// (read_timeout: 30s becomes read_timeout_seconds: 30), where slog's JSON
+// handler would write integer nanoseconds.
+func secondsAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() != slog.KindDuration {
+		return a
+	}
+	key := a.Key
+	if !strings.HasSuffix(key, "seconds") {
+		key += "_seconds"
+	}
+	return slog.Float64(key, a.Value.Duration().Seconds())
 }
 
 // useLogger makes the flags' logger the default (the libraries log there)
