@@ -57,6 +57,7 @@ type Guard struct {
 	links     links   // sample paths through a symlink under the root (Linked)
 	// whyWritable says why the first Writable sample is (nil: none is).
 	whyWritable error
+	forged      int // raw samples whose mapped extents Open found not the file's own (all in staleOpen)
 	readGen     atomic.Uint64
 }
 
@@ -110,7 +111,7 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 	trust := o.Trust
 	trust.UIDs = append(slices.Clip(trust.UIDs), uint32(unix.Geteuid()))
 	v := g.verifyAll(trust)
-	g.whyWritable = v.firstWritable
+	g.whyWritable, g.forged = v.firstWritable, v.forged
 	if n, first := v.forged, v.firstForged; n > 0 {
 		log.Warn("fresh: the map's extents are not the files' own: those samples are read through the filesystem only",
 			"root", m.Root, "samples", n, "first", first)
@@ -251,6 +252,10 @@ type Counts struct {
 	// outside the Trust (Guard.Writable): read through the filesystem.
 	Writable int
 	FSOnly   int // samples mapped filesystem-only (any reason but bmap.Raw)
+	// Extents counts the Stale samples whose mapped extents were found
+	// at Open not to be the file's own (bmap.ErrExtents); the rest of
+	// Stale changed since mapping.
+	Extents int
 }
 
 // Counts counts the map's samples now. A raw sample is stale when the stat
@@ -260,7 +265,7 @@ type Counts struct {
 // without another stat.
 func (g *Guard) Counts() Counts {
 	g.Poll()
-	var c Counts
+	c := Counts{Extents: g.forged}
 	for i := range g.m.Samples {
 		switch {
 		case g.m.Samples[i].Reason != bmap.Raw:

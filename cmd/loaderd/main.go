@@ -63,6 +63,7 @@ processes over a unix socket, and measures and checks the machine.
 commands:
   serve      the daemon: serve registered datasets on a unix socket
   reload     make the running daemon read its datasets' maps again (root)
+  status     what the running daemon serves and holds: datasets, stale samples and why, sessions, budgets
   bench      read a dataset through a backend and report its throughput
   backends   list the backends, their options' flags, defaults and limits
   check      what this machine offers: io_uring, O_DIRECT, driver, CUDA, cuFile, GPUs, topology
@@ -95,6 +96,19 @@ sessions keep theirs until they close, and a map that does not load
 leaves its dataset as it was. Prints what became of each dataset; exits
 1 if any map did not load. The socket is --socket, else the config
 file's socket line, else ` + defaultSocket + `.
+
+flags:`
+
+const statusUsage = `usage: loaderd status [--socket PATH | --config FILE] [--json]
+
+Asks the daemon listening on the socket (GET /v1/status) what it serves
+and holds: each dataset's samples (fresh, stale, writable by untrusted
+users, filesystem-only) and why samples are read through the filesystem,
+with the fix; the open sessions by user (root sees every user's; anyone
+else only their own); the budgets used (batch memory, sample-order
+memory, sessions, connections). The answer follows the caller's rights,
+as /v1/datasets does. The socket is --socket, else the config file's
+socket line, else ` + defaultSocket + `.
 
 flags:`
 
@@ -146,6 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serveCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "reload":
 		err = reloadCmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "status":
+		err = statusCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "backends":
 		err = backendsCmd(args[1:], stdout, stderr)
 	case args[0] == "check":
@@ -195,9 +211,25 @@ func (l logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, o)), nil
 	case "json":
+		o.ReplaceAttr = secondsAttr
 		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", *l.format)
+}
+
+// secondsAttr renders a time.Duration in a JSON log the way the rest of
+// the log gives times: float seconds, its key ending in "seconds"
+// (read_timeout: 30s becomes read_timeout_seconds: 30), where slog's JSON
+// handler would write integer nanoseconds.
+func secondsAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() != slog.KindDuration {
+		return a
+	}
+	key := a.Key
+	if !strings.HasSuffix(key, "seconds") {
+		key += "_seconds"
+	}
+	return slog.Float64(key, a.Value.Duration().Seconds())
 }
 
 // useLogger makes the flags' logger the default (the libraries log there)
@@ -726,27 +758,12 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // what became of each dataset.
 func reloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loaderd reload", flag.ContinueOnError)
-	socket := fs.String("socket", "", "the daemon's unix socket (default: the config file's socket, else "+defaultSocket+")")
-	config := fs.String("config", "", "the daemon's config file: its socket line names the socket")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting for the daemon after this (a reload stats every raw sample again)")
-	if err := cli.Parse(fs, args, stdout, stderr, reloadUsage); err != nil {
+	cf := addClientFlags(fs, 10*time.Minute, " (a reload stats every raw sample again)")
+	path, err := cf.parse(fs, args, stdout, stderr, reloadUsage)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
-	}
-	path := *socket
-	if path == "" && *config != "" {
-		s, err := configValue(*config, "socket")
-		if err != nil {
-			return err
-		}
-		path = s
-	}
-	if path == "" {
-		path = defaultSocket
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, *cf.timeout)
 	defer cancel()
 	res, err := serve.RequestReload(ctx, path)
 	if err != nil {
@@ -768,4 +785,43 @@ func reloadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%d of %d maps did not load: those datasets are served as before", failed, len(res.Datasets))
 	}
 	return nil
+}
+
+// clientFlags are the flags of the commands that ask the running daemon
+// (reload, status): where its socket is and how long to wait.
+type clientFlags struct {
+	socket, config *string
+	timeout        *time.Duration
+}
+
+// addClientFlags defines --socket, --config and --timeout (default
+// timeout; why is said after it) on fs.
+func addClientFlags(fs *flag.FlagSet, timeout time.Duration, why string) clientFlags {
+	return clientFlags{
+		socket:  fs.String("socket", "", "the daemon's unix socket (default: the config file's socket, else "+defaultSocket+")"),
+		config:  fs.String("config", "", "the daemon's config file: its socket line names the socket"),
+		timeout: fs.Duration("timeout", timeout, "give up waiting for the daemon after this"+why),
+	}
+}
+
+// parse parses args (no positional one) and returns the daemon's socket:
+// --socket, else the config file's socket line, else defaultSocket.
+func (c clientFlags) parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, usage string) (string, error) {
+	if err := cli.Parse(fs, args, stdout, stderr, usage); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", cli.UsageErr(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	if *c.socket == "" && *c.config != "" {
+		s, err := configValue(*c.config, "socket")
+		if err != nil {
+			return "", err
+		}
+		return s, nil
+	}
+	if *c.socket == "" {
+		return defaultSocket, nil
+	}
+	return *c.socket, nil
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -122,6 +123,49 @@ func TestLogFlags(t *testing.T) {
 	}
 }
 
+// TestJSONLogDurations: a JSON log gives every time as float seconds
+// under a key ending in "seconds", a time.Duration included (slog's JSON
+// handler alone writes integer nanoseconds).
+func TestJSONLogDurations(t *testing.T) {
+	tests := []struct {
+		attr    slog.Attr
+		key     string
+		seconds float64
+	}{
+		{slog.Duration("read_timeout", 30*time.Second), "read_timeout_seconds", 30},
+		{slog.Duration("wait", 1500*time.Microsecond), "wait_seconds", 0.0015},
+		{slog.Duration("seconds", 2*time.Second), "seconds", 2},
+		{slog.Float64("seconds", 0.25), "seconds", 0.25},
+		{slog.Group("g", slog.Duration("idle", time.Minute)), "g.idle_seconds", 60},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			l := addLogFlags(fs)
+			if err := fs.Parse([]string{"--log-format", "json"}); err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			log, err := l.logger(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Info("m", tt.attr)
+			var v map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &v); err != nil {
+				t.Fatalf("%q: %v", buf.String(), err)
+			}
+			var got any = v
+			for _, k := range strings.Split(tt.key, ".") {
+				got = got.(map[string]any)[k]
+			}
+			if f, ok := got.(float64); !ok || f != tt.seconds {
+				t.Errorf("%s = %v in %s, want %v seconds", tt.key, got, buf.String(), tt.seconds)
+			}
+		})
+	}
+}
+
 // TestServeReload: a daemon started with --log-format json logs JSON
 // lines only; loaderd reload makes it read its map again (a map that no
 // longer loads: exit 1, the dataset kept), and so does SIGHUP.
@@ -182,7 +226,7 @@ func TestServeReload(t *testing.T) {
 			t.Errorf("not a JSON line: %q", line)
 		}
 	}
-	if !strings.Contains(out, `"msg":"serve: listening"`) || !strings.Contains(out, `"level":"WARN"`) {
+	if !strings.Contains(out, `"msg":"serve: listening"`) || !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, `"read_timeout_seconds":30`) {
 		t.Errorf("the log lacks the listening line or the failed map's warning:\n%s", out)
 	}
 }

@@ -146,6 +146,59 @@ class DatasetsResponse(TypedDict):
     datasets: List[DatasetInfo]
 
 
+class StaleCause(TypedDict):
+    cause: str  # "changed_since_mapping", "extents_not_the_files", "writable_by_untrusted_users" or "unchecked"
+    samples: int  # raw-mapped samples this cause has read through the filesystem
+    fix: str  # what makes them raw again
+
+
+class DatasetStatus(TypedDict, total=False):
+    # GET /v1/status: a DatasetInfo with why raw-mapped samples are not read raw.
+    name: str
+    readable: bool
+    samples: Optional[int]
+    bytes: Optional[int]
+    classes: Optional[int]
+    fresh: Optional[int]
+    stale: Optional[int]
+    writable: Optional[int]
+    filesystem_only: Optional[int]
+    added: Optional[int]
+    freshness: str
+    fingerprint: str
+    reader: str
+    dtype: str
+    stale_causes: List[StaleCause]  # absent when none (or the caller may not read the dataset)
+
+
+class SessionInfo(TypedDict):
+    uid: int  # the owner (for tcp, the TCP principal)
+    tcp: bool
+    dataset: str
+    backend: str
+    memory: str  # "pinned" or "gpu"
+    device_id: int
+    gpu_path: str
+    batch_bytes: int
+    sampler_bytes: int
+    opened_unix: int
+    idle_seconds: float
+    streaming: bool
+
+
+class Budget(TypedDict):
+    name: str  # "batch_memory", "sample_order_memory", "sessions", "sessions_of_the_caller", "connections"
+    used: int
+    limit: int
+
+
+class StatusResponse(TypedDict):
+    # GET /v1/status (loaderd status): sessions are every one's for root, the caller's own otherwise.
+    datasets: List[DatasetStatus]
+    sessions: List[SessionInfo]
+    budgets: List[Budget]
+
+
 class Reloaded(TypedDict, total=False):
     dataset: str
     outcome: str  # "reloaded", "added", "removed" or "failed"

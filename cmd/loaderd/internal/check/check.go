@@ -41,6 +41,9 @@ type Report struct {
 	Datasets []Dataset `json:"datasets"`
 	// Libraries are the CUDA libraries looked for: libcudart, libcufile.
 	Libraries []Library `json:"cuda_libraries"`
+	// SearchPath is where the CUDA libraries were looked for, in order
+	// (cuda.Search.Places): the text names it once, not in every finding.
+	SearchPath []string `json:"cuda_search_path"`
 	// Driver says whether there is a driver, as the runtime found says
 	// (cudaDriverGetVersion), with the kernel module's version line where
 	// there is one.
@@ -118,6 +121,9 @@ func Run(o Options) (Report, error) {
 	search := cuda.SearchFromEnv()
 	if o.Search != nil {
 		search = *o.Search
+	}
+	for _, p := range search.Places() {
+		r.SearchPath = append(r.SearchPath, p.Dir)
 	}
 	r.cudaLibraries(search)
 	if r.Driver.OK {
@@ -315,17 +321,32 @@ func (r Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  to GPU %s    %s\n", gi, rel)
 		}
 	}
+	once := r.sayOnce()
+	if len(r.SearchPath) > 0 {
+		fmt.Fprintf(w, "cuda search   %s\n", strings.Join(r.SearchPath, ", "))
+	}
 	for _, l := range r.Libraries {
 		switch {
 		case l.Path == "":
-			fmt.Fprintf(w, "%-13s not found: %s\n", l.Name, l.Error)
+			fmt.Fprintf(w, "%-13s not found: %s\n", l.Name, once(l.Error))
 		case l.Error != "":
 			fmt.Fprintf(w, "%-13s %s (found by %s), version unknown: %s\n", l.Name, l.Path, l.From, l.Error)
 		default:
 			fmt.Fprintf(w, "%-13s %s (found by %s), %s\n", l.Name, l.Path, l.From, l.Version)
 		}
 	}
-	fmt.Fprintf(w, "driver        %s\ncuda          %s\ncufile        %s\nnvml          %s\n", yes(r.Driver), yes(r.CUDA), yes(r.CuFile), yes(r.NVML))
+	// A probe that failed for want of a library says so by the library's
+	// name: the reason is on the library's line above.
+	probe := func(p Probe, lib string) string {
+		for _, l := range r.Libraries {
+			if !p.OK && l.Name == lib && l.Error != "" && strings.HasSuffix(p.Detail, l.Error) {
+				return "no: " + lib + " not found (above)"
+			}
+		}
+		return yes(p)
+	}
+	fmt.Fprintf(w, "driver        %s\ncuda          %s\ncufile        %s\nnvml          %s\n", yes(r.Driver),
+		probe(r.CUDA, cuda.Cudart().Name), probe(r.CuFile, cuda.Cufile().Name), yes(r.NVML))
 	for _, d := range r.CUDADevices {
 		fmt.Fprintf(w, "cuda device %d %s, PCI %s\n", d.Ordinal, d.UUID, d.PCIBusID)
 	}
@@ -339,4 +360,15 @@ func (r Report) WriteText(w io.Writer) {
 	for _, m := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", m)
 	}
+}
+
+// sayOnce returns a function that shortens a library's error for the
+// text: the directory list it repeats (the search path, printed once on
+// its own line) becomes a reference to that line.
+func (r Report) sayOnce() func(string) string {
+	if len(r.SearchPath) == 0 {
+		return func(s string) string { return s }
+	}
+	dirs := " in " + strings.Join(r.SearchPath, ", ")
+	return func(s string) string { return strings.ReplaceAll(s, dirs, " in the cuda search path") }
 }

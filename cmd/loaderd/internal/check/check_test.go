@@ -137,3 +137,31 @@ func TestCheckLibrariesNotFound(t *testing.T) {
 		t.Errorf("driver %+v cuda %+v cufile %+v", r.Driver, r.CUDA, r.CuFile)
 	}
 }
+
+// TestCheckTextSaysEachThingOnce: on a node without the CUDA libraries,
+// the text names every searched directory once (the search path's own
+// line), not in each library's and each probe's reason.
+func TestCheckTextSaysEachThingOnce(t *testing.T) {
+	dirs := []string{t.TempDir(), t.TempDir()}
+	env := map[string]string{cuda.EnvLibDir: dirs[0], "CUDA_HOME": dirs[1]}
+	s := cuda.Search{Getenv: func(k string) string { return env[k] }, NoLoaderSearch: true}
+	r, err := Run(Options{Search: &s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	for _, tc := range []struct {
+		what string
+		want int
+	}{
+		{dirs[0], 1},
+		{filepath.Join(dirs[1], "lib64"), 1},
+		{"libcudart (libcudart.so.13", 1},
+		{"libcufile (libcufile.so.0", 1},
+	} {
+		if n := strings.Count(text.String(), tc.what); n != tc.want {
+			t.Errorf("%q appears %d times, want %d:\n%s", tc.what, n, tc.want, text.String())
+		}
+	}
+}

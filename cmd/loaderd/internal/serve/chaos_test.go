@@ -213,6 +213,7 @@ func TestMutatedRequests(t *testing.T) {
 		"* /metrics":        {1, func(string) (string, string, []byte) { return anyMethod(), "/metrics", c.mutate(bodies["next"][0]) }},
 		"GET /v1/backends":  {1, func(string) (string, string, []byte) { return "GET", "/v1/backends", c.mutate(bodies["next"][0]) }},
 		"GET /v1/datasets":  {1, func(string) (string, string, []byte) { return "GET", "/v1/datasets", c.mutate(bodies["next"][0]) }},
+		"GET /v1/status":    {1, func(string) (string, string, []byte) { return "GET", "/v1/status", c.mutate(bodies["next"][0]) }},
 		"POST /v1/reload":   {1, func(string) (string, string, []byte) { return "POST", "/v1/reload", body("next") }},
 		"POST /v1/sessions": {3, func(string) (string, string, []byte) { return "POST", "/v1/sessions", body("open") }},
 		"POST /v1/sessions/{id}/next": {6, func(sid string) (string, string, []byte) {

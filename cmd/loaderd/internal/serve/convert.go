@@ -97,6 +97,34 @@ func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
 	return r
 }
 
+// statusResponse is a status's wire form; conns is the connections
+// budget (nil: not listening, as in tests of the handler alone).
+func statusResponse(st session.Status, conns *wire.Budget) wire.StatusResponse {
+	r := wire.StatusResponse{Datasets: []wire.DatasetStatus{}, Sessions: []wire.SessionInfo{}, Budgets: []wire.Budget{}}
+	infos := make([]session.DatasetInfo, len(st.Datasets))
+	for i, d := range st.Datasets {
+		infos[i] = d.DatasetInfo
+	}
+	for i, d := range datasetsResponse(infos).Datasets {
+		ds := wire.DatasetStatus{DatasetInfo: d}
+		for _, c := range st.Datasets[i].StaleCauses {
+			ds.StaleCauses = append(ds.StaleCauses, wire.StaleCause{Cause: c.Cause, Samples: c.Samples, Fix: c.Fix})
+		}
+		r.Datasets = append(r.Datasets, ds)
+	}
+	for _, s := range st.Sessions {
+		r.Sessions = append(r.Sessions, wire.SessionInfo{UID: s.UID, TCP: s.TCP, Dataset: s.Dataset, Backend: s.Backend, Memory: s.Memory, Device: s.Device,
+			GPUPath: s.GPUPath, BatchBytes: s.BatchBytes, SamplerBytes: s.SamplerBytes, OpenedUnix: s.Opened.Unix(), IdleSeconds: s.Idle.Seconds(), Streaming: s.Streaming})
+	}
+	for _, b := range st.Budgets {
+		r.Budgets = append(r.Budgets, wire.Budget{Name: b.Name, Used: b.Used, Limit: b.Limit})
+	}
+	if conns != nil {
+		r.Budgets = append(r.Budgets, *conns)
+	}
+	return r
+}
+
 // reloadResponse is a reload's outcomes' wire form.
 func reloadResponse(res []session.Reloaded) wire.ReloadResponse {
 	var r wire.ReloadResponse

@@ -66,7 +66,8 @@ func TestConvertCarriesEveryField(t *testing.T) {
 			convert: func(f any) any { return openResponse(*f.(*session.Opened)) }},
 		{name: "Delivery to NextResponse", from: &session.Delivery{}, wireOnly: []string{"Error", "ErrorStatus", "Stopped"},
 			convert: func(f any) any { return nextResponse(*f.(*session.Delivery)) }},
-		{name: "DatasetInfo", from: &session.DatasetInfo{}, sessionOnly: []string{"Listable"},
+		// StaleExtents reaches the wire as the status's stale_causes.
+		{name: "DatasetInfo", from: &session.DatasetInfo{}, sessionOnly: []string{"Listable", "StaleExtents"},
 			convert: func(f any) any { return datasetsResponse([]session.DatasetInfo{*f.(*session.DatasetInfo)}).Datasets[0] }},
 		{name: "Reloaded", from: &session.Reloaded{},
 			convert: func(f any) any { return reloadResponse([]session.Reloaded{*f.(*session.Reloaded)}).Datasets[0] }},

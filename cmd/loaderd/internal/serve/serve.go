@@ -59,6 +59,9 @@ type Server struct {
 	// The hijacked connections' deadlines (Run sets them from its Listen;
 	// zero: none).
 	writeTimeout, streamIdle time.Duration
+	// conns are the connection limits Run listens with (nil before Run,
+	// or without it): /v1/status tells how many are used.
+	conns *connCaps
 }
 
 // New makes a server. Under systemd (Type=notify) it tells the state
@@ -160,13 +163,15 @@ func requireToken(token string, next http.Handler) http.Handler {
 // Handler returns the HTTP API.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	r.Use(negotiate)
+	r.Get("/healthz", healthz)
 	// No session ids in the metrics (session/metrics.go): anyone who may
 	// connect reads them, a dataset's series only if it may read the
 	// dataset (metrics).
 	r.Handle("/metrics", http.HandlerFunc(s.metrics))
 	r.Get("/v1/backends", s.backends)
 	r.Get("/v1/datasets", s.datasets)
+	r.Get("/v1/status", s.statusOf)
 	r.Post("/v1/reload", s.reload)
 	r.Post("/v1/sessions", s.open)
 	r.Post("/v1/sessions/{id}/next", s.next)
@@ -197,12 +202,18 @@ func fail(w http.ResponseWriter, err error) {
 	writeErr(w, status(err), err.Error())
 }
 
+// writeMsg writes v in msgpack, or in JSON where the request asked for it
+// (negotiate).
 func writeMsg(w http.ResponseWriter, code int, v any) {
-	b, err := msgpack.Marshal(v)
+	encode, ctype := msgpack.Marshal, "application/msgpack"
+	if _, ok := w.(jsonReply); ok {
+		encode, ctype = wire.MarshalJSON, "application/json"
+	}
+	b, err := encode(v)
 	if err != nil {
 		code, b = http.StatusInternalServerError, []byte(err.Error())
 	}
-	w.Header().Set("Content-Type", "application/msgpack")
+	w.Header().Set("Content-Type", ctype)
 	w.WriteHeader(code)
 	w.Write(b)
 }
@@ -279,6 +290,20 @@ func (s *Server) backends(w http.ResponseWriter, _ *http.Request) {
 // and no file (anyone who may connect asks).
 func (s *Server) datasets(w http.ResponseWriter, r *http.Request) {
 	writeMsg(w, http.StatusOK, datasetsResponse(s.mgr.Datasets(caller(r))))
+}
+
+// statusOf tells the caller what the daemon serves and holds
+// (wire.StatusResponse): the datasets as /v1/datasets gives them, with
+// why samples went stale; the open sessions, every one's to root on the
+// unix socket and the caller's own to anyone else; the budgets.
+func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
+	var conns *wire.Budget
+	if s.conns != nil {
+		s.conns.counted.mu.Lock()
+		conns = &wire.Budget{Name: "connections", Used: int64(s.conns.counted.n), Limit: int64(s.conns.total)}
+		s.conns.counted.mu.Unlock()
+	}
+	writeMsg(w, http.StatusOK, statusResponse(s.mgr.Status(caller(r)), conns))
 }
 
 // metrics serves the Prometheus metrics as the caller may see them, by
@@ -649,6 +674,7 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 	if err != nil {
 		return err
 	}
+	s.conns = &caps
 	ln, err := listenUnix(l.Socket, gid, l.Mode)
 	if err != nil {
 		return err

@@ -45,6 +45,22 @@ type dataset struct {
 	listed  []string  // the folders the count of info.Added listed (bmap.Map.UnmappedIn)
 	infoGen uint64    // the guard's generation info was counted at
 	infoAt  time.Time // when; zero: never
+	// warned is how many samples changed since mapping the log has told
+	// of (warnStale); under infoMu after registration.
+	warned int
+}
+
+// warnStale logs, with the cause and the fix, that changed raw samples
+// (changed since mapping) are read through the filesystem, when there
+// are more of them than the log has told of.
+func (d *dataset) warnStale(changed int, log *slog.Logger) {
+	if changed <= d.warned {
+		return
+	}
+	log.Warn(fmt.Sprintf("session: dataset %s: %d raw-mapped samples changed since mapping (their contents, times, owner, mode or ACL: a chmod -R or chown -R after mapping does it): "+
+		"they are read through the filesystem, not raw; for raw reads, %s", d.name, changed, fixRemap),
+		"dataset", d.name, "stale", changed, "cause", CauseChanged, "fix", fixRemap)
+	d.warned = changed
 }
 
 // Dataset freshness methods beyond fresh.Watch and fresh.Read
@@ -80,7 +96,9 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, log *sl
 			"dataset", name, "err", err)
 	} else {
 		d.guard = g
-		if n := g.Counts().Writable; n > 0 {
+		c := g.Counts()
+		d.warnStale(c.Stale-c.Extents, log)
+		if n := c.Writable; n > 0 {
 			log.Warn(fmt.Sprintf("session: dataset %s: %d raw-mapped samples may be changed by users the daemon does not trust: they are served through the filesystem, not raw; "+
 				"for raw reads make them root's and not writable by group or others (chown root; chmod go-w; no ACL granting write; or --trusted-uid/--trusted-gid), or immutable (chattr +i)", name, n),
 				"dataset", name, "writable", n, "first", g.WritableReason())
@@ -186,6 +204,10 @@ type DatasetInfo struct {
 	// guard (Freshness unchecked) every raw sample counts as stale.
 	Fresh int
 	Stale int
+	// StaleExtents counts the Stale samples whose mapped extents are not
+	// the file's own (found at registration); the rest changed since
+	// mapping.
+	StaleExtents int
 	// Writable raw-mapped samples are unchanged but may be changed by a
 	// user outside the daemon's trust (fresh.Guard.Writable): served
 	// through the filesystem, never raw.
@@ -236,7 +258,8 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 	}
 	if d.guard != nil {
 		c := d.guard.Counts()
-		info.Fresh, info.Stale, info.Writable, info.FilesystemOnly = c.Fresh, c.Stale, c.Writable, c.FSOnly
+		info.Fresh, info.Stale, info.StaleExtents, info.Writable, info.FilesystemOnly = c.Fresh, c.Stale, c.Extents, c.Writable, c.FSOnly
+		d.warnStale(c.Stale-c.Extents, log)
 	} else {
 		for i := range d.m.Samples {
 			if d.m.Samples[i].Reason == bmap.Raw {

@@ -12,7 +12,8 @@
 // session.go (one session), deliver.go (batches out, releases in,
 // streams), access.go (who may read a dataset, cached verdicts),
 // datasets.go (registered datasets, their freshness guards and counts),
-// reload.go (maps read again without dropping sessions), metrics.go.
+// reload.go (maps read again without dropping sessions), metrics.go,
+// status.go (what the daemon serves and holds, for loaderd status).
 package session
 
 import (
@@ -339,7 +340,8 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		ss = newSession()
 		ss.id, ss.dataset, ss.ds, ss.backend, ss.owner, ss.reserved, ss.l, ss.slots, ss.job, ss.shard = id, p.Dataset, d, backendName, c.owner(), need, l, slots, job, p.ShardID
 		desc := l.Memory().Desc()
-		ss.metrics = m.metrics.forSession(ss.dataset, ss.backend, string(desc.Kind), desc.Device, desc.Size, gpuPath)
+		ss.kind, ss.device, ss.gpuPath, ss.opened = string(desc.Kind), desc.Device, gpuPath, time.Now()
+		ss.metrics = m.metrics.forSession(ss, string(desc.Kind), desc.Device, desc.Size, gpuPath)
 		ss.touch()
 	}
 	m.mu.Lock()

@@ -4,7 +4,9 @@ package session
 
 import (
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,16 +22,43 @@ type metrics struct {
 	readSeconds                     *prometheus.HistogramVec
 	sessions                        prometheus.Gauge
 	memory                          *prometheus.GaugeVec // batch memory of open sessions, by kind and GPU path
+	backends                        backendCounts
+}
+
+// backendCounts are the backends' counters per dataset and backend: the
+// open sessions' read at collection and the ended sessions' totals.
+// A session is in live from its open until its close adds its final
+// counts to ended, both under mu: every collection counts it once.
+type backendCounts struct {
+	mu    sync.Mutex
+	live  map[*session]struct{}  // under mu
+	ended map[backendKey]float64 // under mu: the ended sessions' counts, summed (peak_*: the largest)
+}
+
+// backendKey names one series of nvfeed_backend.
+type backendKey struct{ dataset, backend, counter string }
+
+// add counts one session's backend counters into sums.
+func addCounts(sums map[backendKey]float64, ss *session) {
+	for _, ctr := range ss.l.Backend().Stats().Counters {
+		k, v := backendKey{ss.dataset, ss.backend, ctr.Name}, float64(ctr.Value)
+		if strings.HasPrefix(ctr.Name, "peak") {
+			sums[k] = max(sums[k], v)
+		} else {
+			sums[k] += v
+		}
+	}
 }
 
 var sessionLabels = []string{"dataset", "backend"}
 
 func newMetrics(reg *prometheus.Registry, mgr *Manager) *metrics {
 	m := &metrics{
-		samples: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_samples_total", Help: "Samples delivered."}, sessionLabels),
-		bytes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_bytes_total", Help: "Sample bytes delivered."}, sessionLabels),
-		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_batches_total", Help: "Batches delivered."}, sessionLabels),
-		errors:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_errors_total", Help: "Failed samples and batches."}, sessionLabels),
+		backends: backendCounts{live: map[*session]struct{}{}, ended: map[backendKey]float64{}},
+		samples:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_samples_total", Help: "Samples delivered."}, sessionLabels),
+		bytes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_bytes_total", Help: "Sample bytes delivered."}, sessionLabels),
+		batches:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_batches_total", Help: "Batches delivered."}, sessionLabels),
+		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_errors_total", Help: "Failed samples and batches."}, sessionLabels),
 		readSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nvfeed_batch_read_seconds", Help: "Time to read one batch.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"dataset", "backend"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nvfeed_failed_samples_total", Help: "Samples that could not be read, by dataset and backend."},
@@ -45,7 +74,7 @@ func newMetrics(reg *prometheus.Registry, mgr *Manager) *metrics {
 	budget := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nvfeed_batch_memory_budget_bytes",
 		Help: "The daemon's budget of batch memory for all sessions together (--max-locked-mb)."},
 		func() float64 { _, n := mgr.Locked(); return float64(n) })
-	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.failed, m.sessions, m.memory, reserved, budget, &backendCollector{m: mgr})
+	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.failed, m.sessions, m.memory, reserved, budget, &backendCollector{b: &m.backends}, &datasetCollector{m: mgr})
 	return m
 }
 
@@ -58,7 +87,13 @@ type sessionMetrics struct {
 	memoryBytes                             float64
 }
 
-func (m *metrics) forSession(dataset, backend, kind string, device int, size int64, gpuPath string) sessionMetrics {
+// forSession makes ss's series and counts its backend's counters from
+// now until forget.
+func (m *metrics) forSession(ss *session, kind string, device int, size int64, gpuPath string) sessionMetrics {
+	m.backends.mu.Lock()
+	m.backends.live[ss] = struct{}{}
+	m.backends.mu.Unlock()
+	dataset, backend := ss.dataset, ss.backend
 	lv := []string{dataset, backend}
 	sm := sessionMetrics{samples: m.samples.WithLabelValues(lv...), bytes: m.bytes.WithLabelValues(lv...),
 		batches: m.batches.WithLabelValues(lv...), errors: m.errors.WithLabelValues(lv...),
@@ -84,37 +119,76 @@ func (sm *sessionMetrics) observe(b *loader.Batch) {
 }
 
 // forget takes a closed session's memory out of the gauge; its counts
-// stay in the dataset's and backend's totals.
+// stay in the dataset's and backend's totals, its backend's counters
+// too (their final values: call it after the loader has closed).
 func (m *metrics) forget(ss *session) {
 	ss.metrics.memory.Sub(ss.metrics.memoryBytes)
+	m.backends.mu.Lock()
+	defer m.backends.mu.Unlock()
+	if _, ok := m.backends.live[ss]; ok {
+		delete(m.backends.live, ss)
+		addCounts(m.backends.ended, ss)
+	}
 }
 
-// backendCollector exports the open sessions' backend counters (cache
-// hits, stale and filesystem-only samples, …) as gauges, summed per
-// dataset and backend (peak_* counters: the largest).
-type backendCollector struct{ m *Manager }
+// backendCollector exports the backends' counters (cache hits, stale
+// and filesystem-only samples, …) per dataset and backend since the
+// daemon started: the ended sessions' and the open ones' summed (peak_*
+// counters: the largest). They outlive the sessions that counted them.
+type backendCollector struct{ b *backendCounts }
 
-var backendDesc = prometheus.NewDesc("nvfeed_backend", "Backend counters of the open sessions by dataset and backend, summed (peak_*: the largest) (cache_hits, cache_misses, stale_samples, fs_only_samples, requests, peak_in_flight, …).",
+var backendDesc = prometheus.NewDesc("nvfeed_backend", "Backend counters by dataset and backend since the daemon started, every session's (ended ones' too) summed (peak_*: the largest) (cache_hits, cache_misses, stale_samples, fs_only_samples, requests, peak_in_flight, …).",
 	[]string{"dataset", "backend", "counter"}, nil)
 
 // Describe sends the one descriptor.
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) { ch <- backendDesc }
 
-// Collect sends the open sessions' backend counters.
+// Collect sends the backend counters.
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
-	type key struct{ dataset, backend, counter string }
-	sums := map[key]float64{}
-	for _, ss := range c.m.snapshot() {
-		for _, ctr := range ss.l.Backend().Stats().Counters {
-			k, v := key{ss.dataset, ss.backend, ctr.Name}, float64(ctr.Value)
-			if strings.HasPrefix(ctr.Name, "peak") {
-				sums[k] = max(sums[k], v)
-			} else {
-				sums[k] += v
-			}
-		}
+	c.b.mu.Lock()
+	sums := maps.Clone(c.b.ended)
+	for ss := range c.b.live {
+		addCounts(sums, ss)
 	}
+	c.b.mu.Unlock()
 	for k, v := range sums {
 		ch <- prometheus.MustNewConstMetric(backendDesc, prometheus.GaugeValue, v, k.dataset, k.backend, k.counter)
+	}
+}
+
+// datasetCollector exports each registered dataset's samples by how they
+// are read now (Manager.Datasets' counts as root sees them): fresh raw,
+// filesystem-only by mapping, and those mapped raw but read through the
+// filesystem, by cause (StaleCause).
+type datasetCollector struct{ m *Manager }
+
+var (
+	datasetSamplesDesc = prometheus.NewDesc("nvfeed_dataset_samples", "Samples of each registered dataset by how they are read now: state fresh (raw), filesystem_only (mapped without extents), stale (mapped raw, read through the filesystem: nvfeed_dataset_stale_samples says why).",
+		[]string{"dataset", "state"}, nil)
+	datasetStaleDesc = prometheus.NewDesc("nvfeed_dataset_stale_samples", "Raw-mapped samples of each registered dataset read through the filesystem, by cause: changed_since_mapping, extents_not_the_files, writable_by_untrusted_users, unchecked (docs/daemon.md says the fix of each).",
+		[]string{"dataset", "cause"}, nil)
+)
+
+// Describe sends the descriptors.
+func (c *datasetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- datasetSamplesDesc
+	ch <- datasetStaleDesc
+}
+
+// Collect sends every dataset's counts, each cause's (0 too: the series
+// stay).
+func (c *datasetCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, info := range c.m.Datasets(Caller{}) {
+		notRaw := info.Stale + info.Writable
+		for state, n := range map[string]int{"fresh": info.Fresh, "filesystem_only": info.FilesystemOnly, "stale": notRaw} {
+			ch <- prometheus.MustNewConstMetric(datasetSamplesDesc, prometheus.GaugeValue, float64(n), info.Name, state)
+		}
+		byCause := map[string]int{CauseChanged: 0, CauseExtents: 0, CauseWritable: 0, CauseUnchecked: 0}
+		for _, sc := range staleCauses(info) {
+			byCause[sc.Cause] = sc.Samples
+		}
+		for cause, n := range byCause {
+			ch <- prometheus.MustNewConstMetric(datasetStaleDesc, prometheus.GaugeValue, float64(n), info.Name, cause)
+		}
 	}
 }

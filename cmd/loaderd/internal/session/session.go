@@ -90,6 +90,11 @@ type session struct {
 	l                    *loader.Loader
 	slots                int
 	lastUsed             atomic.Int64
+	// What Manager.Status tells of it, set at open: its batch memory's
+	// kind and GPU, the GPU path, when it opened.
+	kind, gpuPath string
+	device        int
+	opened        time.Time
 
 	mu     sync.Mutex // the consumer side: one Next, State, Close or stream step at a time
 	closed bool       // under mu

@@ -5,6 +5,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -117,4 +118,25 @@ func AppendFrame(dst []byte, v any) ([]byte, error) {
 	}
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b)))
 	return append(dst, b...), nil
+}
+
+// MarshalJSON encodes a message as JSON with the keys its msgpack form
+// has (its msgpack tags, omitempty included), indented, with a final
+// newline: what the read-only endpoints answer to Accept:
+// application/json, and loaderd status --json prints. v is encoded to
+// msgpack and decoded into plain maps and slices first.
+func MarshalJSON(v any) ([]byte, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("wire: %T as JSON: %w", v, err)
+	}
+	var plain any
+	if err := msgpack.Unmarshal(b, &plain); err != nil {
+		return nil, fmt.Errorf("wire: %T as JSON: %w", v, err)
+	}
+	out, err := json.MarshalIndent(plain, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("wire: %T as JSON: %w", v, err)
+	}
+	return append(out, '\n'), nil
 }

@@ -15,6 +15,7 @@
 //
 //	GET    /v1/backends               -            -> BackendsResponse
 //	GET    /v1/datasets               -            -> DatasetsResponse (counts only: no session, no file)
+//	GET    /v1/status                 -            -> StatusResponse (sessions: root sees all, others their own)
 //	POST   /v1/reload                 -            -> ReloadResponse (uid 0 on the unix socket only)
 //	POST   /v1/sessions               OpenRequest  -> OpenResponse
 //	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
@@ -24,6 +25,10 @@
 //	GET    /v1/sessions/{id}/state    -            -> loader.State
 //	DELETE /v1/sessions/{id}
 //	GET    /metrics (Prometheus text), GET /healthz
+//
+// The read-only GETs (backends, datasets, status, a session's state,
+// healthz) answer JSON instead, the same keys, to a request with
+// "Accept: application/json"; msgpack is the default.
 //
 // Ranges: a slot is in [0, 129) (session.MaxSlots: prefetch 64 + release
 // after 64 + 1) and a list of slots has at most 129 entries; an epoch and
@@ -239,6 +244,61 @@ type DatasetInfo struct {
 	Fingerprint string `msgpack:"fingerprint,omitempty"` // the same on every node holding a copy: its samples' paths, labels and sizes
 	Reader      string `msgpack:"reader"`                // "file" or "numpy": the DALI reader whose samples these are
 	DType       string `msgpack:"dtype"`                 // numpy: the arrays' element type as an .npy descr ("<f4"); "" for file datasets
+}
+
+// StatusResponse is what the daemon serves and holds, as the caller may
+// see it (loaderd status): the datasets as DatasetsResponse gives them,
+// with why raw-mapped samples are read through the filesystem; the open
+// sessions (root on the unix socket: every one; another caller: its
+// own), never their ids; the daemon's budgets and how much of each is
+// used.
+type StatusResponse struct {
+	Datasets []DatasetStatus `msgpack:"datasets"`
+	Sessions []SessionInfo   `msgpack:"sessions"`
+	Budgets  []Budget        `msgpack:"budgets"`
+}
+
+// DatasetStatus is a DatasetInfo with, for a caller who may read the
+// dataset, why its raw-mapped samples not read raw are not.
+type DatasetStatus struct {
+	DatasetInfo `msgpack:",inline"`
+	StaleCauses []StaleCause `msgpack:"stale_causes,omitempty"`
+}
+
+// StaleCause is how many raw-mapped samples one cause keeps from raw
+// reads and what makes them raw again. Causes: changed_since_mapping,
+// extents_not_the_files, writable_by_untrusted_users, unchecked.
+type StaleCause struct {
+	Cause   string `msgpack:"cause"`
+	Samples int    `msgpack:"samples"`
+	Fix     string `msgpack:"fix"`
+}
+
+// SessionInfo is one open session: whose, over what, with how much
+// memory.
+type SessionInfo struct {
+	UID          int     `msgpack:"uid"` // its owner (for tcp, the TCP principal)
+	TCP          bool    `msgpack:"tcp"`
+	Dataset      string  `msgpack:"dataset"`
+	Backend      string  `msgpack:"backend"`
+	Memory       string  `msgpack:"memory"`    // pinned or gpu
+	Device       int     `msgpack:"device_id"` // the GPU of gpu memory
+	GPUPath      string  `msgpack:"gpu_path"`  // for gpu memory: cufile or bounce
+	BatchBytes   int64   `msgpack:"batch_bytes"`
+	SamplerBytes int64   `msgpack:"sampler_bytes"`
+	OpenedUnix   int64   `msgpack:"opened_unix"`  // when it opened, in seconds since the epoch
+	IdleSeconds  float64 `msgpack:"idle_seconds"` // since its last request; 0 while it streams
+	Streaming    bool    `msgpack:"streaming"`
+}
+
+// Budget is one of the daemon's limits and how much of it is used:
+// batch_memory and sample_order_memory in bytes, sessions (all owners)
+// and sessions_of_the_caller in sessions, connections (all peers) in
+// connections.
+type Budget struct {
+	Name  string `msgpack:"name"`
+	Used  int64  `msgpack:"used"`
+	Limit int64  `msgpack:"limit"`
 }
 
 // ReloadResponse says what a reload did with each dataset, sorted by name.

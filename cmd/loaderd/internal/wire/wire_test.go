@@ -36,6 +36,11 @@ var wireTypes = map[string]reflect.Type{
 	"DatasetsResponse": reflect.TypeFor[DatasetsResponse](),
 	"Reloaded":         reflect.TypeFor[Reloaded](),
 	"ReloadResponse":   reflect.TypeFor[ReloadResponse](),
+	"StatusResponse":   reflect.TypeFor[StatusResponse](),
+	"DatasetStatus":    reflect.TypeFor[DatasetStatus](),
+	"StaleCause":       reflect.TypeFor[StaleCause](),
+	"SessionInfo":      reflect.TypeFor[SessionInfo](),
+	"Budget":           reflect.TypeFor[Budget](),
 	"NextRequest":      reflect.TypeFor[NextRequest](),
 	"ReleaseRequest":   reflect.TypeFor[ReleaseRequest](),
 	"StreamRequest":    reflect.TypeFor[StreamRequest](),
@@ -110,6 +115,8 @@ func pyType(t reflect.Type) string {
 		return "str"
 	case reflect.Bool:
 		return "bool"
+	case reflect.Float32, reflect.Float64:
+		return "float"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return "int"
