@@ -48,13 +48,13 @@ type Guard struct {
 	reindexMu sync.Mutex
 	indexedAt uint64 // the inotify generation the fanotify index was last brought up to
 	method    string
-	dirOf     []int32 // each sample's directory: an index into the watched directories
-	staleOpen bitset  // samples found changed by the stat pass
-	writable  bitset  // unchanged raw samples an untrusted user may change (Trust): read through the filesystem
-	changed   bitset  // samples Counts found changed since (sticky)
-	multiLink bitset  // samples with other hard links: always stat after reading
-	moved     bitset  // samples an access check found not at their path (MarkChanged): always stat after reading
-	links     links   // sample paths through a symlink under the root (Linked)
+	dirOf     []int32  // each sample's directory: an index into the watched directories
+	staleOpen bitset   // samples found changed by the stat pass
+	writable  bitset   // unchanged raw samples an untrusted user may change (Trust): read through the filesystem
+	changed   bitset   // samples Counts found changed since (sticky)
+	multiLink bitset   // samples with other hard links: always stat after reading
+	moved     bitset   // samples an access check found not at their path (MarkChanged): always stat after reading
+	linked    []string // sample paths through a symlink under the root (Linked): set by Open
 	// whyWritable says why the first Writable sample is (nil: none is).
 	whyWritable error
 	forged      int // raw samples whose mapped extents Open found not the file's own (all in staleOpen)
@@ -110,7 +110,10 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 	}
 	trust := o.Trust
 	trust.UIDs = append(slices.Clip(trust.UIDs), uint32(unix.Geteuid()))
+	linked := make(chan []string, 1)
+	go func() { linked <- findLinks(m) }() // beside the checking pass: folders only, no call per sample
 	v := g.verifyAll(trust)
+	g.linked = <-linked
 	g.whyWritable, g.forged = v.firstWritable, v.forged
 	if n, first := v.forged, v.firstForged; n > 0 {
 		log.Warn("fresh: the map's extents are not the files' own: those samples are read through the filesystem only",
@@ -147,7 +150,6 @@ func (g *Guard) verifyAll(trust Trust) verified {
 					return
 				}
 				for i := lo; i < min(lo+256, n); i++ {
-					g.links.note(g.m.Root, g.m.Samples[i].Path)
 					if g.m.Samples[i].Reason != bmap.Raw {
 						g.recordPath(i) // the fanotify index (fanotify_linux.go)
 						continue
@@ -329,7 +331,7 @@ func (g *Guard) MarkChanged(i int) { g.moved.set(i) }
 // access verdict must snapshot besides the root's ancestors
 // (SnapshotAncestors of each), since a change above where a link leads is
 // seen by no watch.
-func (g *Guard) Linked() []string { return g.links.list() }
+func (g *Guard) Linked() []string { return g.linked }
 
 // SameFile checks that fd is sample i's file as mapped: identity, size,
 // modification and change time (a chmod or chown changes it), without

@@ -3,61 +3,96 @@
 package fresh
 
 import (
+	"io"
+	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
 )
 
-// links records the samples whose path under the root passes through a
-// symlink (a class folder or the sample itself a link): the folders
-// such a link leads to lie outside the root, where neither the watch of
-// the sample folders nor the snapshot of the root's ancestors sees a
-// permission change or a rename. Their paths are snapshotted with every
-// access verdict (Linked) so that such a change reaches the next open.
-type links struct {
-	mu    sync.Mutex
-	paths map[string]bool // absolute paths, as written under the root
+// findLinks returns the absolute paths (as written under m's root) of
+// the sample folders and samples reached through a symlink under the
+// root: a folder on a sample's way that is a link (the sample's folder is
+// returned, one path for all its samples), or a sample that is a link
+// itself. The folders such a link leads to lie outside the root, where
+// neither the watch of the sample folders nor the snapshot of the root's
+// ancestors sees a permission change or a rename; Guard.Linked gives
+// them to the access verdicts to snapshot. Each folder's components are
+// lstat'ed once and its entries read once (their types, from the
+// directory listing): no system call per sample.
+func findLinks(m *bmap.Map) []string {
+	dirs, dirOf := m.Dirs()
+	out := map[string]bool{}
+	linkNames := make([]map[string]bool, len(dirs)) // per folder: its entries that are symlinks
+	for k, d := range dirs {
+		if linkedFolder(m.Root, d) {
+			out[filepath.Join(m.Root, d)] = true
+			continue
+		}
+		linkNames[k] = symlinksIn(filepath.Join(m.Root, d))
+	}
+	for i := range m.Samples {
+		if names := linkNames[dirOf[i]]; names != nil && names[path.Base(m.Samples[i].Path)] {
+			out[filepath.Join(m.Root, m.Samples[i].Path)] = true
+		}
+	}
+	paths := make([]string, 0, len(out))
+	for p := range out {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	return paths
 }
 
-// note records sample rel (relative to root) if a component of its path
-// under root is a symlink: the sample's folder when the link is a folder
-// on the way, the sample itself when it is the link.
-func (l *links) note(root, rel string) {
-	parts := strings.Split(filepath.Clean(rel), "/")
+// linkedFolder reports whether a component of folder d (relative to
+// root, "." for the root itself) is a symlink.
+func linkedFolder(root, d string) bool {
+	if d == "." {
+		return false
+	}
 	cur := root
-	for k, part := range parts {
+	for _, part := range strings.Split(d, "/") {
 		cur = filepath.Join(cur, part)
 		var st unix.Stat_t
 		if err := unix.Lstat(cur, &st); err != nil {
-			return // gone: the checks as the caller see it
+			return false // gone: an access check as the caller finds it
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			p := cur
-			if k < len(parts)-1 {
-				p = filepath.Join(root, filepath.Dir(filepath.Clean(rel))) // the folder: one snapshot for its samples
-			}
-			l.mu.Lock()
-			if l.paths == nil {
-				l.paths = map[string]bool{}
-			}
-			l.paths[p] = true
-			l.mu.Unlock()
-			return
+			return true
 		}
 	}
+	return false
 }
 
-// list returns the recorded paths, sorted.
-func (l *links) list() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]string, 0, len(l.paths))
-	for p := range l.paths {
-		out = append(out, p)
+// symlinksIn returns the names of dir's entries that are symlinks (nil:
+// none, or dir unreadable: its samples fail as the caller's opens find).
+func symlinksIn(dir string) map[string]bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil
 	}
-	slices.Sort(out)
-	return out
+	defer f.Close()
+	var names map[string]bool
+	for {
+		ents, err := f.ReadDir(4096)
+		for _, e := range ents {
+			if e.Type()&os.ModeSymlink != 0 {
+				if names == nil {
+					names = map[string]bool{}
+				}
+				names[e.Name()] = true
+			}
+		}
+		if err == io.EOF || len(ents) == 0 {
+			return names
+		}
+		if err != nil {
+			return names
+		}
+	}
 }
