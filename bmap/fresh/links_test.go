@@ -27,9 +27,9 @@ func TestFindLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(t, os.Symlink(filepath.Join(outside, "cls"), filepath.Join(root, "linked")))           // a class folder that is a link
+	must(t, os.Symlink(filepath.Join(outside, "cls"), filepath.Join(root, "linked")))            // a class folder that is a link
 	must(t, os.Symlink(filepath.Join(outside, "files", "e"), filepath.Join(root, "mixed", "e"))) // a sample that is a link
-	must(t, os.Symlink(filepath.Join(root, "deep"), filepath.Join(root, "via")))                // a link above a folder, inside the root
+	must(t, os.Symlink(filepath.Join(root, "deep"), filepath.Join(root, "via")))                 // a link above a folder, inside the root
 	m := &bmap.Map{Root: root, Reader: bmap.ReaderNumpy, Samples: []bmap.Sample{
 		{Path: "plain/a"}, {Path: "mixed/b"}, {Path: "mixed/e"}, {Path: "linked/c"}, {Path: "linked/d"}, {Path: "via/inner/f"}, {Path: "deep/inner/f"},
 	}}
