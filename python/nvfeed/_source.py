@@ -538,7 +538,7 @@ class LoaderSource:
             mr, fd = receive(self._socket, r["id"], self._timeout)
         except UpgradeError as e:
             self.close()
-            raise error_for(f"loaderd: session {r['id']}: cannot receive its batch memory: {e}", e.status) from e
+            raise error_for(f"loaderd: session {r['id']}: cannot receive its batch memory: {e}", e.status, e.error_code) from e
         desc = mr["memory"]
         self.memory: MemoryDesc = desc
         """The session's batch memory: kind, size, slot size, slots, device."""
@@ -886,11 +886,11 @@ class LoaderSource:
         except StreamError as e:
             self._drop_stream()
             if e.status is not None:
-                raise error_for(f"loaderd: stream: {e}", e.status) from e
+                raise error_for(f"loaderd: stream: {e}", e.status, e.error_code) from e
             raise DaemonGoneError(f"loaderd at {self._socket}: stream: {e}") from e
         if r.get("error"):
             self._drop_stream()
-            raise error_for(f"loaderd: {r['error']}", r.get("error_status"))
+            raise error_for(f"loaderd: {r['error']}", r.get("error_status"), r.get("error_code"))
         return r
 
     def _kept(self) -> list[int]:

@@ -39,6 +39,30 @@ func status(err error) int {
 	return code
 }
 
+// code is the machine-readable code of err's sentinel (wire.Code...), ""
+// for an error no sentinel names.
+func code(err error) string {
+	switch {
+	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
+		return wire.CodeInvalid
+	case errors.Is(err, session.ErrNotFound):
+		return wire.CodeNotFound
+	case errors.Is(err, session.ErrForbidden):
+		return wire.CodeForbidden
+	case errors.Is(err, session.ErrBusy):
+		return wire.CodeBusy
+	case errors.Is(err, session.ErrDisagree):
+		return wire.CodeRankMismatch
+	case errors.Is(err, session.ErrConflict):
+		return wire.CodeConflict
+	case errors.Is(err, session.ErrLimit):
+		return wire.CodeLimit
+	case errors.Is(err, session.ErrNoSpace), errors.Is(err, loader.ErrNoSpace):
+		return wire.CodeNoSpace
+	}
+	return ""
+}
+
 // openParams is an open request's session form.
 func openParams(r wire.OpenRequest) session.OpenParams {
 	return session.OpenParams{Dataset: r.Dataset, ReaderArgs: r.ReaderArgs, Backend: r.Backend, BackendOptions: r.BackendOptions,
@@ -62,7 +86,7 @@ func nextResponse(d session.Delivery) wire.NextResponse {
 
 // errorFrame is the last frame of a stream that ended with err.
 func errorFrame(err error) wire.NextResponse {
-	return wire.NextResponse{Error: err.Error(), ErrorStatus: status(err)}
+	return wire.NextResponse{Error: err.Error(), ErrorStatus: status(err), ErrorCode: code(err)}
 }
 
 // position is the batch an epoch and an iteration name: nil for neither;

@@ -194,7 +194,7 @@ func fail(w http.ResponseWriter, err error) {
 	if errors.Is(err, errBodyTooLarge) {
 		w.Header().Set("Connection", "close")
 	}
-	writeErr(w, status(err), err.Error())
+	writeMsg(w, status(err), wire.ErrorResponse{Error: err.Error(), Code: code(err)})
 }
 
 func writeMsg(w http.ResponseWriter, code int, v any) {
