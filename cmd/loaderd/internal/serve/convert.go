@@ -19,48 +19,41 @@ import (
 
 // status is the HTTP status err's sentinel maps to.
 func status(err error) int {
-	code := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
-		code = http.StatusBadRequest
-	case errors.Is(err, session.ErrNotFound):
-		code = http.StatusNotFound
-	case errors.Is(err, session.ErrForbidden):
-		code = http.StatusForbidden
-	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrConflict), errors.Is(err, session.ErrDisagree):
-		code = http.StatusConflict
-	case errors.Is(err, session.ErrLimit):
-		code = http.StatusTooManyRequests
-	case errors.Is(err, session.ErrNoSpace), errors.Is(err, loader.ErrNoSpace):
-		code = http.StatusInsufficientStorage
-	case errors.Is(err, context.Canceled):
-		code = 499 // client went away
-	}
-	return code
+	s, _ := kind(err)
+	return s
 }
 
 // code is the machine-readable code of err's sentinel (wire.Code...), ""
 // for an error no sentinel names.
 func code(err error) string {
+	_, c := kind(err)
+	return c
+}
+
+// kind is the HTTP status and the code err's sentinel maps to: 500 and
+// "" for an internal failure.
+func kind(err error) (int, string) {
 	switch {
 	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
-		return wire.CodeInvalid
+		return http.StatusBadRequest, wire.CodeInvalid
 	case errors.Is(err, session.ErrNotFound):
-		return wire.CodeNotFound
+		return http.StatusNotFound, wire.CodeNotFound
 	case errors.Is(err, session.ErrForbidden):
-		return wire.CodeForbidden
+		return http.StatusForbidden, wire.CodeForbidden
 	case errors.Is(err, session.ErrBusy):
-		return wire.CodeBusy
+		return http.StatusConflict, wire.CodeBusy
 	case errors.Is(err, session.ErrDisagree):
-		return wire.CodeRankMismatch
+		return http.StatusConflict, wire.CodeRankMismatch
 	case errors.Is(err, session.ErrConflict):
-		return wire.CodeConflict
+		return http.StatusConflict, wire.CodeConflict
 	case errors.Is(err, session.ErrLimit):
-		return wire.CodeLimit
+		return http.StatusTooManyRequests, wire.CodeLimit
 	case errors.Is(err, session.ErrNoSpace), errors.Is(err, loader.ErrNoSpace):
-		return wire.CodeNoSpace
+		return http.StatusInsufficientStorage, wire.CodeNoSpace
+	case errors.Is(err, context.Canceled):
+		return 499, "" // client went away
 	}
-	return ""
+	return http.StatusInternalServerError, ""
 }
 
 // openParams is an open request's session form.
