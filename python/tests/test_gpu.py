@@ -487,8 +487,8 @@ def test_gpu_source_without_driver_in_the_daemon_is_a_bad_request(daemon: Any, m
     libcuda double here)."""
     if os.path.exists("/proc/driver/nvidia/version"):
         pytest.skip("an NVIDIA driver is present")
-    import nvfeed._source
-    monkeypatch.setattr(nvfeed._source, "load_libcuda", lambda: FakeCuda())
+    import nvfeed._session
+    monkeypatch.setattr(nvfeed._session, "load_libcuda", lambda: FakeCuda())
     from nvfeed import LoaderSource
     with pytest.raises(BadRequestError, match="no CUDA driver found: .*(no usable CUDA libraries|NVIDIA driver)") as e:
         LoaderSource("train", socket=daemon.socket, batch_size=2, device="gpu", device_id=0)
