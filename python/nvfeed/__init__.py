@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._api import backends, datasets
 from ._connect import DEFAULT_SOCKET, SOCKET_ENV
-from ._cuda import CudaArray
+from ._cudamem import CudaArray
 from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
                       LoaderError, NoSpaceError, NotFoundError, RankMismatchError, SampleError, SocketPermissionError)
 from ._source import LoaderSource
@@ -73,14 +73,14 @@ from ._wire import BackendsResponse as BackendsResponse, DatasetsResponse as Dat
 
 if TYPE_CHECKING:  # deprecated: see __getattr__
     from ._connect import check_timeout as check_timeout, connect as connect, socket_path as socket_path
-    from ._cuda import DeviceMapping as DeviceMapping
+    from ._cudamem import DeviceMapping as DeviceMapping
     from ._memory import map_host as map_host, receive as receive
     from ._stream import Stream as Stream
     from ._wire import (NextRequest as NextRequest, NextResponse as NextResponse, OpenRequest as OpenRequest,
                         OpenResponse as OpenResponse)
 
 _DEPRECATED = {
-    "check_timeout": "_connect", "connect": "_connect", "socket_path": "_connect", "DeviceMapping": "_cuda",
+    "check_timeout": "_connect", "connect": "_connect", "socket_path": "_connect", "DeviceMapping": "_cudamem",
     "map_host": "_memory", "receive": "_memory", "Stream": "_stream", "NextRequest": "_wire",
     "NextResponse": "_wire", "OpenRequest": "_wire", "OpenResponse": "_wire",
 }

@@ -15,7 +15,9 @@ from typing import Any, Optional, cast
 
 import numpy as np
 
-from ._cuda import CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, load_libcuda
+from ._cuda import CudaError, device_uuid, find_device, load_libcuda
+from ._cudamem import DeviceMapping
+from ._fence import ReleaseFence
 from ._errors import DaemonGoneError, LoaderError, NotFoundError, error_for
 from ._http import UnixHTTPConnection, call
 from ._memory import map_host, receive

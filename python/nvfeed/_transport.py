@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Optional, cast
 
-from ._cuda import ReleaseFence
+from ._fence import ReleaseFence
 from ._errors import DaemonGoneError, error_for
 from ._stream import Stream, StreamError
 from ._wire import NextRequest, NextResponse

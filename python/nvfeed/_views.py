@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from ._cuda import CudaArray, DeviceMapping
+from ._cudamem import CudaArray, DeviceMapping
 from ._errors import LoaderError
 
 Sample = Union["np.ndarray[Any, np.dtype[np.uint8]]", CudaArray]

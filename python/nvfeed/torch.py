@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from ._cuda import CudaArray
+from ._cudamem import CudaArray
 from ._errors import LoaderError
 from ._source import Batch, GPUPath, LoaderSource, OnError, Shuffle, Tensors
 from ._wire import State
