@@ -2,16 +2,21 @@
 """The client's former import name, kept so that code written for it runs
 unchanged: ``dali_source`` re-exports ``nvfeed``, the same objects under a
 second name (``from dali_source import LoaderSource``,
-``dali_source.__version__``). New code imports ``nvfeed``."""
+``dali_source.__version__``). Deprecated: importing it warns
+(``DeprecationWarning``); new code imports ``nvfeed``."""
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
-import nvfeed
-from nvfeed import *  # noqa: F401,F403  (the names of nvfeed.__all__)
-from nvfeed import __all__ as __all__, __version__ as __version__
+warnings.warn("dali_source is the nvfeed client's former name and will go: import nvfeed (the same objects)",
+              DeprecationWarning, stacklevel=2)
+
+import nvfeed  # noqa: E402  (after the warning: it names the importer)
+from nvfeed import *  # noqa: E402,F401,F403  (the names of nvfeed.__all__)
+from nvfeed import __all__ as __all__, __version__ as __version__  # noqa: E402
 
 # The client's modules under their former names too
 # (``from dali_source._stream import Stream``): the same module objects.

@@ -46,11 +46,14 @@ Needs only the standard library, numpy and msgpack.
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ._api import backends, datasets
 from ._connect import DEFAULT_SOCKET, SOCKET_ENV
-from ._cuda import CudaArray
+from ._cudamem import CudaArray
 from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
                       LoaderError, NoSpaceError, NotFoundError, RankMismatchError, SampleError, SocketPermissionError)
 from ._source import LoaderSource
@@ -58,20 +61,58 @@ from ._wire import DatasetInfo, State
 
 # Also importable from here (and typed as exported), as before the client
 # was split into modules: the batch types and the source's literals, the
-# other exceptions and the messages; then helpers that are not the API.
+# other exceptions and the messages the public functions return.
 from ._source import (Batch as Batch, BatchFormat as BatchFormat, DaliBatch as DaliBatch, Device as Device,
                       GPUPath as GPUPath, OnError as OnError, Sample as Sample, Shuffle as Shuffle, Tensors as Tensors,
                       Transport as Transport)
+from ._options import SourceOptions as SourceOptions
 from ._cuda import CudaError as CudaError
 from ._stream import StreamError as StreamError
 from ._upgrade import UpgradeError as UpgradeError
-from ._wire import (BackendsResponse as BackendsResponse, DatasetsResponse as DatasetsResponse, MemoryDesc as MemoryDesc,
-                    NextRequest as NextRequest, NextResponse as NextResponse, OpenRequest as OpenRequest,
-                    OpenResponse as OpenResponse)
-from ._connect import check_timeout as check_timeout, connect as connect, socket_path as socket_path
-from ._cuda import DeviceMapping as DeviceMapping
-from ._memory import map_host as map_host, receive as receive
-from ._stream import Stream as Stream
+from ._wire import BackendsResponse as BackendsResponse, DatasetsResponse as DatasetsResponse, MemoryDesc as MemoryDesc
+
+if TYPE_CHECKING:  # deprecated: see __getattr__
+    from ._connect import check_timeout as check_timeout, connect as connect, socket_path as socket_path
+    from ._cudamem import DeviceMapping as DeviceMapping
+    from ._memory import map_host as map_host, receive as receive
+    from ._stream import Stream as Stream
+    from ._wire import (NextRequest as NextRequest, NextResponse as NextResponse, OpenRequest as OpenRequest,
+                        OpenResponse as OpenResponse)
+
+_DEPRECATED = {
+    "check_timeout": "_connect", "connect": "_connect", "socket_path": "_connect", "DeviceMapping": "_cudamem",
+    "map_host": "_memory", "receive": "_memory", "Stream": "_stream", "NextRequest": "_wire",
+    "NextResponse": "_wire", "OpenRequest": "_wire", "OpenResponse": "_wire",
+}
+"""Helpers and protocol messages that are not the API, once re-exported
+here: still importable, with a DeprecationWarning, by name: their module."""
+
+
+def __getattr__(name: str) -> Any:
+    """A deprecated re-export (``_DEPRECATED``), with a DeprecationWarning.
+
+    Parameters
+    ----------
+    name : str
+        The name asked for.
+
+    Returns
+    -------
+    Any
+        The object, from the client module that defines it.
+
+    Raises
+    ------
+    AttributeError
+        ``name`` is not one of the client's names.
+    """
+    module = _DEPRECATED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nvfeed' has no attribute {name!r}")
+    warnings.warn(f"nvfeed.{name} is not part of the client's API and will go: it is nvfeed.{module}.{name}, "
+                  "an internal helper", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(f"nvfeed.{module}"), name)
+
 
 __version__ = (Path(__file__).parent / "VERSION").read_text().strip()
 """This release: the same for the client, loaderd and mkbmap (one place:

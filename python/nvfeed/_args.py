@@ -2,7 +2,12 @@
 """Every argument of a source checked where it enters, before any daemon
 is asked: the same ranges as the daemon's (docs/protocol.md's bounds
 table), and a ``ValueError`` naming the argument, its range and what was
-given. No number takes a default for 0."""
+given. No number takes a default for 0.
+
+The bounds below are the daemon's Go constants, each named beside it; the
+Go test ``TestPythonBoundsAreTheDaemons`` (cmd/loaderd/internal/wire)
+reads this file and fails when one differs from its constant, so write
+them as a decimal, ``1 << n`` or ``(1 << n) - 1``."""
 
 from __future__ import annotations
 
@@ -15,9 +20,9 @@ import numpy as np
 MAX_BATCH_SIZE = 1 << 16
 """The largest ``batch_size`` (loader.MaxBatchSize)."""
 MAX_SHARDS = (1 << 31) - 1
-"""The largest ``num_shards`` (a dataset has at most 2**31 - 1 samples)."""
+"""The largest ``num_shards`` (loader.MaxSamples: a dataset has at most 2**31 - 1 samples)."""
 MAX_PREFETCH = 64
-"""The largest ``prefetch_queue_depth`` (loader.MaxPrefetchQueueDepth)."""
+"""The largest ``prefetch_queue_depth`` (session.MaxPrefetch, loader.MaxPrefetchQueueDepth)."""
 MAX_RELEASE_AFTER = 64
 """The largest ``release_after`` (session.MaxReleaseAfter)."""
 MAX_DEVICE = 1023
@@ -29,7 +34,7 @@ MAX_INITIAL_FILL = 1 << 24
 MAX_JOB_ID = 128
 """The most bytes of ``job_id`` (session.MaxJobID)."""
 FINGERPRINT_LEN = 32
-"""A dataset fingerprint's length: lowercase hex digits."""
+"""A dataset fingerprint's length: lowercase hex digits (bmap.FingerprintLen)."""
 
 
 def int_arg(name: str, value: object, lo: int, hi: int, note: str = "") -> int:

@@ -11,15 +11,20 @@ class LoaderError(RuntimeError):
     """An error reported by loaderd, or the daemon could not be reached.
 
     ``status`` is the daemon's HTTP status (``None`` when there was no
-    answer). Its subclasses mirror the daemon's error kinds, so a caller can
-    branch on the class instead of parsing the message."""
+    answer), ``error_code`` its machine-readable error code (``"rank_mismatch"``,
+    ``"not_found"``, ...; ``None`` when it gave none). Its subclasses mirror
+    the daemon's error kinds, so a caller can branch on the class instead
+    of parsing the message."""
 
     status: Optional[int] = None
+    error_code: Optional[str] = None
 
-    def __init__(self, msg: str, status: Optional[int] = None) -> None:
+    def __init__(self, msg: str, status: Optional[int] = None, error_code: Optional[str] = None) -> None:
         super().__init__(msg)
         if status is not None:
             self.status = status
+        if error_code:
+            self.error_code = error_code
 
 
 class BadRequestError(LoaderError):
@@ -48,7 +53,7 @@ class RankMismatchError(ConflictError):
     """The ranks of one training job disagree: another seed, ``num_shards``,
     batch size, shuffle, dataset (fingerprint), or one ``shard_id`` on two
     ranks. Raised by the daemon for the sessions of a ``job_id`` on its
-    node (HTTP 409, "ranks disagree: ..."), and on every rank when the
+    node (HTTP 409, code ``"rank_mismatch"``), and on every rank when the
     sources of a ``torch.distributed`` group are compared. The message
     names each argument that differs and its value on each side."""
 
@@ -112,10 +117,32 @@ _BY_STATUS: dict[int, type[LoaderError]] = {
 }
 
 
-def error_for(msg: str, status: Optional[int]) -> LoaderError:
-    """The LoaderError subclass for a daemon's status (a 409 whose error
-    starts "ranks disagree:", RankMismatchError)."""
-    cls = _BY_STATUS.get(status, LoaderError) if status is not None else LoaderError
-    if status == 409 and "ranks disagree: " in msg:
-        cls = RankMismatchError
-    return cls(msg, status)
+RANK_MISMATCH = "rank_mismatch"
+"""The daemon's error code for ranks of one job that disagree
+(wire.CodeRankMismatch)."""
+
+_BY_CODE: dict[str, type[LoaderError]] = {RANK_MISMATCH: RankMismatchError}
+
+
+def error_for(msg: str, status: Optional[int], code: Optional[str] = None) -> LoaderError:
+    """The LoaderError subclass for a daemon's error.
+
+    Parameters
+    ----------
+    msg : str
+        The message, for people; never parsed.
+    status : int or None
+        The HTTP status (``None``: no answer).
+    code : str or None
+        The daemon's error code; one with a class of its own
+        (``"rank_mismatch"``: ``RankMismatchError``) picks it, else the
+        status does.
+
+    Returns
+    -------
+    LoaderError
+        The error to raise, carrying ``status`` and ``code`` (as
+        ``error_code``).
+    """
+    cls = _BY_CODE.get(code or "") or (_BY_STATUS.get(status, LoaderError) if status is not None else LoaderError)
+    return cls(msg, status, code)

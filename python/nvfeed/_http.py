@@ -53,9 +53,11 @@ def call(conn: http.client.HTTPConnection, where: str, method: str, path: str,
                 continue
             raise DaemonGoneError(f"loaderd at {where}: {method} {path}: {e}") from e
     if resp.status >= 400:
+        code: Optional[str] = None
         try:
-            msg = msgpack.unpackb(raw)["error"]
+            answer = msgpack.unpackb(raw)
+            msg, code = answer["error"], answer.get("code")
         except Exception:
             msg = raw.decode(errors="replace")
-        raise error_for(f"loaderd: {msg} (HTTP {resp.status})", resp.status)
+        raise error_for(f"loaderd: {msg} (HTTP {resp.status})", resp.status, code)
     return msgpack.unpackb(raw) if raw else None

@@ -37,7 +37,7 @@ class Stream:
             self._sock, self._buf, fds = upgrade(path, f"/v1/sessions/{session_id}/stream", UPGRADE,
                                                  msgpack.packb(req), timeout)
         except UpgradeError as e:
-            raise StreamError(str(e), e.status) from e
+            raise StreamError(str(e), e.status, e.error_code) from e
         for fd in fds:  # none is expected
             os.close(fd)
 

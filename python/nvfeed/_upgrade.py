@@ -17,11 +17,13 @@ from ._errors import LoaderError
 
 class UpgradeError(RuntimeError):
     """The upgrade was refused or the connection failed; ``status`` is the
-    daemon's HTTP status, ``None`` when there was no answer."""
+    daemon's HTTP status, ``None`` when there was no answer, and ``error_code``
+    its error code (``None`` when it gave none)."""
 
-    def __init__(self, msg: str, status: Optional[int] = None) -> None:
+    def __init__(self, msg: str, status: Optional[int] = None, error_code: Optional[str] = None) -> None:
         super().__init__(msg)
         self.status = status
+        self.error_code = error_code
 
 
 def _recv(s: _socket.socket, fds: list[int]) -> bytes:
@@ -61,11 +63,13 @@ def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optiona
                 if not chunk:
                     break
                 rest += chunk
+            code: Optional[str] = None
             try:
-                msg = msgpack.unpackb(rest[:length])["error"]
+                e = msgpack.unpackb(rest[:length])
+                msg, code = e["error"], e.get("code")
             except Exception:
                 msg = rest[:length].decode(errors="replace")
-            raise UpgradeError(f"{msg} (HTTP {status})", status)
+            raise UpgradeError(f"{msg} (HTTP {status})", status, code)
     except BaseException as e:
         s.close()
         for fd in fds:

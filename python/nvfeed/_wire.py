@@ -96,6 +96,7 @@ class NextResponse(TypedDict, total=False):
     shapes: List[List[int]]  # numpy datasets: each sample's shape, in batch order ([] for 0-d)
     error: str  # in a stream: it ended with this error
     error_status: int  # and the HTTP status it maps to
+    error_code: str  # and its code (as ErrorResponse's)
     stopped: bool  # in a stream: the answer to a stop
 
 
@@ -210,8 +211,9 @@ class ReloadResponse(TypedDict):
     datasets: List[Reloaded]
 
 
-class ErrorResponse(TypedDict):
-    error: str
+class ErrorResponse(TypedDict, total=False):
+    error: str  # for people
+    code: str  # for programs: "rank_mismatch", "not_found", ... (wire.Code*); absent from an older daemon
 
 
 class NextRequest(TypedDict, total=False):

@@ -32,15 +32,15 @@ Needs DALI in this process (``import nvfeed`` does not).
 from __future__ import annotations
 
 import importlib
-import secrets
-import warnings
 import weakref
 from typing import Any, Optional
 
 from ._api import datasets
 from ._connect import socket_path
+from ._dalireader import META, Reader as _Reader, reader_meta as reader_meta, register as _register
 from ._errors import NotFoundError
-from ._source import LoaderSource, Shuffle
+from ._seeds import seed_for as seed_for
+from ._source import Shuffle
 from ._wire import DatasetInfo
 
 try:  # DALI, untyped here: nothing of it is in this module's signatures
@@ -52,12 +52,6 @@ except ImportError as _e:  # pragma: no cover - the module's one requirement
     raise ImportError(f"nvfeed.dali needs DALI (nvidia.dali) in this process: {_e}") from _e
 
 __all__ = ["reader", "reader_meta", "seed_for"]
-
-_MAX_SEEDS = 1024
-"""DALI's pipeline draws this many operator seeds from its own seed."""
-
-_META = "_nvfeed_readers"  # the pipeline's attribute: reader name -> _Reader
-
 
 def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_shards: int = 1,
            random_shuffle: bool = False, seed: Optional[int] = None, pad_last_batch: bool = False,
@@ -159,7 +153,7 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
             why = {"batch_size": "it is the pipeline's", "state": "resume with DALI's checkpointing"}.get(
                 bad, "it reads host batches, as fn.readers.file; decode with device='mixed'")
             raise TypeError(f"nvfeed.dali.reader: no argument {bad!r} ({why})")
-    if name is not None and name in pipe.__dict__.get(_META, {}):
+    if name is not None and name in pipe.__dict__.get(META, {}):
         raise ValueError(f"nvfeed.dali.reader: a reader named {name!r} is already in this pipeline")
     source_options.setdefault("batch_format", "dali")
     info = _dataset(dataset, source_options)
@@ -239,58 +233,6 @@ def _numpy_output(pipe: Any, name: Optional[str], rd: _Reader, seed: Optional[in
     return data
 
 
-def reader_meta(src: LoaderSource) -> dict[str, int]:
-    """What ``fn.readers.file`` with the source's sampling arguments gives
-    as ``pipe.reader_meta(name)``: ``epoch_size``, ``epoch_size_padded``,
-    ``number_of_shards``, ``shard_id``, ``pad_last_batch``,
-    ``stick_to_shard`` (the flags as 0 or 1, as DALI gives them)."""
-    s = src.state()["sampling"]
-    n, shards = s["n"], s["num_shards"]
-    return {"epoch_size": n, "epoch_size_padded": -(-n // shards) * shards if s["pad_last_batch"] else n,
-            "number_of_shards": shards, "shard_id": s["shard_id"], "pad_last_batch": int(s["pad_last_batch"]),
-            "stick_to_shard": int(s["stick_to_shard"])}
-
-
-def seed_for(pipeline_seed: int, slot: int = 0) -> int:
-    """The seed DALI gives the ``slot``-th operator (counting those that
-    take a seed and were given none, in graph order) of a pipeline with
-    ``seed=pipeline_seed``: ``std::seed_seq{seed}.generate`` of 1024 seeds,
-    its entry ``slot``. ``fn.readers.file`` feeding a pipeline's first
-    output is slot 0."""
-    if not 0 <= slot < _MAX_SEEDS:
-        raise ValueError(f"slot must be in [0, {_MAX_SEEDS}), got {slot}")
-    return _seed_seq(pipeline_seed, _MAX_SEEDS)[slot]
-
-
-def _seed_seq(seed: int, n: int) -> list[int]:
-    """std::seed_seq{seed}.generate(n values), as the C++ standard
-    ([rand.util.seedseq]) specifies it: 32-bit words."""
-    m32 = 0xFFFFFFFF
-    v = [seed & m32]
-    s = len(v)
-    b = [0x8B8B8B8B] * n
-    t = 11 if n >= 623 else 7 if n >= 68 else 5 if n >= 39 else 3 if n >= 7 else (n - 1) // 2
-    p = (n - t) // 2
-    q = p + t
-    m = max(s + 1, n)
-
-    def mix(x: int) -> int:
-        return x ^ (x >> 27)
-    for k in range(m):
-        r1 = 1664525 * mix(b[k % n] ^ b[(k + p) % n] ^ b[(k - 1) % n]) & m32
-        r2 = (r1 + (s if k == 0 else k % n + v[k - 1] if k <= s else k % n)) & m32
-        b[(k + p) % n] = (b[(k + p) % n] + r1) & m32
-        b[(k + q) % n] = (b[(k + q) % n] + r2) & m32
-        b[k % n] = r2
-    for k in range(m, m + n):
-        r3 = 1566083941 * mix((b[k % n] + b[(k + p) % n] + b[(k - 1) % n]) & m32) & m32
-        r4 = (r3 - k % n) & m32
-        b[(k + p) % n] ^= r3
-        b[(k + q) % n] ^= r4
-        b[k % n] = r4
-    return b
-
-
 def _slot_per_seeded_op() -> bool:
     """Whether this DALI gives seeds only to operators that take one (a
     reader does, an external source does not), so that the swap would
@@ -300,104 +242,3 @@ def _slot_per_seeded_op() -> bool:
                     and not _backend.GetSchema("ExternalSource").HasRandomSeedArg())
     except AttributeError:  # an older DALI: every operator takes the next seed
         return False
-
-
-def _takes_seed(op: Any) -> bool:
-    """Whether op, one of a built pipeline's operators, takes the next
-    operator seed (it takes one and was given none)."""
-    return bool(op._op.schema.HasRandomSeedArg()) and "seed" not in op._op._init_args
-
-
-class _Reader:
-    """The external source's callback: opens the LoaderSource when first
-    needed (the pipeline is built by then, so the seed the reader would
-    have had is known) and answers batches and reader_meta."""
-
-    def __init__(self, pipe: Any, dataset: str, name: Optional[str], args: dict[str, Any], seed: Optional[int],
-                 options: dict[str, Any]) -> None:
-        self._pipe = weakref.ref(pipe)
-        self._dataset, self._name, self._args, self._seed, self._options = dataset, name, args, seed, options
-        self.marker: Any = None  # the operator at the reader's place in the graph's order
-        self.src: Optional[LoaderSource] = None
-
-    def __repr__(self) -> str:  # DALI names the source by it in its messages
-        return f"nvfeed.dali.reader({self._dataset!r}, name={self._name!r})"
-
-    def __call__(self, info: Any) -> Any:
-        return self.source().batch(info)
-
-    def source(self) -> LoaderSource:
-        if self.src is None:
-            pipe = self._pipe()
-            seed = self._seed if self._seed is not None else self._pipeline_seed(pipe)
-            _Pipeline.push_current(pipe)  # what LoaderSource learns from the pipeline it is in
-            try:
-                self.src = LoaderSource(self._dataset, seed=seed, **self._args, **self._options)
-            finally:
-                _Pipeline.pop_current()
-        return self.src
-
-    def _pipeline_seed(self, pipe: Any) -> int:
-        """The seed fn.readers.file would have taken here."""
-        if pipe is None or pipe.seed is None:
-            return secrets.randbits(32)  # DALI's pipeline drew its seed at random too
-        slot = 0
-        try:
-            for op in pipe._ops:
-                if op is self.marker:
-                    break
-                slot += _takes_seed(op)
-        except (AttributeError, TypeError) as e:
-            warnings.warn(f"nvfeed.dali.reader: cannot tell this reader's place among the pipeline's seeded "
-                          f"operators ({e!r}); taking the first seed. Pass seed= to this reader and to "
-                          "fn.readers.file to compare them", RuntimeWarning, stacklevel=3)
-            slot = 0
-        return seed_for(int(pipe.seed), slot % _MAX_SEEDS)
-
-    def meta(self) -> dict[str, int]:
-        if not self._args["pad_last_batch"]:
-            raise ValueError(
-                f"nvfeed.dali.reader {self._name!r}: DALI's iterators with reader_name need pad_last_batch=True "
-                "on this reader. Without it fn.readers.file completes an epoch's last batch with the next "
-                "epoch's samples, and the iterator takes only whole batches; this reader ends each epoch with a "
-                "partial batch instead. Pass pad_last_batch=True (DALI's examples do) and "
-                "last_batch_policy=LastBatchPolicy.PARTIAL to drop the padding, or leave reader_name out "
-                "(the iterator then reads each epoch to its end, partial batch included)")
-        return reader_meta(self.source())
-
-    def close(self) -> None:
-        if self.src is not None:
-            self.src.close()
-            self.src = None
-
-
-def _register(pipe: Any, name: str, rd: _Reader) -> None:
-    """Makes pipe.reader_meta(name) answer for rd; the pipeline's own
-    readers answer as before."""
-    readers: Optional[dict[str, _Reader]] = pipe.__dict__.get(_META)
-    if readers is None:
-        readers = {}
-        setattr(pipe, _META, readers)
-        pipe.reader_meta = _ReaderMeta(pipe)
-    readers[name] = rd
-
-
-class _ReaderMeta:
-    """A pipeline's reader_meta with this module's readers in it. It holds
-    the pipeline weakly: the pipeline that holds it goes (and closes its
-    readers) when its last user lets go, not at the next garbage
-    collection."""
-
-    def __init__(self, pipe: Any) -> None:
-        self._pipe = weakref.ref(pipe)
-        self._own = type(pipe).reader_meta
-        self.__doc__ = self._own.__doc__
-
-    def __call__(self, name: Optional[str] = None) -> Any:
-        pipe = self._pipe()
-        mine: dict[str, _Reader] = pipe.__dict__[_META]
-        if name is not None:
-            return mine[name].meta() if name in mine else self._own(pipe, name)
-        out = dict(self._own(pipe))
-        out.update({n: reader_meta(r.source()) for n, r in mine.items()})
-        return out

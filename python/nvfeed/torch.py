@@ -34,19 +34,15 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from ._cuda import CudaArray
 from ._errors import LoaderError
 from ._source import Batch, GPUPath, LoaderSource, OnError, Shuffle, Tensors
+from ._torchviews import TensorBatch, TorchViews
 from ._wire import State
 
 __all__ = ["LoaderDataset", "TorchBatch", "TensorBatch", "Item", "STATE_VERSION", "distributed_shard"]
 
 TorchBatch = tuple[list[torch.Tensor], torch.Tensor]
 """One batch: the samples (1-D uint8 tensors) and their labels (int64, shape (batch,))."""
-
-TensorBatch = Union[torch.Tensor, list[torch.Tensor]]
-"""One batch of a numpy dataset: one tensor (batch, *shape) when its arrays
-share a shape, else a list of tensors, each its array's dtype and shape."""
 
 Item = Union[TorchBatch, TensorBatch]
 """What ``LoaderDataset`` yields: a ``TorchBatch`` over a file dataset, a
@@ -82,33 +78,6 @@ def distributed_shard() -> tuple[int, int]:
     if w < 1 or not 0 <= r < w:
         raise ValueError(f"LoaderDataset: RANK={r} must be in [0, WORLD_SIZE={w}) and WORLD_SIZE >= 1")
     return r, w
-
-
-class _Writable:
-    """Presents a read-only numpy view of batch memory as writable, so that
-    ``torch.from_numpy`` takes it without its "not writable" warning. The
-    memory itself stays read-only (zero-copy tensors must not be written);
-    ``_base`` keeps it mapped. Bytes by default, or an array of ``typestr``
-    and ``shape``."""
-
-    __slots__ = ("__array_interface__", "_base")
-
-    def __init__(self, ptr: int, nbytes: int, base: object, typestr: str = "|u1",
-                 shape: Optional[tuple[int, ...]] = None) -> None:
-        self.__array_interface__ = {"shape": (nbytes,) if shape is None else shape, "typestr": typestr,
-                                    "data": (ptr, False), "version": 3}
-        self._base = base
-
-
-def _writable(a: "np.ndarray[Any, np.dtype[Any]]") -> "np.ndarray[Any, np.dtype[Any]]":
-    """A writable view of a's memory (see _Writable), a keeping it mapped."""
-    return np.asarray(_Writable(int(a.__array_interface__["data"][0]), a.nbytes, a, a.dtype.str, a.shape))
-
-
-def _span(addrs: list[int], sizes: list[int]) -> tuple[int, int]:
-    """The first byte and the length of the smallest range holding every sample."""
-    lo = min(addrs)
-    return lo, max(a + n for a, n in zip(addrs, sizes)) - lo
 
 
 class LoaderDataset(torch.utils.data.IterableDataset[Item]):
@@ -284,8 +253,7 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
             self._args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path, release_after=int(zero_copy))
         self._src: Optional[LoaderSource] = None
         self._resume: Optional[State] = None  # where the next session starts (load_state_dict)
-        self._pending: Optional[torch.cuda.Event] = None  # copy: the GPU copies of the batch handed out last;
-        # zero-copy: the end of the work queued before the previous request
+        self._views = TorchViews(dev, zero_copy)  # batches as tensors, and when they may go back
 
     # -- the session ------------------------------------------------------
 
@@ -311,7 +279,7 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
         opens a new session at the position this one had reached (when the
         daemon could still be asked for it)."""
         if self._src is not None:
-            self._wait_pending()
+            self._views.wait_pending()
             try:
                 self._resume = self._src.state()
             except LoaderError:  # the daemon is gone for good: the position goes with it
@@ -331,7 +299,7 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
         # A copy in another process (a DataLoader worker) has no session:
         # it would open its own, which __iter__ refuses there.
         d = self.__dict__.copy()
-        d["_src"], d["_pending"] = None, None
+        d["_src"], d["_views"] = None, TorchViews(self.device, self.zero_copy)
         return d
 
     def __len__(self) -> int:
@@ -352,101 +320,16 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
     def _epoch(self) -> Iterator[Item]:
         src = self._source()
         while True:
-            self._wait_pending()  # the last batch goes back to the daemon with this request
+            self._views.wait_pending()  # the last batch goes back to the daemon with this request
             try:
                 b = next(src)
             except StopIteration:
                 return
             if src.reader == "numpy":
-                yield self._arrays(cast(Tensors, b))
+                yield self._views.arrays(cast(Tensors, b))
                 continue
             samples, labels = cast(Batch, b)
-            yield self._tensors(samples), torch.from_numpy(labels.reshape(-1).astype(np.int64))
-
-    def _arrays(self, b: Tensors) -> TensorBatch:
-        """A numpy dataset's batch as tensors: one dense tensor, or a list;
-        views (zero_copy) or copies (one span of batch memory copied)."""
-        if self.device.type == "cuda":
-            if isinstance(b, CudaArray):
-                t = torch.as_tensor(b, device=self.device)
-                if not self.zero_copy:
-                    t = t.clone()
-                    self._mark_copies()
-                return t
-            return self._cuda_arrays(cast(list[CudaArray], b))
-        if isinstance(b, np.ndarray):
-            return torch.from_numpy(_writable(b) if self.zero_copy else b.copy())
-        arrays = cast(list["np.ndarray[Any, np.dtype[Any]]"], b)
-        if self.zero_copy or not arrays:
-            return [torch.from_numpy(_writable(a)) for a in arrays]
-        addrs = [int(a.__array_interface__["data"][0]) for a in arrays]
-        lo, n = _span(addrs, [a.nbytes for a in arrays])
-        span = np.asarray(_Writable(lo, n, arrays[0])).copy()  # one copy of the batch's bytes
-        return [torch.from_numpy(np.ndarray(a.shape, dtype=a.dtype, buffer=span, offset=p - lo))
-                for a, p in zip(arrays, addrs)]
-
-    def _cuda_arrays(self, arrays: list[CudaArray]) -> list[torch.Tensor]:
-        """A numpy dataset's ragged GPU batch: a tensor per array."""
-        if self.zero_copy or not arrays:
-            return [torch.as_tensor(a, device=self.device) for a in arrays]
-        lo, n = _span([a.ptr for a in arrays], [a.nbytes for a in arrays])
-        span = torch.as_tensor(CudaArray(lo, n, self.device.index or 0, arrays[0]), device=self.device).clone()
-        self._mark_copies()
-        dtype = torch.from_numpy(np.empty(0, dtype=np.dtype(arrays[0].typestr))).dtype
-        return [span[a.ptr - lo:a.ptr - lo + a.nbytes].view(dtype).reshape(a.shape) for a in arrays]
-
-    def _mark_copies(self) -> None:
-        """Records the end of the copies just queued: the batch goes back
-        once they are done (_wait_pending)."""
-        self._pending = torch.cuda.Event()  # type: ignore[no-untyped-call]
-        self._pending.record(torch.cuda.current_stream(self.device))
-
-    def _tensors(self, samples: Union[list[Any], CudaArray]) -> list[torch.Tensor]:
-        """The samples as tensors: copies, or views (zero_copy), of one span
-        of batch memory (a dense GPU batch: its rows)."""
-        if isinstance(samples, CudaArray):
-            rows = torch.as_tensor(samples, device=self.device)
-            if not self.zero_copy:
-                rows = rows.clone()
-                self._mark_copies()
-            return list(rows.unbind(0))
-        if not samples:
-            return []
-        if self.device.type == "cuda":
-            return self._cuda_tensors(samples)
-        addrs = [int(s.__array_interface__["data"][0]) for s in samples]
-        sizes = [int(s.nbytes) for s in samples]
-        lo, n = _span(addrs, sizes)
-        view = np.asarray(_Writable(lo, n, samples[0]))  # samples[0] keeps the mapping alive
-        span = torch.from_numpy(view if self.zero_copy else view.copy())
-        return [span[a - lo:a - lo + k] for a, k in zip(addrs, sizes)]
-
-    def _cuda_tensors(self, samples: list[CudaArray]) -> list[torch.Tensor]:
-        lo, n = _span([s.ptr for s in samples], [s.nbytes for s in samples])
-        span = torch.as_tensor(CudaArray(lo, n, self.device.index or 0, samples[0]), device=self.device)
-        if not self.zero_copy:
-            span = span.clone()
-            self._mark_copies()
-        return [span[s.ptr - lo:s.ptr - lo + s.nbytes] for s in samples]
-
-    def _wait_pending(self) -> None:
-        """Before a request: waits until the batch it gives back may go. With
-        copies, the batch handed out last, once its copies are done. Zero-copy
-        (release_after=1), the batch before it, once the work the loop had
-        queued on the current stream by the previous request is done (that
-        batch's step); the last batch's step may still run."""
-        if self.device.type != "cuda":
-            return
-        if not self.zero_copy:
-            if self._pending is not None:
-                self._pending.synchronize()
-                self._pending = None
-            return
-        now = torch.cuda.Event()  # type: ignore[no-untyped-call]
-        now.record(torch.cuda.current_stream(self.device))
-        if self._pending is not None:
-            self._pending.synchronize()
-        self._pending = now
+            yield self._views.tensors(samples), torch.from_numpy(labels.reshape(-1).astype(np.int64))
 
     # -- resume -----------------------------------------------------------
 
@@ -495,7 +378,7 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
         st["sampling"] = sampling  # type: ignore[typeddict-item]
         st["epoch"], st["batch"] = int(state_dict["epoch"]), int(state_dict["batch"])
         if self._src is not None:
-            self._wait_pending()
+            self._views.wait_pending()
             self._src.close()
             self._src = None
         self._resume = st

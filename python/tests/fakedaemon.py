@@ -48,12 +48,12 @@ class FakeDaemon:
     def install(self, monkeypatch: pytest.MonkeyPatch, cu: Optional[FakeCuda]) -> None:
         """Routes the client's requests here and its libcuda to ``cu``."""
         import nvfeed._cuda
-        import nvfeed._source
-        monkeypatch.setattr(nvfeed._source, "call", self.call)
-        monkeypatch.setattr(nvfeed._source, "receive", self.receive)
+        import nvfeed._session
+        monkeypatch.setattr(nvfeed._session, "call", self.call)
+        monkeypatch.setattr(nvfeed._session, "receive", self.receive)
         if cu is not None:
             cu.on_call = self.log.append
-            for mod in (nvfeed._source, nvfeed._cuda):
+            for mod in (nvfeed._session, nvfeed._cuda):
                 monkeypatch.setattr(mod, "load_libcuda", lambda: cu)
 
     def close_fds(self) -> None:

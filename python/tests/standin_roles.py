@@ -34,7 +34,9 @@ from typing import Any, Optional
 
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
-from nvfeed._cuda import CudaArray, DeviceMapping, ReleaseFence, device_uuid, find_device, load_libcuda  # noqa: E402
+from nvfeed._cuda import device_uuid, find_device, load_libcuda  # noqa: E402
+from nvfeed._cudamem import CudaArray, DeviceMapping  # noqa: E402
+from nvfeed._fence import ReleaseFence  # noqa: E402
 from standin import GRAN, Context, DeviceMemory  # noqa: E402
 
 DELAY_US = 300_000

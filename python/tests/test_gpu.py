@@ -20,8 +20,10 @@ import pytest
 
 from fakecuda import FakeCuda, uuid_bytes
 from nvfeed import BadRequestError, CudaArray
-from nvfeed._cuda import (CU_STREAM_LEGACY, LIB_DIR_ENV, CudaError, DeviceMapping, ReleaseFence, device_uuid, find_device, format_uuid,
+from nvfeed._cuda import (CU_STREAM_LEGACY, LIB_DIR_ENV, CudaError, device_uuid, find_device, format_uuid,
                           load_libcuda, stream_handle)
+from nvfeed._cudamem import DeviceMapping
+from nvfeed._fence import ReleaseFence
 
 TESTS = Path(__file__).resolve().parent
 ZERO = {"primary_ctx_retains": 0, "imports": 0, "reservations": 0, "mappings": 0, "events": 0, "pushed": 0}
@@ -238,7 +240,7 @@ EXIT_SCRIPT = """
 import gc, sys
 sys.path[:0] = [{tests!r}, {python!r}]
 from fakecuda import FakeCuda
-from nvfeed._cuda import CudaArray, DeviceMapping
+from nvfeed._cudamem import CudaArray, DeviceMapping
 cu = FakeCuda()
 cu.on_call = lambda name: print("call", name, flush=True)
 m = DeviceMapping(17, 1 << 21, 0, lib=cu)
@@ -487,8 +489,8 @@ def test_gpu_source_without_driver_in_the_daemon_is_a_bad_request(daemon: Any, m
     libcuda double here)."""
     if os.path.exists("/proc/driver/nvidia/version"):
         pytest.skip("an NVIDIA driver is present")
-    import nvfeed._source
-    monkeypatch.setattr(nvfeed._source, "load_libcuda", lambda: FakeCuda())
+    import nvfeed._session
+    monkeypatch.setattr(nvfeed._session, "load_libcuda", lambda: FakeCuda())
     from nvfeed import LoaderSource
     with pytest.raises(BadRequestError, match="no CUDA driver found: .*(no usable CUDA libraries|NVIDIA driver)") as e:
         LoaderSource("train", socket=daemon.socket, batch_size=2, device="gpu", device_id=0)

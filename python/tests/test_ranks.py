@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, Daemon, Dataset, small_dataset, start_daemon, stop_daemon
-from nvfeed import ConflictError, LoaderSource, RankMismatchError, datasets
+from nvfeed import ConflictError, LoaderSource, NotFoundError, RankMismatchError, datasets
+from nvfeed._errors import error_for
 from nvfeed._ranks import Peers, disagreements, peers, terms
 
 
@@ -46,10 +47,25 @@ def test_job_ranks_with_another_seed_raise(two: Daemon) -> None:
         msg = str(ei.value)
         assert "ranks disagree: " in msg and "seed 13 (the job's: 12)" in msg, msg
         assert isinstance(ei.value, ConflictError) and ei.value.status == 409
+        assert ei.value.error_code == "rank_mismatch"
         assert "num_shards" not in msg and "batch_size" not in msg, msg
         assert len(next(a)[0]) == 4
         with LoaderSource("train", socket=two.socket, job_id="run-7/train", shard_id=1, **KW) as b:
             assert len(next(b)[0]) == 4
+
+
+@pytest.mark.parametrize("status, code, text, cls", [
+    (409, "rank_mismatch", "anything at all", RankMismatchError),
+    (409, None, "ranks disagree: seed 13 (the job's: 12)", ConflictError),  # the text is never parsed
+    (409, "conflict", "ranks disagree: seed 13", ConflictError),
+    (404, "not_found", "unknown dataset x", NotFoundError),
+])
+def test_error_class_by_code_not_text(status: int, code: Any, text: str, cls: type) -> None:
+    """The daemon's error code picks the class: RankMismatchError for
+    "rank_mismatch" whatever the text, never for text that only reads
+    like it; the code and status are kept on the error."""
+    e = error_for(text, status, code)
+    assert type(e) is cls and e.status == status and e.error_code == code and str(e) == text
 
 
 @pytest.mark.parametrize("change, named", [

@@ -19,24 +19,41 @@ import (
 
 // status is the HTTP status err's sentinel maps to.
 func status(err error) int {
-	code := http.StatusInternalServerError
+	s, _ := kind(err)
+	return s
+}
+
+// code is the machine-readable code of err's sentinel (wire.Code...), ""
+// for an error no sentinel names.
+func code(err error) string {
+	_, c := kind(err)
+	return c
+}
+
+// kind is the HTTP status and the code err's sentinel maps to: 500 and
+// "" for an internal failure.
+func kind(err error) (int, string) {
 	switch {
 	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
-		code = http.StatusBadRequest
+		return http.StatusBadRequest, wire.CodeInvalid
 	case errors.Is(err, session.ErrNotFound):
-		code = http.StatusNotFound
+		return http.StatusNotFound, wire.CodeNotFound
 	case errors.Is(err, session.ErrForbidden):
-		code = http.StatusForbidden
-	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrConflict), errors.Is(err, session.ErrDisagree):
-		code = http.StatusConflict
+		return http.StatusForbidden, wire.CodeForbidden
+	case errors.Is(err, session.ErrBusy):
+		return http.StatusConflict, wire.CodeBusy
+	case errors.Is(err, session.ErrDisagree):
+		return http.StatusConflict, wire.CodeRankMismatch
+	case errors.Is(err, session.ErrConflict):
+		return http.StatusConflict, wire.CodeConflict
 	case errors.Is(err, session.ErrLimit):
-		code = http.StatusTooManyRequests
+		return http.StatusTooManyRequests, wire.CodeLimit
 	case errors.Is(err, session.ErrNoSpace), errors.Is(err, loader.ErrNoSpace):
-		code = http.StatusInsufficientStorage
+		return http.StatusInsufficientStorage, wire.CodeNoSpace
 	case errors.Is(err, context.Canceled):
-		code = 499 // client went away
+		return 499, "" // client went away
 	}
-	return code
+	return http.StatusInternalServerError, ""
 }
 
 // openParams is an open request's session form.
@@ -62,7 +79,7 @@ func nextResponse(d session.Delivery) wire.NextResponse {
 
 // errorFrame is the last frame of a stream that ended with err.
 func errorFrame(err error) wire.NextResponse {
-	return wire.NextResponse{Error: err.Error(), ErrorStatus: status(err)}
+	return wire.NextResponse{Error: err.Error(), ErrorStatus: status(err), ErrorCode: code(err)}
 }
 
 // position is the batch an epoch and an iteration name: nil for neither;

@@ -64,7 +64,7 @@ func TestConvertCarriesEveryField(t *testing.T) {
 			convert: func(f any) any { return openParams(*f.(*wire.OpenRequest)) }},
 		{name: "Opened to OpenResponse", from: &session.Opened{},
 			convert: func(f any) any { return openResponse(*f.(*session.Opened)) }},
-		{name: "Delivery to NextResponse", from: &session.Delivery{}, wireOnly: []string{"Error", "ErrorStatus", "Stopped"},
+		{name: "Delivery to NextResponse", from: &session.Delivery{}, wireOnly: []string{"Error", "ErrorStatus", "ErrorCode", "Stopped"},
 			convert: func(f any) any { return nextResponse(*f.(*session.Delivery)) }},
 		// StaleExtents reaches the wire as the status's stale_causes.
 		{name: "DatasetInfo", from: &session.DatasetInfo{}, sessionOnly: []string{"Listable", "StaleExtents"},

@@ -105,8 +105,8 @@ func TestMalformedFramesAre400(t *testing.T) {
 					t.Fatal("no answer")
 				}
 				if r.Error != "" {
-					if r.ErrorStatus != 400 || !strings.Contains(r.Error, tt.want) {
-						t.Errorf("error frame %d %q, want 400 naming %q", r.ErrorStatus, r.Error, tt.want)
+					if r.ErrorStatus != 400 || r.ErrorCode != wire.CodeInvalid || !strings.Contains(r.Error, tt.want) {
+						t.Errorf("error frame %d %q %q, want 400 invalid naming %q", r.ErrorStatus, r.ErrorCode, r.Error, tt.want)
 					}
 					return
 				}

@@ -43,6 +43,7 @@ func TestOpenOverTheWire(t *testing.T) {
 		code int
 		msg  string // the error says it; or, opened, the prefetch depth in effect ("2")
 	}{
+		{"unknown dataset", base(map[string]any{"dataset": "nope"}), 404, "nope"},
 		{"num_shards absent", base(map[string]any{"num_shards": nil}), 400, "num_shards 0 not in [1, 2147483647]"},
 		{"num_shards 0", base(map[string]any{"num_shards": 0}), 400, "num_shards 0 not in [1, 2147483647]"},
 		{"num_shards past the samples", base(map[string]any{"num_shards": 1000}), 400, "num_shards 1000 not in [1, 97]"},
@@ -70,6 +71,10 @@ func TestOpenOverTheWire(t *testing.T) {
 				if !strings.Contains(e.Error, tc.msg) {
 					t.Fatalf("%q does not say %q", e.Error, tc.msg)
 				}
+				// Every refusal carries its machine-readable code too.
+				if want := map[int]string{400: wire.CodeInvalid, 404: wire.CodeNotFound, 409: wire.CodeConflict}[code]; e.Code != want {
+					t.Fatalf("code %q, want %q", e.Code, want)
+				}
 				return
 			}
 			ids = append(ids, open.ID)
@@ -95,12 +100,13 @@ func TestOpenOverTheWire(t *testing.T) {
 	ids = append(ids, open.ID)
 	var e wire.ErrorResponse
 	code := f.call(t, "POST", "/v1/sessions", base(map[string]any{"job_id": "train-42", "random_shuffle": true, "seed": 13, "shard_id": 1}), &e)
-	if code != 409 || !strings.HasPrefix(e.Error, "ranks disagree: ") || !strings.Contains(e.Error, "seed 13 (the job's: 12)") {
-		t.Errorf("rank 1 with another seed: %d %q, want 409 ranks disagree naming seed", code, e.Error)
+	if code != 409 || e.Code != wire.CodeRankMismatch || !strings.HasPrefix(e.Error, "ranks disagree: ") || !strings.Contains(e.Error, "seed 13 (the job's: 12)") {
+		t.Errorf("rank 1 with another seed: %d %q %q, want 409 rank_mismatch, ranks disagree naming seed", code, e.Code, e.Error)
 	}
+	e = wire.ErrorResponse{}
 	code = f.call(t, "POST", "/v1/sessions", base(job), &e)
-	if code != 409 || !strings.Contains(e.Error, "shard_id 0 is already read by session "+open.ID) {
-		t.Errorf("a second rank 0: %d %q, want 409 naming the shard", code, e.Error)
+	if code != 409 || e.Code != wire.CodeRankMismatch || !strings.Contains(e.Error, "shard_id 0 is already read by session "+open.ID) {
+		t.Errorf("a second rank 0: %d %q %q, want 409 rank_mismatch naming the shard", code, e.Code, e.Error)
 	}
 	if code := f.call(t, "POST", "/v1/sessions", base(map[string]any{"job_id": "train-42", "random_shuffle": true, "seed": 12, "shard_id": 1}), &open); code != 200 {
 		t.Errorf("rank 1 agreeing: %d", code)

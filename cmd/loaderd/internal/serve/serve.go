@@ -199,7 +199,7 @@ func fail(w http.ResponseWriter, err error) {
 	if errors.Is(err, errBodyTooLarge) {
 		w.Header().Set("Connection", "close")
 	}
-	writeErr(w, status(err), err.Error())
+	writeMsg(w, status(err), wire.ErrorResponse{Error: err.Error(), Code: code(err)})
 }
 
 // writeMsg writes v in msgpack, or in JSON where the request asked for it

@@ -11,7 +11,8 @@
 // package's test checks both ways.
 //
 // The HTTP API. Bodies are msgpack with explicit snake_case keys; unknown
-// keys are refused. Errors are {"error": "..."} with a 4xx or 5xx status.
+// keys are refused. Errors are {"error": "...", "code": "..."} with a 4xx or
+// 5xx status (code: one of the Code constants, for a client to branch on).
 //
 //	GET    /v1/backends               -            -> BackendsResponse
 //	GET    /v1/datasets               -            -> DatasetsResponse (counts only: no session, no file)
@@ -82,7 +83,7 @@ type OpenRequest struct {
 	// UTF-8 without control characters. The sessions of one job (one
 	// owner's, on this daemon) must read one dataset with the same
 	// sampling, each its own shard_id; one that does not is refused (409,
-	// "ranks disagree: ...", naming each difference).
+	// code CodeRankMismatch, "ranks disagree: ...", naming each difference).
 	JobID string `msgpack:"job_id"`
 }
 
@@ -150,6 +151,8 @@ type NextResponse struct {
 	// session is gone, e.g. the daemon stopped).
 	Error       string `msgpack:"error,omitempty"`
 	ErrorStatus int    `msgpack:"error_status,omitempty"`
+	ErrorCode   string `msgpack:"error_code,omitempty"` // as ErrorResponse.Code
+
 	// In a stream only: the answer to a stop; the releases are done (the last frame).
 	Stopped bool `msgpack:"stopped,omitempty"`
 }
@@ -314,7 +317,24 @@ type Reloaded struct {
 	Error   string `msgpack:"error,omitempty"`
 }
 
-// ErrorResponse is the body of every error status.
+// ErrorResponse is the body of every error status: the message for
+// people, and a machine-readable code (one of the Code constants; absent
+// for an error no sentinel names) for a client to branch on.
 type ErrorResponse struct {
 	Error string `msgpack:"error"`
+	Code  string `msgpack:"code,omitempty"`
 }
+
+// Error codes: ErrorResponse.Code and NextResponse.ErrorCode, one per kind
+// of refusal a client may act on. The text beside them is for people and
+// may change; a code does not.
+const (
+	CodeInvalid      = "invalid"       // a field out of range, an unknown backend or option, a malformed request
+	CodeNotFound     = "not_found"     // unknown dataset or session
+	CodeForbidden    = "forbidden"     // the caller may not read the dataset, or the session is another user's
+	CodeBusy         = "busy"          // every batch slot is held
+	CodeConflict     = "conflict"      // the dataset's map is stale or its device unreadable
+	CodeRankMismatch = "rank_mismatch" // the ranks of one job disagree (sampling, dataset, shard)
+	CodeLimit        = "limit"         // the daemon's session limit
+	CodeNoSpace      = "no_space"      // no room for the session's batch memory
+)

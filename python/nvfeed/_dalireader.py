@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What ``nvfeed.dali.reader`` puts in a pipeline: the external source's
+callback (``Reader``: the ``LoaderSource`` opened once the pipeline is
+built, with the seed ``fn.readers.file`` would have taken) and
+``pipe.reader_meta`` answering for it as for DALI's own readers. Used by
+``nvfeed.dali``, which loads DALI first."""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+import warnings
+import weakref
+from typing import Any, Optional
+
+from ._seeds import MAX_SEEDS, seed_for
+from ._source import LoaderSource
+
+META = "_nvfeed_readers"
+"""The pipeline's attribute: reader name -> Reader."""
+
+
+def reader_meta(src: LoaderSource) -> dict[str, int]:
+    """What ``fn.readers.file`` with the source's sampling arguments gives
+    as ``pipe.reader_meta(name)``: ``epoch_size``, ``epoch_size_padded``,
+    ``number_of_shards``, ``shard_id``, ``pad_last_batch``,
+    ``stick_to_shard`` (the flags as 0 or 1, as DALI gives them)."""
+    s = src.state()["sampling"]
+    n, shards = s["n"], s["num_shards"]
+    return {"epoch_size": n, "epoch_size_padded": -(-n // shards) * shards if s["pad_last_batch"] else n,
+            "number_of_shards": shards, "shard_id": s["shard_id"], "pad_last_batch": int(s["pad_last_batch"]),
+            "stick_to_shard": int(s["stick_to_shard"])}
+
+
+def _takes_seed(op: Any) -> bool:
+    """Whether op, one of a built pipeline's operators, takes the next
+    operator seed (it takes one and was given none)."""
+    return bool(op._op.schema.HasRandomSeedArg()) and "seed" not in op._op._init_args
+
+
+class Reader:
+    """The external source's callback: opens the LoaderSource when first
+    needed (the pipeline is built by then, so the seed the reader would
+    have had is known) and answers batches and reader_meta."""
+
+    def __init__(self, pipe: Any, dataset: str, name: Optional[str], args: dict[str, Any], seed: Optional[int],
+                 options: dict[str, Any]) -> None:
+        self._pipe = weakref.ref(pipe)
+        self._dataset, self._name, self._args, self._seed, self._options = dataset, name, args, seed, options
+        self.marker: Any = None  # the operator at the reader's place in the graph's order
+        self.src: Optional[LoaderSource] = None
+
+    def __repr__(self) -> str:  # DALI names the source by it in its messages
+        return f"nvfeed.dali.reader({self._dataset!r}, name={self._name!r})"
+
+    def __call__(self, info: Any) -> Any:
+        return self.source().batch(info)
+
+    def source(self) -> LoaderSource:
+        if self.src is None:
+            pipe = self._pipe()
+            seed = self._seed if self._seed is not None else self._pipeline_seed(pipe)
+            pipeline: Any = importlib.import_module("nvidia.dali.pipeline").Pipeline  # loaded by nvfeed.dali
+            pipeline.push_current(pipe)  # what LoaderSource learns from the pipeline it is in
+            try:
+                self.src = LoaderSource(self._dataset, seed=seed, **self._args, **self._options)
+            finally:
+                pipeline.pop_current()
+        return self.src
+
+    def _pipeline_seed(self, pipe: Any) -> int:
+        """The seed fn.readers.file would have taken here."""
+        if pipe is None or pipe.seed is None:
+            return secrets.randbits(32)  # DALI's pipeline drew its seed at random too
+        slot = 0
+        try:
+            for op in pipe._ops:
+                if op is self.marker:
+                    break
+                slot += _takes_seed(op)
+        except (AttributeError, TypeError) as e:
+            warnings.warn(f"nvfeed.dali.reader: cannot tell this reader's place among the pipeline's seeded "
+                          f"operators ({e!r}); taking the first seed. Pass seed= to this reader and to "
+                          "fn.readers.file to compare them", RuntimeWarning, stacklevel=3)
+            slot = 0
+        return seed_for(int(pipe.seed), slot % MAX_SEEDS)
+
+    def meta(self) -> dict[str, int]:
+        if not self._args["pad_last_batch"]:
+            raise ValueError(
+                f"nvfeed.dali.reader {self._name!r}: DALI's iterators with reader_name need pad_last_batch=True "
+                "on this reader. Without it fn.readers.file completes an epoch's last batch with the next "
+                "epoch's samples, and the iterator takes only whole batches; this reader ends each epoch with a "
+                "partial batch instead. Pass pad_last_batch=True (DALI's examples do) and "
+                "last_batch_policy=LastBatchPolicy.PARTIAL to drop the padding, or leave reader_name out "
+                "(the iterator then reads each epoch to its end, partial batch included)")
+        return reader_meta(self.source())
+
+    def close(self) -> None:
+        if self.src is not None:
+            self.src.close()
+            self.src = None
+
+
+def register(pipe: Any, name: str, rd: Reader) -> None:
+    """Makes pipe.reader_meta(name) answer for rd; the pipeline's own
+    readers answer as before."""
+    readers: Optional[dict[str, Reader]] = pipe.__dict__.get(META)
+    if readers is None:
+        readers = {}
+        setattr(pipe, META, readers)
+        pipe.reader_meta = ReaderMeta(pipe)
+    readers[name] = rd
+
+
+class ReaderMeta:
+    """A pipeline's reader_meta with this module's readers in it. It holds
+    the pipeline weakly: the pipeline that holds it goes (and closes its
+    readers) when its last user lets go, not at the next garbage
+    collection."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = weakref.ref(pipe)
+        self._own = type(pipe).reader_meta
+        self.__doc__ = self._own.__doc__
+
+    def __call__(self, name: Optional[str] = None) -> Any:
+        pipe = self._pipe()
+        mine: dict[str, Reader] = pipe.__dict__[META]
+        if name is not None:
+            return mine[name].meta() if name in mine else self._own(pipe, name)
+        out = dict(self._own(pipe))
+        out.update({n: reader_meta(r.source()) for n, r in mine.items()})
+        return out

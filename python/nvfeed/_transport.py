@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""How a session asks for its next batch descriptor: a request over HTTP
+per batch, or the stream the daemon pushes descriptors on (releases going
+back without a reply), opened, moved and dropped here."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Optional, cast
+
+from ._fence import ReleaseFence
+from ._errors import DaemonGoneError, error_for
+from ._stream import Stream, StreamError
+from ._wire import NextRequest, NextResponse
+
+
+class Transport:
+    """The next descriptor by the session's transport (``"stream"`` or
+    ``"http"``); the session sets the attributes declared here."""
+
+    _transport: str
+    _id: Optional[str]
+    _socket: str
+    _timeout: float
+    _stream: Optional[Stream]
+    _expect: Optional[tuple[int, int]]
+    _held: collections.deque[int]
+    _fence: Optional[ReleaseFence]
+
+    def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
+        raise NotImplementedError
+
+    def _next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
+        """The next descriptor, by the source's transport."""
+        if self._transport == "stream":
+            return self._stream_next(release, at)
+        body: NextRequest = {}
+        if release:
+            body["release"] = release
+        if at is not None:
+            body["epoch"], body["iteration"] = at
+        return cast(NextResponse, self._call("POST", f"/v1/sessions/{self._id}/next", body or None))
+
+    def _stream_next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
+        """The next frame of the stream, opening it (at at) or moving it
+        when at is not where the stream is."""
+        try:
+            if self._stream is not None and at is not None and at != self._expect:
+                self._stream.stop(keep=self._kept())  # what DALI still holds stays held
+                self._stream = None
+            if self._stream is None:
+                # From the source's own position (known since the open, kept
+                # by every batch): no request for it. What this source still
+                # holds is kept; everything else the daemon delivered
+                # (release included) goes back before the first frame.
+                if at is not None:
+                    self._expect = at
+                self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect, self._kept())
+            elif release:
+                self._stream.send({"release": release})
+            r = cast(NextResponse, self._stream.recv())
+        except StreamError as e:
+            self._drop_stream()
+            if e.status is not None:
+                raise error_for(f"loaderd: stream: {e}", e.status, e.error_code) from e
+            raise DaemonGoneError(f"loaderd at {self._socket}: stream: {e}") from e
+        if r.get("error"):
+            self._drop_stream()
+            raise error_for(f"loaderd: {r['error']}", r.get("error_status"), r.get("error_code"))
+        return r
+
+    def _kept(self) -> list[int]:
+        """The slots this source still holds: those of batches handed out,
+        and those held back for the consumer's GPU work."""
+        return list(self._held) + (self._fence.held if self._fence is not None else [])
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None

@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A source's arguments as one checked structure (SourceOptions: built and
+validated once, frozen), and the deprecated names: the legacy
+re-exports of nvfeed and the dali_source module, which still work and
+warn. (The bounds' ties to the daemon's Go constants are checked by the
+Go test TestPythonBoundsAreTheDaemons.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import nvfeed
+from nvfeed import SourceOptions
+
+
+def test_options_checked_once_and_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NVFEED_SOCKET", "/tmp/nvfeed-options.sock")
+    o = SourceOptions.check("train", batch_size=8, shard_id=1, num_shards=2, seed=2**64 - 1, job_id="j",
+                            prefetch_queue_depth=3, backend="file")
+    assert o.socket == "/tmp/nvfeed-options.sock" and o.reader_args["shard_id"] == 1 and o.fingerprint == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.batch_format = "dali"  # type: ignore[misc]
+    req = o.open_request()
+    assert req["dataset"] == "train" and req["batch_size"] == 8 and req["seed"] == 2**64 - 1
+    assert req["job_id"] == "j" and req["prefetch_queue_depth"] == 3 and req["backend"] == "file"
+    assert req["memory"] == "pinned" and "gpu_path" not in req and "fingerprint" not in req
+    assert o == SourceOptions.check("train", batch_size=8, shard_id=1, num_shards=2, seed=2**64 - 1, job_id="j",
+                                    prefetch_queue_depth=3, backend="file")
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"batch_size": 0}, r"batch_size must be an int in \[1, 65536\], got 0"),
+    ({"shard_id": 2, "num_shards": 2}, r"shard_id must be an int in \[0, 1\] \(num_shards is 2\), got 2"),
+    ({"prefetch_queue_depth": 65}, r"prefetch_queue_depth must be an int in \[1, 64\] or None"),
+    ({"release_after": 65}, r"release_after must be an int in \[0, 64\] or None"),
+    ({"device_id": 1024}, r"device_id must be an int in \[0, 1023\], got 1024"),
+    ({"initial_fill": 2**24 + 1}, r"initial_fill must be an int in \[1, 16777216\]"),
+    ({"job_id": "j" * 129}, "job_id must be a str of at most 128 bytes"),
+    ({"gpu_path": "dma"}, "gpu_path must be 'auto', 'cufile' or 'bounce', got 'dma'"),
+    ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip', got 'ignore'"),
+    ({"timeout": 0}, "timeout"),
+    ({"cuda_stream": 5}, "cuda_stream is for device='gpu'"),
+])
+def test_options_out_of_range(kw: dict[str, object], msg: str) -> None:
+    """Each argument out of its range or choices: a ValueError naming it,
+    its range and the value, before any daemon is asked (no socket here)."""
+    with pytest.raises(ValueError, match=msg):
+        SourceOptions.check("train", socket="/nonexistent/loaderd.sock", **kw)  # type: ignore[arg-type]
+
+
+def test_legacy_reexports_warn_and_work() -> None:
+    """The helpers and messages once re-exported from nvfeed still come,
+    the same objects, with a DeprecationWarning naming where they live;
+    the API's names do not warn."""
+    from nvfeed import _connect, _memory, _stream, _wire
+    for name, mod in [("connect", _connect), ("socket_path", _connect), ("receive", _memory), ("Stream", _stream),
+                      ("OpenRequest", _wire), ("NextResponse", _wire)]:
+        with pytest.warns(DeprecationWarning, match=f"nvfeed.{name} is not part of the client's API"):
+            assert getattr(nvfeed, name) is getattr(mod, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from nvfeed import Batch, CudaError, LoaderSource, MemoryDesc, State  # noqa: F401
+    with pytest.raises(AttributeError, match="no_such_name"):
+        nvfeed.no_such_name  # type: ignore[attr-defined]  # noqa: B018
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess[str]:
+    """code run by a fresh interpreter importing this client, warnings shown."""
+    where = str(Path(nvfeed.__file__).parents[1])
+    return subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c", code], capture_output=True,
+                          text=True, cwd="/", env={"PYTHONPATH": where})
+
+
+def test_dali_source_import_warns_and_works() -> None:
+    """Importing the former name warns once, pointing at the importer, and
+    still gives nvfeed's objects; importing nvfeed warns of nothing."""
+    r = _fresh("import dali_source\nimport dali_source._stream\nfrom dali_source import LoaderSource\n"
+               "import nvfeed\nassert LoaderSource is nvfeed.LoaderSource\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("DeprecationWarning") == 1, r.stderr
+    assert "<string>:1: DeprecationWarning: dali_source is the nvfeed client's former name" in r.stderr, r.stderr
+    r = _fresh("import nvfeed\nfrom nvfeed import LoaderSource, SourceOptions, Batch, CudaError\n")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
