@@ -18,7 +18,15 @@ w=$PWD/.bench/scale; mkdir -p $w
 truncate -s 12G $w/img; mkfs.ext4 -q -F -b 4096 -N 1400000 $w/img
 loop=$(losetup --find --show --direct-io=on $w/img); mkdir -p $w/mnt; mount $loop $w/mnt
 dpid=
-cleanup() { [[ -n $dpid ]] && kill -TERM $dpid 2>/dev/null; pkill -f "$w/rank.py" 2>/dev/null; wait 2>/dev/null; umount $w/mnt 2>/dev/null || umount -l $w/mnt; losetup -d $loop; rm -f $w/img; }
+cleanup() { # every step runs whatever the one before it did (set -e stops a trap at its first failure)
+  set +e
+  [[ -n $dpid ]] && kill -TERM $dpid 2>/dev/null
+  pkill -f "$w/rank.py" 2>/dev/null
+  wait 2>/dev/null
+  umount $w/mnt 2>/dev/null || umount -l $w/mnt
+  losetup -d $loop
+  rm -f $w/img
+}
 trap cleanup EXIT
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
