@@ -86,8 +86,8 @@
 #  3. `loaderd check`.
 #  4. Exactness: bounce x file, gds, bam and cufile, then the dense
 #     `tensors` set (batch_format="dali": one (batch, size) array per
-#     batch; where this client needs DALI for that and DALI does not
-#     import, sample by sample, saying so), then a numpy dataset
+#     batch; where DALI does not import, batch_format="numpy", whose
+#     GPU samples of one size are that same array), then a numpy dataset
 #     (`npy`, np.save'd float32 224x224x3, no labels: one dense
 #     (batch, 224, 224, 3) array per batch, no DALI anywhere) through
 #     bounce and cufile, then gpu_path auto (expected: cufile when cuFile's own
@@ -96,11 +96,13 @@
 #     zero copy (the consumer's pointer is the sample's address in the
 #     imported allocation), the memory's GPU UUID against the client's,
 #     and the release rule: the consumer queues slow GPU work and a copy
-#     of each sample to the host on its own stream and waits for them only
-#     at the end of an epoch, so a slot handed back before that work ran
-#     gives wrong bytes (shard 0 releases with the client's default,
-#     shard 1 with cuda_stream set to the consumer's stream and takes its
-#     batches as DALI's two sources do: src.labels, src.samples). With two
+#     of each sample to the host and waits for them only at the end of
+#     an epoch, so a slot handed back before that work ran gives wrong
+#     bytes (shard 0 releases with the client's default, its work where
+#     that covers it: PyTorch's current stream, else a blocking stream;
+#     shard 1 on a non-blocking stream of its own, passed as cuda_stream,
+#     and takes its batches as DALI's two sources do: src.labels,
+#     src.samples). With two
 #     or more GPUs and no CUDA_VISIBLE_DEVICES, the daemon sees them in
 #     reverse order (1,0) and the client as 0,1: only UUIDs match them.
 #  5. cuFile's mode from its own statistics (loaderd bench --backend

@@ -7,17 +7,21 @@ its leak and violation report.
 the dataset into GPU memory; a consumer (PyTorch, else CuPy; with the
 stand-in, its test kernel) wraps every sample without a copy, checks that
 its pointer is the sample's address inside the imported allocation, and
-queues a delayed copy of the sample back to the host on its own stream
-without waiting for it. The bytes are compared with the files only at the
-end of each epoch, so a slot handed back to the daemon before that queued
-work ran shows up as wrong bytes. Shard 0 releases with the client's
-default (``cuCtxSynchronize``), shard 1 with ``cuda_stream`` set to the
-consumer's stream (an event on it) and takes its batches as DALI's two
+queues a delayed copy of the sample back to the host without waiting
+for it. The bytes are compared with the files only at the end of each
+epoch, so a slot handed back to the daemon before that queued work ran
+shows up as wrong bytes. Shard 0 releases with the client's default (an
+event on PyTorch's current stream, else on the legacy default stream):
+its consumer queues its work where that default covers it (PyTorch's
+current stream; a blocking stream, which the legacy default stream
+follows). Shard 1 queues on a non-blocking stream of its own, passes it
+as ``cuda_stream`` (an event on it) and takes its batches as DALI's two
 external sources do (``src.labels``, ``src.samples``). ``--dense`` asks for
 ``batch_format="dali"`` on a dataset whose samples share a size and
-expects one (batch, size) array per batch; where this client needs DALI
-for that and DALI does not import, the batches are checked sample by
-sample, saying so (the dense layout is then the ``--tensor`` check's).
+expects one (batch, size) array per batch; where DALI does not import,
+``batch_format="numpy"``, whose GPU samples of one size are that same
+one (batch, size) array. Without ``--dense`` a batch may be a list or,
+where its samples happen to share a size, one (batch, size) array.
 ``--tensor``: a numpy dataset (``mkbmap --reader numpy``) of one dtype and
 shape, whose GPU batches are one dense ``(batch, *shape)`` array without
 DALI and without labels: every row's bytes against the ``.npy`` files'
@@ -166,7 +170,12 @@ class Consumer(Protocol):
     name: str
 
     def cuda_stream(self) -> Any:
-        """What to pass as LoaderSource's cuda_stream."""
+        """What to pass as LoaderSource's cuda_stream: the consumer's own
+        non-blocking stream."""
+
+    def use(self, own: bool) -> None:
+        """Queues the work from now on on the consumer's own stream (own),
+        else where the client's default fence covers it."""
 
     def pointer(self, x: Any, row: Optional[int]) -> int:
         """The address the consumer's own view of x (or its row) has."""
@@ -194,13 +203,18 @@ class TorchConsumer:
         import torch
         self.torch = torch
         self.dev = torch.device("cuda", device_id)
-        self.stream = torch.cuda.Stream(self.dev)
+        self.own = torch.cuda.Stream(self.dev)  # non-blocking, as PyTorch makes its streams
+        self.stream = self.own
         self.lag = Lag()
         props = torch.cuda.get_device_properties(self.dev)
         self.hz = float(getattr(props, "clock_rate", 1_500_000)) * 1000  # kHz, as CUDA's clockRate; about right if absent
 
     def cuda_stream(self) -> Any:
-        return self.stream  # has .cuda_stream
+        return self.own  # has .cuda_stream
+
+    def use(self, own: bool) -> None:
+        # The default fence records on PyTorch's current stream.
+        self.stream = self.own if own else self.torch.cuda.current_stream(self.dev)
 
     def _view(self, x: Any, row: Optional[int]) -> Any:
         t = self.torch.as_tensor(x, device=self.dev)
@@ -238,10 +252,15 @@ class CupyConsumer:
         import cupyx
         self.cupy, self.cupyx = cupy, cupyx
         cupy.cuda.Device(device_id).use()
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.own = cupy.cuda.Stream(non_blocking=True)
+        self.blocking = cupy.cuda.Stream(non_blocking=False)  # the legacy default stream follows it
+        self.stream = self.own
 
     def cuda_stream(self) -> Any:
-        return int(self.stream.ptr)
+        return int(self.own.ptr)
+
+    def use(self, own: bool) -> None:
+        self.stream = self.own if own else self.blocking
 
     def _view(self, x: Any, row: Optional[int]) -> Any:
         g = self.cupy.asarray(x)
@@ -286,8 +305,10 @@ class StandinConsumer:
         ctx = ctypes.c_void_p()
         cu_check(cu, "cuDevicePrimaryCtxRetain", ctypes.byref(ctx), self.dev)
         cu_check(cu, "cuCtxPushCurrent_v2", ctx)
-        s = ctypes.c_void_p()
+        s, b = ctypes.c_void_p(), ctypes.c_void_p()
         cu_check(cu, "cuStreamCreate", ctypes.byref(s), 1)  # CU_STREAM_NON_BLOCKING
+        cu_check(cu, "cuStreamCreate", ctypes.byref(b), 0)  # blocking: the legacy default stream follows it
+        self.own, self.blocking = s, b
         self.stream = s
         cu.cuStandinLaunchRead.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_uint,
                                            ctypes.c_void_p]
@@ -295,7 +316,10 @@ class StandinConsumer:
         self._batch_delay_us = 0
 
     def cuda_stream(self) -> Any:
-        return int(self.stream.value or 0)
+        return int(self.own.value or 0)
+
+    def use(self, own: bool) -> None:
+        self.stream = self.own if own else self.blocking
 
     def pointer(self, x: Any, row: Optional[int]) -> int:
         return span(x, row)[0]
@@ -311,7 +335,8 @@ class StandinConsumer:
         return buf
 
     def finish(self) -> None:
-        cu_check(self.cu, "cuStreamSynchronize", self.stream)
+        for s in (self.own, self.blocking):
+            cu_check(self.cu, "cuStreamSynchronize", s)
 
     def data(self, h: Any) -> bytes:
         return bytes(h.raw)
@@ -320,7 +345,8 @@ class StandinConsumer:
         if self.stream is None:
             return
         self.finish()
-        cu_check(self.cu, "cuStreamDestroy_v2", self.stream)
+        for s in (self.own, self.blocking):
+            cu_check(self.cu, "cuStreamDestroy_v2", s)
         self.stream = None  # type: ignore[assignment]
         old = ctypes.c_void_p()
         cu_check(self.cu, "cuCtxPopCurrent_v2", ctypes.byref(old))
@@ -348,12 +374,13 @@ def labels_of(labels: Any) -> list[int]:
 def rows_of(samples: Any, dense: bool, tensor: bool = False) -> tuple[list[tuple[Any, Optional[int]]], str]:
     """A batch's samples as (array, row) pairs, and what is wrong with its
     shape ("" when nothing). A dense batch is one (batch, size) array, or
-    for a numpy dataset (tensor) one (batch, *shape) array."""
+    for a numpy dataset (tensor) one (batch, *shape) array; any other is
+    a list, or that one array where its samples happen to share a size."""
     if hasattr(samples, "__cuda_array_interface__"):
         _, shape = cai(samples)
         if len(shape) < 2 if tensor else len(shape) != 2:
             return [], f"one array of shape {shape}, not (batch, {'*shape' if tensor else 'size'})"
-        return [(samples, i) for i in range(shape[0])], "" if dense else "one dense array where a list was due"
+        return [(samples, i) for i in range(shape[0])], ""
     out: list[tuple[Any, Optional[int]]] = [(x, None) for x in samples]
     return out, "a list of separate arrays where one dense (batch, size) array was due" if dense else ""
 
@@ -417,6 +444,7 @@ def exact(a: argparse.Namespace) -> int:
                 kw["batch_format"] = "dali"
             if shard == 1 and has_stream:
                 kw["cuda_stream"] = con.cuda_stream()  # the release waits for an event on it
+            con.use(shard == 1 and has_stream)  # shard 0: where the client's default fence covers the work
             open_kw = dict(socket=a.socket, batch_size=a.batch_size, shard_id=shard, num_shards=2,
                            random_shuffle=True, seed=7, device="gpu", device_id=a.device_id, gpu_path=a.gpu_path)
             try:
@@ -424,11 +452,10 @@ def exact(a: argparse.Namespace) -> int:
             except ImportError as e:
                 if kw.pop("batch_format", None) != "dali":
                     raise
-                # This client wants DALI for dense GPU batches and DALI
-                # does not import: the samples are checked one by one.
-                print(f"  {want}: batch_format='dali' needs DALI in this client ({e}): checked sample by sample "
-                      "with batch_format='numpy'; the dense layout is NOT checked here (the tensor check's is)")
-                dense = False
+                # DALI does not import: batch_format="numpy" gives GPU
+                # samples of one size as the same (batch, size) array.
+                print(f"  {want}: batch_format='dali' needs DALI in this client ({e}): checked with "
+                      "batch_format='numpy' (GPU samples of one size: one (batch, size) array there too)")
                 opened = LoaderSource(a.dataset, **open_kw, **kw)
             with opened as src:
                 expect = a.expect_path or (a.gpu_path if a.gpu_path != "auto" else "")

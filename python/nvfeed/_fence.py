@@ -122,7 +122,12 @@ class _Fence:
             while len(self.pending) > keep:
                 slot, ev = self.pending[0]
                 if ev is not None:
-                    _call(cu, "cuEventSynchronize", ev)
+                    try:
+                        _call(cu, "cuEventSynchronize", ev)
+                    except CudaError:
+                        # Nothing is lost: the slots found done go out next time.
+                        self.pending.extendleft((x, None) for x in reversed(out))
+                        raise
                     self.free.append(ev)
                 self.pending.popleft()
                 out.append(slot)

@@ -212,16 +212,20 @@ class Session(Transport):
         the consumer's GPU work queued on it has finished (an event on the
         consumer's stream), without waiting for it while the daemon still
         has room to read ahead (prefetch_queue_depth slots held back at
-        most). Reconnects when the daemon went away."""
-        release, self._give_back = self._give_back, []
+        most). Reconnects when the daemon went away. A fence call that
+        fails raises with no slot lost: each stays held (or held back) and
+        the next call tries again."""
+        release = list(self._give_back)
         while len(self._held) > self._release_after:
-            slot = self._held.popleft()
+            slot = self._held[0]
             if self._fence is None:
                 release.append(slot)
             else:
-                self._fence.record(slot)
+                self._fence.record(slot)  # CudaError: the slot stays held
+            self._held.popleft()
         if self._fence is not None:
             release += self._fence.done(self.prefetch_queue_depth)
+        self._give_back = []
         try:
             return self._next(release, at)
         except (DaemonGoneError, NotFoundError) as e:  # NotFound: a restarted daemon does not know the session

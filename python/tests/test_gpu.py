@@ -409,6 +409,26 @@ def test_fence_failure_names_the_call_and_pops() -> None:
     clean(cu)
 
 
+def test_fence_wait_failure_loses_no_slot() -> None:
+    """A wait that fails after other slots were found done raises naming
+    the call; those slots and the one waited for stay held back, and go
+    out next time."""
+    cu = FakeCuda()
+    f = ReleaseFence(cu, 0, 5)
+    for slot in (1, 2, 3):
+        f.record(slot)
+    ev1, ev2, ev3 = [e for e, _ in cu.records]
+    cu.not_ready |= {ev2, ev3}
+    cu.fail["cuEventSynchronize"] = 999
+    with pytest.raises(CudaError, match=r"cuEventSynchronize: CUDA_ERROR_UNKNOWN \(999\)"):
+        f.done(1)  # 1 done; 2 and 3 busy, one more than keep: 2 waited for
+    assert sorted(f.held) == [1, 2, 3] and cu.live()["pushed"] == 0
+    del cu.fail["cuEventSynchronize"]
+    assert f.done(1) == [1, 2] and f.held == [3]
+    f.close()
+    clean(cu)
+
+
 def test_no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(LIB_DIR_ENV, raising=False)
     if os.path.exists("/proc/driver/nvidia/version"):

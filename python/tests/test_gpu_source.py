@@ -17,10 +17,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from fakecuda import FakeCuda, uuid_bytes
+from fakecuda import FakeCuda, _v, uuid_bytes
 from fakedaemon import SLOT, FakeDaemon
 from nvfeed import CudaArray, LoaderError, LoaderSource
-from nvfeed._cuda import CudaError, format_uuid
+from nvfeed._cuda import CU_STREAM_LEGACY, CudaError, format_uuid
 
 TESTS = Path(__file__).resolve().parent
 U0, U1 = format_uuid(uuid_bytes(0)), format_uuid(uuid_bytes(1))
@@ -61,7 +61,7 @@ def test_gpu_named_by_uuid(env: tuple[FakeDaemon, FakeCuda]) -> None:
         access = [a for n, a in cu.calls if n == "cuMemSetAccess"]
         assert [a[2]._obj.location.id for a in access] == [0]
         samples, _ = next(src)
-        assert all(isinstance(s, CudaArray) and s.device == 0 for s in samples)
+        assert isinstance(samples, CudaArray) and samples.shape == (3, 1000) and samples.device == 0
     del samples
     _clean(cu)
 
@@ -105,21 +105,67 @@ def _releases(d: FakeDaemon) -> list[int]:
     return [i for i, e in enumerate(d.log) if e.startswith("next release=") and e != "next release=[]"]
 
 
+class _Device(set[int]):
+    """FakeCuda.not_ready while ``busy``: every event not done yet."""
+
+    busy = True
+
+    def __contains__(self, ev: object) -> bool:
+        return self.busy
+
+
+def _name_events(d: FakeDaemon, cu: FakeCuda, device: _Device) -> None:
+    """d.log names the event of each event call ("cuEventQuery 0x..."),
+    and says what a query finds ("busy", "done")."""
+    def on_call(name: str) -> None:
+        if name in ("cuEventRecord", "cuEventSynchronize", "cuEventQuery"):
+            name += f" {_v(cu.calls[-1][1][0]):#x}"
+            if name.startswith("cuEventQuery"):
+                name += " busy" if device.busy else " done"
+        d.log.append(name)
+    cu.on_call = on_call
+
+
 def test_release_waits_for_the_device(env: tuple[FakeDaemon, FakeCuda]) -> None:
-    """Default: before a request gives a slot back, cuCtxSynchronize with
-    the context pushed (and popped), after the batch before was handed
-    out."""
+    """Default (no cuda_stream, no PyTorch): no slot goes back before the
+    device finished the work queued on it. An event is recorded on the
+    legacy default stream after the batch after the slot's was handed
+    out; the slot goes back only once cuEventQuery found that event done,
+    or, while the device is busy and more than prefetch_queue_depth slots
+    are held back, once cuEventSynchronize waited for it (the oldest
+    first); the context pushed and popped around each; no whole-context
+    cuCtxSynchronize."""
     d, cu = env
-    d.batches = 8
+    d.batches = d.slots = 8  # batch b in slot b
+    device = _Device()
+    cu.not_ready = device
+    _name_events(d, cu, device)
     with _source(d, release_after=1) as src:
-        got = [s for s, _ in src]
+        assert src.prefetch_queue_depth == 2
+        got = []
+        for b, (s, _) in enumerate(src):
+            got.append(s)
+            if b == 5:
+                device.busy = False  # the device catches up with all queued so far
         assert len(got) == 8
     rel = _releases(d)
-    assert len(rel) == 7
+    assert [d.log[i] for i in rel] == ["next release=[0]", "next release=[1]", "next release=[2, 3, 4]",
+                                       "next release=[5]", "next release=[6]"]
+    nexts = [i for i, e in enumerate(d.log) if e.startswith("next release=")]
+    recs = [i for i, e in enumerate(d.log) if e.startswith("cuEventRecord")]
+    assert len(recs) == 7 and [st for _, st in cu.records] == [CU_STREAM_LEGACY] * 7
+    for slot, r in enumerate(recs):
+        assert nexts[slot + 1] < r < nexts[slot + 2]  # after batch slot + 1 was handed out
     for i in rel:
-        assert d.log[i - 3:i] == ["cuCtxPushCurrent_v2", "cuCtxSynchronize", "cuCtxPopCurrent_v2"], d.log[i - 4:i + 1]
-    assert d.log.count("cuCtxSynchronize") == 7
-    del got  # the last arrays: the mapping goes, after the device's work
+        for slot in map(int, d.log[i].split("=")[1].strip("[]").split(", ")):
+            ev = d.log[recs[slot]].split()[1]
+            waits = [e for e in d.log[recs[slot]:i] if e.split()[1:2] == [ev] and not e.startswith("cuEventRecord")]
+            assert waits and waits[-1] in (f"cuEventSynchronize {ev}", f"cuEventQuery {ev} done"), (slot, waits)
+            assert f"cuEventQuery {ev} done" in waits or slot in (0, 1)  # waited for only while busy
+    assert [e.split()[0] for e in d.log if e.startswith("cuEventSynchronize")] == ["cuEventSynchronize"] * 2
+    assert "cuCtxSynchronize" not in d.log
+    assert cu.violations == [] and cu.live()["pushed"] == 0
+    del got, s  # the last arrays: the mapping goes, after the device's work
     gc.collect()
     assert d.log[-6:] == ["cuCtxPushCurrent_v2", "cuCtxSynchronize", "cuMemUnmap", "cuMemAddressFree",
                           "cuCtxPopCurrent_v2", "cuDevicePrimaryCtxRelease_v2"]
@@ -128,8 +174,8 @@ def test_release_waits_for_the_device(env: tuple[FakeDaemon, FakeCuda]) -> None:
 
 def test_release_waits_for_the_consumers_stream(env: tuple[FakeDaemon, FakeCuda]) -> None:
     """With cuda_stream: one event (blocking sync, no timing), recorded on
-    the consumer's stream and synchronized before every release;
-    destroyed at close."""
+    the consumer's stream and found done (cuEventQuery, no wait) before
+    every release, reused; destroyed at close."""
     d, cu = env
 
     class Stream:
@@ -137,36 +183,53 @@ def test_release_waits_for_the_consumers_stream(env: tuple[FakeDaemon, FakeCuda]
 
     with _source(d, release_after=0, cuda_stream=Stream()) as src:
         assert sum(1 for _ in src) == 4
+        assert cu.syncs == []  # all done: the host never waited
     rel = _releases(d)
     assert len(rel) == 4  # after batches 0, 1, 2, and 3 (at the end of the epoch)
     for i in rel:
-        before = [c for c in d.log[i - 5:i] if c != "cuEventCreate"]  # the first time only
-        assert before[-4:] == ["cuCtxPushCurrent_v2", "cuEventRecord", "cuEventSynchronize", "cuCtxPopCurrent_v2"], before
-    assert d.log.count("cuEventCreate") == 1 and d.log.count("cuEventDestroy_v2") == 1
-    assert {s for _, s in cu.records} == {0xBEEF}
+        before = [c for c in d.log[i - 7:i] if c != "cuEventCreate"]  # the first time only
+        assert before[-6:] == ["cuCtxPushCurrent_v2", "cuEventRecord", "cuCtxPopCurrent_v2",
+                               "cuCtxPushCurrent_v2", "cuEventQuery", "cuCtxPopCurrent_v2"], before
+    creates = [a for n, a in cu.calls if n == "cuEventCreate"]
+    assert len(creates) == 1 and creates[0][1] == 0x1 | 0x2  # BLOCKING_SYNC | DISABLE_TIMING
+    assert d.log.count("cuEventDestroy_v2") == 1
+    assert {s for _, s in cu.records} == {0xBEEF} and len(cu.records) == 4
     _clean(cu)
 
 
-def test_release_fence_failure_keeps_the_slot(env: tuple[FakeDaemon, FakeCuda]) -> None:
-    """A wait that fails raises naming the call; the slot is not given
-    back (its consumer may still read it) and the next call tries again."""
+@pytest.mark.parametrize("fail,stream,busy", [("cuEventRecord", None, False), ("cuEventQuery", None, False),
+                                              ("cuEventSynchronize", None, True),
+                                              ("cuCtxSynchronize", "context", False)])
+def test_release_fence_failure_keeps_the_slot(env: tuple[FakeDaemon, FakeCuda], fail: str, stream: Any,
+                                              busy: bool) -> None:
+    """A fence call that fails (recording the slot's event, querying it,
+    waiting for it; with cuda_stream="context" the whole-context wait)
+    raises naming the call; the slot is not given back (its consumer may
+    still read it) and the next call tries again."""
     d, cu = env
-    with _source(d, release_after=0) as src:
-        next(src)
-        cu.fail["cuCtxSynchronize"] = 999
-        with pytest.raises(CudaError, match=r"cuCtxSynchronize: CUDA_ERROR_UNKNOWN \(999\)"):
+    device = _Device()
+    device.busy = busy
+    cu.not_ready = device
+    held = 3 if busy else 1  # busy: the host waits only past prefetch_queue_depth (2) held back
+    with _source(d, release_after=0, cuda_stream=stream) as src:
+        for _ in range(held):
             next(src)
         assert d.released == []
-        del cu.fail["cuCtxSynchronize"]
+        cu.fail[fail] = 999
+        with pytest.raises(CudaError, match=rf"{fail}: CUDA_ERROR_UNKNOWN \(999\)"):
+            next(src)
+        assert d.released == []
+        del cu.fail[fail]
+        device.busy = False
         next(src)
-        assert d.released == [0]
+        assert d.released == list(range(held))
     gc.collect()
     _clean(cu)
 
 
 @pytest.mark.parametrize("stream,err,msg", [
     (7, ValueError, r"cuda_stream is for device='gpu'.*device='cpu'"),
-    ("default", TypeError, r"cuda_stream must be None, an int CUstream handle"),
+    ("default", TypeError, r"cuda_stream must be None, 'context', an int CUstream handle"),
     (-3, ValueError, r"cuda_stream must be a CUstream handle"),
 ])
 def test_cuda_stream_checked_where_it_enters(env: tuple[FakeDaemon, FakeCuda], stream: Any, err: type[Exception],
@@ -186,15 +249,15 @@ def test_reconnect_does_not_leak_the_old_mapping(env: tuple[FakeDaemon, FakeCuda
     d, cu = env
     d.gone_at = 3
     with _source(d, reconnect_timeout=5) as src:
-        held = [next(src)[0], next(src)[0]]
-        old = held[0][0]._owner
+        held = [next(src)[0], next(src)[0]]  # dense batches: one CudaArray each
+        old = held[0]._owner
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "went away; reconnecting"
             held.append(next(src)[0])
         assert d.sessions == 2 and src._gpu is not old
         if hold:
             assert not old.closed and len(cu.mappings) == 2  # batches 0 and 1 still readable
-            assert all(a.ptr in range(old.ptr, old.ptr + old.size) for b in held[:2] for a in b)
+            assert all(old.ptr <= a.ptr and a.ptr + len(a) * a.shape[1] <= old.ptr + old.size for a in held[:2])
             del held[:2]
             gc.collect()
         else:
