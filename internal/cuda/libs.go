@@ -122,10 +122,7 @@ func (l *Libs) OpenRuntime() (*Runtime, error) {
 			l.log.Warn("cuda: no usable libcudart: memory gpu is refused", "searched", l.places(), "why", l.rtErr)
 			return
 		}
-		attrs := []any{"libcudart", l.rt.Found.File(), "found_by", l.rt.Found.From}
-		if len(l.rt.Found.Refused) > 0 {
-			attrs = append(attrs, "refused", strings.Join(l.rt.Found.Refused, "; "))
-		}
+		attrs := foundAttrs("libcudart", l.rt.Found)
 		if _, l.drvErr = l.rt.DriverVersion(); l.drvErr != nil {
 			attrs = append(attrs, "driver", l.drvErr)
 		}
@@ -159,11 +156,7 @@ func (l *Libs) CuFile() (*CuFileLib, error) {
 			l.log.Warn("cuda: no usable libcufile: gpu_path cufile is unavailable", "searched", l.places(), "why", l.cfErr)
 			return
 		}
-		attrs := []any{"libcufile", l.cf.Found.File(), "found_by", l.cf.Found.From}
-		if len(l.cf.Found.Refused) > 0 {
-			attrs = append(attrs, "refused", strings.Join(l.cf.Found.Refused, "; "))
-		}
-		l.log.Info("cuda: libcufile loaded", attrs...)
+		l.log.Info("cuda: libcufile loaded", foundAttrs("libcufile", l.cf.Found)...)
 	})
 	if l.cfErr != nil {
 		return nil, hidden{msg: "cuda: no usable libcufile; the daemon's log says where it looked", errs: []error{ErrNoLibraries}}
@@ -243,4 +236,14 @@ func (l *Libs) openDriver(lib *CuFileLib) {
 			}
 		}
 	}()
+}
+
+// foundAttrs are the log attributes saying where library name was found
+// and what was passed over on the way.
+func foundAttrs(name string, f Found) []any {
+	attrs := []any{name, f.File(), "found_by", f.From}
+	if len(f.Refused) > 0 {
+		attrs = append(attrs, "refused", strings.Join(f.Refused, "; "))
+	}
+	return attrs
 }

@@ -5,6 +5,7 @@ package session
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -346,11 +347,7 @@ func (m *Manager) Readable(c Caller) func(name string) bool {
 func (m *Manager) registered() []*dataset {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ds := make([]*dataset, 0, len(m.data))
-	for _, d := range m.data {
-		ds = append(ds, d)
-	}
-	return ds
+	return slices.Collect(maps.Values(m.data))
 }
 
 // DatasetNames returns the registered names, sorted.

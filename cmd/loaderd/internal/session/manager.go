@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -612,9 +614,5 @@ func (m *Manager) CloseAll() {
 func (m *Manager) snapshot() []*session {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	all := make([]*session, 0, len(m.sessions))
-	for _, ss := range m.sessions {
-		all = append(all, ss)
-	}
-	return all
+	return slices.Collect(maps.Values(m.sessions))
 }
