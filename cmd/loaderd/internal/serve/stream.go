@@ -101,7 +101,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	select {
 	case cr = <-ctl:
 		stopped = cr.err == nil
-	default: // the session ended under the client (closed, daemon stopping)
+	case <-time.After(controlGrace):
+		// The session ended under the client (closed, daemon stopping).
+		// The grace lets a control side ending at the same moment (its
+		// idle deadline, its stop) say so first: then the client is told
+		// that, not nothing.
 	}
 	switch {
 	case stopped: // the client stops: release all but what it holds, then say so
@@ -135,6 +139,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		send(errorFrame(err))
 	}
 }
+
+// controlGrace is how long a stream whose session side ended waits for
+// its control side to say why it ended too, if it is ending.
+const controlGrace = 100 * time.Millisecond
 
 // readControl applies the client's release frames until a stop (returning
 // the slots to keep) or the end of the connection (an error); alive is
