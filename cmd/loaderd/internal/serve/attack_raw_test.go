@@ -140,9 +140,12 @@ func TestAttackBlocksMovedAway(t *testing.T) {
 	f, err := os.OpenFile(secretPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	must(t, err)
 	// Until no block is left: 1 MiB writes, then 4 KiB ones after each
-	// sync (delayed allocation's reservations give ENOSPC early).
-	for _, n := range []int{1 << 20, 4096, 4096, 4096} {
+	// sync (delayed allocation's reservations give ENOSPC early, and blocks
+	// freed by a transaction come back only once it commits), until the
+	// filesystem has no free block or two rounds in a row write nothing.
+	fill := func(n int) int {
 		chunk := bytes.Repeat(secret, n/len(secret))
+		wrote := 0
 		for {
 			if _, err := f.Write(chunk); err != nil {
 				if !errors.Is(err, unix.ENOSPC) {
@@ -150,8 +153,23 @@ func TestAttackBlocksMovedAway(t *testing.T) {
 				}
 				break
 			}
+			wrote++
 		}
 		f.Sync() // ENOSPC again, perhaps: what was written is on the device
+		a.fs.Sync(t)
+		return wrote
+	}
+	fill(1 << 20)
+	for idle := 0; idle < 2; {
+		if fill(4096) > 0 {
+			idle = 0
+			continue
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(a.fs.Dir, &st); err == nil && st.Bfree == 0 {
+			break
+		}
+		idle++
 	}
 	f.Close()
 	a.fs.Sync(t)
