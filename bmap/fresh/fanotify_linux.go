@@ -266,12 +266,7 @@ func (f *fanWatch) events(b []byte) {
 		ev := b[off : off+evLen]
 		off += evLen
 		if mask&unix.FAN_Q_OVERFLOW != 0 {
-			if !f.overflow.Load() {
-				f.log.Warn("fresh: the filesystem-wide watch's queue overflowed: every sample counts as changed from now on (stat'ed after each raw read, access checked at every open)",
-					"root", f.root)
-			}
-			f.overflow.Store(true)
-			f.gen++
+			f.lost("the filesystem-wide watch's queue overflowed")
 			continue
 		}
 		// Info records: header (type u8, pad u8, len u16), fsid (8),
@@ -279,6 +274,7 @@ func (f *fanWatch) events(b []byte) {
 		for r := hdrLen; r+4 <= len(ev); {
 			typ, rLen := ev[r], int(binary.NativeEndian.Uint16(ev[r+2:]))
 			if rLen < 4 || r+rLen > len(ev) {
+				f.lost("the filesystem-wide watch read an event it could not parse")
 				break
 			}
 			rec := ev[r : r+rLen]
@@ -288,11 +284,25 @@ func (f *fanWatch) events(b []byte) {
 			}
 			hb := int(binary.NativeEndian.Uint32(rec[12:]))
 			if 20+hb > len(rec) {
+				f.lost("the filesystem-wide watch read a file handle it could not parse")
 				continue
 			}
 			f.mark(f.hash(int32(binary.NativeEndian.Uint32(rec[16:])), rec[20:20+hb]))
 		}
 	}
+}
+
+// lost records that a change may have gone unattributed (the queue
+// overflowed, or an event could not be read): every sample counts as
+// changed from then on, as after an overflow; the first time is logged
+// (under mu).
+func (f *fanWatch) lost(why string) {
+	if !f.overflow.Load() {
+		f.log.Warn("fresh: "+why+": every sample counts as changed from now on (stat'ed after each raw read, access checked at every open)",
+			"root", f.root)
+	}
+	f.overflow.Store(true)
+	f.gen++
 }
 
 // mark marks the samples with handle hash h changed (under mu).
