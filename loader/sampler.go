@@ -81,6 +81,15 @@ type ReaderArgs struct {
 	// [1, MaxInitialFill]; 0 means DefaultInitialFill. Only ShuffleDALI
 	// with RandomShuffle uses it.
 	InitialFill int `json:"initial_fill" msgpack:"initial_fill"`
+	// ShuffleAfterEpoch is shuffle_after_epoch: the whole list permuted
+	// anew at every epoch's end, the same permutations on every rank and
+	// for every seed (std::shuffle with std::mt19937 of a fixed seed plus
+	// the epoch, daliorder.Params.ShuffleAfterEpoch), each rank reading
+	// its shard_id's range of it. Two sessions over datasets of the same
+	// length read the same positions: paired datasets stay paired. Not
+	// with RandomShuffle or StickToShard (DALI refuses them together); it
+	// implies StickToShard's shard.
+	ShuffleAfterEpoch bool `json:"shuffle_after_epoch" msgpack:"shuffle_after_epoch"`
 }
 
 // withDefaults fills in the zero fields that have defaults: NumShards,
@@ -100,7 +109,9 @@ func (a ReaderArgs) withDefaults() ReaderArgs {
 
 // daliShuffled reports whether the order is DALI's buffer shuffle (which
 // depends on the epochs before: seeks replay).
-func (s Sampling) daliShuffled() bool { return s.RandomShuffle && s.Shuffle == ShuffleDALI }
+func (s Sampling) daliShuffled() bool {
+	return (s.RandomShuffle && s.Shuffle == ShuffleDALI) || s.ShuffleAfterEpoch
+}
 
 // diff names the fields in which s and o differ, "" when equal.
 func (s Sampling) diff(o Sampling) string {
@@ -120,6 +131,7 @@ func (s Sampling) diff(o Sampling) string {
 	add("stick_to_shard", s.StickToShard, o.StickToShard)
 	add("shuffle", s.Shuffle, o.Shuffle)
 	add("initial_fill", s.InitialFill, o.InitialFill)
+	add("shuffle_after_epoch", s.ShuffleAfterEpoch, o.ShuffleAfterEpoch)
 	return strings.Join(d, ", ")
 }
 
@@ -131,7 +143,7 @@ func (s Sampling) ShardRange(k int) (lo, hi int) {
 
 // Shard returns the shard this rank reads in epoch e.
 func (s Sampling) Shard(epoch int) int {
-	if s.StickToShard {
+	if s.StickToShard || s.ShuffleAfterEpoch {
 		return s.ShardID
 	}
 	return (s.ShardID + epoch) % s.NumShards
@@ -184,6 +196,8 @@ func SamplerBytes(s Sampling) int64 {
 	}
 	order := 4 * longest
 	switch {
+	case s.ShuffleAfterEpoch:
+		return order + daliorder.Bytes(daliorder.Params{N: s.N, ShuffleAfterEpoch: true})
 	case s.daliShuffled():
 		return order + daliorder.Bytes(daliorder.Params{N: s.N, RandomShuffle: true, InitialFill: s.InitialFill})
 	case s.RandomShuffle && s.StickToShard:
@@ -235,8 +249,8 @@ func (o *Orders) epoch(epoch int, buf []int32, stop <-chan struct{}) ([]int32, b
 	case s.daliShuffled():
 		if o.dali == nil || o.dali.Epoch() > epoch {
 			o.dali = daliorder.New(daliorder.Params{N: s.N, BatchSize: s.BatchSize, ShardID: s.ShardID,
-				NumShards: s.NumShards, RandomShuffle: true, InitialFill: s.InitialFill, Seed: s.Seed,
-				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard})
+				NumShards: s.NumShards, RandomShuffle: s.RandomShuffle, InitialFill: s.InitialFill, Seed: s.Seed,
+				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard, ShuffleAfterEpoch: s.ShuffleAfterEpoch})
 		}
 		for o.dali.Epoch() < epoch {
 			if !o.dali.Skip(stop) {

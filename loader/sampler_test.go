@@ -320,3 +320,42 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestShuffleAfterEpochOrders: with ShuffleAfterEpoch the ranks' epochs
+// are disjoint and cover the dataset, any seed reads the same order, and
+// an epoch reached by a seek (a replay) is the one reached in turn.
+func TestShuffleAfterEpochOrders(t *testing.T) {
+	const n, shards, epochs = 53, 3, 5
+	for _, pad := range []bool{false, true} {
+		inTurn := make([][][]int32, shards)
+		for k := range shards {
+			o := Sampling{N: n, ReaderArgs: ReaderArgs{BatchSize: 4, ShardID: k, NumShards: shards, PadLastBatch: pad,
+				ShuffleAfterEpoch: true, Seed: uint64(k) * 12345}}.Orders()
+			for e := range epochs {
+				inTurn[k] = append(inTurn[k], slices.Clone(o.Epoch(e, nil)))
+			}
+		}
+		for e := range epochs {
+			seen := map[int32]bool{}
+			for k := range shards {
+				s := Sampling{N: n, ReaderArgs: ReaderArgs{BatchSize: 4, ShardID: k, NumShards: shards, PadLastBatch: pad, ShuffleAfterEpoch: true}}
+				if sought, _ := s.EpochOrder(e, nil, nil); !slices.Equal(sought, inTurn[k][e]) {
+					t.Fatalf("pad %v shard %d epoch %d: sought %v, in turn %v", pad, k, e, sought, inTurn[k][e])
+				}
+				lo, hi := s.ShardRange(k)
+				for _, i := range inTurn[k][e][:hi-lo] {
+					if seen[i] {
+						t.Fatalf("pad %v epoch %d: sample %d read by two ranks", pad, e, i)
+					}
+					seen[i] = true
+				}
+			}
+			if len(seen) != n {
+				t.Fatalf("pad %v epoch %d: %d of %d samples read", pad, e, len(seen), n)
+			}
+		}
+		if slices.Equal(inTurn[0][0], inTurn[0][1]) {
+			t.Fatalf("pad %v: epochs 0 and 1 of shard 0 read %v both", pad, inTurn[0][0])
+		}
+	}
+}

@@ -67,6 +67,10 @@ func (a ReaderArgs) Validate() error {
 		return fmt.Errorf("%w: shuffle %q (want %q or %q; \"\" means %q)", ErrOptions, a.Shuffle, ShufflePermute, ShuffleDALI, ShufflePermute)
 	case a.InitialFill < 0 || a.InitialFill > MaxInitialFill:
 		return fmt.Errorf("%w: initial_fill %d not in [1, %d] (0 means %d)", ErrOptions, a.InitialFill, MaxInitialFill, DefaultInitialFill)
+	case a.ShuffleAfterEpoch && a.RandomShuffle:
+		return fmt.Errorf("%w: shuffle_after_epoch and random_shuffle cannot both be true (as in DALI): pass one", ErrOptions)
+	case a.ShuffleAfterEpoch && a.StickToShard:
+		return fmt.Errorf("%w: shuffle_after_epoch and stick_to_shard cannot both be true (as in DALI; shuffle_after_epoch keeps the shard_id's range of each epoch's list)", ErrOptions)
 	}
 	return nil
 }
@@ -86,15 +90,20 @@ func (s Sampling) Validate() error {
 
 // checkReplay checks that reaching epoch e replays at most
 // MaxReplaySamples samples: ShuffleDALI's order of an epoch depends on
-// every epoch before it. Other orders are a function of the epoch alone.
+// every epoch before it, and ShuffleAfterEpoch's list on every shuffle
+// before it (N samples an epoch). Other orders are a function of the
+// epoch alone.
 func (s Sampling) checkReplay(epoch int) error {
 	if !s.daliShuffled() || s.NumShards < 1 {
 		return nil
 	}
-	per := int64(s.N+s.NumShards-1) / int64(s.NumShards)
+	per, how := int64(s.N+s.NumShards-1)/int64(s.NumShards), fmt.Sprintf("shuffle %q", ShuffleDALI)
+	if s.ShuffleAfterEpoch {
+		per, how = max(int64(s.N), 1), "shuffle_after_epoch"
+	}
 	if int64(epoch) > MaxReplaySamples/per {
-		return fmt.Errorf("%w: epoch %d with shuffle %q: reaching it replays the %d epochs before it, %d samples each, over the limit of %d samples (epoch %d at most)",
-			ErrOptions, epoch, ShuffleDALI, epoch, per, MaxReplaySamples, MaxReplaySamples/per)
+		return fmt.Errorf("%w: epoch %d with %s: reaching it replays the %d epochs before it, %d samples each, over the limit of %d samples (epoch %d at most)",
+			ErrOptions, epoch, how, epoch, per, MaxReplaySamples, MaxReplaySamples/per)
 	}
 	return nil
 }

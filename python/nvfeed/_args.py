@@ -90,7 +90,8 @@ def fingerprint_arg(value: object) -> str:
 
 
 def reader_args(batch_size: object, shard_id: object, num_shards: object, random_shuffle: object, seed: object,
-                pad_last_batch: object, stick_to_shard: object, initial_fill: object) -> dict[str, object]:
+                pad_last_batch: object, stick_to_shard: object, initial_fill: object,
+                shuffle_after_epoch: object = False) -> dict[str, object]:
     """DALI's reader arguments checked, as the open request carries them."""
     n = int_arg("num_shards", num_shards, 1, MAX_SHARDS, " (the number of ranks; 0 does not mean 1)")
     return {
@@ -102,6 +103,7 @@ def reader_args(batch_size: object, shard_id: object, num_shards: object, random
         "pad_last_batch": bool_arg("pad_last_batch", pad_last_batch),
         "stick_to_shard": bool_arg("stick_to_shard", stick_to_shard),
         "initial_fill": int_arg("initial_fill", initial_fill, 1, MAX_INITIAL_FILL),
+        "shuffle_after_epoch": bool_arg("shuffle_after_epoch", shuffle_after_epoch),
     }
 
 

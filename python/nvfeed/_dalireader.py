@@ -29,7 +29,7 @@ def reader_meta(src: LoaderSource) -> dict[str, int]:
     n, shards = s["n"], s["num_shards"]
     return {"epoch_size": n, "epoch_size_padded": -(-n // shards) * shards if s["pad_last_batch"] else n,
             "number_of_shards": shards, "shard_id": s["shard_id"], "pad_last_batch": int(s["pad_last_batch"]),
-            "stick_to_shard": int(s["stick_to_shard"])}
+            "stick_to_shard": int(s["stick_to_shard"] or s.get("shuffle_after_epoch", False))}  # DALI implies it
 
 
 def _takes_seed(op: Any) -> bool:
@@ -91,9 +91,10 @@ class Reader:
                 f"nvfeed.dali.reader {self._name!r}: DALI's iterators with reader_name need pad_last_batch=True "
                 "on this reader. Without it fn.readers.file completes an epoch's last batch with the next "
                 "epoch's samples, and the iterator takes only whole batches; this reader ends each epoch with a "
-                "partial batch instead. Pass pad_last_batch=True (DALI's examples do) and "
-                "last_batch_policy=LastBatchPolicy.PARTIAL to drop the padding, or leave reader_name out "
-                "(the iterator then reads each epoch to its end, partial batch included)")
+                "partial batch instead. Pass pad_last_batch=True to this reader (DALI's examples do) and "
+                "last_batch_policy=LastBatchPolicy.PARTIAL to the iterator to drop the padding. Leaving "
+                "reader_name out is no way around it: the iterator then knows no epoch size (len() of it and "
+                "DALI's examples, which divide by it, fail); give it size= (the shard's samples) instead")
         return reader_meta(self.source())
 
     def close(self) -> None:

@@ -83,14 +83,15 @@ class SourceOptions:
               transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
-              fingerprint: Optional[str] = None) -> SourceOptions:
+              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
         ----------
         dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard, \
 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout, on_error, \
-transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint
+transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
+shuffle_after_epoch
             As ``LoaderSource`` takes them, with its defaults.
 
         Returns
@@ -113,7 +114,10 @@ transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_st
         if not isinstance(dataset, str) or not dataset:
             raise ValueError(f"dataset must be a registered dataset's name, got {dataset!r}")
         reader_args = _args.reader_args(batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch,
-                                        stick_to_shard, initial_fill)
+                                        stick_to_shard, initial_fill, shuffle_after_epoch)
+        if reader_args["shuffle_after_epoch"] and (reader_args["random_shuffle"] or reader_args["stick_to_shard"]):
+            raise ValueError("shuffle_after_epoch cannot be true with random_shuffle or stick_to_shard (as in DALI): "
+                             "it shuffles the whole list each epoch and keeps each rank's range of it")
         prefetch = _args.optional_int_arg("prefetch_queue_depth", prefetch_queue_depth, 1, _args.MAX_PREFETCH,
                                           "the daemon's default")
         release = _args.optional_int_arg("release_after", release_after, 0, _args.MAX_RELEASE_AFTER,

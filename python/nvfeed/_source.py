@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, cast
 
-from . import _args, _ranks
+from . import _args, _daliargs, _ranks
 from ._errors import LoaderError
 from ._feed import Feed
 from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, SourceOptions, Transport
@@ -77,23 +77,25 @@ class LoaderSource(Feed):
     shuffle : {"permute", "dali"}, optional, default = "permute"
         How ``random_shuffle`` shuffles. ``"permute"``: a full permutation
         of the dataset every epoch, drawn from ``(seed, epoch)``, the same
-        on every rank (shards stay disjoint): mixing is global and the
-        epochs are independent of each other. With ``stick_to_shard`` the
-        rank's samples are DALI's shard's, permuted anew each epoch.
+        on every rank (shards stay disjoint; with ``stick_to_shard`` the
+        rank's samples are DALI's shard's, permuted anew each epoch).
         ``"dali"``: ``fn.readers.file(random_shuffle=True)``'s order,
         sample for sample, epoch after epoch (same ``seed``,
-        ``initial_fill``, ``shard_id``, ``num_shards``, ``pad_last_batch``,
-        ``stick_to_shard`` and ``batch_size``): swapping the reader for this
-        source changes no sample of a training run. DALI's shuffle is
-        local: it permutes the file list once with a fixed seed (the same
-        for every ``seed`` and epoch), then draws each sample from a buffer
-        of ``initial_fill`` samples, so in every epoch a sample comes out at
-        most ``initial_fill - 1`` places before its position in that one
-        fixed order and rarely more than a few ``initial_fill`` after it. Without ``pad_last_batch`` DALI's batches run across the
-        epoch boundary; here the epoch ends with a partial batch holding
-        the same samples. Resuming (``state``, or ``batch(info)`` far from
-        the current position) at epoch *e* replays the epochs before it in
-        the daemon (about 15 ns a sample, at most 2**30 samples).
+        ``initial_fill``, sharding, padding and ``batch_size``): a local
+        shuffle, through a buffer of ``initial_fill`` samples, of one list
+        order fixed for every seed. Without ``pad_last_batch`` DALI's
+        batches run across the epoch boundary; here the epoch ends with a
+        partial batch of the same samples. Resuming at epoch *e* replays
+        the epochs before it in the daemon (about 15 ns a sample, at most
+        2**30 samples).
+    shuffle_after_epoch : bool, optional, default = False
+        DALI's ``shuffle_after_epoch``: the whole list permuted anew at
+        every epoch's end, the same permutations on every rank and for
+        every ``seed``; each rank reads its ``shard_id``'s range. Two
+        sources over datasets of one length (``x`` and ``y`` of each case)
+        read the same positions: pairs stay paired. The permutations are
+        DALI's published loader code's; DALI 2.4 draws others. Not with
+        ``random_shuffle`` or ``stick_to_shard``.
     initial_fill : int, optional, default = 1024
         The ``"dali"`` shuffle's buffer, in samples, in ``[1, 2**24]``:
         ``fn.readers.file``'s ``initial_fill``. Only ``shuffle="dali"``
@@ -110,14 +112,11 @@ class LoaderSource(Feed):
     release_after : int, optional
         A batch's memory goes back to the daemon after this many later
         batches, in ``[0, 64]``. ``None``: derived from the DALI pipeline
-        the source feeds (its ``prefetch_queue_depth`` + 1; with separated
-        queues ``cpu_size`` + 1 when equal to ``gpu_size``, else
-        ``cpu_size * gpu_size + 1``: how long DALI may still read a batch
-        fed with ``no_copy=True``), found when DALI builds the pipeline
-        (``iter(src)``) or first calls ``src.batch``; outside DALI the
-        daemon's ``prefetch_queue_depth + 1``. A ``release_after`` given
-        that is smaller than the pipeline needs raises ``ValueError``
-        naming both.
+        the source feeds (how long DALI may still read a batch fed with
+        ``no_copy=True``: ``prefetch_queue_depth + 1``, or with separated
+        queues ``cpu_size * gpu_size + 1`` unless equal), outside DALI the
+        daemon's ``prefetch_queue_depth + 1``. A smaller value than the
+        pipeline needs raises ``ValueError`` naming both.
     state : State, optional
         Resume where ``state()`` was taken.
     timeout : float, optional, default = 600.0
@@ -131,50 +130,36 @@ class LoaderSource(Feed):
         samples could be read raises even then). A zero-length stand-in is
         never returned.
     transport : {"stream", "http"}, optional, default = "stream"
-        ``"stream"`` receives batch descriptors on a stream the daemon
-        pushes as batches are read, releases going back without a reply:
-        no round trip per batch. ``"http"`` asks for each batch with a
-        request.
+        ``"stream"``: batch descriptors pushed by the daemon as batches
+        are read, releases sent back without a reply (no round trip per
+        batch); ``"http"``: a request per batch.
     device : {"cpu", "gpu"}, optional, default = "cpu"
-        Where batches land. ``"cpu"``: page-locked host memory,
-        CUDA-registered where a driver is present; samples are numpy views.
-        ``"gpu"``: GPU memory on ``device_id`` (the daemon writes each
-        batch to the device and waits for it before handing the batch
-        out); samples are ``CudaArray`` objects with
-        ``__cuda_array_interface__``, taken without a copy by
-        ``fn.external_source(device="gpu")``, ``torch.as_tensor(x,
-        device="cuda")`` and ``cupy.asarray(x)``; labels stay on the host.
-        This process needs the CUDA driver (``libcuda.so.1`` from
-        ``$NVFEED_CUDA_LIB_DIR`` when set and holding it, else from the
-        dynamic loader's path): without one, ``CudaError`` (a
-        ``LoaderError``) says what was tried and what to do, before the
-        daemon is asked. Samples of one size come as one ``CudaArray``
-        of shape (batch, size), with or without DALI. A batch's GPU memory goes back to the daemon only
-        after the consumer's GPU work queued on it has finished (see
-        ``cuda_stream``).
+        Where batches land. ``"cpu"``: page-locked host memory (numpy
+        views). ``"gpu"``: GPU memory on ``device_id``, written by the
+        daemon before the batch is handed out; samples are ``CudaArray``
+        objects (``__cuda_array_interface__``: ``fn.external_source(
+        device="gpu")``, ``torch.as_tensor``, ``cupy.asarray`` take them
+        without a copy; samples of one size come as one ``(batch, size)``
+        array); labels stay on the host. Needs the CUDA driver here
+        (``$NVFEED_CUDA_LIB_DIR`` or the loader's path), else
+        ``CudaError`` says what was tried. GPU memory goes back only after
+        the consumer's work on it (``cuda_stream``).
     device_id : int, optional, default = 0
         The GPU for ``device="gpu"``, as this process numbers its GPUs
         (``CUDA_VISIBLE_DEVICES`` applied). The daemon is told the GPU's
         UUID, so a daemon that numbers GPUs differently uses the same one.
     gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
-        How batches reach GPU memory (``device="gpu"`` only). ``"cufile"``:
-        the daemon reads each sample's file with ``cuFileRead`` straight
-        into the device (GPUDirect Storage where the platform has it, else
-        cuFile's compatibility mode); ``"bounce"``: ``backend`` reads into
-        page-locked staging memory, copied to the device once per batch;
-        ``"auto"``: cufile when cuFile runs on the daemon's machine and no
-        host backend is named, else bounce. ``gpu_path`` says which ran.
+        How batches reach GPU memory (``device="gpu"``): ``"cufile"``,
+        ``cuFileRead`` straight into the device; ``"bounce"``, ``backend``
+        reads into page-locked staging memory copied once per batch;
+        ``"auto"``, cufile where cuFile runs on the daemon's machine and
+        no host backend is named, else bounce (``gpu_path`` says which).
     reconnect_timeout : float, optional, default = 60.0
         Seconds to keep trying when the daemon goes away (an upgrade, a
-        crash, ``systemctl restart``): the source reconnects on the same
-        socket, reopens its session at its own position and goes on
-        yielding exactly the batches an uninterrupted source would have,
-        for ``__iter__`` and ``batch(info)`` alike. Batches already handed
-        out stay valid and unchanged (their memory outlives the daemon). A
-        stream that breaks while the daemon lives on is handled the same
-        way, and the old session is closed.
-        After the timeout, ``DaemonGoneError`` says since when the daemon
-        is gone. 0 turns reconnection off (>= 0).
+        crash, a restart): the source reconnects, reopens its session at
+        its own position and yields exactly the batches an uninterrupted
+        source would have; batches already handed out stay valid. After
+        it, ``DaemonGoneError`` says since when. 0 turns reconnection off.
     job_id : str, optional
         A name the ranks of one training job share (at most 128 bytes,
         e.g. the scheduler's job id and the dataset's role): the daemon
@@ -188,25 +173,19 @@ class LoaderSource(Feed):
         and validation sources are two jobs). Ranks on other nodes are
         compared through ``torch.distributed`` (below).
     fingerprint : str, optional
-        The dataset's fingerprint this source must read (32 hex digits:
-        ``src.fingerprint`` or ``datasets()``, the same on every node
-        holding the same files); another raises ``ConflictError``.
-        Reopening after a daemon restart always asks for the first one.
+        The dataset's fingerprint this source must read (32 hex digits,
+        ``src.fingerprint`` or ``datasets()``); another raises
+        ``ConflictError``. A reopen after a restart asks for the first.
     process_group : torch.distributed.ProcessGroup, optional
-        When ``torch.distributed`` is initialised in this process and the
-        source is sharded (``num_shards`` > 1), the sources of the ranks of
-        this group (``None``: the default group) are compared at
-        construction: one ``all_gather_object``, which every rank of the
-        group must reach (build the source on every rank, in the same
-        order). Ranks that read another dataset or with other sampling, two
-        ranks with one ``shard_id``, or a group of another size than
-        ``num_shards`` raise ``RankMismatchError`` on every rank, naming
-        each difference and each rank's value; a rank whose open failed
-        raises its own error, the others one naming it. Pass the group of
-        data-parallel ranks when model-parallel ranks share a shard. With
-        NCCL the exchange uses ``torch.cuda.current_device()``: set each
-        rank's device first, as DDP needs anyway. Never done in a
-        DataLoader worker; torch is never imported for it.
+        With ``torch.distributed`` initialised and ``num_shards`` > 1, the
+        sources of this group's ranks (``None``: the default group) are
+        compared at construction by one ``all_gather_object`` every rank
+        must reach: another dataset or sampling, two ranks with one
+        ``shard_id`` or a group not of ``num_shards`` ranks raise
+        ``RankMismatchError`` on every rank, naming each rank's value.
+        Pass the data-parallel group when model-parallel ranks share a
+        shard; with NCCL set each rank's device first. Never done in a
+        DataLoader worker.
     check_ranks : bool, optional, default = True
         False skips the ``torch.distributed`` comparison (a sharded source
         built on some ranks only would wait for the others forever).
@@ -231,26 +210,20 @@ class LoaderSource(Feed):
     cuda_stream : int, stream object or "context", optional
         The stream the consumer's GPU work on the batches runs on
         (``device="gpu"`` only): an int ``CUstream`` handle, or an object
-        with ``cuda_stream`` (``torch.cuda.Stream``), ``__cuda_stream__``,
-        ``handle`` or ``ptr`` (``cupy.cuda.Stream``). A batch's GPU memory
-        past ``release_after`` goes back to the daemon (which then writes
-        it again) only once the consumer's work queued so far has
-        finished: an event is recorded on the consumer's stream (events
-        ``BLOCKING_SYNC``, reused) and the slot is held back until it
-        completes, polled without waiting (``cuEventQuery``) at each
-        batch; the host waits for the oldest event only when more than
-        ``prefetch_queue_depth`` slots are held back (the daemon keeps room
-        to read ahead). The consumer's stream, by default (``None``):
-        PyTorch's current stream on the device, at each release, when
-        PyTorch has initialised CUDA in this process; else the legacy
-        default stream, whose event follows every blocking stream of the
-        context (PyTorch's and CuPy's default streams). Under DALI,
-        ``release_after`` (from the pipeline's queue depths) is what keeps
-        a batch until DALI has consumed it, as DALI documents for
-        ``no_copy``. No whole-context synchronisation per batch (which
-        would also break a CUDA graph captured on another stream);
-        ``"context"`` asks for it (``cuCtxSynchronize`` at each release:
-        a consumer on non-blocking streams it cannot name).
+        with ``cuda_stream``, ``__cuda_stream__``, ``handle`` or ``ptr``.
+        A batch's GPU memory past ``release_after`` goes back to the daemon
+        only once the work queued on that stream so far has finished (an
+        event recorded there, polled at each batch; the host waits only
+        when more than ``prefetch_queue_depth`` slots are held back). By
+        default PyTorch's current stream when PyTorch has initialised
+        CUDA, else the legacy default stream; ``"context"`` synchronises
+        the whole context at each release instead.
+    **dali_args
+        DALI reader arguments: those that only tune how DALI reads
+        (``read_ahead``, ``dont_use_mmap``, ``use_o_direct``, ...) are
+        ignored with a warning; any other raises ``TypeError`` here,
+        saying it is a ``fn.readers.numpy`` argument nvfeed does not
+        support and what to do instead.
 
     Raises
     ------
@@ -291,7 +264,9 @@ class LoaderSource(Feed):
                  transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
                  gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0,
                  batch_format: BatchFormat = "numpy", cuda_stream: object = None, job_id: Optional[str] = None,
-                 fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True) -> None:
+                 fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True,
+                 shuffle_after_epoch: bool = False, **dali_args: Any) -> None:
+        _daliargs.split("LoaderSource", dali_args)
         # A sharded source under torch.distributed is compared with the
         # other ranks' (one collective each): a rank whose arguments or
         # open fail tells them so, rather than leave them waiting.
@@ -301,7 +276,7 @@ class LoaderSource(Feed):
                 dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard,
                 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout,
                 on_error, transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id,
-                fingerprint)
+                fingerprint, shuffle_after_epoch)
             """The arguments, checked (``SourceOptions``)."""
             super().__init__(self.options)
         except Exception as e:

@@ -20,6 +20,7 @@ class ReaderArgs(TypedDict):
     stick_to_shard: bool
     shuffle: str  # how random_shuffle shuffles: "permute" or "dali"
     initial_fill: int  # the "dali" shuffle's buffer, in samples
+    shuffle_after_epoch: bool  # the whole list permuted anew each epoch, the same on every rank
 
 
 class Sampling(ReaderArgs):

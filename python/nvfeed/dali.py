@@ -32,15 +32,17 @@ Needs DALI in this process (``import nvfeed`` does not).
 from __future__ import annotations
 
 import importlib
+import inspect
 import weakref
 from typing import Any, Optional
 
+from . import _daliargs
 from ._api import datasets
 from ._connect import socket_path
 from ._dalireader import META, Reader as _Reader, reader_meta as reader_meta, register as _register
 from ._errors import NotFoundError
 from ._seeds import seed_for as seed_for
-from ._source import Shuffle
+from ._source import LoaderSource, Shuffle
 from ._wire import DatasetInfo
 
 try:  # DALI, untyped here: nothing of it is in this module's signatures
@@ -56,7 +58,7 @@ __all__ = ["reader", "reader_meta", "seed_for"]
 def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_shards: int = 1,
            random_shuffle: bool = False, seed: Optional[int] = None, pad_last_batch: bool = False,
            stick_to_shard: bool = False, initial_fill: int = 1024, shuffle: Shuffle = "dali",
-           **source_options: Any) -> Any:
+           shuffle_after_epoch: bool = False, **source_options: Any) -> Any:
     """``fn.readers.file``'s place in a pipeline definition: the samples
     (1-D uint8, encoded files) and labels (int32, shape (1,)) of this
     rank's shard of ``dataset``, read by loaderd. Over a numpy dataset,
@@ -111,6 +113,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     initial_fill : int, optional, default = 1024
         The ``"dali"`` shuffle's buffer, in samples (``fn.readers.file``'s
         ``initial_fill``).
+    shuffle_after_epoch : bool, optional, default = False
+        The whole list permuted anew each epoch, the same on every rank
+        and for every seed (``LoaderSource``'s ``shuffle_after_epoch``):
+        two readers of paired datasets of one length stay paired.
     shuffle : {"dali", "permute"}, optional, default = "dali"
         ``"dali"``: ``fn.readers.file(random_shuffle=True)``'s order,
         sample for sample (the default here, unlike ``LoaderSource``'s:
@@ -121,7 +127,11 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
         ``LoaderSource``'s other arguments: ``socket``, ``backend``,
         ``backend_options``, ``prefetch_queue_depth``, ``release_after``,
         ``timeout``, ``on_error``, ``transport``, ``reconnect_timeout``,
-        ``batch_format`` (default ``"dali"``). Host batches only.
+        ``batch_format`` (default ``"dali"``). Host batches only. DALI
+        reader arguments that only tune how DALI reads (``read_ahead``,
+        ``dont_use_mmap``, ``use_o_direct``, ``device="cpu"``, ...) are
+        ignored with a warning; any other DALI argument raises
+        ``TypeError`` here, naming it.
 
     Returns
     -------
@@ -148,6 +158,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if pipe is None:
         raise RuntimeError("nvfeed.dali.reader: call it where a pipeline is defined (a @pipeline_def function, "
                            "define_graph, or under `with pipe:`), as fn.readers.file")
+    if source_options.get("device", "gpu") == "cpu":
+        del source_options["device"]  # fn.readers.numpy(device="cpu"): what this reader gives
+    own = set(inspect.signature(LoaderSource).parameters)
+    _daliargs.split("nvfeed.dali.reader", {k: source_options.pop(k) for k in list(source_options) if k not in own})
     for bad in ("batch_size", "device", "device_id", "gpu_path", "state"):
         if bad in source_options:
             why = {"batch_size": "it is the pipeline's", "state": "resume with DALI's checkpointing"}.get(
@@ -159,7 +173,7 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     info = _dataset(dataset, source_options)
     args = dict(batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
                 random_shuffle=random_shuffle, pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard,
-                initial_fill=initial_fill, shuffle=shuffle)
+                initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch)
     numpy = info.get("reader") == "numpy"
     dtype = _dali_type(dataset, info.get("dtype", "")) if numpy else None
     rd = _Reader(pipe, dataset, name, args, seed, source_options)

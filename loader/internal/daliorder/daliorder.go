@@ -41,6 +41,22 @@
 //     returned repeats, without reading or drawing, until the epoch has
 //     ceil(N/n) samples and ends a whole batch.
 //
+// With shuffle_after_epoch (not with random_shuffle or stick_to_shard,
+// which DALI refuses alongside it) the reader behaves as with
+// stick_to_shard and no random_shuffle (a buffer of one, no draws), but
+// its whole list is permuted again each time a shard's last sample is
+// read, before the next epoch's first: std::shuffle with
+// std::mt19937(FileListSeed + k) at the k-th time (k = 1 before the first
+// read), of the list as the previous shuffle left it (DALI keeps no copy
+// of the original order unless the pipeline enables checkpointing, which
+// changes the order: not reproduced here). Every rank draws the same
+// lists, so the shards of an epoch are disjoint, and two readers of lists
+// of the same length read the same positions: paired datasets stay paired.
+// That is the published loader code (file_label_loader.h, file_loader.h);
+// DALI 2.4, which added shuffle_after_epoch_seed, draws other permutations
+// (the same for every seed and rank, as here), which this package does not
+// reproduce: its shards, padding and pairing are DALI's, its order is not.
+//
 // How the reader is driven (prefetch depth, read_ahead, the pipeline's
 // threads, lazy_init) changes when samples are read, never which or in
 // what order. Epoch e's order depends on every epoch before it (the buffer
@@ -67,6 +83,10 @@ type Params struct {
 	Seed          uint64 // seed; its low 32 bits count
 	PadLastBatch  bool   // pad_last_batch
 	StickToShard  bool   // stick_to_shard
+	// ShuffleAfterEpoch is shuffle_after_epoch: the list permuted anew
+	// every epoch, the same on every rank. Not with RandomShuffle or
+	// StickToShard (it implies the latter).
+	ShuffleAfterEpoch bool
 }
 
 // FileOrder returns the file list's order under random_shuffle: entry i
@@ -95,8 +115,11 @@ func FileOrder(n int, buf []int32) []int32 {
 type Reader struct {
 	p    Params
 	list []int32 // the file list's order; nil: the identity
-	rng  stdrand.MinstdRand0
-	ring []int32 // the buffer: read position i is in slot i mod len(ring)
+	// shuffles counts the list's shuffles with ShuffleAfterEpoch: the
+	// next one seeds its generator with FileListSeed+shuffles+1.
+	shuffles uint32
+	rng      stdrand.MinstdRand0
+	ring     []int32 // the buffer: read position i is in slot i mod len(ring)
 
 	// The epoch being returned holds read positions [start, end): start
 	// is its next sample to return, end the position just past its last
@@ -116,6 +139,9 @@ type Reader struct {
 // int32s, with RandomShuffle) and its buffer (InitialFill int32s, 1
 // without RandomShuffle). Nothing else it holds grows with p.
 func Bytes(p Params) int64 {
+	if p.ShuffleAfterEpoch {
+		return 4 * (int64(p.N) + 1)
+	}
 	if !p.RandomShuffle {
 		return 4
 	}
@@ -123,23 +149,35 @@ func Bytes(p Params) int64 {
 }
 
 // New returns a reader at the start of epoch 0. p must be valid: N >=
-// NumShards >= 1, ShardID in range, BatchSize >= 1, and InitialFill >= 1
-// when RandomShuffle.
+// NumShards >= 1, ShardID in range, BatchSize >= 1, InitialFill >= 1
+// when RandomShuffle, and not ShuffleAfterEpoch with RandomShuffle or
+// StickToShard.
 func New(p Params) *Reader {
 	fill := 1
 	var list []int32
-	if p.RandomShuffle {
+	var shuffles uint32
+	switch {
+	case p.RandomShuffle:
 		fill = p.InitialFill
 		list = FileOrder(p.N, nil)
+	case p.ShuffleAfterEpoch:
+		p.StickToShard = true // as DALI sets it
+		list = make([]int32, p.N)
+		for i := range list {
+			list[i] = int32(i)
+		}
+		shuffles = 1 // DALI's first reset, before the first read
+		stdrand.Shuffle(list, stdrand.NewMT19937(FileListSeed+shuffles))
 	}
 	return &Reader{
-		p:     p,
-		list:  list,
-		rng:   stdrand.NewMinstdRand0Seq(stdrand.SeedSeq{uint32(p.Seed)}),
-		ring:  make([]int32, fill),
-		cur:   start(p.ShardID, p.NumShards, p.N),
-		shard: p.ShardID,
-		end:   int64(shardLen(p.ShardID, p.NumShards, p.N)),
+		shuffles: shuffles,
+		p:        p,
+		list:     list,
+		rng:      stdrand.NewMinstdRand0Seq(stdrand.SeedSeq{uint32(p.Seed)}),
+		ring:     make([]int32, fill),
+		cur:      start(p.ShardID, p.NumShards, p.N),
+		shard:    p.ShardID,
+		end:      int64(shardLen(p.ShardID, p.NumShards, p.N)),
 	}
 }
 
@@ -248,6 +286,10 @@ func (r *Reader) readOne() int32 {
 			r.cur = start(p.ShardID, p.NumShards, p.N)
 		} else {
 			r.cur = 0
+		}
+		if p.ShuffleAfterEpoch {
+			r.shuffles++
+			stdrand.Shuffle(r.list, stdrand.NewMT19937(FileListSeed+r.shuffles))
 		}
 	}
 	r.read++

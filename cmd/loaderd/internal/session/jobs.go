@@ -47,6 +47,7 @@ type jobTerms struct {
 	seed                 uint64
 	padLastBatch         bool
 	stickToShard         bool
+	shuffleAfterEpoch    bool
 }
 
 // termsOf returns the terms of a session reading dataset (its name and
@@ -54,7 +55,8 @@ type jobTerms struct {
 func termsOf(dataset, fingerprint string, a loader.ReaderArgs) jobTerms {
 	a = loader.Options{ReaderArgs: a}.WithDefaults().ReaderArgs
 	t := jobTerms{dataset: dataset, fingerprint: fingerprint, batchSize: a.BatchSize, numShards: a.NumShards,
-		randomShuffle: a.RandomShuffle, padLastBatch: a.PadLastBatch, stickToShard: a.StickToShard}
+		randomShuffle: a.RandomShuffle, padLastBatch: a.PadLastBatch, stickToShard: a.StickToShard,
+		shuffleAfterEpoch: a.ShuffleAfterEpoch}
 	if a.RandomShuffle {
 		t.shuffle = a.Shuffle
 		if a.Shuffle != loader.ShuffleDALI {
@@ -87,6 +89,7 @@ func (t jobTerms) diff(j jobTerms) []string {
 	}
 	add("pad_last_batch", t.padLastBatch, j.padLastBatch)
 	add("stick_to_shard", t.stickToShard, j.stickToShard)
+	add("shuffle_after_epoch", t.shuffleAfterEpoch, j.shuffleAfterEpoch)
 	return d
 }
 

@@ -55,7 +55,8 @@ type OpenRequest struct {
 	// [0, num_shards), num_shards in [1, 2^31-1], random_shuffle, seed,
 	// pad_last_batch, stick_to_shard, initial_fill in [1, 2^24] (0 means
 	// 1024); and shuffle, how random_shuffle shuffles: "permute" ("" too)
-	// or "dali" (see loader.ReaderArgs).
+	// or "dali" (see loader.ReaderArgs); shuffle_after_epoch (not with
+	// random_shuffle or stick_to_shard).
 	loader.ReaderArgs `msgpack:",inline"`
 	// Backend is a name from GET /v1/backends; "" means the default.
 	Backend            string         `msgpack:"backend"`
