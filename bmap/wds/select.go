@@ -210,3 +210,17 @@ func (v *View) Sample(i int, comps []int) (Sample, error) {
 	_, err = v.match(s, comps)
 	return s, err
 }
+
+// Shard returns view sample i's shard (an index of Map.Shards), or -1
+// when i is out of range or its record is corrupt: what
+// fresh.Members.File asks.
+func (v *View) Shard(i int) int {
+	if i < 0 || i >= v.n {
+		return -1
+	}
+	s, err := v.m.Sample(v.Index(i))
+	if err != nil {
+		return -1
+	}
+	return s.Shard
+}
