@@ -136,3 +136,47 @@ def test_webdataset_samples_as_dali(tmp_path: Path, shards: int, fmt: int, ext: 
             off, size, name = o
             assert tar[off:off + size] == data[k], (i, k, line, infos)
             assert infos[k] == f"{root / line['shard']}:{off}:{name}", (i, k, infos[k], line)
+
+
+def test_index_paths_as_dali(tmp_path: Path) -> None:
+    """With DALI's index_paths (made by wds2idx), the map is the index's
+    samples, checked against the tar, and equals DALI reading with the
+    same indexes; an index of another tar is refused."""
+    root = tmp_path / "shards"
+    root.mkdir()
+    idx = []
+    for s in range(2):
+        tar = root / f"part-{s:03d}.tar"
+        with tarfile.open(tar, "w") as t:
+            for i in range(s * 30, s * 30 + 30):
+                _add(t, f"k{i:04d}.jpg", bytes([i]) * (10 + i))
+                if i % 3:
+                    _add(t, f"k{i:04d}.cls", b"%d" % i)
+        ix = tmp_path / f"part-{s:03d}.idx"
+        subprocess.run([str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "wds2idx"), str(tar), str(ix)], check=True, capture_output=True)
+        idx.append(str(ix))
+    lst = tmp_path / "idx.txt"
+    lst.write_text("\n".join(idx) + "\n")
+    m = tmp_path / "m.bmap"
+    subprocess.run([str(BIN / "mkbmap"), "--reader", "webdataset", "--mountpoint", str(root), "--index-paths", str(lst), "-o", str(m)], check=True, capture_output=True)
+    paths = sorted(str(p) for p in root.glob("*.tar"))
+    for ext, missing in ((["jpg", "cls"], "skip"), (["jpg", "cls"], "empty")):
+
+        @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+        def pipe() -> Any:
+            return tuple(fn.readers.webdataset(paths=paths, index_paths=idx, ext=ext, missing_component_behavior=missing, name="r"))
+
+        p = pipe()
+        p.build()
+        want = [[np.asarray(o[0]).tobytes() for o in p.run()] for _ in range(p.epoch_size("r"))]
+        r = subprocess.run([str(BIN / "mkbmap"), "samples", "--ext", ",".join(ext), "--missing", missing, str(m)], capture_output=True, text=True, check=True)
+        lines = [json.loads(x) for x in r.stdout.splitlines()]
+        assert len(lines) == len(want)
+        for line, data in zip(lines, want):
+            tar_bytes = (root / line["shard"]).read_bytes()
+            got = [b"" if o is None else tar_bytes[o[0]:o[0] + o[1]] for o in line["outputs"]]
+            assert got == data, line
+    # An index made for another tar does not describe this one.
+    lst.write_text(f"{idx[1]}\n{idx[0]}\n")
+    r = subprocess.run([str(BIN / "mkbmap"), "--reader", "webdataset", "--mountpoint", str(root), "--index-paths", str(lst), "-o", str(tmp_path / "bad.bmap")], capture_output=True, text=True)
+    assert r.returncode != 0 and "index file" in r.stderr, r.stderr
