@@ -30,4 +30,4 @@ var ErrExtents = errors.New("mapped extents are not the file's")
 // ErrWebDataset is returned (wrapped) by Decode and Load for a version 3
 // map (fn.readers.webdataset's tar shards), which is not decoded into a
 // Map: open it in place with bmap/wds.Open.
-var ErrWebDataset = errors.New("a webdataset map (version 3): open it with bmap/wds")
+var ErrWebDataset = errors.New("a webdataset map (version 3): read it with bmap/wds (mkbmap samples lists it)")
