@@ -59,6 +59,9 @@ const (
 	headerSize = 32
 	magic      = "\x89BMAP\r\n\x1a"
 	mapListed  = 1 << 0 // version 2 map flags: the samples are listed
+	// versionWebDataset is bmap/wds's version 3: same magic and header
+	// checksum at 28, records read in place (ErrWebDataset here).
+	versionWebDataset = 3
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -181,6 +184,9 @@ func DecodeBinary(b []byte) (*Map, error) {
 		return nil, fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
 	}
 	v := binary.LittleEndian.Uint32(b[8:])
+	if v == versionWebDataset {
+		return nil, ErrWebDataset
+	}
 	if v < 1 || v > Version {
 		return nil, fmt.Errorf("%w: version %d, this build reads 1 to %d", ErrCorrupt, v, Version)
 	}

@@ -26,3 +26,8 @@ var errNotRegular = errors.New("not a regular file")
 // read return other blocks than the file's. Such a sample is never read
 // raw.
 var ErrExtents = errors.New("mapped extents are not the file's")
+
+// ErrWebDataset is returned (wrapped) by Decode and Load for a version 3
+// map (fn.readers.webdataset's tar shards), which is not decoded into a
+// Map: open it in place with bmap/wds.Open.
+var ErrWebDataset = errors.New("a webdataset map (version 3): read it with bmap/wds (mkbmap samples lists it)")

@@ -4,6 +4,7 @@ package bmap
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -91,8 +92,17 @@ func Decode(b []byte) (*Map, error) {
 	return nil, fmt.Errorf("%w: neither .bmap nor JSON", ErrCorrupt)
 }
 
-// Load reads and decodes the map file at path.
+// Load reads and decodes the map file at path. A version 3 map
+// (ErrWebDataset) is refused from its header, without reading the rest.
 func Load(path string) (*Map, error) {
+	if f, err := os.Open(path); err == nil {
+		var h [12]byte
+		n, _ := io.ReadFull(f, h[:])
+		f.Close()
+		if n == len(h) && IsBinary(h[:]) && binary.LittleEndian.Uint32(h[8:]) == versionWebDataset {
+			return nil, fmt.Errorf("bmap: %s: %w", path, ErrWebDataset)
+		}
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("bmap: %w", err)

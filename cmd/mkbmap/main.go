@@ -6,6 +6,8 @@
 //	mkbmap [--reader file|numpy] --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
 //	mkbmap [--reader file|numpy] --file-list LIST [--mountpoint ROOT] ...
 //	mkbmap [--reader file|numpy] --mountpoint ROOT [--labels L,...] ... FILE...
+//	mkbmap --reader webdataset (--mountpoint ROOT | --file-list TARS) [--index-paths LIST] [-o FILE]
+//	mkbmap samples --ext EXT[,EXT...] [--missing empty|skip|error] MAPFILE
 //	mkbmap inspect [--format json|bmap|xnvme-json] [-o FILE] [--mountpoint ROOT] MAPFILE
 //
 // The samples are those DALI's reader lists: fn.readers.file's folder
@@ -69,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "inspect" {
 		err = inspect(ctx, args[1:], stdout, stderr)
+	} else if len(args) > 0 && args[0] == "samples" {
+		err = samplesCmd(args[1:], stdout, stderr)
 	} else {
 		err = mapCmd(ctx, args, stdout, stderr)
 	}
@@ -86,6 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 const mapUsage = `usage: mkbmap [--reader file|numpy] --mountpoint ROOT [-o FILE] [--format bmap|json|xnvme-json] [--workers N] [--verify] [--require-extents]
+       mkbmap --reader webdataset (--mountpoint ROOT | --file-list TARS) [--index-paths LIST] [-o FILE] ...
        mkbmap [--reader file|numpy] --file-list LIST [--mountpoint ROOT] [-o FILE] ...
        mkbmap [--reader file|numpy] --mountpoint ROOT [--labels L,...] [-o FILE] ... FILE...
 
@@ -99,7 +104,12 @@ the order DALI's reader lists them:
       *.npy), or a list of paths (--file-list), or the files given; each
       sample is the array's data (not the .npy header), with its dtype and
       shape: one dtype and number of dimensions per dataset, as DALI's
-      batches need.
+      batches need;
+  --reader webdataset: fn.readers.webdataset, the .tar shards directly in
+      ROOT (sorted bytewise) or listed one per line (--file-list), with
+      DALI's index_paths (--index-paths); every member is mapped, the
+      extensions (ext) are chosen when the map is opened. A version 3 map
+      (.bmap only).
 List and file paths are relative to ROOT (by default the list's folder).
 On a filesystem without device extents (tmpfs, NFS, overlay, btrfs, ...)
 every sample is filesystem-only: the map serves the file backend.
@@ -114,7 +124,8 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	format := fs.String("format", "bmap", "output format: bmap, json or xnvme-json")
 	workers := fs.Int("workers", 0, "parallel FIEMAP workers (default 4 per CPU)")
 	verify := fs.Bool("verify", false, "read every raw sample from the device with O_DIRECT and compare with the file")
-	readerName := fs.String("reader", "file", "the DALI reader: file (fn.readers.file) or numpy (fn.readers.numpy)")
+	readerName := fs.String("reader", "file", "the DALI reader: file (fn.readers.file), numpy (fn.readers.numpy) or webdataset (fn.readers.webdataset)")
+	indexPaths := fs.String("index-paths", "", "--reader webdataset: a file listing DALI's index_paths (wds2idx indexes), one per line, one per shard")
 	filter := fs.String("filter", "", "--reader file: comma-separated file name globs replacing DALI's default filters")
 	caseSens := fs.Bool("case-sensitive-filter", false, "--reader file: match filters case-sensitively (DALI's case_sensitive_filter)")
 	fileFilter := fs.String("file-filter", "", "--reader numpy: the file name glob (DALI's file_filter; default *.npy)")
@@ -130,6 +141,12 @@ func mapCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *readerName == "webdataset" {
+		return wdsCmd(ctx, fs, set, wdsArgs{root: *root, out: *out, fileList: *fileList, indexPaths: *indexPaths, workers: *workers, requireExtents: *requireExtents, format: *format, files: files}, stderr)
+	}
+	if set["index-paths"] {
+		return cli.UsageErr(fs, "--index-paths is fn.readers.webdataset's (--reader webdataset)")
+	}
 	reader, err := bmap.ParseReader(*readerName)
 	if err != nil {
 		return cli.UsageErr(fs, "--reader: %v", err)

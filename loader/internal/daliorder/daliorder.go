@@ -87,6 +87,11 @@ type Params struct {
 	// every epoch, the same on every rank. Not with RandomShuffle or
 	// StickToShard (it implies the latter).
 	ShuffleAfterEpoch bool
+	// ListOrder keeps the list's order under RandomShuffle: step 1
+	// above is fn.readers.file's, which fn.readers.webdataset's loader
+	// does not take (its samples are read in shard and member order and
+	// shuffled by the buffer alone).
+	ListOrder bool
 }
 
 // FileOrder returns the file list's order under random_shuffle: entry i
@@ -136,7 +141,7 @@ type Reader struct {
 }
 
 // Bytes returns the memory a Reader for p holds: its file list (N
-// int32s, with RandomShuffle) and its buffer (InitialFill int32s, 1
+// int32s, with RandomShuffle unless ListOrder) and its buffer (InitialFill int32s, 1
 // without RandomShuffle). Nothing else it holds grows with p.
 func Bytes(p Params) int64 {
 	if p.ShuffleAfterEpoch {
@@ -144,6 +149,9 @@ func Bytes(p Params) int64 {
 	}
 	if !p.RandomShuffle {
 		return 4
+	}
+	if p.ListOrder {
+		return 4 * int64(max(p.InitialFill, 1))
 	}
 	return 4 * (int64(p.N) + int64(max(p.InitialFill, 1)))
 }
@@ -159,7 +167,9 @@ func New(p Params) *Reader {
 	switch {
 	case p.RandomShuffle:
 		fill = p.InitialFill
-		list = FileOrder(p.N, nil)
+		if !p.ListOrder {
+			list = FileOrder(p.N, nil)
+		}
 	case p.ShuffleAfterEpoch:
 		p.StickToShard = true // as DALI sets it
 		list = make([]int32, p.N)

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package wds
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sort"
+	"strings"
+)
+
+// Missing is fn.readers.webdataset's missing_component_behavior: what a
+// sample with fewer matching components than outputs becomes.
+type Missing uint8
+
+// Behaviours.
+const (
+	MissingEmpty Missing = iota // "empty" (and DALI's default ""): its unmatched outputs are empty
+	MissingSkip                 // "skip": the sample is left out
+	MissingError                // "error": selecting fails (DALI: "Underful sample detected")
+)
+
+// ParseMissing reads a missing_component_behavior as DALI does: case
+// insensitive, "" meaning empty.
+func ParseMissing(s string) (Missing, error) {
+	switch strings.ToLower(s) {
+	case "", "empty":
+		return MissingEmpty, nil
+	case "skip":
+		return MissingSkip, nil
+	case "error":
+		return MissingError, nil
+	}
+	return 0, fmt.Errorf("wds: invalid missing_component_behavior %q: possible values are skip, error, empty", s)
+}
+
+// ErrUnderfull is wrapped by Select's error for a sample missing a
+// component under MissingError.
+var ErrUnderfull = errors.New("underfull sample")
+
+// MaxOutputs is the most ext entries a selection takes.
+const MaxOutputs = 64
+
+// Options are fn.readers.webdataset's arguments that pick a sample's
+// outputs from its components.
+type Options struct {
+	// Ext: one entry per output, each a ';'-separated list of
+	// extensions any of which fills it (DALI's ext).
+	Ext []string
+	// CaseSensitive is case_sensitive_extensions (DALI's default: true).
+	CaseSensitive bool
+	// Missing is missing_component_behavior.
+	Missing Missing
+}
+
+// View is a map seen through Options, as fn.readers.webdataset forms its
+// samples: sample i of the view is a sample of the map (all of them, or
+// with MissingSkip those with enough components, kept by a bitmap of one
+// bit per map sample), and each output is the first component, in tar
+// order, whose extension is one of the output's.
+type View struct {
+	m     *Map
+	nOut  int
+	outs  []uint64 // per map extension: the outputs it fills
+	n     int
+	keep  []uint64 // nil: every sample; else one bit per map sample
+	ranks []uint32 // kept samples before each 512-bit block of keep
+}
+
+// Select applies o to m: where DALI applies ext, at open time, so one
+// map serves any ext. With MissingSkip or MissingError it reads every
+// sample's components once (Check's cost, no allocation per sample).
+func (m *Map) Select(o Options) (*View, error) {
+	if len(o.Ext) == 0 || len(o.Ext) > MaxOutputs {
+		return nil, fmt.Errorf("wds: %d ext entries: want 1 to %d", len(o.Ext), MaxOutputs)
+	}
+	byExt := map[string]uint64{}
+	for out, alts := range o.Ext {
+		// std::getline on ';': no trailing empty field.
+		parts := strings.Split(alts, ";")
+		if len(parts) > 0 && parts[len(parts)-1] == "" {
+			parts = parts[:len(parts)-1]
+		}
+		for _, e := range parts {
+			if !o.CaseSensitive {
+				e = strings.ToLower(e)
+			}
+			byExt[e] |= 1 << out
+		}
+	}
+	v := &View{m: m, nOut: len(o.Ext), outs: make([]uint64, len(m.exts)), n: m.nSample}
+	for i, e := range m.exts {
+		if !o.CaseSensitive {
+			e = strings.ToLower(e)
+		}
+		v.outs[i] = byExt[e]
+	}
+	if o.Missing == MissingEmpty {
+		return v, nil
+	}
+	v.keep = make([]uint64, (m.nSample+63)/64)
+	v.ranks = make([]uint32, (m.nSample+511)/512+1)
+	n := 0
+	for i := range m.nSample {
+		if i%512 == 0 {
+			v.ranks[i/512] = uint32(n)
+		}
+		s, err := m.Sample(i)
+		if err != nil {
+			return nil, err
+		}
+		got, err := v.match(s, nil)
+		if err != nil {
+			return nil, err
+		}
+		if got >= v.nOut {
+			v.keep[i/64] |= 1 << (i % 64)
+			n++
+			continue
+		}
+		if o.Missing == MissingError {
+			return nil, fmt.Errorf("wds: %w at tar file %q, sample %q: %d of %d outputs matched", ErrUnderfull, m.Shards.Samples[s.Shard].Path, s.Key, got, v.nOut)
+		}
+	}
+	v.ranks[len(v.ranks)-1] = uint32(n)
+	v.n = n
+	if n == m.nSample {
+		v.keep, v.ranks = nil, nil
+	}
+	return v, nil
+}
+
+// match assigns s's components to outputs as DALI: for each component
+// in tar order, each output its extension fills that no earlier
+// component filled. It returns how many components fill an output (DALI
+// compares that count, not the outputs filled, with the number of
+// outputs) and, into comps when not nil, each output's component or -1.
+func (v *View) match(s Sample, comps []int) (int, error) {
+	for k := range comps {
+		comps[k] = -1
+	}
+	var set uint64
+	used := 0
+	for j := s.First; j < s.First+s.Count; j++ {
+		c, err := v.m.Component(s, j)
+		if err != nil {
+			return 0, err
+		}
+		fill := v.outs[c.Ext] &^ set
+		if fill == 0 {
+			continue
+		}
+		used++
+		set |= fill
+		for f := fill; f != 0; f &= f - 1 {
+			if k := bits.TrailingZeros64(f); k < len(comps) {
+				comps[k] = j
+			}
+		}
+	}
+	return used, nil
+}
+
+// Len returns the number of samples the view has.
+func (v *View) Len() int { return v.n }
+
+// Outputs returns the number of outputs (ext entries).
+func (v *View) Outputs() int { return v.nOut }
+
+// Map returns the map the view sees.
+func (v *View) Map() *Map { return v.m }
+
+// Index returns the map sample of view sample i.
+func (v *View) Index(i int) int {
+	if v.keep == nil {
+		return i
+	}
+	// The last block whose rank is <= i holds it.
+	b := sort.Search(len(v.ranks)-1, func(b int) bool { return int(v.ranks[b+1]) > i }) // first block ending past i
+	left := i - int(v.ranks[b])
+	for w := b * 8; w < len(v.keep); w++ {
+		c := bits.OnesCount64(v.keep[w])
+		if left < c {
+			x := v.keep[w]
+			for range left {
+				x &= x - 1
+			}
+			return w*64 + bits.TrailingZeros64(x)
+		}
+		left -= c
+	}
+	return -1
+}
+
+// Sample returns view sample i: its map record and, written into comps
+// (len Outputs()), each output's component index, or -1 for an empty
+// output. It does not allocate.
+func (v *View) Sample(i int, comps []int) (Sample, error) {
+	if i < 0 || i >= v.n {
+		return Sample{}, fmt.Errorf("wds: sample %d out of range [0,%d)", i, v.n)
+	}
+	if len(comps) != v.nOut {
+		return Sample{}, fmt.Errorf("wds: %d component slots for %d outputs", len(comps), v.nOut)
+	}
+	s, err := v.m.Sample(v.Index(i))
+	if err != nil {
+		return Sample{}, err
+	}
+	_, err = v.match(s, comps)
+	return s, err
+}
+
+// Shard returns view sample i's shard (an index of Map.Shards), or -1
+// when i is out of range or its record is corrupt: what
+// fresh.Members.File asks.
+func (v *View) Shard(i int) int {
+	if i < 0 || i >= v.n {
+		return -1
+	}
+	s, err := v.m.Sample(v.Index(i))
+	if err != nil {
+		return -1
+	}
+	return s.Shard
+}
