@@ -22,9 +22,10 @@ dtype and shape. The dataset batches itself; with a ``DataLoader`` give it
 ``batch_size=None`` and no workers (under Lightning pass the dataset
 itself: see ``LoaderDataset``'s Lightning note).
 
-The pieces behind this module: ``_torchdataset`` (the class, its epochs
-and positions), ``_torchshard`` (the rank, the last-batch policy),
-``_torchbatch`` (what it yields: read-only zero-copy tensors, batches that
+The pieces behind this module: ``_torchdataset`` (the class, its
+session), ``_torchshard`` (the rank, the last-batch policy),
+``_torchpasses`` (epochs, positions, state_dict), ``_torchbatch`` (what it
+yields: read-only zero-copy tensors, batches that
 cannot be mistaken) and ``_torchviews`` (batch memory as tensors).
 
 Needs PyTorch (``pip install nvfeed[torch]``, any torch >= 2.0); the rest
