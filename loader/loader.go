@@ -57,6 +57,7 @@ type Loader struct {
 	mem     batchmem.Memory
 	desc    batchmem.Desc // mem.Desc(), fixed
 	backend backend.Backend
+	spec    *backend.Spec // the backend's description
 	params  backend.Params
 	log     *slog.Logger
 	gpuPath string // GPUPathCuFile or GPUPathBounce for GPU memory, "" for host memory
@@ -199,25 +200,8 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		}
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Cred: o.Cred}
-	if d := mem.Desc(); d.Kind == batchmem.GPU {
-		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
-	}
-	x := builtinEnv{guard: o.Guard, cuda: o.CUDA}
-	if o.Shared != nil {
-		x.shared = &o.Shared.s
-	}
-	for i := 0; i < o.Slots; i++ {
-		if h := mem.Slot(i).Host; len(h) > 0 {
-			x.hostBuffers = append(x.hostBuffers, h)
-		}
-	}
-	if o.Spec == nil { // a built-in backend gets its own environment
-		if s, ok := builtinSpec(spec.Name, x); ok {
-			spec = &s
-		}
-	}
-	if l.backend, err = spec.Open(m, l.params, env); err != nil {
+	l.spec = spec
+	if l.backend, err = spec.Open(m, l.params, backendEnv(o, mem)); err != nil {
 		mem.Close()
 		return nil, err
 	}
@@ -240,6 +224,31 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	}
 	l.start(startEpoch, startBatch)
 	return l, nil
+}
+
+// backendEnv is what the backend gets, built-in or registered alike: o's
+// logger, trace, caller, guard and shared resources, and mem's host slots
+// and GPU memory.
+func backendEnv(o Options, mem batchmem.Memory) backend.Env {
+	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Cred: o.Cred}
+	if o.Guard != nil { // no typed nil in the interface
+		env.Guard = o.Guard
+	}
+	if o.Shared != nil {
+		env.Shared = &o.Shared.s
+	}
+	for i := 0; i < o.Slots; i++ {
+		if h := mem.Slot(i).Host; len(h) > 0 {
+			env.HostBuffers = append(env.HostBuffers, h)
+		}
+	}
+	if d := mem.Desc(); d.Kind == batchmem.GPU {
+		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
+		if o.CUDA != nil {
+			env.GPU.Driver = o.CUDA
+		}
+	}
+	return env
 }
 
 // start runs a producer from (epoch, batch) with a fresh ready queue.

@@ -8,11 +8,9 @@ import (
 	"log/slog"
 
 	"github.com/nvfeed/nvfeed/bmap/fresh"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
-	"github.com/nvfeed/nvfeed/loader/internal/cufile"
 	"github.com/nvfeed/nvfeed/loader/internal/shared"
 )
 
@@ -29,8 +27,8 @@ const (
 // How batches reach GPU memory (Options.GPUPath); the loader's choice is
 // Loader.GPUPath. The values are the daemon's wire names.
 const (
-	GPUPathAuto   = "auto"   // cufile when cuFile opens here and no other backend is named, else bounce
-	GPUPathCuFile = "cufile" // the cufile backend reads each sample's file straight into the device slot
+	GPUPathAuto   = "auto"   // cufile when a backend writing the device (the built-in cufile) opens here and no other backend is named, else bounce
+	GPUPathCuFile = "cufile" // a backend that writes the device (backend.Spec.DeviceWrites: the built-in cufile) reads each sample straight into the device slot
 	GPUPathBounce = "bounce" // any backend reads into page-locked staging memory, copied to the device per batch
 )
 
@@ -74,7 +72,7 @@ type Options struct {
 	// this user (the kernel checks it) and a raw sample whose file changed
 	// is read only after the user's check passes; nil: the process's own
 	// credentials. The daemon sets it to its client's.
-	Cred *cred.Cred
+	Cred *backend.Cred
 	// CUDA is the process's CUDA libraries, discovered once (the daemon
 	// holds one for its life) and used by GPU memory and the cufile
 	// backend; nil: each GPU loader discovers them again.
@@ -201,7 +199,10 @@ func (o Options) backendName() string {
 }
 
 // gpuWays returns the ways to try, in order: one, or for GPUPathAuto
-// with no backend named, cufile then bounce. o has its defaults.
+// with no backend named, the first backend that writes the device
+// (backend.Spec.DeviceWrites: the built-in cufile) then bounce. Which
+// backend takes GPUPathCuFile is what the backends declare, never their
+// name. o has its defaults.
 func (o Options) gpuWays() ([]gpuWay, error) {
 	name := o.backendName()
 	if o.Memory != batchmem.GPU {
@@ -210,27 +211,51 @@ func (o Options) gpuWays() ([]gpuWay, error) {
 		}
 		return []gpuWay{{"", name, ""}}, nil
 	}
+	writes := o.Spec != nil && o.Spec.DeviceWrites
+	if o.Spec == nil && name != "" {
+		s, err := BackendSpec(name)
+		writes = err == nil && s.DeviceWrites // an unknown name: New says so
+	}
 	switch o.GPUPath {
 	case GPUPathCuFile:
-		if name != "" && name != cufile.Name {
-			return nil, fmt.Errorf("%w: gpu_path cufile reads with the cufile backend, not %s (use gpu_path bounce for it)", ErrOptions, name)
+		if name != "" && !writes {
+			return nil, fmt.Errorf("%w: gpu_path cufile reads with a backend that writes the device itself, not %s (use gpu_path bounce for it)", ErrOptions, name)
 		}
-		return []gpuWay{{GPUPathCuFile, cufile.Name, "asked for"}}, nil
+		if name == "" {
+			if name = deviceWriter(); name == "" {
+				return nil, fmt.Errorf("%w: gpu_path cufile: no backend here writes the device itself", ErrOptions)
+			}
+		}
+		return []gpuWay{{GPUPathCuFile, name, "asked for"}}, nil
 	case GPUPathBounce:
-		if name == cufile.Name {
-			return nil, fmt.Errorf("%w: gpu_path bounce with backend cufile: cufile writes the device itself", ErrOptions)
+		if writes {
+			return nil, fmt.Errorf("%w: gpu_path bounce with backend %s: %s writes the device itself", ErrOptions, name, name)
 		}
 		return []gpuWay{{GPUPathBounce, name, "asked for"}}, nil
 	case "", GPUPathAuto:
-		switch name {
-		case cufile.Name:
-			return []gpuWay{{GPUPathCuFile, cufile.Name, "backend cufile named"}}, nil
-		case "":
-			return []gpuWay{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here or runs in compatibility mode"}}, nil
+		switch {
+		case writes:
+			return []gpuWay{{GPUPathCuFile, name, "backend " + name + " named, which writes the device"}}, nil
+		case name == "":
+			if dw := deviceWriter(); dw != "" {
+				return []gpuWay{{GPUPathCuFile, dw, "auto: " + dw + " opens here"}, {GPUPathBounce, "", "auto: " + dw + " cannot run here or runs in compatibility mode"}}, nil
+			}
+			return []gpuWay{{GPUPathBounce, "", "auto: no backend here writes the device"}}, nil
 		}
 		return []gpuWay{{GPUPathBounce, name, "auto: backend " + name + " named, which writes host memory"}}, nil
 	}
 	return nil, fmt.Errorf("%w: gpu_path %q (want %s, %s or %s)", ErrOptions, o.GPUPath, GPUPathAuto, GPUPathCuFile, GPUPathBounce)
+}
+
+// deviceWriter returns the first backend offered that writes the device
+// itself (backend.Spec.DeviceWrites), "" for none.
+func deviceWriter() string {
+	for _, s := range Backends() {
+		if s.DeviceWrites {
+			return s.Name
+		}
+	}
+	return ""
 }
 
 // Batch memory's vocabulary as the loader's callers name it (package

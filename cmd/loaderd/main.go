@@ -309,7 +309,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return cli.UsageErr(fs, "--as-user %q: %v", *asUser, err)
 		}
-		lo.Cred = &c
+		lo.Cred = (*backend.Cred)(&c)
 		// As the daemon: one freshness guard for the dataset, which the
 		// backends share (a map with nothing to read raw has none).
 		if g, err := fresh.Open(m, fresh.Watch, log); err == nil {

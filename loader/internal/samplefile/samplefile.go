@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
@@ -31,17 +30,17 @@ import (
 var ErrReplaced = errors.New("the path names another file than the one mapped")
 
 // Opener opens a path with flags (O_CLOEXEC included) and returns the
-// descriptor: cred.Opener.Openat as a caller, or nil for the calling
+// descriptor: backend.Caller.Open as a caller, or nil for the calling
 // thread's own credentials.
 type Opener func(path string, flags int) (int, error)
 
 // AsCaller returns the Opener of o, or nil (the calling thread's own
 // credentials) for a nil o.
-func AsCaller(o *cred.Opener) Opener {
+func AsCaller(o *backend.Caller) Opener {
 	if o == nil {
 		return nil
 	}
-	return func(path string, flags int) (int, error) { return o.Openat(unix.AT_FDCWD, path, flags) }
+	return o.Open
 }
 
 // Reader reads samples of one map through the filesystem.

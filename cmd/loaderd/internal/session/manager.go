@@ -332,7 +332,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if err != nil {
 		return Opened{}, err
 	}
-	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.Replays, lo.CUDA = slotSize, m.log, true, d.guard, m.shared, credOf(c), replays, m.cfg.CUDA
+	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.Replays, lo.CUDA = slotSize, m.log, true, d.guard, m.shared, (*loader.Cred)(credOf(c)), replays, m.cfg.CUDA
 	l, err := m.openLoader(ds, p, lo)
 	var ss *session
 	var gpuPath, backendName string
