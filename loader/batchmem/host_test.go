@@ -60,7 +60,8 @@ func TestOpenErrors(t *testing.T) {
 }
 
 // TestHostSlots: slots are backend.Align-sized and aligned, adjacent at
-// i·SlotSize, and the description says so.
+// i·SlotSize, the memory Sizing's (rounded up to Granularity), and the
+// description says so.
 func TestHostSlots(t *testing.T) {
 	m, err := Open("", 3, 5000, Options{})
 	if err != nil {
@@ -68,7 +69,7 @@ func TestHostSlots(t *testing.T) {
 	}
 	defer m.Close()
 	d := m.Desc()
-	want := Desc{Kind: Pinned, Size: 3 * 8192, SlotSize: 8192, Slots: 3, Device: -1, NUMANode: -1}
+	want := Desc{Kind: Pinned, Size: Granularity, SlotSize: 8192, Slots: 3, Device: -1, NUMANode: -1}
 	if d != want {
 		t.Fatalf("Desc() = %+v, want %+v", d, want)
 	}
@@ -125,7 +126,11 @@ func TestHostHugePages(t *testing.T) {
 		t.Skipf("the kernel found only %d free huge pages (fragmented memory)", info["HugePages_Free:"])
 	}
 	// Three slots of a page and a bit need four pages; three are free.
-	h, why := openHuge(3, page+4096)
+	s, err := Sizing(Pinned, 3, page+4096, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, why := openHuge(3, s.SlotSize, s.Host)
 	if h != nil || !strings.Contains(why, "4 huge pages") {
 		t.Errorf("3 slots of a page and a bit: %v, %q; want refused, naming the 4 pages needed", h, why)
 		if h != nil {
