@@ -6,8 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/nvfeed/nvfeed/bmap"
+	"slices"
 )
 
 // MaxDeviceUUID bounds DeviceUUID's length (a GPU UUID is 40 characters,
@@ -40,21 +39,18 @@ type moder interface {
 // copy per batch.
 const cufileCompat = "compat"
 
-// openGPUPath opens the loader on the first of o's GPU ways that works
-// (o has its defaults and is valid). Under GPUPathAuto, cufile is kept only
+// openGPUPath opens p's loader on the first of its GPU ways that works.
+// Under GPUPathAuto, cufile is kept only
 // where cuFile opens and does not run in its compatibility mode, measured
 // at its opening; else bounce, with the reason logged and in GPUPath.
-func openGPUPath(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	ways, _ := o.gpuWays() // Validate checked them
+func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
+	o := p.Options
+	ways := slices.Clone(p.ways)
 	var err error
 	for i, w := range ways {
 		last := i+1 == len(ways)
-		wo := o
-		if w.backend != o.backendName() {
-			wo.Spec, wo.Backend = nil, w.backend
-		}
 		var l *Loader
-		if l, err = open(ctx, m, wo); err != nil {
+		if l, err = open(ctx, p, w); err != nil {
 			if !last && errors.Is(err, ErrUnavailable) {
 				why := fmt.Sprintf("cufile cannot run here (%v): bounce", err)
 				o.Logger.Info("loader: gpu_path auto: " + why)
