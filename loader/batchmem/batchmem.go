@@ -172,17 +172,19 @@ const Granularity = 2 << 20
 // computes it before any allocation (the loader's plan, the daemon's
 // budgets): the slot size (rounded up to backend.Align), the page-locked
 // host bytes (host memory, or GPU memory's staging area) and the device
-// bytes, each rounded up to Granularity.
+// bytes (rounded up to Granularity as Sizing says).
 type Sizes struct {
 	SlotSize int64 // Desc.SlotSize
-	Host     int64 // page-locked host memory: Desc.Size of host memory, GPU memory's staging area
+	Host     int64 // page-locked host memory: Desc.Size of host memory, or GPU memory's staging area
 	Device   int64 // device memory: Desc.Size of GPU memory
 }
 
 // Sizing returns what Open allocates for slots slots of at least
 // slotSize bytes of kind ("" means Pinned) for a backend that writes
 // device memory itself (deviceWrites) or not: host memory is slots ×
-// SlotSize rounded up to Granularity; GPU memory is as many device bytes
+// SlotSize, rounded up to Granularity from Granularity on (so that it
+// may go on huge pages; smaller memory stays on small pages, exact); GPU
+// memory is slots × SlotSize rounded up to Granularity, device bytes,
 // and, unless deviceWrites, a page-locked staging area of the same size.
 // Open allocates with it; errors wrap ErrKind for an unknown kind.
 func Sizing(kind Kind, slots int, slotSize int64, deviceWrites bool) (Sizes, error) {
@@ -190,10 +192,14 @@ func Sizing(kind Kind, slots int, slotSize int64, deviceWrites bool) (Sizes, err
 		return Sizes{}, fmt.Errorf("batchmem: %d slots of %d bytes", slots, slotSize)
 	}
 	s := Sizes{SlotSize: backend.AlignUp(slotSize)}
-	size := (int64(slots)*s.SlotSize + Granularity - 1) / Granularity * Granularity
+	n := int64(slots) * s.SlotSize
+	size := (n + Granularity - 1) / Granularity * Granularity
 	switch kind {
 	case "", Pinned:
-		s.Host = size
+		s.Host = n
+		if n >= Granularity { // on huge pages where they are free
+			s.Host = size
+		}
 	case GPU:
 		s.Device = size
 		if !deviceWrites {

@@ -38,8 +38,8 @@ type host struct {
 	pageSize int64
 }
 
-// openHost maps the memory: size bytes (Sizing's, slots × slotSize
-// rounded up to Granularity). It is locked with mlock2(MLOCK_ONFAULT): each
+// openHost maps the memory: size bytes (Sizing's: slots × slotSize,
+// rounded up to Granularity from Granularity on). It is locked with mlock2(MLOCK_ONFAULT): each
 // page is page-locked from its first use and never swapped, but none is
 // allocated before it is used. A slot is sized for the worst batch while a
 // typical batch uses a fraction of it, so resident memory follows the
@@ -98,9 +98,9 @@ func openHost(slots int, slotSize, size int64, o Options, node int) (*host, erro
 	return h, nil
 }
 
-// openHuge opens size bytes (Sizing's: a multiple of Granularity) on
-// huge pages when enough are free and the huge page divides size (the 2
-// MiB page always does; a 1 GiB one rarely); else nil and why not.
+// openHuge opens size bytes (Sizing's) on huge pages when enough are
+// free and the huge page divides size (the 2 MiB page does from 2 MiB on;
+// a 1 GiB one rarely); else nil and why not.
 func openHuge(slots int, slotSize, size int64) (*host, string) {
 	info, err := meminfo("Hugepagesize:", "HugePages_Free:")
 	if err != nil {

@@ -60,8 +60,7 @@ func TestOpenErrors(t *testing.T) {
 }
 
 // TestHostSlots: slots are backend.Align-sized and aligned, adjacent at
-// i·SlotSize, the memory Sizing's (rounded up to Granularity), and the
-// description says so.
+// i·SlotSize, and the description says so.
 func TestHostSlots(t *testing.T) {
 	m, err := Open("", 3, 5000, Options{})
 	if err != nil {
@@ -69,7 +68,7 @@ func TestHostSlots(t *testing.T) {
 	}
 	defer m.Close()
 	d := m.Desc()
-	want := Desc{Kind: Pinned, Size: Granularity, SlotSize: 8192, Slots: 3, Device: -1, NUMANode: -1}
+	want := Desc{Kind: Pinned, Size: 3 * 8192, SlotSize: 8192, Slots: 3, Device: -1, NUMANode: -1}
 	if d != want {
 		t.Fatalf("Desc() = %+v, want %+v", d, want)
 	}
