@@ -92,7 +92,11 @@ type Batch struct {
 	Slot      int                // ring slot
 	Errors    []error            // with Options.SkipErrors: one *backend.SampleError per failed sample
 	Failed    []int              // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
+	// Shapes, with Options.ROI, is each position's region shape (its
+	// sample's bytes are that region, C-contiguous); nil without.
+	Shapes    [][]int64
 	place     batchmem.Placement // how the samples lie in the slot
+	roi       roiBatch           // with Options.ROI: the regions' runs, reads and scratch memory
 	repeats   []batchmem.Repeat  // place.Repeats' storage
 
 	readStart, readEnd time.Time
@@ -186,7 +190,14 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	if l.params, err = spec.Resolve(o.BackendOptions); err != nil {
 		return nil, err
 	}
-	if o.SlotSize == 0 {
+	switch {
+	case o.ROI != nil:
+		n, err := ROISlotBytes(m, o.BatchSize, o.ROI)
+		if err != nil {
+			return nil, fmt.Errorf("loader: %w", err)
+		}
+		o.SlotSize = max(o.SlotSize, n)
+	case o.SlotSize == 0:
 		o.SlotSize = SlotBytes(m, o.BatchSize)
 	}
 	openMemory := batchmem.Open
@@ -390,6 +401,9 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 				}()
 				b.readStart = time.Now()
 				err := l.backend.ReadBatch(ctx, b.reqs)
+				if l.opts.ROI != nil {
+					l.packROI(b)
+				}
 				scrub(b.reqs)
 				b.err = l.finish(ctx, b, err)
 				b.readEnd = time.Now()
@@ -466,6 +480,11 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
+	if l.opts.ROI != nil {
+		l.planROI(b, idx)
+		b.Shapes = b.roi.shapes
+		return
+	}
 	if row, lead := l.denseRow(idx); row > 0 {
 		l.planDense(b, idx, row, lead)
 		return
@@ -660,6 +679,9 @@ func (l *Loader) markFailed(b *Batch) bool {
 		var se *backend.SampleError
 		if !errors.As(r.Err, &se) {
 			return false
+		}
+		if l.opts.ROI != nil && slices.ContainsFunc(b.Failed, func(i int) bool { return int(b.Indices[i]) == r.Index }) {
+			continue // another part of a sample already failed
 		}
 		b.Errors = append(b.Errors, r.Err)
 		for i, idx := range b.Indices {
