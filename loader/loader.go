@@ -83,21 +83,21 @@ type Loader struct {
 
 // Batch is one batch in a ring slot. Its memory stays valid until Release.
 type Batch struct {
-	Epoch     int                // epoch number
-	Iteration int                // batch number within the epoch
-	Indices   []int32            // sample index of each position
-	Labels    []int32            // label of each position
-	Offsets   []int64            // byte offset of each sample in the ring's shared memory (see Dense)
-	Lengths   []int64            // byte length of each sample
-	Slot      int                // ring slot
-	Errors    []error            // with Options.SkipErrors: one *backend.SampleError per failed sample
-	Failed    []int              // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
+	Epoch     int     // epoch number
+	Iteration int     // batch number within the epoch
+	Indices   []int32 // sample index of each position
+	Labels    []int32 // label of each position
+	Offsets   []int64 // byte offset of each sample in the ring's shared memory (see Dense)
+	Lengths   []int64 // byte length of each sample
+	Slot      int     // ring slot
+	Errors    []error // with Options.SkipErrors: one *backend.SampleError per failed sample
+	Failed    []int   // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
 	// Shapes, with Options.ROI, is each position's region shape (its
 	// sample's bytes are that region, C-contiguous); nil without.
-	Shapes    [][]int64
-	place     batchmem.Placement // how the samples lie in the slot
-	roi       roiBatch           // with Options.ROI: the regions' runs, reads and scratch memory
-	repeats   []batchmem.Repeat  // place.Repeats' storage
+	Shapes  [][]int64
+	place   batchmem.Placement // how the samples lie in the slot
+	roi     roiBatch           // with Options.ROI: the regions' runs, reads and scratch memory
+	repeats []batchmem.Repeat  // place.Repeats' storage
 
 	readStart, readEnd time.Time
 

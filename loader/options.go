@@ -62,11 +62,11 @@ type Options struct {
 	// (fn.readers.numpy's roi_* arguments), packed C-contiguous: host
 	// memory only, a tensor map's samples all within it (ROISlotBytes
 	// checks each). nil: whole arrays.
-	ROI            *ROI
-	SkipErrors     bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
-	State          *State       // resume from this state
-	Logger         *slog.Logger // default slog.Default()
-	Trace          io.Writer    // raw backends write every device read here as a fio iolog (v2)
+	ROI        *ROI
+	SkipErrors bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
+	State      *State       // resume from this state
+	Logger     *slog.Logger // default slog.Default()
+	Trace      io.Writer    // raw backends write every device read here as a fio iolog (v2)
 	// Guard is the map's freshness state shared by several loaders (the
 	// daemon keeps one per dataset); nil: raw backends make their own.
 	Guard *fresh.Guard
