@@ -128,3 +128,24 @@ def test_batches_cannot_be_mistaken(daemon: Daemon) -> None:
         samples, labels = dense
     assert [r.tolist() for r in dense.unbind(0)] == [list(range(6)), list(range(6, 12))]
     assert type(dense * 2) is torch.Tensor and not isinstance(dense[0], ReadOnlyTensor)
+
+
+def test_a_dataloader_under_lightning_warns_once(daemon: Daemon) -> None:
+    # A DataLoader has no state_dict(): under Lightning it silently loses a
+    # mid-epoch position, so the dataset steers to the form that resumes.
+    pytest.importorskip("lightning")
+    import lightning  # noqa: F401  (what the warning looks for)
+    import warnings
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert sum(len(b[0]) for b in dl) == N
+    said = [str(w.message) for w in caught if "state_dict" in str(w.message)]
+    assert len(said) == 1 and "Return the dataset itself" in said[0], said
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert sum(len(b[0]) for b in ds) == N
+    assert not [w for w in caught if "state_dict" in str(w.message)], "the bare dataset warned"
+    ds.close()
