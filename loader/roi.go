@@ -37,7 +37,7 @@ const roiGap = 64 << 10
 // ROI is fn.readers.numpy's region of interest: each tensor sample is
 // read as the region its arguments give over its shape, C-contiguous.
 // The region's start along each of Axes is Start (absolute) or RelStart
-// (a fraction of the dimension), default 0; its end is End or RelEnd, or
+// (a fraction of the dimension; taken as float32, DALI's type), default 0; its end is End or RelEnd, or
 // the start plus Shape or RelShape, default the dimension; at most one of
 // each group is given, each with one value per axis. Axes default to all
 // (0..ndim-1); a negative axis counts from the last. Relative values are
@@ -49,14 +49,14 @@ const roiGap = 64 << 10
 // DALI argument names).
 type ROI struct {
 	Start     []int64   `json:"roi_start,omitempty" msgpack:"roi_start"`
-	RelStart  []float32 `json:"rel_roi_start,omitempty" msgpack:"rel_roi_start"`
+	RelStart  []float64 `json:"rel_roi_start,omitempty" msgpack:"rel_roi_start"`
 	End       []int64   `json:"roi_end,omitempty" msgpack:"roi_end"`
-	RelEnd    []float32 `json:"rel_roi_end,omitempty" msgpack:"rel_roi_end"`
+	RelEnd    []float64 `json:"rel_roi_end,omitempty" msgpack:"rel_roi_end"`
 	Shape     []int64   `json:"roi_shape,omitempty" msgpack:"roi_shape"`
-	RelShape  []float32 `json:"rel_roi_shape,omitempty" msgpack:"rel_roi_shape"`
+	RelShape  []float64 `json:"rel_roi_shape,omitempty" msgpack:"rel_roi_shape"`
 	Axes      []int     `json:"roi_axes,omitempty" msgpack:"roi_axes"`
 	Policy    string    `json:"out_of_bounds_policy,omitempty" msgpack:"out_of_bounds_policy"` // "" means PolicyError
-	FillValue float32   `json:"fill_value,omitempty" msgpack:"fill_value"`
+	FillValue float64   `json:"fill_value,omitempty" msgpack:"fill_value"`
 }
 
 // roiArg is one of a region's value arguments, by its DALI name.
@@ -120,7 +120,7 @@ func (r *ROI) Validate() error {
 			return fmt.Errorf("%w: roi_axes: axis %d not in [%d, %d)", ErrOptions, a, -MaxROIAxes, MaxROIAxes)
 		}
 	}
-	for _, v := range [][]float32{r.RelStart, r.RelEnd, r.RelShape} {
+	for _, v := range [][]float64{r.RelStart, r.RelEnd, r.RelShape} {
 		for _, x := range v {
 			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 				return fmt.Errorf("%w: a relative region coordinate is %v, not finite", ErrOptions, x)
@@ -181,7 +181,7 @@ func (r *ROI) Region(shape []int64) (start, size []int64, err error) {
 		}
 		seen[d] = true
 		dim := shape[d]
-		rel := func(x float32) float64 { return float64(x * float32(dim)) } // DALI: float × int64 is a float product
+		rel := func(x float64) float64 { return float64(float32(x) * float32(dim)) } // DALI: float × int64 is a float product
 		lo := 0.0
 		switch {
 		case r.Start != nil:
@@ -198,7 +198,7 @@ func (r *ROI) Region(shape []int64) (start, size []int64, err error) {
 		case r.Shape != nil:
 			hi = lo + float64(r.Shape[i])
 		case r.RelShape != nil && r.RelStart != nil:
-			hi = rel(r.RelStart[i] + r.RelShape[i])
+			hi = float64((float32(r.RelStart[i]) + float32(r.RelShape[i])) * float32(dim))
 		case r.RelShape != nil:
 			hi = lo + rel(r.RelShape[i])
 		}
@@ -487,7 +487,7 @@ func (l *Loader) packROI(b *Batch) {
 			continue
 		}
 		if rs.pad {
-			fill(dst, rs.dtype, l.opts.ROI.FillValue)
+			fill(dst, rs.dtype, float32(l.opts.ROI.FillValue))
 		}
 		k := 0
 		for _, run := range rs.runs {
@@ -501,9 +501,10 @@ func (l *Loader) packROI(b *Batch) {
 	}
 }
 
-// fill fills dst with v converted to dtype as a C++ static_cast does
-// (DALI's fill value is a float): integers truncated toward zero, half
-// floats rounded to nearest even, complex numbers with imaginary part 0.
+// fill fills dst with v converted to dtype as DALI's ConvertSat does
+// (its fill value is a float): integers rounded half away from zero and
+// saturated, half floats rounded to nearest even, complex numbers with
+// imaginary part 0.
 func fill(dst []byte, dt npy.DType, v float32) {
 	item := dt.ItemSize()
 	cell := make([]byte, item)
@@ -520,12 +521,21 @@ func fill(dst []byte, dt npy.DType, v float32) {
 		if v != 0 {
 			cell[0] = 1
 		}
-	default: // integers, little-endian two's complement
+	default: // integers: rounded half away from zero, saturated (DALI's ConvertSat), little-endian
+		r := math.Round(f)
 		var u uint64
-		if f < 0 {
-			u = uint64(int64(f))
+		if signed := dt == npy.Int8 || dt == npy.Int16 || dt == npy.Int32 || dt == npy.Int64; signed {
+			hi := math.Ldexp(1, 8*item-1)
+			u = uint64(int64(max(min(r, hi-1), -hi)))
+			if item == 8 && r >= hi {
+				u = math.MaxInt64
+			}
 		} else {
-			u = uint64(f)
+			hi := math.Ldexp(1, 8*item)
+			u = uint64(max(min(r, hi-1), 0))
+			if item == 8 && r >= hi {
+				u = math.MaxUint64
+			}
 		}
 		for j := range cell {
 			cell[j] = byte(u >> (8 * j))

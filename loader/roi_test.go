@@ -35,9 +35,9 @@ func TestROIRegion(t *testing.T) {
 		{"start only", ROI{Start: []int64{1, 2, 3}}, []int64{1, 2, 3}, []int64{9, 18, 27}, ""},
 		{"one axis", ROI{Start: []int64{5}, End: []int64{7}, Axes: []int{1}}, []int64{0, 5, 0}, []int64{10, 2, 30}, ""},
 		{"negative axis", ROI{Start: []int64{5}, Shape: []int64{4}, Axes: []int{-1}}, []int64{0, 0, 5}, []int64{10, 20, 4}, ""},
-		{"relative", ROI{RelStart: []float32{0.25, 0.5}, RelEnd: []float32{0.75, 1}, Axes: []int{0, 2}}, []int64{3, 0, 15}, []int64{5, 20, 15}, ""},
-		{"rel start and shape", ROI{RelStart: []float32{0.1}, RelShape: []float32{0.3}, Axes: []int{0}}, []int64{1, 0, 0}, []int64{3, 20, 30}, ""},
-		{"rel shape", ROI{RelShape: []float32{0.55}, Axes: []int{0}}, []int64{0, 0, 0}, []int64{6, 20, 30}, ""},
+		{"relative", ROI{RelStart: []float64{0.25, 0.5}, RelEnd: []float64{0.75, 1}, Axes: []int{0, 2}}, []int64{3, 0, 15}, []int64{5, 20, 15}, ""},
+		{"rel start and shape", ROI{RelStart: []float64{0.1}, RelShape: []float64{0.3}, Axes: []int{0}}, []int64{1, 0, 0}, []int64{3, 20, 30}, ""},
+		{"rel shape", ROI{RelShape: []float64{0.55}, Axes: []int{0}}, []int64{0, 0, 0}, []int64{6, 20, 30}, ""},
 		{"pad", ROI{Start: []int64{-2}, End: []int64{12}, Axes: []int{0}, Policy: PolicyPad}, []int64{-2, 0, 0}, []int64{14, 20, 30}, ""},
 		{"trim", ROI{Start: []int64{-2}, End: []int64{12}, Axes: []int{0}, Policy: PolicyTrim}, []int64{0, 0, 0}, []int64{10, 20, 30}, ""},
 		{"trim empty", ROI{Start: []int64{40}, End: []int64{50}, Axes: []int{2}, Policy: PolicyTrim}, []int64{0, 0, 30}, []int64{10, 20, 0}, ""},
@@ -72,7 +72,7 @@ func TestROIValidate(t *testing.T) {
 		err string
 	}{
 		{ROI{}, "needs roi_start, roi_end, roi_shape"},
-		{ROI{Start: []int64{1}, RelStart: []float32{0.5}}, "roi_start and rel_roi_start are mutually exclusive"},
+		{ROI{Start: []int64{1}, RelStart: []float64{0.5}}, "roi_start and rel_roi_start are mutually exclusive"},
 		{ROI{End: []int64{1}, Shape: []int64{1}}, "[roi_end roi_shape] are mutually exclusive"},
 		{ROI{Start: []int64{1, 2}, End: []int64{3}}, "roi_end has 1 values, the other region arguments 2"},
 		{ROI{Start: []int64{1}, Axes: []int{0, 1}}, "roi_axes has 2 axes, the region arguments 1 values"},
@@ -168,15 +168,20 @@ func TestROIRuns(t *testing.T) {
 	}
 }
 
-// TestROIFill: the fill value as each dtype holds it (C++'s cast).
+// TestROIFill: the fill value as each dtype holds it (DALI's ConvertSat,
+// checked against fn.readers.numpy in python/tests/test_roi.py).
 func TestROIFill(t *testing.T) {
 	for _, c := range []struct {
 		dt   npy.DType
 		v    float32
 		want []byte
 	}{
-		{npy.Uint8, 3.7, []byte{3}},
-		{npy.Int16, -5.9, []byte{0xfb, 0xff}},
+		{npy.Uint8, 3.7, []byte{4}},
+		{npy.Uint8, 300, []byte{255}},
+		{npy.Uint8, -3, []byte{0}},
+		{npy.Int16, -5.9, []byte{0xfa, 0xff}},
+		{npy.Int16, -7.5, []byte{0xf8, 0xff}},
+		{npy.Int8, 2.5, []byte{3}},
 		{npy.Float32, 1, []byte{0, 0, 0x80, 0x3f}},
 		{npy.Float16, 1.5, []byte{0, 0x3e}},
 		{npy.Float16, 65520, []byte{0, 0x7c}},
@@ -198,7 +203,7 @@ var roiCases = []struct {
 }{
 	{"middle", ROI{Start: []int64{1, 2, 3}, End: []int64{4, 6, 9}}},
 	{"rows", ROI{Start: []int64{2}, Shape: []int64{3}, Axes: []int{0}}},
-	{"last axis", ROI{RelStart: []float32{0.3}, RelEnd: []float32{0.8}, Axes: []int{-1}}},
+	{"last axis", ROI{RelStart: []float64{0.3}, RelEnd: []float64{0.8}, Axes: []int{-1}}},
 	{"slice", ROI{Start: []int64{4}, Shape: []int64{1}, Axes: []int{0}}},
 	{"pad", ROI{Start: []int64{-2, 5}, End: []int64{3, 40}, Axes: []int{0, 2}, Policy: PolicyPad, FillValue: 7}},
 	{"trim", ROI{Start: []int64{-2, 5}, End: []int64{3, 40}, Axes: []int{0, 2}, Policy: PolicyTrim}},
@@ -248,7 +253,7 @@ func readROI(t *testing.T, m *bmap.Map, roi ROI, o Options) backend.Stats {
 				t.Fatal(err)
 			}
 			fillCell := make([]byte, 4)
-			fill(fillCell, npy.Float32, roi.FillValue)
+			fill(fillCell, npy.Float32, float32(roi.FillValue))
 			want := cropRef(d.of(t, si), s.Tensor.Shape, start, size, 4, fillCell)
 			got := view[b.Offsets[i] : b.Offsets[i]+b.Lengths[i]]
 			if !slices.Equal(got, want) || !slices.Equal(b.Shapes[i], size) {

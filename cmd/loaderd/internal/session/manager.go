@@ -323,6 +323,11 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	lo := p.loaderOptions()
 	lo.PrefetchQueueDepth, lo.Slots = prefetch, slots
 	slotSize := loader.SlotBytes(ds, p.BatchSize)
+	if p.ROI != nil {
+		if slotSize, err = loader.ROISlotBytes(ds, p.BatchSize, p.ROI); err != nil {
+			return Opened{}, fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
+		}
+	}
 	if need := slotSize * int64(slots); need > m.cfg.MaxSessionBytes {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
 			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)

@@ -41,6 +41,9 @@ type OpenParams struct {
 	// JobID, when set, makes the session a rank of that job of its owner:
 	// it must agree with the job's other sessions (jobs.go).
 	JobID string
+	// ROI: nil, or the region of interest each sample of a numpy dataset
+	// is read as (loader.Options.ROI).
+	ROI *loader.ROI
 }
 
 // Opened describes a new session.

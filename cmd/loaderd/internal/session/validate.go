@@ -169,5 +169,5 @@ func (p OpenParams) loaderOptions() loader.Options {
 		prefetch = *p.PrefetchQueueDepth
 	}
 	return loader.Options{ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Memory: p.Memory, Device: p.Device,
-		DeviceUUID: p.DeviceUUID, GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
+		DeviceUUID: p.DeviceUUID, GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State, ROI: p.ROI}
 }

@@ -86,6 +86,12 @@ type OpenRequest struct {
 	// sampling, each its own shard_id; one that does not is refused (409,
 	// code CodeRankMismatch, "ranks disagree: ...", naming each difference).
 	JobID string `msgpack:"job_id"`
+	// ROI: nil, or fn.readers.numpy's region of interest (its arguments
+	// under their DALI names, loader.ROI), read from a numpy dataset
+	// into pinned memory: each sample is its region, C-contiguous, the
+	// batch's shapes the regions'. A region that does not fit a sample
+	// is refused (400) naming the sample, the axis and the range.
+	ROI *loader.ROI `msgpack:"roi"`
 }
 
 // OpenResponse describes the new session, its batch memory (kind, size,
