@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
-	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
@@ -30,23 +30,19 @@ func checkDeviceUUID(u string) error {
 	return nil
 }
 
-// openGPUPath opens the loader on the first of o's GPU ways that works
-// (o has its defaults and is valid). Under GPUPathAuto, the backend
-// writing the device is kept only where it opens (not
-// backend.ErrUnavailable) and, if its Spec says MeasuresMode, does not
-// report backend.ModeCompat at its opening; else bounce, with the reason
-// logged and in GPUPath.
-func openGPUPath(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	ways, _ := o.gpuWays() // Validate checked them
+// openGPUPath opens p's loader on the first of its GPU ways that works.
+// Under GPUPathAuto, the backend writing the device is kept only where it
+// opens (not backend.ErrUnavailable) and, if its Spec says MeasuresMode,
+// does not report backend.ModeCompat at its opening; else bounce, with
+// the reason logged and in GPUPath.
+func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
+	o := p.Options
+	ways := slices.Clone(p.ways)
 	var err error
 	for i, w := range ways {
 		last := i+1 == len(ways)
-		wo := o
-		if w.backend != o.backendName() {
-			wo.Spec, wo.Backend = nil, w.backend
-		}
 		var l *Loader
-		if l, err = open(ctx, m, wo); err != nil {
+		if l, err = open(ctx, p, w); err != nil {
 			if !last && errors.Is(err, ErrUnavailable) {
 				why := fmt.Sprintf("%s cannot run here (%v): bounce", w.backend, err)
 				o.Logger.Info("loader: gpu_path auto: " + why)

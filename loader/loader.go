@@ -149,77 +149,63 @@ func (b *Batch) Release() {
 	b.l.free <- b.Slot
 }
 
-// New starts a loader over map m. It fills in the options' defaults and
-// validates them, allocates the batch ring and starts the backend and the
-// prefetching producer; ctx bounds the loader's life as Close does. For
-// GPU memory it takes the GPU path the options ask for; with
-// GPUPathAuto and no backend named it tries cufile and, where cuFile
-// cannot run (ErrUnavailable) or runs in its compatibility mode (measured:
-// slower than bounce), bounce with the default backend. GPUPath says
-// which ran and why.
+// New starts a loader over map m: NewPlan, then Open. It fills in the
+// options' defaults and validates them, allocates the batch ring and
+// starts the backend and the prefetching producer; ctx bounds the
+// loader's life as Close does. For GPU memory it takes the GPU path the
+// options ask for; with GPUPathAuto and no backend named it tries cufile
+// and, where cuFile cannot run (ErrUnavailable) or runs in its
+// compatibility mode (measured: slower than bounce), bounce with the
+// default backend. GPUPath says which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("loader: %w", err)
-	}
-	return openGPUPath(ctx, m, o)
-}
-
-// open starts a loader with one backend; o has its defaults and is valid.
-func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	smp := Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs}
-	if err := smp.Validate(); err != nil {
-		return nil, fmt.Errorf("loader: %w", err)
-	}
-	l := &Loader{m: m, smp: smp, opts: o, log: o.Logger}
-	if st := o.State; st != nil {
-		if err := checkState(st, smp); err != nil {
-			return nil, err
-		}
-		l.epoch, l.next = st.Epoch, st.Batch
-	}
-	spec := o.Spec
-	if spec == nil {
-		s, err := BackendSpec(o.Backend)
-		if err != nil {
-			return nil, err
-		}
-		spec = &s
-	}
-	var err error
-	if l.params, err = spec.Resolve(o.BackendOptions); err != nil {
+	p, err := NewPlan(m, o)
+	if err != nil {
 		return nil, err
 	}
-	switch {
-	case o.ROI != nil:
-		n, err := ROISlotBytes(m, o.BatchSize, o.ROI)
-		if err != nil {
-			return nil, fmt.Errorf("loader: %w", err)
-		}
-		o.SlotSize = max(o.SlotSize, n)
-	case o.SlotSize == 0:
-		o.SlotSize = SlotBytes(m, o.BatchSize)
+	return Open(ctx, p)
+}
+
+// Open starts the loader p plans (NewPlan), as New does: nothing of the
+// plan is derived again; from p.Options it takes only what serves the
+// process (Logger, Trace, Guard, Shared, Cred, CUDA, Replays, SkipErrors).
+func Open(ctx context.Context, p Plan) (*Loader, error) {
+	if p.m == nil || len(p.ways) == 0 {
+		return nil, fmt.Errorf("loader: %w: open of a plan NewPlan did not make", ErrOptions)
 	}
+	return openGPUPath(ctx, p)
+}
+
+// open starts p's loader with one way (backend and GPU path).
+func open(ctx context.Context, p Plan, w gpuWay) (*Loader, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	o, m := p.Options, p.m
+	l := &Loader{m: m, smp: p.Sampling, opts: o, log: o.Logger, params: w.params}
+	if st := o.State; st != nil { // checked by NewPlan
+		l.epoch, l.next = st.Epoch, st.Batch
+	}
+	spec := w.spec
 	openMemory := batchmem.Open
 	if o.openMemory != nil {
 		openMemory = o.openMemory
 	}
-	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger, CUDA: o.CUDA})
+	mem, err := openMemory(o.Memory, p.Slots, p.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger, CUDA: o.CUDA})
 	if err != nil {
 		if errors.Is(err, batchmem.ErrKind) {
 			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)
 		}
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	l.spec = spec
-	if l.backend, err = spec.Open(m, l.params, backendEnv(o, mem)); err != nil {
+	l.spec = &spec
+	if l.backend, err = spec.Open(m, l.params, backendEnv(o, mem, p.Slots)); err != nil {
 		mem.Close()
 		return nil, err
 	}
 	l.mem, l.desc = mem, mem.Desc()
-	l.free = make(chan int, o.Slots)
+	l.free = make(chan int, p.Slots)
 	slotSize := mem.Desc().SlotSize
-	for i := 0; i < o.Slots; i++ {
+	for i := 0; i < p.Slots; i++ {
 		r := mem.Slot(i)
 		l.batches = append(l.batches, &Batch{Slot: i, l: l,
 			Indices: make([]int32, 0, o.BatchSize), Labels: make([]int32, 0, o.BatchSize),
@@ -229,7 +215,7 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	startEpoch, startBatch := l.epoch, l.next
-	if startBatch >= smp.EpochBatches(startEpoch) {
+	if startBatch >= p.Sampling.EpochBatches(startEpoch) {
 		l.pendingEOF = true
 		startEpoch, startBatch = startEpoch+1, 0
 	}
@@ -240,7 +226,7 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 // backendEnv is what the backend gets, built-in or registered alike: o's
 // logger, trace, caller, guard and shared resources, and mem's host slots
 // and GPU memory.
-func backendEnv(o Options, mem batchmem.Memory) backend.Env {
+func backendEnv(o Options, mem batchmem.Memory, slots int) backend.Env {
 	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Cred: o.Cred}
 	if o.Guard != nil { // no typed nil in the interface
 		env.Guard = o.Guard
@@ -248,7 +234,7 @@ func backendEnv(o Options, mem batchmem.Memory) backend.Env {
 	if o.Shared != nil {
 		env.Shared = &o.Shared.s
 	}
-	for i := 0; i < o.Slots; i++ {
+	for i := 0; i < slots; i++ {
 		if h := mem.Slot(i).Host; len(h) > 0 {
 			env.HostBuffers = append(env.HostBuffers, h)
 		}

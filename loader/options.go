@@ -38,8 +38,9 @@ const (
 type Options struct {
 	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard, shuffle ("" means permute), initial_fill (0 means 1024)
 	PrefetchQueueDepth int           // batches read ahead, at most MaxPrefetchQueueDepth; 0 means DefaultPrefetchQueueDepth
-	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
-	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
+	ReleaseAfter       int           // batches the consumer holds beyond the one in use (it releases a batch after this many later ones), at most MaxReleaseAfter
+	Slots              int           // batch slots; 0 means PrefetchQueueDepth+ReleaseAfter+1: each batch the consumer holds unreleased needs one beyond the prefetch depth.
+	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize)
 	Memory             batchmem.Kind // "" means batchmem.Pinned
 	Device             int           // the GPU ordinal for GPU memory (unless DeviceUUID names the GPU)
 	// DeviceUUID names the GPU of GPU memory by its UUID (GPU-xxxxxxxx-...,
@@ -142,14 +143,14 @@ func (r *Replays) give() {
 // WithDefaults returns o with every zero field that has a default and
 // needs no dataset filled in: NumShards, Shuffle, InitialFill,
 // PrefetchQueueDepth, Slots, Memory, GPUPath (for GPU memory) and Logger.
-// SlotSize's default needs the map: New fills it in.
+// SlotSize's default needs the map: NewPlan fills it in.
 func (o Options) WithDefaults() Options {
 	o.ReaderArgs = o.ReaderArgs.withDefaults()
 	if o.PrefetchQueueDepth == 0 {
 		o.PrefetchQueueDepth = DefaultPrefetchQueueDepth
 	}
 	if o.Slots == 0 {
-		o.Slots = o.PrefetchQueueDepth + 1
+		o.Slots = o.PrefetchQueueDepth + o.ReleaseAfter + 1
 	}
 	if o.Memory == "" {
 		o.Memory = batchmem.Pinned
@@ -165,15 +166,18 @@ func (o Options) WithDefaults() Options {
 
 // Validate checks o (defaults filled in: WithDefaults) against every
 // bound that needs no dataset: the reader arguments, the prefetch depth
-// and slots, the memory kind, and the GPU path with the memory and the
+// and release_after and slots, the memory kind, and the GPU path with the memory and the
 // backend named. Errors wrap ErrOptions and name the field, its value and
 // what is allowed.
 func (o Options) Validate() error {
 	if err := o.ReaderArgs.Validate(); err != nil {
 		return err
 	}
-	if o.PrefetchQueueDepth < 1 || o.PrefetchQueueDepth > MaxPrefetchQueueDepth {
-		return fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrOptions, o.PrefetchQueueDepth, MaxPrefetchQueueDepth)
+	if err := checkPrefetch(o.PrefetchQueueDepth); err != nil {
+		return err
+	}
+	if o.ReleaseAfter < 0 || o.ReleaseAfter > MaxReleaseAfter {
+		return fmt.Errorf("%w: release_after %d not in [0, %d]", ErrOptions, o.ReleaseAfter, MaxReleaseAfter)
 	}
 	if o.Slots <= o.PrefetchQueueDepth {
 		return fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
@@ -197,9 +201,15 @@ func (o Options) Validate() error {
 }
 
 // gpuWay is one way to open a loader: the GPU path and the backend it
-// reads with ("" the default), and why it was chosen.
+// reads with ("" the default), and why it was chosen; NewPlan adds the
+// backend's spec and options, or why
+// they are refused.
 type gpuWay struct {
 	path, backend, why string
+
+	spec   backend.Spec
+	params backend.Params
+	err    error
 }
 
 // backendName is the backend o names: its Spec's, else Backend ("" for
@@ -222,7 +232,7 @@ func (o Options) gpuWays() ([]gpuWay, error) {
 		if o.GPUPath != "" {
 			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrOptions, o.GPUPath)
 		}
-		return []gpuWay{{"", name, ""}}, nil
+		return []gpuWay{{path: "", backend: name}}, nil
 	}
 	writes := o.Spec != nil && o.Spec.DeviceWrites
 	if o.Spec == nil && name != "" {
@@ -239,23 +249,23 @@ func (o Options) gpuWays() ([]gpuWay, error) {
 				return nil, fmt.Errorf("%w: gpu_path cufile: no backend here writes the device itself", ErrOptions)
 			}
 		}
-		return []gpuWay{{GPUPathCuFile, name, "asked for"}}, nil
+		return []gpuWay{{path: GPUPathCuFile, backend: name, why: "asked for"}}, nil
 	case GPUPathBounce:
 		if writes {
 			return nil, fmt.Errorf("%w: gpu_path bounce with backend %s: %s writes the device itself", ErrOptions, name, name)
 		}
-		return []gpuWay{{GPUPathBounce, name, "asked for"}}, nil
+		return []gpuWay{{path: GPUPathBounce, backend: name, why: "asked for"}}, nil
 	case "", GPUPathAuto:
 		switch {
 		case writes:
-			return []gpuWay{{GPUPathCuFile, name, "backend " + name + " named, which writes the device"}}, nil
+			return []gpuWay{{path: GPUPathCuFile, backend: name, why: "backend " + name + " named, which writes the device"}}, nil
 		case name == "":
 			if dw := deviceWriter(); dw != "" {
-				return []gpuWay{{GPUPathCuFile, dw, "auto: " + dw + " opens here"}, {GPUPathBounce, "", "auto: " + dw + " cannot run here or runs in compatibility mode"}}, nil
+				return []gpuWay{{path: GPUPathCuFile, backend: dw, why: "auto: " + dw + " opens here"}, {path: GPUPathBounce, why: "auto: " + dw + " cannot run here or runs in compatibility mode"}}, nil
 			}
-			return []gpuWay{{GPUPathBounce, "", "auto: no backend here writes the device"}}, nil
+			return []gpuWay{{path: GPUPathBounce, why: "auto: no backend here writes the device"}}, nil
 		}
-		return []gpuWay{{GPUPathBounce, name, "auto: backend " + name + " named, which writes host memory"}}, nil
+		return []gpuWay{{path: GPUPathBounce, backend: name, why: "auto: backend " + name + " named, which writes host memory"}}, nil
 	}
 	return nil, fmt.Errorf("%w: gpu_path %q (want %s, %s or %s)", ErrOptions, o.GPUPath, GPUPathAuto, GPUPathCuFile, GPUPathBounce)
 }
