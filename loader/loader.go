@@ -83,17 +83,21 @@ type Loader struct {
 
 // Batch is one batch in a ring slot. Its memory stays valid until Release.
 type Batch struct {
-	Epoch     int                // epoch number
-	Iteration int                // batch number within the epoch
-	Indices   []int32            // sample index of each position
-	Labels    []int32            // label of each position
-	Offsets   []int64            // byte offset of each sample in the ring's shared memory (see Dense)
-	Lengths   []int64            // byte length of each sample
-	Slot      int                // ring slot
-	Errors    []error            // with Options.SkipErrors: one *backend.SampleError per failed sample
-	Failed    []int              // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
-	place     batchmem.Placement // how the samples lie in the slot
-	repeats   []batchmem.Repeat  // place.Repeats' storage
+	Epoch     int     // epoch number
+	Iteration int     // batch number within the epoch
+	Indices   []int32 // sample index of each position
+	Labels    []int32 // label of each position
+	Offsets   []int64 // byte offset of each sample in the ring's shared memory (see Dense)
+	Lengths   []int64 // byte length of each sample
+	Slot      int     // ring slot
+	Errors    []error // with Options.SkipErrors: one *backend.SampleError per failed sample
+	Failed    []int   // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
+	// Shapes, with Options.ROI, is each position's region shape (its
+	// sample's bytes are that region, C-contiguous); nil without.
+	Shapes  [][]int64
+	place   batchmem.Placement // how the samples lie in the slot
+	roi     roiBatch           // with Options.ROI: the regions' runs, reads and scratch memory
+	repeats []batchmem.Repeat  // place.Repeats' storage
 
 	readStart, readEnd time.Time
 
@@ -383,6 +387,9 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 				}()
 				b.readStart = time.Now()
 				err := l.backend.ReadBatch(ctx, b.reqs)
+				if l.opts.ROI != nil {
+					l.packROI(b)
+				}
 				scrub(b.reqs)
 				b.err = l.finish(ctx, b, err)
 				b.readEnd = time.Now()
@@ -459,6 +466,11 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
+	if l.opts.ROI != nil {
+		l.planROI(b, idx)
+		b.Shapes = b.roi.shapes
+		return
+	}
 	if row, lead := l.denseRow(idx); row > 0 {
 		l.planDense(b, idx, row, lead)
 		return
@@ -653,6 +665,9 @@ func (l *Loader) markFailed(b *Batch) bool {
 		var se *backend.SampleError
 		if !errors.As(r.Err, &se) {
 			return false
+		}
+		if l.opts.ROI != nil && slices.ContainsFunc(b.Failed, func(i int) bool { return int(b.Indices[i]) == r.Index }) {
+			continue // another part of a sample already failed
 		}
 		b.Errors = append(b.Errors, r.Err)
 		for i, idx := range b.Indices {

@@ -59,10 +59,15 @@ type Options struct {
 	// BackendOptions are the backend's options by name (see its
 	// backend.Spec); missing ones take their defaults.
 	BackendOptions map[string]any
-	SkipErrors     bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
-	State          *State       // resume from this state
-	Logger         *slog.Logger // default slog.Default()
-	Trace          io.Writer    // raw backends write every device read here as a fio iolog (v2)
+	// ROI, if set, reads each tensor sample as this region of interest
+	// (fn.readers.numpy's roi_* arguments), packed C-contiguous: host
+	// memory only, a tensor map's samples all within it (ROISlotBytes
+	// checks each). nil: whole arrays.
+	ROI        *ROI
+	SkipErrors bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
+	State      *State       // resume from this state
+	Logger     *slog.Logger // default slog.Default()
+	Trace      io.Writer    // raw backends write every device read here as a fio iolog (v2)
 	// Guard is the map's freshness state shared by several loaders (the
 	// daemon keeps one per dataset); nil: raw backends make their own.
 	Guard *fresh.Guard
@@ -182,6 +187,14 @@ func (o Options) Validate() error {
 	}
 	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
 		return err
+	}
+	if o.ROI != nil {
+		if err := o.ROI.Validate(); err != nil {
+			return err
+		}
+		if o.Memory != batchmem.Pinned {
+			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
+		}
 	}
 	_, err := o.gpuWays()
 	return err
