@@ -83,6 +83,13 @@ type Options struct {
 	// loaders given the same *Replays (the daemon: one per uid); nil: no
 	// bound.
 	Replays *Replays
+	// Access, when set, is asked before each batch's reads which of its
+	// samples may be read: it sets the Err of each request whose sample
+	// must not be (a *backend.SampleError naming it: with SkipErrors, a
+	// failed sample of the batch), and those are not read — no byte of
+	// theirs reaches the batch memory. The daemon checks there, as
+	// samples are first read, that its client may open each one.
+	Access func(reqs []backend.Request)
 
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil
