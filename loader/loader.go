@@ -405,10 +405,13 @@ func (l *Loader) read(ctx context.Context, reqs []backend.Request) error {
 	if l.opts.Access == nil {
 		return l.backend.ReadBatch(ctx, reqs)
 	}
+	samples := make([]int, len(reqs))
 	for i := range reqs {
-		reqs[i].Err = nil
+		reqs[i].Err, samples[i] = nil, reqs[i].Index
 	}
-	l.opts.Access(reqs)
+	for _, r := range l.opts.Access(samples) {
+		reqs[r.At].Err = &backend.SampleError{Index: reqs[r.At].Index, Path: r.Path, Err: r.Err}
+	}
 	var refused error
 	n := 0 // requests let through
 	for i := range reqs {

@@ -92,7 +92,9 @@ type Options struct {
 	// checking pass runs on (Checked, Wait); until it has judged a raw
 	// sample, Writable reports true for it, so it is read through the
 	// filesystem as the caller, never raw. OnChecked, when set, is called
-	// (on the pass's goroutine) once the pass has judged every sample.
+	// (on the pass's goroutine) once the pass has judged every sample
+	// (not when Close stopped it first; it may still run when Close has
+	// returned).
 	Background bool
 	OnChecked  func(*Guard)
 }
@@ -146,6 +148,11 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 				"root", m.Root, "samples", n, "first", first)
 		}
 		log.Debug("fresh: checking pass done", "root", m.Root, "samples", len(m.Samples), "seconds", time.Since(t0).Seconds())
+		select {
+		case <-g.stopPass:
+			return // stopped by Close: not every sample was judged
+		default:
+		}
 		if o.OnChecked != nil {
 			o.OnChecked(g)
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/cred"
-	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader"
 )
 
 // The access model (docs/security.md): the daemon runs as root (raw reads
@@ -150,9 +150,9 @@ func openSample(ds *bmap.Map, i int, g *fresh.Guard) error {
 // directory and search it (what opening any sample by its path needs),
 // else the refusal: all a session's open asks of the caller's access
 // (samples are checked as they are first read: lazyAccess). The kernel
-// judges both as for c: the path's walk, and faccessat2(X_OK,
-// AT_EACCESS), which checks with the thread's filesystem ids, its
-// groups, the ACL and any security module.
+// judges both as for c, as it judges the samples' opens: the path's
+// walk, and faccessat2(X_OK, AT_EACCESS), which checks with the thread's
+// filesystem ids and groups (mode bits and ACL).
 func openRoot(ds *bmap.Map, c *cred.Cred) error {
 	if c == nil {
 		return nil
@@ -191,7 +191,7 @@ type lazyAccess struct {
 
 // newLazyAccess returns the access check of c (nil: root, who needs
 // none: nil) on dataset name (ds, guarded by g) for loader.Options.Access.
-func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func([]backend.Request) {
+func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func([]int) []loader.Refused {
 	if c == nil {
 		return nil
 	}
@@ -199,11 +199,11 @@ func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func
 	return a.admit
 }
 
-// admit fails each request whose sample c may not open (a
-// backend.SampleError naming it as far as c may list it, wrapping
-// ErrForbidden and the kernel's refusal); the others are read. Samples
-// opened since the generation last moved are not opened again.
-func (a *lazyAccess) admit(reqs []backend.Request) {
+// admit returns the samples (indices into the map) c may not open, each
+// named as far as c may list it, wrapping ErrForbidden and the kernel's
+// refusal; the others are read. Samples opened since the generation last
+// moved are not opened again.
+func (a *lazyAccess) admit(samples []int) []loader.Refused {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	gen := generation(a.g)
@@ -218,32 +218,35 @@ func (a *lazyAccess) admit(reqs []backend.Request) {
 		}
 	}
 	var todo []int
-	for k := range reqs {
-		if i := reqs[k].Index; a.ok[i/64]&(1<<(i%64)) == 0 {
+	for k, i := range samples {
+		if a.ok[i/64]&(1<<(i%64)) == 0 {
 			todo = append(todo, k)
 		}
 	}
 	if len(todo) == 0 {
-		return
+		return nil
 	}
+	var out []loader.Refused
 	err := a.c.Do(func() error {
 		for _, k := range todo {
-			r := &reqs[k]
-			if err := openSample(a.ds, r.Index, a.g); err != nil {
-				shown := strings.TrimPrefix(listable(a.ds.Root, r.Sample.Path), a.ds.Root+string(filepath.Separator))
-				r.Err = &backend.SampleError{Index: r.Index, Path: shown,
-					Err: fmt.Errorf("%w: dataset %s: uid %d (gid %d, groups %v) may not read it: %w", ErrForbidden, a.name, a.c.UID, a.c.GID, a.c.Groups, err)}
+			i := samples[k]
+			if err := openSample(a.ds, i, a.g); err != nil {
+				shown := strings.TrimPrefix(listable(a.ds.Root, a.ds.Samples[i].Path), a.ds.Root+string(filepath.Separator))
+				out = append(out, loader.Refused{At: k, Path: shown,
+					Err: fmt.Errorf("%w: dataset %s: uid %d (gid %d, groups %v) may not read it: %w", ErrForbidden, a.name, a.c.UID, a.c.GID, a.c.Groups, err)})
 				continue
 			}
-			a.ok[r.Index/64] |= 1 << (r.Index % 64)
+			a.ok[i/64] |= 1 << (i % 64)
 		}
 		return nil
 	})
 	if err != nil { // the thread could not take the caller's credentials: read nothing
-		for k := range reqs {
-			reqs[k].Err = &backend.SampleError{Index: reqs[k].Index, Path: reqs[k].Sample.Path, Err: fmt.Errorf("session: checking access as %v: %w", a.c, err)}
+		out = out[:0]
+		for k, i := range samples {
+			out = append(out, loader.Refused{At: k, Path: a.ds.Samples[i].Path, Err: fmt.Errorf("session: checking access as %v: %w", a.c, err)})
 		}
 	}
+	return out
 }
 
 // generation is g's watch generation after taking in what its watches

@@ -124,7 +124,7 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, backgro
 	if !hasRaw(m) {
 		d.why = FreshnessNone
 	} else if g, err := fresh.OpenWith(m, fresh.Options{Method: fresh.Watch, Log: log, Trust: trust, Background: background,
-		OnChecked: func(g *fresh.Guard) { d.checked(g, t0, log) }}); err != nil {
+		OnChecked: func(g *fresh.Guard) { d.checked(g, t0, background, log) }}); err != nil {
 		d.why = FreshnessUnchecked
 		log.Warn("session: dataset not checked at registration: raw sessions check it at open, access at every open",
 			"dataset", name, "err", err)
@@ -136,19 +136,28 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, backgro
 	}
 	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "fingerprint", d.fingerprint, "freshness", d.freshness(),
 		"filesystem", m.Device.FSType, "seconds", time.Since(t0).Seconds())
-	if n, err := m.Unmapped(bmap.DiscoverOptions{}); err != nil {
-		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", name, "err", err)
-	} else if n > 0 {
-		log.Warn(fmt.Sprintf("session: dataset %s: %d files added since mapping are not served: run mkbmap again, then loaderd reload", name, n),
-			"dataset", name, "added", n)
+	if !background || d.guard == nil {
+		d.warnAdded(log) // else once the checking pass is over (checked): listing every folder is as long, and the pass comes first
 	}
 	return d
 }
 
+// warnAdded logs files added to the dataset's folders since mapping (not
+// served): it lists every folder.
+func (d *dataset) warnAdded(log *slog.Logger) {
+	if n, err := d.m.Unmapped(bmap.DiscoverOptions{}); err != nil {
+		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
+	} else if n > 0 {
+		log.Warn(fmt.Sprintf("session: dataset %s: %d files added since mapping are not served: run mkbmap again, then loaderd reload", d.name, n),
+			"dataset", d.name, "added", n)
+	}
+}
+
 // checked logs, once the guard's checking pass has judged every sample,
 // how long it took and the samples it keeps from raw reads, with the
-// cause and the fix.
-func (d *dataset) checked(g *fresh.Guard, t0 time.Time, log *slog.Logger) {
+// cause and the fix; after a pass in the background, the files added
+// since mapping too (warnAdded).
+func (d *dataset) checked(g *fresh.Guard, t0 time.Time, background bool, log *slog.Logger) {
 	c := g.Counts()
 	d.infoMu.Lock()
 	d.warnStale(c.Stale-c.Extents, log)
@@ -161,6 +170,9 @@ func (d *dataset) checked(g *fresh.Guard, t0 time.Time, log *slog.Logger) {
 	}
 	log.Info("session: dataset checked: its fresh raw samples are read raw from now on", "dataset", d.name, "fresh", c.Fresh, "stale", c.Stale,
 		"writable", c.Writable, "seconds", time.Since(t0).Seconds())
+	if background {
+		d.warnAdded(log)
+	}
 }
 
 // dtypeOf returns a numpy map's one element type as an .npy descr, or
