@@ -61,6 +61,7 @@ type Guard struct {
 	// (or was stopped by Close); the three fields below are written by
 	// the pass before, and read only after.
 	passDone chan struct{}
+	settled  chan struct{} // closed after passDone once Options.OnChecked has returned (or was not called)
 	stopPass chan struct{} // closed by Close: the pass stops early
 	linked   []string      // sample paths through a symlink under the root (Linked)
 	// whyWritable says why the first Writable sample is (nil: none is).
@@ -115,7 +116,7 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 		log = slog.Default()
 	}
 	n := len(m.Samples)
-	g := &Guard{m: m, ck: ck, method: method, passDone: make(chan struct{}), stopPass: make(chan struct{})}
+	g := &Guard{m: m, ck: ck, method: method, passDone: make(chan struct{}), settled: make(chan struct{}), stopPass: make(chan struct{})}
 	g.staleOpen, g.multiLink, g.changed, g.writable, g.moved, g.checked = newBitset(n), newBitset(n), newBitset(n), newBitset(n), newBitset(n), newBitset(n)
 	if method == Watch {
 		// The watches start before the pass: a change after a sample's
@@ -133,6 +134,7 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 	trust := o.Trust
 	trust.UIDs = append(slices.Clip(trust.UIDs), uint32(unix.Geteuid()))
 	pass := func() {
+		defer close(g.settled)
 		t0 := time.Now()
 		linked := make(chan []string, 1)
 		go func() { linked <- findLinks(m) }() // beside the checking pass: folders only, no call per sample
@@ -175,9 +177,9 @@ func (g *Guard) Checked() bool {
 	}
 }
 
-// Wait waits until the checking pass has judged every sample (or Close
-// stopped it).
-func (g *Guard) Wait() { <-g.passDone }
+// Wait waits until the checking pass has judged every sample and
+// Options.OnChecked has returned (or Close stopped the pass).
+func (g *Guard) Wait() { <-g.settled }
 
 // verified is what verifyAll found: how many raw samples have extents
 // that are not the file's own, and the first such error; how many
@@ -456,7 +458,7 @@ func (g *Guard) Generation() uint64 {
 // Close stops the checking pass and the watch, and releases the root.
 func (g *Guard) Close() error {
 	close(g.stopPass)
-	g.Wait()
+	<-g.passDone
 	var err error
 	if g.watch != nil {
 		err = errors.Join(g.watch.Close(), g.fan.Close())

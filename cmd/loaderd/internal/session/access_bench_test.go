@@ -6,13 +6,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/testfs"
+	"github.com/nvfeed/nvfeed/loader"
 )
 
 // BenchmarkAuthorizeCached: an open's access decision for a caller whose
@@ -47,4 +50,41 @@ func BenchmarkAuthorizeCached(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkOpenAsNewCaller: Manager.Open and Close of a gds session, each
+// by a caller with no verdict yet (another uid every time), over
+// NVFEED_OPEN_FILES (default 20000) files of 4 KiB on ext4, warm:
+// ms/open is what a rank's first open costs at that dataset size.
+func BenchmarkOpenAsNewCaller(b *testing.B) {
+	n := 20000
+	if s := os.Getenv("NVFEED_OPEN_FILES"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	fs := testfs.New(b, testfs.Options{Type: "ext4", SizeMB: 1024, MkfsArgs: []string{"-b", "4096", "-N", strconv.Itoa(n + 1000)}})
+	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	body := make([]byte, 4096)
+	for i := range n {
+		fs.WriteFile(b, fmt.Sprintf("train/c%03d/%06d.jpg", i%100, i), body)
+	}
+	fs.Sync(b)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mgr := NewManager(Config{Datasets: map[string]*bmap.Map{"d": m}, Logger: slog.New(slog.DiscardHandler), MaxSessions: 1 << 20, MaxSessionsPerUID: 1 << 20})
+	defer mgr.Stop()
+	uid := 43117
+	for b.Loop() {
+		c := Caller{UID: uid, GID: uid}
+		uid++
+		o, err := mgr.Open(c, OpenParams{Dataset: "d", Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 64, NumShards: 8}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mgr.Close(c, o.ID)
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/open")
 }
