@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -183,11 +184,19 @@ type lazyAccess struct {
 	g    *fresh.Guard // nil: no watch, every batch checks all its samples
 	c    *cred.Cred
 
-	mu  sync.Mutex
-	gen uint64             // under mu
-	anc []*fresh.Ancestors // under mu; nil: none taken (never holds)
-	ok  []uint64           // under mu: a bit per sample the caller opened
+	mu      sync.Mutex
+	gen     uint64             // under mu
+	anc     []*fresh.Ancestors // under mu; nil: none taken (never holds)
+	ancAt   time.Time          // under mu: when anc was last found unchanged
+	ok      []uint64           // under mu: a bit per sample the caller opened
+	ancStat time.Duration      // how long anc's re-stat is trusted: ancestorsEvery
 }
+
+// ancestorsEvery is how often a session re-stats the directories above
+// its dataset's root (a handful of statx calls): a change there reaches
+// the batches it plans from then on. A sample opened for the first time
+// is judged by the kernel at that open, whenever the last re-stat was.
+const ancestorsEvery = 100 * time.Millisecond
 
 // newLazyAccess returns the access check of c (nil: root, who needs
 // none: nil) on dataset name (ds, guarded by g) for loader.Options.Access.
@@ -195,7 +204,7 @@ func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func
 	if c == nil {
 		return nil
 	}
-	a := &lazyAccess{name: name, ds: ds, g: g, c: c, ok: make([]uint64, (len(ds.Samples)+63)/64)}
+	a := &lazyAccess{name: name, ds: ds, g: g, c: c, ok: make([]uint64, (len(ds.Samples)+63)/64), ancStat: ancestorsEvery}
 	return a.admit
 }
 
@@ -206,8 +215,15 @@ func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func
 func (a *lazyAccess) admit(samples []int) []loader.Refused {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	gen := generation(a.g)
-	if !(verdict{gen: a.gen, anc: a.anc}).holds(gen) {
+	gen, now := generation(a.g), time.Now()
+	if a.gen != gen || now.Sub(a.ancAt) >= a.ancStat {
+		if (verdict{gen: a.gen, anc: a.anc}).holds(gen) {
+			a.ancAt = now
+		} else {
+			a.ancAt = time.Time{}
+		}
+	}
+	if a.ancAt.IsZero() {
 		// Something changed, or nothing is known yet: every sample is
 		// opened again. The snapshot comes before the opens: a change
 		// after it is seen at the next batch.
@@ -215,6 +231,9 @@ func (a *lazyAccess) admit(samples []int) []loader.Refused {
 		a.gen, a.anc = gen, nil
 		if a.g != nil {
 			a.anc = snapshot(a.ds, a.g)
+			if a.anc != nil {
+				a.ancAt = now
+			}
 		}
 	}
 	var todo []int
