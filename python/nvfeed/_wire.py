@@ -88,6 +88,7 @@ class OpenResponse(TypedDict):
     state: State  # the position at open, with its sampling
     fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
     reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
+    not_raw: List[StaleCause]  # gds/bam: raw-mapped samples read through the filesystem, by cause; absent when none
 
 
 class MemoryResponse(TypedDict):

@@ -46,6 +46,10 @@ type Opened struct {
 	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
 	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name
+	// NotRaw: for a backend that reads raw (gds, bam), the dataset's
+	// raw-mapped samples it reads through the filesystem instead, by cause
+	// with the fix (dataset.notRaw); nil when none.
+	NotRaw []StaleCause
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices

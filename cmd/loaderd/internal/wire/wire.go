@@ -105,6 +105,10 @@ type OpenResponse struct {
 	// (encoded files with labels) or "numpy" (.npy arrays: batches carry
 	// dtype and shapes).
 	Reader string `msgpack:"reader"`
+	// NotRaw is, for a backend that reads raw (gds, bam), the dataset's
+	// raw-mapped samples it reads through the filesystem instead, by
+	// cause, with the fix (as loaderd status says); absent when none.
+	NotRaw []StaleCause `msgpack:"not_raw,omitempty"`
 }
 
 // MemoryUpgrade is the Upgrade header value that asks for a session's
@@ -269,7 +273,8 @@ type DatasetStatus struct {
 
 // StaleCause is how many raw-mapped samples one cause keeps from raw
 // reads and what makes them raw again. Causes: changed_since_mapping,
-// extents_not_the_files, writable_by_untrusted_users, unchecked.
+// extents_not_the_files, writable_by_untrusted_users, not_yet_checked,
+// unchecked.
 type StaleCause struct {
 	Cause   string `msgpack:"cause"`
 	Samples int    `msgpack:"samples"`
