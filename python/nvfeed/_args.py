@@ -28,6 +28,9 @@ MAX_RELEASE_AFTER = 64
 MAX_DEVICE = 1023
 """The largest ``device_id`` (session.MaxDevice)."""
 MAX_SEED = (1 << 64) - 1
+MIN_INT64, MAX_INT64 = -(1 << 63), (1 << 63) - 1
+"""DALI's int64 arguments' range (``shuffle_after_epoch_seed``: DALI
+silently uses its default for a value past it; nvfeed refuses it)."""
 """The largest ``seed``: an unsigned 64-bit integer."""
 MAX_INITIAL_FILL = 1 << 24
 """The largest ``initial_fill`` (loader.MaxInitialFill)."""
@@ -91,9 +94,13 @@ def fingerprint_arg(value: object) -> str:
 
 def reader_args(batch_size: object, shard_id: object, num_shards: object, random_shuffle: object, seed: object,
                 pad_last_batch: object, stick_to_shard: object, initial_fill: object,
-                shuffle_after_epoch: object = False) -> dict[str, object]:
-    """DALI's reader arguments checked, as the open request carries them."""
+                shuffle_after_epoch: object = False, shuffle_after_epoch_seed: object = None) -> dict[str, object]:
+    """DALI's reader arguments checked, as the open request carries them
+    (``shuffle_after_epoch_seed`` only where given)."""
     n = int_arg("num_shards", num_shards, 1, MAX_SHARDS, " (the number of ranks; 0 does not mean 1)")
+    after_seed = {} if shuffle_after_epoch_seed is None else {
+        "shuffle_after_epoch_seed": int_arg("shuffle_after_epoch_seed", shuffle_after_epoch_seed, MIN_INT64, MAX_INT64,
+                                            " (DALI's int64) or None (DALI's default, 524287)")}
     return {
         "batch_size": int_arg("batch_size", batch_size, 1, MAX_BATCH_SIZE),
         "shard_id": int_arg("shard_id", shard_id, 0, n - 1, f" (num_shards is {n})"),
@@ -104,6 +111,7 @@ def reader_args(batch_size: object, shard_id: object, num_shards: object, random
         "stick_to_shard": bool_arg("stick_to_shard", stick_to_shard),
         "initial_fill": int_arg("initial_fill", initial_fill, 1, MAX_INITIAL_FILL),
         "shuffle_after_epoch": bool_arg("shuffle_after_epoch", shuffle_after_epoch),
+        **after_seed,
     }
 
 

@@ -83,7 +83,8 @@ class SourceOptions:
               transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
-              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False) -> SourceOptions:
+              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False,
+              shuffle_after_epoch_seed: Optional[int] = None) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -91,7 +92,7 @@ class SourceOptions:
         dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard, \
 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout, on_error, \
 transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
-shuffle_after_epoch
+shuffle_after_epoch, shuffle_after_epoch_seed
             As ``LoaderSource`` takes them, with its defaults.
 
         Returns
@@ -114,7 +115,7 @@ shuffle_after_epoch
         if not isinstance(dataset, str) or not dataset:
             raise ValueError(f"dataset must be a registered dataset's name, got {dataset!r}")
         reader_args = _args.reader_args(batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch,
-                                        stick_to_shard, initial_fill, shuffle_after_epoch)
+                                        stick_to_shard, initial_fill, shuffle_after_epoch, shuffle_after_epoch_seed)
         if reader_args["shuffle_after_epoch"] and (reader_args["random_shuffle"] or reader_args["stick_to_shard"]):
             raise ValueError("shuffle_after_epoch cannot be true with random_shuffle or stick_to_shard (as in DALI): "
                              "it shuffles the whole list each epoch and keeps each rank's range of it")

@@ -21,6 +21,7 @@ class ReaderArgs(TypedDict):
     shuffle: str  # how random_shuffle shuffles: "permute" or "dali"
     initial_fill: int  # the "dali" shuffle's buffer, in samples
     shuffle_after_epoch: bool  # the whole list permuted anew each epoch, the same on every rank
+    shuffle_after_epoch_seed: Optional[int]  # its seed, DALI's int64; absent or None: DALI's default
 
 
 class Sampling(ReaderArgs):

@@ -58,7 +58,8 @@ __all__ = ["reader", "reader_meta", "seed_for"]
 def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_shards: int = 1,
            random_shuffle: bool = False, seed: Optional[int] = None, pad_last_batch: bool = False,
            stick_to_shard: bool = False, initial_fill: int = 1024, shuffle: Shuffle = "dali",
-           shuffle_after_epoch: bool = False, **source_options: Any) -> Any:
+           shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
+           **source_options: Any) -> Any:
     """``fn.readers.file``'s place in a pipeline definition: the samples
     (1-D uint8, encoded files) and labels (int32, shape (1,)) of this
     rank's shard of ``dataset``, read by loaderd. Over a numpy dataset,
@@ -116,7 +117,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     shuffle_after_epoch : bool, optional, default = False
         The whole list permuted anew each epoch, the same on every rank
         and for every seed (``LoaderSource``'s ``shuffle_after_epoch``):
-        two readers of paired datasets of one length stay paired.
+        two readers of paired datasets of one length stay paired; DALI
+        2.4's order, sample for sample.
+    shuffle_after_epoch_seed : int, optional
+        DALI's ``shuffle_after_epoch_seed``; ``None``: DALI's default.
     shuffle : {"dali", "permute"}, optional, default = "dali"
         ``"dali"``: ``fn.readers.file(random_shuffle=True)``'s order,
         sample for sample (the default here, unlike ``LoaderSource``'s:
@@ -173,7 +177,8 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     info = _dataset(dataset, source_options)
     args = dict(batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
                 random_shuffle=random_shuffle, pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard,
-                initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch)
+                initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch,
+                shuffle_after_epoch_seed=shuffle_after_epoch_seed)
     numpy = info.get("reader") == "numpy"
     dtype = _dali_type(dataset, info.get("dtype", "")) if numpy else None
     rd = _Reader(pipe, dataset, name, args, seed, source_options)

@@ -35,7 +35,8 @@ type jobKey struct {
 // jobTerms is what the sessions of a job must agree on: the dataset
 // (its fingerprint; the name only for messages) and the sampling
 // arguments that shape which samples each rank reads. Arguments that
-// change none are left zero: seed and shuffle without random_shuffle; seed
+// change none are left zero: seed and shuffle without random_shuffle,
+// shuffle_after_epoch_seed without shuffle_after_epoch; seed
 // and initial_fill with shuffle dali, whose shards are fixed ranges of an
 // order no seed changes (they order a rank's own samples only, and DALI's
 // own examples give each rank its seed, seed=12+local_rank).
@@ -48,6 +49,7 @@ type jobTerms struct {
 	padLastBatch         bool
 	stickToShard         bool
 	shuffleAfterEpoch    bool
+	afterEpochSeed       int64 // shuffle_after_epoch_seed, with shuffleAfterEpoch
 }
 
 // termsOf returns the terms of a session reading dataset (its name and
@@ -57,6 +59,9 @@ func termsOf(dataset, fingerprint string, a loader.ReaderArgs) jobTerms {
 	t := jobTerms{dataset: dataset, fingerprint: fingerprint, batchSize: a.BatchSize, numShards: a.NumShards,
 		randomShuffle: a.RandomShuffle, padLastBatch: a.PadLastBatch, stickToShard: a.StickToShard,
 		shuffleAfterEpoch: a.ShuffleAfterEpoch}
+	if a.ShuffleAfterEpoch {
+		t.afterEpochSeed = a.AfterEpochSeed()
+	}
 	if a.RandomShuffle {
 		t.shuffle = a.Shuffle
 		if a.Shuffle != loader.ShuffleDALI {
@@ -90,6 +95,7 @@ func (t jobTerms) diff(j jobTerms) []string {
 	add("pad_last_batch", t.padLastBatch, j.padLastBatch)
 	add("stick_to_shard", t.stickToShard, j.stickToShard)
 	add("shuffle_after_epoch", t.shuffleAfterEpoch, j.shuffleAfterEpoch)
+	add("shuffle_after_epoch_seed", t.afterEpochSeed, j.afterEpochSeed)
 	return d
 }
 
