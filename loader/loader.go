@@ -162,7 +162,16 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 
 // open starts a loader with one backend; o has its defaults and is valid.
 func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	smp := Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs}
+	n := len(m.Samples)
+	if o.Files != nil {
+		for i, s := range o.Files {
+			if s < 0 || int(s) >= n {
+				return nil, fmt.Errorf("loader: %w: files[%d] is sample %d, the map has %d", ErrOptions, i, s, n)
+			}
+		}
+		n = len(o.Files)
+	}
+	smp := Sampling{N: n, ReaderArgs: o.ReaderArgs}
 	if err := smp.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
@@ -410,7 +419,13 @@ func (l *Loader) epochOrder(ctx context.Context, orders *Orders, epoch int, buf 
 		}
 		defer l.opts.Replays.give()
 	}
-	return orders.epoch(epoch, buf, ctx.Done())
+	order, ok := orders.epoch(epoch, buf, ctx.Done())
+	if files := l.opts.Files; files != nil {
+		for i, s := range order {
+			order[i] = files[s] // the list's position to the map's sample
+		}
+	}
+	return order, ok
 }
 
 // finish decides, once the batch's reads are over (ReadBatch returned

@@ -12,6 +12,7 @@ them as a decimal, ``1 << n`` or ``(1 << n) - 1``."""
 from __future__ import annotations
 
 import operator
+import os
 import unicodedata
 from typing import Optional
 
@@ -120,3 +121,38 @@ def optional_int_arg(name: str, value: object, lo: int, hi: int, none: str) -> O
     if value is None:
         return None
     return int_arg(name, value, lo, hi, f" or None ({none})")
+
+
+MAX_FILES = 1 << 24
+"""The most names ``files=`` may give (the daemon's bound too)."""
+
+
+def files_arg(files: object, file_list: object) -> tuple[str, ...]:
+    """DALI's ``files=`` or ``file_list=`` (a text file of names, one a
+    line, read here as the caller; a trailing integer label, as
+    ``fn.readers.file``'s lists have, is dropped: the map's labels count)
+    as the names the open request carries; ``()`` for neither."""
+    if files is not None and file_list is not None:
+        raise ValueError("files and file_list cannot both be given (as in DALI)")
+    if file_list is not None:
+        if not isinstance(file_list, (str, os.PathLike)):
+            raise ValueError(f"file_list must be a path to a text file of names, got {file_list!r}")
+        names = []
+        with open(file_list, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                head, _, tail = line.rpartition(" ")
+                names.append(head.strip() if head and tail.lstrip("-").isdigit() else line)
+        files = names
+    if files is None:
+        return ()
+    if isinstance(files, (str, bytes)) or not all(isinstance(n, (str, os.PathLike)) for n in files):  # type: ignore[attr-defined]
+        raise ValueError(f"files must be a list of file names (str), got {files!r}"[:300])
+    out = tuple(os.fspath(n) for n in files)  # type: ignore[attr-defined]
+    if not out:
+        raise ValueError("files is empty: name at least one file of the dataset (or leave it out for all)")
+    if len(out) > MAX_FILES:
+        raise ValueError(f"files has {len(out)} names, at most {MAX_FILES}")
+    return out

@@ -7,7 +7,7 @@ read by the session and the batch views, never checked again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union, cast
+from typing import Any, Literal, Optional, Sequence, Union, cast
 
 from . import _args
 from ._connect import check_timeout, socket_path
@@ -72,6 +72,7 @@ class SourceOptions:
     stream: Union[int, str, None]
     job_id: str
     fingerprint: str
+    files: tuple[str, ...] = ()
 
     @classmethod
     def check(cls, dataset: str, socket: Optional[str] = None, batch_size: int = 64, shard_id: int = 0,
@@ -84,7 +85,8 @@ class SourceOptions:
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
               fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False,
-              shuffle_after_epoch_seed: Optional[int] = None) -> SourceOptions:
+              shuffle_after_epoch_seed: Optional[int] = None, files: Optional[Sequence[str]] = None,
+              file_list: Optional[str] = None) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -92,7 +94,7 @@ class SourceOptions:
         dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard, \
 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout, on_error, \
 transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
-shuffle_after_epoch, shuffle_after_epoch_seed
+shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
             As ``LoaderSource`` takes them, with its defaults.
 
         Returns
@@ -137,7 +139,7 @@ shuffle_after_epoch, shuffle_after_epoch_seed
                    reconnect_timeout=check_timeout("reconnect_timeout", reconnect_timeout,
                                                    zero="turns reconnection off"),
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
-                   fingerprint=want_fingerprint)
+                   fingerprint=want_fingerprint, files=_args.files_arg(files, file_list))
 
     def open_request(self) -> OpenRequest:
         """The session's open request (without ``device_uuid``, which
@@ -157,6 +159,8 @@ shuffle_after_epoch, shuffle_after_epoch_seed
             req["job_id"] = self.job_id
         if self.fingerprint:
             req["fingerprint"] = self.fingerprint
+        if self.files:
+            req["files"] = list(self.files)
         if self.backend is not None:
             req["backend"] = self.backend
         if self.backend_options:

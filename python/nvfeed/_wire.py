@@ -48,6 +48,7 @@ class OpenRequest(ReaderArgs, total=False):
     gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
     fingerprint: str  # the dataset's fingerprint expected ("": any); another one is refused (409)
+    files: List[str]  # DALI's files=: the samples read, in order, relative to the map's root or under it
     job_id: str  # the job this session is a rank of ("": none): its sessions must agree (409 otherwise)
 
 

@@ -60,7 +60,7 @@ func kind(err error) (int, string) {
 func openParams(r wire.OpenRequest) session.OpenParams {
 	return session.OpenParams{Dataset: r.Dataset, ReaderArgs: r.ReaderArgs, Backend: r.Backend, BackendOptions: r.BackendOptions,
 		PrefetchQueueDepth: r.PrefetchQueueDepth, ReleaseAfter: r.ReleaseAfter, Memory: r.Memory, Device: r.Device,
-		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID}
+		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID, Files: r.Files}
 }
 
 // openResponse is an opened session's wire form.

@@ -291,7 +291,18 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	// Access first: every answer after this one may name what only a
 	// reader of the dataset may know (its fingerprint, its files); a
 	// refusal names the one path the kernel refused the caller.
-	if err := m.authorize(d, c); err != nil {
+	var files []int32
+	if len(p.Files) > 0 {
+		// files=: only the named samples are read, and checked.
+		var missing error
+		files, missing = resolveFiles(p.Dataset, ds, p.Files)
+		if err := authorizeFiles(d.name, ds, files, d.guard, c); err != nil {
+			return Opened{}, err
+		}
+		if missing != nil {
+			return Opened{}, missing
+		}
+	} else if err := m.authorize(d, c); err != nil {
 		return Opened{}, err
 	}
 	if p.Fingerprint != "" && p.Fingerprint != d.fingerprint {
@@ -305,7 +316,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	var job *jobKey
 	if p.JobID != "" {
 		job = &jobKey{c.owner(), p.JobID}
-		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs), p.ShardID, id, time.Now()); err != nil {
+		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs).withFiles(files), p.ShardID, id, time.Now()); err != nil {
 			return Opened{}, err
 		}
 		defer func() {
@@ -321,13 +332,17 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	// The loader decides the backend and GPU path (gpu_path auto: cufile,
 	// else bounce); its options' bounds were checked by p.Validate.
 	lo := p.loaderOptions()
-	lo.PrefetchQueueDepth, lo.Slots = prefetch, slots
+	lo.PrefetchQueueDepth, lo.Slots, lo.Files = prefetch, slots, files
+	samples := len(ds.Samples)
+	if files != nil {
+		samples = len(files)
+	}
 	slotSize := loader.SlotBytes(ds, p.BatchSize)
 	if need := slotSize * int64(slots); need > m.cfg.MaxSessionBytes {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
 			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
 	}
-	need := res{locked: slotSize * int64(slots), sampler: loader.SamplerBytes(loader.Sampling{N: len(ds.Samples), ReaderArgs: p.ReaderArgs})}
+	need := res{locked: slotSize * int64(slots), sampler: loader.SamplerBytes(loader.Sampling{N: samples, ReaderArgs: p.ReaderArgs})}
 	replays, err := m.admit(c.owner(), need)
 	if err != nil {
 		return Opened{}, err

@@ -60,6 +60,9 @@ func (p OpenParams) Validate() error {
 	if err := checkJobID(p.JobID); err != nil {
 		return err
 	}
+	if n := len(p.Files); n > MaxFiles {
+		return fmt.Errorf("%w: files has %d names, at most %d", ErrInvalid, n, MaxFiles)
+	}
 	if err := checkFingerprint(p.Fingerprint); err != nil {
 		return err
 	}
