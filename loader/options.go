@@ -60,15 +60,10 @@ type Options struct {
 	// BackendOptions are the backend's options by name (see its
 	// backend.Spec); missing ones take their defaults.
 	BackendOptions map[string]any
-	SkipErrors     bool // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
-	// Files, when set, are the map's samples this loader reads (indices
-	// into the map's Samples, repeats allowed), in this order: the
-	// sampling's dataset is this list (DALI's files=), its sample i
-	// the map's sample Files[i]. Nil: the whole map.
-	Files  []int32
-	State  *State       // resume from this state
-	Logger *slog.Logger // default slog.Default()
-	Trace  io.Writer    // raw backends write every device read here as a fio iolog (v2)
+	SkipErrors     bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
+	State          *State       // resume from this state
+	Logger         *slog.Logger // default slog.Default()
+	Trace          io.Writer    // raw backends write every device read here as a fio iolog (v2)
 	// Guard is the map's freshness state shared by several loaders (the
 	// daemon keeps one per dataset); nil: raw backends make their own.
 	Guard *fresh.Guard
@@ -88,6 +83,11 @@ type Options struct {
 	// loaders given the same *Replays (the daemon: one per uid); nil: no
 	// bound.
 	Replays *Replays
+	// Files, when set, are the map's samples this loader reads (indices
+	// into the map's Samples, repeats allowed), in this order: the
+	// sampling's dataset is this list (DALI's files=), its sample i
+	// the map's sample Files[i]. Nil: the whole map.
+	Files []int32
 
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil
