@@ -107,7 +107,7 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, log *sl
 	}
 	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "fingerprint", d.fingerprint, "freshness", d.freshness(),
 		"filesystem", m.Device.FSType, "seconds", time.Since(t0).Seconds())
-	if n, err := m.Unmapped(bmap.DiscoverOptions{}); err != nil {
+	if n, err := m.Unmapped(m.Discovered()); err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", name, "err", err)
 	} else if n > 0 {
 		log.Warn(fmt.Sprintf("session: dataset %s: %d files added since mapping are not served: run mkbmap again, then loaderd reload", name, n),
@@ -270,7 +270,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 			}
 		}
 	}
-	n, listed, err := d.m.UnmappedIn(bmap.DiscoverOptions{})
+	n, listed, err := d.m.UnmappedIn(d.m.Discovered())
 	if err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
 		n = -1
