@@ -468,7 +468,13 @@ func (l *Loader) epochOrder(ctx context.Context, orders *Orders, epoch int, buf 
 		}
 		defer l.opts.Replays.give()
 	}
-	return orders.epoch(epoch, buf, ctx.Done())
+	order, ok := orders.epoch(epoch, buf, ctx.Done())
+	if files := l.opts.Files; files != nil {
+		for i, s := range order {
+			order[i] = files[s] // the list's position to the map's sample
+		}
+	}
+	return order, ok
 }
 
 // finish decides, once the batch's reads are over (ReadBatch returned

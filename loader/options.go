@@ -94,6 +94,11 @@ type Options struct {
 	// theirs reaches the batch memory. The daemon checks there, as
 	// samples are first read, that its client may open each one.
 	Access func(samples []int) []Refused
+	// Files, when set, are the map's samples this loader reads (indices
+	// into the map's Samples, repeats allowed), in this order: the
+	// sampling's dataset is this list (DALI's files=), its sample i
+	// the map's sample Files[i]. Nil: the whole map.
+	Files []int32
 
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil

@@ -165,7 +165,16 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	if err := o.Validate(); err != nil {
 		return Plan{}, fmt.Errorf("loader: %w", err)
 	}
-	p := Plan{Options: o, m: m, Sampling: Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs},
+	n := len(m.Samples)
+	if o.Files != nil { // the sampling's dataset is this list (DALI's files=)
+		for i, s := range o.Files {
+			if s < 0 || int(s) >= n {
+				return Plan{}, fmt.Errorf("loader: %w: files[%d] is sample %d, the map has %d", ErrOptions, i, s, n)
+			}
+		}
+		n = len(o.Files)
+	}
+	p := Plan{Options: o, m: m, Sampling: Sampling{N: n, ReaderArgs: o.ReaderArgs},
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Slots: o.Slots, SlotSize: o.SlotSize}
 	if err := p.Sampling.Validate(); err != nil {
 		return Plan{}, fmt.Errorf("loader: %w", err)

@@ -35,8 +35,6 @@ UNSUPPORTED = {
     "file_root": "name the dataset registered with loaderd instead (its root is the map's)",
     "file_filter": "the map's --file-filter chose the files (mkbmap)",
     "file_filters": "the map's --filter chose the files (mkbmap)",
-    "files": "map the list with mkbmap --file-list, or read a dataset of those files",
-    "file_list": "map the list with mkbmap --file-list",
     "labels": "a file list's labels are the map's (mkbmap --file-list)",
     "case_sensitive_filter": "the map's filter chose the files (mkbmap)",
     "dir_filters": "the map's folders are mkbmap's",

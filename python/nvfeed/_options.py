@@ -7,7 +7,7 @@ read by the session and the batch views, never checked again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union, cast
+from typing import Any, Literal, Optional, Sequence, Union, cast
 
 from . import _args
 from ._connect import check_timeout, socket_path
@@ -73,6 +73,7 @@ class SourceOptions:
     job_id: str
     fingerprint: str
     roi: Optional[ROI] = None
+    files: tuple[str, ...] = ()
 
     @classmethod
     def check(cls, dataset: str, socket: Optional[str] = None, batch_size: int = 64, shard_id: int = 0,
@@ -85,7 +86,9 @@ class SourceOptions:
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
               fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False,
-              roi: Optional[ROI] = None) -> SourceOptions:
+              roi: Optional[ROI] = None,
+              shuffle_after_epoch_seed: Optional[int] = None, files: Optional[Sequence[str]] = None,
+              file_list: Optional[str] = None) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -93,7 +96,7 @@ class SourceOptions:
         dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard, \
 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout, on_error, \
 transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
-shuffle_after_epoch
+shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
             As ``LoaderSource`` takes them, with its defaults.
         roi
             The region of interest its ``fn.readers.numpy`` arguments give
@@ -119,7 +122,7 @@ shuffle_after_epoch
         if not isinstance(dataset, str) or not dataset:
             raise ValueError(f"dataset must be a registered dataset's name, got {dataset!r}")
         reader_args = _args.reader_args(batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch,
-                                        stick_to_shard, initial_fill, shuffle_after_epoch)
+                                        stick_to_shard, initial_fill, shuffle_after_epoch, shuffle_after_epoch_seed)
         if reader_args["shuffle_after_epoch"] and (reader_args["random_shuffle"] or reader_args["stick_to_shard"]):
             raise ValueError("shuffle_after_epoch cannot be true with random_shuffle or stick_to_shard (as in DALI): "
                              "it shuffles the whole list each epoch and keeps each rank's range of it")
@@ -144,7 +147,8 @@ shuffle_after_epoch
                    reconnect_timeout=check_timeout("reconnect_timeout", reconnect_timeout,
                                                    zero="turns reconnection off"),
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
-                   fingerprint=want_fingerprint, roi=roi)
+                   fingerprint=want_fingerprint, roi=roi,
+                   files=_args.files_arg(files, file_list))
 
     def open_request(self) -> OpenRequest:
         """The session's open request (without ``device_uuid``, which
@@ -164,6 +168,8 @@ shuffle_after_epoch
             req["job_id"] = self.job_id
         if self.fingerprint:
             req["fingerprint"] = self.fingerprint
+        if self.files:
+            req["files"] = list(self.files)
         if self.backend is not None:
             req["backend"] = self.backend
         if self.backend_options:

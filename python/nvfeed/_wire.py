@@ -21,6 +21,7 @@ class ReaderArgs(TypedDict):
     shuffle: str  # how random_shuffle shuffles: "permute" or "dali"
     initial_fill: int  # the "dali" shuffle's buffer, in samples
     shuffle_after_epoch: bool  # the whole list permuted anew each epoch, the same on every rank
+    shuffle_after_epoch_seed: Optional[int]  # its seed, DALI's int64; absent or None: DALI's default
 
 
 class Sampling(ReaderArgs):
@@ -60,6 +61,7 @@ class OpenRequest(ReaderArgs, total=False):
     gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
     fingerprint: str  # the dataset's fingerprint expected ("": any); another one is refused (409)
+    files: List[str]  # DALI's files=: the samples read, in order, relative to the map's root or under it
     job_id: str  # the job this session is a rank of ("": none): its sessions must agree (409 otherwise)
     roi: Optional[ROI]  # each sample read as this region (numpy datasets, pinned memory)
 

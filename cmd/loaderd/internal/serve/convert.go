@@ -58,7 +58,7 @@ func kind(err error) (int, string) {
 
 // openParams is an open request's session form.
 func openParams(r wire.OpenRequest) session.OpenParams {
-	return session.OpenParams{Dataset: r.Dataset, Request: r.Request, Fingerprint: r.Fingerprint, JobID: r.JobID}
+	return session.OpenParams{Dataset: r.Dataset, Request: r.Request, Fingerprint: r.Fingerprint, JobID: r.JobID, Files: r.Files}
 }
 
 // openResponse is an opened session's wire form.

@@ -71,6 +71,12 @@ const accessWorkers = 8
 // changed in g (nil: none), so that no read serves it without checking
 // it again: its path may have moved through a change no watch sees.
 func checkAccess(ds *bmap.Map, c *cred.Cred, g *fresh.Guard) error {
+	return checkSamples(ds, nil, c, g)
+}
+
+// checkSamples is checkAccess over the samples of ds that idx lists (nil:
+// every sample): the root, then each of them.
+func checkSamples(ds *bmap.Map, idx []int32, c *cred.Cred, g *fresh.Guard) error {
 	if c == nil {
 		return nil
 	}
@@ -84,6 +90,9 @@ func checkAccess(ds *bmap.Map, c *cred.Cred, g *fresh.Guard) error {
 		return err
 	}
 	n := len(ds.Samples)
+	if idx != nil {
+		n = len(idx)
+	}
 	var next atomic.Int64
 	var mu sync.Mutex
 	first, firstIdx := error(nil), n
@@ -109,9 +118,13 @@ func checkAccess(ds *bmap.Map, c *cred.Cred, g *fresh.Guard) error {
 				if lo >= n {
 					return
 				}
-				for i := lo; i < min(lo+512, n); i++ {
+				for k := lo; k < min(lo+512, n); k++ {
+					i := k
+					if idx != nil {
+						i = int(idx[k])
+					}
 					if err := openSample(ds, i, g); err != nil {
-						fail(i, err)
+						fail(k, err)
 						break
 					}
 				}
@@ -390,7 +403,7 @@ func snapshot(ds *bmap.Map, g *fresh.Guard) []*fresh.Ancestors {
 // snapshot); without a watch every call checks.
 func (v *verdicts) authorize(name string, id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) error {
 	if err := v.get(id, ds, g, c).err; err != nil {
-		return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, whoIs(c), err)
+		return refusal(name, c, err)
 	}
 	return nil
 }
@@ -401,21 +414,32 @@ func (v *verdicts) authorize(name string, id uint64, ds *bmap.Map, g *fresh.Guar
 // (newLazyAccess).
 func authorizeOpen(name string, ds *bmap.Map, c Caller) error {
 	if err := openRoot(ds, credOf(c)); err != nil {
-		return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, whoIs(c), err)
+		return refusal(name, c, err)
 	}
 	return nil
 }
 
-// whoIs names c in a refusal.
-func whoIs(c Caller) string {
-	if c.UID < 0 {
-		return "a caller of unknown uid, judged as nobody,"
+// authorizeFiles returns nil if c may read the samples of dataset name
+// that idx lists (an open's files=), else authorize's error. Not cached:
+// it opens only those files, once per open.
+func authorizeFiles(name string, ds *bmap.Map, idx []int32, g *fresh.Guard, c Caller) error {
+	if err := checkSamples(ds, idx, credOf(c), g); err != nil {
+		return refusal(name, c, err)
 	}
-	who := fmt.Sprintf("uid %d (gid %d, groups %v)", c.UID, c.GID, c.Groups)
-	if c.TCP {
-		who = "the TCP principal, " + who + ","
+	return nil
+}
+
+// refusal is the error that refuses c dataset name, the kernel's refusal
+// err naming the path.
+func refusal(name string, c Caller, err error) error {
+	who := "a caller of unknown uid, judged as nobody,"
+	if c.UID >= 0 {
+		who = fmt.Sprintf("uid %d (gid %d, groups %v)", c.UID, c.GID, c.Groups)
+		if c.TCP {
+			who = "the TCP principal, " + who + ","
+		}
 	}
-	return who
+	return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, who, err)
 }
 
 // get returns the cached verdict for (dataset, credentials) while it

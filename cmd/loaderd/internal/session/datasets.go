@@ -145,7 +145,7 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, backgro
 // warnAdded logs files added to the dataset's folders since mapping (not
 // served): it lists every folder.
 func (d *dataset) warnAdded(log *slog.Logger) {
-	if n, err := d.m.Unmapped(bmap.DiscoverOptions{}); err != nil {
+	if n, err := d.m.Unmapped(d.m.Discovered()); err != nil { // the map's own filters
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
 	} else if n > 0 {
 		log.Warn(fmt.Sprintf("session: dataset %s: %d files added since mapping are not served: run mkbmap again, then loaderd reload", d.name, n),
@@ -329,7 +329,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 			}
 		}
 	}
-	n, listed, err := d.m.UnmappedIn(bmap.DiscoverOptions{})
+	n, listed, err := d.m.UnmappedIn(d.m.Discovered())
 	if err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
 		n = -1

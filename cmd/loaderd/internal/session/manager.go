@@ -281,9 +281,21 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	ds := d.m
 	// Access first: the caller must be able to open the dataset's root;
 	// each sample is opened as the caller before its first read
-	// (lo.Access below), so the open costs nothing per sample. A refusal
-	// names the path as far as the caller may list it.
-	if err := authorizeOpen(p.Dataset, ds, c); err != nil {
+	// (lo.Access below), so the open costs nothing per sample. With
+	// files=, only the named samples are read, and they are checked now
+	// (no more than named). A refusal names the path as far as the caller
+	// may list it.
+	var files []int32
+	if len(p.Files) > 0 {
+		var missing error
+		files, missing = resolveFiles(p.Dataset, ds, p.Files)
+		if err := authorizeFiles(d.name, ds, files, d.guard, c); err != nil {
+			return Opened{}, err
+		}
+		if missing != nil {
+			return Opened{}, missing
+		}
+	} else if err := authorizeOpen(p.Dataset, ds, c); err != nil {
 		return Opened{}, err
 	}
 	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil {
@@ -306,7 +318,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	var job *jobKey
 	if p.JobID != "" {
 		job = &jobKey{c.owner(), p.JobID}
-		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs), p.ShardID, id, time.Now()); err != nil {
+		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs).withFiles(files), p.ShardID, id, time.Now()); err != nil {
 			return Opened{}, err
 		}
 		defer func() {
@@ -317,6 +329,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	}
 	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, (*loader.Cred)(credOf(c)), m.cfg.CUDA
 	lo.Access = newLazyAccess(p.Dataset, ds, d.guard, credOf(c)) // access.go
+	lo.Files = files
 	plan, err := loader.NewPlan(ds, lo)
 	if err != nil {
 		return Opened{}, loaderError(p.Dataset, ds, err)

@@ -30,6 +30,10 @@ type OpenParams struct {
 	// JobID, when set, makes the session a rank of that job of its owner:
 	// it must agree with the job's other sessions (jobs.go).
 	JobID string
+	// Files, when set, are the dataset's samples the session reads, in
+	// this order (DALI's files=): paths relative to the map's root, or
+	// absolute under it (files.go). Only these are checked as the caller.
+	Files []string
 }
 
 // Opened describes a new session.

@@ -84,6 +84,13 @@ type OpenRequest struct {
 	// sampling, each its own shard_id; one that does not is refused (409,
 	// code CodeRankMismatch, "ranks disagree: ...", naming each difference).
 	JobID string `msgpack:"job_id"`
+	// Files: DALI's files= (file_list's names too): the samples of the
+	// dataset this session reads, in this order, each named by its path
+	// relative to the map's root or by its absolute path under it; nil or
+	// empty: the whole dataset. At most session.MaxFiles names; a name
+	// not in the map is refused (400, naming it), and only the named
+	// files are checked as the caller.
+	Files []string `msgpack:"files,omitempty"`
 }
 
 // OpenResponse describes the new session, its batch memory (kind, size,
