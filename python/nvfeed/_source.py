@@ -42,6 +42,13 @@ class LoaderSource(Feed):
     and empty arrays included). In GPU memory the same as ``CudaArray``
     objects (``typestr`` the dtype's ``.npy`` descr, C-contiguous). With
     ``on_error="skip"`` a batch that lost samples is a list of the others.
+    Such a host batch is one value a step, never ``(samples, labels)``:
+    ``for batch in src`` (``batch[i]`` is sample ``i``); unpacking it into
+    names (``for samples, labels in src``, ``x, y = batch``), which would
+    split a batch of two into its samples, raises ``TypeError`` saying
+    what the batch is. DALI's ``fn.external_source(source=src,
+    batch=True)`` takes it as a plain array or list (``ArrayBatch``, an
+    ``np.ndarray``; ``ArrayList``, a ``list``).
 
     Parameters
     ----------
