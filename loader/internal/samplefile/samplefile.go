@@ -190,9 +190,10 @@ func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 // bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
 //
 // A byte range of a larger file (bmap.Sample.Within: a webdataset tar
-// member) is checked by its file's times alone: a tar modified since
-// mapping fails its members (bmap.ErrStale), whose bytes at their
-// offsets may now be another member's or a header.
+// member) is checked by its file's modification time alone (its size is
+// the read's check): a tar modified since mapping fails its members
+// (bmap.ErrStale), whose bytes at their offsets may now be another
+// member's or a header; a chmod or chown leaves them served.
 func CheckTensor(req *backend.Request, fd int) error {
 	s := req.Sample
 	if s.Tensor == nil && s.Within == 0 {
@@ -202,8 +203,8 @@ func CheckTensor(req *backend.Request, fd int) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
 	}
-	if st.Mtim.Nano() == s.MtimeNs && st.Ctim.Nano() == s.CtimeNs {
-		return nil
+	if st.Mtim.Nano() == s.MtimeNs && (st.Ctim.Nano() == s.CtimeNs || s.Tensor == nil) {
+		return nil // a tar's change time moves with a chmod: its bytes did not
 	}
 	if s.Tensor == nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the tar was modified since mapping (its member's bytes [%d,+%d) may be others'): map the dataset again", bmap.ErrStale, s.Offset, s.Size)}
