@@ -34,8 +34,8 @@ import (
 	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/benchrun"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"

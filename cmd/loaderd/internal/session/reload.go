@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
 )
 
 // Reload outcomes (Reloaded.Outcome).
