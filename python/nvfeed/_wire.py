@@ -25,6 +25,7 @@ class ReaderArgs(TypedDict):
 
 class Sampling(ReaderArgs):
     n: int  # samples in the dataset
+    webdataset: bool  # a webdataset dataset's session (absent otherwise): shard order, permute computed
 
 
 class State(TypedDict):
