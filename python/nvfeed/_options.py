@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional, Union, cast
 from . import _args
 from ._connect import check_timeout, socket_path
 from ._cuda import CONTEXT, stream_handle
-from ._wire import OpenRequest, State
+from ._wire import ROI, OpenRequest, State
 
 OnError = Literal["raise", "skip"]
 Transport = Literal["stream", "http"]
@@ -72,6 +72,7 @@ class SourceOptions:
     stream: Union[int, str, None]
     job_id: str
     fingerprint: str
+    roi: Optional[ROI] = None
 
     @classmethod
     def check(cls, dataset: str, socket: Optional[str] = None, batch_size: int = 64, shard_id: int = 0,
@@ -83,7 +84,8 @@ class SourceOptions:
               transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
-              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False) -> SourceOptions:
+              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False,
+              roi: Optional[ROI] = None) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -93,6 +95,9 @@ shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_a
 transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
 shuffle_after_epoch
             As ``LoaderSource`` takes them, with its defaults.
+        roi
+            The region of interest its ``fn.readers.numpy`` arguments give
+            (``_daliargs.roi``, checked there), or None.
 
         Returns
         -------
@@ -129,6 +134,9 @@ shuffle_after_epoch
             raise ValueError(f"cuda_stream is for device='gpu' (the consumer's GPU work on GPU batches), got it with "
                              f"device={device!r}")
         stream: Union[int, str, None] = CONTEXT if cuda_stream == CONTEXT else stream_handle(cuda_stream)
+        if roi is not None and device != "cpu":
+            raise ValueError(f"a region of interest (roi_*=) is read into host memory: device='cpu', got "
+                             f"device={device!r}")
         return cls(dataset=dataset, socket=socket_path(socket), reader_args=reader_args, shuffle=shuffle,
                    backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch,
                    release_after=release, state=state, timeout=check_timeout("timeout", timeout), on_error=on_error,
@@ -136,7 +144,7 @@ shuffle_after_epoch
                    reconnect_timeout=check_timeout("reconnect_timeout", reconnect_timeout,
                                                    zero="turns reconnection off"),
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
-                   fingerprint=want_fingerprint)
+                   fingerprint=want_fingerprint, roi=roi)
 
     def open_request(self) -> OpenRequest:
         """The session's open request (without ``device_uuid``, which
@@ -164,4 +172,6 @@ shuffle_after_epoch
             req["prefetch_queue_depth"] = self.prefetch_queue_depth
         if self.device == "gpu":
             req["gpu_path"] = self.gpu_path
+        if self.roi is not None:
+            req["roi"] = self.roi
         return req

@@ -266,7 +266,7 @@ class LoaderSource(Feed):
                  batch_format: BatchFormat = "numpy", cuda_stream: object = None, job_id: Optional[str] = None,
                  fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True,
                  shuffle_after_epoch: bool = False, **dali_args: Any) -> None:
-        _daliargs.split("LoaderSource", dali_args)
+        region = _daliargs.split("LoaderSource", dali_args)
         # A sharded source under torch.distributed is compared with the
         # other ranks' (one collective each): a rank whose arguments or
         # open fail tells them so, rather than leave them waiting.
@@ -276,7 +276,7 @@ class LoaderSource(Feed):
                 dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard,
                 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout,
                 on_error, transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id,
-                fingerprint, shuffle_after_epoch)
+                fingerprint, shuffle_after_epoch, region)
             """The arguments, checked (``SourceOptions``)."""
             super().__init__(self.options)
         except Exception as e:

@@ -185,7 +185,7 @@ type attackSession struct {
 func (c *peerClient) open(be string) (*attackSession, int, string) {
 	c.t.Helper()
 	var o wire.OpenResponse
-	code, msg := c.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}, &o)
+	code, msg := c.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}}, &o)
 	if code != http.StatusOK {
 		return nil, code, msg
 	}
