@@ -157,6 +157,7 @@ class DatasetInfo(TypedDict, total=False):
     stale: Optional[int]  # raw samples changed since mapping: read through the filesystem (or failed, if gone)
     writable: Optional[int]  # raw-mapped samples a user the daemon does not trust may change: read through the filesystem
     filesystem_only: Optional[int]  # samples mapped without extents
+    pending: Optional[int]  # raw samples the checking pass after the daemon's start has not judged yet: read through the filesystem
     added: Optional[int]  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown; absent: not listable by the caller
     freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"
     fingerprint: str  # the same on every node holding a copy: its samples' paths, labels and sizes
@@ -185,6 +186,7 @@ class DatasetStatus(TypedDict, total=False):
     stale: Optional[int]
     writable: Optional[int]
     filesystem_only: Optional[int]
+    pending: Optional[int]
     added: Optional[int]
     freshness: str
     fingerprint: str

@@ -111,7 +111,7 @@ func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
 	for i, d := range ds {
 		w := wire.DatasetInfo{Name: d.Name, Readable: d.Readable, Freshness: d.Freshness, Reader: d.Reader}
 		if d.Readable { // counts only to a caller who may read the dataset
-			w.Samples, w.Bytes, w.Classes, w.Fresh, w.Stale, w.Writable, w.FilesystemOnly = &d.Samples, &d.Bytes, &d.Classes, &d.Fresh, &d.Stale, &d.Writable, &d.FilesystemOnly
+			w.Samples, w.Bytes, w.Classes, w.Fresh, w.Stale, w.Writable, w.FilesystemOnly, w.Pending = &d.Samples, &d.Bytes, &d.Classes, &d.Fresh, &d.Stale, &d.Writable, &d.FilesystemOnly, &d.Pending
 			w.Fingerprint, w.DType = d.Fingerprint, d.DType
 			if d.Listable {
 				w.Added = &d.Added

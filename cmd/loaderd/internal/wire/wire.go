@@ -262,6 +262,10 @@ type DatasetInfo struct {
 	// read through the filesystem as the caller, never raw.
 	Writable       *int `msgpack:"writable,omitempty"`
 	FilesystemOnly *int `msgpack:"filesystem_only,omitempty"`
+	// Pending raw-mapped samples are not judged yet by the checking pass
+	// that runs after the daemon's start: read through the filesystem as
+	// the caller until it has.
+	Pending *int `msgpack:"pending,omitempty"`
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file would list and the map does not have; -1: the
 	// folders could not be listed; absent: the caller may not list them.
