@@ -176,6 +176,15 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	}
 	p := Plan{Options: o, m: m, Sampling: Sampling{N: n, ReaderArgs: o.ReaderArgs},
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Slots: o.Slots, SlotSize: o.SlotSize}
+	if w := o.WebDataset; w != nil {
+		switch {
+		case m != w.view.Map().Shards:
+			return Plan{}, fmt.Errorf("loader: %w: the map is not the webdataset's shards", ErrOptions)
+		case o.ROI != nil:
+			return Plan{}, fmt.Errorf("loader: %w: a region of interest is for tensor maps, not a webdataset", ErrOptions)
+		}
+		p.Sampling.N, p.Sampling.WebDataset = w.view.Len(), true
+	}
 	if err := p.Sampling.Validate(); err != nil {
 		return Plan{}, fmt.Errorf("loader: %w", err)
 	}
@@ -192,6 +201,8 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 			return Plan{}, fmt.Errorf("loader: %w", err)
 		}
 		p.SlotSize = max(p.SlotSize, n)
+	case p.SlotSize == 0 && o.WebDataset != nil:
+		p.SlotSize = o.WebDataset.SlotBytes(o.BatchSize)
 	case p.SlotSize == 0:
 		p.SlotSize = SlotBytes(m, o.BatchSize)
 	}
@@ -213,7 +224,7 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		p.Footprint.Host, p.Footprint.Device = max(p.Footprint.Host, s.Host), max(p.Footprint.Device, s.Device)
 	}
 	p.ways = ways
-	if o.ROI == nil { // regions: dense where a batch's regions have one shape
+	if o.ROI == nil && o.WebDataset == nil { // regions: dense where a batch's regions have one shape; a webdataset's outputs: ragged
 		p.DenseRow = denseRowOf(m, batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}, o.BatchSize)
 	}
 	return p, nil

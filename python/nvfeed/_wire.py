@@ -26,6 +26,7 @@ class ReaderArgs(TypedDict):
 
 class Sampling(ReaderArgs):
     n: int  # samples in the dataset
+    webdataset: bool  # a webdataset dataset's session (absent otherwise): shard order, permute computed
 
 
 class State(TypedDict):
@@ -64,6 +65,9 @@ class OpenRequest(ReaderArgs, total=False):
     files: List[str]  # DALI's files=: the samples read, in order, relative to the map's root or under it
     job_id: str  # the job this session is a rank of ("": none): its sessions must agree (409 otherwise)
     roi: Optional[ROI]  # each sample read as this region (numpy datasets, pinned memory)
+    ext: List[str]  # webdataset only: one entry per output, ';'-separated alternatives
+    missing_component_behavior: str  # webdataset only: "skip", "empty" ("" too) or "error"
+    case_sensitive_extensions: Optional[bool]  # webdataset only: absent means True
 
 
 class MemoryDesc(TypedDict):
@@ -90,6 +94,7 @@ class OpenResponse(TypedDict):
     state: State  # the position at open, with its sampling
     fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
     reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
+    components: int  # K outputs a sample of a "webdataset" dataset (offsets/lengths: K a sample); 0 otherwise
     not_raw: List[StaleCause]  # gds/bam: raw-mapped samples read through the filesystem, by cause; absent when none
 
 

@@ -187,17 +187,27 @@ func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 // that its header still says what the map does
 // (bmap.Sample.CheckHeaderFd): a *backend.SampleError wrapping
 // bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
+//
+// A part of a file without a tensor (Request.Whole set: a webdataset
+// tar member, Whole the tar) is checked by its file's modification time
+// alone: a tar modified since mapping fails its members (bmap.ErrStale),
+// whose bytes at their offsets may now be another member's or a header;
+// a chmod or chown, which moves only the ctime, leaves them served.
 func CheckTensor(req *backend.Request, fd int) error {
 	s := req.Mapped()
-	if s.Tensor == nil {
+	if s.Tensor == nil && req.Whole == nil {
 		return nil
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
 	}
-	if st.Mtim.Nano() == s.MtimeNs && st.Ctim.Nano() == s.CtimeNs {
+	if st.Mtim.Nano() == s.MtimeNs && (st.Ctim.Nano() == s.CtimeNs || s.Tensor == nil) {
 		return nil
+	}
+	if s.Tensor == nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file was modified since mapping (the bytes [%d,+%d) of it may be others'): map the dataset again",
+			bmap.ErrStale, req.Sample.Offset, req.Sample.Size)}
 	}
 	// The header is read with a plain pread: O_DIRECT off (fd is the
 	// read's own, closed after it).

@@ -58,14 +58,15 @@ func kind(err error) (int, string) {
 
 // openParams is an open request's session form.
 func openParams(r wire.OpenRequest) session.OpenParams {
-	return session.OpenParams{Dataset: r.Dataset, Request: r.Request, Fingerprint: r.Fingerprint, JobID: r.JobID, Files: r.Files}
+	return session.OpenParams{Dataset: r.Dataset, Request: r.Request, Fingerprint: r.Fingerprint, JobID: r.JobID, Files: r.Files,
+		Ext: r.Ext, MissingComponentBehavior: r.MissingComponentBehavior, CaseSensitiveExtensions: r.CaseSensitiveExtensions}
 }
 
 // openResponse is an opened session's wire form.
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw)}
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw), Components: o.Components}
 }
 
 // staleCausesWire is causes' wire form.

@@ -53,6 +53,7 @@ type jobTerms struct {
 	shuffleAfterEpoch    bool
 	afterEpochSeed       int64  // shuffle_after_epoch_seed, with shuffleAfterEpoch
 	files                string // files=: "" for the whole dataset, else the list's count and hash
+	selection            string // a webdataset's ext selection (selectionTerm)
 }
 
 // withFiles returns t for a session that reads the samples files lists
@@ -118,6 +119,7 @@ func (t jobTerms) diff(j jobTerms) []string {
 	if t.files != j.files {
 		d = append(d, fmt.Sprintf("files %s (the job's: %s)", orAll(t.files), orAll(j.files)))
 	}
+	add("ext, case_sensitive_extensions, missing_component_behavior", t.selection, j.selection)
 	return d
 }
 

@@ -31,6 +31,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader"
 )
@@ -44,6 +45,9 @@ const (
 // Config configures a Manager. A zero limit takes its default (limits.go).
 type Config struct {
 	Datasets map[string]*bmap.Map // registered datasets by name
+	// WebDatasets are registered webdataset maps by name (names apart
+	// from Datasets'): the guard and access checks are on their tars.
+	WebDatasets map[string]*wds.Map
 	// MapFiles, when set, names every dataset's map file: Reload calls it
 	// and reads each file again (the daemon's command line and config
 	// file). Nil: Reload refuses.
@@ -213,6 +217,10 @@ func NewManager(cfg Config) *Manager {
 		m.data[name] = openDataset(name, m.nextID, ds, cfg.Trust, cfg.CheckInBackground, m.log)
 		m.nextID++
 	}
+	for name, w := range cfg.WebDatasets {
+		m.data[name] = openWebDataset(name, m.nextID, w, cfg.Trust, cfg.CheckInBackground, m.log)
+		m.nextID++
+	}
 	return m
 }
 
@@ -314,11 +322,20 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if d.mixed != "" {
 		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
 	}
+	wd, err := d.webDataset(p) // webdataset.go; nil for other datasets
+	if err != nil {
+		return Opened{}, err
+	}
+	if wd != nil && files != nil {
+		return Opened{}, fmt.Errorf("%w: dataset %s is a webdataset: files= names samples of file and numpy datasets (map the tars you want instead)", ErrInvalid, p.Dataset)
+	}
 	id := newID()
 	var job *jobKey
 	if p.JobID != "" {
 		job = &jobKey{c.owner(), p.JobID}
-		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs).withFiles(files), p.ShardID, id, time.Now()); err != nil {
+		terms := termsOf(p.Dataset, d.fingerprint, p.ReaderArgs).withFiles(files)
+		terms.selection = selectionTerm(p)
+		if err := m.jobs.join(*job, terms, p.ShardID, id, time.Now()); err != nil {
 			return Opened{}, err
 		}
 		defer func() {
@@ -330,6 +347,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, (*loader.Cred)(credOf(c)), m.cfg.CUDA
 	lo.Access = newLazyAccess(p.Dataset, ds, d.guard, credOf(c)) // access.go
 	lo.Files = files
+	lo.WebDataset = wd
 	plan, err := loader.NewPlan(ds, lo)
 	if err != nil {
 		return Opened{}, loaderError(p.Dataset, ds, err)
@@ -375,7 +393,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
-		Reader: ds.Reader.String(), NotRaw: d.notRaw(backendName)}, nil
+		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName)}, nil
 }
 
 // res is what a session reserves against the daemon's budgets.

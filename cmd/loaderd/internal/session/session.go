@@ -34,6 +34,13 @@ type OpenParams struct {
 	// this order (DALI's files=): paths relative to the map's root, or
 	// absolute under it (files.go). Only these are checked as the caller.
 	Files []string
+	// Webdataset datasets only (required for them): fn.readers.webdataset's
+	// ext (one entry per output, ';'-separated alternatives),
+	// missing_component_behavior ("" means empty) and
+	// case_sensitive_extensions (nil means true).
+	Ext                      []string
+	MissingComponentBehavior string
+	CaseSensitiveExtensions  *bool
 }
 
 // Opened describes a new session.
@@ -49,7 +56,8 @@ type Opened struct {
 	EpochBatches       int               // batches in Epoch for this shard
 	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
-	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name
+	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name, or "webdataset"
+	Components         int               // a webdataset session's outputs a sample, K (len(ext)): K offsets and lengths a sample; 0 otherwise
 	// NotRaw: for a backend that reads raw (gds, bam), the dataset's
 	// raw-mapped samples it reads through the filesystem instead, by cause
 	// with the fix (dataset.notRaw); nil when none.

@@ -33,6 +33,9 @@ const (
 // loader's request is checked by the loader, once (loader.Request.Options,
 // loader.NewPlan: Open).
 func (p OpenParams) Validate() error {
+	if err := p.checkWebDatasetArgs(); err != nil {
+		return err
+	}
 	if err := checkJobID(p.JobID); err != nil {
 		return err
 	}
