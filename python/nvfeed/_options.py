@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional, Union, cast
 from . import _args
 from ._connect import check_timeout, socket_path
 from ._cuda import CONTEXT, stream_handle
+from ._wds import MissingComponent, ext_arg, missing_arg
 from ._wire import OpenRequest, State
 
 OnError = Literal["raise", "skip"]
@@ -42,8 +43,9 @@ class SourceOptions:
     ``_args``) and a literal among its choices. The fields are
     ``LoaderSource``'s parameters of the same names (see there), but
     ``socket`` is resolved (``$NVFEED_SOCKET`` or the default), ``job_id``
-    and ``fingerprint`` are ``""`` for none, and ``reader_args`` holds
-    the reader's arguments as the open request carries them.
+    and ``fingerprint`` are ``""`` for none, ``reader_args`` holds the
+    reader's arguments as the open request carries them, and ``ext`` is
+    ``()`` for a source that names no WebDataset components.
 
     Attributes
     ----------
@@ -72,6 +74,9 @@ class SourceOptions:
     stream: Union[int, str, None]
     job_id: str
     fingerprint: str
+    ext: tuple[str, ...] = ()
+    missing_component_behavior: MissingComponent = "empty"
+    case_sensitive_extensions: bool = True
 
     @classmethod
     def check(cls, dataset: str, socket: Optional[str] = None, batch_size: int = 64, shard_id: int = 0,
@@ -83,7 +88,8 @@ class SourceOptions:
               transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
-              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False) -> SourceOptions:
+              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False, ext: Optional[Any] = None,
+              missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -91,7 +97,7 @@ class SourceOptions:
         dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard, \
 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout, on_error, \
 transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
-shuffle_after_epoch
+shuffle_after_epoch, ext, missing_component_behavior, case_sensitive_extensions
             As ``LoaderSource`` takes them, with its defaults.
 
         Returns
@@ -129,6 +135,9 @@ shuffle_after_epoch
             raise ValueError(f"cuda_stream is for device='gpu' (the consumer's GPU work on GPU batches), got it with "
                              f"device={device!r}")
         stream: Union[int, str, None] = CONTEXT if cuda_stream == CONTEXT else stream_handle(cuda_stream)
+        exts = () if ext is None else ext_arg(ext)
+        missing = missing_arg(missing_component_behavior)
+        case = _args.bool_arg("case_sensitive_extensions", case_sensitive_extensions)
         return cls(dataset=dataset, socket=socket_path(socket), reader_args=reader_args, shuffle=shuffle,
                    backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch,
                    release_after=release, state=state, timeout=check_timeout("timeout", timeout), on_error=on_error,
@@ -136,7 +145,8 @@ shuffle_after_epoch
                    reconnect_timeout=check_timeout("reconnect_timeout", reconnect_timeout,
                                                    zero="turns reconnection off"),
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
-                   fingerprint=want_fingerprint)
+                   fingerprint=want_fingerprint, ext=exts, missing_component_behavior=missing,
+                   case_sensitive_extensions=case)
 
     def open_request(self) -> OpenRequest:
         """The session's open request (without ``device_uuid``, which
@@ -164,4 +174,8 @@ shuffle_after_epoch
             req["prefetch_queue_depth"] = self.prefetch_queue_depth
         if self.device == "gpu":
             req["gpu_path"] = self.gpu_path
+        if self.ext:
+            req["ext"] = list(self.ext)
+            req["missing_component_behavior"] = self.missing_component_behavior
+            req["case_sensitive_extensions"] = self.case_sensitive_extensions
         return req

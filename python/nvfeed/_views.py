@@ -82,6 +82,12 @@ class DaliTypes:
         t = self._tensor
         return self._list([t(s) for s in samples], contiguous=False), self.labels(labels)  # type: ignore[call-overload]
 
+    def samples(self, samples: list[Sample]) -> Any:
+        """One TensorListCPU whose samples view the arrays (a WebDataset
+        batch's component: zero-length arrays for empty ones)."""
+        t = self._tensor
+        return self._list([t(s) for s in samples], contiguous=False)  # type: ignore[call-overload]
+
     def labels(self, labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Any:
         """The labels as one TensorListCPU."""
         return self._list(labels)

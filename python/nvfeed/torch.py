@@ -34,19 +34,25 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from . import _torchwds
 from ._errors import LoaderError
-from ._source import Batch, GPUPath, LoaderSource, OnError, Shuffle, Tensors
+from ._source import Batch, Components, GPUPath, LoaderSource, OnError, Shuffle, Tensors
 from ._torchviews import TensorBatch, TorchViews
 from ._wire import State
 
-__all__ = ["LoaderDataset", "TorchBatch", "TensorBatch", "Item", "STATE_VERSION", "distributed_shard"]
+__all__ = ["LoaderDataset", "TorchBatch", "TensorBatch", "WdsBatch", "Item", "STATE_VERSION", "distributed_shard"]
 
 TorchBatch = tuple[list[torch.Tensor], torch.Tensor]
 """One batch: the samples (1-D uint8 tensors) and their labels (int64, shape (batch,))."""
 
-Item = Union[TorchBatch, TensorBatch]
+WdsBatch = tuple[_torchwds.Component, ...]
+"""One WebDataset batch: one entry per ``ext`` entry, the samples'
+components as ``bytes`` (or tensors: ``zero_copy``, GPU), decoded labels
+as an int64 tensor of shape (batch,)."""
+
+Item = Union[TorchBatch, TensorBatch, WdsBatch]
 """What ``LoaderDataset`` yields: a ``TorchBatch`` over a file dataset, a
-``TensorBatch`` over a numpy dataset."""
+``TensorBatch`` over a numpy dataset, a ``WdsBatch`` over a WebDataset."""
 
 STATE_VERSION = 1
 """The version of ``LoaderDataset.state_dict()``'s layout."""
@@ -94,8 +100,14 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
     ``torch.from_numpy`` of the batch memory itself, no copy), else a list
     of tensors, each its array's shape (0-d and empty arrays included);
     with ``on_error="skip"`` a batch that lost samples is a list of the
-    others. ``src.reader`` of ``LoaderSource`` says which kind a dataset
-    is. Iterating again yields the next epoch; a loop that stops early
+    others. Over a WebDataset dataset (tar shards) name the components
+    with ``ext``: each batch is a tuple, one entry per ``ext`` entry, as
+    ``webdataset.WebDataset(...).to_tuple(*ext)`` gives a sample's, by
+    batch: a list of each sample's component as ``bytes`` (copies; an
+    empty component ``b""``), or with ``decode_labels`` an integer
+    entry (``cls``...) as one int64 tensor (batch,), as
+    ``.decode()`` would. ``src.reader`` of ``LoaderSource`` says which
+    kind a dataset is. Iterating again yields the next epoch; a loop that stops early
     (``break``) and iterates again goes on from where it stopped, as a
     resumed run would. The session with the daemon opens at the first
     iteration (or ``len()``, or ``state_dict()``): the shard is resolved
@@ -201,6 +213,13 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
     reconnect_timeout : float, optional, default = 60.0
         Seconds to keep reconnecting when the daemon goes away; 0 turns
         reconnection off.
+    ext, missing_component_behavior, case_sensitive_extensions
+        WebDataset datasets: the components, as ``LoaderSource`` takes them.
+    decode_labels : bool, optional, default = False
+        WebDataset: ``ext`` entries of integer extensions (``cls``,
+        ``cls2``, ``class``, ``count``, ``index``, ``inx``, ``id``) as one
+        int64 tensor a batch, their text decoded (else bytes). With
+        ``zero_copy`` or a GPU the other components are uint8 tensors.
 
     Raises
     ------
@@ -218,7 +237,9 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
                  zero_copy: bool = False, device: Union[str, torch.device] = "cpu", gpu_path: GPUPath = "auto",
                  backend: Optional[str] = None, backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, timeout: float = 600.0, on_error: OnError = "raise",
-                 reconnect_timeout: float = 60.0) -> None:
+                 reconnect_timeout: float = 60.0, ext: Optional[Any] = None,
+                 missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
+                 decode_labels: bool = False) -> None:
         super().__init__()
         if not isinstance(zero_copy, bool):
             raise ValueError(f"zero_copy must be True or False, got {zero_copy!r}")
@@ -236,13 +257,15 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
         self.dataset = dataset
         self.batch_size = batch_size
         self.zero_copy = zero_copy
+        self.decode_labels = bool(decode_labels)
         self.device = dev
         self._shard = None if shard_id is None or num_shards is None else (shard_id, num_shards)
         self._args: dict[str, Any] = dict(
             socket=socket, batch_size=batch_size, random_shuffle=random_shuffle, seed=seed,
             pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard, shuffle=shuffle, initial_fill=initial_fill,
             backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch_queue_depth,
-            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout,
+            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout, ext=ext,
+            missing_component_behavior=missing_component_behavior, case_sensitive_extensions=case_sensitive_extensions,
             # The batch handed out last goes back with the request for the
             # next one: the lifetime rule above, in both modes.
             release_after=0)
@@ -325,6 +348,9 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
                 b = next(src)
             except StopIteration:
                 return
+            if src.components:
+                yield _torchwds.batch(self._views, src.options.ext, cast(Components, b), self.decode_labels)
+                continue
             if src.reader == "numpy":
                 yield self._views.arrays(cast(Tensors, b))
                 continue
