@@ -48,6 +48,9 @@ class OpenRequest(ReaderArgs, total=False):
     state: Optional[State]
     fingerprint: str  # the dataset's fingerprint expected ("": any); another one is refused (409)
     job_id: str  # the job this session is a rank of ("": none): its sessions must agree (409 otherwise)
+    ext: List[str]  # webdataset only: one entry per output, ';'-separated alternatives
+    missing_component_behavior: str  # webdataset only: "skip", "empty" ("" too) or "error"
+    case_sensitive_extensions: Optional[bool]  # webdataset only: absent means True
 
 
 class MemoryDesc(TypedDict):
@@ -74,6 +77,7 @@ class OpenResponse(TypedDict):
     state: State  # the position at open, with its sampling
     fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
     reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
+    components: int  # K outputs a sample of a "webdataset" dataset (offsets/lengths: K a sample); 0 otherwise
 
 
 class MemoryResponse(TypedDict):

@@ -86,6 +86,17 @@ type OpenRequest struct {
 	// sampling, each its own shard_id; one that does not is refused (409,
 	// code CodeRankMismatch, "ranks disagree: ...", naming each difference).
 	JobID string `msgpack:"job_id"`
+	// WebDataset datasets only (reader "webdataset"), where they are
+	// required; given for another dataset: 400. Ext: one entry per
+	// output, each a ';'-separated list of extensions any of which fills
+	// it, as fn.readers.webdataset's ext (1 to 64 entries, each at most
+	// 256 bytes). MissingComponentBehavior: "skip", "empty" or "error"
+	// (case insensitive; "" means "empty"), what a sample with fewer
+	// matching components than outputs becomes. CaseSensitiveExtensions:
+	// absent means true (DALI's default).
+	Ext                      []string `msgpack:"ext"`
+	MissingComponentBehavior string   `msgpack:"missing_component_behavior"`
+	CaseSensitiveExtensions  *bool    `msgpack:"case_sensitive_extensions"`
 }
 
 // OpenResponse describes the new session, its batch memory (kind, size,
@@ -104,9 +115,13 @@ type OpenResponse struct {
 	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string        `msgpack:"fingerprint"`          // the dataset's: what ranks compare, and what a reopen asks for
 	// Reader is the DALI reader whose samples the dataset holds: "file"
-	// (encoded files with labels) or "numpy" (.npy arrays: batches carry
-	// dtype and shapes).
+	// (encoded files with labels), "numpy" (.npy arrays: batches carry
+	// dtype and shapes) or "webdataset" (tar members: K outputs a sample).
 	Reader string `msgpack:"reader"`
+	// Components is K, the outputs of a sample (len(ext)) of a
+	// "webdataset" dataset, whose batches list K (offset, length) pairs
+	// per sample (NextResponse); 0 for "file" and "numpy" datasets.
+	Components int `msgpack:"components"`
 }
 
 // MemoryUpgrade is the Upgrade header value that asks for a session's
@@ -127,17 +142,22 @@ type MemoryResponse struct {
 
 // NextResponse is one batch's descriptor, or the end of an epoch.
 type NextResponse struct {
-	EndOfEpoch   bool     `msgpack:"end_of_epoch"`
-	Epoch        int      `msgpack:"epoch"`
-	Iteration    int      `msgpack:"iteration"`
-	EpochBatches int      `msgpack:"epoch_batches"`
-	Slot         int      `msgpack:"slot"`
-	Offsets      []int64  `msgpack:"offsets"` // of each sample in the shared memory
-	Lengths      []int64  `msgpack:"lengths"`
-	Labels       []int32  `msgpack:"labels"`
-	Indices      []int32  `msgpack:"indices"`
-	Failed       []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
-	Errors       []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
+	EndOfEpoch   bool `msgpack:"end_of_epoch"`
+	Epoch        int  `msgpack:"epoch"`
+	Iteration    int  `msgpack:"iteration"`
+	EpochBatches int  `msgpack:"epoch_batches"`
+	Slot         int  `msgpack:"slot"`
+	// Offsets and Lengths: of each sample in the shared memory; of a
+	// webdataset dataset (OpenResponse.Components K > 0), K entries per
+	// sample, sample-major (sample i's output k at i·K+k), each output a
+	// room of its own, 4 KiB-aligned as a sample's; length 0: an empty
+	// output (missing_component_behavior "empty"), or a failed sample.
+	Offsets []int64  `msgpack:"offsets"`
+	Lengths []int64  `msgpack:"lengths"`
+	Labels  []int32  `msgpack:"labels"` // one per sample; empty for a webdataset dataset
+	Indices []int32  `msgpack:"indices"`
+	Failed  []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
+	Errors  []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
 	// Numpy datasets only: the samples' element type as an .npy header's
 	// descr writes it ("<f4", "|u1", "|b1", "<i8", ...: one for the
 	// dataset), and each sample's shape in batch order (outermost first;
@@ -246,7 +266,7 @@ type DatasetInfo struct {
 	Added       *int   `msgpack:"added,omitempty"`
 	Freshness   string `msgpack:"freshness"`             // watch, read, none or unchecked
 	Fingerprint string `msgpack:"fingerprint,omitempty"` // the same on every node holding a copy: its samples' paths, labels and sizes
-	Reader      string `msgpack:"reader"`                // "file" or "numpy": the DALI reader whose samples these are
+	Reader      string `msgpack:"reader"`                // "file", "numpy" or "webdataset": the DALI reader whose samples these are
 	DType       string `msgpack:"dtype"`                 // numpy: the arrays' element type as an .npy descr ("<f4"); "" for file datasets
 }
 
