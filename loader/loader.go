@@ -96,11 +96,18 @@ type Batch struct {
 
 	readStart, readEnd time.Time
 
-	l        *Loader
-	mem      []byte  // the slot's host view (batchmem.Region.Host)
-	dev      uintptr // the slot's device address (batchmem.Region.Dev), 0 for host memory
-	base     int64   // the slot's offset in the shared memory
-	reqs     []backend.Request
+	l    *Loader
+	mem  []byte  // the slot's host view (batchmem.Region.Host)
+	dev  uintptr // the slot's device address (batchmem.Region.Dev), 0 for host memory
+	base int64   // the slot's offset in the shared memory
+	reqs []backend.Request
+	// Of a webdataset batch: the requests' samples (tar records with a
+	// member's range), each request's position, the outputs' components
+	// (scratch), why planning failed.
+	members  []bmap.Sample
+	reqPos   []int32
+	comps    []int
+	planErr  error
 	done     chan struct{}
 	err      error
 	released atomic.Bool
@@ -163,6 +170,13 @@ func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 // open starts a loader with one backend; o has its defaults and is valid.
 func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	smp := Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs}
+	per := 1 // outputs a sample
+	if w := o.WebDataset; w != nil {
+		if m != w.view.Map().Shards {
+			return nil, fmt.Errorf("loader: %w: the map is not the webdataset's shards", ErrOptions)
+		}
+		smp.N, smp.WebDataset, per = w.view.Len(), true, w.Outputs()
+	}
 	if err := smp.Validate(); err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
@@ -186,7 +200,11 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 		return nil, err
 	}
 	if o.SlotSize == 0 {
-		o.SlotSize = SlotBytes(m, o.BatchSize)
+		if o.WebDataset != nil {
+			o.SlotSize = o.WebDataset.SlotBytes(o.BatchSize)
+		} else {
+			o.SlotSize = SlotBytes(m, o.BatchSize)
+		}
 	}
 	openMemory := batchmem.Open
 	if o.openMemory != nil {
@@ -226,10 +244,15 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	slotSize := mem.Desc().SlotSize
 	for i := 0; i < o.Slots; i++ {
 		r := mem.Slot(i)
-		l.batches = append(l.batches, &Batch{Slot: i, l: l,
+		b := &Batch{Slot: i, l: l,
 			Indices: make([]int32, 0, o.BatchSize), Labels: make([]int32, 0, o.BatchSize),
-			Offsets: make([]int64, 0, o.BatchSize), Lengths: make([]int64, 0, o.BatchSize),
-			reqs: make([]backend.Request, 0, o.BatchSize), mem: r.Host, dev: r.Dev, base: int64(i) * slotSize})
+			Offsets: make([]int64, 0, o.BatchSize*per), Lengths: make([]int64, 0, o.BatchSize*per),
+			reqs: make([]backend.Request, 0, o.BatchSize*per), mem: r.Host, dev: r.Dev, base: int64(i) * slotSize}
+		if o.WebDataset != nil {
+			// members never grows: requests point into it.
+			b.members, b.reqPos, b.comps = make([]bmap.Sample, 0, o.BatchSize*per), make([]int32, 0, o.BatchSize*per), make([]int, per)
+		}
+		l.batches = append(l.batches, b)
 		l.free <- i
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
@@ -356,12 +379,19 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 	var order []int32
 	orders := l.smp.Orders()
 	bs := l.smp.BatchSize
+	computed := l.smp.computed()
+	if computed {
+		order = make([]int32, 0, bs) // one batch's: the order is computed batch by batch
+	}
 	for {
 		var ok bool
-		if order, ok = l.epochOrder(ctx, orders, epoch, order); !ok {
-			return
+		nb := l.smp.EpochBatches(epoch)
+		if !computed {
+			if order, ok = l.epochOrder(ctx, orders, epoch, order); !ok {
+				return
+			}
+			nb = (len(order) + bs - 1) / bs
 		}
-		nb := (len(order) + bs - 1) / bs
 		for ; batch < nb; batch++ {
 			var slot int
 			select {
@@ -370,7 +400,11 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 				return
 			}
 			b := l.batches[slot]
-			l.plan(b, epoch, batch, order[batch*bs:min((batch+1)*bs, len(order))])
+			if computed {
+				l.plan(b, epoch, batch, l.smp.batchAt(epoch, batch, order[:0]))
+			} else {
+				l.plan(b, epoch, batch, order[batch*bs:min((batch+1)*bs, len(order))])
+			}
 			go func() {
 				defer func() {
 					if r := recover(); r != nil {
@@ -382,7 +416,11 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 				b.readStart = time.Now()
 				err := l.backend.ReadBatch(ctx, b.reqs)
 				scrub(b.reqs)
-				b.err = l.finish(ctx, b, err)
+				if b.planErr != nil {
+					b.err = b.planErr
+				} else {
+					b.err = l.finish(ctx, b, err)
+				}
 				b.readEnd = time.Now()
 				close(b.done)
 			}()
@@ -456,7 +494,13 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.done = make(chan struct{})
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
-	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
+	b.Labels, b.Offsets, b.Lengths, b.reqs, b.planErr = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0], nil
+	if l.opts.WebDataset != nil {
+		if b.planErr = l.planWebDataset(b, idx); b.planErr != nil {
+			b.reqs, b.place = b.reqs[:0], batchmem.Ragged(0)
+		}
+		return
+	}
 	if row, lead := l.denseRow(idx); row > 0 {
 		l.planDense(b, idx, row, lead)
 		return
@@ -644,6 +688,9 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 // cancellation).
 func (l *Loader) markFailed(b *Batch) bool {
 	b.Errors, b.Failed = b.Errors[:0], b.Failed[:0]
+	if l.opts.WebDataset != nil {
+		return l.markFailedWebDataset(b)
+	}
 	for _, r := range b.reqs {
 		if r.Err == nil {
 			continue

@@ -64,6 +64,13 @@ type Options struct {
 	State          *State       // resume from this state
 	Logger         *slog.Logger // default slog.Default()
 	Trace          io.Writer    // raw backends write every device read here as a fio iolog (v2)
+	// WebDataset, if set, makes the loader serve its selection of a
+	// webdataset map: the map New is given must be its Shards (the tars,
+	// which the backend reads byte ranges of and Guard guards); each
+	// sample's K outputs lie in rooms of their own, Batch.Offsets and
+	// Lengths K a sample (Batch.Output), no labels; the sampling is
+	// Sampling.WebDataset's.
+	WebDataset *WebDataset
 	// Guard is the map's freshness state shared by several loaders (the
 	// daemon keeps one per dataset); nil: raw backends make their own.
 	Guard *fresh.Guard

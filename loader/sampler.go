@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/nvfeed/nvfeed/loader/internal/daliorder"
+	"github.com/nvfeed/nvfeed/loader/internal/permute"
+	"github.com/nvfeed/nvfeed/loader/internal/wdsorder"
 )
 
 // Sampling is the part of the options that decides which samples a rank
@@ -48,9 +50,19 @@ import (
 //     depends on the epochs before it; starting at epoch e (a resumed
 //     State, a seek) replays them: about 15 ns a sample, at most
 //     MaxReplaySamples.
+//
+// WebDataset sampling (a webdataset map's, set by the loader for
+// Options.WebDataset) keeps the list in shard and member order, as
+// fn.readers.webdataset does (no fixed file-list shuffle), and its
+// ShufflePermute permutation is computed (package permute), never
+// stored: a loader holds O(1) memory for its order whatever N, and a
+// batch's samples are a function of (Seed, epoch, batch) alone.
+// ShuffleDALI is fn.readers.webdataset's order (package wdsorder).
 type Sampling struct {
 	N          int `json:"n" msgpack:"n"` // samples in the dataset
 	ReaderArgs `msgpack:",inline"`
+	// WebDataset: the samples are a webdataset map's (see above).
+	WebDataset bool `json:"webdataset,omitempty" msgpack:"webdataset,omitempty"`
 }
 
 // The ways RandomShuffle shuffles (ReaderArgs.Shuffle).
@@ -132,6 +144,7 @@ func (s Sampling) diff(o Sampling) string {
 	add("shuffle", s.Shuffle, o.Shuffle)
 	add("initial_fill", s.InitialFill, o.InitialFill)
 	add("shuffle_after_epoch", s.ShuffleAfterEpoch, o.ShuffleAfterEpoch)
+	add("webdataset", s.WebDataset, o.WebDataset)
 	return strings.Join(d, ", ")
 }
 
@@ -196,6 +209,10 @@ func SamplerBytes(s Sampling) int64 {
 	}
 	order := 4 * longest
 	switch {
+	case s.computed():
+		return 4 * b // one batch's indices
+	case s.WebDataset && s.daliShuffled():
+		return order + wdsorder.Bytes(daliorder.Params{N: s.N, RandomShuffle: true, InitialFill: s.InitialFill})
 	case s.ShuffleAfterEpoch:
 		return order + daliorder.Bytes(daliorder.Params{N: s.N, ShuffleAfterEpoch: true})
 	case s.daliShuffled():
@@ -248,9 +265,14 @@ func (o *Orders) epoch(epoch int, buf []int32, stop <-chan struct{}) ([]int32, b
 	switch {
 	case s.daliShuffled():
 		if o.dali == nil || o.dali.Epoch() > epoch {
-			o.dali = daliorder.New(daliorder.Params{N: s.N, BatchSize: s.BatchSize, ShardID: s.ShardID,
+			p := daliorder.Params{N: s.N, BatchSize: s.BatchSize, ShardID: s.ShardID,
 				NumShards: s.NumShards, RandomShuffle: s.RandomShuffle, InitialFill: s.InitialFill, Seed: s.Seed,
-				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard, ShuffleAfterEpoch: s.ShuffleAfterEpoch})
+				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard, ShuffleAfterEpoch: s.ShuffleAfterEpoch}
+			if s.WebDataset {
+				o.dali = wdsorder.New(p)
+			} else {
+				o.dali = daliorder.New(p)
+			}
 		}
 		for o.dali.Epoch() < epoch {
 			if !o.dali.Skip(stop) {
@@ -259,6 +281,11 @@ func (o *Orders) epoch(epoch int, buf []int32, stop <-chan struct{}) ([]int32, b
 			}
 		}
 		return o.dali.Next(order[:0]), true
+	case s.computed():
+		for b := 0; b*s.BatchSize < n; b++ {
+			s.batchAt(epoch, b, order[b*s.BatchSize:b*s.BatchSize])
+		}
+		return order, true
 	case s.RandomShuffle && s.StickToShard:
 		// DALI's shard k, the same samples every epoch, in a fresh order.
 		if o.set == nil {
@@ -317,4 +344,40 @@ func bounded(src *rand.PCG, n uint64) uint64 {
 		}
 	}
 	return hi
+}
+
+// computed reports whether the order is computed batch by batch
+// (batchAt) rather than listed per epoch: a webdataset sampling's, but
+// for ShuffleDALI's.
+func (s Sampling) computed() bool { return s.WebDataset && !s.daliShuffled() }
+
+// batchAt appends batch b of epoch e's sample indices to buf (cap at
+// least BatchSize for no allocation) for a computed sampling: position
+// p of the epoch is the shard's p-th sample (its last one past its end:
+// padding), of the list in order, of the permutation of all N samples
+// for (Seed, epoch) (permute: the same on every rank, the shards its
+// ranges) or, with StickToShard, of the shard's own samples permuted
+// anew each epoch.
+func (s Sampling) batchAt(epoch, b int, buf []int32) []int32 {
+	lo, hi := s.ShardRange(s.Shard(epoch))
+	from, to := b*s.BatchSize, min((b+1)*s.BatchSize, s.EpochSamples(epoch))
+	var p permute.Perm
+	switch {
+	case s.RandomShuffle && s.StickToShard:
+		p = permute.New(uint64(hi-lo), s.Seed, uint64(epoch))
+	case s.RandomShuffle:
+		p = permute.New(uint64(s.N), s.Seed, uint64(epoch))
+	}
+	for q := from; q < to; q++ {
+		q := min(q, hi-lo-1)
+		switch {
+		case s.RandomShuffle && s.StickToShard:
+			buf = append(buf, int32(lo+int(p.At(uint64(q)))))
+		case s.RandomShuffle:
+			buf = append(buf, int32(p.At(uint64(lo+q))))
+		default:
+			buf = append(buf, int32(lo+q))
+		}
+	}
+	return buf
 }

@@ -84,6 +84,8 @@ func (s Sampling) Validate() error {
 		return fmt.Errorf("%w: %d samples, over the limit of %d", ErrOptions, s.N, MaxSamples)
 	case s.NumShards < 1 || s.NumShards > s.N:
 		return fmt.Errorf("%w: num_shards %d not in [1, %d] (at most the dataset's samples)", ErrOptions, s.NumShards, s.N)
+	case s.WebDataset && s.ShuffleAfterEpoch:
+		return fmt.Errorf("%w: shuffle_after_epoch is not served for a webdataset dataset: use random_shuffle", ErrOptions)
 	}
 	return s.ReaderArgs.Validate()
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/benchrun"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/check"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
@@ -663,13 +664,17 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	libs := cuda.NewLibs(cuda.SearchFromEnv(), log)
 	logCUDA(log, libs)
-	loaded := map[string]*bmap.Map{}
+	loaded, webs := map[string]*bmap.Map{}, map[string]*wds.Map{}
 	for name, path := range datasets {
-		m, err := bmap.Load(path)
+		m, w, err := session.LoadMap(path)
 		if err != nil {
 			return fmt.Errorf("dataset %s: %w", name, err)
 		}
-		loaded[name] = m
+		if w != nil {
+			webs[name] = w
+		} else {
+			loaded[name] = m
+		}
 	}
 	if *engines != session.EnginesPerDevice && *engines != session.EnginesPerSession {
 		return cli.UsageErr(fs, "--engines %q: want %s or %s", *engines, session.EnginesPerDevice, session.EnginesPerSession)
@@ -735,7 +740,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return configDatasets(*config)
 	}
-	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
+	srv := serve.New(serve.Config{Datasets: loaded, WebDatasets: webs, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
 		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs,
 		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}})
 	hup := make(chan os.Signal, 1)

@@ -188,17 +188,26 @@ func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 // that its header still says what the map does
 // (bmap.Sample.CheckHeaderFd): a *backend.SampleError wrapping
 // bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
+//
+// A byte range of a larger file (bmap.Sample.Within: a webdataset tar
+// member) is checked by its file's modification time alone (its size is
+// the read's check): a tar modified since mapping fails its members
+// (bmap.ErrStale), whose bytes at their offsets may now be another
+// member's or a header; a chmod or chown leaves them served.
 func CheckTensor(req *backend.Request, fd int) error {
 	s := req.Sample
-	if s.Tensor == nil {
+	if s.Tensor == nil && s.Within == 0 {
 		return nil
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
 	}
-	if st.Mtim.Nano() == s.MtimeNs && st.Ctim.Nano() == s.CtimeNs {
-		return nil
+	if st.Mtim.Nano() == s.MtimeNs && (st.Ctim.Nano() == s.CtimeNs || s.Tensor == nil) {
+		return nil // a tar's change time moves with a chmod: its bytes did not
+	}
+	if s.Tensor == nil {
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the tar was modified since mapping (its member's bytes [%d,+%d) may be others'): map the dataset again", bmap.ErrStale, s.Offset, s.Size)}
 	}
 	// The header is read with a plain pread: O_DIRECT off (fd is the
 	// read's own, closed after it).
@@ -259,7 +268,7 @@ func (r *Reader) read(req *backend.Request, fd int) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fail(fmt.Errorf("fstat: %w", err))
 	}
-	if want := s.FileSize(); st.Size != want || got != s.Size {
+	if want := s.FileSize(); st.Size != want || got < s.Size || (s.Within == 0 && got != s.Size) {
 		if st.Size == want { // the file is as mapped and the read came short
 			return fail(fmt.Errorf("%w: read %d of the %d data bytes at offset %d", backend.ErrShortRead, max(got, 0), s.Size, s.Offset))
 		}

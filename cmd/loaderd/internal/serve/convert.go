@@ -60,14 +60,15 @@ func kind(err error) (int, string) {
 func openParams(r wire.OpenRequest) session.OpenParams {
 	return session.OpenParams{Dataset: r.Dataset, ReaderArgs: r.ReaderArgs, Backend: r.Backend, BackendOptions: r.BackendOptions,
 		PrefetchQueueDepth: r.PrefetchQueueDepth, ReleaseAfter: r.ReleaseAfter, Memory: r.Memory, Device: r.Device,
-		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID}
+		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID,
+		Ext: r.Ext, MissingComponentBehavior: r.MissingComponentBehavior, CaseSensitiveExtensions: r.CaseSensitiveExtensions}
 }
 
 // openResponse is an opened session's wire form.
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader}
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, Components: o.Components}
 }
 
 // nextResponse is a delivery's wire form.

@@ -3,6 +3,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/bmap/wds"
 )
 
 // dataset is one registration of a map: the map and its freshness guard,
@@ -37,6 +39,13 @@ type dataset struct {
 	// mixed, when its samples have more than one, says which (the wire
 	// carries one per batch: such a dataset is not served).
 	dtype, mixed string
+
+	// wds: a webdataset dataset's map (read in place); m is then its
+	// Shards (the tars: guarded, and checked for access, as a file map's
+	// samples). sels: its ext selections, shared by sessions.
+	wds   *wds.Map
+	selMu sync.Mutex
+	sels  map[string]*selection
 
 	users   int  // under Manager.mu: sessions open or opening on it
 	retired bool // under Manager.mu: out of the table; its guard closes with its last user
@@ -178,10 +187,14 @@ func (d *dataset) freshness() string {
 
 // close stops the dataset's watch.
 func (d *dataset) close() error {
-	if d.guard == nil {
-		return nil
+	var err error
+	if d.guard != nil {
+		err = d.guard.Close()
 	}
-	return d.guard.Close()
+	if d.wds != nil {
+		err = errors.Join(err, d.wds.Close())
+	}
+	return err
 }
 
 // DatasetInfo describes a registered dataset (Manager.Datasets). It names
@@ -252,8 +265,8 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 	if !d.infoAt.IsZero() && (now.Sub(d.infoAt) < infoInterval || (d.guard != nil && gen == d.infoGen)) {
 		return d.info, d.listed
 	}
-	info := DatasetInfo{Name: d.name, Readable: true, Listable: true, Samples: len(d.m.Samples), Classes: len(d.m.Classes), Freshness: d.freshness(), Fingerprint: d.fingerprint,
-		Reader: d.m.Reader.String(), DType: d.dtype}
+	info := DatasetInfo{Name: d.name, Readable: true, Listable: true, Samples: d.samples(), Classes: len(d.m.Classes), Freshness: d.freshness(), Fingerprint: d.fingerprint,
+		Reader: d.reader(), DType: d.dtype}
 	for i := range d.m.Samples {
 		info.Bytes += d.m.Samples[i].Size
 	}

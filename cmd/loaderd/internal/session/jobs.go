@@ -48,6 +48,7 @@ type jobTerms struct {
 	padLastBatch         bool
 	stickToShard         bool
 	shuffleAfterEpoch    bool
+	selection            string // a webdataset's ext selection (selectionTerm)
 }
 
 // termsOf returns the terms of a session reading dataset (its name and
@@ -90,6 +91,7 @@ func (t jobTerms) diff(j jobTerms) []string {
 	add("pad_last_batch", t.padLastBatch, j.padLastBatch)
 	add("stick_to_shard", t.stickToShard, j.stickToShard)
 	add("shuffle_after_epoch", t.shuffleAfterEpoch, j.shuffleAfterEpoch)
+	add("ext, case_sensitive_extensions, missing_component_behavior", t.selection, j.selection)
 	return d
 }
 

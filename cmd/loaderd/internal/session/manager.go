@@ -31,6 +31,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
+	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader"
 )
@@ -44,6 +45,9 @@ const (
 // Config configures a Manager. A zero limit takes its default (limits.go).
 type Config struct {
 	Datasets map[string]*bmap.Map // registered datasets by name
+	// WebDatasets are registered webdataset maps by name (names apart
+	// from Datasets'): the guard and access checks are on their tars.
+	WebDatasets map[string]*wds.Map
 	// MapFiles, when set, names every dataset's map file: Reload calls it
 	// and reads each file again (the daemon's command line and config
 	// file). Nil: Reload refuses.
@@ -199,6 +203,10 @@ func NewManager(cfg Config) *Manager {
 		m.data[name] = openDataset(name, m.nextID, ds, cfg.Trust, m.log)
 		m.nextID++
 	}
+	for name, w := range cfg.WebDatasets {
+		m.data[name] = openWebDataset(name, m.nextID, w, cfg.Trust, m.log)
+		m.nextID++
+	}
 	return m
 }
 
@@ -301,11 +309,17 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if d.mixed != "" {
 		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
 	}
+	wd, err := d.webDataset(p) // webdataset.go; nil for other datasets
+	if err != nil {
+		return Opened{}, err
+	}
 	id := newID()
 	var job *jobKey
 	if p.JobID != "" {
 		job = &jobKey{c.owner(), p.JobID}
-		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs), p.ShardID, id, time.Now()); err != nil {
+		terms := termsOf(p.Dataset, d.fingerprint, p.ReaderArgs)
+		terms.selection = selectionTerm(p)
+		if err := m.jobs.join(*job, terms, p.ShardID, id, time.Now()); err != nil {
 			return Opened{}, err
 		}
 		defer func() {
@@ -322,12 +336,19 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	// else bounce); its options' bounds were checked by p.Validate.
 	lo := p.loaderOptions()
 	lo.PrefetchQueueDepth, lo.Slots = prefetch, slots
-	slotSize := loader.SlotBytes(ds, p.BatchSize)
+	lo.WebDataset = wd
+	smp := loader.Sampling{N: len(ds.Samples), ReaderArgs: p.ReaderArgs}
+	var slotSize int64
+	if wd != nil {
+		slotSize, smp.N, smp.WebDataset = wd.SlotBytes(p.BatchSize), wd.View().Len(), true
+	} else {
+		slotSize = loader.SlotBytes(ds, p.BatchSize)
+	}
 	if need := slotSize * int64(slots); need > m.cfg.MaxSessionBytes {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
 			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
 	}
-	need := res{locked: slotSize * int64(slots), sampler: loader.SamplerBytes(loader.Sampling{N: len(ds.Samples), ReaderArgs: p.ReaderArgs})}
+	need := res{locked: slotSize * int64(slots), sampler: loader.SamplerBytes(smp)}
 	replays, err := m.admit(c.owner(), need)
 	if err != nil {
 		return Opened{}, err
@@ -365,7 +386,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
-		Reader: ds.Reader.String()}, nil
+		Reader: d.reader(), Components: components(wd)}, nil
 }
 
 // res is what a session reserves against the daemon's budgets.

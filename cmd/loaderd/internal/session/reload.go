@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/nvfeed/nvfeed/bmap"
 )
 
 // Reload outcomes (Reloaded.Outcome).
@@ -55,7 +53,7 @@ func (m *Manager) Reload() ([]Reloaded, error) {
 	var out []Reloaded
 	loaded := map[string]*dataset{}
 	for name, path := range files {
-		mp, err := bmap.Load(path)
+		mp, wm, err := LoadMap(path)
 		if err != nil {
 			m.log.Warn("session: reload: map not loaded, the dataset keeps the map it had", "dataset", name, "map", path, "err", err)
 			out = append(out, Reloaded{Dataset: name, Outcome: ReloadFailed, Error: fmt.Sprintf("%s: %v", path, err)})
@@ -65,13 +63,17 @@ func (m *Manager) Reload() ([]Reloaded, error) {
 		id := m.nextID
 		m.nextID++
 		m.mu.Unlock()
-		loaded[name] = openDataset(name, id, mp, m.cfg.Trust, m.log)
+		if wm != nil {
+			loaded[name] = openWebDataset(name, id, wm, m.cfg.Trust, m.log)
+		} else {
+			loaded[name] = openDataset(name, id, mp, m.cfg.Trust, m.log)
+		}
 	}
 	var idle []*dataset
 	m.mu.Lock()
 	for i, r := range out { // failed: what new sessions keep getting
 		if d := m.data[r.Dataset]; d != nil {
-			out[i].Samples = len(d.m.Samples)
+			out[i].Samples = d.samples()
 		}
 	}
 	for name, d := range loaded {
@@ -83,7 +85,7 @@ func (m *Manager) Reload() ([]Reloaded, error) {
 			}
 		}
 		m.data[name] = d
-		out = append(out, Reloaded{Dataset: name, Outcome: outcome, Samples: len(d.m.Samples)})
+		out = append(out, Reloaded{Dataset: name, Outcome: outcome, Samples: d.samples()})
 	}
 	for name, old := range m.data {
 		if _, named := files[name]; !named {

@@ -41,6 +41,13 @@ type OpenParams struct {
 	// JobID, when set, makes the session a rank of that job of its owner:
 	// it must agree with the job's other sessions (jobs.go).
 	JobID string
+	// Webdataset datasets only (required for them): fn.readers.webdataset's
+	// ext (one entry per output, ';'-separated alternatives),
+	// missing_component_behavior ("" means empty) and
+	// case_sensitive_extensions (nil means true).
+	Ext                      []string
+	MissingComponentBehavior string
+	CaseSensitiveExtensions  *bool
 }
 
 // Opened describes a new session.
@@ -56,7 +63,8 @@ type Opened struct {
 	EpochBatches       int               // batches in Epoch for this shard
 	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
-	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name
+	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name, or "webdataset"
+	Components         int               // a webdataset session's outputs a sample, K (len(ext)): K offsets and lengths a sample; 0 otherwise
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices

@@ -57,6 +57,9 @@ func (p OpenParams) Validate() error {
 	if n := len(p.BackendOptions); n > MaxBackendOptions {
 		return fmt.Errorf("%w: backend_options has %d entries, at most %d", ErrInvalid, n, MaxBackendOptions)
 	}
+	if err := p.checkWebDatasetArgs(); err != nil {
+		return err
+	}
 	if err := checkJobID(p.JobID); err != nil {
 		return err
 	}

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package loader
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/wds"
+	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
+)
+
+// ErrWebDataset is wrapped by the errors of a webdataset selection a
+// loader cannot serve.
+var ErrWebDataset = errors.New("webdataset")
+
+// WebDataset is a webdataset map seen through an ext selection
+// (wds.View), made once and shared by every loader over it (the daemon:
+// one per dataset and selection): the view's bitmap, and the largest
+// samples' room sizes that size a slot for any batch size. A loader over
+// it (Options.WebDataset) reads the view's samples, each its Outputs()
+// components, as byte ranges of the tars (the map's Shards, which is
+// the map the loader and its backend are opened over). Safe for
+// concurrent use.
+type WebDataset struct {
+	view *wds.View
+	top  []int64 // the largest samples' rooms, largest first, at most MaxBatchSize
+}
+
+// NewWebDataset prepares view for loaders: one pass over its samples
+// (their records read in place), keeping the MaxBatchSize largest
+// samples' rooms (512 KiB at most), so that a loader's slot size costs
+// nothing per sample.
+func NewWebDataset(view *wds.View) (*WebDataset, error) {
+	comps := make([]int, view.Outputs())
+	m := view.Map()
+	top := make(minHeap, 0, min(MaxBatchSize, view.Len()))
+	for i := range view.Len() {
+		s, err := view.Sample(i, comps)
+		if err != nil {
+			return nil, fmt.Errorf("loader: %w: %w", ErrWebDataset, err)
+		}
+		var n int64
+		for _, j := range comps {
+			if j < 0 {
+				continue
+			}
+			c, err := m.Component(s, j)
+			if err != nil {
+				return nil, fmt.Errorf("loader: %w: %w", ErrWebDataset, err)
+			}
+			n += componentRoom(c)
+		}
+		switch {
+		case len(top) < cap(top):
+			heap.Push(&top, n)
+		case len(top) > 0 && n > top[0]:
+			top[0] = n
+			heap.Fix(&top, 0)
+		}
+	}
+	w := &WebDataset{view: view, top: []int64(top)}
+	slices.SortFunc(w.top, func(a, b int64) int {
+		if a > b {
+			return -1
+		}
+		if a < b {
+			return 1
+		}
+		return 0
+	})
+	return w, nil
+}
+
+// componentRoom is a component's room in a batch: its phase in its tar
+// plus its size, rounded up to backend.Align (room's rule).
+func componentRoom(c wds.Component) int64 {
+	_, n := room(&bmap.Sample{Offset: c.Offset, Size: c.Size})
+	return n
+}
+
+// View returns the selection.
+func (w *WebDataset) View() *wds.View { return w.view }
+
+// Outputs returns K, each sample's outputs.
+func (w *WebDataset) Outputs() int { return w.view.Outputs() }
+
+// SlotBytes returns the slot size that holds any batch of batchSize
+// samples: the batchSize largest samples' rooms (padding repeats a
+// sample without a room of its own).
+func (w *WebDataset) SlotBytes(batchSize int) int64 {
+	var sum int64
+	for _, n := range w.top[:min(batchSize, len(w.top))] {
+		sum += n
+	}
+	return max(sum, backend.Align)
+}
+
+// planWebDataset lays a webdataset batch out in its slot: each distinct
+// sample's K outputs in rooms of their own (room's rule: 4 KiB-aligned,
+// its bytes at its phase in the tar), read as byte ranges of the tar
+// (backend.Request.Index is the tar's index in the Shards map the
+// backend was opened over, Request.Sample the tar's record with the
+// member's Offset and Size and Within the tar's size); an empty output
+// has length 0 and no room; a repeated (padding) sample shares its first
+// copy's rooms. Offsets and Lengths are sample-major, K a sample. A
+// corrupt map record fails the batch.
+func (l *Loader) planWebDataset(b *Batch, idx []int32) error {
+	w := l.opts.WebDataset
+	m, k := w.view.Map(), w.Outputs()
+	b.members, b.reqPos = b.members[:0], b.reqPos[:0]
+	base, slot := b.base, b.mem
+	var off int64
+	for i, si := range idx {
+		if i > 0 && si == idx[i-1] {
+			b.Offsets = append(b.Offsets, b.Offsets[len(b.Offsets)-k:]...)
+			b.Lengths = append(b.Lengths, b.Lengths[len(b.Lengths)-k:]...)
+			continue
+		}
+		s, err := w.view.Sample(int(si), b.comps)
+		if err != nil {
+			return fmt.Errorf("sample %d: %w", si, err)
+		}
+		tar := &l.m.Samples[s.Shard]
+		for _, j := range b.comps {
+			if j < 0 {
+				b.Offsets, b.Lengths = append(b.Offsets, base+off), append(b.Lengths, 0)
+				continue
+			}
+			c, err := m.Component(s, j)
+			if err != nil {
+				return fmt.Errorf("sample %d: %w", si, err)
+			}
+			b.members = append(b.members, *tar)
+			ms := &b.members[len(b.members)-1]
+			ms.Offset, ms.Size, ms.Within, ms.Tensor = c.Offset, c.Size, tar.FileSize(), nil
+			at, n := room(ms)
+			b.Offsets, b.Lengths = append(b.Offsets, base+off+at), append(b.Lengths, c.Size)
+			if c.Size == 0 {
+				continue
+			}
+			r := backend.Request{Index: s.Shard, Sample: ms, At: at}
+			if slot != nil {
+				r.Buf = slot[off : off+n : off+n]
+			}
+			if b.dev != 0 {
+				r.Dev, r.DevRoom = b.dev+uintptr(off+at), n-at
+			}
+			b.reqs, b.reqPos = append(b.reqs, r), append(b.reqPos, int32(i))
+			off += n
+		}
+	}
+	b.place = batchmem.Ragged(off)
+	return nil
+}
+
+// markFailedWebDataset is markFailed for a webdataset batch: a failed
+// request fails its sample (and its repeats): all K lengths 0, its
+// position listed once.
+func (l *Loader) markFailedWebDataset(b *Batch) bool {
+	k := l.opts.WebDataset.Outputs()
+	for q, r := range b.reqs {
+		if r.Err == nil {
+			continue
+		}
+		var se *backend.SampleError
+		if !errors.As(r.Err, &se) {
+			return false
+		}
+		b.Errors = append(b.Errors, r.Err)
+		si := b.Indices[b.reqPos[q]]
+		for i, idx := range b.Indices {
+			if idx != si || slices.Contains(b.Failed, i) {
+				continue
+			}
+			clear(b.Lengths[i*k : (i+1)*k])
+			b.Failed = append(b.Failed, i)
+		}
+	}
+	return len(b.Errors) > 0
+}
+
+// Output returns a view of output k of sample i of a webdataset batch in
+// host batch memory (as Sample; its length 0 for an empty output or a
+// failed sample).
+func (b *Batch) Output(i, k int) []byte {
+	n := len(b.Offsets) / max(len(b.Indices), 1)
+	off := b.Offsets[i*n+k] - b.base
+	return b.mem[off : off+b.Lengths[i*n+k] : off+b.Lengths[i*n+k]]
+}
