@@ -23,6 +23,9 @@ DEVICES=${DEVICES:-virtio ram}
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 work=$PWD/.bench-wds
+mkdir -p "$work"
+rates=$work/rates.jsonl
+: > "$rates"
 daemon=
 cleanup() {
   if [[ -n $daemon ]]; then kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true; fi
@@ -50,7 +53,7 @@ for device in $DEVICES; do
     maps+=("q=$work/q.bmap")
   fi
   serve "${maps[@]}"
-  rd() { $py bench/wds_read.py "$1" --root "$root" --socket "$work/loaderd.sock" --samples "$SAMPLES" --case "$device ${2:-$1}" 2>/dev/null; }
+  rd() { $py bench/wds_read.py "$1" --root "$root" --socket "$work/loaderd.sock" --samples "$SAMPLES" --case "$device ${2:-$1}" 2>/dev/null | tee -a "$rates"; }
   for _ in $(seq "$ROUNDS"); do
     rd nvfeed "nvfeed permute gds (LoaderSource)"
     rd nvfeed-dali "nvfeed permute gds (nvfeed.dali.reader)"
@@ -62,3 +65,5 @@ for device in $DEVICES; do
   fi
   cleanup
 done
+echo "wds throughput: one cold epoch, batch 64, $SAMPLES samples"
+$py bench/wds_read.py --table < "$rates"

@@ -12,7 +12,8 @@ pipeline, shuffle="permute"), ``dali`` (fn.readers.webdataset,
 sequential: its fast case), ``webdataset`` (webdataset.WebDataset with
 shardshuffle and shuffle(1000), batched, DataLoader(num_workers=2)).
 
-Usage: python3 bench/wds_read.py READER --root DIR [--socket S --dataset NAME --backend gds]"""
+Usage: python3 bench/wds_read.py READER --root DIR [--socket S --dataset NAME --backend gds]
+       python3 bench/wds_read.py --table < JSON-LINES   (a table with the ratios)"""
 
 from __future__ import annotations
 
@@ -98,7 +99,28 @@ def webdataset(a: argparse.Namespace, paths: list[str]) -> tuple[int, int]:
 _t0 = 0.0
 
 
+def table(lines: list[str]) -> None:
+    """Prints the JSON lines of a run as a table: each case's rate, and
+    the ratios to fn.readers.webdataset's and webdataset's on its device
+    (the case names start with the device)."""
+    rows = [json.loads(x) for x in lines if x.startswith("{")]
+    ref: dict[tuple[str, str], float] = {}
+    for r in rows:
+        dev = r["case"].split()[0]
+        for key, what in (("dali", "fn.readers.webdataset"), ("wds", "webdataset shuffled")):
+            if what in r["case"]:
+                ref[(dev, key)] = r["samples_per_s"]
+    print(f"{'case':66} {'samples/s':>9} {'MB/s':>7} {'vs DALI seq':>11} {'vs webdataset':>13}")
+    for r in rows:
+        dev = r["case"].split()[0]
+        ratio = [f"{r['samples_per_s'] / ref[(dev, k)]:.2f}x" if (dev, k) in ref else "-" for k in ("dali", "wds")]
+        print(f"{r['case']:66} {r['samples_per_s']:9.0f} {r['MB_s']:7.1f} {ratio[0]:>11} {ratio[1]:>13}")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:
+        table(sys.stdin.read().splitlines())
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("reader", choices=["nvfeed", "nvfeed-dali", "dali", "webdataset"])
     ap.add_argument("--root", required=True)
