@@ -130,12 +130,6 @@ type Sample struct {
 	CtimeNs int64               // change time when mapped (ns since epoch)
 	Label   int32               // the class index in a folder layout; the listed label; 0 for tensors
 	Reason  Reason              // Raw, or why it must be read through the filesystem
-	// Within, when > 0, is the size of the file the sample is a byte
-	// range of (a webdataset tar member, bmap/wds: not in a map, made per
-	// read by the loader), which the sample need not end: FileSize is it,
-	// and a read through the filesystem is checked by the file's times
-	// (its bytes at Offset are the member's only while it is unchanged).
-	Within int64
 }
 
 // Tensor says what a tensor sample's bytes hold: a C-order (row-major)
@@ -157,12 +151,7 @@ func (t *Tensor) NBytes() int64 {
 }
 
 // FileSize returns the size the sample's file had when mapped.
-func (s *Sample) FileSize() int64 {
-	if s.Within > 0 {
-		return s.Within
-	}
-	return s.Offset + s.Size
-}
+func (s *Sample) FileSize() int64 { return s.Offset + s.Size }
 
 // Map is a dataset's block map.
 type Map struct {

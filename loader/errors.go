@@ -7,7 +7,6 @@ import (
 
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
-	"github.com/nvfeed/nvfeed/loader/internal/cufile"
 )
 
 // ErrOptions is returned (wrapped) for invalid options or state. It is
@@ -30,10 +29,11 @@ var ErrClosed = errors.New("loader closed")
 // the cause, and the loader delivers nothing more.
 var ErrInternal = errors.New("loader: internal failure")
 
-// ErrUnavailable is returned (wrapped) when the cufile GPU path cannot
-// run on this machine (no cuFile library, no driver, the GPU refused):
-// with GPUPathAuto, New then falls back to bounce.
-var ErrUnavailable = cufile.ErrUnavailable
+// ErrUnavailable is returned (wrapped) when the backend of the cufile GPU
+// path cannot run on this machine (no cuFile library, no driver, the GPU
+// refused: backend.ErrUnavailable): with GPUPathAuto, New then falls back
+// to bounce.
+var ErrUnavailable = backend.ErrUnavailable
 
 // ErrNoRaw is returned (wrapped) by a backend that reads the block device
 // when the map has none (backend.ErrNoRaw): only the file backend reads it.

@@ -6,8 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
-	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
 // MaxDeviceUUID bounds DeviceUUID's length (a GPU UUID is 40 characters,
@@ -29,34 +30,21 @@ func checkDeviceUUID(u string) error {
 	return nil
 }
 
-// moder is a backend that measures how it reaches the GPU: the cufile
-// backend (cuFile's mode: gds, compat, mixed, none, unknown) and why.
-type moder interface {
-	Mode() (mode, why string)
-}
-
-// cufileCompat is the mode in which cuFile reads with POSIX reads into
-// its own bounce buffers and copies: slower than the bounce path's one
-// copy per batch.
-const cufileCompat = "compat"
-
-// openGPUPath opens the loader on the first of o's GPU ways that works
-// (o has its defaults and is valid). Under GPUPathAuto, cufile is kept only
-// where cuFile opens and does not run in its compatibility mode, measured
-// at its opening; else bounce, with the reason logged and in GPUPath.
-func openGPUPath(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	ways, _ := o.gpuWays() // Validate checked them
+// openGPUPath opens p's loader on the first of its GPU ways that works.
+// Under GPUPathAuto, the backend writing the device is kept only where it
+// opens (not backend.ErrUnavailable) and, if its Spec says MeasuresMode,
+// does not report backend.ModeCompat at its opening; else bounce, with
+// the reason logged and in GPUPath.
+func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
+	o := p.Options
+	ways := slices.Clone(p.ways)
 	var err error
 	for i, w := range ways {
 		last := i+1 == len(ways)
-		wo := o
-		if w.backend != o.backendName() {
-			wo.Spec, wo.Backend = nil, w.backend
-		}
 		var l *Loader
-		if l, err = open(ctx, m, wo); err != nil {
+		if l, err = open(ctx, p, w); err != nil {
 			if !last && errors.Is(err, ErrUnavailable) {
-				why := fmt.Sprintf("cufile cannot run here (%v): bounce", err)
+				why := fmt.Sprintf("%s cannot run here (%v): bounce", w.backend, err)
 				o.Logger.Info("loader: gpu_path auto: " + why)
 				ways[i+1].why = "auto: " + why
 				continue
@@ -64,23 +52,27 @@ func openGPUPath(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 			return nil, err
 		}
 		l.gpuPath, l.gpuWhy = w.path, w.why
-		md, ok := l.backend.(moder)
-		if w.path != GPUPathCuFile || !ok {
+		if w.path != GPUPathCuFile || !l.spec.MeasuresMode {
 			return l, nil
 		}
+		md, ok := l.backend.(backend.ModeReporter)
+		if !ok {
+			l.Close()
+			return nil, fmt.Errorf("loader: backend %s: its Spec says MeasuresMode but it has no Mode (backend.ModeReporter)", w.backend)
+		}
 		mode, why := md.Mode()
-		if !last && mode == cufileCompat {
-			reason := fmt.Sprintf("cuFile runs in compatibility mode (%s): bounce", why)
+		if !last && mode == backend.ModeCompat {
+			reason := fmt.Sprintf("%s runs in compatibility mode (%s): bounce", w.backend, why)
 			o.Logger.Info("loader: gpu_path auto: " + reason)
 			if cerr := l.Close(); cerr != nil {
-				o.Logger.Warn("loader: closing the cufile loader", "err", cerr)
+				o.Logger.Warn("loader: closing the loader", "backend", w.backend, "err", cerr)
 			}
 			ways[i+1].why = "auto: " + reason
 			continue
 		}
-		l.gpuWhy = fmt.Sprintf("%s; cuFile mode %s (%s)", w.why, mode, why)
-		if mode == cufileCompat {
-			o.Logger.Warn("loader: gpu_path cufile: cuFile runs in compatibility mode, slower than gpu_path bounce", "why", why)
+		l.gpuWhy = fmt.Sprintf("%s; %s mode %s (%s)", w.why, w.backend, mode, why)
+		if mode == backend.ModeCompat {
+			o.Logger.Warn("loader: gpu_path cufile: the backend runs in compatibility mode, slower than gpu_path bounce", "backend", w.backend, "why", why)
 		}
 		return l, nil
 	}

@@ -25,9 +25,9 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 		name, mode, gpuPath string
 		path, why           string
 	}{
-		{"gds", "gds", GPUPathAuto, GPUPathCuFile, "auto: cuFile opens here; cuFile mode gds (cuFile's statistics for GPU-"},
-		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cuFile runs in compatibility mode ("},
-		{"compat, cufile asked for", "compat", GPUPathCuFile, GPUPathCuFile, "asked for; cuFile mode compat ("},
+		{"gds", "gds", GPUPathAuto, GPUPathCuFile, "auto: cufile opens here; cufile mode gds (cuFile's statistics for GPU-"},
+		{"compat", "compat", GPUPathAuto, GPUPathBounce, "auto: cufile runs in compatibility mode ("},
+		{"compat, cufile asked for", "compat", GPUPathCuFile, GPUPathCuFile, "asked for; cufile mode compat ("},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !standin.InChild(t, standin.ModeVar+"="+tc.mode) {
@@ -51,7 +51,7 @@ func TestStandinAutoMeasuresCuFile(t *testing.T) {
 			if tc.mode == "compat" && !strings.Contains(why, "POSIX reads") && !strings.Contains(why, "nvidia-fs is not loaded") {
 				t.Errorf("GPUPath()'s reason %q says neither cuFile's POSIX reads nor the missing nvidia-fs", why)
 			}
-			if tc.path == GPUPathBounce && !strings.Contains(logs.String(), "cuFile runs in compatibility mode") {
+			if tc.path == GPUPathBounce && !strings.Contains(logs.String(), "cufile runs in compatibility mode") {
 				t.Errorf("the log does not say why bounce:\n%s", logs.String())
 			}
 			b, err := l.Next(context.Background())

@@ -439,12 +439,12 @@ func rawRooms(t *testing.T, n int, size int64) [][]byte {
 // that it is read guarded) and with change run while its device read
 // stalls (faults): the read must fail and its room stay untouched.
 func readGuarded(t *testing.T, m *bmap.Map, g *fresh.Guard, stall *faults.Faults, victim int, change func()) {
-	spec, _ := builtinSpec("gds", builtinEnv{guard: g})
+	spec, _ := BackendSpec("gds")
 	p, err := spec.Resolve(map[string]any{"on_stale": raw.StaleFail})
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := spec.Open(m, p, backend.Env{})
+	be, err := spec.Open(m, p, backend.Env{Guard: g})
 	if err != nil {
 		t.Fatal(err)
 	}

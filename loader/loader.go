@@ -57,6 +57,7 @@ type Loader struct {
 	mem     batchmem.Memory
 	desc    batchmem.Desc // mem.Desc(), fixed
 	backend backend.Backend
+	spec    *backend.Spec // the backend's description
 	params  backend.Params
 	log     *slog.Logger
 	gpuPath string // GPUPathCuFile or GPUPathBounce for GPU memory, "" for host memory
@@ -82,17 +83,21 @@ type Loader struct {
 
 // Batch is one batch in a ring slot. Its memory stays valid until Release.
 type Batch struct {
-	Epoch     int                // epoch number
-	Iteration int                // batch number within the epoch
-	Indices   []int32            // sample index of each position
-	Labels    []int32            // label of each position
-	Offsets   []int64            // byte offset of each sample in the ring's shared memory (see Dense)
-	Lengths   []int64            // byte length of each sample
-	Slot      int                // ring slot
-	Errors    []error            // with Options.SkipErrors: one *backend.SampleError per failed sample
-	Failed    []int              // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
-	place     batchmem.Placement // how the samples lie in the slot
-	repeats   []batchmem.Repeat  // place.Repeats' storage
+	Epoch     int     // epoch number
+	Iteration int     // batch number within the epoch
+	Indices   []int32 // sample index of each position
+	Labels    []int32 // label of each position
+	Offsets   []int64 // byte offset of each sample in the ring's shared memory (see Dense)
+	Lengths   []int64 // byte length of each sample
+	Slot      int     // ring slot
+	Errors    []error // with Options.SkipErrors: one *backend.SampleError per failed sample
+	Failed    []int   // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
+	// Shapes, with Options.ROI, is each position's region shape (its
+	// sample's bytes are that region, C-contiguous); nil without.
+	Shapes  [][]int64
+	place   batchmem.Placement // how the samples lie in the slot
+	roi     roiBatch           // with Options.ROI: the regions' runs, reads and scratch memory
+	repeats []batchmem.Repeat  // place.Repeats' storage
 
 	readStart, readEnd time.Time
 
@@ -101,9 +106,10 @@ type Batch struct {
 	dev  uintptr // the slot's device address (batchmem.Region.Dev), 0 for host memory
 	base int64   // the slot's offset in the shared memory
 	reqs []backend.Request
-	// Of a webdataset batch: the requests' samples (tar records with a
-	// member's range), each request's position, the outputs' components
-	// (scratch), why planning failed.
+	// Of a webdataset batch: the requests' samples (a member's range of
+	// its tar's record, the tar being the request's Whole), each
+	// request's position, the outputs' components (scratch), why
+	// planning failed.
 	members  []bmap.Sample
 	reqPos   []int32
 	comps    []int
@@ -151,98 +157,67 @@ func (b *Batch) Release() {
 	b.l.free <- b.Slot
 }
 
-// New starts a loader over map m. It fills in the options' defaults and
-// validates them, allocates the batch ring and starts the backend and the
-// prefetching producer; ctx bounds the loader's life as Close does. For
-// GPU memory it takes the GPU path the options ask for; with
-// GPUPathAuto and no backend named it tries cufile and, where cuFile
-// cannot run (ErrUnavailable) or runs in its compatibility mode (measured:
-// slower than bounce), bounce with the default backend. GPUPath says
-// which ran and why.
+// New starts a loader over map m: NewPlan, then Open. It fills in the
+// options' defaults and validates them, allocates the batch ring and
+// starts the backend and the prefetching producer; ctx bounds the
+// loader's life as Close does. For GPU memory it takes the GPU path the
+// options ask for; with GPUPathAuto and no backend named it tries cufile
+// and, where cuFile cannot run (ErrUnavailable) or runs in its
+// compatibility mode (measured: slower than bounce), bounce with the
+// default backend. GPUPath says which ran and why.
 func New(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("loader: %w", err)
-	}
-	return openGPUPath(ctx, m, o)
-}
-
-// open starts a loader with one backend; o has its defaults and is valid.
-func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
-	smp := Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs}
-	per := 1 // outputs a sample
-	if w := o.WebDataset; w != nil {
-		if m != w.view.Map().Shards {
-			return nil, fmt.Errorf("loader: %w: the map is not the webdataset's shards", ErrOptions)
-		}
-		smp.N, smp.WebDataset, per = w.view.Len(), true, w.Outputs()
-	}
-	if err := smp.Validate(); err != nil {
-		return nil, fmt.Errorf("loader: %w", err)
-	}
-	l := &Loader{m: m, smp: smp, opts: o, log: o.Logger}
-	if st := o.State; st != nil {
-		if err := checkState(st, smp); err != nil {
-			return nil, err
-		}
-		l.epoch, l.next = st.Epoch, st.Batch
-	}
-	spec := o.Spec
-	if spec == nil {
-		s, err := BackendSpec(o.Backend)
-		if err != nil {
-			return nil, err
-		}
-		spec = &s
-	}
-	var err error
-	if l.params, err = spec.Resolve(o.BackendOptions); err != nil {
+	p, err := NewPlan(m, o)
+	if err != nil {
 		return nil, err
 	}
-	if o.SlotSize == 0 {
-		if o.WebDataset != nil {
-			o.SlotSize = o.WebDataset.SlotBytes(o.BatchSize)
-		} else {
-			o.SlotSize = SlotBytes(m, o.BatchSize)
-		}
+	return Open(ctx, p)
+}
+
+// Open starts the loader p plans (NewPlan), as New does: nothing of the
+// plan is derived again; from p.Options it takes only what serves the
+// process (Logger, Trace, Guard, Shared, Cred, CUDA, Replays, SkipErrors).
+func Open(ctx context.Context, p Plan) (*Loader, error) {
+	if p.m == nil || len(p.ways) == 0 {
+		return nil, fmt.Errorf("loader: %w: open of a plan NewPlan did not make", ErrOptions)
 	}
+	return openGPUPath(ctx, p)
+}
+
+// open starts p's loader with one way (backend and GPU path).
+func open(ctx context.Context, p Plan, w gpuWay) (*Loader, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	o, m := p.Options, p.m
+	l := &Loader{m: m, smp: p.Sampling, opts: o, log: o.Logger, params: w.params}
+	if st := o.State; st != nil { // checked by NewPlan
+		l.epoch, l.next = st.Epoch, st.Batch
+	}
+	spec := w.spec
 	openMemory := batchmem.Open
 	if o.openMemory != nil {
 		openMemory = o.openMemory
 	}
-	mem, err := openMemory(o.Memory, o.Slots, o.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger, CUDA: o.CUDA})
+	mem, err := openMemory(o.Memory, p.Slots, p.SlotSize, batchmem.Options{Device: o.Device, DeviceUUID: o.DeviceUUID, DeviceWrites: spec.DeviceWrites, Logger: o.Logger, CUDA: o.CUDA})
 	if err != nil {
 		if errors.Is(err, batchmem.ErrKind) {
 			return nil, fmt.Errorf("loader: %w: %w", ErrOptions, err)
 		}
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Cred: o.Cred}
-	if d := mem.Desc(); d.Kind == batchmem.GPU {
-		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
-	}
-	x := builtinEnv{guard: o.Guard, cuda: o.CUDA}
-	if o.Shared != nil {
-		x.shared = &o.Shared.s
-	}
-	for i := 0; i < o.Slots; i++ {
-		if h := mem.Slot(i).Host; len(h) > 0 {
-			x.hostBuffers = append(x.hostBuffers, h)
-		}
-	}
-	if o.Spec == nil { // a built-in backend gets its own environment
-		if s, ok := builtinSpec(spec.Name, x); ok {
-			spec = &s
-		}
-	}
-	if l.backend, err = spec.Open(m, l.params, env); err != nil {
+	l.spec = &spec
+	if l.backend, err = spec.Open(m, l.params, backendEnv(o, mem, p.Slots)); err != nil {
 		mem.Close()
 		return nil, err
 	}
 	l.mem, l.desc = mem, mem.Desc()
-	l.free = make(chan int, o.Slots)
+	l.free = make(chan int, p.Slots)
 	slotSize := mem.Desc().SlotSize
-	for i := 0; i < o.Slots; i++ {
+	per := 1 // outputs a sample
+	if o.WebDataset != nil {
+		per = o.WebDataset.Outputs()
+	}
+	for i := 0; i < p.Slots; i++ {
 		r := mem.Slot(i)
 		b := &Batch{Slot: i, l: l,
 			Indices: make([]int32, 0, o.BatchSize), Labels: make([]int32, 0, o.BatchSize),
@@ -257,12 +232,37 @@ func open(ctx context.Context, m *bmap.Map, o Options) (*Loader, error) {
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	startEpoch, startBatch := l.epoch, l.next
-	if startBatch >= smp.EpochBatches(startEpoch) {
+	if startBatch >= p.Sampling.EpochBatches(startEpoch) {
 		l.pendingEOF = true
 		startEpoch, startBatch = startEpoch+1, 0
 	}
 	l.start(startEpoch, startBatch)
 	return l, nil
+}
+
+// backendEnv is what the backend gets, built-in or registered alike: o's
+// logger, trace, caller, guard and shared resources, and mem's host slots
+// and GPU memory.
+func backendEnv(o Options, mem batchmem.Memory, slots int) backend.Env {
+	env := backend.Env{Logger: o.Logger, Trace: o.Trace, Cred: o.Cred}
+	if o.Guard != nil { // no typed nil in the interface
+		env.Guard = o.Guard
+	}
+	if o.Shared != nil {
+		env.Shared = &o.Shared.s
+	}
+	for i := 0; i < slots; i++ {
+		if h := mem.Slot(i).Host; len(h) > 0 {
+			env.HostBuffers = append(env.HostBuffers, h)
+		}
+	}
+	if d := mem.Desc(); d.Kind == batchmem.GPU {
+		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
+		if o.CUDA != nil {
+			env.GPU.Driver = o.CUDA
+		}
+	}
+	return env
 }
 
 // start runs a producer from (epoch, batch) with a fresh ready queue.
@@ -415,6 +415,9 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 				}()
 				b.readStart = time.Now()
 				err := l.backend.ReadBatch(ctx, b.reqs)
+				if l.opts.ROI != nil {
+					l.packROI(b)
+				}
 				scrub(b.reqs)
 				if b.planErr != nil {
 					b.err = b.planErr
@@ -499,6 +502,11 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 		if b.planErr = l.planWebDataset(b, idx); b.planErr != nil {
 			b.reqs, b.place = b.reqs[:0], batchmem.Ragged(0)
 		}
+		return
+	}
+	if l.opts.ROI != nil {
+		l.planROI(b, idx)
+		b.Shapes = b.roi.shapes
 		return
 	}
 	if row, lead := l.denseRow(idx); row > 0 {
@@ -698,6 +706,9 @@ func (l *Loader) markFailed(b *Batch) bool {
 		var se *backend.SampleError
 		if !errors.As(r.Err, &se) {
 			return false
+		}
+		if l.opts.ROI != nil && slices.ContainsFunc(b.Failed, func(i int) bool { return int(b.Indices[i]) == r.Index }) {
+			continue // another part of a sample already failed
 		}
 		b.Errors = append(b.Errors, r.Err)
 		for i, idx := range b.Indices {

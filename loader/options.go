@@ -8,11 +8,9 @@ import (
 	"log/slog"
 
 	"github.com/nvfeed/nvfeed/bmap/fresh"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
-	"github.com/nvfeed/nvfeed/loader/internal/cufile"
 	"github.com/nvfeed/nvfeed/loader/internal/shared"
 )
 
@@ -29,8 +27,8 @@ const (
 // How batches reach GPU memory (Options.GPUPath); the loader's choice is
 // Loader.GPUPath. The values are the daemon's wire names.
 const (
-	GPUPathAuto   = "auto"   // cufile when cuFile opens here and no other backend is named, else bounce
-	GPUPathCuFile = "cufile" // the cufile backend reads each sample's file straight into the device slot
+	GPUPathAuto   = "auto"   // cufile when a backend writing the device (the built-in cufile) opens here and no other backend is named, else bounce
+	GPUPathCuFile = "cufile" // a backend that writes the device (backend.Spec.DeviceWrites: the built-in cufile) reads each sample straight into the device slot
 	GPUPathBounce = "bounce" // any backend reads into page-locked staging memory, copied to the device per batch
 )
 
@@ -40,8 +38,9 @@ const (
 type Options struct {
 	ReaderArgs                       // batch_size (required), shard_id, num_shards (0 means 1), random_shuffle, seed, pad_last_batch, stick_to_shard, shuffle ("" means permute), initial_fill (0 means 1024)
 	PrefetchQueueDepth int           // batches read ahead, at most MaxPrefetchQueueDepth; 0 means DefaultPrefetchQueueDepth
-	Slots              int           // batch slots; 0 means PrefetchQueueDepth+1. Each batch the consumer holds unreleased needs one beyond the prefetch depth.
-	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize). A caller that has computed it (the daemon, for its budget) passes it in.
+	ReleaseAfter       int           // batches the consumer holds beyond the one in use (it releases a batch after this many later ones), at most MaxReleaseAfter
+	Slots              int           // batch slots; 0 means PrefetchQueueDepth+ReleaseAfter+1: each batch the consumer holds unreleased needs one beyond the prefetch depth.
+	SlotSize           int64         // bytes per slot; 0 means SlotBytes(m, BatchSize)
 	Memory             batchmem.Kind // "" means batchmem.Pinned
 	Device             int           // the GPU ordinal for GPU memory (unless DeviceUUID names the GPU)
 	// DeviceUUID names the GPU of GPU memory by its UUID (GPU-xxxxxxxx-...,
@@ -60,10 +59,15 @@ type Options struct {
 	// BackendOptions are the backend's options by name (see its
 	// backend.Spec); missing ones take their defaults.
 	BackendOptions map[string]any
-	SkipErrors     bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
-	State          *State       // resume from this state
-	Logger         *slog.Logger // default slog.Default()
-	Trace          io.Writer    // raw backends write every device read here as a fio iolog (v2)
+	// ROI, if set, reads each tensor sample as this region of interest
+	// (fn.readers.numpy's roi_* arguments), packed C-contiguous: host
+	// memory only, a tensor map's samples all within it (ROISlotBytes
+	// checks each). nil: whole arrays.
+	ROI        *ROI
+	SkipErrors bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
+	State      *State       // resume from this state
+	Logger     *slog.Logger // default slog.Default()
+	Trace      io.Writer    // raw backends write every device read here as a fio iolog (v2)
 	// WebDataset, if set, makes the loader serve its selection of a
 	// webdataset map: the map New is given must be its Shards (the tars,
 	// which the backend reads byte ranges of and Guard guards); each
@@ -81,7 +85,7 @@ type Options struct {
 	// this user (the kernel checks it) and a raw sample whose file changed
 	// is read only after the user's check passes; nil: the process's own
 	// credentials. The daemon sets it to its client's.
-	Cred *cred.Cred
+	Cred *backend.Cred
 	// CUDA is the process's CUDA libraries, discovered once (the daemon
 	// holds one for its life) and used by GPU memory and the cufile
 	// backend; nil: each GPU loader discovers them again.
@@ -146,14 +150,14 @@ func (r *Replays) give() {
 // WithDefaults returns o with every zero field that has a default and
 // needs no dataset filled in: NumShards, Shuffle, InitialFill,
 // PrefetchQueueDepth, Slots, Memory, GPUPath (for GPU memory) and Logger.
-// SlotSize's default needs the map: New fills it in.
+// SlotSize's default needs the map: NewPlan fills it in.
 func (o Options) WithDefaults() Options {
 	o.ReaderArgs = o.ReaderArgs.withDefaults()
 	if o.PrefetchQueueDepth == 0 {
 		o.PrefetchQueueDepth = DefaultPrefetchQueueDepth
 	}
 	if o.Slots == 0 {
-		o.Slots = o.PrefetchQueueDepth + 1
+		o.Slots = o.PrefetchQueueDepth + o.ReleaseAfter + 1
 	}
 	if o.Memory == "" {
 		o.Memory = batchmem.Pinned
@@ -169,15 +173,18 @@ func (o Options) WithDefaults() Options {
 
 // Validate checks o (defaults filled in: WithDefaults) against every
 // bound that needs no dataset: the reader arguments, the prefetch depth
-// and slots, the memory kind, and the GPU path with the memory and the
+// and release_after and slots, the memory kind, and the GPU path with the memory and the
 // backend named. Errors wrap ErrOptions and name the field, its value and
 // what is allowed.
 func (o Options) Validate() error {
 	if err := o.ReaderArgs.Validate(); err != nil {
 		return err
 	}
-	if o.PrefetchQueueDepth < 1 || o.PrefetchQueueDepth > MaxPrefetchQueueDepth {
-		return fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrOptions, o.PrefetchQueueDepth, MaxPrefetchQueueDepth)
+	if err := checkPrefetch(o.PrefetchQueueDepth); err != nil {
+		return err
+	}
+	if o.ReleaseAfter < 0 || o.ReleaseAfter > MaxReleaseAfter {
+		return fmt.Errorf("%w: release_after %d not in [0, %d]", ErrOptions, o.ReleaseAfter, MaxReleaseAfter)
 	}
 	if o.Slots <= o.PrefetchQueueDepth {
 		return fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
@@ -188,14 +195,28 @@ func (o Options) Validate() error {
 	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
 		return err
 	}
+	if o.ROI != nil {
+		if err := o.ROI.Validate(); err != nil {
+			return err
+		}
+		if o.Memory != batchmem.Pinned {
+			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
+		}
+	}
 	_, err := o.gpuWays()
 	return err
 }
 
 // gpuWay is one way to open a loader: the GPU path and the backend it
-// reads with ("" the default), and why it was chosen.
+// reads with ("" the default), and why it was chosen; NewPlan adds the
+// backend's spec and options, or why
+// they are refused.
 type gpuWay struct {
 	path, backend, why string
+
+	spec   backend.Spec
+	params backend.Params
+	err    error
 }
 
 // backendName is the backend o names: its Spec's, else Backend ("" for
@@ -208,36 +229,63 @@ func (o Options) backendName() string {
 }
 
 // gpuWays returns the ways to try, in order: one, or for GPUPathAuto
-// with no backend named, cufile then bounce. o has its defaults.
+// with no backend named, the first backend that writes the device
+// (backend.Spec.DeviceWrites: the built-in cufile) then bounce. Which
+// backend takes GPUPathCuFile is what the backends declare, never their
+// name. o has its defaults.
 func (o Options) gpuWays() ([]gpuWay, error) {
 	name := o.backendName()
 	if o.Memory != batchmem.GPU {
 		if o.GPUPath != "" {
 			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrOptions, o.GPUPath)
 		}
-		return []gpuWay{{"", name, ""}}, nil
+		return []gpuWay{{path: "", backend: name}}, nil
+	}
+	writes := o.Spec != nil && o.Spec.DeviceWrites
+	if o.Spec == nil && name != "" {
+		s, err := BackendSpec(name)
+		writes = err == nil && s.DeviceWrites // an unknown name: New says so
 	}
 	switch o.GPUPath {
 	case GPUPathCuFile:
-		if name != "" && name != cufile.Name {
-			return nil, fmt.Errorf("%w: gpu_path cufile reads with the cufile backend, not %s (use gpu_path bounce for it)", ErrOptions, name)
+		if name != "" && !writes {
+			return nil, fmt.Errorf("%w: gpu_path cufile reads with a backend that writes the device itself, not %s (use gpu_path bounce for it)", ErrOptions, name)
 		}
-		return []gpuWay{{GPUPathCuFile, cufile.Name, "asked for"}}, nil
+		if name == "" {
+			if name = deviceWriter(); name == "" {
+				return nil, fmt.Errorf("%w: gpu_path cufile: no backend here writes the device itself", ErrOptions)
+			}
+		}
+		return []gpuWay{{path: GPUPathCuFile, backend: name, why: "asked for"}}, nil
 	case GPUPathBounce:
-		if name == cufile.Name {
-			return nil, fmt.Errorf("%w: gpu_path bounce with backend cufile: cufile writes the device itself", ErrOptions)
+		if writes {
+			return nil, fmt.Errorf("%w: gpu_path bounce with backend %s: %s writes the device itself", ErrOptions, name, name)
 		}
-		return []gpuWay{{GPUPathBounce, name, "asked for"}}, nil
+		return []gpuWay{{path: GPUPathBounce, backend: name, why: "asked for"}}, nil
 	case "", GPUPathAuto:
-		switch name {
-		case cufile.Name:
-			return []gpuWay{{GPUPathCuFile, cufile.Name, "backend cufile named"}}, nil
-		case "":
-			return []gpuWay{{GPUPathCuFile, cufile.Name, "auto: cuFile opens here"}, {GPUPathBounce, "", "auto: cuFile cannot run here or runs in compatibility mode"}}, nil
+		switch {
+		case writes:
+			return []gpuWay{{path: GPUPathCuFile, backend: name, why: "backend " + name + " named, which writes the device"}}, nil
+		case name == "":
+			if dw := deviceWriter(); dw != "" {
+				return []gpuWay{{path: GPUPathCuFile, backend: dw, why: "auto: " + dw + " opens here"}, {path: GPUPathBounce, why: "auto: " + dw + " cannot run here or runs in compatibility mode"}}, nil
+			}
+			return []gpuWay{{path: GPUPathBounce, why: "auto: no backend here writes the device"}}, nil
 		}
-		return []gpuWay{{GPUPathBounce, name, "auto: backend " + name + " named, which writes host memory"}}, nil
+		return []gpuWay{{path: GPUPathBounce, backend: name, why: "auto: backend " + name + " named, which writes host memory"}}, nil
 	}
 	return nil, fmt.Errorf("%w: gpu_path %q (want %s, %s or %s)", ErrOptions, o.GPUPath, GPUPathAuto, GPUPathCuFile, GPUPathBounce)
+}
+
+// deviceWriter returns the first backend offered that writes the device
+// itself (backend.Spec.DeviceWrites), "" for none.
+func deviceWriter() string {
+	for _, s := range Backends() {
+		if s.DeviceWrites {
+			return s.Name
+		}
+	}
+	return ""
 }
 
 // Batch memory's vocabulary as the loader's callers name it (package

@@ -4,35 +4,54 @@ package loader_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
+	"github.com/nvfeed/nvfeed/loader/backend/backendtest"
 )
 
 // memBackend is a third-party backend written against the public
-// contract only (package backend): it holds every sample in memory,
-// read once at open, and copies it into batch memory.
+// contract only (package backend): it holds every sample in memory, read
+// once at open (as the caller, with Env.Cred), and copies it into batch
+// memory where each request says (Buf[At:]). A sample it could not read
+// fails its requests.
 type memBackend struct {
 	data  [][]byte
+	errs  []error // why sample i could not be read
 	reads atomic.Int64
 }
 
 func (b *memBackend) Name() string { return "mem" }
 
 func (b *memBackend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
+	var first error
 	for i := range reqs {
-		copy(reqs[i].Buf, b.data[reqs[i].Index])
+		r := &reqs[i]
+		r.Err = nil
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := b.errs[r.Index]; err != nil {
+			r.Err = &backend.SampleError{Index: r.Index, Path: r.Sample.Path, Err: err}
+			first = cmp.Or(first, r.Err)
+			continue
+		}
+		copy(r.Data(), b.data[r.Index])
 		b.reads.Add(1)
 	}
-	return ctx.Err()
+	return first
 }
 
 func (b *memBackend) Stats() backend.Stats {
@@ -44,17 +63,44 @@ func (b *memBackend) Close() error { return nil }
 // memSpec describes it: the one package's worth of a new backend.
 func memSpec() backend.Spec {
 	return backend.Spec{Name: "mem", Doc: "samples held in memory (a test)",
-		Open: func(m *bmap.Map, _ backend.Params, _ backend.Env) (backend.Backend, error) {
-			b := &memBackend{}
-			for _, s := range m.Samples {
-				d, err := os.ReadFile(filepath.Join(m.Root, s.Path))
+		Open: func(m *bmap.Map, _ backend.Params, env backend.Env) (backend.Backend, error) {
+			open := func(path string) (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0) }
+			if env.Cred != nil {
+				c, err := backend.NewCaller(*env.Cred, 1)
 				if err != nil {
 					return nil, err
 				}
-				b.data = append(b.data, d)
+				defer c.Close()
+				open = func(path string) (int, error) { return c.Open(path, unix.O_RDONLY) }
+			}
+			b := &memBackend{data: make([][]byte, len(m.Samples)), errs: make([]error, len(m.Samples))}
+			for i, s := range m.Samples {
+				b.data[i], b.errs[i] = readSample(open, filepath.Join(m.Root, s.Path), s.Offset, s.Size)
 			}
 			return b, nil
 		}}
+}
+
+// readSample reads size bytes at off of the file at path, opened with
+// open; a file shorter than that wraps backend.ErrShortRead.
+func readSample(open func(string) (int, error), path string, off, size int64) ([]byte, error) {
+	fd, err := open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	d := make([]byte, size)
+	if _, err := f.ReadAt(d, off); err != nil {
+		return nil, fmt.Errorf("%w: %w", backend.ErrShortRead, err)
+	}
+	return d, nil
+}
+
+// TestMemBackendConforms: the in-memory backend passes the conformance
+// suite any backend runs.
+func TestMemBackendConforms(t *testing.T) {
+	backendtest.Run(t, backendtest.Config{Spec: memSpec()})
 }
 
 // TestRegisterBackend shows ARCHITECTURE.md's "adding a backend is one

@@ -7,42 +7,23 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nvfeed/nvfeed/bmap/fresh"
-	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/cufile"
 	"github.com/nvfeed/nvfeed/loader/internal/fsread"
 	"github.com/nvfeed/nvfeed/loader/internal/raw"
-	"github.com/nvfeed/nvfeed/loader/internal/shared"
 )
+
+// Cred is who a loader reads for (Options.Cred): backend.Cred, named
+// here for callers that leave backends to the loader.
+type Cred = backend.Cred
 
 // DefaultBackend is the backend used when Options.Backend is empty.
 const DefaultBackend = fsread.Name
 
-// builtinEnv is what the loader hands its built-in backends beyond
-// backend.Env, each as its own typed environment.
-type builtinEnv struct {
-	guard       *fresh.Guard
-	shared      *shared.Shared
-	hostBuffers [][]byte
-	cuda        *cuda.Libs
-}
-
 // builtins returns the built-in backends' descriptions, the default
-// first, each with its environment from x.
-func builtins(x builtinEnv) []backend.Spec {
-	rx := raw.Env{Guard: x.guard, Shared: x.shared, HostBuffers: x.hostBuffers}
-	return []backend.Spec{fsread.Spec(fsread.Env{Guard: x.guard}), raw.GDSSpec(rx), raw.BAMSpec(rx), cufile.Spec(cufile.Env{CUDA: x.cuda})}
-}
-
-// builtinSpec returns the built-in backend name with environment x.
-func builtinSpec(name string, x builtinEnv) (backend.Spec, bool) {
-	for _, s := range builtins(x) {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return backend.Spec{}, false
+// first. They get what any registered backend gets: backend.Env.
+func builtins() []backend.Spec {
+	return []backend.Spec{fsread.Spec(), raw.GDSSpec(), raw.BAMSpec(), cufile.Spec()}
 }
 
 var (
@@ -62,7 +43,7 @@ func Register(s backend.Spec) error {
 	}
 	regMu.Lock()
 	defer regMu.Unlock()
-	for _, t := range append(builtins(builtinEnv{}), registered...) {
+	for _, t := range append(builtins(), registered...) {
 		if t.Name == s.Name {
 			return fmt.Errorf("%w: register: backend %q exists already", ErrOptions, s.Name)
 		}
@@ -77,7 +58,7 @@ func Register(s backend.Spec) error {
 func Backends() []backend.Spec {
 	regMu.RLock()
 	defer regMu.RUnlock()
-	return append(builtins(builtinEnv{}), registered...)
+	return append(builtins(), registered...)
 }
 
 // BackendSpec returns the named backend's description ("" names the

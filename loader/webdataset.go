@@ -104,8 +104,8 @@ func (w *WebDataset) SlotBytes(batchSize int) int64 {
 // sample's K outputs in rooms of their own (room's rule: 4 KiB-aligned,
 // its bytes at its phase in the tar), read as byte ranges of the tar
 // (backend.Request.Index is the tar's index in the Shards map the
-// backend was opened over, Request.Sample the tar's record with the
-// member's Offset and Size and Within the tar's size); an empty output
+// backend was opened over, Request.Whole its record, Request.Sample a
+// copy with the member's Offset and Size); an empty output
 // has length 0 and no room; a repeated (padding) sample shares its first
 // copy's rooms. Offsets and Lengths are sample-major, K a sample. A
 // corrupt map record fails the batch.
@@ -137,13 +137,13 @@ func (l *Loader) planWebDataset(b *Batch, idx []int32) error {
 			}
 			b.members = append(b.members, *tar)
 			ms := &b.members[len(b.members)-1]
-			ms.Offset, ms.Size, ms.Within, ms.Tensor = c.Offset, c.Size, tar.FileSize(), nil
+			ms.Offset, ms.Size = c.Offset, c.Size
 			at, n := room(ms)
 			b.Offsets, b.Lengths = append(b.Offsets, base+off+at), append(b.Lengths, c.Size)
 			if c.Size == 0 {
 				continue
 			}
-			r := backend.Request{Index: s.Shard, Sample: ms, At: at}
+			r := backend.Request{Index: s.Shard, Sample: ms, Whole: tar, At: at}
 			if slot != nil {
 				r.Buf = slot[off : off+n : off+n]
 			}

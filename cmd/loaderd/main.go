@@ -75,7 +75,7 @@ loaderd COMMAND --help prints the command's usage and every flag.`
 const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
-                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-conns-per-uid 64] [--max-replays-per-uid N]
+                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-device-mb 16384] [--max-conns-per-uid 64] [--max-replays-per-uid N]
                      [--max-sampler-mb MiB] [--max-conns N] [--root-conns 16]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
                      [--engines session|device] [--trusted-uid UID[,UID...]] [--trusted-gid GID[,GID...]]
@@ -310,7 +310,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return cli.UsageErr(fs, "--as-user %q: %v", *asUser, err)
 		}
-		lo.Cred = &c
+		lo.Cred = (*backend.Cred)(&c)
 		// As the daemon: one freshness guard for the dataset, which the
 		// backends share (a map with nothing to read raw has none).
 		if g, err := fresh.Open(m, fresh.Watch, log); err == nil {
@@ -611,6 +611,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxPerUID := fs.Int("max-sessions-per-uid", session.DefaultMaxSessionsPerUID, "refuse a uid's new sessions while it has this many open (429; TCP callers count as one uid)")
 	maxReplays := fs.Int("max-replays-per-uid", session.DefaultMaxReplaysPerUID(), "run at most this many of a uid's shuffle dali replays at once (a session resumed or moved to an epoch goes through every epoch before it again: up to tens of seconds of a core); the others wait their turn")
 	maxLocked := fs.Int64("max-locked-mb", 0, fmt.Sprintf("refuse sessions whose batch memory would take all open sessions' past this (MiB; 507); 0: %.0f%% of the machine's memory, within RLIMIT_MEMLOCK unless the daemon has CAP_IPC_LOCK", session.DefaultLockedShare*100))
+	maxDevice := fs.Int64("max-device-mb", session.DefaultMaxDeviceBytes>>20, "refuse GPU sessions whose GPU batch memory (slots rounded up to 2 MiB) would take all open sessions' on every GPU together past this (MiB; 507)")
 	maxSampler := fs.Int64("max-sampler-mb", 0, fmt.Sprintf("refuse sessions whose sample order (a permutation of the dataset; shuffle dali's file list and initial_fill buffer) would take all open sessions' past this (MiB; 507); 0: %.1f%% of the machine's memory", session.DefaultSamplerShare*100))
 	maxConns := fs.Int("max-conns-per-uid", serve.DefaultMaxConnsPerUID, "answer a uid's connections past this many open with 429 and close them (TCP clients count as one uid)")
 	maxConnsAll := fs.Int("max-conns", 0, "answer connections past this many open, all users together, with 429 and close them (0: what RLIMIT_NOFILE leaves after the sessions and the daemon)")
@@ -682,7 +683,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}, {"max-replays-per-uid", int64(*maxReplays)}} {
+	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}, {"max-device-mb", *maxDevice}, {"max-replays-per-uid", int64(*maxReplays)}} {
 		if f.v < 1 {
 			return cli.UsageErr(fs, "--%s %d: want at least 1", f.name, f.v)
 		}
@@ -741,7 +742,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, WebDatasets: webs, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs,
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxDeviceBytes: *maxDevice << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs,
 		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

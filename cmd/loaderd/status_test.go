@@ -72,7 +72,7 @@ func TestStatusCommand(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"root text", 0, []string{"--socket", sock}, []string{"datasets:\n  d: 5 samples", "fresh ", "sessions:\n  none", "budgets:", "batch memory", "sessions  ", "connections"}},
+		{"root text", 0, []string{"--socket", sock}, []string{"datasets:\n  d: 5 samples", "fresh ", "sessions:\n  none", "budgets:", "batch memory", "gpu batch memory", "sessions  ", "connections"}},
 		{"nobody text", 65534, []string{"--socket", sock}, []string{"d: 5 samples", "sessions:\n  none", "sessions of the caller   0 of 16"}},
 	}
 	for _, tt := range tests {
@@ -101,7 +101,7 @@ func TestStatusCommand(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &v); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out)
 		}
-		if len(v.Datasets) != 1 || v.Datasets[0]["name"] != "d" || v.Datasets[0]["samples"] != 5.0 || v.Sessions == nil || len(v.Budgets) != 5 {
+		if len(v.Datasets) != 1 || v.Datasets[0]["name"] != "d" || v.Datasets[0]["samples"] != 5.0 || v.Sessions == nil || len(v.Budgets) != 6 {
 			t.Errorf("--json: %s", out)
 		}
 	})

@@ -18,7 +18,6 @@ import (
 	"unsafe"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/cred"
 )
 
 // Align is the alignment of batch slots and of every sample inside a
@@ -63,7 +62,23 @@ type Request struct {
 	// whose samples lie back to back on the device (the next sample's
 	// bytes start right after).
 	DevRoom int64
-	Err     error // set by the backend when this sample failed (a *SampleError)
+	// Whole is the map's sample when Sample is a part of it: a copy with
+	// Offset and Size narrowed to the bytes of the file a region of
+	// interest needs (one request per part, all with Whole's Index); nil
+	// when Sample is the map's sample. A backend reads Sample's bytes as
+	// always, and compares the file (its size, a tensor's header) with
+	// Mapped.
+	Whole *bmap.Sample
+	Err   error // set by the backend when this sample failed (a *SampleError)
+}
+
+// Mapped returns the map's sample the request reads (of): Whole, else
+// Sample.
+func (r *Request) Mapped() *bmap.Sample {
+	if r.Whole != nil {
+		return r.Whole
+	}
+	return r.Sample
 }
 
 // Addr returns the address of Buf[0], 0 for a nil Buf: with the file
@@ -112,19 +127,32 @@ type Backend interface {
 	Close() error
 }
 
-// Env is what any backend gets from its host besides its options: the
-// logger, whom it reads for, where GPU batch memory is, and for
-// benchmarks a trace of device reads. What only built-in backends use
-// (the map's shared freshness guard, engines shared between loaders, the
-// host slots to register) reaches them through their own typed
-// environment, built by the loader.
+// Env is everything a backend gets from its host besides its options,
+// the same for the built-in backends and any registered one: the
+// logger, whom it reads for, the map's freshness guard, resources shared
+// with other backends, the host slots it may register, where GPU batch
+// memory is, and for benchmarks a trace of device reads. Every field but
+// Logger may be unset; a backend does without (its own guard, its own
+// resources, the process's credentials).
 type Env struct {
 	Logger *slog.Logger
 	Trace  io.Writer // if set, a backend that reads the block device logs every device read as a fio iolog (v2) line
-	// Cred, if set, is who every filesystem open is made as (the kernel
-	// checks it), and whose check a raw read of a changed sample must pass;
-	// nil: the process's own credentials.
-	Cred *cred.Cred
+	// Cred, if set, is who every filesystem open is made as (NewCaller:
+	// the kernel checks it), and whose check a raw read of a changed
+	// sample must pass; nil: the process's own credentials. The daemon
+	// always sets it to its client's.
+	Cred *Cred
+	// Guard is the map's freshness state, shared with the host (the
+	// daemon keeps one per dataset); nil: a backend reading raw extents
+	// opens its own (package bmap/fresh).
+	Guard Guard
+	// Shared lets backends share resources by key with other loaders of
+	// the host (the daemon: one raw engine per device); nil: their own.
+	Shared Shared
+	// HostBuffers is the host batch memory every Request.Buf lies in,
+	// slot by slot, for a backend that registers it once (io_uring fixed
+	// buffers); nil when not known.
+	HostBuffers [][]byte
 	// GPU is the batch memory on a GPU, for a backend that writes device
 	// memory (its Spec's DeviceWrites); nil for host memory.
 	GPU *GPUMemory
@@ -137,6 +165,11 @@ type GPUMemory struct {
 	Base     uintptr
 	Size     int64
 	NUMANode int // the GPU's NUMA node, -1 unknown: workers go on its CPUs
+	// Driver is the host's handle on the GPU driver that made this memory
+	// (the loader's: its CUDA libraries, discovered once per process), for
+	// a backend that knows its type and would share them; any other
+	// ignores it and brings its own binding. nil: none to share.
+	Driver any
 }
 
 // Opener opens a backend over a map with resolved options.

@@ -39,3 +39,8 @@ func (e *SampleError) Error() string {
 
 // Unwrap returns the cause.
 func (e *SampleError) Unwrap() error { return e.Err }
+
+// ErrUnavailable is returned (wrapped) by a backend's Open when it cannot
+// run on this machine (a library, driver or device it needs is missing,
+// or refused): under GPU path auto the host then falls back to bounce.
+var ErrUnavailable = errors.New("backend unavailable here")

@@ -47,7 +47,12 @@ type Spec struct {
 	// DeviceWrites says the backend writes GPU memory itself (Request.Dev);
 	// for a backend that writes only host memory, GPU batch memory gives it
 	// a host staging area and copies it over in Publish.
-	DeviceWrites bool   `json:"device_writes" msgpack:"device_writes"`
+	DeviceWrites bool `json:"device_writes" msgpack:"device_writes"`
+	// MeasuresMode says the open backend measures how it reaches the
+	// device (it implements ModeReporter): under GPU path auto the host
+	// asks it once open and takes bounce where it says ModeCompat. Only
+	// with DeviceWrites.
+	MeasuresMode bool   `json:"-" msgpack:"-"`
 	Open         Opener `json:"-" msgpack:"-"`
 }
 

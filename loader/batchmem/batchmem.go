@@ -161,23 +161,71 @@ var (
 	ErrUnknownGPU = errors.New("no such GPU here")
 )
 
+// Granularity is what the sizes of batch memory's allocations are
+// rounded up to: 2 MiB, the huge page of x86-64 (and of arm64 with 4 KiB
+// pages) and the VMM allocation granularity of NVIDIA GPUs (and of the
+// CUDA stand-in). A device that rounds further is refused (openGPU), so
+// that what Sizing says is what Open holds.
+const Granularity = 2 << 20
+
+// Sizes is what Open(kind, slots, slotSize) allocates, as Sizing
+// computes it before any allocation (the loader's plan, the daemon's
+// budgets): the slot size (rounded up to backend.Align), the page-locked
+// host bytes (host memory, or GPU memory's staging area) and the device
+// bytes (rounded up to Granularity as Sizing says).
+type Sizes struct {
+	SlotSize int64 // Desc.SlotSize
+	Host     int64 // page-locked host memory: Desc.Size of host memory, or GPU memory's staging area
+	Device   int64 // device memory: Desc.Size of GPU memory
+}
+
+// Sizing returns what Open allocates for slots slots of at least
+// slotSize bytes of kind ("" means Pinned) for a backend that writes
+// device memory itself (deviceWrites) or not: host memory is slots ×
+// SlotSize, rounded up to Granularity from Granularity on (so that it
+// may go on huge pages; smaller memory stays on small pages, exact); GPU
+// memory is slots × SlotSize rounded up to Granularity, device bytes,
+// and, unless deviceWrites, a page-locked staging area of the same size.
+// Open allocates with it; errors wrap ErrKind for an unknown kind.
+func Sizing(kind Kind, slots int, slotSize int64, deviceWrites bool) (Sizes, error) {
+	if slots <= 0 || slotSize <= 0 || slotSize > (1<<62)/int64(slots) {
+		return Sizes{}, fmt.Errorf("batchmem: %d slots of %d bytes", slots, slotSize)
+	}
+	s := Sizes{SlotSize: backend.AlignUp(slotSize)}
+	n := int64(slots) * s.SlotSize
+	size := (n + Granularity - 1) / Granularity * Granularity
+	switch kind {
+	case "", Pinned:
+		s.Host = n
+		if n >= Granularity { // on huge pages where they are free
+			s.Host = size
+		}
+	case GPU:
+		s.Device = size
+		if !deviceWrites {
+			s.Host = size
+		}
+	default:
+		return Sizes{}, fmt.Errorf("batchmem: %w %q (want %s or %s)", ErrKind, kind, Pinned, GPU)
+	}
+	return s, nil
+}
+
 // Open allocates slots slots of at least slotSize bytes each (rounded up
-// to backend.Align) of the given kind ("" means Pinned).
+// to backend.Align) of the given kind ("" means Pinned): what Sizing
+// says, exactly.
 func Open(kind Kind, slots int, slotSize int64, o Options) (Memory, error) {
-	if slots <= 0 || slotSize <= 0 {
-		return nil, fmt.Errorf("batchmem: %d slots of %d bytes", slots, slotSize)
+	s, err := Sizing(kind, slots, slotSize, o.DeviceWrites)
+	if err != nil {
+		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	slotSize = backend.AlignUp(slotSize)
-	switch kind {
-	case "", Pinned:
-		return openHost(slots, slotSize, o, -1)
-	case GPU:
-		return openGPU(slots, slotSize, o)
+	if kind == GPU {
+		return openGPU(slots, s, o)
 	}
-	return nil, fmt.Errorf("batchmem: %w %q (want %s or %s)", ErrKind, kind, Pinned, GPU)
+	return openHost(slots, s.SlotSize, s.Host, o, -1)
 }
 
 // MaxRow bounds a dense row's staging room (backend.AlignUp of the

@@ -75,13 +75,13 @@ type gpu struct {
 // openGPU makes GPU memory on o.Device (or the GPU o.DeviceUUID names).
 // Without a driver it fails with ErrNoCUDA; a GPU not here is
 // ErrUnknownGPU.
-func openGPU(slots int, slotSize int64, o Options) (Memory, error) {
+func openGPU(slots int, s Sizes, o Options) (Memory, error) {
 	dev, err := openCUDADevice(o)
 	if err != nil {
 		return nil, err
 	}
 	o.Device = dev.t.Device // DeviceUUID's ordinal here
-	m, err := newGPU(dev, slots, slotSize, o)
+	m, err := newGPU(dev, slots, s, o)
 	if err != nil {
 		dev.Close()
 		return nil, err
@@ -93,17 +93,23 @@ func openGPU(slots int, slotSize int64, o Options) (Memory, error) {
 	return m, nil
 }
 
-// newGPU allocates the slots on dev and, unless o.DeviceWrites, their host
-// staging area.
-func newGPU(dev gpuDevice, slots int, slotSize int64, o Options) (*gpu, error) {
-	size := int64(slots) * slotSize
-	alloc, err := dev.Alloc(size)
+// newGPU allocates the slots on dev (s.Device bytes) and, unless
+// o.DeviceWrites, their host staging area (s.Host bytes). A device that
+// rounds s.Device up further (an allocation granularity over
+// Granularity) is refused: the memory would hold more than Sizing said.
+func newGPU(dev gpuDevice, slots int, s Sizes, o Options) (*gpu, error) {
+	alloc, err := dev.Alloc(s.Device)
 	if err != nil {
-		return nil, fmt.Errorf("batchmem: %d slots of %d KiB on GPU %d: %w", slots, slotSize>>10, o.Device, err)
+		return nil, fmt.Errorf("batchmem: %d slots of %d KiB on GPU %d: %w", slots, s.SlotSize>>10, o.Device, err)
 	}
-	m := &gpu{desc: Desc{Kind: GPU, Size: alloc.Size(), SlotSize: slotSize, Slots: slots, Device: o.Device, NUMANode: dev.NUMANode()}, dev: dev, alloc: alloc}
+	if alloc.Size() != s.Device {
+		alloc.Free()
+		return nil, fmt.Errorf("batchmem: %w: GPU %d allocates %d bytes for the %d asked for: its allocation granularity is over batch memory's %d bytes",
+			ErrUnsupported, o.Device, alloc.Size(), s.Device, Granularity)
+	}
+	m := &gpu{desc: Desc{Kind: GPU, Size: alloc.Size(), SlotSize: s.SlotSize, Slots: slots, Device: o.Device, NUMANode: dev.NUMANode()}, dev: dev, alloc: alloc}
 	if !o.DeviceWrites {
-		if m.staging, err = openHost(slots, slotSize, o, dev.NUMANode()); err != nil {
+		if m.staging, err = openHost(slots, s.SlotSize, s.Host, o, dev.NUMANode()); err != nil {
 			alloc.Free()
 			return nil, fmt.Errorf("batchmem: host staging for GPU memory: %w", err)
 		}
@@ -111,8 +117,8 @@ func newGPU(dev gpuDevice, slots int, slotSize int64, o Options) (*gpu, error) {
 	return m, nil
 }
 
-// Desc describes the memory; Size is the whole allocation (at least
-// Slots·SlotSize: the device's granularity rounds it up).
+// Desc describes the memory; Size is the whole allocation (Sizing's
+// Device: Slots·SlotSize rounded up to Granularity).
 func (m *gpu) Desc() Desc { return m.desc }
 
 // Slot returns slot i's device address and, for a backend that writes host

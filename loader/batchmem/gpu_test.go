@@ -123,13 +123,13 @@ func newFake(t *testing.T) *fakeDevice {
 // them; a failed copy is an error naming the slot; Close frees all.
 func TestGPUBounce(t *testing.T) {
 	dev := newFake(t)
-	m, err := newGPU(dev, 3, 8192, Options{Device: 1})
+	m, err := openFake(dev, 3, 8192, Options{Device: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := m.Desc()
-	if d.Kind != GPU || d.Device != 1 || d.Slots != 3 || d.SlotSize != 8192 || d.Size != 64<<10 || d.NUMANode != -1 {
-		t.Fatalf("Desc() = %+v, want 3 slots of 8192 on GPU 1, size rounded to the 64 KiB granularity", d)
+	if d.Kind != GPU || d.Device != 1 || d.Slots != 3 || d.SlotSize != 8192 || d.Size != Granularity || d.NUMANode != -1 {
+		t.Fatalf("Desc() = %+v, want 3 slots of 8192 on GPU 1, size rounded to batchmem's Granularity (the device's 64 KiB divides it)", d)
 	}
 	base := dev.allocs[0].Ptr()
 	for i := range 3 {
@@ -200,7 +200,7 @@ func TestGPUBounce(t *testing.T) {
 // view and Publish copies nothing.
 func TestGPUDeviceWrites(t *testing.T) {
 	dev := newFake(t)
-	m, err := newGPU(dev, 2, 4096, Options{DeviceWrites: true})
+	m, err := openFake(dev, 2, 4096, Options{DeviceWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestGPUStagingOnTheGPUsNode(t *testing.T) {
 	}
 	dev := newFake(t)
 	dev.node = 0
-	m, err := newGPU(dev, 2, 1<<20, Options{})
+	m, err := openFake(dev, 2, 1<<20, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ type gpuUnderTest func(t *testing.T, deviceWrites bool) (m Memory, dev []byte, o
 func TestGPUPublishPlacement(t *testing.T) {
 	testPlacements(t, func(t *testing.T, deviceWrites bool) (Memory, []byte, func() []fakeOp) {
 		dev := newFake(t)
-		m, err := newGPU(dev, 2, placementSlot, Options{DeviceWrites: deviceWrites})
+		m, err := openFake(dev, 2, placementSlot, Options{DeviceWrites: deviceWrites})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -399,7 +399,7 @@ func testPlacements(t *testing.T, open gpuUnderTest) {
 // memory, naming the slot, and runs nothing.
 func TestPlacementRefused(t *testing.T) {
 	dev := newFake(t)
-	m, err := newGPU(dev, 2, 3*8192, Options{})
+	m, err := openFake(dev, 2, 3*8192, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,4 +479,14 @@ func indexNot(b []byte, c byte) int {
 		}
 	}
 	return -1
+}
+
+// openFake opens GPU memory on a fake device as openGPU does: sized by
+// Sizing.
+func openFake(dev gpuDevice, slots int, slotSize int64, o Options) (*gpu, error) {
+	s, err := Sizing(GPU, slots, slotSize, o.DeviceWrites)
+	if err != nil {
+		return nil, err
+	}
+	return newGPU(dev, slots, s, o)
 }

@@ -38,7 +38,8 @@ type host struct {
 	pageSize int64
 }
 
-// openHost maps the memory. It is locked with mlock2(MLOCK_ONFAULT): each
+// openHost maps the memory: size bytes (Sizing's: slots × slotSize,
+// rounded up to Granularity from Granularity on). It is locked with mlock2(MLOCK_ONFAULT): each
 // page is page-locked from its first use and never swapped, but none is
 // allocated before it is used. A slot is sized for the worst batch while a
 // typical batch uses a fraction of it, so resident memory follows the
@@ -48,8 +49,8 @@ type host struct {
 // not locked.
 //
 // Where the system has enough free huge pages (vm.nr_hugepages), the
-// memory is a hugetlb memfd, its size rounded up to whole huge pages:
-// fewer pages to pin per read and to map. Huge pages are taken from the
+// memory is a hugetlb memfd (when the huge page divides size: the 2 MiB
+// one does): fewer pages to pin per read and to map. Huge pages are taken from the
 // pool when the memory is mapped, all of them, not on first use. Else it
 // says so in the log and uses ordinary pages, advised to be huge where
 // the kernel allows it for shared memory (transparent_hugepage/shmem_enabled).
@@ -60,20 +61,19 @@ type host struct {
 // (the client's CUDA does not see it, and registers its own mapping if it
 // copies from it), the daemon copies nothing from it, and registering it
 // would need a device: a context on GPU 0 for every pinned session.
-func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
+func openHost(slots int, slotSize, size int64, o Options, node int) (*host, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	size := int64(slots) * slotSize
 	if avail, err := memAvailable(); err == nil && size > avail {
 		return nil, fmt.Errorf("batchmem: %w: %d slots of %d KiB need up to %d MiB, the machine has %d MiB available (a smaller batch_size or prefetch)",
 			ErrNoSpace, slots, slotSize>>10, size>>20, avail>>20)
 	}
-	h, why := openHuge(slots, slotSize)
+	h, why := openHuge(slots, slotSize, size)
 	if h == nil {
 		o.Logger.Info("batchmem: batch memory on small pages", "why", why)
 		var err error
-		if h, err = openMemfd(slots, slotSize, 0); err != nil {
+		if h, err = openMemfd(slots, slotSize, size, 0); err != nil {
 			return nil, err
 		}
 		unix.Madvise(h.mem, unix.MADV_HUGEPAGE) // effective only where shmem_enabled allows it
@@ -98,9 +98,10 @@ func openHost(slots int, slotSize int64, o Options, node int) (*host, error) {
 	return h, nil
 }
 
-// openHuge opens the memory on huge pages when enough are free, its size
-// rounded up to whole pages; else nil and why not.
-func openHuge(slots int, slotSize int64) (*host, string) {
+// openHuge opens size bytes (Sizing's) on huge pages when enough are
+// free and the huge page divides size (the 2 MiB page does from 2 MiB on;
+// a 1 GiB one rarely); else nil and why not.
+func openHuge(slots int, slotSize, size int64) (*host, string) {
 	info, err := meminfo("Hugepagesize:", "HugePages_Free:")
 	if err != nil {
 		return nil, err.Error() // e.g. "no Hugepagesize: in /proc/meminfo": a kernel without huge pages
@@ -109,18 +110,22 @@ func openHuge(slots int, slotSize int64) (*host, string) {
 	if page == 0 {
 		return nil, "the kernel has no huge pages"
 	}
-	if need := (int64(slots)*slotSize + page - 1) / page; free < need {
+	if size%page != 0 {
+		return nil, fmt.Sprintf("%d bytes are not whole huge pages of %d KiB", size, page>>10)
+	}
+	if need := size / page; free < need {
 		return nil, fmt.Sprintf("%d huge pages of %d KiB needed, %d free (vm.nr_hugepages)", need, page>>10, free)
 	}
-	h, err := openMemfd(slots, slotSize, page)
+	h, err := openMemfd(slots, slotSize, size, page)
 	if err != nil { // reserved by another process meanwhile, or no hugetlb memfd
 		return nil, err.Error()
 	}
 	return h, ""
 }
 
-// openMemfd makes, seals and maps a memfd for slots slots of slotSize
-// bytes; pageSize 0 means ordinary pages, else hugetlb pages of that size.
+// openMemfd makes, seals and maps a memfd of size bytes for slots slots
+// of slotSize bytes; pageSize 0 means ordinary pages, else hugetlb pages
+// of that size (dividing size).
 //
 // Only the daemon's mapping, made here, may write the memory. A client
 // holds a read-only descriptor (Export), but a descriptor can be reopened
@@ -133,11 +138,7 @@ func openHuge(slots int, slotSize int64) (*host, string) {
 // daemon's mapping (and what pins it: mlock, io_uring fixed buffers, CUDA
 // registration) goes on writing. Size seals (shrink, grow) hold on every
 // kernel; F_SEAL_SEAL last, so no seal can be added or removed after.
-func openMemfd(slots int, slotSize, pageSize int64) (*host, error) {
-	size := int64(slots) * slotSize
-	if pageSize > 0 {
-		size = (size + pageSize - 1) / pageSize * pageSize
-	}
+func openMemfd(slots int, slotSize, size, pageSize int64) (*host, error) {
 	h := &host{desc: Desc{Kind: Pinned, Size: size, SlotSize: slotSize, Slots: slots, Device: -1, NUMANode: -1}, fd: -1, pageSize: pageSize}
 	flags := unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
 	if pageSize > 0 {

@@ -125,7 +125,11 @@ func TestHostHugePages(t *testing.T) {
 		t.Skipf("the kernel found only %d free huge pages (fragmented memory)", info["HugePages_Free:"])
 	}
 	// Three slots of a page and a bit need four pages; three are free.
-	h, why := openHuge(3, page+4096)
+	s, err := Sizing(Pinned, 3, page+4096, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, why := openHuge(3, s.SlotSize, s.Host)
 	if h != nil || !strings.Contains(why, "4 huge pages") {
 		t.Errorf("3 slots of a page and a bit: %v, %q; want refused, naming the 4 pages needed", h, why)
 		if h != nil {

@@ -31,6 +31,9 @@ class Feed(Session):
         self._last: Optional[Position] = None  # the position of the batch returned last
         self._release_after_given = o.release_after is not None
         self._dali_looked = False  # the DALI pipeline fed was looked for (release_after)
+        self.keep: Optional[int] = None
+        """Hand out only the first ``keep`` samples of the next batch (the
+        rest is padding: ``nvfeed.torch``'s last-batch policy); ``None``: all."""
         super().__init__(o, DaliTypes() if o.batch_format == "dali" else None)
 
     def __iter__(self) -> Feed:
@@ -91,6 +94,8 @@ class Feed(Session):
         if r["end_of_epoch"]:
             self._expect = (r["epoch"], 0)
             raise StopIteration
+        if self.keep is not None and self.keep < len(r["offsets"]):
+            r = _views.prefix(r, self.keep)
         if at is not None and (r["epoch"], r["iteration"]) != at:
             self._drop_stream()
             raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")

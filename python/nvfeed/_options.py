@@ -13,7 +13,7 @@ from . import _args
 from ._connect import check_timeout, socket_path
 from ._cuda import CONTEXT, stream_handle
 from ._wds import MissingComponent, ext_arg, missing_arg
-from ._wire import OpenRequest, State
+from ._wire import ROI, OpenRequest, State
 
 OnError = Literal["raise", "skip"]
 Transport = Literal["stream", "http"]
@@ -74,6 +74,7 @@ class SourceOptions:
     stream: Union[int, str, None]
     job_id: str
     fingerprint: str
+    roi: Optional[ROI] = None
     ext: tuple[str, ...] = ()
     missing_component_behavior: MissingComponent = "empty"
     case_sensitive_extensions: bool = True
@@ -88,8 +89,9 @@ class SourceOptions:
               transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
-              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False, ext: Optional[Any] = None,
-              missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True) -> SourceOptions:
+              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False,
+              roi: Optional[ROI] = None, ext: Optional[Any] = None, missing_component_behavior: str = "empty",
+              case_sensitive_extensions: bool = True) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -97,7 +99,12 @@ class SourceOptions:
         dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard, \
 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout, on_error, \
 transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
-shuffle_after_epoch, ext, missing_component_behavior, case_sensitive_extensions
+shuffle_after_epoch
+            As ``LoaderSource`` takes them, with its defaults.
+        roi
+            The region of interest its ``fn.readers.numpy`` arguments give
+            (``_daliargs.roi``, checked there), or None.
+        ext, missing_component_behavior, case_sensitive_extensions
             As ``LoaderSource`` takes them, with its defaults.
 
         Returns
@@ -135,6 +142,9 @@ shuffle_after_epoch, ext, missing_component_behavior, case_sensitive_extensions
             raise ValueError(f"cuda_stream is for device='gpu' (the consumer's GPU work on GPU batches), got it with "
                              f"device={device!r}")
         stream: Union[int, str, None] = CONTEXT if cuda_stream == CONTEXT else stream_handle(cuda_stream)
+        if roi is not None and device != "cpu":
+            raise ValueError(f"a region of interest (roi_*=) is read into host memory: device='cpu', got "
+                             f"device={device!r}")
         exts = () if ext is None else ext_arg(ext)
         missing = missing_arg(missing_component_behavior)
         case = _args.bool_arg("case_sensitive_extensions", case_sensitive_extensions)
@@ -145,7 +155,7 @@ shuffle_after_epoch, ext, missing_component_behavior, case_sensitive_extensions
                    reconnect_timeout=check_timeout("reconnect_timeout", reconnect_timeout,
                                                    zero="turns reconnection off"),
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
-                   fingerprint=want_fingerprint, ext=exts, missing_component_behavior=missing,
+                   fingerprint=want_fingerprint, roi=roi, ext=exts, missing_component_behavior=missing,
                    case_sensitive_extensions=case)
 
     def open_request(self) -> OpenRequest:
@@ -174,6 +184,8 @@ shuffle_after_epoch, ext, missing_component_behavior, case_sensitive_extensions
             req["prefetch_queue_depth"] = self.prefetch_queue_depth
         if self.device == "gpu":
             req["gpu_path"] = self.gpu_path
+        if self.roi is not None:
+            req["roi"] = self.roi
         if self.ext:
             req["ext"] = list(self.ext)
             req["missing_component_behavior"] = self.missing_component_behavior

@@ -285,7 +285,7 @@ class LoaderSource(Feed):
                  shuffle_after_epoch: bool = False, ext: Optional[Any] = None,
                  missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
                  **dali_args: Any) -> None:
-        _daliargs.split("LoaderSource", dali_args)
+        region = _daliargs.split("LoaderSource", dali_args)
         # A sharded source under torch.distributed is compared with the
         # other ranks' (one collective each): a rank whose arguments or
         # open fail tells them so, rather than leave them waiting.
@@ -295,7 +295,7 @@ class LoaderSource(Feed):
                 dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard,
                 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout,
                 on_error, transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id,
-                fingerprint, shuffle_after_epoch, ext, missing_component_behavior, case_sensitive_extensions)
+                fingerprint, shuffle_after_epoch, region, ext, missing_component_behavior, case_sensitive_extensions)
             """The arguments, checked (``SourceOptions``)."""
             super().__init__(self.options)
         except Exception as e:

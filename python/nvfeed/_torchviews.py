@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ._cudamem import CudaArray
+from ._torchbatch import dense, read_only
 from ._views import Tensors
 
 TensorBatch = Union[torch.Tensor, list[torch.Tensor]]
@@ -22,7 +23,8 @@ share a shape, else a list of tensors, each its array's dtype and shape."""
 class _Writable:
     """Presents a read-only numpy view of batch memory as writable, so that
     ``torch.from_numpy`` takes it without its "not writable" warning. The
-    memory itself stays read-only (zero-copy tensors must not be written);
+    memory itself stays read-only: zero-copy tensors are ``ReadOnlyTensor``
+    (``_torchbatch``), which refuse writes;
     ``_base`` keeps it mapped. Bytes by default, or an array of ``typestr``
     and ``shape``."""
 
@@ -65,13 +67,13 @@ class TorchViews:
                 if not self.zero_copy:
                     t = t.clone()
                     self.mark_copies()
-                return t
+                return dense(t, self.zero_copy)
             return self.cuda_arrays(cast(list[CudaArray], b))
         if isinstance(b, np.ndarray):
-            return torch.from_numpy(_writable(b) if self.zero_copy else b.copy())
+            return dense(torch.from_numpy(_writable(b) if self.zero_copy else b.copy()), self.zero_copy)
         arrays = cast(list["np.ndarray[Any, np.dtype[Any]]"], b)
         if self.zero_copy or not arrays:
-            return [torch.from_numpy(_writable(a)) for a in arrays]
+            return [read_only(torch.from_numpy(_writable(a))) for a in arrays]
         addrs = [int(a.__array_interface__["data"][0]) for a in arrays]
         lo, n = _span(addrs, [a.nbytes for a in arrays])
         span = np.asarray(_Writable(lo, n, arrays[0])).copy()  # one copy of the batch's bytes
@@ -81,7 +83,7 @@ class TorchViews:
     def cuda_arrays(self, arrays: list[CudaArray]) -> list[torch.Tensor]:
         """A numpy dataset's ragged GPU batch: a tensor per array."""
         if self.zero_copy or not arrays:
-            return [torch.as_tensor(a, device=self.device) for a in arrays]
+            return [read_only(torch.as_tensor(a, device=self.device)) for a in arrays]
         lo, n = _span([a.ptr for a in arrays], [a.nbytes for a in arrays])
         span = torch.as_tensor(CudaArray(lo, n, self.device.index or 0, arrays[0]), device=self.device).clone()
         self.mark_copies()
@@ -102,6 +104,8 @@ class TorchViews:
             if not self.zero_copy:
                 rows = rows.clone()
                 self.mark_copies()
+            else:
+                rows = read_only(rows)
             return list(rows.unbind(0))
         if not samples:
             return []
@@ -111,7 +115,7 @@ class TorchViews:
         sizes = [int(s.nbytes) for s in samples]
         lo, n = _span(addrs, sizes)
         view = np.asarray(_Writable(lo, n, samples[0]))  # samples[0] keeps the mapping alive
-        span = torch.from_numpy(view if self.zero_copy else view.copy())
+        span = read_only(torch.from_numpy(view)) if self.zero_copy else torch.from_numpy(view.copy())
         return [span[a - lo:a - lo + k] for a, k in zip(addrs, sizes)]
 
     def cuda_tensors(self, samples: list[CudaArray]) -> list[torch.Tensor]:
@@ -121,6 +125,8 @@ class TorchViews:
         if not self.zero_copy:
             span = span.clone()
             self.mark_copies()
+        else:
+            span = read_only(span)
         return [span[s.ptr - lo:s.ptr - lo + s.nbytes] for s in samples]
 
     def wait_pending(self) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import mmap
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import numpy as np
 
 from ._cudamem import CudaArray, DeviceMapping
 from ._errors import LoaderError
+from ._wire import NextResponse
 
 Sample = Union["np.ndarray[Any, np.dtype[np.uint8]]", CudaArray]
 """One sample's bytes: a 1-D uint8 numpy view of host batch memory, or a
@@ -100,6 +101,21 @@ class DaliTypes:
             t = self._tensor
             return self._list([t(a) for a in arrays], contiguous=False)  # type: ignore[call-overload]
         return self._list(arrays)
+
+
+def prefix(r: NextResponse, keep: int) -> NextResponse:
+    """The descriptor r of its first ``keep`` samples only (the others are
+    padding the loop is not to see); their failures with them."""
+    out = cast(dict[str, Any], dict(r))
+    for key in ("offsets", "lengths", "labels", "indices", "shapes"):
+        v = out.get(key)
+        if v is not None:
+            out[key] = v[:keep]
+    failed, errors = r.get("failed") or [], r.get("errors") or []
+    out["failed"] = [i for i in failed if i < keep]
+    if len(errors) == len(failed):
+        out["errors"] = [e for i, e in zip(failed, errors) if i < keep]
+    return cast(NextResponse, out)
 
 
 def tensor_dtype(descr: str) -> "np.dtype[Any]":

@@ -25,6 +25,7 @@ class ReaderArgs(TypedDict):
 
 class Sampling(ReaderArgs):
     n: int  # samples in the dataset
+    webdataset: bool  # a webdataset dataset's session (absent otherwise): shard order, permute computed
 
 
 class State(TypedDict):
@@ -33,6 +34,19 @@ class State(TypedDict):
     sampling: Sampling
     epoch: int
     batch: int
+
+
+class ROI(TypedDict, total=False):
+    """fn.readers.numpy's region of interest, under its argument names."""
+    roi_start: List[int]
+    rel_roi_start: List[float]
+    roi_end: List[int]
+    rel_roi_end: List[float]
+    roi_shape: List[int]
+    rel_roi_shape: List[float]
+    roi_axes: List[int]
+    out_of_bounds_policy: str  # "error", "pad" or "trim_to_shape"
+    fill_value: float
 
 
 class OpenRequest(ReaderArgs, total=False):
@@ -48,6 +62,7 @@ class OpenRequest(ReaderArgs, total=False):
     state: Optional[State]
     fingerprint: str  # the dataset's fingerprint expected ("": any); another one is refused (409)
     job_id: str  # the job this session is a rank of ("": none): its sessions must agree (409 otherwise)
+    roi: Optional[ROI]  # each sample read as this region (numpy datasets, pinned memory)
     ext: List[str]  # webdataset only: one entry per output, ';'-separated alternatives
     missing_component_behavior: str  # webdataset only: "skip", "empty" ("" too) or "error"
     case_sensitive_extensions: Optional[bool]  # webdataset only: absent means True

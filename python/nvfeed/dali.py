@@ -180,7 +180,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
         del source_options["device"]  # fn.readers.numpy(device="cpu"): what this reader gives
     dtypes = source_options.pop("dtypes", None)
     own = set(inspect.signature(LoaderSource).parameters)
-    _daliargs.split("nvfeed.dali.reader", {k: source_options.pop(k) for k in list(source_options) if k not in own})
+    dali_args = {k: source_options.pop(k) for k in list(source_options) if k not in own}
+    region_args = {k: v for k, v in dali_args.items() if k in _daliargs.ROI}
+    _daliargs.split("nvfeed.dali.reader", dali_args)
+    source_options.update(region_args)  # LoaderSource takes them (checked: split)
     for bad in ("batch_size", "device", "device_id", "gpu_path", "state"):
         if bad in source_options:
             why = {"batch_size": "it is the pipeline's", "state": "resume with DALI's checkpointing"}.get(

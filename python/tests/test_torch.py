@@ -139,10 +139,9 @@ def test_state_dict_resumes_exactly(daemon: Daemon, k: int) -> None:
     first = LoaderDataset("train", **kw)
     head = steps(batches(first), k)
     sd = json.loads(json.dumps(first.state_dict()))  # plain values: fit for torch.save and JSON
-    # After an epoch's last batch the position is its end (0, 12): the
-    # resumed loop first ends that epoch (an empty iteration), as the
-    # uninterrupted one would have.
-    assert (sd["epoch"], sd["batch"]) == ((0, 12) if k == 12 else divmod(k, 12))
+    # A loop that received an epoch's 12 batches has finished it: the
+    # position is the next epoch's first batch.
+    assert (sd["epoch"], sd["batch"]) == divmod(k, 12)
     first.close()
     second = LoaderDataset("train", **kw)
     second.load_state_dict(sd)

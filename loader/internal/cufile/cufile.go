@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/loader/backend"
@@ -36,18 +35,23 @@ const Name = "cufile"
 // ErrUnavailable is returned (wrapped) by Open when cuFile cannot run
 // here (no libcufile, no driver, a host precondition unmet:
 // cuda.ErrCuFilePrecondition, or its driver refused to open or hung:
-// cuda.ErrCuFileDriverStuck).
-var ErrUnavailable = errors.New("cuFile unavailable")
+// cuda.ErrCuFileDriverStuck). It is backend.ErrUnavailable too
+// (errors.Is), which the host's GPU path auto falls back on.
+var ErrUnavailable error = unavailable{}
 
-// Env is what the cufile backend needs beyond backend.Env.
-type Env struct {
-	// CUDA is the process's CUDA libraries, discovered once; nil: each
-	// open discovers them again (cuda.SearchFromEnv).
-	CUDA *cuda.Libs
-}
+// unavailable is ErrUnavailable's type: "cuFile unavailable", matching
+// backend.ErrUnavailable.
+type unavailable struct{}
 
-// Spec describes the cufile backend.
-func Spec(x Env) backend.Spec {
+func (unavailable) Error() string { return "cuFile unavailable" }
+
+// Is reports whether target is backend.ErrUnavailable.
+func (unavailable) Is(target error) bool { return target == backend.ErrUnavailable }
+
+// Spec describes the cufile backend. It uses the CUDA libraries the
+// host's GPU memory was made with (backend.GPUMemory.Driver, a
+// *cuda.Libs), else discovers them again (cuda.SearchFromEnv).
+func Spec() backend.Spec {
 	return backend.Spec{
 		Name: Name,
 		Doc:  "reads each sample through its file with cuFileRead straight into GPU batch memory (memory gpu only; GPUDirect Storage where the platform has it, else cuFile's compatibility mode)",
@@ -55,6 +59,7 @@ func Spec(x Env) backend.Spec {
 			{Name: "workers", Kind: backend.Int, Default: int64(8), Min: 1, Max: 64, Doc: "reads in flight (each on its own thread with the GPU's context)"},
 		},
 		DeviceWrites: true,
+		MeasuresMode: true,
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			if env.GPU == nil {
 				return nil, fmt.Errorf("%w: backend %s reads into GPU memory: open the session with memory gpu", backend.ErrOptions, Name)
@@ -64,7 +69,7 @@ func Spec(x Env) backend.Spec {
 			if log == nil {
 				log = slog.Default()
 			}
-			libs := x.CUDA
+			libs, _ := env.GPU.Driver.(*cuda.Libs)
 			if libs == nil {
 				libs = cuda.NewLibs(cuda.SearchFromEnv(), log)
 			}
@@ -114,7 +119,7 @@ type reader interface {
 // Backend reads samples with a pool of workers, each on its own thread.
 type Backend struct {
 	fs     *samplefile.Reader // opens each sample's file, bound to the mapped one
-	caller *cred.Opener       // opens as the caller (Env.Cred); nil: as the process
+	caller *backend.Caller    // opens as the caller (Env.Cred); nil: as the process
 	r      reader
 	pool   *readpool.Pool
 }
@@ -128,7 +133,7 @@ func New(m *bmap.Map, workers int, r reader, env backend.Env) (*Backend, error) 
 	}
 	b := &Backend{fs: fs, r: r}
 	if env.Cred != nil {
-		if b.caller, err = cred.NewOpener(*env.Cred, 2); err != nil {
+		if b.caller, err = backend.NewCaller(*env.Cred, 2); err != nil {
 			return nil, fmt.Errorf("cufile: reading as %v: %w", *env.Cred, err)
 		}
 	}
@@ -246,10 +251,10 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
 	}
-	if want := s.FileSize(); st.Size != want {
+	if want := req.Mapped().FileSize(); st.Size != want {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file is %d bytes now, the map says %d (map the dataset again)", backend.ErrShortRead, st.Size, want)}
 	}
-	if n < s.Size || (n != s.Size && s.Within == 0) { // a tar member's aligned read runs on into its tar
+	if n < s.Size || (n != s.Size && req.Whole == nil) { // a part's aligned read runs on into its file
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: read %d of the %d data bytes at offset %d, the map says %d", backend.ErrShortRead, n, s.Size, s.Offset, s.Size)}
 	}
 	return samplefile.CheckTensor(req, fd)

@@ -15,8 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/bmap/fresh"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/counts"
 	"github.com/nvfeed/nvfeed/loader/internal/readpool"
@@ -30,16 +28,8 @@ const Name = "file"
 // another file than the one mapped (samplefile.ErrReplaced).
 var ErrReplaced = samplefile.ErrReplaced
 
-// Env is what the loader gives the file backend beyond backend.Env.
-type Env struct {
-	// Guard is the map's freshness state shared with the loader's host
-	// (the daemon keeps one per dataset); nil: none (every open as a
-	// caller then goes through the caller's threads).
-	Guard *fresh.Guard
-}
-
-// Spec describes the file backend; x is its environment.
-func Spec(x Env) backend.Spec {
+// Spec describes the file backend.
+func Spec() backend.Spec {
 	return backend.Spec{
 		Name: Name,
 		Doc:  "reads each sample through the filesystem with parallel pread (optionally O_DIRECT)",
@@ -48,7 +38,7 @@ func Spec(x Env) backend.Spec {
 			{Name: "direct", Kind: backend.Bool, Default: false, Doc: "open files with O_DIRECT, bypassing the page cache"},
 		},
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
-			return New(m, int(p.Int("workers")), p.Bool("direct"), env, x)
+			return New(m, int(p.Int("workers")), p.Bool("direct"), env)
 		},
 	}
 }
@@ -57,9 +47,9 @@ func Spec(x Env) backend.Spec {
 type Backend struct {
 	r      *samplefile.Reader
 	pool   *readpool.Pool
-	caller *cred.Opener // opens as the caller (Env.Cred); nil: the workers open as the process
-	guard  *fresh.Guard // with caller: which samples' paths are unchanged since the caller's check
-	rootFd int          // with guard: the dataset root, for opens beneath it
+	caller *backend.Caller // opens as the caller (Env.Cred); nil: the workers open as the process
+	guard  backend.Guard   // with caller: which samples' paths are unchanged since the caller's check
+	rootFd int             // with guard: the dataset root, for opens beneath it
 }
 
 // callerThreads is how many threads open a batch's files as the caller.
@@ -69,24 +59,24 @@ const callerThreads = 4
 // sample is read as that user would read it: opened as that user (shared
 // among a few threads switched to its credentials, one hand-off each per
 // batch: a switched thread is locked to its goroutine), or, where the
-// freshness guard x.Guard says nothing on the sample's path below the
+// freshness guard env.Guard says nothing on the sample's path below the
 // root changed since the watch began (the user's access was checked
 // after that, at session open), opened by the workers beneath the root
 // without following any symlink and bound to the mapped file with its
 // change time (a chmod changes it). The second way costs what a read as
 // the process costs; the first cost 22 % of a warm epoch
 // (docs/decisions.md#access-is-the-kernels-to-judge).
-func New(m *bmap.Map, workers int, direct bool, env backend.Env, x Env) (*Backend, error) {
+func New(m *bmap.Map, workers int, direct bool, env backend.Env) (*Backend, error) {
 	r, err := samplefile.NewReader(m, direct)
 	if err != nil {
 		return nil, err
 	}
 	b := &Backend{r: r, rootFd: -1}
 	if c := env.Cred; c != nil {
-		if b.caller, err = cred.NewOpener(*c, min(callerThreads, workers)); err != nil {
+		if b.caller, err = backend.NewCaller(*c, min(callerThreads, workers)); err != nil {
 			return nil, fmt.Errorf("fsread: reading as %v: %w", *c, err)
 		}
-		if g := x.Guard; g != nil && g.Method() == fresh.Watch {
+		if g := env.Guard; g != nil && g.Method() == backend.GuardWatch {
 			if b.rootFd, err = unix.Open(m.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 				b.caller.Close()
 				return nil, fmt.Errorf("fsread: dataset root: %w", err)
@@ -177,7 +167,7 @@ func (b *Backend) readAsCaller(ctx context.Context, reqs []backend.Request, bene
 		fds[i] = -1
 	}
 	if len(paths) > 0 {
-		f, e := b.caller.OpenatAll(unix.AT_FDCWD, paths, b.r.Flags())
+		f, e := b.caller.OpenAll(paths, b.r.Flags())
 		for k, i := range at {
 			fds[i], errs[i] = f[k], e[k]
 		}

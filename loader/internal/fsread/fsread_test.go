@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
@@ -103,7 +102,7 @@ func TestBackendReadsAsTheCaller(t *testing.T) {
 	}
 	m := dataset(t)
 	os.Chmod(filepath.Join(m.Root, "a/1.jpg"), 0o600)
-	b, err := New(m, 2, false, backend.Env{Cred: &cred.Cred{UID: 65534, GID: 65534}}, Env{})
+	b, err := New(m, 2, false, backend.Env{Cred: &backend.Cred{UID: 65534, GID: 65534}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 func (b *Backend) check(i int) error { return b.checkAll([]int{i})[0] }
 
 // checkAll decides whether each raw sample's bytes may be trusted now.
-// Without a caller (Env.Cred) it stats the files (fresh.Guard.Check). For
+// Without a caller (Env.Cred) it stats the files (backend.Guard.Check). For
 // a caller it opens them as the caller (one hand-off per opener thread
 // for them all), so the kernel checks the caller's access to each file
 // and every directory on its path now, and checks each open file against
@@ -35,7 +35,7 @@ func (b *Backend) checkAll(samples []int) []error {
 	for k, i := range samples {
 		paths[k] = filepath.Join(b.m.Root, b.m.Samples[i].Path)
 	}
-	fds, oerrs := b.caller.OpenatAll(unix.AT_FDCWD, paths, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	fds, oerrs := b.caller.OpenAll(paths, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	for k, i := range samples {
 		if oerrs[k] != nil {
 			errs[k] = fmt.Errorf("raw: sample %d (%s): open as %v: %w", i, b.m.Samples[i].Path, b.caller.Cred(), oerrs[k])

@@ -29,11 +29,9 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/counts"
 	"github.com/nvfeed/nvfeed/loader/internal/samplefile"
-	"github.com/nvfeed/nvfeed/loader/internal/shared"
 )
 
 // Stale-map policies (option on_stale).
@@ -100,23 +98,8 @@ func commonConfig(p backend.Params) Config {
 		FixedBuffers: p.Bool("fixed_buffers")}
 }
 
-// Env is what the loader gives the raw backends beyond backend.Env.
-type Env struct {
-	// Guard is the map's freshness state shared with the loader's host
-	// (the daemon keeps one per dataset); nil: the backend opens its own.
-	Guard *fresh.Guard
-	// Shared, if set, lets raw backends opened with the same Shared share
-	// one engine per device and configuration (not when tracing); nil:
-	// their own.
-	Shared *shared.Shared
-	// HostBuffers is the host batch memory every Request.Buf lies in
-	// (slot by slot), registered once as io_uring fixed buffers; nil when
-	// not known.
-	HostBuffers [][]byte
-}
-
-// GDSSpec describes the gds backend; x is its environment.
-func GDSSpec(x Env) backend.Spec {
+// GDSSpec describes the gds backend.
+func GDSSpec() backend.Spec {
 	return backend.Spec{
 		Name: "gds",
 		Doc:  "GPUDirect-Storage-like: CPU-initiated O_DIRECT reads of whole raw extents from the block device at a queue depth",
@@ -127,13 +110,13 @@ func GDSSpec(x Env) backend.Spec {
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			c := commonConfig(p)
 			c.Queues, c.RequestSize = 1, int(p.Int("max_request"))
-			return Open("gds", m, c, env, x)
+			return Open("gds", m, c, env)
 		},
 	}
 }
 
-// BAMSpec describes the bam backend; x is its environment.
-func BAMSpec(x Env) backend.Spec {
+// BAMSpec describes the bam backend.
+func BAMSpec() backend.Spec {
 	return backend.Spec{
 		Name: "bam",
 		Doc:  "BaM-style: fixed-size block requests from several queues, with a shared block cache",
@@ -146,22 +129,22 @@ func BAMSpec(x Env) backend.Spec {
 		Open: func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
 			c := commonConfig(p)
 			c.Queues, c.RequestSize, c.FixedBlocks, c.CacheBytes = int(p.Int("queues")), int(p.Int("block_size")), true, p.Int("cache_mb")<<20
-			return Open("bam", m, c, env, x)
+			return Open("bam", m, c, env)
 		},
 	}
 }
 
 // Backend reads raw samples from the block device; samples the map marks
 // filesystem-only, and raw ones a user outside the guard's trust may
-// change (fresh.Guard.Writable), are read through the filesystem. After the raw reads of
+// change (backend.Guard.Writable), are read through the filesystem. After the raw reads of
 // a sample complete, the live file is checked against the map (inode,
 // size, mtime, ctime) as the freshness method says: a file changed before
 // or during the read is never served from the blocks it used to have.
 type Backend struct {
 	name    string
 	m       *bmap.Map
-	guard   *fresh.Guard
-	ownG    bool // the guard is ours to close
+	guard   backend.Guard
+	ownG    *fresh.Guard // the guard when it is ours (opened here) to close
 	dev     *os.File
 	cfg     Config
 	plan    planner
@@ -171,7 +154,7 @@ type Backend struct {
 	trace   *tracer
 	log     *slog.Logger
 	fs      *samplefile.Reader // filesystem reads: filesystem-only and changed samples
-	caller  *cred.Opener       // opens as the caller (Env.Cred); nil: as the process
+	caller  *backend.Caller    // opens as the caller (Env.Cred); nil: as the process
 
 	scMu      sync.Mutex
 	scratches []*scratch // free planning scratch, reused across batches
@@ -181,11 +164,11 @@ type Backend struct {
 }
 
 // Open opens m's block device read-only with O_DIRECT and starts the
-// engines. It uses x.Guard, the map's shared freshness state, or opens
+// engines. It uses env.Guard, the map's shared freshness state, or opens
 // its own (which checks that the filesystem mounted at the map's root is
 // the one mapped, bmap.ErrStale otherwise, and stats every raw sample).
 // name is how the backend reports itself.
-func Open(name string, m *bmap.Map, cfg Config, env backend.Env, x Env) (*Backend, error) {
+func Open(name string, m *bmap.Map, cfg Config, env backend.Env) (*Backend, error) {
 	if cfg.QueueDepth < 1 || cfg.Queues < 1 || cfg.RequestSize < backend.Align || cfg.RequestSize%backend.Align != 0 {
 		return nil, fmt.Errorf("%w: %s: queues %d, queue depth %d, request size %d", backend.ErrOptions, name, cfg.Queues, cfg.QueueDepth, cfg.RequestSize)
 	}
@@ -199,13 +182,13 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env, x Env) (*Backen
 	if log == nil {
 		log = slog.Default()
 	}
-	b := &Backend{name: name, m: m, guard: x.Guard, cfg: cfg, log: log}
+	b := &Backend{name: name, m: m, guard: env.Guard, cfg: cfg, log: log}
 	var err error
 	if b.fs, err = samplefile.NewReader(m, false); err != nil {
 		return nil, fmt.Errorf("raw: %s: %w", name, err)
 	}
 	if env.Cred != nil {
-		if b.caller, err = cred.NewOpener(*env.Cred, 2); err != nil {
+		if b.caller, err = backend.NewCaller(*env.Cred, 2); err != nil {
 			return nil, fmt.Errorf("raw: %s: reading as %v: %w", name, *env.Cred, err)
 		}
 	}
@@ -215,7 +198,7 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env, x Env) (*Backen
 			b.Close()
 			return nil, fmt.Errorf("raw: %s: %w", name, err)
 		}
-		b.guard, b.ownG = g, true
+		b.guard, b.ownG = g, g
 	} else if b.guard.Map() != m {
 		b.Close()
 		return nil, fmt.Errorf("%w: %s: the freshness guard given is another map's", backend.ErrOptions, name)
@@ -261,7 +244,7 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env, x Env) (*Backen
 		b.trace = newTracer(env.Trace, devPath)
 	}
 	for q := 0; q < cfg.Queues; q++ {
-		if err := b.addEngine(q, x); err != nil {
+		if err := b.addEngine(q, env); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("raw: %s: %w", name, err)
 		}
@@ -277,11 +260,11 @@ func Open(name string, m *bmap.Map, cfg Config, env backend.Env, x Env) (*Backen
 	return b, nil
 }
 
-// addEngine starts queue q's engine, or with x.Shared (and no trace)
+// addEngine starts queue q's engine, or with env.Shared (and no trace)
 // takes the one already serving this device, engine kind, queue depth and
 // queue from another backend. A shared engine reads its own duplicate of
 // the device descriptor, so it outlives the backend that made it.
-func (b *Backend) addEngine(q int, x Env) error {
+func (b *Backend) addEngine(q int, x backend.Env) error {
 	fd := int(b.dev.Fd())
 	logFallback := func(err error) {
 		if err != nil {
@@ -328,7 +311,7 @@ func (b *Backend) addEngine(q int, x Env) error {
 // ringSetup is how this backend's io_uring engines are set up; own says
 // the engine is this backend's alone (a shared engine serves other
 // sessions' memory too, so it registers none).
-func (b *Backend) ringSetup(x Env, own bool) ringSetup {
+func (b *Backend) ringSetup(x backend.Env, own bool) ringSetup {
 	rs := ringSetup{log: b.log}
 	if own && b.cfg.FixedBuffers {
 		rs.buffers = x.HostBuffers
@@ -605,8 +588,8 @@ func (b *Backend) Close() error {
 		errs = append(errs, sc.free())
 	}
 	b.scratches = nil
-	if b.ownG {
-		errs = append(errs, b.guard.Close())
+	if b.ownG != nil {
+		errs = append(errs, b.ownG.Close())
 	}
 	if b.caller != nil {
 		b.caller.Close()

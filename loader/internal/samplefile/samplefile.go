@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/internal/cred"
 	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
@@ -31,17 +30,17 @@ import (
 var ErrReplaced = errors.New("the path names another file than the one mapped")
 
 // Opener opens a path with flags (O_CLOEXEC included) and returns the
-// descriptor: cred.Opener.Openat as a caller, or nil for the calling
+// descriptor: backend.Caller.Open as a caller, or nil for the calling
 // thread's own credentials.
 type Opener func(path string, flags int) (int, error)
 
 // AsCaller returns the Opener of o, or nil (the calling thread's own
 // credentials) for a nil o.
-func AsCaller(o *cred.Opener) Opener {
+func AsCaller(o *backend.Caller) Opener {
 	if o == nil {
 		return nil
 	}
-	return func(path string, flags int) (int, error) { return o.Openat(unix.AT_FDCWD, path, flags) }
+	return o.Open
 }
 
 // Reader reads samples of one map through the filesystem.
@@ -189,14 +188,14 @@ func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 // (bmap.Sample.CheckHeaderFd): a *backend.SampleError wrapping
 // bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
 //
-// A byte range of a larger file (bmap.Sample.Within: a webdataset tar
-// member) is checked by its file's modification time alone (its size is
-// the read's check): a tar modified since mapping fails its members
-// (bmap.ErrStale), whose bytes at their offsets may now be another
-// member's or a header; a chmod or chown leaves them served.
+// A part of a file without a tensor (Request.Whole set: a webdataset
+// tar member, Whole the tar) is checked by its file's modification time
+// alone: a tar modified since mapping fails its members (bmap.ErrStale),
+// whose bytes at their offsets may now be another member's or a header;
+// a chmod or chown, which moves only the ctime, leaves them served.
 func CheckTensor(req *backend.Request, fd int) error {
-	s := req.Sample
-	if s.Tensor == nil && s.Within == 0 {
+	s := req.Mapped()
+	if s.Tensor == nil && req.Whole == nil {
 		return nil
 	}
 	var st unix.Stat_t
@@ -204,10 +203,11 @@ func CheckTensor(req *backend.Request, fd int) error {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("fstat: %w", err)}
 	}
 	if st.Mtim.Nano() == s.MtimeNs && (st.Ctim.Nano() == s.CtimeNs || s.Tensor == nil) {
-		return nil // a tar's change time moves with a chmod: its bytes did not
+		return nil
 	}
 	if s.Tensor == nil {
-		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the tar was modified since mapping (its member's bytes [%d,+%d) may be others'): map the dataset again", bmap.ErrStale, s.Offset, s.Size)}
+		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: fmt.Errorf("%w: the file was modified since mapping (the bytes [%d,+%d) of it may be others'): map the dataset again",
+			bmap.ErrStale, req.Sample.Offset, req.Sample.Size)}
 	}
 	// The header is read with a plain pread: O_DIRECT off (fd is the
 	// read's own, closed after it).
@@ -262,13 +262,16 @@ func (r *Reader) read(req *backend.Request, fd int) error {
 	if got == s.Size && int64(len(buf)) > lead+s.Size {
 		return nil // the file ended where the map says
 	}
+	if req.Whole != nil && got >= s.Size {
+		return nil // a part, all read (whether its file changed: CheckTensor)
+	}
 	// The read was cut to the room, or did not give the map's size:
 	// the file's own size says.
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fail(fmt.Errorf("fstat: %w", err))
 	}
-	if want := s.FileSize(); st.Size != want || got < s.Size || (s.Within == 0 && got != s.Size) {
+	if want := req.Mapped().FileSize(); st.Size != want || got != s.Size {
 		if st.Size == want { // the file is as mapped and the read came short
 			return fail(fmt.Errorf("%w: read %d of the %d data bytes at offset %d", backend.ErrShortRead, max(got, 0), s.Size, s.Offset))
 		}

@@ -184,10 +184,18 @@ type attackSession struct {
 // the refusal, if any.
 func (c *peerClient) open(be string) (*attackSession, int, string) {
 	c.t.Helper()
+	s, _, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
+	return s, code, msg
+}
+
+// openReq opens a session with req as c, mapping its memory; code and
+// message are the refusal, if any.
+func (c *peerClient) openReq(req wire.OpenRequest) (*attackSession, wire.OpenResponse, int, string) {
+	c.t.Helper()
 	var o wire.OpenResponse
-	code, msg := c.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}, &o)
+	code, msg := c.call("POST", "/v1/sessions", req, &o)
 	if code != http.StatusOK {
-		return nil, code, msg
+		return nil, o, code, msg
 	}
 	conn, err := testenv.DialUnixAs(c.sock, c.w.uid, c.w.gid, c.w.groups)
 	if err != nil {
@@ -203,7 +211,7 @@ func (c *peerClient) open(be string) (*attackSession, int, string) {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() { unix.Munmap(mem) })
-	return &attackSession{c: c, id: o.ID, mem: mem}, code, ""
+	return &attackSession{c: c, id: o.ID, mem: mem}, o, code, ""
 }
 
 // epoch reads one epoch, releasing each batch at the next, and returns

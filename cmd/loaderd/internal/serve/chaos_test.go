@@ -138,9 +138,9 @@ func TestMutatedRequests(t *testing.T) {
 	c := &chaos{rng: rand.New(rand.NewPCG(seed, 2))}
 	ra := 1
 	opens := []wire.OpenRequest{
-		{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 9}},
-		{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}, PrefetchQueueDepth: new(1), ReleaseAfter: &ra},
-		{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 3, PadLastBatch: true, StickToShard: true}, Backend: "file"},
+		{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 1, RandomShuffle: true, Seed: 9}}},
+		{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}, PrefetchQueueDepth: new(1), ReleaseAfter: &ra}},
+		{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 3, PadLastBatch: true, StickToShard: true}, Backend: "file"}},
 	}
 	var live wire.OpenResponse
 	reopen := func() {

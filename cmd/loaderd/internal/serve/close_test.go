@@ -121,7 +121,7 @@ func TestCloseEndsAWaitingNext(t *testing.T) {
 		t.Run(fmt.Sprint(w.uid), func(t *testing.T) {
 			owner := connectAs(t, sock, w)
 			var o wire.OpenResponse
-			if code, msg := owner.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: args, State: &st}, &o); code != http.StatusOK {
+			if code, msg := owner.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: args, State: &st}}, &o); code != http.StatusOK {
 				t.Fatalf("open at epoch %d: %d %s", st.Epoch, code, msg)
 			}
 			pending := pendingNext(t, sock, w, o.ID)
@@ -167,7 +167,7 @@ func TestShutdownEndsAWaitingNext(t *testing.T) {
 	sock, stop := stoppableDaemon(t, m)
 	owner := connectAs(t, sock, throwawayWho)
 	var o wire.OpenResponse
-	if code, msg := owner.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: args, State: &st}, &o); code != http.StatusOK {
+	if code, msg := owner.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: args, State: &st}}, &o); code != http.StatusOK {
 		t.Fatalf("open at epoch %d: %d %s", st.Epoch, code, msg)
 	}
 	pending := pendingNext(t, sock, throwawayWho, o.ID)

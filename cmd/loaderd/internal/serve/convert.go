@@ -58,9 +58,7 @@ func kind(err error) (int, string) {
 
 // openParams is an open request's session form.
 func openParams(r wire.OpenRequest) session.OpenParams {
-	return session.OpenParams{Dataset: r.Dataset, ReaderArgs: r.ReaderArgs, Backend: r.Backend, BackendOptions: r.BackendOptions,
-		PrefetchQueueDepth: r.PrefetchQueueDepth, ReleaseAfter: r.ReleaseAfter, Memory: r.Memory, Device: r.Device,
-		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, State: r.State, Fingerprint: r.Fingerprint, JobID: r.JobID,
+	return session.OpenParams{Dataset: r.Dataset, Request: r.Request, Fingerprint: r.Fingerprint, JobID: r.JobID,
 		Ext: r.Ext, MissingComponentBehavior: r.MissingComponentBehavior, CaseSensitiveExtensions: r.CaseSensitiveExtensions}
 }
 

@@ -55,8 +55,7 @@ func TestAttackGPUOpenHidesTheSearch(t *testing.T) {
 		}
 		c := connectAs(t, sock, w)
 		for _, gpuPath := range []string{"", loader.GPUPathBounce, loader.GPUPathCuFile} {
-			code, msg := c.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Memory: batchmem.GPU, GPUPath: gpuPath,
-				ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}, nil)
+			code, msg := c.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{Memory: batchmem.GPU, GPUPath: gpuPath, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}}, nil)
 			if code != http.StatusBadRequest {
 				t.Fatalf("GPU open (gpu_path %q) as uid %d: %d %s, want 400", gpuPath, w.uid, code, msg)
 			}

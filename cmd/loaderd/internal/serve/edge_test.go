@@ -24,7 +24,7 @@ func TestHugeNumbersRefused(t *testing.T) {
 	f := start(t, time.Minute)
 	args := loader.ReaderArgs{BatchSize: 4, NumShards: 3}
 	var open wire.OpenResponse
-	if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: args, Dataset: "ds"}, &open); code != 200 {
+	if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: args}}, &open); code != 200 {
 		t.Fatalf("open: %d", code)
 	}
 	big, small := math.MaxInt64, 0
@@ -66,7 +66,7 @@ func TestHugeNumbersRefused(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var e wire.ErrorResponse
-			code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: args, Dataset: "ds", State: &tt.state}, &e)
+			code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: args, State: &tt.state}}, &e)
 			if code != 400 || !strings.Contains(e.Error, tt.want) {
 				t.Errorf("open with state %+v: %d %q, want 400 naming %q", tt.state, code, e.Error, tt.want)
 			}

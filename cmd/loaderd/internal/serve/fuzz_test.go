@@ -62,11 +62,11 @@ func ptr(n int) *int { return &n }
 func FuzzOpenRequest(f *testing.F) {
 	ra := 1
 	seeds(f,
-		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 2, RandomShuffle: true, Seed: math.MaxUint64}},
-		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}, PrefetchQueueDepth: new(3), ReleaseAfter: &ra, Backend: "raw", BackendOptions: map[string]any{"queue_depth": 64}},
-		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3}, State: &loader.State{Version: 1,
-			Sampling: loader.Sampling{N: 97, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3}}, Epoch: math.MaxInt64, Batch: 8}},
-		wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}, Memory: "gpu", Device: math.MinInt64, GPUPath: "auto"},
+		wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3, ShardID: 2, RandomShuffle: true, Seed: math.MaxUint64}}},
+		wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}, PrefetchQueueDepth: new(3), ReleaseAfter: &ra, Backend: "raw", BackendOptions: map[string]any{"queue_depth": 64}}},
+		wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3}, State: &loader.State{Version: 1,
+			Sampling: loader.Sampling{N: 97, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 3}}, Epoch: math.MaxInt64, Batch: 8}}},
+		wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}, Memory: "gpu", Device: math.MinInt64, GPUPath: "auto"}},
 	)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req wire.OpenRequest

@@ -334,7 +334,7 @@ func TestTCPSessionsHaveOwner(t *testing.T) {
 	serveWith(t, f.m, Config{SessionTimeout: time.Minute}, Listen{Socket: sock, TCP: addr, Token: "sesame"})
 	viaUnix := unixClient(sock)
 	viaTCP := &client{http: &http.Client{}, base: "http://" + addr, token: "sesame"}
-	req := wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}
+	req := wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}}
 	var tcpOpen, unixOpen wire.OpenResponse
 	if code, raw := viaTCP.call(t, "POST", "/v1/sessions", req, &tcpOpen); code != 200 {
 		t.Fatalf("open over TCP: %d %s", code, raw)

@@ -44,7 +44,7 @@ func TestMetricsWhileSessionsClose(t *testing.T) {
 	st.Sampling.InitialFill = loader.DefaultInitialFill
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
 		for _, be := range []string{"file", "gds", "bam"} {
-			req := wire.OpenRequest{Dataset: "ds", Backend: be, ReaderArgs: args}
+			req := wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: be, ReaderArgs: args}}
 			if be == "bam" {
 				req.State = &st
 			}

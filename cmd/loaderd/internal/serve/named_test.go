@@ -58,7 +58,7 @@ func TestAttackOpenNamesNoFileBeforeAccess(t *testing.T) {
 	refused := filepath.Join(root, "hidden", "…") // hidden is 0700: the caller may not list it, so c.npy is not named
 	for _, w := range []who{nobodyWho, throwawayWho} {
 		c := connectAs(t, sock, w)
-		for _, req := range []wire.OpenRequest{{Dataset: "ds", ReaderArgs: args}, {Dataset: "ds", ReaderArgs: args, Fingerprint: "0123456789abcdef0123456789abcdef"}} {
+		for _, req := range []wire.OpenRequest{{Dataset: "ds", Request: loader.Request{ReaderArgs: args}}, {Dataset: "ds", Request: loader.Request{ReaderArgs: args}, Fingerprint: "0123456789abcdef0123456789abcdef"}} {
 			code, msg := c.call("POST", "/v1/sessions", req, nil)
 			t.Logf("uid %d, fingerprint %q: %d %s", w.uid, req.Fingerprint, code, msg)
 			if code != http.StatusForbidden {
@@ -75,11 +75,11 @@ func TestAttackOpenNamesNoFileBeforeAccess(t *testing.T) {
 		}
 	}
 	rc := unixClient(sock)
-	if code, raw := rc.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: args}, nil); code != http.StatusBadRequest || !strings.Contains(string(raw), "more than one dtype") {
+	if code, raw := rc.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: args}}, nil); code != http.StatusBadRequest || !strings.Contains(string(raw), "more than one dtype") {
 		t.Errorf("root's open: %d %s, want 400 saying why the dataset is not served", code, raw)
 	}
 	want := fmt.Sprintf("has fingerprint %s", m.Fingerprint())
-	if code, raw := rc.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: args, Fingerprint: "0123456789abcdef0123456789abcdef"}, nil); code != http.StatusConflict || !strings.Contains(string(raw), want) {
+	if code, raw := rc.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: args}, Fingerprint: "0123456789abcdef0123456789abcdef"}, nil); code != http.StatusConflict || !strings.Contains(string(raw), want) {
 		t.Errorf("root's open with another fingerprint: %d %s, want 409 naming the dataset's", code, raw)
 	}
 }

@@ -58,7 +58,7 @@ func TestReplayFloodStopsNoOtherUser(t *testing.T) {
 	var ids []string
 	for range sessions {
 		var o wire.OpenResponse
-		if code, msg := attacker.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: args, State: &st}, &o); code != http.StatusOK {
+		if code, msg := attacker.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: args, State: &st}}, &o); code != http.StatusOK {
 			t.Fatalf("open as nobody at epoch %d: %d %s", st.Epoch, code, msg)
 		}
 		ids = append(ids, o.ID)
@@ -80,7 +80,7 @@ func TestReplayFloodStopsNoOtherUser(t *testing.T) {
 	victim := unixClient(sock)
 	var o wire.OpenResponse
 	start := time.Now()
-	if code, raw := victim.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}, &o); code != http.StatusOK {
+	if code, raw := victim.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}}, &o); code != http.StatusOK {
 		t.Fatalf("root's open: %d %s", code, raw)
 	}
 	if code, raw := victim.call(t, "POST", "/v1/sessions/"+o.ID+"/next", nil, nil); code != http.StatusOK {

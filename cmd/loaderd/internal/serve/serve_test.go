@@ -198,7 +198,7 @@ func TestEightRanksAtOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var open wire.OpenResponse
-			if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 4, ShardID: k, NumShards: 8, RandomShuffle: true, Seed: 1}, Dataset: "ds", Backend: "file"}, &open); code != 200 {
+			if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, ShardID: k, NumShards: 8, RandomShuffle: true, Seed: 1}, Backend: "file"}}, &open); code != 200 {
 				t.Errorf("rank %d: open: %d", k, code)
 				return
 			}
@@ -259,13 +259,13 @@ func TestValidationAndReaping(t *testing.T) {
 		req  wire.OpenRequest
 		code int
 	}{
-		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}, Dataset: "nope"}, 404},
-		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 0, NumShards: 1}, Dataset: "ds"}, 400},
-		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 1 << 30, NumShards: 1}, Dataset: "ds"}, 400},
-		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, ShardID: 3, NumShards: 3}, Dataset: "ds"}, 400},
-		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, Dataset: "ds", Backend: "disk"}, 400},
-		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, Dataset: "ds", Memory: "hbm"}, 400},
-		{wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, Dataset: "ds", PrefetchQueueDepth: new(1000)}, 400},
+		{wire.OpenRequest{Dataset: "nope", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}}, 404},
+		{wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 0, NumShards: 1}}}, 400},
+		{wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1 << 30, NumShards: 1}}}, 400},
+		{wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, ShardID: 3, NumShards: 3}}}, 400},
+		{wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, Backend: "disk"}}, 400},
+		{wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, Memory: "hbm"}}, 400},
+		{wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, PrefetchQueueDepth: new(1000)}}, 400},
 	} {
 		var e wire.ErrorResponse
 		if code := f.call(t, "POST", "/v1/sessions", tt.req, &e); code != tt.code || e.Error == "" {
@@ -274,7 +274,7 @@ func TestValidationAndReaping(t *testing.T) {
 	}
 	// Holding every slot is refused, not a hang.
 	var open wire.OpenResponse
-	f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, Dataset: "ds", PrefetchQueueDepth: new(1), ReleaseAfter: new(0)}, &open)
+	f.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}, PrefetchQueueDepth: new(1), ReleaseAfter: new(0)}}, &open)
 	codes := []int{}
 	for i := 0; i < 3; i++ {
 		var nb wire.NextResponse
@@ -299,7 +299,7 @@ func TestValidationAndReaping(t *testing.T) {
 func TestShutdownEndsSessions(t *testing.T) {
 	f := start(t, time.Minute)
 	var open wire.OpenResponse
-	f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 8, NumShards: 1}, Dataset: "ds"}, &open)
+	f.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 8, NumShards: 1}}}, &open)
 	if n := batchMemfds(t); n != 1 {
 		t.Fatalf("%d batch memories open with one session, want 1", n)
 	}

@@ -99,7 +99,7 @@ func (f *fixture) openThreeSlots(t *testing.T) wire.OpenResponse {
 	t.Helper()
 	var open wire.OpenResponse
 	ra := 1
-	if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}, Dataset: "ds", PrefetchQueueDepth: new(1), ReleaseAfter: &ra}, &open); code != 200 {
+	if code := f.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}, PrefetchQueueDepth: new(1), ReleaseAfter: &ra}}, &open); code != 200 {
 		t.Fatalf("open: %d", code)
 	}
 	if open.Memory.Slots != 3 {

@@ -56,7 +56,7 @@ func TestNumpyOnTheWire(t *testing.T) {
 		t.Errorf("datasets: reader %v dtype %v, want numpy and <u2", d["reader"], d["dtype"])
 	}
 	var open wire.OpenResponse
-	if code, raw := c.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}, &open); code != 200 {
+	if code, raw := c.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}}, &open); code != 200 {
 		t.Fatalf("open: %d %s", code, raw)
 	}
 	if open.Reader != "numpy" {
@@ -90,7 +90,7 @@ func TestNumpyOnTheWire(t *testing.T) {
 	fsock := filepath.Join(t.TempDir(), "f.sock")
 	serveWith(t, testfs.MapDir(t, froot), Config{SessionTimeout: time.Minute}, Listen{Socket: fsock})
 	fc := unixClient(fsock)
-	if code, raw := fc.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}, &open); code != 200 {
+	if code, raw := fc.call(t, "POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}}, &open); code != 200 {
 		t.Fatalf("open: %d %s", code, raw)
 	}
 	if open.Reader != "file" {

@@ -63,7 +63,7 @@ func TestAttackDatasetsTellOnlyWhatCallerMayList(t *testing.T) {
 	datasetAs(t, root)
 	// Root reads a batch: the dataset's series appear in /metrics.
 	var o wire.OpenResponse
-	if code, msg := root.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}, &o); code != http.StatusOK {
+	if code, msg := root.call("POST", "/v1/sessions", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}}, &o); code != http.StatusOK {
 		t.Fatalf("root's open: %d %s", code, msg)
 	}
 	if code, msg := root.call("POST", "/v1/sessions/"+o.ID+"/next", nil, nil); code != http.StatusOK {

@@ -14,12 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
-	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -60,31 +57,6 @@ func wdsFS(t *testing.T, a *attackFS) (*wds.Map, map[string][]byte) {
 		t.Fatal(err)
 	}
 	return m, want
-}
-
-// openWDS opens a session with req as c, mapping its memory.
-func (c *peerClient) openWDS(req wire.OpenRequest) (*attackSession, wire.OpenResponse, int, string) {
-	c.t.Helper()
-	var o wire.OpenResponse
-	code, msg := c.call("POST", "/v1/sessions", req, &o)
-	if code != http.StatusOK {
-		return nil, o, code, msg
-	}
-	conn, err := testenv.DialUnixAs(c.sock, c.w.uid, c.w.gid, c.w.groups)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	mr, fd, err := receiveMemoryOn(conn, o.ID)
-	if err != nil {
-		c.t.Fatalf("memory: %v", err)
-	}
-	defer unix.Close(fd)
-	mem, err := unix.Mmap(fd, 0, int(mr.Memory.Size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() { unix.Munmap(mem) })
-	return &attackSession{c: c, id: o.ID, mem: mem}, o, code, ""
 }
 
 // wdsEpoch reads one epoch of a session of k outputs a sample and
@@ -143,7 +115,7 @@ func TestWebDatasetServed(t *testing.T) {
 	}
 	for _, be := range []string{"file", "gds", "bam"} {
 		t.Run(be, func(t *testing.T) {
-			s, o, code, msg := c.openWDS(wire.OpenRequest{Dataset: "ds", Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1, RandomShuffle: true, Seed: 3},
+			s, o, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1, RandomShuffle: true, Seed: 3}},
 				Ext: []string{"jpg", "cls"}})
 			if code != http.StatusOK {
 				t.Fatalf("open: %d %s", code, msg)
@@ -188,12 +160,12 @@ func TestWebDatasetOpenArgs(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{"no ext", wire.OpenRequest{Dataset: "ds", ReaderArgs: ra}, 400, "ext is required"},
-		{"ext on files", wire.OpenRequest{Dataset: "files", ReaderArgs: ra, Ext: []string{"jpg"}}, 400, "for webdataset datasets"},
-		{"bad missing", wire.OpenRequest{Dataset: "ds", ReaderArgs: ra, Ext: []string{"jpg"}, MissingComponentBehavior: "drop"}, 400, "missing_component_behavior"},
-		{"long ext", wire.OpenRequest{Dataset: "ds", ReaderArgs: ra, Ext: []string{strings.Repeat("x", 300)}}, 400, "at most 256"},
-		{"error underfull", wire.OpenRequest{Dataset: "ds", ReaderArgs: ra, Ext: []string{"jpg", "cls"}, MissingComponentBehavior: "error"}, 400, "part-0.tar"},
-		{"shuffle_after_epoch", wire.OpenRequest{Dataset: "ds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1, ShuffleAfterEpoch: true}, Ext: []string{"jpg"}}, 400, "shuffle_after_epoch"},
+		{"no ext", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}}, 400, "ext is required"},
+		{"ext on files", wire.OpenRequest{Dataset: "files", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg"}}, 400, "for webdataset datasets"},
+		{"bad missing", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg"}, MissingComponentBehavior: "drop"}, 400, "missing_component_behavior"},
+		{"long ext", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{strings.Repeat("x", 300)}}, 400, "at most 256"},
+		{"error underfull", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg", "cls"}, MissingComponentBehavior: "error"}, 400, "part-0.tar"},
+		{"shuffle_after_epoch", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1, ShuffleAfterEpoch: true}}, Ext: []string{"jpg"}}, 400, "shuffle_after_epoch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var o wire.OpenResponse
@@ -203,7 +175,7 @@ func TestWebDatasetOpenArgs(t *testing.T) {
 			}
 		})
 	}
-	s, o, code, msg := c.openWDS(wire.OpenRequest{Dataset: "ds", ReaderArgs: ra, Ext: []string{"jpg", "cls"}, MissingComponentBehavior: "skip"})
+	s, o, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg", "cls"}, MissingComponentBehavior: "skip"})
 	if code != http.StatusOK || o.State.Sampling.N != 20 {
 		t.Fatalf("skip: %d %s, n %d (want 20)", code, msg, o.State.Sampling.N)
 	}
@@ -220,15 +192,15 @@ func TestAttackWebDatasetTar(t *testing.T) {
 	tar1 := a.fs.Path("shards/part-1.tar")
 	sock := daemonWith(t, Config{WebDatasets: map[string]*wds.Map{"ds": m}, SessionTimeout: time.Minute})
 	c := connectAs(t, sock, nobodyWho)
-	req := wire.OpenRequest{Dataset: "ds", Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 6, NumShards: 1}, Ext: []string{"jpg", "cls"}}
+	req := wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 6, NumShards: 1}}, Ext: []string{"jpg", "cls"}}
 	os.Chmod(tar1, 0o600)
-	if _, _, code, msg := c.openWDS(req); code != http.StatusForbidden || !strings.Contains(msg, "part-1.tar") {
+	if _, _, code, msg := c.openReq(req); code != http.StatusForbidden || !strings.Contains(msg, "part-1.tar") {
 		t.Fatalf("open with an unreadable tar: %d %q, want 403 naming part-1.tar", code, msg)
 	}
 	os.Chmod(tar1, 0o644)
 	for _, be := range []string{"gds", "file"} {
-		req.Backend = be
-		s, _, code, msg := c.openWDS(req)
+		req.Request.Backend = be
+		s, _, code, msg := c.openReq(req)
 		if code != http.StatusOK {
 			t.Fatalf("%s: open: %d %s", be, code, msg)
 		}
@@ -247,8 +219,8 @@ func TestAttackWebDatasetTar(t *testing.T) {
 	a.fs.Sync(t)
 	time.Sleep(200 * time.Millisecond) // the watch sees it
 	for _, be := range []string{"gds", "file"} {
-		req.Backend = be
-		s, _, code, msg := c.openWDS(req)
+		req.Request.Backend = be
+		s, _, code, msg := c.openReq(req)
 		if code != http.StatusOK {
 			t.Fatalf("%s: open after the rewrite: %d %s", be, code, msg)
 		}

@@ -51,7 +51,7 @@ func TestFilesystemOnlyMap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run("backend "+tt.backend, func(t *testing.T) {
-			o, err := m.Open(root0, OpenParams{Dataset: "d", Backend: tt.backend, ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}})
+			o, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{Backend: tt.backend, ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
 			if tt.want == "" {
 				if err != nil {
 					t.Fatal(err)

@@ -174,7 +174,7 @@ func TestOpenJob(t *testing.T) {
 	defer m.Stop()
 	me := Caller{UID: os.Getuid(), GID: os.Getgid()} // the owner of tree()
 	open := func(shard int, seed uint64, more ...func(p *OpenParams)) (Opened, error) {
-		p := OpenParams{Dataset: "d", JobID: "run-1", ReaderArgs: loader.ReaderArgs{BatchSize: 1, ShardID: shard, NumShards: 2, RandomShuffle: true, Seed: seed}}
+		p := OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, ShardID: shard, NumShards: 2, RandomShuffle: true, Seed: seed}}, JobID: "run-1"}
 		for _, f := range more {
 			f(&p)
 		}
@@ -247,7 +247,7 @@ func TestJobsBoundedAndOwned(t *testing.T) {
 	tcp := me
 	tcp.TCP = true // another owner, reading as the same uid
 	open := func(c Caller, job string, shard int, seed uint64) error {
-		_, err := m.Open(c, OpenParams{Dataset: "d", JobID: job, ReaderArgs: loader.ReaderArgs{BatchSize: 1, ShardID: shard, NumShards: 2, RandomShuffle: true, Seed: seed}})
+		_, err := m.Open(c, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, ShardID: shard, NumShards: 2, RandomShuffle: true, Seed: seed}}, JobID: job})
 		return err
 	}
 	for i := range perUID {

@@ -30,7 +30,7 @@ func TestMaxSessionsConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, errs[i] = m.Open(me, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}})
+			_, errs[i] = m.Open(me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
 		}()
 	}
 	close(start)
@@ -61,9 +61,16 @@ func TestAdmissionLimits(t *testing.T) {
 	asRoot(t)
 	ds := tree(t)
 	searchable(t, ds.Root)
-	params := OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}
-	_, _, slots, _ := budget(params)
-	one := loader.SlotBytes(ds, 1) * int64(slots) // one session's batch memory
+	params := OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}}
+	lo, err := params.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := loader.NewPlan(ds, lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := plan.Footprint.Host // one session's batch memory
 	me := Caller{UID: os.Getuid(), GID: os.Getgid()}
 	other := Caller{UID: 4242, GID: 4242}
 	tcp := Caller{UID: me.UID, GID: me.GID, TCP: true} // the same uid over TCP is another owner

@@ -29,6 +29,10 @@ const (
 	// Config.MaxLockedBytes is not given: page-locked memory is never
 	// swapped, so what it takes the rest of the machine loses.
 	DefaultLockedShare = 0.5
+	// DefaultMaxDeviceBytes is Config.MaxDeviceBytes's default: the GPU
+	// batch memory of all sessions together, every GPU (a session's is
+	// its slots, rounded up to batchmem.Granularity).
+	DefaultMaxDeviceBytes = 16 << 30
 )
 
 // DefaultMaxReplaysPerUID is Config.MaxReplaysPerUID's default: a

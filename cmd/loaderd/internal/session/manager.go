@@ -3,10 +3,10 @@
 // Package session is the daemon's core, independent of any transport:
 // it opens loader sessions over registered datasets for a caller, hands
 // out batch descriptors and batch memory, takes releases, saves state,
-// reaps idle sessions, and counts it all in Prometheus metrics. It owns
-// the slot budget: how many batch slots a session gets for its prefetch
-// depth and the batches its client keeps. Package serve adapts it to
-// HTTP.
+// reaps idle sessions, and counts it all in Prometheus metrics. It admits
+// what the loader plans (loader.NewPlan: slots, sizes, the memory
+// footprint) against the daemon's budgets, and sizes nothing itself.
+// Package serve adapts it to HTTP.
 //
 // Files: manager.go (the session table, open, close, reaping),
 // session.go (one session), deliver.go (batches out, releases in,
@@ -36,10 +36,10 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// Limits on what one session may ask for.
+// Limits on what one session may ask for (the loader's).
 const (
 	MaxPrefetch     = loader.MaxPrefetchQueueDepth // prefetch_queue_depth
-	MaxReleaseAfter = 64                           // release_after
+	MaxReleaseAfter = loader.MaxReleaseAfter       // release_after
 )
 
 // Config configures a Manager. A zero limit takes its default (limits.go).
@@ -58,11 +58,16 @@ type Config struct {
 	// MaxSessionsPerUID bounds the open sessions of one owner (a uid on
 	// the unix socket; the TCP principal); DefaultMaxSessionsPerUID.
 	MaxSessionsPerUID int
-	// MaxLockedBytes bounds the batch memory (slots × slot size) of all
-	// open sessions together: page-locked host memory, or GPU memory and
-	// its staging; an open that would go over it is refused with
-	// ErrNoSpace. Default DefaultMaxLockedBytes.
+	// MaxLockedBytes bounds the page-locked host batch memory of all open
+	// sessions together (the loader plan's Footprint.Host: host memory, and
+	// GPU memory's staging area); an open that would go over it is refused
+	// with ErrNoSpace. Default DefaultMaxLockedBytes.
 	MaxLockedBytes int64
+	// MaxDeviceBytes bounds the GPU batch memory of all open sessions
+	// together, every GPU (the plan's Footprint.Device); an open that
+	// would go over it is refused with ErrNoSpace. Default
+	// DefaultMaxDeviceBytes.
+	MaxDeviceBytes int64
 	// MaxSamplerBytes bounds the sample-order memory of all open
 	// sessions together (loader.SamplerBytes: a permutation of the
 	// dataset, DALI's file list and initial_fill buffer, up to 72 MiB a
@@ -149,7 +154,8 @@ type Manager struct {
 	opening  int                       // under mu: opens admitted under MaxSessions and not yet in sessions
 	perOwner map[owner]int             // under mu: sessions open or opening, by owner
 	replays  map[owner]*loader.Replays // under mu: each owner's turns to replay, while it has sessions
-	locked   int64                     // under mu: batch memory reserved by sessions open or opening
+	locked   int64                     // under mu: page-locked batch memory reserved by sessions open or opening
+	device   int64                     // under mu: GPU batch memory reserved by sessions open or opening
 	samplers int64                     // under mu: sample-order memory reserved by sessions open or opening
 
 	freer osFreer // returns closed sessions' sample orders to the OS
@@ -183,6 +189,9 @@ func NewManager(cfg Config) *Manager {
 		}
 		cfg.MaxLockedBytes = b
 		cfg.Logger.Info("session: batch memory budget", "mib", b>>20, "why", why)
+	}
+	if cfg.MaxDeviceBytes == 0 {
+		cfg.MaxDeviceBytes = DefaultMaxDeviceBytes
 	}
 	if cfg.CUDA == nil {
 		cfg.CUDA = cuda.NewLibs(cuda.SearchFromEnv(), cfg.Logger)
@@ -241,41 +250,14 @@ func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
 // MaxSessions returns the cap on open sessions, all owners together.
 func (m *Manager) MaxSessions() int { return m.cfg.MaxSessions }
 
-// budget returns the prefetch depth, release_after and slots of a session:
-// prefetched batches plus the batches the client holds (the one just
-// delivered and release_after earlier ones). The prefetch depth's default
-// and bounds are the loader's (loader.DefaultPrefetchQueueDepth,
-// loader.Options.Validate); nil takes the default, a depth given is
-// checked as it is.
-func budget(p OpenParams) (prefetch, releaseAfter, slots int, err error) {
-	prefetch = loader.DefaultPrefetchQueueDepth
-	if p.PrefetchQueueDepth != nil { // given: 0 is no depth, not the default
-		prefetch = *p.PrefetchQueueDepth
-	}
-	if prefetch < 1 || prefetch > loader.MaxPrefetchQueueDepth {
-		// What loader.Options.Validate says, for a budget asked before it.
-		return 0, 0, 0, fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrInvalid, prefetch, loader.MaxPrefetchQueueDepth)
-	}
-	releaseAfter = prefetch + 1
-	if p.ReleaseAfter != nil {
-		releaseAfter = *p.ReleaseAfter
-	}
-	if releaseAfter < 0 || releaseAfter > MaxReleaseAfter {
-		why := ""
-		if p.ReleaseAfter == nil {
-			why = " (its default, prefetch_queue_depth+1: give release_after)"
-		}
-		return 0, 0, 0, fmt.Errorf("%w: release_after %d not in [0, %d]%s", ErrInvalid, releaseAfter, MaxReleaseAfter, why)
-	}
-	return prefetch, releaseAfter, prefetch + releaseAfter + 1, nil
-}
-
-// Open opens a session for c. The slot size is computed once here (for
-// the budget) and handed to the loader, which picks the backend and GPU
-// path (loader.Options.GPUPath). It is refused
+// Open opens a session for c: the loader plans it (loader.NewPlan: the
+// options checked once, the backend and GPU path, slots, slot size and
+// memory footprint), the plan's footprint is admitted against the
+// budgets, and the loader opens the plan. It is refused
 // with ErrLimit past MaxSessions or c's MaxSessionsPerUID, with
 // ErrNoSpace when the session's batch memory would take the open
-// sessions' past MaxLockedBytes, with ErrConflict when the dataset's
+// sessions' past MaxLockedBytes (page-locked host memory) or
+// MaxDeviceBytes (GPU memory), with ErrConflict when the dataset's
 // fingerprint is not the one p expects, and with ErrDisagree when p names
 // a job of c's whose sessions read otherwise (jobs.go).
 func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
@@ -284,6 +266,10 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	}
 	if err := p.Validate(); err != nil { // validate.go
 		return Opened{}, err
+	}
+	lo, err := p.Options()
+	if err != nil {
+		return Opened{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	d, err := m.acquire(p.Dataset) // datasets.go
 	if err != nil {
@@ -328,40 +314,29 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 			}
 		}()
 	}
-	prefetch, releaseAfter, slots, err := budget(p)
-	if err != nil {
-		return Opened{}, err
-	}
-	// The loader decides the backend and GPU path (gpu_path auto: cufile,
-	// else bounce); its options' bounds were checked by p.Validate.
-	lo := p.loaderOptions()
-	lo.PrefetchQueueDepth, lo.Slots = prefetch, slots
+	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, (*loader.Cred)(credOf(c)), m.cfg.CUDA
 	lo.WebDataset = wd
-	smp := loader.Sampling{N: len(ds.Samples), ReaderArgs: p.ReaderArgs}
-	var slotSize int64
-	if wd != nil {
-		slotSize, smp.N, smp.WebDataset = wd.SlotBytes(p.BatchSize), wd.View().Len(), true
-	} else {
-		slotSize = loader.SlotBytes(ds, p.BatchSize)
-	}
-	if need := slotSize * int64(slots); need > m.cfg.MaxSessionBytes {
-		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
-			ErrInvalid, p.BatchSize, slots, need, m.cfg.MaxSessionBytes)
-	}
-	need := res{locked: slotSize * int64(slots), sampler: loader.SamplerBytes(smp)}
-	replays, err := m.admit(c.owner(), need)
+	plan, err := loader.NewPlan(ds, lo)
 	if err != nil {
+		return Opened{}, loaderError(p.Dataset, ds, err)
+	}
+	fp := plan.Footprint
+	if need := max(fp.Host, fp.Device); need > m.cfg.MaxSessionBytes {
+		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
+			ErrInvalid, p.BatchSize, plan.Slots, need, m.cfg.MaxSessionBytes)
+	}
+	need := res{locked: fp.Host, device: fp.Device, sampler: plan.SamplerBytes}
+	if plan.Options.Replays, err = m.admit(c.owner(), need); err != nil {
 		return Opened{}, err
 	}
-	lo.SlotSize, lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.Replays, lo.CUDA = slotSize, m.log, true, d.guard, m.shared, credOf(c), replays, m.cfg.CUDA
-	l, err := m.openLoader(ds, p, lo)
+	l, err := m.openLoader(p.Dataset, ds, plan)
 	var ss *session
 	var gpuPath, backendName string
 	if err == nil {
 		gpuPath, _ = l.GPUPath()
 		backendName = l.Backend().Name()
 		ss = newSession()
-		ss.id, ss.dataset, ss.ds, ss.backend, ss.owner, ss.reserved, ss.l, ss.slots, ss.job, ss.shard = id, p.Dataset, d, backendName, c.owner(), need, l, slots, job, p.ShardID
+		ss.id, ss.dataset, ss.ds, ss.backend, ss.owner, ss.reserved, ss.l, ss.slots, ss.job, ss.shard = id, p.Dataset, d, backendName, c.owner(), need, l, plan.Slots, job, p.ShardID
 		desc := l.Memory().Desc()
 		ss.kind, ss.device, ss.gpuPath, ss.opened = string(desc.Kind), desc.Device, gpuPath, time.Now()
 		ss.metrics = m.metrics.forSession(ss, string(desc.Kind), desc.Device, desc.Size, gpuPath)
@@ -383,20 +358,21 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	st := l.State()
 	desc := l.Memory().Desc()
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
-		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", slots, "memory", desc.Kind)
-	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: prefetch, ReleaseAfter: releaseAfter,
+		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
+	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
 		Reader: d.reader(), Components: components(wd)}, nil
 }
 
 // res is what a session reserves against the daemon's budgets.
 type res struct {
-	locked  int64 // batch memory (Config.MaxLockedBytes)
+	locked  int64 // page-locked batch memory (Config.MaxLockedBytes)
+	device  int64 // GPU batch memory (Config.MaxDeviceBytes)
 	sampler int64 // sample-order memory (Config.MaxSamplerBytes)
 }
 
-// admit counts an open of o's needing need (batch memory and sample
-// order memory) against the limits, or refuses it; it returns o's turns to replay. Admission and
+// admit counts an open of o's needing need (page-locked and GPU batch
+// memory, sample order memory) against the limits, or refuses it; it returns o's turns to replay. Admission and
 // insertion under the limits are one step: an open counts from here until
 // it is in the table or has failed (unreserveLocked).
 func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
@@ -412,6 +388,10 @@ func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 		return nil, fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions: close a session, or ask for a smaller batch_size or prefetch",
 			ErrNoSpace, mib(need.locked), mib(m.locked), mib(m.cfg.MaxLockedBytes))
 	}
+	if m.device+need.device > m.cfg.MaxDeviceBytes {
+		return nil, fmt.Errorf("%w: the session's GPU batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions on every GPU (--max-device-mb): close a session, or ask for a smaller batch_size or prefetch",
+			ErrNoSpace, mib(need.device), mib(m.device), mib(m.cfg.MaxDeviceBytes))
+	}
 	if m.samplers+need.sampler > m.cfg.MaxSamplerBytes {
 		return nil, fmt.Errorf("%w: the session's sample order (%d MiB: its permutation, or shuffle dali's file list and initial_fill buffer) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions (--max-sampler-mb): close a session, or ask for a smaller initial_fill",
 			ErrNoSpace, mib(need.sampler), mib(m.samplers), mib(m.cfg.MaxSamplerBytes))
@@ -419,6 +399,7 @@ func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 	m.opening++
 	m.perOwner[o]++
 	m.locked += need.locked
+	m.device += need.device
 	m.samplers += need.sampler
 	if m.replays[o] == nil {
 		m.replays[o] = loader.NewReplays(m.cfg.MaxReplaysPerUID)
@@ -430,6 +411,7 @@ func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 // m.mu held.
 func (m *Manager) unreserveLocked(o owner, need res) {
 	m.locked -= need.locked
+	m.device -= need.device
 	m.samplers -= need.sampler
 	if m.perOwner[o]--; m.perOwner[o] <= 0 {
 		delete(m.perOwner, o)
@@ -450,37 +432,49 @@ func (m *Manager) Samplers() (inUse, budget int64) {
 	return m.samplers, m.cfg.MaxSamplerBytes
 }
 
-// Locked returns the batch memory reserved by open sessions and the
-// budget for all of them (Config.MaxLockedBytes).
+// Locked returns the page-locked batch memory reserved by open sessions
+// and the budget for all of them (Config.MaxLockedBytes).
 func (m *Manager) Locked() (inUse, budget int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.locked, m.cfg.MaxLockedBytes
 }
 
-// openLoader opens the session's loader (the loader takes the GPU path)
-// and maps its errors to the sentinels.
-func (m *Manager) openLoader(ds *bmap.Map, p OpenParams, o loader.Options) (*loader.Loader, error) {
-	l, err := loader.New(context.Background(), ds, o)
-	if err == nil {
-		if path, why := l.GPUPath(); path != "" {
-			d := l.Memory().Desc()
-			m.log.Info("session: GPU batches", "dataset", p.Dataset, "gpu_path", path, "backend", l.Backend().Name(), "device", d.Device, "gpu", d.UUID, "why", why)
-		}
-		return l, nil
+// Device returns the GPU batch memory reserved by open sessions and the
+// budget for all of them (Config.MaxDeviceBytes).
+func (m *Manager) Device() (inUse, budget int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.device, m.cfg.MaxDeviceBytes
+}
+
+// openLoader opens the session's loader as planned (the loader takes the
+// GPU path) and maps its errors to the sentinels.
+func (m *Manager) openLoader(name string, ds *bmap.Map, p loader.Plan) (*loader.Loader, error) {
+	l, err := loader.Open(context.Background(), p)
+	if err != nil {
+		return nil, loaderError(name, ds, err)
 	}
+	if path, why := l.GPUPath(); path != "" {
+		d := l.Memory().Desc()
+		m.log.Info("session: GPU batches", "dataset", name, "gpu_path", path, "backend", l.Backend().Name(), "device", d.Device, "gpu", d.UUID, "why", why)
+	}
+	return l, nil
+}
+
+// loaderError maps an error of the loader's (planning or opening dataset
+// name, map ds) to the sentinels.
+func loaderError(name string, ds *bmap.Map, err error) error {
 	switch {
 	case errors.Is(err, loader.ErrNoRaw):
-		err = fmt.Errorf("%w: dataset %s has no samples readable from a block device (mapped on %s): use backend file", ErrInvalid, p.Dataset, fsName(ds))
+		return fmt.Errorf("%w: dataset %s has no samples readable from a block device (mapped on %s): use backend file", ErrInvalid, name, fsName(ds))
 	case errors.Is(err, loader.ErrOptions), errors.Is(err, loader.ErrNoCUDA), errors.Is(err, loader.ErrUnsupported), errors.Is(err, loader.ErrUnavailable),
 		errors.Is(err, loader.ErrUnknownGPU):
-		err = fmt.Errorf("%w: dataset %s: %w", ErrInvalid, p.Dataset, err)
+		return fmt.Errorf("%w: dataset %s: %w", ErrInvalid, name, err)
 	case errors.Is(err, bmap.ErrStale), errors.Is(err, loader.ErrDevice):
-		err = fmt.Errorf("%w: dataset %s: %w", ErrConflict, p.Dataset, err)
-	default:
-		err = fmt.Errorf("session: dataset %s: %w", p.Dataset, err)
+		return fmt.Errorf("%w: dataset %s: %w", ErrConflict, name, err)
 	}
-	return nil, err
+	return fmt.Errorf("session: dataset %s: %w", name, err)
 }
 
 // fsName names the filesystem ds was mapped on, for messages.

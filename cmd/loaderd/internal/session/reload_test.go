@@ -87,7 +87,7 @@ func TestReload(t *testing.T) {
 	root0 := Caller{UID: 0, GID: 0}
 	open := func() Opened {
 		t.Helper()
-		o, err := m.Open(root0, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}})
+		o, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func TestReload(t *testing.T) {
 	if err != nil || len(res) != 2 || res[0].Dataset != "d" || res[0].Outcome != ReloadRemoved || res[1].Outcome != ReloadFailed {
 		t.Fatalf("Reload naming another dataset = %+v, %v", res, err)
 	}
-	if _, err := m.Open(root0, OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}); !errors.Is(err, ErrNotFound) {
+	if _, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("open of a removed dataset: %v, want ErrNotFound", err)
 	}
 	if _, err := m.Next(context.Background(), root0, old.ID, nil, &Position{Epoch: 1, Iteration: 0}); err != nil {

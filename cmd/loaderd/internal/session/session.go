@@ -15,24 +15,13 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// OpenParams are a session's options, named as DALI's reader arguments.
+// OpenParams are a session's options: which dataset, what the client
+// expects of it and the job it is a rank of, and the loader's request
+// (loader.Request: the reader arguments, backend, prefetch depth,
+// release_after, memory, GPU, gpu_path, state), which the loader plans.
 type OpenParams struct {
 	Dataset string // a registered dataset's name
-	loader.ReaderArgs
-	Backend            string         // a name from loader.Backends(); "" means the default
-	BackendOptions     map[string]any // the backend's options by name
-	PrefetchQueueDepth *int           // nil means loader.DefaultPrefetchQueueDepth; a depth given is in [1, MaxPrefetch]
-	// ReleaseAfter: the client releases a batch after this many later ones;
-	// nil means PrefetchQueueDepth+1.
-	ReleaseAfter *int
-	Memory       loader.MemoryKind // "" means pinned
-	Device       int               // the GPU for gpu memory, as the daemon numbers it (when DeviceUUID is "")
-	DeviceUUID   string            // the GPU for gpu memory by UUID: the daemon's ordinal for it is used
-	// GPUPath is how batches reach gpu memory: loader.GPUPathCuFile,
-	// loader.GPUPathBounce or loader.GPUPathAuto ("" too); the loader
-	// decides and reports the path taken.
-	GPUPath string
-	State   *loader.State // resume here
+	loader.Request
 	// Fingerprint, when set, is the dataset's fingerprint the client
 	// expects (bmap.Map.Fingerprint): another one is refused with
 	// ErrConflict, so a reopen never reads another dataset registered
@@ -92,7 +81,7 @@ type session struct {
 	id, dataset, backend string
 	ds                   *dataset // the registration it reads (kept across reloads until it ends)
 	owner                owner
-	reserved             res     // batch and sample-order memory counted against the budgets
+	reserved             res     // batch (host and device) and sample-order memory counted against the budgets
 	job                  *jobKey // the job it is a rank of; nil: none
 	shard                int     // its shard_id
 	l                    *loader.Loader

@@ -93,7 +93,7 @@ type SessionInfo struct {
 	Memory       string // its batch memory's kind: pinned or gpu
 	Device       int    // the GPU of gpu memory
 	GPUPath      string // for gpu memory: cufile or bounce
-	BatchBytes   int64  // batch memory counted against the budget
+	BatchBytes   int64  // batch memory counted against the budgets: page-locked host and GPU memory
 	SamplerBytes int64  // sample-order memory counted against its budget
 	Opened       time.Time
 	Idle         time.Duration // since its last request (0 while it streams)
@@ -103,6 +103,7 @@ type SessionInfo struct {
 // Budgets (Budget.Name).
 const (
 	BudgetLocked      = "batch_memory"           // Config.MaxLockedBytes, bytes
+	BudgetDevice      = "gpu_batch_memory"       // Config.MaxDeviceBytes, bytes
 	BudgetSampler     = "sample_order_memory"    // Config.MaxSamplerBytes, bytes
 	BudgetSessions    = "sessions"               // Config.MaxSessions
 	BudgetOwnSessions = "sessions_of_the_caller" // Config.MaxSessionsPerUID, for the caller's owner
@@ -129,7 +130,7 @@ func (m *Manager) Status(c Caller) Status {
 			continue
 		}
 		si := SessionInfo{UID: ss.owner.uid, TCP: ss.owner.tcp, Dataset: ss.dataset, Backend: ss.backend, Memory: ss.kind, Device: ss.device,
-			GPUPath: ss.gpuPath, BatchBytes: ss.reserved.locked, SamplerBytes: ss.reserved.sampler, Opened: ss.opened, Streaming: ss.streaming()}
+			GPUPath: ss.gpuPath, BatchBytes: ss.reserved.locked + ss.reserved.device, SamplerBytes: ss.reserved.sampler, Opened: ss.opened, Streaming: ss.streaming()}
 		if !si.Streaming {
 			si.Idle = max(0, now.Sub(time.Unix(0, ss.lastUsed.Load())))
 		}
@@ -141,6 +142,7 @@ func (m *Manager) Status(c Caller) Status {
 	m.mu.Lock()
 	st.Budgets = []Budget{
 		{BudgetLocked, m.locked, m.cfg.MaxLockedBytes},
+		{BudgetDevice, m.device, m.cfg.MaxDeviceBytes},
 		{BudgetSampler, m.samplers, m.cfg.MaxSamplerBytes},
 		{BudgetSessions, int64(len(m.sessions) + m.opening), int64(m.cfg.MaxSessions)},
 		{BudgetOwnSessions, int64(m.perOwner[c.owner()]), int64(m.cfg.MaxSessionsPerUID)},

@@ -106,7 +106,7 @@ func TestNumpyBatchesCarryTensors(t *testing.T) {
 	}
 
 	root0 := Caller{UID: 0, GID: 0}
-	o, err := m.Open(root0, OpenParams{Dataset: "np", Backend: "file", ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}})
+	o, err := m.Open(root0, OpenParams{Dataset: "np", Request: loader.Request{Backend: "file", ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestNumpyBatchesCarryTensors(t *testing.T) {
 		}
 	}
 
-	fo, err := m.Open(root0, OpenParams{Dataset: "jpg", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}})
+	fo, err := m.Open(root0, OpenParams{Dataset: "jpg", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestNumpyMixedDTypesNotServed(t *testing.T) {
 	if info := m.Datasets(Caller{}); info[0].Reader != "numpy" || info[0].DType != "" {
 		t.Errorf("Datasets() = %+v, want reader numpy and no dtype", info[0])
 	}
-	_, err := m.Open(Caller{}, OpenParams{Dataset: "np", ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}})
+	_, err := m.Open(Caller{}, OpenParams{Dataset: "np", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "dataset np is not served") || !strings.Contains(err.Error(), why) {
 		t.Errorf("open: %v, want ErrInvalid naming %q", err, why)
 	}

@@ -11,67 +11,35 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// Bounds on the session numbers a client sends; the sampling numbers
-// (batch_size, shard_id, num_shards, epoch, iteration, a state's fields)
-// are bounded by package loader (loader.MaxBatchSize, loader.MaxEpoch...).
+// Bounds on the session numbers a client sends; the loader's request
+// (batch_size, shard_id, num_shards, prefetch_queue_depth, release_after,
+// device_id, backend_options, epoch, iteration, a state's fields) is
+// bounded by package loader (loader.MaxBatchSize, loader.MaxSlots...).
 const (
-	// MaxSlots is the most batch slots a session has: prefetched batches,
-	// the batches its client holds, and the one just delivered. Slot
-	// numbers are in [0, MaxSlots), and a list of slots (release, keep)
-	// has at most MaxSlots entries.
-	MaxSlots = MaxPrefetch + MaxReleaseAfter + 1
-	// MaxDevice bounds device_id: a CUDA device ordinal.
-	MaxDevice = 1023
-	// MaxBackendOptions bounds the entries of backend_options (no backend
-	// has nearly as many options).
-	MaxBackendOptions = 64
+	// MaxSlots is the most batch slots a session has (loader.MaxSlots):
+	// slot numbers are in [0, MaxSlots), and a list of slots (release,
+	// keep) has at most MaxSlots entries.
+	MaxSlots = loader.MaxSlots
+	// MaxDevice bounds device_id (loader.MaxDevice).
+	MaxDevice = loader.MaxDevice
+	// MaxBackendOptions bounds the entries of backend_options
+	// (loader.MaxBackendOptions).
+	MaxBackendOptions = loader.MaxBackendOptions
 )
 
-// Validate checks what an open request carries on its own, before any
-// dataset is looked at: num_shards (at least 1: a client that sends 0
-// has not said how many ranks there are), the loader's options
-// (loader.Options.Validate: reader arguments, prefetch depth, memory,
-// gpu_path with backend), the budget (prefetch_queue_depth when given,
-// release_after), device_id, device_uuid's form (the loader's),
-// backend_options' size, job_id, fingerprint and a resume state.
-// Errors wrap ErrInvalid and name the field, its value and the allowed
-// range. Open calls it; the dataset-dependent checks (num_shards at most
-// the samples, the state made for this dataset, the fingerprint and the
-// job's terms) follow there.
+// Validate checks what an open request carries for the daemon alone,
+// before any dataset is looked at: job_id and fingerprint. Errors wrap
+// ErrInvalid and name the field, its value and the allowed form. The
+// loader's request is checked by the loader, once (loader.Request.Options,
+// loader.NewPlan: Open).
 func (p OpenParams) Validate() error {
-	// Checked before the loader's defaults, which take 0 for 1.
-	if p.NumShards < 1 || p.NumShards > loader.MaxSamples {
-		return fmt.Errorf("%w: num_shards %d not in [1, %d]", ErrInvalid, p.NumShards, loader.MaxSamples)
-	}
-	// The loader's options' defaults and bounds: the reader arguments,
-	// the prefetch depth, the memory kind and the GPU path.
-	if err := p.loaderOptions().WithDefaults().Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if _, _, _, err := budget(p); err != nil {
-		return err
-	}
-	if p.Device < 0 || p.Device > MaxDevice {
-		return fmt.Errorf("%w: device_id %d not in [0, %d]", ErrInvalid, p.Device, MaxDevice)
-	}
-	if n := len(p.BackendOptions); n > MaxBackendOptions {
-		return fmt.Errorf("%w: backend_options has %d entries, at most %d", ErrInvalid, n, MaxBackendOptions)
-	}
 	if err := p.checkWebDatasetArgs(); err != nil {
 		return err
 	}
 	if err := checkJobID(p.JobID); err != nil {
 		return err
 	}
-	if err := checkFingerprint(p.Fingerprint); err != nil {
-		return err
-	}
-	if p.State != nil {
-		if err := p.State.Validate(); err != nil {
-			return fmt.Errorf("%w: state: %w", ErrInvalid, err)
-		}
-	}
-	return nil
+	return checkFingerprint(p.Fingerprint)
 }
 
 // checkJobID checks a job_id: "" (no job), or at most MaxJobID bytes of
@@ -162,15 +130,4 @@ func checkSlotsAt(field string, slots []int, at *Position) error {
 		return at.Validate()
 	}
 	return nil
-}
-
-// loaderOptions returns the loader options an open request names (the
-// budget's slots and what the daemon adds are Open's).
-func (p OpenParams) loaderOptions() loader.Options {
-	var prefetch int // 0: the default
-	if p.PrefetchQueueDepth != nil {
-		prefetch = *p.PrefetchQueueDepth
-	}
-	return loader.Options{ReaderArgs: p.ReaderArgs, PrefetchQueueDepth: prefetch, Memory: p.Memory, Device: p.Device,
-		DeviceUUID: p.DeviceUUID, GPUPath: p.GPUPath, Backend: p.Backend, BackendOptions: p.BackendOptions, State: p.State}
 }

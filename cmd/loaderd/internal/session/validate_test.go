@@ -4,6 +4,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -63,9 +64,14 @@ func TestValidateBounds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := OpenParams{Dataset: "d", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}
+			p := OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}}
 			tc.edit(&p)
 			err := p.Validate()
+			if err == nil {
+				if _, err = p.Options(); err != nil { // the loader's request, as Open checks it before any dataset
+					err = fmt.Errorf("%w: %w", ErrInvalid, err)
+				}
+			}
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -8,7 +8,8 @@
 // allocated). Package serve converts these to and from the session
 // core's plain Go types (serve/convert.go); the Python client's TypedDicts
 // (python/nvfeed/_wire.py) mirror them key by key, which this
-// package's test checks both ways.
+// package's test checks both ways. The open request's loader fields are
+// loader.Request's (tagged there, as loader.State's are).
 //
 // The HTTP API. Bodies are msgpack with explicit snake_case keys; unknown
 // keys are refused. Errors are {"error": "...", "code": "..."} with a 4xx or
@@ -48,35 +49,32 @@ import (
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
-// OpenRequest opens a session: a loader over a registered dataset.
+// OpenRequest opens a session: a loader over a registered dataset. Its
+// loader fields are loader.Request's, keys and all (one struct for the
+// wire, the session core and the loader's plan):
+//
+//   - DALI's reader arguments: batch_size in [1, 65536], shard_id in
+//     [0, num_shards), num_shards in [1, 2^31-1], random_shuffle, seed,
+//     pad_last_batch, stick_to_shard, initial_fill in [1, 2^24] (0 means
+//     1024); and shuffle, how random_shuffle shuffles: "permute" ("" too)
+//     or "dali" (see loader.ReaderArgs); shuffle_after_epoch (not with
+//     random_shuffle or stick_to_shard);
+//   - backend: a name from GET /v1/backends ("" means the default), and
+//     backend_options, the backend's options by name (at most 64 entries);
+//   - prefetch_queue_depth in [1, 64] (absent: loader.DefaultPrefetchQueueDepth),
+//     release_after in [0, 64] (the client releases a batch after this
+//     many later ones; absent: prefetch_queue_depth+1);
+//   - memory: "pinned" ("" too) or "gpu"; device_id in [0, 1023], the
+//     daemon's ordinal, used only when device_uuid is ""; device_uuid
+//     (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, cuDeviceGetUuid's bytes;
+//     at most 64 characters): the daemon uses its own ordinal for it (the
+//     client's and the daemon's CUDA_VISIBLE_DEVICES may differ), a GPU the
+//     daemon does not see is answered 400 naming it and the GPUs it sees;
+//     gpu_path: "cufile", "bounce" or "auto" ("" too), memory gpu only;
+//   - state: resume here, a state an open response or GET .../state gave.
 type OpenRequest struct {
-	Dataset string `msgpack:"dataset"` // a registered dataset's name
-	// DALI's reader arguments: batch_size in [1, 65536], shard_id in
-	// [0, num_shards), num_shards in [1, 2^31-1], random_shuffle, seed,
-	// pad_last_batch, stick_to_shard, initial_fill in [1, 2^24] (0 means
-	// 1024); and shuffle, how random_shuffle shuffles: "permute" ("" too)
-	// or "dali" (see loader.ReaderArgs); shuffle_after_epoch (not with
-	// random_shuffle or stick_to_shard).
-	loader.ReaderArgs `msgpack:",inline"`
-	// Backend is a name from GET /v1/backends; "" means the default.
-	Backend            string         `msgpack:"backend"`
-	BackendOptions     map[string]any `msgpack:"backend_options"`      // the backend's options by name; at most 64 entries
-	PrefetchQueueDepth *int           `msgpack:"prefetch_queue_depth"` // in [1, 64]; nil (absent) means loader.DefaultPrefetchQueueDepth
-	// ReleaseAfter: the client releases a batch after this many later
-	// ones, in [0, 64]; nil means prefetch_queue_depth+1.
-	ReleaseAfter *int          `msgpack:"release_after"`
-	Memory       batchmem.Kind `msgpack:"memory"`    // "pinned" ("" too) or "gpu"
-	Device       int           `msgpack:"device_id"` // the GPU for gpu memory, in [0, 1023], the daemon's ordinal: used only when device_uuid is ""
-	// DeviceUUID names the GPU for gpu memory the same in every process
-	// (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, cuDeviceGetUuid's bytes;
-	// at most 64 characters): the daemon uses its own ordinal for it (the
-	// client's and the daemon's CUDA_VISIBLE_DEVICES may differ). A GPU the
-	// daemon does not see is answered 400 naming it and the GPUs it sees.
-	DeviceUUID string `msgpack:"device_uuid"`
-	// GPUPath is how batches reach gpu memory: "cufile", "bounce" or
-	// "auto" ("" too); memory gpu only.
-	GPUPath string        `msgpack:"gpu_path"`
-	State   *loader.State `msgpack:"state"` // resume here: a state an open response or GET .../state gave
+	Dataset        string `msgpack:"dataset"` // a registered dataset's name
+	loader.Request `msgpack:",inline"`
 	// Fingerprint: "" or the dataset's fingerprint the client expects (an
 	// open response's, or GET /v1/datasets'): another one is refused (409).
 	Fingerprint string `msgpack:"fingerprint"`

@@ -1,0 +1,339 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``nvfeed.torch.LoaderDataset``: the class, its epochs and positions.
+Its pieces: the shard and the last-batch policy (``_torchshard``), what
+it yields (``_torchbatch``), batches as tensors (``_torchviews``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any, Iterator, Optional, Union, cast
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from ._source import Batch, GPUPath, LoaderSource, OnError, Shuffle, Tensors
+from ._torchpasses import STATE_VERSION, Item, Passes, TorchBatch
+from ._torchshard import POLICIES, Epochs, LastBatchPolicy, distributed_shard
+from ._torchviews import TorchViews
+from ._wire import State
+
+__all__ = ["LoaderDataset", "STATE_VERSION", "Item", "TorchBatch"]
+
+
+class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
+    """One rank's shard of a dataset registered with loaderd, batch by
+    batch, as a PyTorch ``IterableDataset``.
+
+    Iterating it yields one epoch: ``(samples, labels)`` per batch, where
+    ``samples`` is a list of 1-D ``torch.uint8`` tensors (each a sample's
+    bytes) and ``labels`` an ``int64`` tensor of shape (batch,) on the
+    CPU. Over a numpy dataset (``mkbmap --reader numpy``) each batch is
+    the arrays alone, no labels: one tensor ``(batch, *shape)`` of the
+    dataset's dtype when the batch's arrays share a shape (the daemon
+    places them back to back: with ``zero_copy`` the tensor is
+    ``torch.from_numpy`` of the batch memory itself, no copy), else a list
+    of tensors, each its array's shape (0-d and empty arrays included);
+    with ``on_error="skip"`` a batch that lost samples is a list of the
+    others. Over a WebDataset dataset (tar shards) name the components
+    with ``ext``: each batch is a tuple, one entry per ``ext`` entry, as
+    ``webdataset.WebDataset(...).to_tuple(*ext)`` gives a sample's, by
+    batch: a list of each sample's component as ``bytes`` (copies; an
+    empty component ``b""``), or with ``decode_labels`` an integer
+    entry (``cls``...) as one int64 tensor (batch,), as ``.decode()``
+    would. ``src.reader`` of ``LoaderSource`` says which kind a dataset
+    is.
+
+    **Epochs.** Every rank's loop receives ``len(ds)`` batches an epoch.
+    A loop that received them all has finished its epoch, whether or not it
+    asked for one more (Lightning stops at ``len``): the next ``iter()``
+    starts the next epoch. A training loop that stopped early (``break``,
+    or an exception) and iterates again goes on from where it stopped, as a
+    resumed run would. An evaluation pass, one begun with autograd off
+    (``torch.no_grad()``, ``torch.inference_mode()``: every validation
+    loop, Lightning's sanity check, ``trainer.validate``), that stops early
+    leaves the position where it found it: the next pass starts where that
+    one did, so a sanity check's two batches eat no validation epoch. The
+    session with the daemon opens at the first
+    iteration (or ``len()``, or ``state_dict()``): the shard is resolved
+    then, so the dataset may be made before ``init_process_group``.
+
+    **Shards.** Without ``shard_id``/``num_shards`` the shard is this
+    process's rank and the world size: from ``torch.distributed`` when it is
+    initialised, else from ``RANK``/``WORLD_SIZE`` (``torchrun`` sets
+    them), else a single shard. Shards are disjoint and together hold
+    every sample once an epoch. ``last_batch_policy`` says what the loop
+    receives of a shard's end, as DALI's iterators' ``LastBatchPolicy``
+    (computed from the sampling alone, so every rank agrees):
+    ``"partial"`` (the default) gives every rank ``ceil(ceil(N/ranks)/
+    batch_size)`` batches: no sample twice (``pad_last_batch``'s padding is
+    trimmed) and as many steps on every rank, which DDP needs to not wait
+    forever on a rank that has finished; a shard's last batch is partial,
+    and a rank whose shard is one sample short of filling that many
+    batches gets an empty last batch (``[]`` and an empty label tensor),
+    as DALI's iterators give. ``"drop"``: only whole batches, as many as
+    the smallest shard fills, on every rank (the rest unseen this epoch).
+    ``"fill"``: the daemon's batches as read (with ``pad_last_batch``
+    whole ones, the last sample repeated; without, ranks may differ by a
+    batch).
+
+    **Lightning.** Return the dataset itself from ``train_dataloader()``:
+    Lightning saves and restores the ``state_dict()`` of what it is given
+    when that has one, so a mid-epoch checkpoint resumes exactly. A
+    ``DataLoader(ds, batch_size=None)`` has no ``state_dict()``: Lightning
+    cannot save the position, and a resumed run starts the epoch over
+    (this dataset warns when iterated through a DataLoader with Lightning
+    imported).
+
+    **No DataLoader workers.** The daemon already reads ahead
+    (``prefetch_queue_depth`` batches) in its own process, so there is
+    nothing for workers to hide; iterate the dataset directly or through
+    ``DataLoader(ds, batch_size=None)`` (``num_workers=0``, the default).
+    Iterated in a worker process it raises ``RuntimeError`` saying so (its
+    ``state_dict()`` could not see the worker's position). Decode on the GPU
+    (``torchvision.io.decode_jpeg(samples, device="cuda")``), or with DALI,
+    where decoding must keep up.
+
+    **Lifetime.** By default (``zero_copy=False``) every batch is copied out
+    of the daemon's batch memory before it is handed over, and its memory
+    goes back to the daemon when the next batch is asked for: the tensors
+    are ordinary, writable tensors that stay valid for as long as they are
+    referenced, whatever the loop keeps (the samples of one batch share
+    one allocation, so a kept sample keeps its batch's copy). The copy
+    costs one ``memcpy`` a batch. With ``zero_copy=True`` the sample tensors
+    view the daemon's batch memory and are valid **until the next batch is
+    asked for** (the next step of the ``for`` loop): after that the daemon
+    reuses the memory, so a sample kept longer may change under you; clone
+    what must outlive the step. They view read-only memory and are
+    ``ReadOnlyTensor``: an in-place op or assignment raises
+    ``RuntimeError`` (their views too); ``.clone()`` is writable. Labels are
+    always a fresh tensor.
+
+    **GPU.** ``device="cuda"`` (or ``"cuda:N"``) makes the daemon place
+    batches in GPU memory on that device; samples are CUDA tensors
+    (``torch.as_tensor`` of the client's ``CudaArray``), labels stay on the
+    CPU. Copies are device-to-device on the current stream, and the next
+    batch is asked for only once they are done. With ``zero_copy=True`` a
+    batch goes back to the daemon one request later, once the work queued on
+    the current stream before the next request is done, so the loop keeps
+    one step of overlap with the GPU; work on other streams that reads the
+    samples is yours to finish before the next step. ``torchvision.io.decode_jpeg`` wants its input on the CPU, even
+    with ``device="cuda"``: JPEGs for it come from a CPU dataset.
+
+    **Resume.** ``state_dict()`` is the position of the next batch the loop
+    will receive (epoch and batch within it) with the sampling it was made
+    under; ``load_state_dict()`` on a fresh dataset (same arguments) makes
+    its iteration continue with exactly that batch, mid-epoch or at an
+    epoch's start, shuffled or not, as MosaicML streaming's datasets do. The
+    position is the same on every rank of a loop that steps together, so
+    rank 0's ``state_dict()`` resumes every rank (each keeps its own shard).
+
+    Parameters
+    ----------
+    dataset : str
+        The dataset's name, as registered with ``loaderd serve --dataset``.
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
+        else ``/run/loaderd/loaderd.sock``.
+    batch_size : int, optional, default = 64
+        Samples per batch.
+    shard_id : int, optional
+        This rank's shard, in ``[0, num_shards)``; by default the rank (see
+        Shards). Give both ``shard_id`` and ``num_shards`` or neither.
+    num_shards : int, optional
+        The number of shards; by default the world size.
+    random_shuffle : bool, optional, default = False
+        Shuffle every epoch, as ``shuffle`` says (``LoaderSource``'s).
+    seed : int, optional, default = 0
+        The shuffle's seed, in ``[0, 2**64)``; the same on every rank.
+    pad_last_batch : bool, optional, default = False
+        The daemon pads every shard to the same number of whole batches by
+        repeating its last sample, as DALI's reader does; the loop sees the
+        padding only with ``last_batch_policy="fill"``.
+    last_batch_policy : {"partial", "drop", "fill"}, optional, default = "partial"
+        What the loop receives of a shard's end (see Shards).
+    stick_to_shard : bool, optional, default = False
+        Read the same shard every epoch (else shard ``(shard_id + epoch) %
+        num_shards``).
+    shuffle : {"permute", "dali"}, optional, default = "permute"
+        How ``random_shuffle`` shuffles: a full permutation of the dataset
+        every epoch, or ``fn.readers.file``'s order (see ``LoaderSource``).
+    initial_fill : int, optional, default = 1024
+        The ``"dali"`` shuffle's buffer, in samples.
+    zero_copy : bool, optional, default = False
+        Hand out views of the daemon's batch memory instead of copies; see
+        Lifetime for the rule they follow.
+    device : str or torch.device, optional, default = "cpu"
+        ``"cpu"``, or ``"cuda"``/``"cuda:N"`` for samples in GPU memory.
+    gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
+        How batches reach GPU memory (see ``LoaderSource``).
+    backend : str, optional
+        How the daemon reads (``"file"``, ``"gds"``, ``"bam"``); ``None``
+        takes its default.
+    backend_options : dict, optional
+        The backend's options by name.
+    prefetch_queue_depth : int, optional
+        Batches the daemon reads ahead; ``None`` takes its default (2).
+    timeout : float, optional, default = 600.0
+        Seconds to wait for the daemon per request (> 0).
+    on_error : {"raise", "skip"}, optional, default = "raise"
+        What a batch with unreadable samples does (see ``LoaderSource``).
+    reconnect_timeout : float, optional, default = 60.0
+        Seconds to keep reconnecting when the daemon goes away; 0 turns
+        reconnection off.
+    ext, missing_component_behavior, case_sensitive_extensions
+        WebDataset datasets: the components, as ``LoaderSource`` takes them.
+    decode_labels : bool, optional, default = False
+        WebDataset: ``ext`` entries of integer extensions (``cls``,
+        ``cls2``, ``class``, ``count``, ``index``, ``inx``, ``id``) as one
+        int64 tensor a batch, their text decoded (else bytes). With
+        ``zero_copy`` or a GPU the other components are uint8 tensors.
+
+    Raises
+    ------
+    ValueError
+        ``zero_copy`` is not a bool, ``last_batch_policy`` not one of its
+        values, ``device`` is not a CPU or CUDA device,
+        or only one of ``shard_id`` and ``num_shards`` is given (at once);
+        ``LoaderSource``'s checks and the daemon's answers when the session
+        opens.
+    """
+
+    def __init__(self, dataset: str, socket: Optional[str] = None, batch_size: int = 64, *,
+                 shard_id: Optional[int] = None, num_shards: Optional[int] = None,
+                 random_shuffle: bool = False, seed: int = 0, pad_last_batch: bool = False,
+                 last_batch_policy: LastBatchPolicy = "partial",
+                 stick_to_shard: bool = False, shuffle: Shuffle = "permute", initial_fill: int = 1024,
+                 zero_copy: bool = False, device: Union[str, torch.device] = "cpu", gpu_path: GPUPath = "auto",
+                 backend: Optional[str] = None, backend_options: Optional[dict[str, Any]] = None,
+                 prefetch_queue_depth: Optional[int] = None, timeout: float = 600.0, on_error: OnError = "raise",
+                 reconnect_timeout: float = 60.0, ext: Optional[Any] = None,
+                 missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
+                 decode_labels: bool = False) -> None:
+        super().__init__()
+        if not isinstance(zero_copy, bool):
+            raise ValueError(f"zero_copy must be True or False, got {zero_copy!r}")
+        if last_batch_policy not in POLICIES:
+            raise ValueError(f"last_batch_policy must be one of {', '.join(POLICIES)}, got {last_batch_policy!r}")
+        if (shard_id is None) != (num_shards is None):
+            raise ValueError(f"give both shard_id and num_shards or neither (got shard_id={shard_id!r}, "
+                             f"num_shards={num_shards!r}): without them they come from the process's rank")
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}: {e}") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.zero_copy = zero_copy
+        self.decode_labels = bool(decode_labels)
+        self.last_batch_policy = last_batch_policy
+        self.device = dev
+        self._shard = None if shard_id is None or num_shards is None else (shard_id, num_shards)
+        self._args: dict[str, Any] = dict(
+            socket=socket, batch_size=batch_size, random_shuffle=random_shuffle, seed=seed,
+            pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard, shuffle=shuffle, initial_fill=initial_fill,
+            backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch_queue_depth,
+            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout, ext=ext,
+            missing_component_behavior=missing_component_behavior, case_sensitive_extensions=case_sensitive_extensions,
+            # The batch handed out last goes back with the request for the
+            # next one: the lifetime rule above, in both modes.
+            release_after=0)
+        if dev.type == "cuda":
+            # Zero-copy CUDA batches go back one request later, once the GPU
+            # work queued on them is done (see _wait_pending): the loop keeps
+            # one step of overlap with the GPU, and the rule above holds.
+            self._args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path, release_after=int(zero_copy))
+        self._src: Optional[LoaderSource] = None
+        self._resume: Optional[State] = None  # where the next session starts (load_state_dict)
+        self._epochs: Optional[Epochs] = None  # the session's epochs, under last_batch_policy
+        self._at: Optional[tuple[int, int]] = None  # the next batch the loop receives (epoch, batch)
+        self._pass: Optional[tuple[object, tuple[int, int], bool]] = None  # the last pass: token, start, evaluating
+        self._warned_loader = False
+        self._views = TorchViews(dev, zero_copy)  # batches as tensors, and when they may go back
+
+    # -- the session ------------------------------------------------------
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """``(shard_id, num_shards)``: as given, else this process's rank and
+        world size (``distributed_shard()``)."""
+        if self._shard is not None:
+            return self._shard
+        return distributed_shard()
+
+    def _source(self) -> LoaderSource:
+        if self._src is None:
+            shard_id, num_shards = self.shard
+            resume = self._resume
+            if resume is not None:  # the daemon's position: past its last batch, its epoch's end
+                resume = cast(State, dict(resume))
+                ep = Epochs(resume["sampling"], self.last_batch_policy)
+                resume["batch"] = min(resume["batch"], ep.daemon_batches(resume["epoch"]))
+            self._src = LoaderSource(self.dataset, shard_id=shard_id, num_shards=num_shards, state=resume,
+                                     **self._args)
+            self._epochs = Epochs(self._src._state0["sampling"], self.last_batch_policy)
+            if self._resume is not None:
+                self._at = (self._resume["epoch"], self._resume["batch"])
+            else:
+                self._at = self._src._expect
+            self._pass, self._resume = None, None
+        return self._src
+
+    def close(self) -> None:
+        """Ends the session with the daemon. Tensors handed out stay valid
+        (copies), or must no longer be used (``zero_copy``). Iterating again
+        opens a new session at the position this one had reached (when the
+        daemon could still be asked for it)."""
+        if self._src is not None:
+            self._views.wait_pending()
+            self._resume = self._position()
+            self._src.close()
+            self._src = None
+
+    def __del__(self) -> None:
+        src = getattr(self, "_src", None)
+        if src is not None:
+            try:
+                src.close()
+            except Exception:  # noqa: BLE001 - at interpreter exit the daemon reaps the session anyway
+                pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process (a DataLoader worker) has no session:
+        # it would open its own, which __iter__ refuses there.
+        d = self.__dict__.copy()
+        d["_src"], d["_views"] = None, TorchViews(self.device, self.zero_copy)
+        return d
+
+    def __len__(self) -> int:
+        """Batches the loop receives in the next epoch (see Shards: the
+        same on every rank, but with ``last_batch_policy="fill"``)."""
+        self._source()
+        e, _ = self._start()
+        return cast(Epochs, self._epochs).batches(e)
+
+    # -- iteration --------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Item]:
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            raise RuntimeError(
+                f"LoaderDataset is being iterated in DataLoader worker {info.id} of {info.num_workers}: use it in the "
+                "training process (DataLoader(ds, batch_size=None, num_workers=0), or iterate it directly). The daemon "
+                "already reads ahead, and the dataset's state_dict() must see the loop's position.")
+        if not self._warned_loader and ("lightning" in sys.modules or "pytorch_lightning" in sys.modules) and \
+                os.path.join("data", "_utils", "fetch.py") in sys._getframe(1).f_code.co_filename:
+            self._warned_loader = True
+            warnings.warn("LoaderDataset is iterated through a torch DataLoader, which has no state_dict(): Lightning "
+                          "cannot checkpoint its position, and a resumed run starts the epoch over. Return the dataset "
+                          "itself from train_dataloader() (it batches itself) to resume exactly.", UserWarning,
+                          stacklevel=2)
+        return self._epoch(not torch.is_grad_enabled())
+
+    # -- resume -----------------------------------------------------------

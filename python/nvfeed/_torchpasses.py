@@ -1,0 +1,174 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``LoaderDataset``'s passes and positions (``_torchdataset`` has the
+class and its session): where a pass starts (a loop that received
+``len(ds)`` batches finished its epoch; an evaluation pass that stopped
+early leaves the position where it found it), a batch as the loop
+receives it under the last-batch policy, ``state_dict()`` and
+``load_state_dict()``."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Union, cast
+
+import numpy as np
+import torch
+
+from . import _torchwds
+from ._source import Batch, Components, LoaderSource, Tensors
+from ._torchbatch import FileBatch
+from ._torchshard import Epochs, LastBatchPolicy
+from ._torchviews import TensorBatch, TorchViews
+from ._wire import State
+
+TorchBatch = tuple[list[torch.Tensor], torch.Tensor]
+"""One batch: the samples (1-D uint8 tensors) and their labels (int64, shape (batch,))."""
+
+WdsBatch = tuple[_torchwds.Component, ...]
+"""One WebDataset batch: one entry per ``ext`` entry, the samples'
+components as ``bytes`` (or tensors: ``zero_copy``, GPU), decoded labels
+as an int64 tensor of shape (batch,)."""
+
+Item = Union[TorchBatch, TensorBatch, WdsBatch]
+"""What ``LoaderDataset`` yields: a ``TorchBatch`` over a file dataset, a
+``TensorBatch`` over a numpy dataset, a ``WdsBatch`` over a WebDataset."""
+
+STATE_VERSION = 1
+"""The version of ``LoaderDataset.state_dict()``'s layout."""
+
+
+class Passes:
+    """The position of a ``LoaderDataset``: the attributes it sets, the
+    methods that move them."""
+
+    dataset: str
+    batch_size: int
+    last_batch_policy: LastBatchPolicy
+    decode_labels: bool
+    _src: Optional[LoaderSource]
+    _resume: Optional[State]
+    _epochs: Optional[Epochs]
+    _at: Optional[tuple[int, int]]
+    _pass: Optional[tuple[object, tuple[int, int], bool]]
+    _views: TorchViews
+
+    def _source(self) -> LoaderSource:
+        raise NotImplementedError
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def _start(self) -> tuple[int, int]:
+        """Where the next pass starts: the loop's position, or where the
+        last pass started when it was an evaluation pass that stopped early;
+        past an epoch's last batch, the next epoch's first."""
+        ep = cast(Epochs, self._epochs)
+        e, k = cast(tuple[int, int], self._at)
+        if self._pass is not None:
+            _, start, evaluating = self._pass
+            if evaluating and k < ep.batches(e):
+                e, k = start
+        if k >= ep.batches(e):
+            e, k = e + 1, 0
+        return e, k
+
+    def _epoch(self, evaluating: bool) -> Iterator[Item]:
+        src = self._source()
+        ep = cast(Epochs, self._epochs)
+        e, k = self._at = self._start()
+        token = object()
+        self._pass = (token, (e, k), evaluating)
+        n = ep.batches(e)
+        while k < n:
+            item = self._get(src, ep, e, k)
+            if self._pass is None or self._pass[0] is not token:
+                raise RuntimeError("LoaderDataset: an iterator of an earlier pass was used after a new one began (or "
+                                   "after load_state_dict): a dataset has one position, iterate one pass at a time")
+            k += 1
+            self._at = (e, k)
+            yield item
+
+    def _get(self, src: LoaderSource, ep: Epochs, e: int, k: int) -> Item:
+        """Batch k of epoch e as the loop receives it."""
+        if k >= ep.daemon_batches(e):  # past this rank's shard ("partial"): an empty batch, in step with the others
+            if src.components:
+                return _torchwds.batch(self._views, src.options.ext, ([],) * src.components, self.decode_labels)
+            if src.reader == "numpy":
+                return []
+            return FileBatch(([], torch.zeros(0, dtype=torch.int64)))
+        if src._expect != (e, k) and k == 0 and src._expect == (e - 1, ep.daemon_batches(e - 1)):
+            try:  # the previous epoch's end, not yet taken: take it
+                src._fetch(None)
+            except StopIteration:
+                pass
+        self._views.wait_pending()  # the last batch goes back to the daemon with this request
+        src.keep = ep.keep(e, k)
+        b = src._fetch(None if src._expect == (e, k) else (e, k))
+        if src.components:
+            return _torchwds.batch(self._views, src.options.ext, cast(Components, b), self.decode_labels)
+        if src.reader == "numpy":
+            return self._views.arrays(cast(Tensors, b))
+        samples, labels = cast(Batch, b)
+        return FileBatch((self._views.tensors(samples), torch.from_numpy(labels.reshape(-1).astype(np.int64))))
+
+    def _position(self) -> Optional[State]:
+        """The daemon's State at the next pass's start (the batch the loop
+        receives: past the daemon's last batch of the epoch for an empty one)."""
+        if self._src is None:
+            return self._resume
+        e, k = self._start()
+        st = cast(State, dict(self._src._state0))
+        st["epoch"], st["batch"] = e, k
+        return st
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the next batch the loop will receive, and the
+        sampling it was made under: pass it to ``load_state_dict()``.
+
+        Returns
+        -------
+        dict
+            ``{"version": 1, "dataset": name, "epoch": e, "batch": b,
+            "state": the daemon's State}``: plain values (ints, strings,
+            bools), fit for ``torch.save`` and JSON.
+        """
+        if self._src is None and self._resume is None:
+            self._source()
+        st = cast(State, self._position())
+        return {"version": STATE_VERSION, "dataset": self.dataset, "epoch": st["epoch"], "batch": st["batch"],
+                "state": st}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue at the position ``state_dict()`` returned: the next
+        iteration yields that batch. The state may come from any rank of the
+        run (rank 0's checkpoint): this dataset keeps its own shard.
+
+        Raises
+        ------
+        ValueError
+            The state is not a ``state_dict()`` of this version, or is for
+            another dataset or batch size. Other sampling arguments that
+            differ (seed, shuffle, number of shards, ...) are refused by the
+            daemon when the session opens, naming them.
+        """
+        if not isinstance(state_dict, dict) or state_dict.get("version") != STATE_VERSION or "state" not in state_dict:
+            raise ValueError(f"LoaderDataset.load_state_dict: not a state_dict() of version {STATE_VERSION}: "
+                             f"{state_dict!r:.200}")
+        if state_dict.get("dataset") != self.dataset:
+            raise ValueError(f"LoaderDataset.load_state_dict: the state is for dataset {state_dict.get('dataset')!r}, "
+                             f"this dataset reads {self.dataset!r}")
+        st: State = dict(state_dict["state"])  # type: ignore[assignment]
+        sampling = dict(st["sampling"])
+        if sampling.get("batch_size") != self.batch_size:
+            raise ValueError(f"LoaderDataset.load_state_dict: the state was made with batch_size="
+                             f"{sampling.get('batch_size')}, this dataset has batch_size={self.batch_size}")
+        shard_id, num_shards = self.shard
+        if sampling.get("num_shards") == num_shards:
+            sampling["shard_id"] = shard_id  # rank 0's position, this rank's shard
+        st["sampling"] = sampling  # type: ignore[typeddict-item]
+        st["epoch"], st["batch"] = int(state_dict["epoch"]), int(state_dict["batch"])
+        if self._src is not None:
+            self._views.wait_pending()
+            self._src.close()
+            self._src = None
+        self._resume, self._pass = st, None

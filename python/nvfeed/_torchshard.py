@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: Apache-2.0
+"""For ``nvfeed.torch.LoaderDataset``: this process's shard (rank and world
+size) and the batches every rank's loop receives an epoch under a
+last-batch policy, computed from the sampling alone (the same on every
+rank), as DALI's framework iterators compute them from ``reader_name``."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, Mapping
+
+LastBatchPolicy = Literal["partial", "drop", "fill"]
+"""What the loop receives of a shard's last batch: DALI's ``LastBatchPolicy``."""
+
+POLICIES = ("partial", "drop", "fill")
+
+
+def distributed_shard() -> tuple[int, int]:
+    """This process's ``(rank, world_size)``: from ``torch.distributed``
+    when it is initialised, else from the ``RANK`` and ``WORLD_SIZE``
+    environment variables (``torchrun`` sets both), else ``(0, 1)``.
+
+    Raises
+    ------
+    ValueError
+        Only one of ``RANK`` and ``WORLD_SIZE`` is set, one is not an
+        integer, or ``RANK`` is not in ``[0, WORLD_SIZE)``.
+    """
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None and world is None:
+        return 0, 1
+    if rank is None or world is None:
+        raise ValueError(f"LoaderDataset: RANK={rank!r} and WORLD_SIZE={world!r}: set both or neither")
+    try:
+        r, w = int(rank), int(world)
+    except ValueError:
+        raise ValueError(f"LoaderDataset: RANK={rank!r} and WORLD_SIZE={world!r} must be integers") from None
+    if w < 1 or not 0 <= r < w:
+        raise ValueError(f"LoaderDataset: RANK={r} must be in [0, WORLD_SIZE={w}) and WORLD_SIZE >= 1")
+    return r, w
+
+
+class Epochs:
+    """A rank's epochs under a last-batch policy, from the session's
+    sampling (``State["sampling"]``: ``n`` samples, the reader's
+    arguments). Shard k of n holds samples ``[k*N//n, (k+1)*N//n)``, as
+    DALI's readers shard; the daemon reads ``daemon_batches(e)`` batches
+    of it in epoch e (with ``pad_last_batch``: ``ceil(N/n)`` samples
+    padded to whole batches, the shard's last sample repeated)."""
+
+    def __init__(self, sampling: Mapping[str, object], policy: LastBatchPolicy) -> None:
+        def num(key: str) -> int:
+            v = sampling.get(key, 0)
+            return int(v) if isinstance(v, (int, bool)) else 0
+        self.n, self.shards, self.bs = num("n"), max(num("num_shards"), 1), max(num("batch_size"), 1)
+        self.shard_id, self.pad, self.stick = num("shard_id"), bool(sampling.get("pad_last_batch")), \
+            bool(sampling.get("stick_to_shard"))
+        self.policy = policy
+
+    def shard_size(self, epoch: int, shard_id: int = -1) -> int:
+        """The samples of shard_id's (this rank's by default) shard in epoch e, padding excluded."""
+        k = self.shard_id if shard_id < 0 else shard_id
+        if not self.stick:
+            k = (k + epoch) % self.shards
+        return (k + 1) * self.n // self.shards - k * self.n // self.shards
+
+    def daemon_batches(self, epoch: int) -> int:
+        """The batches the daemon reads for this rank in epoch e, padding included."""
+        if self.pad:
+            per = -(-self.n // self.shards)
+            return -(-per // self.bs)
+        return -(-self.shard_size(epoch) // self.bs)
+
+    def batches(self, epoch: int) -> int:
+        """The batches every rank's loop receives an epoch: ``partial``, as
+        many as the largest shard fills (``ceil(ceil(N/n)/batch_size)``, the
+        same every epoch and on every rank); ``drop``, the whole batches of
+        the smallest shard; ``fill``, the daemon's for epoch e."""
+        if self.policy == "partial":
+            return -(-(-(-self.n // self.shards)) // self.bs)
+        if self.policy == "drop":
+            return (self.n // self.shards) // self.bs
+        return self.daemon_batches(epoch)  # fill: as read (equal on every rank with pad_last_batch)
+
+    def keep(self, epoch: int, batch: int) -> int:
+        """How many of the daemon's batch ``batch`` of epoch e the loop
+        receives: the samples before the shard's end (``partial`` and
+        ``drop``: padding trimmed), all of them with ``fill``."""
+        if self.policy == "fill":
+            return self.bs
+        return max(0, min(self.bs, self.shard_size(epoch) - batch * self.bs))

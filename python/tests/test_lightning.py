@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch Lightning (CPU; 1 rank, and 2-rank DDP over gloo) over
+LoaderDataset, 3 epochs with validation and its sanity check
+(lightning_run.py): every epoch trains and validates every sample exactly
+once across the ranks, and a run that crashes mid-epoch resumed from its
+last checkpoint (Trainer.fit(ckpt_path=...)) trains exactly the batches
+the uninterrupted run did."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, Daemon, Dataset
+
+pytest.importorskip("lightning")
+
+SCRIPT = Path(__file__).parent / "lightning_run.py"
+CRASH = 16  # a global step mid-epoch (1 rank: 12 steps an epoch, epoch 1 batch 4; 2 ranks: 6, epoch 2 batch 4)
+
+
+def run(daemon: Daemon, out: Path, devices: int, crash: int = 0, resume: bool = False) -> int:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "python"))
+    r = subprocess.run([sys.executable, str(SCRIPT), daemon.socket, str(out), str(devices), str(crash),
+                        "1" if resume else "0"], capture_output=True, text=True, timeout=600, env=env, cwd=out)
+    if not crash:
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    else:
+        assert f"crash at step {crash}" in r.stderr, r.stderr[-3000:]
+    return r.returncode
+
+
+def records(out: Path, devices: int) -> list[list[dict[str, Any]]]:
+    return [[json.loads(ln) for ln in (out / f"rank{r}.jsonl").read_text().splitlines()] for r in range(devices)]
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_lightning_every_epoch_every_sample_and_exact_resume(daemon: Daemon, dataset: Dataset, tmp_path: Path,
+                                                             devices: int) -> None:
+    ids = sorted({__import__("hashlib").sha256((dataset.root / p).read_bytes()).hexdigest()[:16]
+                  for p, _ in dataset.files})
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    run(daemon, whole, devices)
+    ranks = records(whole, devices)
+    for phase in ("train", "val"):
+        for epoch in range(3):
+            seen = sorted(i for rk in ranks for r in rk if r["phase"] == phase and r["epoch"] == epoch for i in r["ids"])
+            assert seen == ids, f"{phase} epoch {epoch}: {len(seen)} samples, {len(set(seen))} distinct of {len(ids)}"
+    assert all(sum(r["phase"] == "sanity" for r in rk) == 2 for rk in ranks), "the sanity check did not run"
+
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    run(daemon, cut, devices, crash=CRASH)
+    run(daemon, cut, devices, resume=True)
+    for i, (want, got) in enumerate(zip(ranks, records(cut, devices))):
+        steps = [(r["epoch"], r["batch"], r["ids"]) for r in want if r["phase"] == "train"]
+        first = [(r["epoch"], r["batch"], r["ids"]) for r in got if r["phase"] == "train" and r["run"] == "first"]
+        resumed = [(r["epoch"], r["batch"], r["ids"]) for r in got if r["phase"] == "train" and r["run"] == "resumed"]
+        assert len(first) == CRASH
+        assert first + resumed == steps, f"rank {i}: the resumed run trained other batches"
+        val = [(r["epoch"], sorted(r["ids"])) for r in want if r["phase"] == "val"]
+        assert [v for v in val if v[0] >= resumed[0][0]] == [(r["epoch"], sorted(r["ids"])) for r in got
+                                                if r["phase"] == "val" and r["run"] == "resumed"]

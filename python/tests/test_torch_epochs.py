@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: Apache-2.0
+"""LoaderDataset's epochs as PyTorch loops count them (a loop that took
+len(ds) batches has finished its epoch; an evaluation pass that stops
+early eats nothing), its last-batch policies across ranks (no sample
+twice, as many batches on every rank), and what it yields cannot be
+mistaken (zero-copy tensors refuse writes, a dense batch refuses to be
+unpacked as (samples, labels), a file batch says what it is)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO, Daemon, Dataset
+
+torch = pytest.importorskip("torch")
+
+from nvfeed.torch import DenseBatch, LoaderDataset, ReadOnlyTensor  # noqa: E402
+
+N = 45  # the shared dataset's samples
+
+
+def labelled(batch: object) -> list[str]:
+    import hashlib
+    samples, labels = batch  # type: ignore[misc]
+    return [f"{hashlib.sha256(s.numpy().tobytes()).hexdigest()}:{int(lbl)}" for s, lbl in zip(samples, labels)]
+
+
+def test_a_loop_of_len_batches_finishes_its_epoch(daemon: Daemon) -> None:
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=1)
+    got = [sum(len(b[0]) for b in itertools.islice(ds, len(ds))) for _ in range(4)]
+    assert got == [N] * 4, "an epoch after a loop of len(ds) batches was not a whole epoch"
+    assert ds.state_dict()["epoch"] == 4 and ds.state_dict()["batch"] == 0
+    ds.close()
+
+
+def test_a_training_loop_that_stopped_early_goes_on(daemon: Daemon) -> None:
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4)
+    first = [labelled(b) for b in itertools.islice(ds, 5)]
+    rest = [labelled(b) for b in ds]
+    assert len(first) + len(rest) == 12 and len(set(sum(first + rest, []))) == N
+    ds.close()
+
+
+def test_an_evaluation_pass_that_stopped_early_eats_nothing(daemon: Daemon) -> None:
+    """The sanity check: 2 batches with autograd off, then the real
+    validation epochs each see every sample; state_dict() between them
+    says the epoch's start."""
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=2)
+    with torch.inference_mode():
+        assert len(list(itertools.islice(ds, 2))) == 2
+    assert (ds.state_dict()["epoch"], ds.state_dict()["batch"]) == (0, 0)
+    for epoch in range(2):
+        with torch.no_grad():
+            seen = sum((labelled(b) for b in ds), [])
+        assert len(seen) == len(set(seen)) == N, f"validation epoch {epoch} did not see every sample once"
+    ds.close()
+
+
+@pytest.mark.parametrize("batch,pad", [(4, True), (4, False), (11, True), (11, False)])
+def test_partial_gives_every_rank_as_many_batches_and_no_sample_twice(daemon: Daemon, batch: int, pad: bool) -> None:
+    """Shards of 22 and 23 samples. Batch 11: 3 batches on every rank, the
+    22-sample shard's last one empty (as DALI's iterators give); padding,
+    if read, never reaches the loop."""
+    ranks = [LoaderDataset("train", socket=daemon.socket, batch_size=batch, shard_id=r, num_shards=2,
+                           pad_last_batch=pad, random_shuffle=True, seed=4) for r in range(2)]
+    for epoch in range(3):
+        per_rank = [[labelled(b) for b in ds] for ds in ranks]
+        assert [len(p) for p in per_rank] == [len(ds) for ds in ranks] == [-(-23 // batch)] * 2
+        seen = [s for p in per_rank for b in p for s in b]
+        assert len(seen) == len(set(seen)) == N, f"epoch {epoch}: {len(seen)} samples, {len(set(seen))} distinct"
+    for ds in ranks:
+        ds.close()
+
+
+def test_drop_gives_whole_batches_only(daemon: Daemon) -> None:
+    ranks = [LoaderDataset("train", socket=daemon.socket, batch_size=4, shard_id=r, num_shards=2,
+                           last_batch_policy="drop") for r in range(2)]
+    for _ in range(2):
+        sizes = [[len(b[0]) for b in ds] for ds in ranks]
+        assert sizes == [[4] * 5, [4] * 5]
+    for ds in ranks:
+        ds.close()
+
+
+def test_zero_copy_tensors_refuse_writes(daemon: Daemon) -> None:
+    """In a subprocess: a write that reached the read-only mapping would be
+    a segfault, which fails this test cleanly."""
+    code = textwrap.dedent(f"""
+        import torch
+        from nvfeed.torch import LoaderDataset, ReadOnlyTensor
+        ds = LoaderDataset("train", socket={daemon.socket!r}, batch_size=4, zero_copy=True)
+        samples, labels = next(iter(ds))
+        s = samples[0]
+        assert isinstance(s, ReadOnlyTensor)
+        for name, write in [("zero_", lambda: s.zero_()), ("setitem", lambda: s.__setitem__(0, 1)),
+                            ("iadd", lambda: s.__iadd__(1)), ("view", lambda: s[1:3].fill_(0)),
+                            ("out=", lambda: torch.add(s, 1, out=s)), ("numpy", lambda: s.numpy().fill(0))]:
+            try:
+                write()
+            except (RuntimeError, ValueError) as e:
+                assert "read-only" in str(e), (name, e)
+            else:
+                raise AssertionError(name + " wrote")
+        c = s.clone()
+        c.zero_()  # a copy is the loop's own
+        assert not isinstance(s + 1, ReadOnlyTensor) and int(c.sum()) == 0
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(REPO / "python")))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", f"rc {r.returncode}: {r.stderr[-2000:]}"
+
+
+def test_batches_cannot_be_mistaken(daemon: Daemon) -> None:
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4)
+    b = next(iter(ds))
+    with pytest.raises(AttributeError, match=r"yields \(samples, labels\) a batch.*no \.shape"):
+        b.shape  # type: ignore[union-attr]
+    ds.close()
+    dense = torch.arange(12.0).reshape(2, 6).as_subclass(DenseBatch)
+    with pytest.raises(TypeError, match=r"one tensor \(batch, \*shape\) a batch, not \(samples, labels\)"):
+        samples, labels = dense
+    assert [r.tolist() for r in dense.unbind(0)] == [list(range(6)), list(range(6, 12))]
+    assert type(dense * 2) is torch.Tensor and not isinstance(dense[0], ReadOnlyTensor)
+
+
+def test_a_dataloader_under_lightning_warns_once(daemon: Daemon) -> None:
+    # A DataLoader has no state_dict(): under Lightning it silently loses a
+    # mid-epoch position, so the dataset steers to the form that resumes.
+    pytest.importorskip("lightning")
+    import lightning  # noqa: F401  (what the warning looks for)
+    import warnings
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert sum(len(b[0]) for b in dl) == N
+    said = [str(w.message) for w in caught if "state_dict" in str(w.message)]
+    assert len(said) == 1 and "Return the dataset itself" in said[0], said
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert sum(len(b[0]) for b in ds) == N
+    assert not [w for w in caught if "state_dict" in str(w.message)], "the bare dataset warned"
+    ds.close()
