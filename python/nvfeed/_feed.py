@@ -94,8 +94,8 @@ class Feed(Session):
         if r["end_of_epoch"]:
             self._expect = (r["epoch"], 0)
             raise StopIteration
-        if self.keep is not None and self.keep < len(r["offsets"]):
-            r = _views.prefix(r, self.keep)
+        if self.keep is not None and self.keep < _wds.count_samples(self.components, r["offsets"]):
+            r = _views.prefix(r, self.keep, self.components or 1)
         if at is not None and (r["epoch"], r["iteration"]) != at:
             self._drop_stream()
             raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")

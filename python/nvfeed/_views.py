@@ -103,14 +103,15 @@ class DaliTypes:
         return self._list(arrays)
 
 
-def prefix(r: NextResponse, keep: int) -> NextResponse:
+def prefix(r: NextResponse, keep: int, per: int = 1) -> NextResponse:
     """The descriptor r of its first ``keep`` samples only (the others are
-    padding the loop is not to see); their failures with them."""
+    padding the loop is not to see); their failures with them. ``per``:
+    the (offset, length) entries a sample (a WebDataset's K)."""
     out = cast(dict[str, Any], dict(r))
     for key in ("offsets", "lengths", "labels", "indices", "shapes"):
         v = out.get(key)
         if v is not None:
-            out[key] = v[:keep]
+            out[key] = v[:keep * per] if key in ("offsets", "lengths") else v[:keep]
     failed, errors = r.get("failed") or [], r.get("errors") or []
     out["failed"] = [i for i in failed if i < keep]
     if len(errors) == len(failed):

@@ -256,3 +256,15 @@ def test_pytorch_training_loop(wds: tuple[Daemon, list[str]]) -> None:
                         shard_id=0, num_shards=1)
     jpegs, cls = next(iter(raw))
     assert all(isinstance(c, bytes) and c.isdigit() for c in cls)
+    # Two padded ranks: the loop sees each rank's samples, the padding
+    # trimmed from every component alike, and the two hold every sample.
+    seen_by_rank = []
+    for rank in range(2):
+        ranked = LoaderDataset("wds", socket=d.socket, batch_size=8, ext=["jpg", "cls"],
+                               missing_component_behavior="skip", shard_id=rank, num_shards=2, pad_last_batch=True)
+        got = []
+        for jpegs, cls in ranked:
+            assert len(jpegs) == len(cls)
+            got += list(zip(jpegs, cls))
+        seen_by_rank.append(got)
+    assert Counter(seen_by_rank[0] + seen_by_rank[1]) == Counter(_ours(d.socket, ["jpg", "cls"], "skip", 1, 8))
