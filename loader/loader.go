@@ -414,7 +414,7 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 					}
 				}()
 				b.readStart = time.Now()
-				err := l.backend.ReadBatch(ctx, b.reqs)
+				err := l.read(ctx, b.reqs)
 				if l.opts.ROI != nil {
 					l.packROI(b)
 				}
@@ -437,6 +437,55 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 		}
 		epoch, batch = epoch+1, 0
 	}
+}
+
+// read reads a batch's requests with the backend: those Options.Access
+// lets through; the others keep the error it set, and the batch fails
+// (per sample: SkipErrors delivers the rest).
+func (l *Loader) read(ctx context.Context, reqs []backend.Request) error {
+	if l.opts.Access == nil {
+		return l.backend.ReadBatch(ctx, reqs)
+	}
+	samples := make([]int, len(reqs))
+	for i := range reqs {
+		reqs[i].Err, samples[i] = nil, reqs[i].Index
+	}
+	for _, r := range l.opts.Access(samples) {
+		reqs[r.At].Err = &backend.SampleError{Index: reqs[r.At].Index, Path: r.Path, Err: r.Err}
+	}
+	var refused error
+	n := 0 // requests let through
+	for i := range reqs {
+		if reqs[i].Err == nil {
+			n++
+		} else if refused == nil {
+			refused = reqs[i].Err
+		}
+	}
+	if refused == nil {
+		return l.backend.ReadBatch(ctx, reqs) // the common case: no copy
+	}
+	if n == 0 {
+		return refused
+	}
+	pos := make([]int, 0, n)
+	for i := range reqs {
+		if reqs[i].Err == nil {
+			pos = append(pos, i)
+		}
+	}
+	allowed := make([]backend.Request, len(pos))
+	for j, i := range pos {
+		allowed[j] = reqs[i]
+	}
+	err := l.backend.ReadBatch(ctx, allowed)
+	for j, i := range pos {
+		reqs[i] = allowed[j]
+	}
+	if err == nil {
+		err = refused
+	}
+	return err
 }
 
 // epochOrder returns epoch's order (Orders.Epoch) into buf. A replay

@@ -94,11 +94,26 @@ type Options struct {
 	// loaders given the same *Replays (the daemon: one per uid); nil: no
 	// bound.
 	Replays *Replays
+	// Access, when set, is asked before each batch's reads which of its
+	// samples (indices into the map) may be read: it returns those that
+	// must not be, each failing (a *backend.SampleError: with SkipErrors,
+	// a failed sample of the batch), and those are not read — no byte of
+	// theirs reaches the batch memory. The daemon checks there, as
+	// samples are first read, that its client may open each one.
+	Access func(samples []int) []Refused
 
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil
 	// everywhere else.
 	openMemory func(kind batchmem.Kind, slots int, slotSize int64, o batchmem.Options) (batchmem.Memory, error)
+}
+
+// Refused is a sample Options.Access refuses: its position in the
+// samples asked about, its path as the error may show it, and why.
+type Refused struct {
+	At   int
+	Path string
+	Err  error
 }
 
 // Shared is what loaders given the same *Shared share: the raw backends'

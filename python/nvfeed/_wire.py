@@ -93,6 +93,7 @@ class OpenResponse(TypedDict):
     fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
     reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
     components: int  # K outputs a sample of a "webdataset" dataset (offsets/lengths: K a sample); 0 otherwise
+    not_raw: List[StaleCause]  # gds/bam: raw-mapped samples read through the filesystem, by cause; absent when none
 
 
 class MemoryResponse(TypedDict):

@@ -66,7 +66,16 @@ func openParams(r wire.OpenRequest) session.OpenParams {
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, Components: o.Components}
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw), Components: o.Components}
+}
+
+// staleCausesWire is causes' wire form.
+func staleCausesWire(causes []session.StaleCause) []wire.StaleCause {
+	var out []wire.StaleCause
+	for _, c := range causes {
+		out = append(out, wire.StaleCause{Cause: c.Cause, Samples: c.Samples, Fix: c.Fix})
+	}
+	return out
 }
 
 // nextResponse is a delivery's wire form.
@@ -123,9 +132,7 @@ func statusResponse(st session.Status, conns *wire.Budget) wire.StatusResponse {
 	}
 	for i, d := range datasetsResponse(infos).Datasets {
 		ds := wire.DatasetStatus{DatasetInfo: d}
-		for _, c := range st.Datasets[i].StaleCauses {
-			ds.StaleCauses = append(ds.StaleCauses, wire.StaleCause{Cause: c.Cause, Samples: c.Samples, Fix: c.Fix})
-		}
+		ds.StaleCauses = staleCausesWire(st.Datasets[i].StaleCauses)
 		r.Datasets = append(r.Datasets, ds)
 	}
 	for _, s := range st.Sessions {

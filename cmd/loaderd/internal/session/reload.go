@@ -64,9 +64,9 @@ func (m *Manager) Reload() ([]Reloaded, error) {
 		m.nextID++
 		m.mu.Unlock()
 		if wm != nil {
-			loaded[name] = openWebDataset(name, id, wm, m.cfg.Trust, m.log)
+			loaded[name] = openWebDataset(name, id, wm, m.cfg.Trust, m.cfg.CheckInBackground, m.log)
 		} else {
-			loaded[name] = openDataset(name, id, mp, m.cfg.Trust, m.log)
+			loaded[name] = openDataset(name, id, mp, m.cfg.Trust, m.cfg.CheckInBackground, m.log)
 		}
 	}
 	var idle []*dataset

@@ -160,8 +160,8 @@ func components(w *loader.WebDataset) int {
 // openWebDataset registers webdataset map w as dataset name: its tars
 // (w.Shards) as a file map's samples are (guard, trust, warnings), and
 // the map, read in place, closed with the registration.
-func openWebDataset(name string, id uint64, w *wds.Map, trust fresh.Trust, log *slog.Logger) *dataset {
-	d := openDataset(name, id, w.Shards, trust, log)
+func openWebDataset(name string, id uint64, w *wds.Map, trust fresh.Trust, background bool, log *slog.Logger) *dataset {
+	d := openDataset(name, id, w.Shards, trust, background, log)
 	d.wds = w
 	log.Info("session: webdataset registered", "dataset", name, "samples", w.Len(), "components", w.Components(), "tars", len(w.Shards.Samples), "map_bytes", w.Bytes())
 	return d

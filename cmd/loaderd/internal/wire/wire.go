@@ -120,6 +120,10 @@ type OpenResponse struct {
 	// "webdataset" dataset, whose batches list K (offset, length) pairs
 	// per sample (NextResponse); 0 for "file" and "numpy" datasets.
 	Components int `msgpack:"components"`
+	// NotRaw is, for a backend that reads raw (gds, bam), the dataset's
+	// raw-mapped samples it reads through the filesystem instead, by
+	// cause, with the fix (as loaderd status says); absent when none.
+	NotRaw []StaleCause `msgpack:"not_raw,omitempty"`
 }
 
 // MemoryUpgrade is the Upgrade header value that asks for a session's
@@ -289,7 +293,8 @@ type DatasetStatus struct {
 
 // StaleCause is how many raw-mapped samples one cause keeps from raw
 // reads and what makes them raw again. Causes: changed_since_mapping,
-// extents_not_the_files, writable_by_untrusted_users, unchecked.
+// extents_not_the_files, writable_by_untrusted_users, not_yet_checked,
+// unchecked.
 type StaleCause struct {
 	Cause   string `msgpack:"cause"`
 	Samples int    `msgpack:"samples"`
