@@ -47,6 +47,7 @@ bench: build venv
 	set -o pipefail; CONSUME=operator bash bench/e2e.sh virtio 3 | tee bench/out/e2e-virtio-operator.txt
 	set -o pipefail; bash bench/tensors.sh 5 | tee bench/out/tensors.txt
 	set -o pipefail; bash bench/roi.sh 3 | tee bench/out/roi.txt
+	set -o pipefail; bash bench/wds.sh 1 | tee bench/out/wds.txt
 	python3 bench/results.py bench/out > bench/RESULTS.md
 
 venv:

@@ -62,7 +62,8 @@ from ._wire import DatasetInfo, State
 # Also importable from here (and typed as exported), as before the client
 # was split into modules: the batch types and the source's literals, the
 # other exceptions and the messages the public functions return.
-from ._source import (Batch as Batch, BatchFormat as BatchFormat, DaliBatch as DaliBatch, Device as Device,
+from ._source import (Batch as Batch, BatchFormat as BatchFormat, Components as Components, DaliBatch as DaliBatch,
+                      Device as Device, MissingComponent as MissingComponent,
                       GPUPath as GPUPath, OnError as OnError, Sample as Sample, Shuffle as Shuffle, Tensors as Tensors,
                       Transport as Transport)
 from ._options import SourceOptions as SourceOptions

@@ -17,8 +17,9 @@ PERFORMANCE_ONLY = frozenset({
     "read_ahead", "dont_use_mmap", "use_o_direct", "lazy_init", "tensor_init_bytes", "bytes_per_sample_hint",
     "skip_cached_images", "preserve", "num_threads", "cache_header_information",
 })
-"""``fn.readers.numpy``/``fn.readers.file`` arguments that change how DALI
-reads, never what: loaderd reads on its own terms, so they are ignored."""
+"""``fn.readers.numpy``/``fn.readers.file``/``fn.readers.webdataset``
+arguments that change how DALI reads, never what: loaderd reads on its
+own terms, so they are ignored."""
 
 _STARTS = ("roi_start", "rel_roi_start")
 _ENDS = ("roi_end", "rel_roi_end", "roi_shape", "rel_roi_shape")
@@ -43,6 +44,18 @@ UNSUPPORTED = {
 }
 """``fn.readers.numpy``/``fn.readers.file`` arguments with no equivalent
 here, and what to do instead."""
+
+WEBDATASET = {
+    "paths": "map the tars with mkbmap --reader webdataset --mountpoint DIR (every .tar of DIR, sorted as DALI sorts "
+             "paths) or --file-list LIST (the paths in your order), register the map with loaderd serve --dataset "
+             "NAME=MAP, and name NAME here",
+    "index_paths": "list the wds2idx indexes, one a line, in a file for mkbmap --reader webdataset --index-paths "
+                   "FILE (the map is then the indexes' samples, checked against the tars)",
+    "shuffle_after_epoch_seed": "WebDataset datasets shuffle with random_shuffle (shuffle='permute' or 'dali')",
+}
+"""``fn.readers.webdataset`` arguments with no equivalent here (its
+``ext``, ``missing_component_behavior``, ``case_sensitive_extensions``
+and sampling arguments are this client's own), and what to do instead."""
 
 
 def _values(caller: str, name: str, v: Any, real: bool) -> list[Any]:
@@ -159,6 +172,9 @@ def split(caller: str, kwargs: dict[str, Any]) -> Optional[ROIRequest]:
             del kwargs[name]
             warnings.warn(f"{caller}: {name}= is a fn.readers.numpy/fn.readers.file argument that only tunes how "
                           "DALI reads; loaderd reads on its own terms, so it is ignored", RuntimeWarning, stacklevel=3)
+        elif name in WEBDATASET:
+            raise TypeError(f"{caller}: {name}= is a fn.readers.webdataset argument nvfeed does not take: "
+                            f"{WEBDATASET[name]}")
         elif name in UNSUPPORTED:
             raise TypeError(f"{caller}: {name}= is a fn.readers.numpy/fn.readers.file argument nvfeed does not "
                             f"support: {UNSUPPORTED[name]}")

@@ -12,12 +12,13 @@ from typing import Any, Optional, Union, cast
 
 import numpy as np
 
-from . import _depth, _views
+from . import _depth, _views, _wds
 from ._errors import LoaderError, SampleError
 from ._options import SourceOptions
 from ._pair import BatchHalves, Position, batch_position
 from ._session import Session
 from ._views import Batch, DaliBatch, DaliTypes, Tensors
+from ._wds import Components
 from ._wire import NextResponse
 
 
@@ -57,10 +58,10 @@ class Feed(Session):
         if n is not None and self._id is not None and self._expect is not None:
             self._reopen(n)
 
-    def __next__(self) -> Union[Batch, DaliBatch, Tensors]:
+    def __next__(self) -> Union[Batch, DaliBatch, Tensors, Components]:
         return self._fetch(None)
 
-    def batch(self, info: Any) -> Union[Batch, DaliBatch, Tensors]:
+    def batch(self, info: Any) -> Union[Batch, DaliBatch, Tensors, Components]:
         """Batch ``info.iteration`` of epoch ``info.epoch_idx``: for
         ``fn.external_source(source=src.batch, batch=True, batch_info=True)``,
         which gives DALI's ``BatchInfo``. Raises ``StopIteration`` past the
@@ -78,12 +79,12 @@ class Feed(Session):
 
         Returns
         -------
-        Batch, DaliBatch or Tensors
+        Batch, DaliBatch, Tensors or Components
             The batch, as ``next()`` gives it.
         """
         return self._fetch((int(info.epoch_idx), int(info.iteration)))
 
-    def _fetch(self, at: Optional[tuple[int, int]]) -> Union[Batch, DaliBatch, Tensors]:
+    def _fetch(self, at: Optional[tuple[int, int]]) -> Union[Batch, DaliBatch, Tensors, Components]:
         if self._id is None:
             raise LoaderError("LoaderSource is closed")
         if not self._dali_looked:
@@ -93,18 +94,21 @@ class Feed(Session):
         if r["end_of_epoch"]:
             self._expect = (r["epoch"], 0)
             raise StopIteration
-        if self.keep is not None and self.keep < len(r["offsets"]):
-            r = _views.prefix(r, self.keep)
+        if self.keep is not None and self.keep < _wds.count_samples(self.components, r["offsets"]):
+            r = _views.prefix(r, self.keep, self.components or 1)
         if at is not None and (r["epoch"], r["iteration"]) != at:
             self._drop_stream()
             raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
         self._expect = (r["epoch"], r["iteration"] + 1)
         self._last = (r["epoch"], r["iteration"])
         failed = r.get("failed") or []
-        if failed and (self._on_error == "raise" or len(failed) == len(r["offsets"])):
+        if failed and (self._on_error == "raise" or len(failed) == _wds.count_samples(self.components, r["offsets"])):
             self._give_back.append(r["slot"])
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
         self._held.append(r["slot"])
+        if self.components:
+            keep = self._skip(r, failed) if failed else None
+            return _wds.outputs(self._mapped, self.components, r["offsets"], r["lengths"], keep)
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
         if self.reader == "numpy":
             return self._tensors(r, failed)
@@ -119,7 +123,7 @@ class Feed(Session):
         the failed ones counted and warned of (the warning points
         stacklevel frames up: at the caller of next())."""
         bad = set(failed)
-        keep = [i for i in range(len(r["offsets"])) if i not in bad]
+        keep = [i for i in range(_wds.count_samples(self.components, r["offsets"])) if i not in bad]
         self.skipped_samples += len(failed)
         warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
                       "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=stacklevel)
@@ -168,8 +172,8 @@ class Feed(Session):
         DALI's ``BatchInfo`` and the batch at that position (see
         ``batch``).
 
-        A numpy dataset has no labels: ``samples`` is then the whole batch
-        (the arrays), the next one at every call (or the one ``info``
+        A numpy or WebDataset dataset has no labels: ``samples`` is then the
+        whole batch (the arrays, or the components), the next one at every call (or the one ``info``
         names), as ``next()`` and ``batch`` give it, for one external
         source; ``labels`` raises.
 
@@ -184,7 +188,7 @@ class Feed(Session):
         Any
             The samples, in this source's batch_format.
         """
-        if self.reader == "numpy":
+        if self.reader == "numpy" or self.components:
             return self._fetch(batch_position(info))
         return self._halves.take(0, info, self._fetch_half)
 
@@ -205,8 +209,9 @@ class Feed(Session):
         Any
             The labels, in this source's batch_format.
         """
-        if self.reader == "numpy":
-            raise LoaderError(f"LoaderSource: dataset {self._req['dataset']} holds numpy arrays, without labels: feed "
+        if self.reader == "numpy" or self.components:
+            what = "WebDataset samples (a label is a component: name its ext)" if self.components else "numpy arrays"
+            raise LoaderError(f"LoaderSource: dataset {self._req['dataset']} holds {what}, without labels: feed "
                               "the source itself (or src.samples) to one fn.external_source")
         return self._halves.take(1, info, self._fetch_half)
 

@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional, Sequence, Union, cast
 from . import _args
 from ._connect import check_timeout, socket_path
 from ._cuda import CONTEXT, stream_handle
+from ._wds import MissingComponent, ext_arg, missing_arg
 from ._wire import ROI, OpenRequest, State
 
 OnError = Literal["raise", "skip"]
@@ -42,8 +43,9 @@ class SourceOptions:
     ``_args``) and a literal among its choices. The fields are
     ``LoaderSource``'s parameters of the same names (see there), but
     ``socket`` is resolved (``$NVFEED_SOCKET`` or the default), ``job_id``
-    and ``fingerprint`` are ``""`` for none, and ``reader_args`` holds
-    the reader's arguments as the open request carries them.
+    and ``fingerprint`` are ``""`` for none, ``reader_args`` holds the
+    reader's arguments as the open request carries them, and ``ext`` is
+    ``()`` for a source that names no WebDataset components.
 
     Attributes
     ----------
@@ -74,6 +76,9 @@ class SourceOptions:
     fingerprint: str
     roi: Optional[ROI] = None
     files: tuple[str, ...] = ()
+    ext: tuple[str, ...] = ()
+    missing_component_behavior: MissingComponent = "empty"
+    case_sensitive_extensions: bool = True
 
     @classmethod
     def check(cls, dataset: str, socket: Optional[str] = None, batch_size: int = 64, shard_id: int = 0,
@@ -88,7 +93,8 @@ class SourceOptions:
               fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False,
               roi: Optional[ROI] = None,
               shuffle_after_epoch_seed: Optional[int] = None, files: Optional[Sequence[str]] = None,
-              file_list: Optional[str] = None) -> SourceOptions:
+              file_list: Optional[str] = None, ext: Optional[Any] = None, missing_component_behavior: str = "empty",
+              case_sensitive_extensions: bool = True) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -101,6 +107,8 @@ shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
         roi
             The region of interest its ``fn.readers.numpy`` arguments give
             (``_daliargs.roi``, checked there), or None.
+        ext, missing_component_behavior, case_sensitive_extensions
+            As ``LoaderSource`` takes them, with its defaults.
 
         Returns
         -------
@@ -140,6 +148,9 @@ shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
         if roi is not None and device != "cpu":
             raise ValueError(f"a region of interest (roi_*=) is read into host memory: device='cpu', got "
                              f"device={device!r}")
+        exts = () if ext is None else ext_arg(ext)
+        missing = missing_arg(missing_component_behavior)
+        case = _args.bool_arg("case_sensitive_extensions", case_sensitive_extensions)
         return cls(dataset=dataset, socket=socket_path(socket), reader_args=reader_args, shuffle=shuffle,
                    backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch,
                    release_after=release, state=state, timeout=check_timeout("timeout", timeout), on_error=on_error,
@@ -148,7 +159,8 @@ shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
                                                    zero="turns reconnection off"),
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
                    fingerprint=want_fingerprint, roi=roi,
-                   files=_args.files_arg(files, file_list))
+                   files=_args.files_arg(files, file_list), ext=exts, missing_component_behavior=missing,
+                   case_sensitive_extensions=case)
 
     def open_request(self) -> OpenRequest:
         """The session's open request (without ``device_uuid``, which
@@ -180,4 +192,8 @@ shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
             req["gpu_path"] = self.gpu_path
         if self.roi is not None:
             req["roi"] = self.roi
+        if self.ext:
+            req["ext"] = list(self.ext)
+            req["missing_component_behavior"] = self.missing_component_behavior
+            req["case_sensitive_extensions"] = self.case_sensitive_extensions
         return req

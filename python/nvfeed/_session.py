@@ -98,6 +98,8 @@ class Session(Transport):
         """The DALI reader whose samples the dataset holds: ``"file"``
         (encoded files: each batch is its samples and labels) or
         ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone)."""
+        self.components: int = r.get("components") or 0
+        """WebDataset: the outputs of a sample (``len(ext)``); 0 otherwise."""
         try:
             mr, fd = receive(self._socket, r["id"], self._timeout)
         except UpgradeError as e:

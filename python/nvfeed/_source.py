@@ -15,10 +15,11 @@ from ._errors import LoaderError
 from ._feed import Feed
 from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, SourceOptions, Transport
 from ._views import Array, Batch, DaliBatch, Sample, Tensors
+from ._wds import Components, MissingComponent
 from ._wire import State
 
-__all__ = ["LoaderSource", "MAX_INITIAL_FILL", "Array", "Batch", "BatchFormat", "DaliBatch", "Device", "GPUPath",
-           "OnError", "Sample", "Shuffle", "Tensors", "Transport"]
+__all__ = ["LoaderSource", "MAX_INITIAL_FILL", "Array", "Batch", "BatchFormat", "Components", "DaliBatch", "Device",
+           "GPUPath", "MissingComponent", "OnError", "Sample", "Shuffle", "Tensors", "Transport"]
 
 MAX_INITIAL_FILL = _args.MAX_INITIAL_FILL
 """The largest ``initial_fill`` (the daemon's bound too)."""
@@ -49,6 +50,13 @@ class LoaderSource(Feed):
     what the batch is. DALI's ``fn.external_source(source=src,
     batch=True)`` takes it as a plain array or list (``ArrayBatch``, an
     ``np.ndarray``; ``ArrayList``, a ``list``).
+
+    Over a WebDataset dataset (``mkbmap --reader webdataset``: tar
+    shards) name the components with ``ext``: each batch is a tuple of
+    ``len(ext)`` outputs, one list of 1-D uint8 views (or ``CudaArray``;
+    a ``TensorListCPU`` with ``batch_format="dali"``) per entry, sample
+    by sample as ``fn.readers.webdataset`` returns them, for
+    ``fn.external_source(source=src, num_outputs=len(ext), batch=True)``.
 
     Parameters
     ----------
@@ -241,6 +249,15 @@ class LoaderSource(Feed):
         default PyTorch's current stream when PyTorch has initialised
         CUDA, else the legacy default stream; ``"context"`` synchronises
         the whole context at each release instead.
+    ext : str or list of str, optional
+        WebDataset datasets: the components, one output each, as
+        ``fn.readers.webdataset``'s ``ext`` (``"jpg;png"``: the first of
+        the alternatives a sample has).
+    missing_component_behavior : {"empty", "skip", "error"}, optional, default = "empty"
+        A sample lacking a component of ``ext``: an empty one, the sample
+        left out, or refused when the session opens (as DALI's).
+    case_sensitive_extensions : bool, optional, default = True
+        Whether ``ext`` matches member names' extensions case-sensitively.
     **dali_args
         DALI reader arguments: those that only tune how DALI reads
         (``read_ahead``, ``dont_use_mmap``, ``use_o_direct``, ...) are
@@ -289,7 +306,8 @@ class LoaderSource(Feed):
                  batch_format: BatchFormat = "numpy", cuda_stream: object = None, job_id: Optional[str] = None,
                  fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True,
                  shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
-                 files: Optional[Sequence[str]] = None, file_list: Optional[str] = None,
+                 files: Optional[Sequence[str]] = None, file_list: Optional[str] = None, ext: Optional[Any] = None,
+                 missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
                  **dali_args: Any) -> None:
         region = _daliargs.split("LoaderSource", dali_args)
         # A sharded source under torch.distributed is compared with the
@@ -301,7 +319,8 @@ class LoaderSource(Feed):
                 dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard,
                 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout,
                 on_error, transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id,
-                fingerprint, shuffle_after_epoch, region, shuffle_after_epoch_seed, files, file_list)
+                fingerprint, shuffle_after_epoch, region, shuffle_after_epoch_seed, files, file_list, ext,
+                missing_component_behavior, case_sensitive_extensions)
             """The arguments, checked (``SourceOptions``)."""
             super().__init__(self.options)
         except Exception as e:

@@ -37,7 +37,13 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
     ``torch.from_numpy`` of the batch memory itself, no copy), else a list
     of tensors, each its array's shape (0-d and empty arrays included);
     with ``on_error="skip"`` a batch that lost samples is a list of the
-    others. ``src.reader`` of ``LoaderSource`` says which kind a dataset
+    others. Over a WebDataset dataset (tar shards) name the components
+    with ``ext``: each batch is a tuple, one entry per ``ext`` entry, as
+    ``webdataset.WebDataset(...).to_tuple(*ext)`` gives a sample's, by
+    batch: a list of each sample's component as ``bytes`` (copies; an
+    empty component ``b""``), or with ``decode_labels`` an integer
+    entry (``cls``...) as one int64 tensor (batch,), as ``.decode()``
+    would. ``src.reader`` of ``LoaderSource`` says which kind a dataset
     is.
 
     **Epochs.** Every rank's loop receives ``len(ds)`` batches an epoch.
@@ -177,6 +183,13 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
     reconnect_timeout : float, optional, default = 60.0
         Seconds to keep reconnecting when the daemon goes away; 0 turns
         reconnection off.
+    ext, missing_component_behavior, case_sensitive_extensions
+        WebDataset datasets: the components, as ``LoaderSource`` takes them.
+    decode_labels : bool, optional, default = False
+        WebDataset: ``ext`` entries of integer extensions (``cls``,
+        ``cls2``, ``class``, ``count``, ``index``, ``inx``, ``id``) as one
+        int64 tensor a batch, their text decoded (else bytes). With
+        ``zero_copy`` or a GPU the other components are uint8 tensors.
 
     Raises
     ------
@@ -196,7 +209,9 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
                  zero_copy: bool = False, device: Union[str, torch.device] = "cpu", gpu_path: GPUPath = "auto",
                  backend: Optional[str] = None, backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, timeout: float = 600.0, on_error: OnError = "raise",
-                 reconnect_timeout: float = 60.0) -> None:
+                 reconnect_timeout: float = 60.0, ext: Optional[Any] = None,
+                 missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
+                 decode_labels: bool = False) -> None:
         super().__init__()
         if not isinstance(zero_copy, bool):
             raise ValueError(f"zero_copy must be True or False, got {zero_copy!r}")
@@ -216,6 +231,7 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         self.dataset = dataset
         self.batch_size = batch_size
         self.zero_copy = zero_copy
+        self.decode_labels = bool(decode_labels)
         self.last_batch_policy = last_batch_policy
         self.device = dev
         self._shard = None if shard_id is None or num_shards is None else (shard_id, num_shards)
@@ -223,7 +239,8 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
             socket=socket, batch_size=batch_size, random_shuffle=random_shuffle, seed=seed,
             pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard, shuffle=shuffle, initial_fill=initial_fill,
             backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch_queue_depth,
-            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout,
+            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout, ext=ext,
+            missing_component_behavior=missing_component_behavior, case_sensitive_extensions=case_sensitive_extensions,
             # The batch handed out last goes back with the request for the
             # next one: the lifetime rule above, in both modes.
             release_after=0)

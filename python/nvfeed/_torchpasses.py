@@ -13,7 +13,8 @@ from typing import Any, Iterator, Optional, Union, cast
 import numpy as np
 import torch
 
-from ._source import Batch, LoaderSource, Tensors
+from . import _torchwds
+from ._source import Batch, Components, LoaderSource, Tensors
 from ._torchbatch import FileBatch
 from ._torchshard import Epochs, LastBatchPolicy
 from ._torchviews import TensorBatch, TorchViews
@@ -22,9 +23,14 @@ from ._wire import State
 TorchBatch = tuple[list[torch.Tensor], torch.Tensor]
 """One batch: the samples (1-D uint8 tensors) and their labels (int64, shape (batch,))."""
 
-Item = Union[TorchBatch, TensorBatch]
+WdsBatch = tuple[_torchwds.Component, ...]
+"""One WebDataset batch: one entry per ``ext`` entry, the samples'
+components as ``bytes`` (or tensors: ``zero_copy``, GPU), decoded labels
+as an int64 tensor of shape (batch,)."""
+
+Item = Union[TorchBatch, TensorBatch, WdsBatch]
 """What ``LoaderDataset`` yields: a ``TorchBatch`` over a file dataset, a
-``TensorBatch`` over a numpy dataset."""
+``TensorBatch`` over a numpy dataset, a ``WdsBatch`` over a WebDataset."""
 
 STATE_VERSION = 1
 """The version of ``LoaderDataset.state_dict()``'s layout."""
@@ -37,6 +43,7 @@ class Passes:
     dataset: str
     batch_size: int
     last_batch_policy: LastBatchPolicy
+    decode_labels: bool
     _src: Optional[LoaderSource]
     _resume: Optional[State]
     _epochs: Optional[Epochs]
@@ -84,6 +91,8 @@ class Passes:
     def _get(self, src: LoaderSource, ep: Epochs, e: int, k: int) -> Item:
         """Batch k of epoch e as the loop receives it."""
         if k >= ep.daemon_batches(e):  # past this rank's shard ("partial"): an empty batch, in step with the others
+            if src.components:
+                return _torchwds.batch(self._views, src.options.ext, ([],) * src.components, self.decode_labels)
             if src.reader == "numpy":
                 return []
             return FileBatch(([], torch.zeros(0, dtype=torch.int64)))
@@ -95,6 +104,8 @@ class Passes:
         self._views.wait_pending()  # the last batch goes back to the daemon with this request
         src.keep = ep.keep(e, k)
         b = src._fetch(None if src._expect == (e, k) else (e, k))
+        if src.components:
+            return _torchwds.batch(self._views, src.options.ext, cast(Components, b), self.decode_labels)
         if src.reader == "numpy":
             return self._views.arrays(cast(Tensors, b))
         samples, labels = cast(Batch, b)

@@ -157,6 +157,12 @@ class DaliTypes:
         t = self._tensor
         return self._list([t(s) for s in samples], contiguous=False), self.labels(labels)  # type: ignore[call-overload]
 
+    def samples(self, samples: list[Sample]) -> Any:
+        """One TensorListCPU whose samples view the arrays (a WebDataset
+        batch's component: zero-length arrays for empty ones)."""
+        t = self._tensor
+        return self._list([t(s) for s in samples], contiguous=False)  # type: ignore[call-overload]
+
     def labels(self, labels: "np.ndarray[Any, np.dtype[np.int32]]") -> Any:
         """The labels as one TensorListCPU."""
         return self._list(labels)
@@ -171,14 +177,15 @@ class DaliTypes:
         return self._list(arrays)
 
 
-def prefix(r: NextResponse, keep: int) -> NextResponse:
+def prefix(r: NextResponse, keep: int, per: int = 1) -> NextResponse:
     """The descriptor r of its first ``keep`` samples only (the others are
-    padding the loop is not to see); their failures with them."""
+    padding the loop is not to see); their failures with them. ``per``:
+    the (offset, length) entries a sample (a WebDataset's K)."""
     out = cast(dict[str, Any], dict(r))
     for key in ("offsets", "lengths", "labels", "indices", "shapes"):
         v = out.get(key)
         if v is not None:
-            out[key] = v[:keep]
+            out[key] = v[:keep * per] if key in ("offsets", "lengths") else v[:keep]
     failed, errors = r.get("failed") or [], r.get("errors") or []
     out["failed"] = [i for i in failed if i < keep]
     if len(errors) == len(failed):

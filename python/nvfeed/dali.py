@@ -36,6 +36,13 @@ called in ``define_graph``::
     ...
     img = self.input_x(name="ReaderX")
 
+Over a WebDataset dataset (``mkbmap --reader webdataset``: tar shards)
+it stands where ``fn.readers.webdataset`` stood, one output per ``ext``
+entry, the samples and their order that reader's (``shuffle="dali"``)::
+
+    # jpegs, labels = fn.readers.webdataset(paths=tars, ext=["jpg", "cls"], random_shuffle=True, name="Reader")
+    jpegs, labels = nvfeed.dali.reader("laion", ext=["jpg", "cls"], random_shuffle=True, name="Reader")
+
 Needs DALI in this process (``import nvfeed`` does not).
 """
 
@@ -53,6 +60,7 @@ from ._dalireader import META, Reader as _Reader, reader_meta as reader_meta, re
 from ._errors import NotFoundError
 from ._seeds import seed_for as seed_for
 from ._source import LoaderSource, Shuffle
+from ._wds import ext_arg as _daliwds_ext
 from ._wire import DatasetInfo
 
 try:  # DALI, untyped here: nothing of it is in this module's signatures
@@ -62,6 +70,8 @@ try:  # DALI, untyped here: nothing of it is in this module's signatures
     _Pipeline: Any = importlib.import_module("nvidia.dali.pipeline").Pipeline
 except ImportError as _e:  # pragma: no cover - the module's one requirement
     raise ImportError(f"nvfeed.dali needs DALI (nvidia.dali) in this process: {_e}") from _e
+
+from . import _daliwds  # noqa: E402 - imports DALI, checked above
 
 __all__ = ["ops", "reader", "reader_meta", "seed_for"]
 
@@ -141,7 +151,11 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
         ``LoaderSource``'s other arguments: ``socket``, ``backend``,
         ``backend_options``, ``prefetch_queue_depth``, ``release_after``,
         ``timeout``, ``on_error``, ``transport``, ``reconnect_timeout``,
-        ``batch_format`` (default ``"dali"``). Host batches only. DALI
+        ``batch_format`` (default ``"dali"``); for a WebDataset dataset
+        ``ext`` (required), ``missing_component_behavior``,
+        ``case_sensitive_extensions`` and ``dtypes`` (a DALI type, or one
+        per ``ext`` entry: each component's bytes reinterpreted, as
+        ``fn.readers.webdataset`` does). Host batches only. DALI
         reader arguments that only tune how DALI reads (``read_ahead``,
         ``dont_use_mmap``, ``use_o_direct``, ``device="cpu"``, ...) are
         ignored with a warning; any other DALI argument raises
@@ -152,7 +166,9 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     tuple of DataNode, or DataNode
         A file dataset: the samples and the labels, as ``fn.readers.file``
         returns them. A numpy dataset: one ``DataNode``, the arrays (of the
-        dataset's dtype), as ``fn.readers.numpy`` returns them.
+        dataset's dtype), as ``fn.readers.numpy`` returns them. A
+        WebDataset dataset: one ``DataNode`` per ``ext`` entry (a list;
+        one ``DataNode`` for one entry), as ``fn.readers.webdataset``.
 
     Raises
     ------
@@ -161,7 +177,9 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     TypeError
         An argument ``LoaderSource`` does not take (``batch_size``, which
         is the pipeline's, included), or ``device``; a numpy dataset of a
-        dtype DALI has no type for (complex).
+        dtype DALI has no type for (complex); ``ext`` missing for a
+        WebDataset dataset or given for another; ``fn.readers.webdataset``'s
+        ``paths``/``index_paths`` (saying how to map the tars instead).
     NotFoundError
         The daemon serves no dataset of that name (the message lists those
         it serves).
@@ -174,6 +192,7 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
                            "define_graph, or under `with pipe:`), as fn.readers.file")
     if source_options.get("device", "gpu") == "cpu":
         del source_options["device"]  # fn.readers.numpy(device="cpu"): what this reader gives
+    dtypes = source_options.pop("dtypes", None)
     own = set(inspect.signature(LoaderSource).parameters)
     dali_args = {k: source_options.pop(k) for k in list(source_options) if k not in own}
     region_args = {k: v for k, v in dali_args.items() if k in _daliargs.ROI}
@@ -194,8 +213,17 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
                 shuffle_after_epoch_seed=shuffle_after_epoch_seed)
     numpy = info.get("reader") == "numpy"
     dtype = _dali_type(dataset, info.get("dtype", "")) if numpy else None
+    wds = info.get("reader") == "webdataset"
+    if wds != ("ext" in source_options) or (dtypes is not None and not wds):
+        raise TypeError(f"nvfeed.dali.reader: dataset {dataset!r} holds " + (
+            "WebDataset samples: name their components with ext=[...] (as fn.readers.webdataset)" if wds else
+            f"{info.get('reader', 'file')} samples: ext= and dtypes= are for WebDataset datasets"))
+    k = len(_daliwds_ext(source_options.get("ext"))) if wds else 0
+    out_types = _daliwds.dtypes_arg(dtypes, k) if wds else []
     rd = _Reader(pipe, dataset, name, args, seed, source_options)
     weakref.finalize(pipe, rd.close)
+    if wds:
+        return _daliwds.outputs(pipe, name, rd, seed, k, out_types, _slot_per_seeded_op())
     if numpy:
         return _numpy_output(pipe, name, rd, seed, dtype)
     jpegs, labels = _fn.external_source(source=rd, num_outputs=2, batch=True, batch_info=True, no_copy=True,

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from ._torchbatch import DenseBatch, FileBatch, ReadOnlyTensor
 from ._torchdataset import STATE_VERSION, Item, LoaderDataset, TorchBatch
+from ._torchpasses import WdsBatch
 from ._torchshard import LastBatchPolicy, distributed_shard
 from ._torchviews import TensorBatch
 
-__all__ = ["LoaderDataset", "TorchBatch", "TensorBatch", "Item", "STATE_VERSION", "distributed_shard",
+__all__ = ["LoaderDataset", "TorchBatch", "TensorBatch", "WdsBatch", "Item", "STATE_VERSION", "distributed_shard",
            "LastBatchPolicy", "ReadOnlyTensor", "DenseBatch", "FileBatch"]
