@@ -46,6 +46,7 @@ bench: build venv
 	set -o pipefail; CONSUME=operator bash bench/e2e.sh ram 3 | tee bench/out/e2e-ram-operator.txt
 	set -o pipefail; CONSUME=operator bash bench/e2e.sh virtio 3 | tee bench/out/e2e-virtio-operator.txt
 	set -o pipefail; bash bench/tensors.sh 5 | tee bench/out/tensors.txt
+	set -o pipefail; bash bench/roi.sh 3 | tee bench/out/roi.txt
 	set -o pipefail; bash bench/table.sh 3 | tee bench/out/table.txt
 	set -o pipefail; { echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1; } | tee bench/out/scale.txt
 	python3 bench/results.py bench/out > bench/RESULTS.md

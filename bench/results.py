@@ -63,6 +63,19 @@ SECTIONS = [
      "Map building and loading at scale, planning, the sampler."),
 ]
 
+# The ROI benchmark (bench/roi.sh), kept apart from the list above: its
+# table goes before the Go hot paths.
+ROI_SECTION = (
+    "roi.txt", "Regions of interest: crops and slices of .npy volumes against whole arrays", "bash bench/roi.sh 3",
+    "float32 volumes of 256x256x256 (64 MiB each) made by `np.save`, ext4 on a loop device over `/dev/shm` "
+    "(`--direct-io=on`), read in one epoch (batch 4) whole, as a 64^3 crop (`roi_start`/`roi_end`), as one "
+    "2-D slice along axis 0 (256 KiB contiguous) and along axis 1 (256 runs of 1 KiB, 256 KiB apart): "
+    "`LoaderSource` through loaderd (gds, file) and `fn.readers.numpy` with the same arguments (CPU, "
+    "`num_threads=2`, with and without mmap). Cold (page cache dropped before each case), medians of 3 rounds; "
+    "device: the loop device's bytes read while the epoch ran. Then the run-merge gap swept (nvfeed gds, "
+    "loaderd built per gap).")
+SECTIONS.insert(len(SECTIONS) - 1, ROI_SECTION)
+
 
 LOG = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (DEBUG|INFO|WARN|ERROR) .*$")
 

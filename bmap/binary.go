@@ -40,7 +40,10 @@ import (
 //
 //	root, device path, major u, minor u, disk, partition start u,
 //	logical block size u, fs type, fs uuid,
-//	+reader u (0 file, 1 numpy), +map flags u (bit 0: listed),
+//	+reader u (0 file, 1 numpy), +map flags u (bit 0: listed, bit 1:
+//	discovery recorded),
+//	+with bit 1: file filter, case-sensitive u (0 or 1), filter count u,
+//	            filters… (the DiscoverOptions the samples were found with),
 //	class count u, classes…,
 //	sample count u, extent count u, +dimension count u (all samples'),
 //	path-blob length u, path blob,
@@ -62,6 +65,9 @@ const (
 	// versionWebDataset is bmap/wds's version 3: same magic and header
 	// checksum at 28, records read in place (ErrWebDataset here).
 	versionWebDataset = 3
+	// mapDiscovery (version 2 map flags): Map.Discovery follows the
+	// flags. A map without it is laid out as before it existed.
+	mapDiscovery = 1 << 1
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -91,7 +97,22 @@ func WriteBinary(w io.Writer, m *Map) error {
 		if m.Listed {
 			flags |= mapListed
 		}
+		if m.Discovery != nil {
+			flags |= mapDiscovery
+		}
 		p = binary.AppendUvarint(p, flags)
+		if o := m.Discovery; o != nil {
+			p = appendString(p, o.FileFilter)
+			cs := uint64(0)
+			if o.CaseSensitive {
+				cs = 1
+			}
+			p = binary.AppendUvarint(p, cs)
+			p = binary.AppendUvarint(p, uint64(len(o.Filters)))
+			for _, f := range o.Filters {
+				p = appendString(p, f)
+			}
+		}
 	}
 	p = binary.AppendUvarint(p, uint64(len(m.Classes)))
 	for _, c := range m.Classes {
@@ -305,10 +326,27 @@ func decodePayload(p []byte, version int) (*Map, error) {
 		}
 		m.Reader = Reader(r)
 		flags := d.uvarint("map flags")
-		if flags&^mapListed != 0 {
+		if flags&^(mapListed|mapDiscovery) != 0 {
 			d.fail("map flags")
 		}
 		m.Listed = flags&mapListed != 0
+		if flags&mapDiscovery != 0 {
+			o := &DiscoverOptions{FileFilter: d.string("file filter")}
+			switch d.uvarint("case-sensitive") {
+			case 0:
+			case 1:
+				o.CaseSensitive = true
+			default:
+				d.fail("case-sensitive")
+			}
+			if n := d.count("filter count", 1); d.err == nil && n > 0 {
+				o.Filters = make([]string, n)
+				for i := range o.Filters {
+					o.Filters[i] = d.string("filter")
+				}
+			}
+			m.Discovery = o
+		}
 	}
 	nc := d.count("class count", 1)
 	if d.err == nil && nc > 0 {

@@ -165,12 +165,28 @@ type Map struct {
 	Listed  bool
 	Classes []string // class directory names of a folder layout; label i is Classes[i]
 	Samples []Sample // in DALI order (see Build)
+	// Discovery is how the samples were found under Root (the filters
+	// mkbmap was given), where they were not DALI's defaults; nil: the
+	// defaults (the zero DiscoverOptions), or a listed map. Unmapped
+	// counts new files by it. Not part of the fingerprint (it chooses
+	// which files, the samples say which were chosen).
+	Discovery *DiscoverOptions
+}
+
+// Discovered returns the options the map's samples were found with:
+// Discovery, or the zero DiscoverOptions (DALI's defaults).
+func (m *Map) Discovered() DiscoverOptions {
+	if m.Discovery == nil {
+		return DiscoverOptions{}
+	}
+	return *m.Discovery
 }
 
 // MinVersion returns the lowest format version that holds m: 1 for
-// fn.readers.file's folder layout, 2 for anything else.
+// fn.readers.file's folder layout found with DALI's default filters, 2
+// for anything else.
 func (m *Map) MinVersion() int {
-	if m.Reader != ReaderFile || m.Listed {
+	if m.Reader != ReaderFile || m.Listed || m.Discovery != nil {
 		return 2
 	}
 	for i := range m.Samples {

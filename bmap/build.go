@@ -9,6 +9,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -91,6 +92,9 @@ func Build(ctx context.Context, root string, o BuildOptions) (*Map, error) {
 		return nil, err
 	}
 	m := &Map{Root: abs, Device: dev, Reader: o.Reader, Listed: o.Files != nil, Classes: classes, Samples: make([]Sample, len(entries))}
+	if d := o.DiscoverOptions; o.Files == nil && (d.FileFilter != "" || d.CaseSensitive || d.Filters != nil) {
+		m.Discovery = &DiscoverOptions{FileFilter: d.FileFilter, CaseSensitive: d.CaseSensitive, Filters: slices.Clone(d.Filters)}
+	}
 	for i, e := range entries {
 		m.Samples[i] = Sample{Path: e.Path, Label: e.Label}
 	}

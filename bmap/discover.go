@@ -293,9 +293,9 @@ func firstOr(a, b []string) string {
 // Unmapped returns how many files Discover(m.Root, o) (DiscoverNumpy
 // for a numpy map) lists now that the map has no sample for: files added
 // since mapping (in a class folder the map knows or a new one), which
-// nothing reading the map serves. A map does not record the filters it
-// was made with: the caller passes them (the zero DiscoverOptions:
-// DALI's defaults). A listed map names its files: none is unmapped.
+// nothing reading the map serves. The caller passes the filters to list
+// with: the map's own (Discovered) to count what its discovery would find
+// now. A listed map names its files: none is unmapped.
 func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
 	n, _, err := m.UnmappedIn(o)
 	return n, err

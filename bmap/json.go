@@ -17,6 +17,7 @@ import (
 //	 "device": {"path", "major", "minor", "disk", "partition_start",
 //	            "logical_block_size", "fs_type", "fs_uuid"},
 //	 "reader", "listed",
+//	 "discovery": {"filters", "case_sensitive", "file_filter"},
 //	 "classes": [...],
 //	 "samples": [{"path", "label", "size", "raw", "reason",
 //	              "extents": [{"logical", "physical", "length", "flags"}],
@@ -27,16 +28,26 @@ import (
 // possible after a round trip through JSON. Version 2 maps add "reader"
 // ("file" or "numpy") and "listed"; a tensor sample adds "offset" (of its
 // data in the file; "size" is the data's), "dtype" (numpy's name,
-// "float32") and "shape" (absent for a 0-d array). Version 1 maps have
-// none of these keys.
+// "float32") and "shape" (absent for a 0-d array), and "discovery" the
+// filters the samples were found with where they were not DALI's
+// defaults (Map.Discovery; absent otherwise). Version 1 maps have none of
+// these keys.
 type jsonMap struct {
-	Version int          `json:"version"`
-	Root    string       `json:"root"`
-	Device  jsonDevice   `json:"device"`
-	Reader  string       `json:"reader,omitempty"`
-	Listed  bool         `json:"listed,omitempty"`
-	Classes []string     `json:"classes"`
-	Samples []jsonSample `json:"samples"`
+	Version int        `json:"version"`
+	Root    string     `json:"root"`
+	Device  jsonDevice `json:"device"`
+	Reader  string     `json:"reader,omitempty"`
+	Listed  bool       `json:"listed,omitempty"`
+	// Discovery is Map.Discovery; absent: DALI's defaults.
+	Discovery *jsonDiscovery `json:"discovery,omitempty"`
+	Classes   []string       `json:"classes"`
+	Samples   []jsonSample   `json:"samples"`
+}
+
+type jsonDiscovery struct {
+	Filters       []string `json:"filters,omitempty"`
+	CaseSensitive bool     `json:"case_sensitive,omitempty"`
+	FileFilter    string   `json:"file_filter,omitempty"`
 }
 
 type jsonDevice struct {
@@ -83,6 +94,9 @@ func WriteJSON(w io.Writer, m *Map) error {
 	}
 	if m.Version != 1 {
 		jm.Reader, jm.Listed = m.Reader.String(), m.Listed
+		if o := m.Discovery; o != nil {
+			jm.Discovery = &jsonDiscovery{Filters: o.Filters, CaseSensitive: o.CaseSensitive, FileFilter: o.FileFilter}
+		}
 	}
 	for i := range m.Samples {
 		s := &m.Samples[i]
@@ -118,6 +132,9 @@ func DecodeJSON(b []byte) (*Map, error) {
 			return nil, fmt.Errorf("%w: reader: %v", ErrCorrupt, err)
 		}
 		m.Reader = r
+	}
+	if o := jm.Discovery; o != nil {
+		m.Discovery = &DiscoverOptions{Filters: o.Filters, CaseSensitive: o.CaseSensitive, FileFilter: o.FileFilter}
 	}
 	if len(jm.Classes) > 0 {
 		m.Classes = jm.Classes

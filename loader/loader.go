@@ -85,17 +85,21 @@ type Loader struct {
 
 // Batch is one batch in a ring slot. Its memory stays valid until Release.
 type Batch struct {
-	Epoch     int                // epoch number
-	Iteration int                // batch number within the epoch
-	Indices   []int32            // sample index of each position
-	Labels    []int32            // label of each position
-	Offsets   []int64            // byte offset of each sample in the ring's shared memory (see Dense)
-	Lengths   []int64            // byte length of each sample
-	Slot      int                // ring slot
-	Errors    []error            // with Options.SkipErrors: one *backend.SampleError per failed sample
-	Failed    []int              // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
-	place     batchmem.Placement // how the samples lie in the slot
-	repeats   []batchmem.Repeat  // place.Repeats' storage
+	Epoch     int     // epoch number
+	Iteration int     // batch number within the epoch
+	Indices   []int32 // sample index of each position
+	Labels    []int32 // label of each position
+	Offsets   []int64 // byte offset of each sample in the ring's shared memory (see Dense)
+	Lengths   []int64 // byte length of each sample
+	Slot      int     // ring slot
+	Errors    []error // with Options.SkipErrors: one *backend.SampleError per failed sample
+	Failed    []int   // with Options.SkipErrors: the positions whose sample failed (their Lengths are 0)
+	// Shapes, with Options.ROI, is each position's region shape (its
+	// sample's bytes are that region, C-contiguous); nil without.
+	Shapes  [][]int64
+	place   batchmem.Placement // how the samples lie in the slot
+	roi     roiBatch           // with Options.ROI: the regions' runs, reads and scratch memory
+	repeats []batchmem.Repeat  // place.Repeats' storage
 
 	readStart, readEnd time.Time
 
@@ -384,7 +388,10 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 					}
 				}()
 				b.readStart = time.Now()
-				err := l.backend.ReadBatch(ctx, b.reqs)
+				err := l.read(ctx, b.reqs)
+				if l.opts.ROI != nil {
+					l.packROI(b)
+				}
 				scrub(b.reqs)
 				b.err = l.finish(ctx, b, err)
 				b.readEnd = time.Now()
@@ -402,6 +409,55 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 	}
 }
 
+// read reads a batch's requests with the backend: those Options.Access
+// lets through; the others keep the error it set, and the batch fails
+// (per sample: SkipErrors delivers the rest).
+func (l *Loader) read(ctx context.Context, reqs []backend.Request) error {
+	if l.opts.Access == nil {
+		return l.backend.ReadBatch(ctx, reqs)
+	}
+	samples := make([]int, len(reqs))
+	for i := range reqs {
+		reqs[i].Err, samples[i] = nil, reqs[i].Index
+	}
+	for _, r := range l.opts.Access(samples) {
+		reqs[r.At].Err = &backend.SampleError{Index: reqs[r.At].Index, Path: r.Path, Err: r.Err}
+	}
+	var refused error
+	n := 0 // requests let through
+	for i := range reqs {
+		if reqs[i].Err == nil {
+			n++
+		} else if refused == nil {
+			refused = reqs[i].Err
+		}
+	}
+	if refused == nil {
+		return l.backend.ReadBatch(ctx, reqs) // the common case: no copy
+	}
+	if n == 0 {
+		return refused
+	}
+	pos := make([]int, 0, n)
+	for i := range reqs {
+		if reqs[i].Err == nil {
+			pos = append(pos, i)
+		}
+	}
+	allowed := make([]backend.Request, len(pos))
+	for j, i := range pos {
+		allowed[j] = reqs[i]
+	}
+	err := l.backend.ReadBatch(ctx, allowed)
+	for j, i := range pos {
+		reqs[i] = allowed[j]
+	}
+	if err == nil {
+		err = refused
+	}
+	return err
+}
+
 // epochOrder returns epoch's order (Orders.Epoch) into buf. A replay
 // (ShuffleDALI from a resumed or sought epoch: up to MaxReplaySamples
 // samples), and a ShuffleDALI reader's start (its list and its buffer's
@@ -414,7 +470,13 @@ func (l *Loader) epochOrder(ctx context.Context, orders *Orders, epoch int, buf 
 		}
 		defer l.opts.Replays.give()
 	}
-	return orders.epoch(epoch, buf, ctx.Done())
+	order, ok := orders.epoch(epoch, buf, ctx.Done())
+	if files := l.opts.Files; files != nil {
+		for i, s := range order {
+			order[i] = files[s] // the list's position to the map's sample
+		}
+	}
+	return order, ok
 }
 
 // finish decides, once the batch's reads are over (ReadBatch returned
@@ -461,6 +523,11 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0]
+	if l.opts.ROI != nil {
+		l.planROI(b, idx)
+		b.Shapes = b.roi.shapes
+		return
+	}
 	if row, lead := l.denseRow(idx); row > 0 {
 		l.planDense(b, idx, row, lead)
 		return
@@ -655,6 +722,9 @@ func (l *Loader) markFailed(b *Batch) bool {
 		var se *backend.SampleError
 		if !errors.As(r.Err, &se) {
 			return false
+		}
+		if l.opts.ROI != nil && slices.ContainsFunc(b.Failed, func(i int) bool { return int(b.Indices[i]) == r.Index }) {
+			continue // another part of a sample already failed
 		}
 		b.Errors = append(b.Errors, r.Err)
 		for i, idx := range b.Indices {

@@ -59,10 +59,15 @@ type Options struct {
 	// BackendOptions are the backend's options by name (see its
 	// backend.Spec); missing ones take their defaults.
 	BackendOptions map[string]any
-	SkipErrors     bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
-	State          *State       // resume from this state
-	Logger         *slog.Logger // default slog.Default()
-	Trace          io.Writer    // raw backends write every device read here as a fio iolog (v2)
+	// ROI, if set, reads each tensor sample as this region of interest
+	// (fn.readers.numpy's roi_* arguments), packed C-contiguous: host
+	// memory only, a tensor map's samples all within it (ROISlotBytes
+	// checks each). nil: whole arrays.
+	ROI        *ROI
+	SkipErrors bool         // deliver a batch whose samples partly failed: failed samples have length 0 and are listed in Batch.Errors
+	State      *State       // resume from this state
+	Logger     *slog.Logger // default slog.Default()
+	Trace      io.Writer    // raw backends write every device read here as a fio iolog (v2)
 	// Guard is the map's freshness state shared by several loaders (the
 	// daemon keeps one per dataset); nil: raw backends make their own.
 	Guard *fresh.Guard
@@ -82,11 +87,31 @@ type Options struct {
 	// loaders given the same *Replays (the daemon: one per uid); nil: no
 	// bound.
 	Replays *Replays
+	// Access, when set, is asked before each batch's reads which of its
+	// samples (indices into the map) may be read: it returns those that
+	// must not be, each failing (a *backend.SampleError: with SkipErrors,
+	// a failed sample of the batch), and those are not read — no byte of
+	// theirs reaches the batch memory. The daemon checks there, as
+	// samples are first read, that its client may open each one.
+	Access func(samples []int) []Refused
+	// Files, when set, are the map's samples this loader reads (indices
+	// into the map's Samples, repeats allowed), in this order: the
+	// sampling's dataset is this list (DALI's files=), its sample i
+	// the map's sample Files[i]. Nil: the whole map.
+	Files []int32
 
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil
 	// everywhere else.
 	openMemory func(kind batchmem.Kind, slots int, slotSize int64, o batchmem.Options) (batchmem.Memory, error)
+}
+
+// Refused is a sample Options.Access refuses: its position in the
+// samples asked about, its path as the error may show it, and why.
+type Refused struct {
+	At   int
+	Path string
+	Err  error
 }
 
 // Shared is what loaders given the same *Shared share: the raw backends'
@@ -182,6 +207,14 @@ func (o Options) Validate() error {
 	}
 	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
 		return err
+	}
+	if o.ROI != nil {
+		if err := o.ROI.Validate(); err != nil {
+			return err
+		}
+		if o.Memory != batchmem.Pinned {
+			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
+		}
 	}
 	_, err := o.gpuWays()
 	return err

@@ -48,6 +48,9 @@ type Request struct {
 	// GPUPath is how batches reach GPU memory (Options.GPUPath).
 	GPUPath string `msgpack:"gpu_path"`
 	State   *State `msgpack:"state"` // resume here
+	// ROI: nil, or fn.readers.numpy's region of interest each tensor
+	// sample is read as (Options.ROI; its keys are DALI's argument names).
+	ROI *ROI `msgpack:"roi"`
 }
 
 // Options returns the loader options r asks for, the slots among them
@@ -88,7 +91,7 @@ func (r Request) Options() (Options, error) {
 		}
 	}
 	o := Options{ReaderArgs: r.ReaderArgs, PrefetchQueueDepth: prefetch, ReleaseAfter: release, Memory: r.Memory, Device: r.Device,
-		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, Backend: r.Backend, BackendOptions: r.BackendOptions, State: r.State}.WithDefaults()
+		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, Backend: r.Backend, BackendOptions: r.BackendOptions, State: r.State, ROI: r.ROI}.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return Options{}, err
 	}
@@ -162,7 +165,16 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	if err := o.Validate(); err != nil {
 		return Plan{}, fmt.Errorf("loader: %w", err)
 	}
-	p := Plan{Options: o, m: m, Sampling: Sampling{N: len(m.Samples), ReaderArgs: o.ReaderArgs},
+	n := len(m.Samples)
+	if o.Files != nil { // the sampling's dataset is this list (DALI's files=)
+		for i, s := range o.Files {
+			if s < 0 || int(s) >= n {
+				return Plan{}, fmt.Errorf("loader: %w: files[%d] is sample %d, the map has %d", ErrOptions, i, s, n)
+			}
+		}
+		n = len(o.Files)
+	}
+	p := Plan{Options: o, m: m, Sampling: Sampling{N: n, ReaderArgs: o.ReaderArgs},
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Slots: o.Slots, SlotSize: o.SlotSize}
 	if err := p.Sampling.Validate(); err != nil {
 		return Plan{}, fmt.Errorf("loader: %w", err)
@@ -173,7 +185,14 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		}
 	}
 	p.SamplerBytes = SamplerBytes(p.Sampling)
-	if p.SlotSize == 0 {
+	switch {
+	case o.ROI != nil: // the regions' sizes, each checked against its sample
+		n, err := ROISlotBytes(m, o.BatchSize, o.ROI)
+		if err != nil {
+			return Plan{}, fmt.Errorf("loader: %w", err)
+		}
+		p.SlotSize = max(p.SlotSize, n)
+	case p.SlotSize == 0:
 		p.SlotSize = SlotBytes(m, o.BatchSize)
 	}
 	ways, _ := o.gpuWays() // Validate checked them
@@ -195,7 +214,9 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		p.Footprint.Host, p.Footprint.Device = max(p.Footprint.Host, s.Host), max(p.Footprint.Device, s.Device)
 	}
 	p.ways = ways
-	p.DenseRow = denseRowOf(m, batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}, o.BatchSize)
+	if o.ROI == nil { // regions: dense where a batch's regions have one shape
+		p.DenseRow = denseRowOf(m, batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}, o.BatchSize)
+	}
 	return p, nil
 }
 

@@ -83,13 +83,31 @@ type ReaderArgs struct {
 	InitialFill int `json:"initial_fill" msgpack:"initial_fill"`
 	// ShuffleAfterEpoch is shuffle_after_epoch: the whole list permuted
 	// anew at every epoch's end, the same permutations on every rank and
-	// for every seed (std::shuffle with std::mt19937 of a fixed seed plus
-	// the epoch, daliorder.Params.ShuffleAfterEpoch), each rank reading
-	// its shard_id's range of it. Two sessions over datasets of the same
-	// length read the same positions: paired datasets stay paired. Not
-	// with RandomShuffle or StickToShard (DALI refuses them together); it
-	// implies StickToShard's shard.
+	// for every seed (DALI 2.4's order: std::shuffle with
+	// std::mt19937_64 of ShuffleAfterEpochSeed plus the epoch's count
+	// shifted 32 bits up, daliorder.Params.ShuffleAfterEpoch), each rank
+	// reading its shard_id's range of it. Two sessions over datasets of
+	// the same length read the same positions: paired datasets stay
+	// paired. Not with RandomShuffle or StickToShard (DALI refuses them
+	// together); it implies StickToShard's shard.
 	ShuffleAfterEpoch bool `json:"shuffle_after_epoch" msgpack:"shuffle_after_epoch"`
+	// ShuffleAfterEpochSeed is shuffle_after_epoch_seed, DALI's int64
+	// (nil: DALI's default, DefaultShuffleAfterEpochSeed). Only
+	// ShuffleAfterEpoch uses it; every rank of a job must pass the same.
+	ShuffleAfterEpochSeed *int64 `json:"shuffle_after_epoch_seed,omitempty" msgpack:"shuffle_after_epoch_seed,omitempty"`
+}
+
+// DefaultShuffleAfterEpochSeed is shuffle_after_epoch_seed where none is
+// given, as in DALI.
+const DefaultShuffleAfterEpochSeed = daliorder.FileListSeed
+
+// AfterEpochSeed returns the shuffle_after_epoch_seed in effect: the one
+// given, or DefaultShuffleAfterEpochSeed.
+func (a ReaderArgs) AfterEpochSeed() int64 {
+	if a.ShuffleAfterEpochSeed == nil {
+		return DefaultShuffleAfterEpochSeed
+	}
+	return *a.ShuffleAfterEpochSeed
 }
 
 // withDefaults fills in the zero fields that have defaults: NumShards,
@@ -132,6 +150,9 @@ func (s Sampling) diff(o Sampling) string {
 	add("shuffle", s.Shuffle, o.Shuffle)
 	add("initial_fill", s.InitialFill, o.InitialFill)
 	add("shuffle_after_epoch", s.ShuffleAfterEpoch, o.ShuffleAfterEpoch)
+	if s.ShuffleAfterEpoch && o.ShuffleAfterEpoch {
+		add("shuffle_after_epoch_seed", s.AfterEpochSeed(), o.AfterEpochSeed())
+	}
 	return strings.Join(d, ", ")
 }
 
@@ -250,7 +271,8 @@ func (o *Orders) epoch(epoch int, buf []int32, stop <-chan struct{}) ([]int32, b
 		if o.dali == nil || o.dali.Epoch() > epoch {
 			o.dali = daliorder.New(daliorder.Params{N: s.N, BatchSize: s.BatchSize, ShardID: s.ShardID,
 				NumShards: s.NumShards, RandomShuffle: s.RandomShuffle, InitialFill: s.InitialFill, Seed: s.Seed,
-				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard, ShuffleAfterEpoch: s.ShuffleAfterEpoch})
+				PadLastBatch: s.PadLastBatch, StickToShard: s.StickToShard, ShuffleAfterEpoch: s.ShuffleAfterEpoch,
+				ShuffleAfterEpochSeed: uint64(s.AfterEpochSeed())}) // DALI's int64, two's complement
 		}
 		for o.dali.Epoch() < epoch {
 			if !o.dali.Skip(stop) {

@@ -359,3 +359,32 @@ func TestShuffleAfterEpochOrders(t *testing.T) {
 		}
 	}
 }
+
+// TestShuffleAfterEpochSeed: shuffle_after_epoch_seed picks the lists
+// (DALI 2.4's: epoch 0 of 24 samples), nil is DALI's default seed, and a
+// saved state names a seed that differs.
+func TestShuffleAfterEpochSeed(t *testing.T) {
+	order := func(seed *int64) []int32 {
+		s := Sampling{N: 24, ReaderArgs: ReaderArgs{BatchSize: 24, NumShards: 1, ShuffleAfterEpoch: true, ShuffleAfterEpochSeed: seed}}
+		o, _ := s.EpochOrder(0, nil, nil)
+		return o
+	}
+	for _, c := range []struct {
+		seed *int64
+		want []int32 // DALI 2.4's fn.readers.numpy(shuffle_after_epoch=True, shuffle_after_epoch_seed=seed)
+	}{
+		{nil, []int32{18, 16, 19, 14, 20, 2, 8, 15, 23, 3, 11, 17, 6, 12, 5, 1, 22, 10, 9, 0, 4, 13, 21, 7}},
+		{new(int64(DefaultShuffleAfterEpochSeed)), []int32{18, 16, 19, 14, 20, 2, 8, 15, 23, 3, 11, 17, 6, 12, 5, 1, 22, 10, 9, 0, 4, 13, 21, 7}},
+		{new(int64(0)), []int32{7, 13, 10, 21, 17, 12, 15, 19, 8, 3, 4, 2, 18, 20, 16, 23, 14, 9, 0, 11, 6, 1, 5, 22}},
+	} {
+		if got := order(c.seed); !slices.Equal(got, c.want) {
+			t.Errorf("seed %v: epoch 0 %v, DALI %v", c.seed, got, c.want)
+		}
+	}
+	a := Sampling{N: 24, ReaderArgs: ReaderArgs{BatchSize: 2, NumShards: 1, ShuffleAfterEpoch: true}}
+	b := a
+	b.ShuffleAfterEpochSeed = new(int64(3))
+	if d := a.diff(b); d != "shuffle_after_epoch_seed 524287 (now 3)" {
+		t.Errorf("diff %q", d)
+	}
+}

@@ -41,17 +41,18 @@ type fanWatch struct {
 	seed maphash.Seed
 	log  *slog.Logger
 
-	// hashOf[i]: sample i's handle hash, or noHandle (never recorded: not
+	mu sync.Mutex
+	// hashOf[i] (under mu): sample i's handle hash, or unrecorded (the
+	// checking pass has not reached it yet), noHandle (no handle: not
 	// watched) or gone (no file at its path when recorded: nothing to
-	// watch until one appears, which the inotify watch sees). Written by
-	// the recording pass (distinct indices, one writer each) before
-	// build, under mu after.
-	hashOf []uint64
-
-	mu        sync.Mutex
+	// watch until one appears, which the inotify watch sees). Each sample
+	// is indexed as it is recorded, before it is checked: a change after
+	// its check is attributed to it whenever the queue is read.
+	hashOf    []uint64
 	first     map[uint64]int32   // hash -> a sample with it
 	dups      map[uint64][]int32 // hashes of more than one sample: all of them
 	unwatched int                // samples with noHandle
+	pending   bool               // the checking pass is running: Generation moves at every call
 	overflow  atomic.Bool        // the queue overflowed: every sample changed
 	gen       uint64             // events on samples seen so far
 	buf       []byte
@@ -62,8 +63,9 @@ type fanWatch struct {
 }
 
 const (
-	noHandle uint64 = 0
-	gone     uint64 = 1
+	unrecorded uint64 = 0
+	noHandle   uint64 = 1
+	gone       uint64 = 2
 )
 
 // fanMask is what marks a sample changed: its mode, owner, ACL or link
@@ -91,37 +93,67 @@ func newFanWatch(root string, n int, log *slog.Logger) (*fanWatch, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fanotify: %w", err)
 	}
-	return &fanWatch{fd: fd, dev: st.Dev, root: root, seed: maphash.MakeSeed(), log: log,
-		hashOf: make([]uint64, n), changed: newBitset(n), buf: make([]byte, 64<<10)}, nil
+	f := &fanWatch{fd: fd, dev: st.Dev, root: root, seed: maphash.MakeSeed(), log: log, pending: true,
+		hashOf: make([]uint64, n), changed: newBitset(n), buf: make([]byte, 64<<10),
+		first: make(map[uint64]int32, n), dups: map[uint64][]int32{}}
+	f.stop, f.done = make(chan struct{}), make(chan struct{})
+	go f.drain()
+	return f, nil
 }
 
-// record notes sample i's handle from fd, a descriptor of its file (any
-// open mode, O_PATH included). Safe for concurrent calls on distinct i
-// before build.
-func (f *fanWatch) record(i, fd int) {
-	f.hashOf[i] = f.handleHash(fd)
+// record notes and indexes sample i's handle from fd, a descriptor of
+// its file (any open mode, O_PATH included) on device dev (fd's st_dev,
+// which the caller has already stat'ed). Safe for concurrent calls.
+func (f *fanWatch) record(i, fd int, dev uint64) {
+	f.set(i, f.handleHash(fd, dev))
 }
 
 // recordPath records sample rel (relative to the root) by its path,
 // following symlinks as the samples' opens do.
 func (f *fanWatch) recordPath(i int, rel string) {
-	fd, err := unix.Open(filepath.Join(f.root, rel), unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		f.hashOf[i] = gone
-		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-			f.hashOf[i] = noHandle
-		}
-		return
-	}
-	f.record(i, fd)
-	unix.Close(fd)
+	f.set(i, f.pathHash(rel))
 }
 
-// handleHash returns the hash of fd's file handle, noHandle if it is on
-// another filesystem or has none.
-func (f *fanWatch) handleHash(fd int) uint64 {
+// pathHash returns the handle hash of the file at rel (relative to the
+// root), gone if there is none, noHandle if it cannot be had.
+func (f *fanWatch) pathHash(rel string) uint64 {
+	fd, err := unix.Open(filepath.Join(f.root, rel), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return gone
+		}
+		return noHandle
+	}
+	defer unix.Close(fd)
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Dev != f.dev {
+	if unix.Fstat(fd, &st) != nil {
+		return noHandle
+	}
+	return f.handleHash(fd, st.Dev)
+}
+
+// set indexes sample i under h in place of what it was indexed under.
+func (f *fanWatch) set(i int, h uint64) {
+	f.mu.Lock()
+	f.remove(int32(i), f.hashOf[i])
+	f.hashOf[i] = h
+	f.add(int32(i), h)
+	f.mu.Unlock()
+}
+
+// checked ends the checking pass: from now on Generation moves only with
+// events (and once now, so that nothing judged during the pass is reused).
+func (f *fanWatch) checked() {
+	f.mu.Lock()
+	f.pending = false
+	f.gen++
+	f.mu.Unlock()
+}
+
+// handleHash returns the hash of fd's file handle (fd on device dev),
+// noHandle if it is on another filesystem or has none.
+func (f *fanWatch) handleHash(fd int, dev uint64) uint64 {
+	if dev != f.dev {
 		return noHandle
 	}
 	h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
@@ -131,7 +163,7 @@ func (f *fanWatch) handleHash(fd int) uint64 {
 	return f.hash(h.Type(), h.Bytes())
 }
 
-// hash hashes a handle; never noHandle or gone.
+// hash hashes a handle; never unrecorded, noHandle or gone.
 func (f *fanWatch) hash(typ int32, b []byte) uint64 {
 	var m maphash.Hash
 	m.SetSeed(f.seed)
@@ -145,18 +177,6 @@ func (f *fanWatch) hash(typ int32, b []byte) uint64 {
 	return gone + 1
 }
 
-// build indexes the recorded hashes and starts the background drain.
-func (f *fanWatch) build() {
-	f.mu.Lock()
-	f.first, f.dups = make(map[uint64]int32, len(f.hashOf)), map[uint64][]int32{}
-	for i, h := range f.hashOf {
-		f.add(int32(i), h)
-	}
-	f.mu.Unlock()
-	f.stop, f.done = make(chan struct{}), make(chan struct{})
-	go f.drain()
-}
-
 // add indexes sample i under h (under mu).
 func (f *fanWatch) add(i int32, h uint64) {
 	switch h {
@@ -164,7 +184,7 @@ func (f *fanWatch) add(i int32, h uint64) {
 		f.unwatched++
 		f.changed.set(int(i)) // never known unchanged (sticky, as every mark)
 		return
-	case gone:
+	case gone, unrecorded:
 		return
 	}
 	if d, ok := f.dups[h]; ok {
@@ -183,7 +203,7 @@ func (f *fanWatch) remove(i int32, h uint64) {
 	case noHandle:
 		f.unwatched--
 		return
-	case gone:
+	case gone, unrecorded:
 		return
 	}
 	if d, ok := f.dups[h]; ok {
@@ -206,17 +226,9 @@ func (f *fanWatch) remove(i int32, h uint64) {
 // path may now lead to another inode) and indexes what is there now.
 func (f *fanWatch) reindex(paths func(i int) string, moved func(i int) bool) {
 	for i := range f.hashOf {
-		if !moved(i) {
-			continue
+		if moved(i) {
+			f.recordPath(i, paths(i))
 		}
-		f.mu.Lock()
-		old := f.hashOf[i]
-		f.mu.Unlock()
-		f.recordPath(i, paths(i)) // writes hashOf[i]: only this goroutine does after build (Guard.Generation holds reindexMu)
-		f.mu.Lock()
-		f.remove(int32(i), old)
-		f.add(int32(i), f.hashOf[i])
-		f.mu.Unlock()
 	}
 }
 
@@ -329,7 +341,7 @@ func (f *fanWatch) Changed(i int) bool {
 func (f *fanWatch) Generation() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.overflow.Load() || f.unwatched > 0 {
+	if f.overflow.Load() || f.unwatched > 0 || f.pending {
 		f.gen++
 	}
 	return f.gen
@@ -337,10 +349,8 @@ func (f *fanWatch) Generation() uint64 {
 
 // Close stops the drain and the watch.
 func (f *fanWatch) Close() error {
-	if f.stop != nil {
-		close(f.stop)
-		<-f.done
-	}
+	close(f.stop)
+	<-f.done
 	return unix.Close(f.fd)
 }
 
@@ -361,11 +371,11 @@ func watchBoth(m *bmap.Map, n int, log *slog.Logger) (*Watcher, *fanWatch, error
 	return w, f, nil
 }
 
-// record records the handle of raw sample i, open at fd, for the
-// fanotify index.
-func (g *Guard) record(i, fd int) {
+// record records the handle of raw sample i, open at fd (on device
+// dev), for the fanotify index.
+func (g *Guard) record(i, fd int, dev uint64) {
 	if g.fan != nil {
-		g.fan.record(i, fd)
+		g.fan.record(i, fd, dev)
 	}
 }
 
@@ -373,7 +383,7 @@ func (g *Guard) record(i, fd int) {
 // handle in the fanotify index.
 func (g *Guard) forget(i int) {
 	if g.fan != nil {
-		g.fan.hashOf[i] = gone
+		g.fan.set(i, gone)
 	}
 }
 
@@ -391,7 +401,9 @@ func (g *Guard) recordPath(i int) {
 func (g *Guard) reindex(wg uint64) {
 	g.reindexMu.Lock()
 	defer g.reindexMu.Unlock()
-	if wg == g.indexedAt {
+	if wg == g.indexedAt || !g.Checked() {
+		// During the checking pass each sample is recorded by the pass
+		// itself; the first call after it reindexes what changed meanwhile.
 		return
 	}
 	g.indexedAt = wg

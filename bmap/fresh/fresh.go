@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -48,13 +50,20 @@ type Guard struct {
 	reindexMu sync.Mutex
 	indexedAt uint64 // the inotify generation the fanotify index was last brought up to
 	method    string
-	dirOf     []int32  // each sample's directory: an index into the watched directories
-	staleOpen bitset   // samples found changed by the stat pass
-	writable  bitset   // unchanged raw samples an untrusted user may change (Trust): read through the filesystem
-	changed   bitset   // samples Counts found changed since (sticky)
-	multiLink bitset   // samples with other hard links: always stat after reading
-	moved     bitset   // samples an access check found not at their path (MarkChanged): always stat after reading
-	linked    []string // sample paths through a symlink under the root (Linked): set by Open
+	dirOf     []int32 // each sample's directory: an index into the watched directories
+	staleOpen bitset  // samples found changed by the stat pass
+	writable  bitset  // unchanged raw samples an untrusted user may change (Trust): read through the filesystem
+	changed   bitset  // samples Counts found changed since (sticky)
+	multiLink bitset  // samples with other hard links: always stat after reading
+	moved     bitset  // samples an access check found not at their path (MarkChanged): always stat after reading
+	checked   bitset  // samples the checking pass has judged (every one once Checked)
+	// passDone is closed when the checking pass has judged every sample
+	// (or was stopped by Close); the three fields below are written by
+	// the pass before, and read only after.
+	passDone chan struct{}
+	settled  chan struct{} // closed after passDone once Options.OnChecked has returned (or was not called)
+	stopPass chan struct{} // closed by Close: the pass stops early
+	linked   []string      // sample paths through a symlink under the root (Linked)
 	// whyWritable says why the first Writable sample is (nil: none is).
 	whyWritable error
 	forged      int // raw samples whose mapped extents Open found not the file's own (all in staleOpen)
@@ -80,6 +89,15 @@ type Options struct {
 	// change are read through the filesystem (Writable). The process's
 	// own uid is trusted too.
 	Trust Trust
+	// Background: OpenWith returns once the watches are up and the
+	// checking pass runs on (Checked, Wait); until it has judged a raw
+	// sample, Writable reports true for it, so it is read through the
+	// filesystem as the caller, never raw. OnChecked, when set, is called
+	// (on the pass's goroutine) once the pass has judged every sample
+	// (not when Close stopped it first; it may still run when Close has
+	// returned).
+	Background bool
+	OnChecked  func(*Guard)
 }
 
 // OpenWith is Open with options; it also judges every unchanged raw
@@ -97,9 +115,14 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	g := &Guard{m: m, ck: ck, method: method}
+	n := len(m.Samples)
+	g := &Guard{m: m, ck: ck, method: method, passDone: make(chan struct{}), settled: make(chan struct{}), stopPass: make(chan struct{})}
+	g.staleOpen, g.multiLink, g.changed, g.writable, g.moved, g.checked = newBitset(n), newBitset(n), newBitset(n), newBitset(n), newBitset(n), newBitset(n)
 	if method == Watch {
-		g.watch, g.fan, err = watchBoth(m, len(m.Samples), log)
+		// The watches start before the pass: a change after a sample's
+		// check is seen by them (the fanotify index records each sample
+		// before checking it).
+		g.watch, g.fan, err = watchBoth(m, n, log)
 		if err != nil {
 			log.Warn("fresh: cannot watch the dataset, checking every read instead: every raw sample is stat'ed after its read (and rechecked as the caller if changed), and access is checked again at every open",
 				"root", m.Root, "err", err)
@@ -110,17 +133,53 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 	}
 	trust := o.Trust
 	trust.UIDs = append(slices.Clip(trust.UIDs), uint32(unix.Geteuid()))
-	linked := make(chan []string, 1)
-	go func() { linked <- findLinks(m) }() // beside the checking pass: folders only, no call per sample
-	v := g.verifyAll(trust)
-	g.linked = <-linked
-	g.whyWritable, g.forged = v.firstWritable, v.forged
-	if n, first := v.forged, v.firstForged; n > 0 {
-		log.Warn("fresh: the map's extents are not the files' own: those samples are read through the filesystem only",
-			"root", m.Root, "samples", n, "first", first)
+	pass := func() {
+		defer close(g.settled)
+		t0 := time.Now()
+		linked := make(chan []string, 1)
+		go func() { linked <- findLinks(m) }() // beside the checking pass: folders only, no call per sample
+		v := g.verifyAll(trust)
+		g.linked = <-linked
+		g.whyWritable, g.forged = v.firstWritable, v.forged
+		if g.fan != nil {
+			g.fan.checked()
+		}
+		close(g.passDone)
+		if n, first := v.forged, v.firstForged; n > 0 {
+			log.Warn("fresh: the map's extents are not the files' own: those samples are read through the filesystem only",
+				"root", m.Root, "samples", n, "first", first)
+		}
+		log.Debug("fresh: checking pass done", "root", m.Root, "samples", len(m.Samples), "seconds", time.Since(t0).Seconds())
+		select {
+		case <-g.stopPass:
+			return // stopped by Close: not every sample was judged
+		default:
+		}
+		if o.OnChecked != nil {
+			o.OnChecked(g)
+		}
+	}
+	if o.Background {
+		go pass()
+	} else {
+		pass()
 	}
 	return g, nil
 }
+
+// Checked reports whether the checking pass has judged every sample.
+func (g *Guard) Checked() bool {
+	select {
+	case <-g.passDone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait waits until the checking pass has judged every sample and
+// Options.OnChecked has returned (or Close stopped the pass).
+func (g *Guard) Wait() { <-g.settled }
 
 // verified is what verifyAll found: how many raw samples have extents
 // that are not the file's own, and the first such error; how many
@@ -130,16 +189,16 @@ type verified struct {
 	firstForged, firstWritable error
 }
 
-// verifyAll checks every raw sample with 8 goroutines.
+// verifyAll checks every raw sample with passWorkers goroutines; each
+// sample's verdict is published (checked) as soon as it is judged.
 func (g *Guard) verifyAll(trust Trust) verified {
 	n := len(g.m.Samples)
-	g.staleOpen, g.multiLink, g.changed, g.writable, g.moved = newBitset(n), newBitset(n), newBitset(n), newBitset(n), newBitset(n)
 	var next, nForged, nWritable atomic.Int64
 	var firstMu sync.Mutex
 	firstIdx, whyIdx := n, n
 	var v verified
 	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
+	for range passWorkers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -149,9 +208,15 @@ func (g *Guard) verifyAll(trust Trust) verified {
 				if lo >= n {
 					return
 				}
+				select {
+				case <-g.stopPass:
+					return
+				default:
+				}
 				for i := lo; i < min(lo+256, n); i++ {
 					if g.m.Samples[i].Reason != bmap.Raw {
 						g.recordPath(i) // the fanotify index (fanotify_linux.go)
+						g.checked.set(i)
 						continue
 					}
 					nlink, untrusted, err := g.verifyOne(i, trust, &mp)
@@ -177,14 +242,12 @@ func (g *Guard) verifyAll(trust Trust) verified {
 					case nlink > 1:
 						g.multiLink.set(i)
 					}
+					g.checked.set(i) // after its verdict: a reader seeing it checked sees the verdict
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if g.fan != nil {
-		g.fan.build()
-	}
 	v.forged, v.writable = int(nForged.Load()), int(nWritable.Load())
 	return v
 }
@@ -199,12 +262,22 @@ func (g *Guard) verifyOne(i int, trust Trust, mp *extentinfo.Mapper) (nlink uint
 		g.forget(i)
 		return 0, nil, err
 	}
-	defer unix.Close(fd)
-	g.record(i, fd) // the fanotify index (fanotify_linux.go)
-	untrusted = trust.Check(fd)
+	defer unix.Close(fd) // also lets go of the read lease trust took
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_SYNC_AS_STAT, unix.STATX_BASIC_STATS, &st); err != nil {
+		g.forget(i)
+		return 0, nil, fmt.Errorf("bmap: sample %d (%s): %w: statx: %w", i, g.m.Samples[i].Path, bmap.ErrStale, err)
+	}
+	g.record(i, fd, unix.Mkdev(st.Dev_major, st.Dev_minor)) // the fanotify index (fanotify_linux.go), before the check
+	untrusted = trust.checkStat(fd, &st)
 	nlink, err = g.ck.CheckFd(i, fd, mp)
 	return nlink, untrusted, err
 }
+
+// passWorkers is how many goroutines the checking pass runs: its calls
+// block in the kernel (opens, FIEMAP, reads of inodes from the device),
+// so more than the cores, and at least 8.
+func passWorkers() int { return max(8, 2*runtime.GOMAXPROCS(0)) }
 
 // Map returns the guarded map.
 func (g *Guard) Map() *bmap.Map { return g.m }
@@ -223,16 +296,26 @@ func (g *Guard) ChangedAtOpen(i int) bool { return g.staleOpen.has(i) }
 // may be changed by a user outside the guard's Trust (owner, mode, ACL,
 // not immutable, or open for writing then): it is never read raw, but
 // through the filesystem as the session's caller.
-func (g *Guard) Writable(i int) bool { return g.writable.has(i) }
+//
+// A sample the checking pass has not judged yet (Options.Background) is
+// Writable too: it is read through the filesystem until then.
+func (g *Guard) Writable(i int) bool { return g.writable.has(i) || !g.checked.has(i) }
 
 // WritableReason says why the first Writable sample is, naming it; nil
-// when none is.
-func (g *Guard) WritableReason() error { return g.whyWritable }
+// when none is (or the checking pass is still running).
+func (g *Guard) WritableReason() error {
+	if !g.Checked() {
+		return nil
+	}
+	return g.whyWritable
+}
 
 // RawAllowed reports whether raw sample i may be read from its extents
-// (after the checks of each read): neither changed at the checking pass
-// nor Writable.
-func (g *Guard) RawAllowed(i int) bool { return !g.staleOpen.has(i) && !g.writable.has(i) }
+// (after the checks of each read): judged by the checking pass, neither
+// changed then nor Writable.
+func (g *Guard) RawAllowed(i int) bool {
+	return g.checked.has(i) && !g.staleOpen.has(i) && !g.writable.has(i)
+}
 
 // Check stats sample i now; the error wraps bmap.ErrStale if it changed.
 func (g *Guard) Check(i int) error { return g.ck.Check(i) }
@@ -254,6 +337,9 @@ type Counts struct {
 	// outside the Trust (Guard.Writable): read through the filesystem.
 	Writable int
 	FSOnly   int // samples mapped filesystem-only (any reason but bmap.Raw)
+	// Pending raw samples are not judged by the checking pass yet
+	// (Options.Background): read through the filesystem until they are.
+	Pending int
 	// Extents counts the Stale samples whose mapped extents were found
 	// at Open not to be the file's own (bmap.ErrExtents); the rest of
 	// Stale changed since mapping.
@@ -267,11 +353,16 @@ type Counts struct {
 // without another stat.
 func (g *Guard) Counts() Counts {
 	g.Poll()
-	c := Counts{Extents: g.forged}
+	var c Counts
+	if g.Checked() {
+		c.Extents = g.forged
+	}
 	for i := range g.m.Samples {
 		switch {
 		case g.m.Samples[i].Reason != bmap.Raw:
 			c.FSOnly++
+		case !g.checked.has(i):
+			c.Pending++
 		case g.staleOpen.has(i) || g.changed.has(i):
 			c.Stale++
 		case g.NeedStat(i) && g.Check(i) != nil:
@@ -312,7 +403,7 @@ func (g *Guard) NeedStat(i int) bool {
 // path, the file then there; whether it is still that file, with the
 // same mode, is the file's identity and change time (SameFile).
 func (g *Guard) PathUnchanged(i int) bool {
-	return g.watch != nil && !g.moved.has(i) && !g.watch.Changed(g.dirOf[i]) && !g.fan.Changed(i)
+	return g.watch != nil && g.checked.has(i) && !g.moved.has(i) && !g.watch.Changed(g.dirOf[i]) && !g.fan.Changed(i)
 }
 
 // MarkChanged marks sample i changed for good: an open of its path (an
@@ -331,7 +422,15 @@ func (g *Guard) MarkChanged(i int) { g.moved.set(i) }
 // access verdict must snapshot besides the root's ancestors
 // (SnapshotAncestors of each), since a change above where a link leads is
 // seen by no watch.
-func (g *Guard) Linked() []string { return g.linked }
+//
+// Nil while the checking pass runs: Generation moves at every call until
+// then, so no verdict judged meanwhile is reused.
+func (g *Guard) Linked() []string {
+	if !g.Checked() {
+		return nil
+	}
+	return g.linked
+}
 
 // SameFile checks that fd is sample i's file as mapped: identity, size,
 // modification and change time (a chmod or chown changes it), without
@@ -343,7 +442,8 @@ func (g *Guard) SameFile(i, fd int) error {
 
 // Generation moves whenever a watch sees a change (after Poll): under
 // the root (inotify) or to a sample's inode through any path (fanotify);
-// with Read, or while a sample cannot be watched, it moves at every call.
+// with Read, while a sample cannot be watched, or while the checking pass
+// runs, it moves at every call.
 // What was judged of the dataset's files at one generation holds while it
 // stays the same.
 func (g *Guard) Generation() uint64 {
@@ -355,8 +455,10 @@ func (g *Guard) Generation() uint64 {
 	return wg + g.fan.Generation()
 }
 
-// Close stops the watch and releases the root.
+// Close stops the checking pass and the watch, and releases the root.
 func (g *Guard) Close() error {
+	close(g.stopPass)
+	<-g.passDone
 	var err error
 	if g.watch != nil {
 		err = errors.Join(g.watch.Close(), g.fan.Close())

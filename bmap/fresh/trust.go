@@ -46,29 +46,30 @@ const aclXattr = "system.posix_acl_access"
 
 // Check judges the file open at fd (see Trust): nil when only trusted
 // users may change its blocks, else an error wrapping ErrUntrusted that
-// says who may, or the error that kept it from being judged.
+// says who may, or the error that kept it from being judged. A trusted
+// file keeps a read lease on fd's open file (see writers): close fd
+// promptly.
 func (t Trust) Check(fd int) error {
 	var st unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_SYNC_AS_STAT, unix.STATX_BASIC_STATS, &st); err != nil {
 		return fmt.Errorf("fresh: statx: %w", err)
 	}
+	return t.checkStat(fd, &st)
+}
+
+// checkStat is Check of the file open at fd, whose statx is st.
+func (t Trust) checkStat(fd int, st *unix.Statx_t) error {
 	if st.Attributes_mask&unix.STATX_ATTR_IMMUTABLE == 0 || st.Attributes&unix.STATX_ATTR_IMMUTABLE == 0 {
-		var buf [512]byte
 		var acl []byte
-		n, err := unix.Fgetxattr(fd, aclXattr, buf[:])
-		switch {
-		case err == nil:
-			acl = buf[:n]
-		case errors.Is(err, unix.ERANGE):
-			big := make([]byte, 64<<10)
-			if n, err = unix.Fgetxattr(fd, aclXattr, big); err != nil {
-				return fmt.Errorf("fresh: %s: %w", aclXattr, err)
+		// The mode's group bits are the ACL's mask (or its group entry
+		// where it has no mask), which bounds every named and group
+		// entry: without group write there, no ACL entry lets anyone but
+		// the owner write, and its xattr need not be read.
+		if st.Mode&0o020 != 0 {
+			var err error
+			if acl, err = fileACL(fd); err != nil {
+				return err
 			}
-			acl = big[:n]
-		case errors.Is(err, unix.ENODATA), errors.Is(err, unix.EOPNOTSUPP):
-			acl = nil
-		default:
-			return fmt.Errorf("fresh: %s: %w", aclXattr, err)
 		}
 		if err := t.judge(st.Uid, st.Gid, uint32(st.Mode), acl); err != nil {
 			return err
@@ -77,19 +78,39 @@ func (t Trust) Check(fd int) error {
 	return writers(fd)
 }
 
+// fileACL returns the access ACL xattr of the file open at fd, nil when
+// it has none.
+func fileACL(fd int) ([]byte, error) {
+	var buf [512]byte
+	n, err := unix.Fgetxattr(fd, aclXattr, buf[:])
+	switch {
+	case err == nil:
+		return buf[:n], nil
+	case errors.Is(err, unix.ERANGE):
+		big := make([]byte, 64<<10)
+		if n, err = unix.Fgetxattr(fd, aclXattr, big); err != nil {
+			return nil, fmt.Errorf("fresh: %s: %w", aclXattr, err)
+		}
+		return big[:n], nil
+	case errors.Is(err, unix.ENODATA), errors.Is(err, unix.EOPNOTSUPP):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("fresh: %s: %w", aclXattr, err)
+	}
+}
+
 // writers fails when anyone holds the file open for writing: a read
-// lease, which the kernel refuses then (EAGAIN), taken and let go at
-// once. A descriptor opened for writing before the file became trusted
-// would otherwise still write, truncate or move its blocks.
+// lease, which the kernel refuses then (EAGAIN). The lease is not let go
+// by a call of its own: it goes with the descriptor, which the caller
+// closes at once (a writer's open meanwhile waits only that long). A
+// descriptor opened for writing before the file became trusted would
+// otherwise still write, truncate or move its blocks.
 func writers(fd int) error {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK); err != nil {
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY) {
 			return fmt.Errorf("fresh: %w: open for writing", ErrUntrusted)
 		}
 		return fmt.Errorf("fresh: read lease: %w", err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK); err != nil {
-		return fmt.Errorf("fresh: read lease release: %w", err)
 	}
 	return nil
 }

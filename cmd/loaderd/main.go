@@ -78,7 +78,7 @@ const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset
                      [--max-sampler-mb MiB] [--max-conns N] [--root-conns 16]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
                      [--engines session|device] [--trusted-uid UID[,UID...]] [--trusted-gid GID[,GID...]]
-                     [--cuda-lib-dir DIR] [--log-format text|json] [--log-level debug|info|warn|error]
+                     [--check-before-ready] [--cuda-lib-dir DIR] [--log-format text|json] [--log-level debug|info|warn|error]
 
 Serves the datasets' batches on a unix socket (created with its directory
 if missing; ready when it exists, and under systemd Type=notify once
@@ -629,6 +629,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var trustedUIDs, trustedGIDs idFlags
 	fs.Var(&trustedUIDs, "trusted-uid", "UID[,UID...]: users besides root whose files may be read raw (repeatable); a raw-mapped sample another user may change (owner, mode, ACL; not immutable) is read through the filesystem")
 	fs.Var(&trustedGIDs, "trusted-gid", "GID[,GID...]: groups whose write permission on a sample still lets it be read raw (repeatable; default none)")
+	checkBefore := fs.Bool("check-before-ready", false, "check every raw sample (identity, extents, who may change it) before serving; by default the daemon serves at once and reads each raw sample through the filesystem, as the caller, until the check that runs after start has passed it")
 	cudaLibDir := addCUDALibDirFlag(fs)
 	logs := addLogFlags(fs)
 	if err := cli.Parse(fs, args, stdout, stderr, serveUsage); err != nil {
@@ -738,7 +739,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
 		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxDeviceBytes: *maxDevice << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs,
-		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}})
+		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}, CheckInBackground: !*checkBefore})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

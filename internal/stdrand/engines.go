@@ -59,6 +59,54 @@ func (m *MT19937) Min() uint64 { return 0 }
 // Max returns 2^32-1, the largest output (Engine).
 func (m *MT19937) Max() uint64 { return 1<<32 - 1 }
 
+// MT64 is std::mt19937_64: the 64-bit Mersenne Twister with the
+// standard's parameters.
+type MT64 struct {
+	mt [312]uint64
+	i  int
+}
+
+// NewMT64 returns std::mt19937_64(seed).
+func NewMT64(seed uint64) *MT64 {
+	m := &MT64{i: 312}
+	m.mt[0] = seed
+	for i := 1; i < len(m.mt); i++ {
+		prev := m.mt[i-1]
+		m.mt[i] = 6364136223846793005*(prev^prev>>62) + uint64(i)
+	}
+	return m
+}
+
+// Next returns the next output (Engine).
+func (m *MT64) Next() uint64 {
+	const n, mid = 312, 156
+	const upper, lower = 0xFFFFFFFF80000000, 0x7FFFFFFF
+	if m.i >= n {
+		for k := 0; k < n; k++ {
+			y := m.mt[k]&upper | m.mt[(k+1)%n]&lower
+			v := m.mt[(k+mid)%n] ^ y>>1
+			if y&1 != 0 {
+				v ^= 0xB5026F5AA96619E9
+			}
+			m.mt[k] = v
+		}
+		m.i = 0
+	}
+	y := m.mt[m.i]
+	m.i++
+	y ^= y >> 29 & 0x5555555555555555
+	y ^= y << 17 & 0x71D67FFFEDA60000
+	y ^= y << 37 & 0xFFF7EEE000000000
+	y ^= y >> 43
+	return y
+}
+
+// Min returns 0, the smallest output (Engine).
+func (m *MT64) Min() uint64 { return 0 }
+
+// Max returns 2^64-1, the largest output (Engine).
+func (m *MT64) Max() uint64 { return 1<<64 - 1 }
+
 // minstdM is minstd_rand0's modulus, 2^31-1.
 const minstdM = 1<<31 - 1
 

@@ -2,7 +2,7 @@
 
 // Package stdrand reproduces, bit for bit, the parts of GCC's C++
 // standard library (libstdc++, GCC 11 and later) that DALI's readers draw
-// their sample order from: the engines std::mt19937 and
+// their sample order from: the engines std::mt19937, std::mt19937_64 and
 // std::minstd_rand0 (libstdc++'s std::default_random_engine),
 // std::seed_seq, std::uniform_int_distribution and std::shuffle.
 //

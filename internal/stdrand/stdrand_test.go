@@ -115,14 +115,17 @@ func TestAgainstLibstdcxx(t *testing.T) {
 		case "uniform_mt19937":
 			got, next = draws(NewMT19937(5489), c.params[0], c.params[1])
 		case "uniform_mt19937_64":
-			got, next = draws(newMT64(5489), c.params[0], c.params[1])
-		case "shuffle":
+			got, next = draws(NewMT64(5489), c.params[0], c.params[1])
+		case "shuffle", "shuffle_mt19937_64":
 			n := int(c.params[0])
 			p := make([]uint32, n)
 			for i := range p {
 				p[i] = uint32(i)
 			}
-			g := NewMT19937(524287)
+			var g Engine = NewMT19937(524287)
+			if c.name == "shuffle_mt19937_64" {
+				g = NewMT64(c.params[1])
+			}
 			Shuffle(p, g)
 			h := uint64(1469598103934665603)
 			for _, x := range p {
@@ -144,7 +147,7 @@ func TestAgainstLibstdcxx(t *testing.T) {
 			t.Errorf("line %d %s %v: the engine's next output is %d, libstdc++'s %d (a different number of draws)", c.line, c.name, c.params, next, *c.next)
 		}
 	}
-	for _, name := range []string{"mt19937", "seed_seq", "minstd_rand0_seq", "uniform_minstd", "uniform_mt19937", "uniform_mt19937_64", "shuffle"} {
+	for _, name := range []string{"mt19937", "seed_seq", "minstd_rand0_seq", "uniform_minstd", "uniform_mt19937", "uniform_mt19937_64", "shuffle", "shuffle_mt19937_64"} {
 		if seen[name] == 0 {
 			t.Errorf("testdata has no %s case", name)
 		}
@@ -225,47 +228,6 @@ func TestShuffleIsPermutation(t *testing.T) {
 		}
 	}
 }
-
-// mt64 is std::mt19937_64, here only to check UniformInt's 64-bit path.
-type mt64 struct {
-	mt [312]uint64
-	i  int
-}
-
-func newMT64(seed uint64) *mt64 {
-	m := &mt64{i: 312}
-	m.mt[0] = seed
-	for i := 1; i < 312; i++ {
-		m.mt[i] = 6364136223846793005*(m.mt[i-1]^m.mt[i-1]>>62) + uint64(i)
-	}
-	return m
-}
-
-func (m *mt64) Next() uint64 {
-	const n, mid = 312, 156
-	const upper, lower = 0xFFFFFFFF80000000, 0x7FFFFFFF
-	if m.i >= n {
-		for k := 0; k < n; k++ {
-			y := m.mt[k]&upper | m.mt[(k+1)%n]&lower
-			v := m.mt[(k+mid)%n] ^ y>>1
-			if y&1 != 0 {
-				v ^= 0xB5026F5AA96619E9
-			}
-			m.mt[k] = v
-		}
-		m.i = 0
-	}
-	y := m.mt[m.i]
-	m.i++
-	y ^= y >> 29 & 0x5555555555555555
-	y ^= y << 17 & 0x71D67FFFEDA60000
-	y ^= y << 37 & 0xFFF7EEE000000000
-	y ^= y >> 43
-	return y
-}
-
-func (m *mt64) Min() uint64 { return 0 }
-func (m *mt64) Max() uint64 { return 1<<64 - 1 }
 
 func BenchmarkMinstdUniform1024(b *testing.B) {
 	g := NewMinstdRand0(1)

@@ -62,7 +62,23 @@ type Request struct {
 	// whose samples lie back to back on the device (the next sample's
 	// bytes start right after).
 	DevRoom int64
-	Err     error // set by the backend when this sample failed (a *SampleError)
+	// Whole is the map's sample when Sample is a part of it: a copy with
+	// Offset and Size narrowed to the bytes of the file a region of
+	// interest needs (one request per part, all with Whole's Index); nil
+	// when Sample is the map's sample. A backend reads Sample's bytes as
+	// always, and compares the file (its size, a tensor's header) with
+	// Mapped.
+	Whole *bmap.Sample
+	Err   error // set by the backend when this sample failed (a *SampleError)
+}
+
+// Mapped returns the map's sample the request reads (of): Whole, else
+// Sample.
+func (r *Request) Mapped() *bmap.Sample {
+	if r.Whole != nil {
+		return r.Whole
+	}
+	return r.Sample
 }
 
 // Addr returns the address of Buf[0], 0 for a nil Buf: with the file

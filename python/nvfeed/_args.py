@@ -12,6 +12,7 @@ them as a decimal, ``1 << n`` or ``(1 << n) - 1``."""
 from __future__ import annotations
 
 import operator
+import os
 import unicodedata
 from typing import Optional
 
@@ -28,6 +29,9 @@ MAX_RELEASE_AFTER = 64
 MAX_DEVICE = 1023
 """The largest ``device_id`` (session.MaxDevice)."""
 MAX_SEED = (1 << 64) - 1
+MIN_INT64, MAX_INT64 = -(1 << 63), (1 << 63) - 1
+"""DALI's int64 arguments' range (``shuffle_after_epoch_seed``: DALI
+silently uses its default for a value past it; nvfeed refuses it)."""
 """The largest ``seed``: an unsigned 64-bit integer."""
 MAX_INITIAL_FILL = 1 << 24
 """The largest ``initial_fill`` (loader.MaxInitialFill)."""
@@ -91,9 +95,13 @@ def fingerprint_arg(value: object) -> str:
 
 def reader_args(batch_size: object, shard_id: object, num_shards: object, random_shuffle: object, seed: object,
                 pad_last_batch: object, stick_to_shard: object, initial_fill: object,
-                shuffle_after_epoch: object = False) -> dict[str, object]:
-    """DALI's reader arguments checked, as the open request carries them."""
+                shuffle_after_epoch: object = False, shuffle_after_epoch_seed: object = None) -> dict[str, object]:
+    """DALI's reader arguments checked, as the open request carries them
+    (``shuffle_after_epoch_seed`` only where given)."""
     n = int_arg("num_shards", num_shards, 1, MAX_SHARDS, " (the number of ranks; 0 does not mean 1)")
+    after_seed = {} if shuffle_after_epoch_seed is None else {
+        "shuffle_after_epoch_seed": int_arg("shuffle_after_epoch_seed", shuffle_after_epoch_seed, MIN_INT64, MAX_INT64,
+                                            " (DALI's int64) or None (DALI's default, 524287)")}
     return {
         "batch_size": int_arg("batch_size", batch_size, 1, MAX_BATCH_SIZE),
         "shard_id": int_arg("shard_id", shard_id, 0, n - 1, f" (num_shards is {n})"),
@@ -104,6 +112,7 @@ def reader_args(batch_size: object, shard_id: object, num_shards: object, random
         "stick_to_shard": bool_arg("stick_to_shard", stick_to_shard),
         "initial_fill": int_arg("initial_fill", initial_fill, 1, MAX_INITIAL_FILL),
         "shuffle_after_epoch": bool_arg("shuffle_after_epoch", shuffle_after_epoch),
+        **after_seed,
     }
 
 
@@ -112,3 +121,38 @@ def optional_int_arg(name: str, value: object, lo: int, hi: int, none: str) -> O
     if value is None:
         return None
     return int_arg(name, value, lo, hi, f" or None ({none})")
+
+
+MAX_FILES = 1 << 24
+"""The most names ``files=`` may give (the daemon's bound too)."""
+
+
+def files_arg(files: object, file_list: object) -> tuple[str, ...]:
+    """DALI's ``files=`` or ``file_list=`` (a text file of names, one a
+    line, read here as the caller; a trailing integer label, as
+    ``fn.readers.file``'s lists have, is dropped: the map's labels count)
+    as the names the open request carries; ``()`` for neither."""
+    if files is not None and file_list is not None:
+        raise ValueError("files and file_list cannot both be given (as in DALI)")
+    if file_list is not None:
+        if not isinstance(file_list, (str, os.PathLike)):
+            raise ValueError(f"file_list must be a path to a text file of names, got {file_list!r}")
+        names = []
+        with open(file_list, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                head, _, tail = line.rpartition(" ")
+                names.append(head.strip() if head and tail.lstrip("-").isdigit() else line)
+        files = names
+    if files is None:
+        return ()
+    if isinstance(files, (str, bytes)) or not all(isinstance(n, (str, os.PathLike)) for n in files):  # type: ignore[attr-defined]
+        raise ValueError(f"files must be a list of file names (str), got {files!r}"[:300])
+    out = tuple(os.fspath(n) for n in files)  # type: ignore[attr-defined]
+    if not out:
+        raise ValueError("files is empty: name at least one file of the dataset (or leave it out for all)")
+    if len(out) > MAX_FILES:
+        raise ValueError(f"files has {len(out)} names, at most {MAX_FILES}")
+    return out

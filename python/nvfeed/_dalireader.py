@@ -13,6 +13,7 @@ import warnings
 import weakref
 from typing import Any, Optional
 
+from ._errors import RankMismatchError
 from ._seeds import MAX_SEEDS, seed_for
 from ._source import LoaderSource
 
@@ -64,9 +65,26 @@ class Reader:
             pipeline.push_current(pipe)  # what LoaderSource learns from the pipeline it is in
             try:
                 self.src = LoaderSource(self._dataset, seed=seed, **self._args, **self._options)
+            except RankMismatchError as e:
+                if self._seed is not None or "seed" not in str(e):
+                    raise
+                raise RankMismatchError(f"{e}. This rank's seed {seed} was not passed: nvfeed.dali.reader derived it "
+                                        f"from the pipeline's seed ({self._seed_origin(pipe)}), as fn.readers.file "
+                                        "takes its seed, and each rank's pipeline has its own seed. Pass the same "
+                                        "seed= to nvfeed.dali.reader on every rank (shuffle='permute' shards one "
+                                        "permutation that every rank must draw alike), or use shuffle='dali', whose "
+                                        "shards no seed changes", e.status, e.error_code) from e
             finally:
                 pipeline.pop_current()
         return self.src
+
+    @staticmethod
+    def _seed_origin(pipe: Any) -> str:
+        """Where a derived seed came from: the pipeline's seed, or DALI's
+        random one."""
+        if pipe is None or pipe.seed is None or pipe.seed < 0:
+            return "none was given, so DALI drew one at random"
+        return f"seed={pipe.seed}"
 
     def _pipeline_seed(self, pipe: Any) -> int:
         """The seed fn.readers.file would have taken here."""
@@ -93,8 +111,10 @@ class Reader:
                 "epoch's samples, and the iterator takes only whole batches; this reader ends each epoch with a "
                 "partial batch instead. Pass pad_last_batch=True to this reader (DALI's examples do) and "
                 "last_batch_policy=LastBatchPolicy.PARTIAL to the iterator to drop the padding. Leaving "
-                "reader_name out is no way around it: the iterator then knows no epoch size (len() of it and "
-                "DALI's examples, which divide by it, fail); give it size= (the shard's samples) instead")
+                "reader_name out is no way around it: the iterator then knows no epoch size (len() of it is 0, "
+                "and DALI's examples, which divide by it, raise ZeroDivisionError), and DALI's iterators take "
+                "no partial batch; an iterator that cannot take reader_name needs pad_last_batch=True on this "
+                "reader too, and size= (the shard's samples) with last_batch_padded=True")
         return reader_meta(self.source())
 
     def close(self) -> None:

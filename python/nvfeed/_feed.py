@@ -140,7 +140,7 @@ class Feed(Session):
             keep = self._skip(r, failed, stacklevel=5)
             offsets, lengths, shapes = [offsets[i] for i in keep], [lengths[i] for i in keep], [shapes[i] for i in keep]
         return _views.tensors(self._mapped, f"epoch {r['epoch']} batch {r['iteration']}", dt, offsets, lengths,
-                              shapes, whole=not failed)
+                              shapes, whole=not failed, dataset=self._req["dataset"])
 
     def samples(self, info: Any = None) -> Any:
         """The samples of the next batch (or of batch ``info`` of DALI's

@@ -7,12 +7,12 @@ read by the session and the batch views, never checked again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union, cast
+from typing import Any, Literal, Optional, Sequence, Union, cast
 
 from . import _args
 from ._connect import check_timeout, socket_path
 from ._cuda import CONTEXT, stream_handle
-from ._wire import OpenRequest, State
+from ._wire import ROI, OpenRequest, State
 
 OnError = Literal["raise", "skip"]
 Transport = Literal["stream", "http"]
@@ -72,6 +72,8 @@ class SourceOptions:
     stream: Union[int, str, None]
     job_id: str
     fingerprint: str
+    roi: Optional[ROI] = None
+    files: tuple[str, ...] = ()
 
     @classmethod
     def check(cls, dataset: str, socket: Optional[str] = None, batch_size: int = 64, shard_id: int = 0,
@@ -83,7 +85,10 @@ class SourceOptions:
               transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
               gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0, batch_format: BatchFormat = "numpy",
               cuda_stream: object = None, job_id: Optional[str] = None,
-              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False) -> SourceOptions:
+              fingerprint: Optional[str] = None, shuffle_after_epoch: bool = False,
+              roi: Optional[ROI] = None,
+              shuffle_after_epoch_seed: Optional[int] = None, files: Optional[Sequence[str]] = None,
+              file_list: Optional[str] = None) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -91,8 +96,11 @@ class SourceOptions:
         dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard, \
 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout, on_error, \
 transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id, fingerprint, \
-shuffle_after_epoch
+shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
             As ``LoaderSource`` takes them, with its defaults.
+        roi
+            The region of interest its ``fn.readers.numpy`` arguments give
+            (``_daliargs.roi``, checked there), or None.
 
         Returns
         -------
@@ -114,7 +122,7 @@ shuffle_after_epoch
         if not isinstance(dataset, str) or not dataset:
             raise ValueError(f"dataset must be a registered dataset's name, got {dataset!r}")
         reader_args = _args.reader_args(batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch,
-                                        stick_to_shard, initial_fill, shuffle_after_epoch)
+                                        stick_to_shard, initial_fill, shuffle_after_epoch, shuffle_after_epoch_seed)
         if reader_args["shuffle_after_epoch"] and (reader_args["random_shuffle"] or reader_args["stick_to_shard"]):
             raise ValueError("shuffle_after_epoch cannot be true with random_shuffle or stick_to_shard (as in DALI): "
                              "it shuffles the whole list each epoch and keeps each rank's range of it")
@@ -129,6 +137,9 @@ shuffle_after_epoch
             raise ValueError(f"cuda_stream is for device='gpu' (the consumer's GPU work on GPU batches), got it with "
                              f"device={device!r}")
         stream: Union[int, str, None] = CONTEXT if cuda_stream == CONTEXT else stream_handle(cuda_stream)
+        if roi is not None and device != "cpu":
+            raise ValueError(f"a region of interest (roi_*=) is read into host memory: device='cpu', got "
+                             f"device={device!r}")
         return cls(dataset=dataset, socket=socket_path(socket), reader_args=reader_args, shuffle=shuffle,
                    backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch,
                    release_after=release, state=state, timeout=check_timeout("timeout", timeout), on_error=on_error,
@@ -136,7 +147,8 @@ shuffle_after_epoch
                    reconnect_timeout=check_timeout("reconnect_timeout", reconnect_timeout,
                                                    zero="turns reconnection off"),
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
-                   fingerprint=want_fingerprint)
+                   fingerprint=want_fingerprint, roi=roi,
+                   files=_args.files_arg(files, file_list))
 
     def open_request(self) -> OpenRequest:
         """The session's open request (without ``device_uuid``, which
@@ -156,6 +168,8 @@ shuffle_after_epoch
             req["job_id"] = self.job_id
         if self.fingerprint:
             req["fingerprint"] = self.fingerprint
+        if self.files:
+            req["files"] = list(self.files)
         if self.backend is not None:
             req["backend"] = self.backend
         if self.backend_options:
@@ -164,4 +178,6 @@ shuffle_after_epoch
             req["prefetch_queue_depth"] = self.prefetch_queue_depth
         if self.device == "gpu":
             req["gpu_path"] = self.gpu_path
+        if self.roi is not None:
+            req["roi"] = self.roi
         return req

@@ -40,6 +40,7 @@ class Session(Transport):
         self._stream = None
         self._expect: Optional[tuple[int, int]] = None  # the position of the next batch this source returns
         self.skipped_samples = 0
+        self._told_not_raw = False  # the open's not_raw is warned of once per source, not at every reconnect
         self._conn = UnixHTTPConnection(o.socket, o.timeout)
         self._id: Optional[str] = None
         self._held: collections.deque[int] = collections.deque()
@@ -82,6 +83,11 @@ class Session(Transport):
         """Why that backend when none was named: the fastest the dataset allows
         (raw reads, ``gds``, from a block device's map; else ``file``); "" when named."""
         self.gpu_path: str = r["gpu_path"]
+        if r.get("not_raw") and not self._told_not_raw:
+            self._told_not_raw = True
+            why = "; ".join(f"{c['samples']} {c['cause'].replace('_', ' ')} (fix: {c['fix']})" for c in r["not_raw"])
+            warnings.warn(f"LoaderSource: dataset {req['dataset']}: {sum(c['samples'] for c in r['not_raw'])} samples are read "
+                          f"through the filesystem, not raw by {self.backend}: {why}", RuntimeWarning, stacklevel=4)
         """For GPU batches, the path that runs: "cufile" or "bounce"; else ""."""
         self._release_after: int = r["release_after"]
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]

@@ -8,7 +8,7 @@ maps. A short facade over its pieces: the arguments checked once
 
 from __future__ import annotations
 
-from typing import Any, Optional, cast
+from typing import Any, Optional, Sequence, cast
 
 from . import _args, _daliargs, _ranks
 from ._errors import LoaderError
@@ -42,6 +42,13 @@ class LoaderSource(Feed):
     and empty arrays included). In GPU memory the same as ``CudaArray``
     objects (``typestr`` the dtype's ``.npy`` descr, C-contiguous). With
     ``on_error="skip"`` a batch that lost samples is a list of the others.
+    Such a host batch is one value a step, never ``(samples, labels)``:
+    ``for batch in src`` (``batch[i]`` is sample ``i``); unpacking it into
+    names (``for samples, labels in src``, ``x, y = batch``), which would
+    split a batch of two into its samples, raises ``TypeError`` saying
+    what the batch is. DALI's ``fn.external_source(source=src,
+    batch=True)`` takes it as a plain array or list (``ArrayBatch``, an
+    ``np.ndarray``; ``ArrayList``, a ``list``).
 
     Parameters
     ----------
@@ -94,8 +101,24 @@ class LoaderSource(Feed):
         every ``seed``; each rank reads its ``shard_id``'s range. Two
         sources over datasets of one length (``x`` and ``y`` of each case)
         read the same positions: pairs stay paired. The permutations are
-        DALI's published loader code's; DALI 2.4 draws others. Not with
-        ``random_shuffle`` or ``stick_to_shard``.
+        DALI 2.4's, sample for sample (``fn.readers.numpy`` and
+        ``fn.readers.file`` of the same list and arguments return the
+        same samples). Not with ``random_shuffle`` or ``stick_to_shard``.
+    shuffle_after_epoch_seed : int, optional
+        DALI's ``shuffle_after_epoch_seed`` (an int64): the seed of those
+        permutations; ``None``, DALI's fixed default (524287). Every rank
+        must pass the same.
+    files : list of str, optional
+        DALI's ``files=``: the dataset's samples to read, in this order
+        (the list DALI's readers shard and shuffle), each named by its
+        path relative to the map's root or its absolute path under it
+        (nnU-Net's k-fold lists, computed at run time). The daemon checks
+        only these as the caller and refuses, at open, a name the map does
+        not hold. Default: every sample of the dataset.
+    file_list : str, optional
+        DALI's ``file_list=``: a text file of such names, one a line (read
+        here, as the caller; a trailing integer label is dropped: the
+        map's labels count). Not with ``files``.
     initial_fill : int, optional, default = 1024
         The ``"dali"`` shuffle's buffer, in samples, in ``[1, 2**24]``:
         ``fn.readers.file``'s ``initial_fill``. Only ``shuffle="dali"``
@@ -267,8 +290,10 @@ class LoaderSource(Feed):
                  gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0,
                  batch_format: BatchFormat = "numpy", cuda_stream: object = None, job_id: Optional[str] = None,
                  fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True,
-                 shuffle_after_epoch: bool = False, **dali_args: Any) -> None:
-        _daliargs.split("LoaderSource", dali_args)
+                 shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
+                 files: Optional[Sequence[str]] = None, file_list: Optional[str] = None,
+                 **dali_args: Any) -> None:
+        region = _daliargs.split("LoaderSource", dali_args)
         # A sharded source under torch.distributed is compared with the
         # other ranks' (one collective each): a rank whose arguments or
         # open fail tells them so, rather than leave them waiting.
@@ -278,7 +303,7 @@ class LoaderSource(Feed):
                 dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard,
                 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout,
                 on_error, transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id,
-                fingerprint, shuffle_after_epoch)
+                fingerprint, shuffle_after_epoch, region, shuffle_after_epoch_seed, files, file_list)
             """The arguments, checked (``SourceOptions``)."""
             super().__init__(self.options)
         except Exception as e:

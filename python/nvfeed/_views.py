@@ -7,8 +7,10 @@ copy. Nothing here talks to the daemon."""
 
 from __future__ import annotations
 
+import dis
 import math
 import mmap
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Union, cast
 
@@ -37,7 +39,79 @@ numpy array ``(batch, *shape)`` viewing the batch memory when every sample
 has one shape (a dense batch), else a list of views, each sample's own
 dtype and shape; GPU memory, the same as ``CudaArray`` objects. With
 ``batch_format="dali"`` host batches are one ``TensorListCPU`` of the
-same views (typed ``Any``)."""
+same views (typed ``Any``). A host batch (``ArrayBatch``, ``ArrayList``)
+refuses to be unpacked into names, as an image dataset's ``(samples,
+labels)`` is: ``TypeError``."""
+
+_UNPACK = frozenset(dis.opmap[name] for name in ("UNPACK_SEQUENCE", "UNPACK_EX") if name in dis.opmap)
+
+
+def _unpacked_into(depth: int) -> int:
+    """How many names the frame ``depth`` frames above the caller unpacks
+    the object being iterated into (``a, b = x``, ``for a, b in ...``,
+    ``a, *b = x``: an UNPACK_SEQUENCE or UNPACK_EX instruction is
+    running); 0 when it iterates otherwise (a for loop, ``list(x)``,
+    DALI's ``fn.external_source`` reading a batch)."""
+    try:
+        f = sys._getframe(depth + 1)
+    except ValueError:
+        return 0
+    code, i = f.f_code.co_code, f.f_lasti
+    if not 0 <= i < len(code) or code[i] not in _UNPACK:
+        return 0
+    # The error's path only: the instruction's whole argument (an
+    # EXTENDED_ARG may carry its high bits).
+    arg = next((ins.arg or 0 for ins in dis.get_instructions(f.f_code) if ins.offset == i), 0)
+    return arg if code[i] == dis.opmap["UNPACK_SEQUENCE"] else (arg & 0xff) + (arg >> 8) + 1
+
+
+def _unpack_error(what: str, names: int) -> TypeError:
+    """The error of a numpy dataset's batch (``what`` says what it is)
+    unpacked into names."""
+    return TypeError(f"LoaderSource: {what}: the arrays alone, without labels (a numpy dataset yields one batch per "
+                     f"step, as fn.readers.numpy's one output); unpacking it into {names} names would split it into "
+                     "its samples. Write `for batch in src:` (batch[i] is sample i), feed it to one "
+                     "fn.external_source(source=src, batch=True), or read (samples, labels) from a file dataset "
+                     "(mkbmap without --reader numpy)")
+
+
+class ArrayBatch(np.ndarray):  # type: ignore[type-arg]
+    """A numpy dataset's dense host batch: one array ``(batch, *shape)``
+    viewing batch memory, an ``np.ndarray`` in every way (DALI takes it
+    through the buffer protocol; views and results of it are plain in
+    behaviour) except that unpacking the batch itself into names (``x, y
+    = batch``, ``for x, y in src``) raises ``TypeError`` saying what it
+    holds: a two-sample batch would otherwise split silently into
+    "samples" and "labels". Iterating it (``for a in batch``) gives its
+    samples."""
+
+    _nvfeed_what: str  # set on the batch handed out only
+
+    def __iter__(self) -> Any:
+        what = self.__dict__.get("_nvfeed_what")
+        if what is not None:
+            names = _unpacked_into(1)
+            if names:
+                raise _unpack_error(what, names)
+        return super().__iter__()
+
+
+class ArrayList(list):  # type: ignore[type-arg]
+    """A numpy dataset's ragged host batch: a list of the samples' arrays
+    (each viewing batch memory), a ``list`` in every way (DALI's
+    ``fn.external_source`` takes its length and iterates it) except that
+    unpacking it into names (``x, y = batch``, ``for x, y in src``)
+    raises ``TypeError`` saying what it holds, as ``ArrayBatch`` does."""
+
+    def __init__(self, arrays: list[Array], what: str) -> None:
+        super().__init__(arrays)
+        self._nvfeed_what = what
+
+    def __iter__(self) -> Any:
+        names = _unpacked_into(1)
+        if names:
+            raise _unpack_error(self._nvfeed_what, names)
+        return super().__iter__()
 
 DaliBatch = tuple[Any, Any]
 """A batch with ``batch_format="dali"``: the samples, then the labels (a
@@ -172,12 +246,13 @@ def batch(m: Mapped, offsets: list[int], lengths: list[int],
 
 
 def tensors(m: Mapped, where: str, dt: "np.dtype[Any]", offsets: list[int], lengths: list[int],
-            shapes: list[list[int]], whole: bool) -> Union[Tensors, Any]:
+            shapes: list[list[int]], whole: bool, dataset: str = "") -> Union[Tensors, Any]:
     """A numpy dataset's batch: the arrays alone, viewing batch memory.
     With ``whole`` (no sample skipped) and every sample one shape, back
-    to back: one array (batch, *shape); else a list of each sample's
-    array. ``where`` names the batch in errors (a length that is not its
-    shape's)."""
+    to back: one array (batch, *shape) (an ``ArrayBatch``); else a list of
+    each sample's array (an ``ArrayList``). ``where`` names the batch in
+    errors (a length that is not its shape's), ``dataset`` in the error of
+    a batch unpacked into names."""
     descr = dt.str
     if whole:
         row, shape, n = dense(offsets, lengths), tuple(shapes[0]), len(offsets)
@@ -185,8 +260,11 @@ def tensors(m: Mapped, where: str, dt: "np.dtype[Any]", offsets: list[int], leng
             g = m.gpu
             if g is not None:
                 return CudaArray(g.ptr + offsets[0], (n, *shape), g.device, g, descr)
-            arr: Array = np.ndarray((n, *shape), dtype=dt, buffer=m.mm(), offset=offsets[0])
-            return m.dali.tensors(arr) if m.dali is not None else arr
+            if m.dali is not None:
+                return m.dali.tensors(np.ndarray((n, *shape), dtype=dt, buffer=m.mm(), offset=offsets[0]))
+            batch = ArrayBatch((n, *shape), dtype=dt, buffer=m.mm(), offset=offsets[0])  # its base the mapping
+            batch._nvfeed_what = f"a batch of numpy dataset {dataset!r} is one array of shape {batch.shape} {dt.name}"
+            return batch
     for ln, s in zip(lengths, shapes):
         if ln != nbytes(dt, s):
             raise LoaderError(f"loaderd: {where}: a sample of {ln} bytes, but its shape {tuple(s)} of {descr} holds "
@@ -196,4 +274,7 @@ def tensors(m: Mapped, where: str, dt: "np.dtype[Any]", offsets: list[int], leng
         return [CudaArray(g.ptr + o, tuple(s), g.device, g, descr) for o, s in zip(offsets, shapes)]
     mm = m.mm()
     arrays: list[Array] = [np.ndarray(tuple(s), dtype=dt, buffer=mm, offset=o) for o, s in zip(offsets, shapes)]
-    return m.dali.tensors(arrays) if m.dali is not None else arrays
+    if m.dali is not None:
+        return m.dali.tensors(arrays)
+    return ArrayList(arrays, f"a batch of numpy dataset {dataset!r} is a list of {len(arrays)} arrays (one a sample, "
+                             f"shapes differ)")

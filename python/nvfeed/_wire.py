@@ -21,6 +21,7 @@ class ReaderArgs(TypedDict):
     shuffle: str  # how random_shuffle shuffles: "permute" or "dali"
     initial_fill: int  # the "dali" shuffle's buffer, in samples
     shuffle_after_epoch: bool  # the whole list permuted anew each epoch, the same on every rank
+    shuffle_after_epoch_seed: Optional[int]  # its seed, DALI's int64; absent or None: DALI's default
 
 
 class Sampling(ReaderArgs):
@@ -35,6 +36,19 @@ class State(TypedDict):
     batch: int
 
 
+class ROI(TypedDict, total=False):
+    """fn.readers.numpy's region of interest, under its argument names."""
+    roi_start: List[int]
+    rel_roi_start: List[float]
+    roi_end: List[int]
+    rel_roi_end: List[float]
+    roi_shape: List[int]
+    rel_roi_shape: List[float]
+    roi_axes: List[int]
+    out_of_bounds_policy: str  # "error", "pad" or "trim_to_shape"
+    fill_value: float
+
+
 class OpenRequest(ReaderArgs, total=False):
     dataset: str
     backend: str
@@ -47,7 +61,9 @@ class OpenRequest(ReaderArgs, total=False):
     gpu_path: str  # "auto", "cufile" or "bounce" (memory "gpu" only)
     state: Optional[State]
     fingerprint: str  # the dataset's fingerprint expected ("": any); another one is refused (409)
+    files: List[str]  # DALI's files=: the samples read, in order, relative to the map's root or under it
     job_id: str  # the job this session is a rank of ("": none): its sessions must agree (409 otherwise)
+    roi: Optional[ROI]  # each sample read as this region (numpy datasets, pinned memory)
 
 
 class MemoryDesc(TypedDict):
@@ -75,6 +91,7 @@ class OpenResponse(TypedDict):
     state: State  # the position at open, with its sampling
     fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
     reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
+    not_raw: List[StaleCause]  # gds/bam: raw-mapped samples read through the filesystem, by cause; absent when none
 
 
 class MemoryResponse(TypedDict):
@@ -139,6 +156,7 @@ class DatasetInfo(TypedDict, total=False):
     stale: Optional[int]  # raw samples changed since mapping: read through the filesystem (or failed, if gone)
     writable: Optional[int]  # raw-mapped samples a user the daemon does not trust may change: read through the filesystem
     filesystem_only: Optional[int]  # samples mapped without extents
+    pending: Optional[int]  # raw samples the checking pass after the daemon's start has not judged yet: read through the filesystem
     added: Optional[int]  # files in the class folders the map lacks (not served until mkbmap and loaderd reload); -1: unknown; absent: not listable by the caller
     freshness: str  # "watch", "read", "none" (no raw sample) or "unchecked"
     fingerprint: str  # the same on every node holding a copy: its samples' paths, labels and sizes
@@ -167,6 +185,7 @@ class DatasetStatus(TypedDict, total=False):
     stale: Optional[int]
     writable: Optional[int]
     filesystem_only: Optional[int]
+    pending: Optional[int]
     added: Optional[int]
     freshness: str
     fingerprint: str

@@ -26,6 +26,16 @@ reader does::
     # volumes = fn.readers.numpy(file_root=root, shard_id=rank, num_shards=world, name="Reader")
     volumes = nvfeed.dali.reader("volumes", shard_id=rank, num_shards=world, name="Reader")
 
+DALI's ``ops`` form has its counterpart, ``nvfeed.dali.ops.readers.Numpy``
+and ``.File``: made with the arguments (in a pipeline's ``__init__``),
+called in ``define_graph``::
+
+    # self.input_x = ops.readers.Numpy(files=imgs, shard_id=rank, num_shards=world, shuffle_after_epoch=True)
+    self.input_x = nvfeed.dali.ops.readers.Numpy("images", files=imgs, shard_id=rank, num_shards=world,
+                                                 shuffle_after_epoch=True)
+    ...
+    img = self.input_x(name="ReaderX")
+
 Needs DALI in this process (``import nvfeed`` does not).
 """
 
@@ -53,12 +63,13 @@ try:  # DALI, untyped here: nothing of it is in this module's signatures
 except ImportError as _e:  # pragma: no cover - the module's one requirement
     raise ImportError(f"nvfeed.dali needs DALI (nvidia.dali) in this process: {_e}") from _e
 
-__all__ = ["reader", "reader_meta", "seed_for"]
+__all__ = ["ops", "reader", "reader_meta", "seed_for"]
 
 def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_shards: int = 1,
            random_shuffle: bool = False, seed: Optional[int] = None, pad_last_batch: bool = False,
            stick_to_shard: bool = False, initial_fill: int = 1024, shuffle: Shuffle = "dali",
-           shuffle_after_epoch: bool = False, **source_options: Any) -> Any:
+           shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
+           **source_options: Any) -> Any:
     """``fn.readers.file``'s place in a pipeline definition: the samples
     (1-D uint8, encoded files) and labels (int32, shape (1,)) of this
     rank's shard of ``dataset``, read by loaderd. Over a numpy dataset,
@@ -116,7 +127,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     shuffle_after_epoch : bool, optional, default = False
         The whole list permuted anew each epoch, the same on every rank
         and for every seed (``LoaderSource``'s ``shuffle_after_epoch``):
-        two readers of paired datasets of one length stay paired.
+        two readers of paired datasets of one length stay paired; DALI
+        2.4's order, sample for sample.
+    shuffle_after_epoch_seed : int, optional
+        DALI's ``shuffle_after_epoch_seed``; ``None``: DALI's default.
     shuffle : {"dali", "permute"}, optional, default = "dali"
         ``"dali"``: ``fn.readers.file(random_shuffle=True)``'s order,
         sample for sample (the default here, unlike ``LoaderSource``'s:
@@ -161,7 +175,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if source_options.get("device", "gpu") == "cpu":
         del source_options["device"]  # fn.readers.numpy(device="cpu"): what this reader gives
     own = set(inspect.signature(LoaderSource).parameters)
-    _daliargs.split("nvfeed.dali.reader", {k: source_options.pop(k) for k in list(source_options) if k not in own})
+    dali_args = {k: source_options.pop(k) for k in list(source_options) if k not in own}
+    region_args = {k: v for k, v in dali_args.items() if k in _daliargs.ROI}
+    _daliargs.split("nvfeed.dali.reader", dali_args)
+    source_options.update(region_args)  # LoaderSource takes them (checked: split)
     for bad in ("batch_size", "device", "device_id", "gpu_path", "state"):
         if bad in source_options:
             why = {"batch_size": "it is the pipeline's", "state": "resume with DALI's checkpointing"}.get(
@@ -173,7 +190,8 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     info = _dataset(dataset, source_options)
     args = dict(batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
                 random_shuffle=random_shuffle, pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard,
-                initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch)
+                initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch,
+                shuffle_after_epoch_seed=shuffle_after_epoch_seed)
     numpy = info.get("reader") == "numpy"
     dtype = _dali_type(dataset, info.get("dtype", "")) if numpy else None
     rd = _Reader(pipe, dataset, name, args, seed, source_options)
@@ -256,3 +274,71 @@ def _slot_per_seeded_op() -> bool:
                     and not _backend.GetSchema("ExternalSource").HasRandomSeedArg())
     except AttributeError:  # an older DALI: every operator takes the next seed
         return False
+
+
+class _OpsReader:
+    """A reader in DALI's ``ops`` form: the arguments at construction,
+    the pipeline at the call (``nvfeed.dali.reader``'s)."""
+
+    _kind = ""  # the dataset's reader: "numpy" or "file"
+    _dali = ""  # DALI's class, for messages
+
+    def __init__(self, dataset: str, **kwargs: Any) -> None:
+        where = f"nvfeed.dali.ops.readers.{type(self).__name__}"
+        device = kwargs.pop("device", "cpu")
+        if device != "cpu":
+            raise TypeError(f"{where}: device={device!r}: it reads host batches, as {self._dali}(device='cpu'); "
+                            "move them with .gpu()")
+        if "name" in kwargs:
+            self._name: Optional[str] = kwargs.pop("name")
+        else:
+            self._name = None
+        own = set(inspect.signature(reader).parameters) | set(inspect.signature(LoaderSource).parameters)
+        # Judged here, where DALI judges an ops reader's arguments.
+        _daliargs.split(where, {k: kwargs.pop(k) for k in list(kwargs) if k not in own})
+        for bad in ("batch_size", "device_id", "gpu_path", "state", "dataset"):
+            if bad in kwargs:
+                raise TypeError(f"{where}: no argument {bad!r} (see nvfeed.dali.reader)")
+        self._dataset, self._kwargs = dataset, kwargs
+
+    def __call__(self, *, name: Optional[str] = None) -> Any:
+        """The reader's outputs in the pipeline being defined, as DALI's
+        ``ops`` reader's call gives them (``name`` as its ``name``)."""
+        out = reader(self._dataset, name=name if name is not None else self._name, **self._kwargs)
+        if isinstance(out, tuple) != (self._kind == "file"):
+            other = "File" if self._kind == "numpy" else "Numpy"
+            raise TypeError(f"nvfeed.dali.ops.readers.{type(self).__name__}: dataset {self._dataset!r} is not a "
+                            f"{self._kind} dataset: read it with nvfeed.dali.ops.readers.{other}")
+        return out
+
+
+class _Numpy(_OpsReader):
+    """``ops.readers.Numpy``'s counterpart over a numpy dataset (``mkbmap
+    --reader numpy``): ``Numpy(dataset, **args)``, then ``reader()`` in
+    ``define_graph`` gives the arrays. ``args`` are
+    ``nvfeed.dali.reader``'s (``files``, ``shuffle_after_epoch``,
+    ``seed``, sharding, ...); ``device="cpu"`` and DALI's
+    performance-only arguments are accepted, others refused here."""
+
+    _kind, _dali = "numpy", "ops.readers.Numpy"
+
+
+class _File(_OpsReader):
+    """``ops.readers.File``'s counterpart over a file dataset: the call
+    gives the samples and the labels."""
+
+    _kind, _dali = "file", "ops.readers.File"
+
+
+class _Readers:
+    """``nvfeed.dali.ops.readers``: ``Numpy`` and ``File``."""
+
+    Numpy = _Numpy
+    File = _File
+
+
+class ops:  # noqa: N801 - named as nvidia.dali.ops
+    """``nvfeed.dali.ops``: DALI's ``ops`` form of this module's reader
+    (``ops.readers.Numpy``, ``ops.readers.File``)."""
+
+    readers = _Readers

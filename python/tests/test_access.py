@@ -152,6 +152,34 @@ def test_refusal_names_dataset_and_path(served: Served) -> None:
     assert "HTTP 403" in got["locked"] and "dataset locked" in got["locked"] and "locked/c0" in got["locked"], got["locked"]
 
 
+FILES_CLIENT = """
+import json, sys
+from nvfeed import LoaderError, LoaderSource
+out = []
+for names in json.loads(sys.argv[2]):
+    try:
+        with LoaderSource("secret", socket=sys.argv[1], batch_size=2, files=names) as src:
+            out.append(sorted(len(s) for b, _ in src for s in b))
+    except LoaderError as e:
+        out.append(str(e))
+print(json.dumps(out))
+"""
+
+
+def test_files_checks_only_the_named(served: Served) -> None:
+    """files= (DALI's): nobody reads the named samples of a dataset it may
+    not read whole; naming the one file it cannot read fails at open,
+    naming that file, as does naming a file the map does not hold."""
+    from asuser import run_as
+    asked = [["c0/0.jpg", str(served.secret / "c1" / "1.jpg")], ["c0/0.jpg", "c1/3.jpg"], ["c0/0.jpg", "c0/nope.jpg"]]
+    r = run_as(served.nobody.pw_uid, served.nobody.pw_gid, [], FILES_CLIENT, served.socket, json.dumps(asked))
+    assert r.returncode == 0, r.stderr
+    readable, secret, unmapped = json.loads(r.stdout)
+    assert readable == sorted([2000, 2300]), readable
+    assert isinstance(secret, str) and "HTTP 403" in secret and "secret/c1/3.jpg" in secret, secret
+    assert isinstance(unmapped, str) and '"c0/nope.jpg" is not a sample of dataset secret' in unmapped, unmapped
+
+
 def test_root_reads_everything(served: Served) -> None:
     for name in ("secret", "locked"):
         with LoaderSource(name, socket=served.socket, batch_size=2) as src:

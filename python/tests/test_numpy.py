@@ -174,6 +174,62 @@ def test_file_dataset_reader(daemon: Daemon) -> None:
         assert isinstance(samples, list) and labels.shape == (5, 1)
 
 
+@pytest.mark.parametrize("name,says", [("dense", r"is one array of shape \(2, 3, 4, 5\) float32"),
+                                       ("ragged", r"is a list of 2 arrays \(one a sample, shapes differ\)")])
+def test_batch_refuses_samples_labels_unpacking(nds: NumpyDatasets, name: str, says: str) -> None:
+    """A numpy dataset's batch of 2 unpacked as an image dataset's
+    (samples, labels) raises TypeError saying what it is and what to write,
+    rather than splitting into two samples; iterating, indexing and len()
+    still give its samples."""
+    with LoaderSource(name, socket=nds.daemon.socket, batch_size=2) as src:
+        with pytest.raises(TypeError, match=f"dataset '{name}' {says}: the arrays alone, without labels.*"
+                                            "unpacking it into 2 names.*`for batch in src:`"):
+            for samples, labels in src:
+                pass
+    with LoaderSource(name, socket=nds.daemon.socket, batch_size=2) as src:
+        batch = next(src)
+        with pytest.raises(TypeError, match="unpacking it into 3 names"):
+            a, *rest, z = batch
+        want = [np.load(f) for f in nds.files[name][:2]]
+        assert len(batch) == 2 and [w.shape for w in want] == [a.shape for a in batch] == [batch[i].shape for i in range(2)]
+        for got, w in zip(list(batch), want):
+            np.testing.assert_array_equal(got, w)
+        first, second = batch[0], batch[1]  # the samples one by one: not an unpacking of the batch
+        np.testing.assert_array_equal(second, want[1])
+
+
+@pytest.mark.parametrize("no_copy", [False, True], ids=["copy", "no_copy"])
+@pytest.mark.parametrize("name", ["dense", "ragged"])
+def test_external_source_takes_the_batches(nds: NumpyDatasets, name: str, no_copy: bool) -> None:
+    """fn.external_source(source=LoaderSource, batch=True) over a numpy
+    dataset (real DALI, CPU): one epoch of every array of its files, in
+    order, dense batches and ragged lists alike."""
+    pytest.importorskip("nvidia.dali")
+    import nvidia.dali.fn as fn
+    from nvidia.dali import pipeline_def
+
+    want = [np.load(f) for f in nds.files[name]]
+    with LoaderSource(name, socket=nds.daemon.socket, batch_size=2) as src:
+        @pipeline_def(batch_size=2, num_threads=1, device_id=None, prefetch_queue_depth=1)
+        def pipe():
+            return fn.external_source(source=src, batch=True, no_copy=no_copy)
+
+        p = pipe()
+        p.build()
+        got = []
+        try:
+            while True:
+                (out,) = p.run()
+                got += [np.array(out[i]) for i in range(len(out))]
+        except StopIteration:
+            pass
+        del p
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_array_equal(g, w)
+
+
 def test_dali_batch_format_views_the_memory(nds: NumpyDatasets) -> None:
     """batch_format="dali": one TensorListCPU a batch, of the batch memory
     itself: a dense batch wrapped whole, a ragged one sample by sample."""

@@ -8,10 +8,8 @@ mapped apart (``mkbmap --file-filter``), read by two sources with
 images come with their own labels, the shards are disjoint and cover the
 cases, whatever the seeds (nnU-Net runs unseeded: each reader then gets
 its own derived seed). Real DALI, CPU: ``fn.readers.numpy`` with
-``shuffle_after_epoch`` reads the same cases per epoch over all shards
-(DALI 2.4 draws other permutations than its published loader code,
-which nvfeed follows, so the order itself is not compared). The
-performance-only and unsupported ``fn.readers.numpy`` arguments are
+``shuffle_after_epoch`` (and ``shuffle_after_epoch_seed``) reads, epoch
+by epoch, the very order the sources read. The performance-only and unsupported ``fn.readers.numpy`` arguments are
 judged at the call that names them."""
 
 from __future__ import annotations
@@ -81,29 +79,48 @@ def test_pairs_stay_paired(paired: tuple[Daemon, Path], shards: int, seeded: boo
     assert all(s == set(range(CASES)) for s in per_epoch)
 
 
-def test_dali_reads_the_same_cases(paired: tuple[Daemon, Path]) -> None:
-    """fn.readers.numpy(shuffle_after_epoch=True) over 2 shards: per epoch,
-    the same cases as the sources (all, each once), pairs intact there too."""
+@pytest.mark.parametrize("after_seed", [None, 0, -5, 2**40 + 3])
+def test_dali_order(paired: tuple[Daemon, Path], after_seed: Any) -> None:
+    """fn.readers.numpy(shuffle_after_epoch=True) over 2 shards reads, epoch
+    by epoch, exactly what the sources read (DALI 2.4's order), for DALI's
+    default ``shuffle_after_epoch_seed`` and given ones; pairs intact."""
     fn = pytest.importorskip("nvidia.dali.fn")
     dali = pytest.importorskip("nvidia.dali")
-    _, root = paired
+    d, root = paired
+    given = {} if after_seed is None else {"shuffle_after_epoch_seed": after_seed}
+    batches = -(-(-(-CASES // 2)) // 2)
     for rank in range(2):
         @dali.pipeline_def(batch_size=2, num_threads=1, device_id=None)
         def pipe() -> Any:
-            kw = dict(file_root=str(root), shard_id=rank, num_shards=2, shuffle_after_epoch=True, pad_last_batch=True)
+            kw = dict(file_root=str(root), shard_id=rank, num_shards=2, shuffle_after_epoch=True, pad_last_batch=True,
+                      **given)
             return fn.readers.numpy(file_filter="*_x.npy", **kw), fn.readers.numpy(file_filter="*_y.npy", **kw)
         p = pipe()
         p.build()
-        lo, hi = rank * CASES // 2, (rank + 1) * CASES // 2
-        batches = -(-(-(-CASES // 2)) // 2)
+        want_x, want_y = [], []
         for _ in range(EPOCHS):
             xs, ys = [], []
             for _ in range(batches):
                 x, y = p.run()
                 xs += [int(np.array(x[i]).reshape(-1)[0]) for i in range(len(x))]
                 ys += [int(np.array(y[i]).reshape(-1)[0]) for i in range(len(y))]
-            assert [v + 1000 for v in xs] == ys
-            assert len(set(xs[:hi - lo])) == hi - lo
+            want_x.append(xs)
+            want_y.append(ys)
+        kw: dict[str, Any] = dict(socket=d.socket, batch_size=2, shard_id=rank, num_shards=2,
+                                  shuffle_after_epoch=True, pad_last_batch=True, **given)
+        with LoaderSource("x", seed=rank + 1, **kw) as xs_src, LoaderSource("y", seed=rank + 7, **kw) as ys_src:
+            assert _epochs(xs_src) == want_x, f"rank {rank}: the images' order is not fn.readers.numpy's"
+            assert _epochs(ys_src) == want_y, f"rank {rank}: the labels' order is not fn.readers.numpy's"
+        assert [[v + 1000 for v in e] for e in want_x] == want_y
+
+
+def test_shuffle_after_epoch_seed_range(paired: tuple[Daemon, Path]) -> None:
+    """DALI's int64: a seed past it is refused at the call (DALI would use
+    its default silently)."""
+    d, _ = paired
+    for bad in (2**63, -(2**63) - 1, "7", 1.5):
+        with pytest.raises(ValueError, match="shuffle_after_epoch_seed must be"):
+            LoaderSource("x", socket=d.socket, shuffle_after_epoch=True, shuffle_after_epoch_seed=bad)
 
 
 def test_dali_arguments_judged_at_the_call(paired: tuple[Daemon, Path]) -> None:
@@ -111,10 +128,10 @@ def test_dali_arguments_judged_at_the_call(paired: tuple[Daemon, Path]) -> None:
     with pytest.warns(RuntimeWarning, match="read_ahead= is a fn.readers.numpy"):
         with LoaderSource("x", socket=d.socket, batch_size=2, read_ahead=True, dont_use_mmap=True):
             pass
-    for arg, says in (("roi_start", "nvfeed does not support yet"), ("file_root", "nvfeed does not support"),
-                      ("out_of_bounds_policy", "region of interest")):
-        with pytest.raises(TypeError, match=f"{arg}= is a fn.readers.numpy.*{says}"):
-            LoaderSource("x", socket=d.socket, **{arg: [1]})
+    with pytest.raises(TypeError, match="file_root= is a fn.readers.numpy.*nvfeed does not support"):
+        LoaderSource("x", socket=d.socket, file_root=[1])
+    with pytest.raises(ValueError, match="out_of_bounds_policy= must be one of"):  # regions: test_roi.py
+        LoaderSource("x", socket=d.socket, roi_start=[1], out_of_bounds_policy=[1])
     with pytest.raises(ValueError, match="shuffle_after_epoch cannot be true with random_shuffle"):
         LoaderSource("x", socket=d.socket, shuffle_after_epoch=True, random_shuffle=True)
     with warnings.catch_warnings():

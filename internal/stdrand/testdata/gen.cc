@@ -66,6 +66,23 @@ static void shuffle(size_t n) {
   std::printf(" next %u\n", static_cast<uint32_t>(g()));
 }
 
+// As DALI 2.4's shuffle_after_epoch shuffles its list: mt19937_64 seeded
+// with shuffle_after_epoch_seed + (k << 32) at the k-th shuffle.
+static void shuffle64(size_t n, uint64_t seed) {
+  std::vector<uint32_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  std::mt19937_64 g(seed);
+  std::shuffle(v.begin(), v.end(), g);
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t x : v) {
+    h ^= x;
+    h *= 1099511628211ull;
+  }
+  std::printf("shuffle_mt19937_64 %zu %llu : %llu", n, (unsigned long long)seed, (unsigned long long)h);
+  for (size_t i = 0; i < n && i < 8; i++) std::printf(" %u", v[i]);
+  std::printf(" next %llu\n", (unsigned long long)g());
+}
+
 int main() {
   for (uint32_t s : {5489u, 0u, 1u, 524287u, 4294967295u}) mt(s);
   for (size_t n : {1, 2, 4, 7, 39, 68, 623, 700})
@@ -86,5 +103,7 @@ int main() {
   for (unsigned long b : {0ul, 6ul, 1ul << 40, ~0ul - 1, ~0ul})
     uniform<std::mt19937_64, unsigned long>("mt19937_64", g64, 0, b);
   for (size_t n : {0, 1, 2, 3, 4, 5, 10, 11, 1000, 65535, 65536, 65537, 100000}) shuffle(n);
+  for (size_t n : {1, 2, 3, 24, 101, 65537})
+    for (uint64_t s : {0ull, 524287ull + (1ull << 32), ~0ull}) shuffle64(n, s);
   return 0;
 }

@@ -65,11 +65,19 @@ func TestShuffleAfterEpochShards(t *testing.T) {
 }
 
 // TestShuffleAfterEpochFirstList: epoch 0 reads the list permuted once
-// with std::mt19937(FileListSeed+1), as DALI's first reset does.
+// with std::mt19937_64(shuffle_after_epoch_seed + 2^32), as DALI 2.4's
+// first reset does; the seed defaults to FileListSeed.
 func TestShuffleAfterEpochFirstList(t *testing.T) {
-	r := New(Params{N: 24, BatchSize: 24, NumShards: 1, ShuffleAfterEpoch: true})
-	want := []int32{1, 2, 13, 16, 12, 19, 5, 8, 11, 3, 22, 9, 10, 7, 15, 18, 14, 21, 0, 17, 20, 4, 23, 6} // std::shuffle(iota(24), std::mt19937(524288)) by stdrand
-	if got := r.Next(nil); !slices.Equal(got, want) {
-		t.Fatalf("epoch 0 %v, want %v", got, want)
+	for _, c := range []struct {
+		seed uint64
+		want []int32 // what DALI 2.4's fn.readers.numpy(shuffle_after_epoch=True) returned
+	}{
+		{FileListSeed, []int32{18, 16, 19, 14, 20, 2, 8, 15, 23, 3, 11, 17, 6, 12, 5, 1, 22, 10, 9, 0, 4, 13, 21, 7}},
+		{0, []int32{7, 13, 10, 21, 17, 12, 15, 19, 8, 3, 4, 2, 18, 20, 16, 23, 14, 9, 0, 11, 6, 1, 5, 22}},
+	} {
+		r := New(Params{N: 24, BatchSize: 24, NumShards: 1, ShuffleAfterEpoch: true, ShuffleAfterEpochSeed: c.seed})
+		if got := r.Next(nil); !slices.Equal(got, c.want) {
+			t.Errorf("shuffle_after_epoch_seed %d: epoch 0 %v, DALI 2.4 %v", c.seed, got, c.want)
+		}
 	}
 }

@@ -46,16 +46,16 @@
 // stick_to_shard and no random_shuffle (a buffer of one, no draws), but
 // its whole list is permuted again each time a shard's last sample is
 // read, before the next epoch's first: std::shuffle with
-// std::mt19937(FileListSeed + k) at the k-th time (k = 1 before the first
-// read), of the list as the previous shuffle left it (DALI keeps no copy
-// of the original order unless the pipeline enables checkpointing, which
-// changes the order: not reproduced here). Every rank draws the same
-// lists, so the shards of an epoch are disjoint, and two readers of lists
-// of the same length read the same positions: paired datasets stay paired.
-// That is the published loader code (file_label_loader.h, file_loader.h);
-// DALI 2.4, which added shuffle_after_epoch_seed, draws other permutations
-// (the same for every seed and rank, as here), which this package does not
-// reproduce: its shards, padding and pairing are DALI's, its order is not.
+// std::mt19937_64(shuffle_after_epoch_seed + k·2^32) at the k-th time
+// (k = 1 before the first read; the seed defaults to FileListSeed), of
+// the list as the previous shuffle left it (DALI keeps no copy of the
+// original order unless the pipeline enables checkpointing, which then
+// shuffles the original order each time: not reproduced here). That is
+// DALI 2.4's FileLoader and FileLabelLoader Reset, read from its
+// libdali_operators.so and checked against its output. The reader's seed
+// plays no part: every rank draws the same lists, so the shards of an
+// epoch are disjoint, and two readers of lists of the same length read the
+// same positions: paired datasets stay paired.
 //
 // How the reader is driven (prefetch depth, read_ahead, the pipeline's
 // threads, lazy_init) changes when samples are read, never which or in
@@ -69,7 +69,8 @@ package daliorder
 import "github.com/nvfeed/nvfeed/internal/stdrand"
 
 // FileListSeed is the fixed seed of the std::mt19937 that permutes the
-// file list once when random_shuffle is set (DALI's kDaliDataloaderSeed).
+// file list once when random_shuffle is set (DALI's kDaliDataloaderSeed),
+// and shuffle_after_epoch_seed's default.
 const FileListSeed = 524287
 
 // Params are the reader's arguments, with fn.readers.file's names.
@@ -92,6 +93,9 @@ type Params struct {
 	// does not take (its samples are read in shard and member order and
 	// shuffled by the buffer alone).
 	ListOrder bool
+	// ShuffleAfterEpochSeed is shuffle_after_epoch_seed (DALI's default
+	// is FileListSeed: pass it where the pipeline gives none).
+	ShuffleAfterEpochSeed uint64
 }
 
 // FileOrder returns the file list's order under random_shuffle: entry i
@@ -121,7 +125,7 @@ type Reader struct {
 	p    Params
 	list []int32 // the file list's order; nil: the identity
 	// shuffles counts the list's shuffles with ShuffleAfterEpoch: the
-	// next one seeds its generator with FileListSeed+shuffles+1.
+	// next one is shuffle shuffles+1 (see reshuffle).
 	shuffles uint32
 	rng      stdrand.MinstdRand0
 	ring     []int32 // the buffer: read position i is in slot i mod len(ring)
@@ -163,7 +167,6 @@ func Bytes(p Params) int64 {
 func New(p Params) *Reader {
 	fill := 1
 	var list []int32
-	var shuffles uint32
 	switch {
 	case p.RandomShuffle:
 		fill = p.InitialFill
@@ -176,19 +179,29 @@ func New(p Params) *Reader {
 		for i := range list {
 			list[i] = int32(i)
 		}
-		shuffles = 1 // DALI's first reset, before the first read
-		stdrand.Shuffle(list, stdrand.NewMT19937(FileListSeed+shuffles))
 	}
-	return &Reader{
-		shuffles: shuffles,
-		p:        p,
-		list:     list,
-		rng:      stdrand.NewMinstdRand0Seq(stdrand.SeedSeq{uint32(p.Seed)}),
-		ring:     make([]int32, fill),
-		cur:      start(p.ShardID, p.NumShards, p.N),
-		shard:    p.ShardID,
-		end:      int64(shardLen(p.ShardID, p.NumShards, p.N)),
+	r := &Reader{
+		p:     p,
+		list:  list,
+		rng:   stdrand.NewMinstdRand0Seq(stdrand.SeedSeq{uint32(p.Seed)}),
+		ring:  make([]int32, fill),
+		cur:   start(p.ShardID, p.NumShards, p.N),
+		shard: p.ShardID,
+		end:   int64(shardLen(p.ShardID, p.NumShards, p.N)),
 	}
+	if p.ShuffleAfterEpoch {
+		r.reshuffle() // DALI's first reset, before the first read
+	}
+	return r
+}
+
+// reshuffle permutes the list as DALI's k-th reset does with
+// shuffle_after_epoch: std::shuffle with std::mt19937_64 seeded with
+// shuffle_after_epoch_seed + k·2^32 (DALI adds its epoch counter, an int
+// incremented at each reset, shifted 32 bits up).
+func (r *Reader) reshuffle() {
+	r.shuffles++
+	stdrand.Shuffle(r.list, stdrand.NewMT64(r.p.ShuffleAfterEpochSeed+uint64(r.shuffles)<<32))
 }
 
 // start returns shard k's first list position.
@@ -298,8 +311,7 @@ func (r *Reader) readOne() int32 {
 			r.cur = 0
 		}
 		if p.ShuffleAfterEpoch {
-			r.shuffles++
-			stdrand.Shuffle(r.list, stdrand.NewMT19937(FileListSeed+r.shuffles))
+			r.reshuffle()
 		}
 	}
 	r.read++

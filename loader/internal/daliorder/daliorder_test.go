@@ -23,16 +23,20 @@ func TestMatchesRealDALI(t *testing.T) {
 		DALI   string `json:"dali"`
 		Epochs int    `json:"epochs"`
 		Cases  []struct {
-			N             int     `json:"n"`
-			BatchSize     int     `json:"batch_size"`
-			InitialFill   int     `json:"initial_fill"`
-			Seed          uint64  `json:"seed"`
-			NumShards     int     `json:"num_shards"`
-			ShardID       int     `json:"shard_id"`
-			PadLastBatch  bool    `json:"pad_last_batch"`
-			StickToShard  bool    `json:"stick_to_shard"`
-			RandomShuffle bool    `json:"random_shuffle"`
-			Samples       []int32 `json:"samples"`
+			N             int    `json:"n"`
+			BatchSize     int    `json:"batch_size"`
+			InitialFill   int    `json:"initial_fill"`
+			Seed          uint64 `json:"seed"`
+			NumShards     int    `json:"num_shards"`
+			ShardID       int    `json:"shard_id"`
+			PadLastBatch  bool   `json:"pad_last_batch"`
+			StickToShard  bool   `json:"stick_to_shard"`
+			RandomShuffle bool   `json:"random_shuffle"`
+			// ShuffleAfterEpoch's cases give shuffle_after_epoch_seed
+			// where the pipeline passed one.
+			ShuffleAfterEpoch     bool    `json:"shuffle_after_epoch"`
+			ShuffleAfterEpochSeed *int64  `json:"shuffle_after_epoch_seed"`
+			Samples               []int32 `json:"samples"`
 		} `json:"cases"`
 	}
 	if err := json.Unmarshal(b, &ref); err != nil {
@@ -43,7 +47,11 @@ func TestMatchesRealDALI(t *testing.T) {
 	}
 	for _, c := range ref.Cases {
 		p := Params{N: c.N, BatchSize: c.BatchSize, InitialFill: c.InitialFill, Seed: c.Seed, NumShards: c.NumShards,
-			ShardID: c.ShardID, PadLastBatch: c.PadLastBatch, StickToShard: c.StickToShard, RandomShuffle: c.RandomShuffle}
+			ShardID: c.ShardID, PadLastBatch: c.PadLastBatch, StickToShard: c.StickToShard, RandomShuffle: c.RandomShuffle,
+			ShuffleAfterEpoch: c.ShuffleAfterEpoch, ShuffleAfterEpochSeed: FileListSeed}
+		if c.ShuffleAfterEpochSeed != nil {
+			p.ShuffleAfterEpochSeed = uint64(*c.ShuffleAfterEpochSeed) // DALI's int64, two's complement
+		}
 		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
 			r := New(p)
 			var got []int32

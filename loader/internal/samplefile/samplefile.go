@@ -188,7 +188,7 @@ func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 // (bmap.Sample.CheckHeaderFd): a *backend.SampleError wrapping
 // bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
 func CheckTensor(req *backend.Request, fd int) error {
-	s := req.Sample
+	s := req.Mapped()
 	if s.Tensor == nil {
 		return nil
 	}
@@ -252,13 +252,16 @@ func (r *Reader) read(req *backend.Request, fd int) error {
 	if got == s.Size && int64(len(buf)) > lead+s.Size {
 		return nil // the file ended where the map says
 	}
+	if req.Whole != nil && got >= s.Size {
+		return nil // a part, all read (whether its file changed: CheckTensor)
+	}
 	// The read was cut to the room, or did not give the map's size:
 	// the file's own size says.
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fail(fmt.Errorf("fstat: %w", err))
 	}
-	if want := s.FileSize(); st.Size != want || got != s.Size {
+	if want := req.Mapped().FileSize(); st.Size != want || got != s.Size {
 		if st.Size == want { // the file is as mapped and the read came short
 			return fail(fmt.Errorf("%w: read %d of the %d data bytes at offset %d", backend.ErrShortRead, max(got, 0), s.Size, s.Offset))
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,6 +239,49 @@ func (s *attackSession) epoch(m *bmap.Map) (got map[string][]byte, failed []stri
 	}
 }
 
+// refusedAs returns "" if c, opening a session over m with backend be,
+// is refused the samples rels (paths under the root) and served the rest:
+// with none, it opens and serves every sample; with some, the open is
+// 403 for a permission, or (samples are checked as they are
+// first read) it opens and an epoch fails exactly those samples, each
+// failure saying "permission denied", none of their bytes delivered and
+// never (their content; nil: not checked) nowhere in the batch memory
+// after the epoch; else what went otherwise.
+func (c *peerClient) refusedAs(m *bmap.Map, be string, never []byte, rels ...string) string {
+	c.t.Helper()
+	s, code, msg := c.open(be)
+	switch {
+	case code == http.StatusForbidden && strings.Contains(msg, "permission denied") && len(rels) > 0:
+		return ""
+	case code != http.StatusOK:
+		return fmt.Sprintf("open: %d %q", code, msg)
+	}
+	got, failed := s.epoch(m)
+	var why []string
+	for _, rel := range rels {
+		if b, ok := got[rel]; !ok || b != nil {
+			why = append(why, fmt.Sprintf("%s served (%d bytes)", rel, len(b)))
+		}
+	}
+	if i := bytes.Index(s.mem, never); len(never) > 0 && i >= 0 {
+		why = append(why, fmt.Sprintf("the refused samples' bytes are in the batch memory at %d", i))
+	}
+	if len(failed) != len(rels) {
+		why = append(why, fmt.Sprintf("%d samples failed, want %d: %q", len(failed), len(rels), failed))
+	}
+	for _, f := range failed {
+		if !strings.Contains(f, "permission denied") {
+			why = append(why, fmt.Sprintf("a failure that is not a refusal: %q", f))
+		}
+	}
+	for rel, b := range got {
+		if b == nil && !slices.Contains(rels, rel) {
+			why = append(why, fmt.Sprintf("%s, readable, failed", rel))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
 // readingAsNobody opens a session as nobody with backend be and reads a
 // first epoch of m, which must have no failed sample.
 func readingAsNobody(t *testing.T, sock string, m *bmap.Map, be string) *attackSession {
@@ -254,37 +298,45 @@ func readingAsNobody(t *testing.T, sock string, m *bmap.Map, be string) *attackS
 
 // TestAttackSymlinkedDataset: samples, class directories or the root that
 // are symlinks into a directory the caller cannot search are refused,
-// although the files they lead to are readable by all.
+// although the files they lead to are readable by all: the root at the
+// open (403), samples as they are read (each failed, named, no byte of
+// it in the batch memory).
 func TestAttackSymlinkedDataset(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		link func(a *attackFS) string // makes the symlink; returns the dataset root to map
+		name    string
+		link    func(a *attackFS) string // makes the symlink; returns the dataset root to map
+		refused []string                 // samples refused in the stream (none: the open is)
 	}{
 		{"sample", func(a *attackFS) string {
 			os.Remove(filepath.Join(a.root, "c1/000.jpg"))
 			os.Symlink(filepath.Join(a.vault, "public.jpg"), filepath.Join(a.root, "c1/000.jpg"))
 			return a.root
-		}},
+		}, []string{"c1/000.jpg"}},
 		{"class directory", func(a *attackFS) string {
 			os.Rename(filepath.Join(a.root, "c1"), filepath.Join(a.vault, "c1"))
 			os.Symlink(filepath.Join(a.vault, "c1"), filepath.Join(a.root, "c1"))
 			return a.root
-		}},
+		}, []string{"c1/000.jpg", "c1/001.jpg", "c1/002.jpg", "c1/003.jpg"}},
 		{"root", func(a *attackFS) string {
 			os.Rename(a.root, filepath.Join(a.vault, "data"))
 			link := a.fs.Path("linked")
 			os.Symlink(filepath.Join(a.vault, "data"), link)
 			return link
-		}},
+		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAttackFS(t)
 			a.root = tc.link(a)
-			sock := daemon(t, a.build(t))
+			m := a.build(t)
+			sock := daemon(t, m)
 			c := connectAs(t, sock, nobodyWho)
 			for _, be := range []string{"file", "gds", "bam"} {
-				if _, code, msg := c.open(be); code != http.StatusForbidden || !strings.Contains(msg, "permission denied") {
-					t.Errorf("%s: open as nobody: %d %q, want 403 naming the refused path", be, code, msg)
+				if tc.refused == nil {
+					if _, code, msg := c.open(be); code != http.StatusForbidden || !strings.Contains(msg, "permission denied") {
+						t.Errorf("%s: open as nobody: %d %q, want 403 naming the refused path", be, code, msg)
+					}
+				} else if why := c.refusedAs(m, be, []byte("VAULT-PUBLIC"), tc.refused...); why != "" {
+					t.Errorf("%s: as nobody: %s", be, why)
 				}
 			}
 			// The same dataset's owner (root) is served.
@@ -403,20 +455,21 @@ func TestAttackGroups(t *testing.T) {
 	gid, _ := strconv.Atoi(pg.Gid)
 	os.Chown(victim, 0, dbGroup)
 	os.Chmod(victim, 0o640)
-	sock := daemon(t, a.build(t))
+	m := a.build(t)
+	sock := daemon(t, m)
 	for _, tc := range []struct {
-		name string
-		w    who
-		want int
+		name    string
+		w       who
+		refused []string // the victim, or nothing
 	}{
-		{"listed in /etc/group, dropped by the process", who{uint32(uid), uint32(gid), nil}, http.StatusForbidden},
-		{"listed and kept", who{uint32(uid), uint32(gid), []uint32{uint32(dbGroup)}}, http.StatusOK},
-		{"not in /etc/group, held by the process", who{nobodyID, nobodyID, []uint32{uint32(dbGroup)}}, http.StatusOK},
-		{"neither", nobodyWho, http.StatusForbidden},
+		{"listed in /etc/group, dropped by the process", who{uint32(uid), uint32(gid), nil}, []string{"c0/002.jpg"}},
+		{"listed and kept", who{uint32(uid), uint32(gid), []uint32{uint32(dbGroup)}}, nil},
+		{"not in /etc/group, held by the process", who{nobodyID, nobodyID, []uint32{uint32(dbGroup)}}, nil},
+		{"neither", nobodyWho, []string{"c0/002.jpg"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, code, msg := connectAs(t, sock, tc.w).open("gds"); code != tc.want {
-				t.Errorf("open: %d %s, want %d", code, msg, tc.want)
+			if why := connectAs(t, sock, tc.w).refusedAs(m, "gds", nil, tc.refused...); why != "" {
+				t.Errorf("%s", why)
 			}
 		})
 	}

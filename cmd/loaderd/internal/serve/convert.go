@@ -58,14 +58,23 @@ func kind(err error) (int, string) {
 
 // openParams is an open request's session form.
 func openParams(r wire.OpenRequest) session.OpenParams {
-	return session.OpenParams{Dataset: r.Dataset, Request: r.Request, Fingerprint: r.Fingerprint, JobID: r.JobID}
+	return session.OpenParams{Dataset: r.Dataset, Request: r.Request, Fingerprint: r.Fingerprint, JobID: r.JobID, Files: r.Files}
 }
 
 // openResponse is an opened session's wire form.
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, BackendWhy: o.BackendWhy, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader}
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw)}
+}
+
+// staleCausesWire is causes' wire form.
+func staleCausesWire(causes []session.StaleCause) []wire.StaleCause {
+	var out []wire.StaleCause
+	for _, c := range causes {
+		out = append(out, wire.StaleCause{Cause: c.Cause, Samples: c.Samples, Fix: c.Fix})
+	}
+	return out
 }
 
 // nextResponse is a delivery's wire form.
@@ -101,7 +110,7 @@ func datasetsResponse(ds []session.DatasetInfo) wire.DatasetsResponse {
 	for i, d := range ds {
 		w := wire.DatasetInfo{Name: d.Name, Readable: d.Readable, Freshness: d.Freshness, Reader: d.Reader}
 		if d.Readable { // counts only to a caller who may read the dataset
-			w.Samples, w.Bytes, w.Classes, w.Fresh, w.Stale, w.Writable, w.FilesystemOnly = &d.Samples, &d.Bytes, &d.Classes, &d.Fresh, &d.Stale, &d.Writable, &d.FilesystemOnly
+			w.Samples, w.Bytes, w.Classes, w.Fresh, w.Stale, w.Writable, w.FilesystemOnly, w.Pending = &d.Samples, &d.Bytes, &d.Classes, &d.Fresh, &d.Stale, &d.Writable, &d.FilesystemOnly, &d.Pending
 			w.Fingerprint, w.DType = d.Fingerprint, d.DType
 			if d.Listable {
 				w.Added = &d.Added
@@ -122,9 +131,7 @@ func statusResponse(st session.Status, conns *wire.Budget) wire.StatusResponse {
 	}
 	for i, d := range datasetsResponse(infos).Datasets {
 		ds := wire.DatasetStatus{DatasetInfo: d}
-		for _, c := range st.Datasets[i].StaleCauses {
-			ds.StaleCauses = append(ds.StaleCauses, wire.StaleCause{Cause: c.Cause, Samples: c.Samples, Fix: c.Fix})
-		}
+		ds.StaleCauses = staleCausesWire(st.Datasets[i].StaleCauses)
 		r.Datasets = append(r.Datasets, ds)
 	}
 	for _, s := range st.Sessions {

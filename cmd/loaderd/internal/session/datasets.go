@@ -49,6 +49,37 @@ type dataset struct {
 	// warned is how many samples changed since mapping the log has told
 	// of (warnStale); under infoMu after registration.
 	warned int
+
+	countsMu  sync.Mutex   // one count for notRaw at a time
+	causes    []StaleCause // under countsMu: notRaw's last answer
+	causesGen uint64       // under countsMu: the guard's generation it was counted at
+	causesAt  time.Time    // under countsMu: when; zero: never
+}
+
+// causesInterval is the least time between two counts for notRaw while
+// the guard's generation moves (during the checking pass, or after
+// changes): a count visits every sample.
+const causesInterval = time.Second
+
+// notRaw returns, for a session of backend on d, the raw-mapped samples
+// it reads through the filesystem instead, by cause (what loaderd status
+// says: staleCauses); nil for a backend that does not read raw. Counted
+// again only when the guard saw a change, at most once per
+// causesInterval: a session open costs no pass over the dataset.
+func (d *dataset) notRaw(backend string) []StaleCause {
+	if (backend != "gds" && backend != "bam") || d.guard == nil { // the backends that read from extents
+		return nil // without a guard a raw session does not open
+	}
+	d.countsMu.Lock()
+	defer d.countsMu.Unlock()
+	gen, now := generation(d.guard), time.Now()
+	if !d.causesAt.IsZero() && (gen == d.causesGen || now.Sub(d.causesAt) < causesInterval) {
+		return d.causes
+	}
+	c := d.guard.Counts()
+	d.causes = staleCauses(DatasetInfo{Readable: true, Freshness: d.freshness(), Stale: c.Stale, StaleExtents: c.Extents, Writable: c.Writable, Pending: c.Pending})
+	d.causesGen, d.causesAt = gen, now
+	return d.causes
 }
 
 // warnStale logs, with the cause and the fix, that changed raw samples
@@ -81,8 +112,9 @@ const (
 // a guard when it has raw samples (its checking pass judging them with
 // trust), and a warning in the log when files were added to its class
 // folders since mapping, or when raw samples are read through the
-// filesystem because an untrusted user may change them.
-func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, log *slog.Logger) *dataset {
+// filesystem because an untrusted user may change them. With background
+// the checking pass runs after it returns (Config.CheckInBackground).
+func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, background bool, log *slog.Logger) *dataset {
 	t0 := time.Now()
 	d := &dataset{name: name, id: id, m: m, fingerprint: m.Fingerprint()}
 	d.dtype, d.mixed = dtypeOf(m)
@@ -91,29 +123,56 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, log *sl
 	}
 	if !hasRaw(m) {
 		d.why = FreshnessNone
-	} else if g, err := fresh.OpenWith(m, fresh.Options{Method: fresh.Watch, Log: log, Trust: trust}); err != nil {
+	} else if g, err := fresh.OpenWith(m, fresh.Options{Method: fresh.Watch, Log: log, Trust: trust, Background: background,
+		OnChecked: func(g *fresh.Guard) { d.checked(g, t0, background, log) }}); err != nil {
 		d.why = FreshnessUnchecked
 		log.Warn("session: dataset not checked at registration: raw sessions check it at open, access at every open",
 			"dataset", name, "err", err)
 	} else {
+		// The checking pass runs on: until it has judged a raw sample,
+		// the sample is read through the filesystem as the caller
+		// (fresh.Guard.Writable), so the daemon serves at once.
 		d.guard = g
-		c := g.Counts()
-		d.warnStale(c.Stale-c.Extents, log)
-		if n := c.Writable; n > 0 {
-			log.Warn(fmt.Sprintf("session: dataset %s: %d raw-mapped samples may be changed by users the daemon does not trust: they are served through the filesystem, not raw; "+
-				"for raw reads make them root's and not writable by group or others (chown root; chmod go-w; no ACL granting write; or --trusted-uid/--trusted-gid), or immutable (chattr +i)", name, n),
-				"dataset", name, "writable", n, "first", g.WritableReason())
-		}
 	}
 	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "fingerprint", d.fingerprint, "freshness", d.freshness(),
 		"filesystem", m.Device.FSType, "seconds", time.Since(t0).Seconds())
-	if n, err := m.Unmapped(bmap.DiscoverOptions{}); err != nil {
-		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", name, "err", err)
-	} else if n > 0 {
-		log.Warn(fmt.Sprintf("session: dataset %s: %d files added since mapping are not served: run mkbmap again, then loaderd reload", name, n),
-			"dataset", name, "added", n)
+	if !background || d.guard == nil {
+		d.warnAdded(log) // else once the checking pass is over (checked): listing every folder is as long, and the pass comes first
 	}
 	return d
+}
+
+// warnAdded logs files added to the dataset's folders since mapping (not
+// served): it lists every folder.
+func (d *dataset) warnAdded(log *slog.Logger) {
+	if n, err := d.m.Unmapped(d.m.Discovered()); err != nil { // the map's own filters
+		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
+	} else if n > 0 {
+		log.Warn(fmt.Sprintf("session: dataset %s: %d files added since mapping are not served: run mkbmap again, then loaderd reload", d.name, n),
+			"dataset", d.name, "added", n)
+	}
+}
+
+// checked logs, once the guard's checking pass has judged every sample,
+// how long it took and the samples it keeps from raw reads, with the
+// cause and the fix; after a pass in the background, the files added
+// since mapping too (warnAdded).
+func (d *dataset) checked(g *fresh.Guard, t0 time.Time, background bool, log *slog.Logger) {
+	c := g.Counts()
+	d.infoMu.Lock()
+	d.warnStale(c.Stale-c.Extents, log)
+	d.infoAt = time.Time{} // counted again at the next ask: Pending is over
+	d.infoMu.Unlock()
+	if n := c.Writable; n > 0 {
+		log.Warn(fmt.Sprintf("session: dataset %s: %d raw-mapped samples may be changed by users the daemon does not trust: they are served through the filesystem, not raw; "+
+			"for raw reads make them root's and not writable by group or others (chown root; chmod go-w; no ACL granting write; or --trusted-uid/--trusted-gid), or immutable (chattr +i)", d.name, n),
+			"dataset", d.name, "writable", n, "first", g.WritableReason())
+	}
+	log.Info("session: dataset checked: its fresh raw samples are read raw from now on", "dataset", d.name, "fresh", c.Fresh, "stale", c.Stale,
+		"writable", c.Writable, "seconds", time.Since(t0).Seconds())
+	if background {
+		d.warnAdded(log)
+	}
 }
 
 // dtypeOf returns a numpy map's one element type as an .npy descr, or
@@ -214,6 +273,10 @@ type DatasetInfo struct {
 	// through the filesystem, never raw.
 	Writable       int
 	FilesystemOnly int
+	// Pending raw-mapped samples are not yet judged by the checking pass
+	// that runs after registration: served through the filesystem until
+	// they are (fresh.Options.Background).
+	Pending int
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file (default file_filters) would list and the map does
 	// not have: not served until mkbmap maps them and the daemon reloads.
@@ -244,11 +307,7 @@ const infoInterval = 5 * time.Second
 func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []string) {
 	d.infoMu.Lock()
 	defer d.infoMu.Unlock()
-	var gen uint64
-	if d.guard != nil {
-		d.guard.Poll()
-		gen = d.guard.Generation()
-	}
+	gen := generation(d.guard)
 	if !d.infoAt.IsZero() && (now.Sub(d.infoAt) < infoInterval || (d.guard != nil && gen == d.infoGen)) {
 		return d.info, d.listed
 	}
@@ -259,7 +318,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 	}
 	if d.guard != nil {
 		c := d.guard.Counts()
-		info.Fresh, info.Stale, info.StaleExtents, info.Writable, info.FilesystemOnly = c.Fresh, c.Stale, c.Extents, c.Writable, c.FSOnly
+		info.Fresh, info.Stale, info.StaleExtents, info.Writable, info.FilesystemOnly, info.Pending = c.Fresh, c.Stale, c.Extents, c.Writable, c.FSOnly, c.Pending
 		d.warnStale(c.Stale-c.Extents, log)
 	} else {
 		for i := range d.m.Samples {
@@ -270,7 +329,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 			}
 		}
 	}
-	n, listed, err := d.m.UnmappedIn(bmap.DiscoverOptions{})
+	n, listed, err := d.m.UnmappedIn(d.m.Discovered())
 	if err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
 		n = -1

@@ -5,6 +5,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/npy"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
@@ -110,5 +112,52 @@ func TestDatasetsCounts(t *testing.T) {
 	want.Fresh, want.Stale = 2, 2
 	if got := m.Datasets(Caller{}); got[0] != want {
 		t.Fatalf("after a removal: %+v, want %+v", got[0], want)
+	}
+}
+
+// TestAddedByTheMapsFilter: images and labels in one folder, mapped apart
+// with a file filter (nnU-Net's case_N_x.npy and case_N_y.npy): the
+// daemon counts as added only files the map's own filter finds, so
+// mapping leaves nothing to warn about and a new image counts once in
+// the images' dataset, never in the labels'.
+func TestAddedByTheMapsFilter(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	root := fs.Path("nn")
+	var files []npyFile
+	for i := range 3 {
+		files = append(files, npyFile{path: fmt.Sprintf("case_%d_x.npy", i), dtype: npy.Float32, shape: []int64{4}},
+			npyFile{path: fmt.Sprintf("case_%d_y.npy", i), dtype: npy.Uint8, shape: []int64{4}})
+	}
+	writeNpy(t, root, files)
+	fs.Sync(t)
+	maps := map[string]*bmap.Map{}
+	for _, part := range []string{"x", "y"} {
+		m, err := bmap.Build(context.Background(), root, bmap.BuildOptions{Reader: bmap.ReaderNumpy,
+			DiscoverOptions: bmap.DiscoverOptions{FileFilter: "*_" + part + ".npy"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps[part] = m
+	}
+	var logs testenv.Buffer
+	m := NewManager(Config{Datasets: maps, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer m.Stop()
+	if strings.Contains(logs.String(), "added since mapping") {
+		t.Errorf("a warning of added files right after mapping:\n%s", logs.String())
+	}
+	added := func() map[string]int {
+		got := map[string]int{}
+		for _, d := range m.Datasets(Caller{}) {
+			got[d.Name] = d.Added
+			m.data[d.Name].infoAt = m.data[d.Name].infoAt.Add(-infoInterval) // the next call counts afresh
+		}
+		return got
+	}
+	if got := added(); got["x"] != 0 || got["y"] != 0 {
+		t.Errorf("right after mapping: added %v, want none", got)
+	}
+	writeNpy(t, root, []npyFile{{path: "case_3_x.npy", dtype: npy.Float32, shape: []int64{4}}})
+	if got := added(); got["x"] != 1 || got["y"] != 0 {
+		t.Errorf("one new image: added %v, want x 1, y 0", got)
 	}
 }

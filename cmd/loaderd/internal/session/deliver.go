@@ -87,6 +87,12 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 		d.Errors = append(d.Errors, e.Error())
 	}
 	d.DType, d.Shapes = ss.ds.tensorsOf(b.Indices)
+	if b.Shapes != nil { // regions of interest
+		d.Shapes = make([][]int64, len(b.Shapes))
+		for i, s := range b.Shapes {
+			d.Shapes[i] = slices.Clone(s)
+		}
+	}
 	ss.metrics.observe(b)
 	ss.heldMu.Lock()
 	ss.held[b.Slot] = b

@@ -3,7 +3,9 @@
 package session
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -35,7 +37,8 @@ type jobKey struct {
 // jobTerms is what the sessions of a job must agree on: the dataset
 // (its fingerprint; the name only for messages) and the sampling
 // arguments that shape which samples each rank reads. Arguments that
-// change none are left zero: seed and shuffle without random_shuffle; seed
+// change none are left zero: seed and shuffle without random_shuffle,
+// shuffle_after_epoch_seed without shuffle_after_epoch; seed
 // and initial_fill with shuffle dali, whose shards are fixed ranges of an
 // order no seed changes (they order a rank's own samples only, and DALI's
 // own examples give each rank its seed, seed=12+local_rank).
@@ -48,6 +51,24 @@ type jobTerms struct {
 	padLastBatch         bool
 	stickToShard         bool
 	shuffleAfterEpoch    bool
+	afterEpochSeed       int64  // shuffle_after_epoch_seed, with shuffleAfterEpoch
+	files                string // files=: "" for the whole dataset, else the list's count and hash
+}
+
+// withFiles returns t for a session that reads the samples files lists
+// (nil: the whole dataset): ranks of a job must read the same list.
+func (t jobTerms) withFiles(files []int32) jobTerms {
+	if files == nil {
+		return t
+	}
+	h := fnv.New64a()
+	var b [4]byte
+	for _, s := range files {
+		binary.LittleEndian.PutUint32(b[:], uint32(s))
+		h.Write(b[:])
+	}
+	t.files = fmt.Sprintf("a list of %d (hash %016x)", len(files), h.Sum64())
+	return t
 }
 
 // termsOf returns the terms of a session reading dataset (its name and
@@ -57,6 +78,9 @@ func termsOf(dataset, fingerprint string, a loader.ReaderArgs) jobTerms {
 	t := jobTerms{dataset: dataset, fingerprint: fingerprint, batchSize: a.BatchSize, numShards: a.NumShards,
 		randomShuffle: a.RandomShuffle, padLastBatch: a.PadLastBatch, stickToShard: a.StickToShard,
 		shuffleAfterEpoch: a.ShuffleAfterEpoch}
+	if a.ShuffleAfterEpoch {
+		t.afterEpochSeed = a.AfterEpochSeed()
+	}
 	if a.RandomShuffle {
 		t.shuffle = a.Shuffle
 		if a.Shuffle != loader.ShuffleDALI {
@@ -90,7 +114,19 @@ func (t jobTerms) diff(j jobTerms) []string {
 	add("pad_last_batch", t.padLastBatch, j.padLastBatch)
 	add("stick_to_shard", t.stickToShard, j.stickToShard)
 	add("shuffle_after_epoch", t.shuffleAfterEpoch, j.shuffleAfterEpoch)
+	add("shuffle_after_epoch_seed", t.afterEpochSeed, j.afterEpochSeed)
+	if t.files != j.files {
+		d = append(d, fmt.Sprintf("files %s (the job's: %s)", orAll(t.files), orAll(j.files)))
+	}
 	return d
+}
+
+// orAll names a jobTerms.files: "" is the whole dataset.
+func orAll(files string) string {
+	if files == "" {
+		return "the whole dataset"
+	}
+	return files
 }
 
 // job is one job's record: its terms and the sessions reading each shard.

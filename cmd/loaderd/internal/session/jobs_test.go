@@ -87,6 +87,17 @@ func TestJobsJoin(t *testing.T) {
 			{who: alice, job: "j", shard: 0, args: with(func(a *loader.ReaderArgs) { a.Shuffle, a.InitialFill = "", 0 })},
 			{who: alice, job: "j", shard: 1, args: with(func(a *loader.ReaderArgs) { a.Shuffle, a.InitialFill = loader.ShufflePermute, 1024 })},
 		}, 1},
+		{"shuffle_after_epoch_seed", []step{
+			{who: alice, job: "a", shard: 0, args: with(func(a *loader.ReaderArgs) { a.RandomShuffle, a.ShuffleAfterEpoch = false, true })},
+			{who: alice, job: "a", shard: 1, args: with(func(a *loader.ReaderArgs) {
+				a.RandomShuffle, a.ShuffleAfterEpoch, a.ShuffleAfterEpochSeed = false, true, new(int64(7))
+			}), want: []string{"shuffle_after_epoch_seed 7 (the job's: 524287)"}},
+			{who: alice, job: "a", shard: 1, args: with(func(a *loader.ReaderArgs) {
+				a.RandomShuffle, a.ShuffleAfterEpoch, a.ShuffleAfterEpochSeed = false, true, new(int64(524287))
+			})}, // the default given
+			{who: alice, job: "u", shard: 0, args: with(func(a *loader.ReaderArgs) { a.ShuffleAfterEpochSeed = new(int64(1)) })},
+			{who: alice, job: "u", shard: 1, args: with(func(a *loader.ReaderArgs) { a.ShuffleAfterEpochSeed = new(int64(2)) })},
+		}, 2},
 		{"duplicate shard_id", []step{
 			{who: alice, job: "j", shard: 1, args: args, id: "first"},
 			{who: alice, job: "j", shard: 1, args: args, want: []string{"shard_id 1 is already read by session first", "idle for 1m0s"}},

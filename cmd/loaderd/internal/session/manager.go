@@ -94,6 +94,11 @@ type Config struct {
 	// ACL, not immutable) is read through the filesystem as the caller
 	// (fresh.Trust; loaderd's --trusted-uid and --trusted-gid).
 	Trust fresh.Trust
+	// CheckInBackground: a dataset registers at once and its raw samples'
+	// checking pass runs after (fresh.Options.Background): each raw
+	// sample is read through the filesystem as the caller until the pass
+	// has judged it. False: registration waits for the pass.
+	CheckInBackground bool
 }
 
 // Engine scopes (Config.Engines).
@@ -205,7 +210,7 @@ func NewManager(cfg Config) *Manager {
 	m.metrics = newMetrics(m.reg, m)
 	m.data = map[string]*dataset{}
 	for name, ds := range cfg.Datasets {
-		m.data[name] = openDataset(name, m.nextID, ds, cfg.Trust, m.log)
+		m.data[name] = openDataset(name, m.nextID, ds, cfg.Trust, cfg.CheckInBackground, m.log)
 		m.nextID++
 	}
 	return m
@@ -274,11 +279,33 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		}
 	}()
 	ds := d.m
-	// Access first: every answer after this one may name what only a
-	// reader of the dataset may know (its fingerprint, its files); a
-	// refusal names the one path the kernel refused the caller.
-	if err := m.authorize(d, c); err != nil {
+	// Access first: the caller must be able to open the dataset's root;
+	// each sample is opened as the caller before its first read
+	// (lo.Access below), so the open costs nothing per sample. With
+	// files=, only the named samples are read, and they are checked now
+	// (no more than named). A refusal names the path as far as the caller
+	// may list it.
+	var files []int32
+	if len(p.Files) > 0 {
+		var missing error
+		files, missing = resolveFiles(p.Dataset, ds, p.Files)
+		if err := authorizeFiles(d.name, ds, files, d.guard, c); err != nil {
+			return Opened{}, err
+		}
+		if missing != nil {
+			return Opened{}, missing
+		}
+	} else if err := authorizeOpen(p.Dataset, ds, c); err != nil {
 		return Opened{}, err
+	}
+	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil {
+		// These refusals name what only a reader of every sample may know
+		// (the fingerprint; files and their dtypes; a sample whose shape a
+		// region does not fit): the whole verdict (every sample opened as
+		// the caller, cached) comes first.
+		if err := m.authorize(d, c); err != nil {
+			return Opened{}, err
+		}
 	}
 	if p.Fingerprint != "" && p.Fingerprint != d.fingerprint {
 		return Opened{}, fmt.Errorf("%w: dataset %s has fingerprint %s, not the %s asked for: it is another dataset (remapped and reloaded, or another node's files)",
@@ -291,7 +318,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	var job *jobKey
 	if p.JobID != "" {
 		job = &jobKey{c.owner(), p.JobID}
-		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs), p.ShardID, id, time.Now()); err != nil {
+		if err := m.jobs.join(*job, termsOf(p.Dataset, d.fingerprint, p.ReaderArgs).withFiles(files), p.ShardID, id, time.Now()); err != nil {
 			return Opened{}, err
 		}
 		defer func() {
@@ -301,6 +328,8 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		}()
 	}
 	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, (*loader.Cred)(credOf(c)), m.cfg.CUDA
+	lo.Access = newLazyAccess(p.Dataset, ds, d.guard, credOf(c)) // access.go
+	lo.Files = files
 	plan, err := loader.NewPlan(ds, lo)
 	if err != nil {
 		return Opened{}, loaderError(p.Dataset, ds, err)
@@ -347,7 +376,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, BackendWhy: ss.backendWhy, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
-		Reader: ds.Reader.String()}, nil
+		Reader: ds.Reader.String(), NotRaw: d.notRaw(backendName)}, nil
 }
 
 // res is what a session reserves against the daemon's budgets.

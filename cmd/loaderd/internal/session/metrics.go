@@ -179,11 +179,11 @@ func (c *datasetCollector) Describe(ch chan<- *prometheus.Desc) {
 // stay).
 func (c *datasetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, info := range c.m.Datasets(Caller{}) {
-		notRaw := info.Stale + info.Writable
+		notRaw := info.Stale + info.Writable + info.Pending
 		for state, n := range map[string]int{"fresh": info.Fresh, "filesystem_only": info.FilesystemOnly, "stale": notRaw} {
 			ch <- prometheus.MustNewConstMetric(datasetSamplesDesc, prometheus.GaugeValue, float64(n), info.Name, state)
 		}
-		byCause := map[string]int{CauseChanged: 0, CauseExtents: 0, CauseWritable: 0, CauseUnchecked: 0}
+		byCause := map[string]int{CauseChanged: 0, CauseExtents: 0, CauseWritable: 0, CauseUnchecked: 0, CausePending: 0}
 		for _, sc := range staleCauses(info) {
 			byCause[sc.Cause] = sc.Samples
 		}

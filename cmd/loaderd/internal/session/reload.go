@@ -65,7 +65,7 @@ func (m *Manager) Reload() ([]Reloaded, error) {
 		id := m.nextID
 		m.nextID++
 		m.mu.Unlock()
-		loaded[name] = openDataset(name, id, mp, m.cfg.Trust, m.log)
+		loaded[name] = openDataset(name, id, mp, m.cfg.Trust, m.cfg.CheckInBackground, m.log)
 	}
 	var idle []*dataset
 	m.mu.Lock()

@@ -30,6 +30,10 @@ type OpenParams struct {
 	// JobID, when set, makes the session a rank of that job of its owner:
 	// it must agree with the job's other sessions (jobs.go).
 	JobID string
+	// Files, when set, are the dataset's samples the session reads, in
+	// this order (DALI's files=): paths relative to the map's root, or
+	// absolute under it (files.go). Only these are checked as the caller.
+	Files []string
 }
 
 // Opened describes a new session.
@@ -47,6 +51,10 @@ type Opened struct {
 	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
 	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name
+	// NotRaw: for a backend that reads raw (gds, bam), the dataset's
+	// raw-mapped samples it reads through the filesystem instead, by cause
+	// with the fix (dataset.notRaw); nil when none.
+	NotRaw []StaleCause
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices

@@ -43,6 +43,9 @@ const (
 	// (its filesystem is not the one mapped, say): every raw sample
 	// counts as stale.
 	CauseUnchecked = "unchecked"
+	// CausePending: the checking pass that runs after registration has
+	// not judged them yet; they are read raw once it has.
+	CausePending = "not_yet_checked"
 )
 
 // StaleCause is how many raw-mapped samples one cause keeps from raw
@@ -57,6 +60,7 @@ type StaleCause struct {
 const (
 	fixRemap     = "map the dataset again (mkbmap), then loaderd reload"
 	fixWritable  = "make the files root's and not writable by group or others (chown root; chmod go-w; no ACL granting write), or immutable (chattr +i), or trust their owner (--trusted-uid/--trusted-gid); then loaderd reload"
+	fixPending   = "none: the daemon is still checking them after its start (loaderd status shows the progress)"
 	fixUnchecked = "mount the filesystem that was mapped at the map's root, or map the dataset again (mkbmap); then loaderd reload"
 )
 
@@ -79,6 +83,7 @@ func staleCauses(info DatasetInfo) []StaleCause {
 	add(CauseChanged, info.Stale-info.StaleExtents, fixRemap)
 	add(CauseExtents, info.StaleExtents, fixRemap)
 	add(CauseWritable, info.Writable, fixWritable)
+	add(CausePending, info.Pending, fixPending)
 	return out
 }
 

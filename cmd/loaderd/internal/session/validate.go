@@ -36,7 +36,18 @@ func (p OpenParams) Validate() error {
 	if err := checkJobID(p.JobID); err != nil {
 		return err
 	}
-	return checkFingerprint(p.Fingerprint)
+	if n := len(p.Files); n > MaxFiles {
+		return fmt.Errorf("%w: files has %d names, at most %d", ErrInvalid, n, MaxFiles)
+	}
+	if err := checkFingerprint(p.Fingerprint); err != nil {
+		return err
+	}
+	if p.State != nil {
+		if err := p.State.Validate(); err != nil {
+			return fmt.Errorf("%w: state: %w", ErrInvalid, err)
+		}
+	}
+	return nil
 }
 
 // checkJobID checks a job_id: "" (no job), or at most MaxJobID bytes of

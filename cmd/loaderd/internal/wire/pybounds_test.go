@@ -43,6 +43,7 @@ func TestPythonBoundsAreTheDaemons(t *testing.T) {
 		"MAX_SEED":          new(big.Int).SetUint64(math.MaxUint64), // loader.Sampling.Seed is a uint64
 		"MAX_INITIAL_FILL":  big.NewInt(loader.MaxInitialFill),
 		"MAX_JOB_ID":        big.NewInt(session.MaxJobID),
+		"MAX_FILES":         big.NewInt(session.MaxFiles),
 		"FINGERPRINT_LEN":   big.NewInt(bmap.FingerprintLen),
 	}
 	got := map[string]*big.Int{}

@@ -84,6 +84,13 @@ type OpenRequest struct {
 	// sampling, each its own shard_id; one that does not is refused (409,
 	// code CodeRankMismatch, "ranks disagree: ...", naming each difference).
 	JobID string `msgpack:"job_id"`
+	// Files: DALI's files= (file_list's names too): the samples of the
+	// dataset this session reads, in this order, each named by its path
+	// relative to the map's root or by its absolute path under it; nil or
+	// empty: the whole dataset. At most session.MaxFiles names; a name
+	// not in the map is refused (400, naming it), and only the named
+	// files are checked as the caller.
+	Files []string `msgpack:"files,omitempty"`
 }
 
 // OpenResponse describes the new session, its batch memory (kind, size,
@@ -106,6 +113,10 @@ type OpenResponse struct {
 	// (encoded files with labels) or "numpy" (.npy arrays: batches carry
 	// dtype and shapes).
 	Reader string `msgpack:"reader"`
+	// NotRaw is, for a backend that reads raw (gds, bam), the dataset's
+	// raw-mapped samples it reads through the filesystem instead, by
+	// cause, with the fix (as loaderd status says); absent when none.
+	NotRaw []StaleCause `msgpack:"not_raw,omitempty"`
 }
 
 // MemoryUpgrade is the Upgrade header value that asks for a session's
@@ -240,6 +251,10 @@ type DatasetInfo struct {
 	// read through the filesystem as the caller, never raw.
 	Writable       *int `msgpack:"writable,omitempty"`
 	FilesystemOnly *int `msgpack:"filesystem_only,omitempty"`
+	// Pending raw-mapped samples are not judged yet by the checking pass
+	// that runs after the daemon's start: read through the filesystem as
+	// the caller until it has.
+	Pending *int `msgpack:"pending,omitempty"`
 	// Added counts files in the dataset's folders that DALI's
 	// fn.readers.file would list and the map does not have; -1: the
 	// folders could not be listed; absent: the caller may not list them.
@@ -271,7 +286,8 @@ type DatasetStatus struct {
 
 // StaleCause is how many raw-mapped samples one cause keeps from raw
 // reads and what makes them raw again. Causes: changed_since_mapping,
-// extents_not_the_files, writable_by_untrusted_users, unchecked.
+// extents_not_the_files, writable_by_untrusted_users, not_yet_checked,
+// unchecked.
 type StaleCause struct {
 	Cause   string `msgpack:"cause"`
 	Samples int    `msgpack:"samples"`

@@ -23,7 +23,8 @@ from nvidia.dali import fn, pipeline_def
 EPOCHS = 3
 
 # (N, batch_size, initial_fill, seed, num_shards, shard_id, pad_last_batch, stick_to_shard, random_shuffle)
-CASES = [
+# and, for shuffle_after_epoch's cases, its shuffle_after_epoch_seed (None: not passed)
+CASES: list[tuple] = [
     (20, 4, 8, 7, 1, 0, False, False, True),
     (45, 9, 1024, 0, 1, 0, False, False, True),
     (100, 8, 16, 42, 3, 1, False, False, True),
@@ -40,18 +41,31 @@ CASES = [
     (33, 4, 5, 5, 3, 2, False, True, False),
     (7, 2, 2, 0, 7, 6, True, False, True),
     (64, 64, 1024, 77, 1, 0, True, False, True),
+    (11, 3, 1, 0, 2, 0, True, False, False, None),
+    (11, 3, 1, 0, 2, 1, True, False, False, None),
+    (24, 2, 1, 5, 1, 0, False, False, False, None),
+    (24, 24, 1, 5, 1, 0, False, False, False, 0),
+    (101, 8, 1, 9, 4, 3, False, False, False, 12345),
+    (100, 7, 1, 1, 3, 1, True, False, False, 2**40 + 3),
+    (5, 4, 1, 0, 5, 2, True, False, False, -1),
+    (1000, 32, 1, 3, 4, 2, True, False, False, 524287),
 ]
 
 
 def run(root: str, case: tuple) -> list[int]:
-    n, bs, fill, seed, shards, sid, pad, stick, shuffle = case
+    n, bs, fill, seed, shards, sid, pad, stick, shuffle = case[:9]
+    after = {}
+    if len(case) > 9:  # shuffle_after_epoch, with its seed where one is given
+        after = {"shuffle_after_epoch": True}
+        if case[9] is not None:
+            after["shuffle_after_epoch_seed"] = case[9]
     files = [os.path.join(root, f"{i:06d}") for i in range(n)]
 
     @pipeline_def(batch_size=bs, num_threads=1, device_id=None, seed=1, prefetch_queue_depth=1)
     def pipe():
         _, labels = fn.readers.file(files=files, labels=list(range(n)), random_shuffle=shuffle, initial_fill=fill,
                                     seed=seed, num_shards=shards, shard_id=sid, pad_last_batch=pad,
-                                    stick_to_shard=stick)
+                                    stick_to_shard=stick, **after)
         return labels
 
     p = pipe()
@@ -72,10 +86,14 @@ def main() -> None:
                 f.write(b"%d" % i)
         cases = []
         for c in CASES:
-            n, bs, fill, seed, shards, sid, pad, stick, shuffle = c
-            cases.append({"n": n, "batch_size": bs, "initial_fill": fill, "seed": seed, "num_shards": shards,
-                          "shard_id": sid, "pad_last_batch": pad, "stick_to_shard": stick, "random_shuffle": shuffle,
-                          "samples": run(root, c)})
+            n, bs, fill, seed, shards, sid, pad, stick, shuffle = c[:9]
+            case = {"n": n, "batch_size": bs, "initial_fill": fill, "seed": seed, "num_shards": shards,
+                    "shard_id": sid, "pad_last_batch": pad, "stick_to_shard": stick, "random_shuffle": shuffle}
+            if len(c) > 9:
+                case["shuffle_after_epoch"] = True
+                if c[9] is not None:
+                    case["shuffle_after_epoch_seed"] = c[9]
+            cases.append(case | {"samples": run(root, c)})
     json.dump({"dali": dali_version, "epochs": EPOCHS, "cases": cases}, sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")
 

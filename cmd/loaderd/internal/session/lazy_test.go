@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/testenv"
+	"github.com/nvfeed/nvfeed/internal/testfs"
+	"github.com/nvfeed/nvfeed/loader"
+)
+
+// readEpoch reads one epoch of session id as c and returns the failures'
+// messages by sample path, and how many samples were delivered.
+func readEpoch(t *testing.T, m *Manager, c Caller, ds *bmap.Map, id string) (failed map[string]string, served int) {
+	t.Helper()
+	failed = map[string]string{}
+	var rel []int
+	for {
+		d, err := m.Next(context.Background(), c, id, rel, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.EndOfEpoch {
+			return failed, served
+		}
+		rel = []int{d.Slot}
+		served += len(d.Indices) - len(d.Failed)
+		for j, pos := range d.Failed {
+			failed[ds.Samples[d.Indices[pos]].Path] = d.Errors[j]
+		}
+	}
+}
+
+// TestOpenChecksSamplesAsRead: a session's open asks of the caller only
+// the dataset's root; each sample is opened as the caller before its
+// first read, so one the caller may not read fails in the stream, named
+// only as far as the caller may list it, and the rest is served, for
+// every backend. The root refused is still a 403 at the open. Before,
+// the open opened every sample as the caller and refused the whole
+// dataset with 403.
+func TestOpenChecksSamplesAsRead(t *testing.T) {
+	asRoot(t)
+	fs := testfs.New(t, testfs.Ext4())
+	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	for c := range 3 {
+		for i := range 4 {
+			fs.WriteFile(t, fmt.Sprintf("train/c%d/%d.jpg", c, i), bytes.Repeat([]byte{byte('a' + c)}, 5000+i))
+		}
+	}
+	fs.Sync(t)
+	ds, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(fs.Path("train", "c0", "1.jpg"), 0o600)) // nobody may not read it
+	must(os.Chmod(fs.Path("train", "c2"), 0o711))          // nobody may reach c2's files, not list them
+	must(os.Chmod(fs.Path("train", "c2", "3.jpg"), 0o600))
+	var logs testenv.Buffer
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer m.Stop()
+	nobodyC := Caller{UID: nobody, GID: nobody}
+	for _, be := range []string{"file", "gds", "bam"} {
+		t.Run(be, func(t *testing.T) {
+			o, err := m.Open(nobodyC, OpenParams{Dataset: "d", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1}}})
+			if err != nil {
+				t.Fatalf("open as nobody: %v", err)
+			}
+			defer m.Close(nobodyC, o.ID)
+			for e := range 2 {
+				failed, served := readEpoch(t, m, nobodyC, ds, o.ID)
+				if served != 10 || len(failed) != 2 {
+					t.Fatalf("epoch %d: %d served, failed %v; want 10 served, c0/1.jpg and c2/3.jpg failed", e, served, failed)
+				}
+				if msg := failed["c0/1.jpg"]; !strings.Contains(msg, "c0/1.jpg") || !strings.Contains(msg, "permission denied") {
+					t.Errorf("epoch %d: c0/1.jpg failed with %q, want it named and permission denied", e, msg)
+				}
+				if msg := failed["c2/3.jpg"]; strings.Contains(msg, "3.jpg") || !strings.Contains(msg, "c2/…") || !strings.Contains(msg, "permission denied") {
+					t.Errorf("epoch %d: c2/3.jpg (in a folder nobody may not list) failed with %q, want c2/… and permission denied", e, msg)
+				}
+			}
+		})
+	}
+	must(os.Chmod(fs.Path("train"), 0o700))
+	defer os.Chmod(fs.Path("train"), 0o755)
+	if _, err := m.Open(nobodyC, OpenParams{Dataset: "d", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1}}}); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("open as nobody of a 0700 root: %v, want ErrForbidden", err)
+	}
+}
+
+// TestOpenReportsNotRaw: a raw session's open tells which raw-mapped
+// samples are read through the filesystem and why, with the fix, as
+// loaderd status does; a file session's tells nothing. Before, the open
+// said nothing of them.
+func TestOpenReportsNotRaw(t *testing.T) {
+	asRoot(t)
+	fs := testfs.New(t, testfs.Ext4())
+	for i := range 6 {
+		fs.WriteFile(t, fmt.Sprintf("train/c/%d.jpg", i), bytes.Repeat([]byte{byte(i)}, 8192))
+	}
+	fs.Sync(t)
+	ds, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fs.Path("train", "c", "0.jpg"), 0o640); err != nil { // changed since mapping
+		t.Fatal(err)
+	}
+	for _, f := range []string{"1.jpg", "2.jpg"} { // a user the daemon does not trust owns them
+		if err := os.Lchown(fs.Path("train", "c", f), 43117, 43117); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds2 := *ds // the chown moved their ctimes: map them again, unchanged
+	ds2.Samples = slices.Clone(ds.Samples)
+	for i := range ds2.Samples {
+		if p := ds2.Samples[i].Path; p == "c/1.jpg" || p == "c/2.jpg" {
+			var st unix.Stat_t
+			if err := unix.Stat(fs.Path("train", p), &st); err != nil {
+				t.Fatal(err)
+			}
+			ds2.Samples[i].CtimeNs = st.Ctim.Nano()
+		}
+	}
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": &ds2}, CheckInBackground: true})
+	defer m.Stop()
+	m.data["d"].guard.Wait()
+	root0 := Caller{}
+	want := []StaleCause{{CauseChanged, 1, fixRemap}, {CauseWritable, 2, fixWritable}}
+	for _, tt := range []struct {
+		backend string
+		want    []StaleCause
+	}{{"gds", want}, {"bam", want}, {"file", nil}} {
+		o, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{Backend: tt.backend, ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Close(root0, o.ID)
+		if !slices.Equal(o.NotRaw, tt.want) {
+			t.Errorf("%s: NotRaw %+v, want %+v", tt.backend, o.NotRaw, tt.want)
+		}
+	}
+}
