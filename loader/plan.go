@@ -146,7 +146,9 @@ type Plan struct {
 
 // GPUPaths returns the GPU paths Open tries, in order, and why each:
 // one for host memory ("" and ""), or for GPUPathAuto with no backend
-// named, cufile and then bounce.
+// named, cufile and then bounce; a path is listed once per backend it
+// may try (with no backend named over a raw map: AutoBackend, then
+// DefaultBackend should it not open).
 func (p Plan) GPUPaths() (paths, whys []string) {
 	for _, w := range p.ways {
 		paths, whys = append(paths, w.path), append(whys, w.why)
