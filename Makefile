@@ -48,6 +48,8 @@ bench: build venv
 	set -o pipefail; bash bench/tensors.sh 5 | tee bench/out/tensors.txt
 	set -o pipefail; bash bench/roi.sh 3 | tee bench/out/roi.txt
 	set -o pipefail; bash bench/wds.sh 1 | tee bench/out/wds.txt
+	set -o pipefail; bash bench/table.sh 3 | tee bench/out/table.txt
+	set -o pipefail; { echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1; } | tee bench/out/scale.txt
 	python3 bench/results.py bench/out > bench/RESULTS.md
 
 venv:

@@ -25,6 +25,7 @@ import numpy as np
 
 from nvfeed import LoaderSource
 from nvfeed._stream import Stream
+from nvfeed._views import Mapped
 
 
 def _cpu(f, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -70,9 +71,11 @@ def synthetic(bs: int, n: int = 20000) -> None:
     st._sock, st._buf = a, bytearray()
     # A source past its open, on this stream (what _open would have set).
     src = LoaderSource.__new__(LoaderSource)
+    buf = np.zeros(bs * 114688 * 6, np.uint8)
     src.__dict__.update(_id="synthetic", _give_back=[], _held=collections.deque(), _release_after=3, _transport="stream",
                         _stream=st, _expect=(0, 0), _on_error="raise", _gpu=None, _dali=None, _epoch_batches=0,
-                        _reconnect_timeout=0, _buf=np.zeros(bs * 114688 * 6, np.uint8))
+                        _reconnect_timeout=0, _buf=buf, _mapped=Mapped(None, buf, None, None), _fence=None,
+                        _dali_looked=True, keep=None, reader="file", prefetch_queue_depth=2)
     for _ in range(10):
         next(src)
     print(json.dumps({"batch": bs, "synthetic": True, **_cpu(lambda: next(src), n)}))

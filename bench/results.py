@@ -59,6 +59,19 @@ SECTIONS = [
      "batch of 64 drawn from its two most frequent classes (uniform: about 0.10), the share of batches with 80 % "
      "or more from two classes, and the largest and mean distance a sample moves from its stored position, as a "
      "fraction of the dataset; loaderd's `shuffle=\"dali\"` is checked equal to `fn.readers.webdataset`'s order."),
+    ("table.txt", "The README's swap, CPU per sample, session opens", "bash bench/table.sh 3",
+     "2 000 real JPEGs (`bench/swap.py --make`) and 64 `.npy` files of 16 MiB, ext4 on a loop device "
+     "(`--direct-io=on`) over `/dev/shm` and over the virtio disk. The README's swap as written "
+     "(`nvfeed.dali.reader`, no backend named: the daemon's default, which the table names) against "
+     "`fn.readers.file`, and the swap naming backend `file`: one DALI CPU pipeline each (`num_threads=2`, batch 64), "
+     "one epoch, cold, timed from the pipeline's definition (build and session open included), the bytes to "
+     "an operator or decoded by `fn.decoders.image`. CPU per sample: a `LoaderSource` alone reading 3 epochs, "
+     "the daemon's utime+stime and the client's. Session open: `LoaderSource` over the `.npy` files, the first "
+     "open after the daemon started and the median of 6 more."),
+    ("scale.txt", "Start-up at ImageNet scale", "N=${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1",
+     "1 281 167 files (unless `BENCH_SCALE_N` says fewer: the first line says how many) of ~2 KB on an ext4 "
+     "loop device over the virtio disk, cold: `mkbmap`, the daemon ready (its map verification included), "
+     "8 ranks' first batches (each rank's open and first batch, timed from its asking)."),
     ("go-bench.txt", "Hot paths (go test -bench)", "go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/",
      "Map building and loading at scale, planning, the sampler."),
 ]
@@ -108,6 +121,85 @@ def section(out: Path, name: str, heading: str, command: str, what: str) -> None
     print("```")
     print("\n".join(clean(p.read_text())).strip())
     print("```\n")
+def _find(text: str, pattern: str, after: str = "") -> float | None:
+    """The first number pattern's group captures in text (past the
+    line that starts with after, if given); None when absent."""
+    if after:
+        i = text.find(after)
+        if i < 0:
+            return None
+        text = text[i:]
+    m = re.search(pattern, text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def _read(out: Path, name: str) -> str:
+    p = out / name
+    return p.read_text() if p.exists() else ""
+
+
+def goals(out: Path) -> list[tuple[str, float | None, str, str, float, str, str]]:
+    """The project's table of goals, row by row: (row, value, unit, op,
+    target, the step that measured it, a note), value None where its step
+    did not run or printed no such figure."""
+    table, scale, run = _read(out, "table.txt"), _read(out, "scale.txt"), _read(out, "run.txt")
+    e2e, tensors = _read(out, "e2e-ram-operator.txt"), _read(out, "tensors.txt")
+    rows = []
+    for dev, goal in (("ram", 1.5), ("virtio", 1.0)):
+        for what in ("reader only", "with decode"):
+            v = _find(table, rf"^goal: {dev}: swap vs readers.file, {what}: ([\d.]+)x")
+            rows.append((f"the README's swap (default backend) vs `fn.readers.file`, {what}, 2 000 JPEGs, "
+                         f"build and open included, {dev} device", v, "x", ">=", goal, "table.txt", ""))
+    ranks = [float(x) for x in re.findall(r"rank \d+: open [\d.]+ s, first batch ([\d.]+) s", scale)]
+    n = int(_find(scale, r"^files: (\d+)") or 1281167)
+    files = f"{n:,}".replace(",", " ") + " files" + ("" if n == 1281167 else " (BENCH_SCALE_N: the goals are for 1 281 167)")
+    rows += [
+        (f"{files}: `mkbmap`, cold", _find(scale, r"^mkbmap cold: ([\d.]+) s"), " s", "<", 15, "scale.txt", ""),
+        (f"{files}: the daemon ready, cold", _find(scale, r"daemon ready \(cold\): ([\d.]+) s"), " s", "<", 5,
+         "scale.txt", ""),
+        (f"{files}: 8 ranks' first batch (the slowest)", max(ranks) if ranks else None, " s", "<", 0.5,
+         "scale.txt", ""),
+    ]
+    for dev in ("ram", "virtio"):
+        rows.append((f"session open, gds, 64 x 16 MiB `.npy`, {dev} device (the first or the median, the larger)",
+                     _find(table, rf"^goal: {dev}: session open, gds, npy: ([\d.]+) ms"), " ms", "<", 50, "table.txt", ""))
+    rows.append(("`external_source(LoaderSource gds)` vs DALI fed the same bytes from RAM, batch 64",
+                 _find(e2e, r"^LoaderSource gds\s+64\s+\d+\s+[\d.]+x\s+([\d.]+)x"), "x", ">=", 0.9,
+                 "e2e-ram-operator.txt", "the loader cold, the ceiling warm"))
+    for bs in (16, 64):
+        rows.append((f"`LoaderSource` vs `loaderd bench`, warm, batch {bs}, ram device",
+                     _find(run, rf"LoaderSource vs loaderd bench, warm, batch {bs} \(>= 0.9\)\s+([\d.]+)x",
+                           "ram device: targets"), "x", ">=", 0.9, "run.txt", "backend file"))
+    rows.append(("`gds` vs fio's best on the same bytes, ram device",
+                 _find(run, r"gds vs fio best \(>= 0.95\)\s+([\d.]+)x", "ram device: targets"), "x", ">=", 0.95,
+                 "run.txt", ""))
+    rows.append(("256 KiB tensors, ram device, `gds` vs fio's best",
+                 _find(tensors, r"loaderd gds vs fio best \(>= 0.9\)\s+([\d.]+)x", "ram device, 256 KiB tensors: goals"),
+                 "x", ">=", 0.9, "tensors.txt", ""))
+    for dev in ("ram", "virtio"):
+        rows.append((f"CPU per sample, daemon + client, {dev} device",
+                     _find(table, rf"^goal: {dev}: CPU per sample, daemon \+ client: ([\d.]+) us"), " µs", "<=", 5,
+                     "table.txt", "a LoaderSource alone, default backend, batch 64, cold"))
+    return rows
+
+
+def print_goals(out: Path) -> None:
+    """The goals table: each row's figure, its goal and whether it is met."""
+    print("## Goals\n")
+    print("Every row of the project's table of goals, from the steps below (the last column names the")
+    print("output it was read from); \"not run\" where that step did not run.\n")
+    print("| | now | goal | met | from |")
+    print("|---|---|---|---|---|")
+    for row, v, unit, op, target, src, note in goals(out):
+        if v is None:
+            now, met = "not run", ""
+        else:
+            now = f"{v:.2f}{unit}" if unit != " ms" else f"{v:.1f}{unit}"
+            ok = v >= target if op == ">=" else v <= target if op == "<=" else v < target
+            met = "met" if ok else "**missed**"
+        note = f" ({note})" if note else ""
+        print(f"| {row}{note} | {now} | {op.replace('>=', '≥').replace('<=', '≤')} {target:g}{unit} | {met} | `{src}` |")
+    print()
 
 
 def main() -> None:
@@ -126,6 +218,19 @@ def main() -> None:
     print("each choice: [docs/decisions.md](../docs/decisions.md). Run `make bench` to regenerate this file.\n")
     for s in SECTIONS:
         section(out, *s)
+    print_goals(out)
+    for name, heading, command, what in SECTIONS:
+        p = out / name
+        print(f"## {heading}\n")
+        print(f"`{command}`\n")
+        print(what + "\n")
+        if not p.exists():
+            print("(not run)\n")
+            continue
+        lines = clean(p.read_text())
+        print("```")
+        print("\n".join(lines).strip())
+        print("```\n")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,15 @@ func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
 		last := i+1 == len(ways)
 		var l *Loader
 		if l, err = open(ctx, p, w); err != nil {
+			if !last && w.auto && ctx.Err() == nil {
+				why := fmt.Sprintf("auto: %s did not open here (%v): %s", w.backend, err, ways[i+1].backend)
+				o.Logger.Info("loader: backend " + why)
+				ways[i+1].backendWhy = why
+				if ways[i+1].path == w.path {
+					ways[i+1].why = w.why
+				}
+				continue
+			}
 			if !last && errors.Is(err, ErrUnavailable) {
 				why := fmt.Sprintf("%s cannot run here (%v): bounce", w.backend, err)
 				o.Logger.Info("loader: gpu_path auto: " + why)
@@ -51,7 +60,7 @@ func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
 			}
 			return nil, err
 		}
-		l.gpuPath, l.gpuWhy = w.path, w.why
+		l.gpuPath, l.gpuWhy, l.backendWhy = w.path, w.why, w.backendWhy
 		if w.path != GPUPathCuFile || !l.spec.MeasuresMode {
 			return l, nil
 		}

@@ -62,6 +62,8 @@ type Loader struct {
 	log     *slog.Logger
 	gpuPath string // GPUPathCuFile or GPUPathBounce for GPU memory, "" for host memory
 	gpuWhy  string // why that path
+	// backendWhy: why the backend, for a loader that named none (auto)
+	backendWhy string
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -845,6 +847,11 @@ func (l *Loader) Memory() batchmem.Memory { return l.mem }
 
 // Backend returns the backend.
 func (l *Loader) Backend() backend.Backend { return l.backend }
+
+// BackendWhy returns why the loader reads with its backend when its
+// options named none (the fastest the map and the process allow: see
+// AutoBackend); "" when they named it.
+func (l *Loader) BackendWhy() string { return l.backendWhy }
 
 // GPUPath returns how batches reach GPU memory — GPUPathCuFile (the
 // backend writes the device) or GPUPathBounce (a staging copy per batch)

@@ -52,7 +52,7 @@ type Options struct {
 	// GPUPathCuFile, GPUPathBounce, or GPUPathAuto ("" too), which tries
 	// cufile and falls back to bounce where cuFile cannot run.
 	GPUPath string
-	Backend string // a name from Backends; "" means DefaultBackend, or with GPUPath auto the cufile backend first (ignored when Spec is set)
+	Backend string // a name from Backends; "" means the fastest the map allows (AutoBackend, else DefaultBackend: Loader.BackendWhy says which and why), or with GPUPath auto the cufile backend first (ignored when Spec is set)
 	// Spec is the backend's description when the caller has already looked
 	// it up (BackendSpec) or brings its own; nil: BackendSpec(Backend).
 	Spec *backend.Spec
@@ -233,6 +233,11 @@ func (o Options) Validate() error {
 // they are refused.
 type gpuWay struct {
 	path, backend, why string
+	// auto: the backend was chosen for a loader that named none
+	// (autoBackends), and the next way is the filesystem if it fails to
+	// open; backendWhy says why it was chosen.
+	auto       bool
+	backendWhy string
 
 	spec   backend.Spec
 	params backend.Params

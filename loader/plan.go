@@ -146,7 +146,9 @@ type Plan struct {
 
 // GPUPaths returns the GPU paths Open tries, in order, and why each:
 // one for host memory ("" and ""), or for GPUPathAuto with no backend
-// named, cufile and then bounce.
+// named, cufile and then bounce; a path is listed once per backend it
+// may try (with no backend named over a raw map: AutoBackend, then
+// DefaultBackend should it not open).
 func (p Plan) GPUPaths() (paths, whys []string) {
 	for _, w := range p.ways {
 		paths, whys = append(paths, w.path), append(whys, w.why)
@@ -207,6 +209,7 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		p.SlotSize = SlotBytes(m, o.BatchSize)
 	}
 	ways, _ := o.gpuWays() // Validate checked them
+	ways = autoBackends(m, o, ways)
 	for i := range ways {
 		w := &ways[i]
 		if err := w.resolve(o); err != nil {
@@ -228,6 +231,60 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		p.DenseRow = denseRowOf(m, batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}, o.BatchSize)
 	}
 	return p, nil
+}
+
+// autoBackends fills in the backend of every way that names none: the
+// fastest the map and the caller allow. A map of a block device with a
+// sample mapped raw gets AutoBackend, which reads raw only what the
+// freshness guard allows and the rest through the filesystem as the
+// caller, followed by a way with DefaultBackend should it not open here;
+// any other map, or backend options given without a backend name (they
+// are DefaultBackend's), gets DefaultBackend. Each way says why
+// (backendWhy).
+func autoBackends(m *bmap.Map, o Options, ways []gpuWay) []gpuWay {
+	if o.backendName() != "" {
+		return ways
+	}
+	why := ""
+	switch {
+	case len(o.BackendOptions) > 0:
+		why = "backend_options without a backend name are " + DefaultBackend + "'s"
+	case m.FSOnly():
+		why = fmt.Sprintf("auto: the map's filesystem (%s) has no block device to read raw", m.Device.FSType)
+	case !anyRaw(m):
+		why = "auto: no sample is mapped raw"
+	}
+	out := make([]gpuWay, 0, 2*len(ways))
+	for _, w := range ways {
+		if w.backend != "" {
+			out = append(out, w)
+			continue
+		}
+		fs := w
+		fs.backend = DefaultBackend
+		if why != "" {
+			fs.backendWhy = why
+			out = append(out, fs)
+			continue
+		}
+		raw := w
+		raw.backend, raw.auto = AutoBackend, true
+		raw.backendWhy = fmt.Sprintf("auto: raw reads from %s where the freshness guard allows, the filesystem as the caller for the rest", m.Device.Path)
+		fs.backendWhy = "auto: " + AutoBackend + " did not open here"
+		out = append(out, raw, fs)
+	}
+	return out
+}
+
+// anyRaw reports whether a sample of m is mapped raw (the first one
+// found ends the search).
+func anyRaw(m *bmap.Map) bool {
+	for i := range m.Samples {
+		if m.Samples[i].Reason == bmap.Raw {
+			return true
+		}
+	}
+	return false
 }
 
 // resolve looks up the way's backend (o's own Spec when it is the one o

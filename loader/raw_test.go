@@ -486,3 +486,44 @@ func TestSharedEngines(t *testing.T) {
 		t.Errorf("%d engines left after every loader closed", n)
 	}
 }
+
+// TestDefaultBackendIsFastestAllowed: a loader that names no backend
+// reads with the fastest the map and the process allow, and says why
+// (Loader.BackendWhy): raw reads (gds) over a map of a block device, the
+// filesystem over a map without one, over backend options given without
+// a name (they are file's), and where gds does not open (here: the map
+// names another filesystem UUID, so its freshness check refuses); a
+// named backend is kept and says nothing.
+func TestDefaultBackendIsFastestAllowed(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	m := rawDataset(t, fs)
+	other := *m
+	other.Device.FSUUID = "00000000-0000-0000-0000-000000000000"
+	for _, tc := range []struct {
+		name          string
+		m             *bmap.Map
+		o             Options
+		want, wantWhy string
+	}{
+		{"raw map", m, Options{}, "gds", "auto: raw reads from " + m.Device.Path},
+		{"filesystem-only map", makeDataset(t, 40, 3, 3000), Options{}, "file", "has no block device"},
+		{"options without a name", m, Options{BackendOptions: map[string]any{"workers": 2}}, "file", "backend_options without a backend name"},
+		{"gds does not open", &other, Options{}, "file", "auto: gds did not open here"},
+		{"named", m, Options{Backend: "file"}, "file", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.ReaderArgs = ReaderArgs{BatchSize: 7}
+			tc.o.PrefetchQueueDepth = 2
+			l, err := New(context.Background(), tc.m, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			collectEpoch(t, l, tc.m, true)
+			got, why := l.Backend().Name(), l.BackendWhy()
+			if got != tc.want || !strings.Contains(why, tc.wantWhy) || (tc.wantWhy == "") != (why == "") {
+				t.Errorf("backend %s (%q), want %s (%q)", got, why, tc.want, tc.wantWhy)
+			}
+		})
+	}
+}

@@ -17,8 +17,19 @@ import (
 // here for callers that leave backends to the loader.
 type Cred = backend.Cred
 
-// DefaultBackend is the backend used when Options.Backend is empty.
+// DefaultBackend is the backend of a loader that names none where raw
+// reads cannot run (Options.Backend empty: see AutoBackend), and the one
+// whose options BackendOptions given without a backend name are.
 const DefaultBackend = fsread.Name
+
+// AutoBackend is the backend a loader that names none reads with where
+// the map allows raw reads (a map of a block device with samples mapped
+// raw): the raw backend, which reads raw only the samples the freshness
+// guard lets it and the others through the filesystem as the caller.
+// Where it cannot open (the device refuses O_DIRECT or the process may
+// not read it), the loader opens DefaultBackend instead and says why
+// (Loader.BackendWhy).
+const AutoBackend = "gds"
 
 // builtins returns the built-in backends' descriptions, the default
 // first. They get what any registered backend gets: backend.Env.

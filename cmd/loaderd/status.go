@@ -104,8 +104,12 @@ func writeStatus(w io.Writer, st wire.StatusResponse) {
 			if !s.Streaming {
 				idle = fmt.Sprintf("idle %.0fs", s.IdleSeconds)
 			}
-			fmt.Fprintf(tw, "    %s\t%s\t%s %s\tsample order %s\topened %s\t%s\n", s.Dataset, s.Backend, mem, mib(s.BatchBytes), mib(s.SamplerBytes),
-				time.Unix(s.OpenedUnix, 0).Format(time.DateTime), idle)
+			why := ""
+			if s.BackendWhy != "" {
+				why = "\t" + s.BackendWhy
+			}
+			fmt.Fprintf(tw, "    %s\t%s\t%s %s\tsample order %s\topened %s\t%s%s\n", s.Dataset, s.Backend, mem, mib(s.BatchBytes), mib(s.SamplerBytes),
+				time.Unix(s.OpenedUnix, 0).Format(time.DateTime), idle, why)
 		}
 	}
 	tw.Flush()

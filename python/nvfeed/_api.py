@@ -13,7 +13,8 @@ from ._wire import BackendsResponse, DatasetInfo, DatasetsResponse
 
 
 def backends(socket: Optional[str] = None, timeout: float = 60.0) -> BackendsResponse:
-    """What the daemon offers: the default backend and prefetch depth, and
+    """What the daemon offers: the default backends (``auto`` over a dataset
+    that allows raw reads, ``default`` otherwise) and prefetch depth, and
     every backend with its options (kind, default, limits, doc).
 
     Parameters

@@ -79,6 +79,9 @@ class Session(Transport):
         self._id = r["id"]
         self.backend: str = r["backend"]
         """The backend that reads for this source (the daemon's default filled in)."""
+        self.backend_why: str = r.get("backend_why", "")  # "" from a daemon that gives none
+        """Why that backend when none was named: the fastest the dataset allows
+        (raw reads, ``gds``, from a block device's map; else ``file``); "" when named."""
         self.gpu_path: str = r["gpu_path"]
         if r.get("not_raw") and not self._told_not_raw:
             self._told_not_raw = True

@@ -133,7 +133,9 @@ class LoaderSource(Feed):
         with ``random_shuffle`` uses it.
     backend : str, optional
         How the daemon reads: ``"file"``, ``"gds"``, ``"bam"`` (see
-        ``backends()``); ``None`` takes the daemon's default.
+        ``backends()``); ``None`` takes the fastest the dataset allows: raw
+        reads (``gds``) over a block device's map, else ``file``
+        (``backend`` and ``backend_why`` say which and why).
     backend_options : dict, optional
         The backend's options by name (see ``backends()``).
     prefetch_queue_depth : int, optional

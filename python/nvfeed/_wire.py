@@ -84,6 +84,7 @@ class MemoryDesc(TypedDict):
 class OpenResponse(TypedDict):
     id: str
     backend: str
+    backend_why: str  # why that backend when the request named none; "" when named
     memory: MemoryDesc
     gpu_path: str  # for GPU memory, the path that runs: "cufile" or "bounce"; else ""
     prefetch_queue_depth: int
@@ -142,7 +143,8 @@ class BackendSpec(TypedDict):
 
 
 class BackendsResponse(TypedDict):
-    default: str
+    default: str  # the backend used when none is named and the dataset allows no raw reads
+    auto: str  # the backend used when none is named over a dataset that allows raw reads
     prefetch_queue_depth: int
     backends: List[BackendSpec]
 
@@ -210,6 +212,7 @@ class SessionInfo(TypedDict):
     opened_unix: int
     idle_seconds: float
     streaming: bool
+    backend_why: str  # why that backend when its open named none; "" when named
 
 
 class Budget(TypedDict):

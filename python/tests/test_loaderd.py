@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import os
 import http.client
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from conftest import Daemon, Dataset, need_raw, start_daemon, stop_daemon
+from conftest import Daemon, Dataset, need_raw, small_dataset, start_daemon, stop_daemon
 from nvfeed import DaemonGoneError, LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
@@ -218,7 +220,7 @@ def test_client_is_the_installed_package() -> None:
 def test_backends_described(daemon: Daemon) -> None:
     from nvfeed import backends
     d = backends(daemon.socket)
-    assert d["default"] == "file" and d["prefetch_queue_depth"] == 2
+    assert d["default"] == "file" and d["auto"] == "gds" and d["prefetch_queue_depth"] == 2
     by_name = {b["name"]: b for b in d["backends"]}
     assert set(by_name) == {"file", "gds", "bam", "cufile"}
     assert by_name["cufile"]["device_writes"] and not by_name["gds"]["device_writes"]
@@ -272,3 +274,30 @@ def test_engines_per_device(dataset: Dataset, tmp_path: Path) -> None:
         assert "shared by the sessions on this device" in d.log.read_text()
     finally:
         assert stop_daemon(d) == 0, d.log.read_text()
+
+
+def test_default_backend_is_the_fastest_the_dataset_allows(daemon: Daemon, dataset: Dataset, tmp_path: Path) -> None:
+    """A source that names no backend reads raw (gds) over a block device's
+    map and says why, in its attribute and in `loaderd status`; a named
+    backend is kept and says nothing; a dataset on a filesystem without a
+    block device (tmpfs) gets file, saying why."""
+    need_raw(dataset, "gds")
+    with LoaderSource("train", socket=daemon.socket, batch_size=4) as auto, \
+            LoaderSource("train", socket=daemon.socket, batch_size=4, backend="file") as named:
+        assert auto.backend == "gds" and "raw reads from /dev/" in auto.backend_why, (auto.backend, auto.backend_why)
+        assert named.backend == "file" and named.backend_why == ""
+        assert sorted(_epoch(auto, dataset)) == sorted(_epoch(named, dataset))
+        out = subprocess.run([str(Path(__file__).parents[2] / "bin" / "loaderd"), "status", "--socket", daemon.socket],
+                             capture_output=True, text=True, check=True).stdout
+        assert auto.backend_why in out, out
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        root, bmap, _ = small_dataset(shm, "t")
+        d = start_daemon(tmp_path, bmap)
+        try:
+            with LoaderSource("train", socket=d.socket, batch_size=2) as src:
+                assert src.backend == "file" and "no block device" in src.backend_why, (src.backend, src.backend_why)
+        finally:
+            stop_daemon(d)
+    finally:
+        shutil.rmtree(shm)

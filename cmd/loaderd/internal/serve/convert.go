@@ -64,7 +64,7 @@ func openParams(r wire.OpenRequest) session.OpenParams {
 
 // openResponse is an opened session's wire form.
 func openResponse(o session.Opened) wire.OpenResponse {
-	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, Memory: o.Memory, GPUPath: o.GPUPath,
+	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, BackendWhy: o.BackendWhy, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
 		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw), Components: o.Components}
 }
@@ -136,7 +136,7 @@ func statusResponse(st session.Status, conns *wire.Budget) wire.StatusResponse {
 		r.Datasets = append(r.Datasets, ds)
 	}
 	for _, s := range st.Sessions {
-		r.Sessions = append(r.Sessions, wire.SessionInfo{UID: s.UID, TCP: s.TCP, Dataset: s.Dataset, Backend: s.Backend, Memory: s.Memory, Device: s.Device,
+		r.Sessions = append(r.Sessions, wire.SessionInfo{UID: s.UID, TCP: s.TCP, Dataset: s.Dataset, Backend: s.Backend, BackendWhy: s.BackendWhy, Memory: s.Memory, Device: s.Device,
 			GPUPath: s.GPUPath, BatchBytes: s.BatchBytes, SamplerBytes: s.SamplerBytes, OpenedUnix: s.Opened.Unix(), IdleSeconds: s.Idle.Seconds(), Streaming: s.Streaming})
 	}
 	for _, b := range st.Budgets {

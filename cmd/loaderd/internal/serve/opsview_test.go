@@ -117,7 +117,7 @@ func TestOperatorViewWithCurl(t *testing.T) {
 		if v := jsonAs(t, sock, nobodyID, "/healthz"); v["status"] != "ok" {
 			t.Errorf("/healthz: %v", v)
 		}
-		if v := jsonAs(t, sock, nobodyID, "/v1/backends"); v["default"] != "file" {
+		if v := jsonAs(t, sock, nobodyID, "/v1/backends"); v["default"] != "file" || v["auto"] != "gds" {
 			t.Errorf("/v1/backends: %v", v)
 		}
 		code, ctype, body := curlAs(t, sock, nobodyID, "/v1/nope", "Accept: application/json")

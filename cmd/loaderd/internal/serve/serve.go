@@ -283,7 +283,7 @@ func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Po
 }
 
 func (s *Server) backends(w http.ResponseWriter, _ *http.Request) {
-	writeMsg(w, http.StatusOK, wire.BackendsResponse{Default: loader.DefaultBackend, PrefetchQueueDepth: loader.DefaultPrefetchQueueDepth, Backends: loader.Backends()})
+	writeMsg(w, http.StatusOK, wire.BackendsResponse{Default: loader.DefaultBackend, Auto: loader.AutoBackend, PrefetchQueueDepth: loader.DefaultPrefetchQueueDepth, Backends: loader.Backends()})
 }
 
 // datasets describes every registered dataset: counts only, no session

@@ -371,6 +371,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		ss.id, ss.dataset, ss.ds, ss.backend, ss.owner, ss.reserved, ss.l, ss.slots, ss.job, ss.shard = id, p.Dataset, d, backendName, c.owner(), need, l, plan.Slots, job, p.ShardID
 		desc := l.Memory().Desc()
 		ss.kind, ss.device, ss.gpuPath, ss.opened = string(desc.Kind), desc.Device, gpuPath, time.Now()
+		ss.backendWhy = l.BackendWhy()
 		ss.metrics = m.metrics.forSession(ss, string(desc.Kind), desc.Device, desc.Size, gpuPath)
 		ss.touch()
 	}
@@ -391,7 +392,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	desc := l.Memory().Desc()
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
-	return Opened{ID: ss.id, Backend: backendName, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
+	return Opened{ID: ss.id, Backend: backendName, BackendWhy: ss.backendWhy, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
 		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName)}, nil
 }

@@ -47,6 +47,7 @@ type OpenParams struct {
 type Opened struct {
 	ID                 string
 	Backend            string            // the backend that reads (the default filled in)
+	BackendWhy         string            // why that backend, when the request named none (loader.Loader.BackendWhy)
 	Memory             loader.MemoryDesc // the batch memory; Manager.Memory hands its descriptor over
 	GPUPath            string            // for gpu memory, the path that runs: cufile or bounce
 	PrefetchQueueDepth int               // in effect
@@ -87,6 +88,7 @@ type Delivery struct {
 
 type session struct {
 	id, dataset, backend string
+	backendWhy           string   // why backend, when the open named none
 	ds                   *dataset // the registration it reads (kept across reloads until it ends)
 	owner                owner
 	reserved             res     // batch (host and device) and sample-order memory counted against the budgets

@@ -95,6 +95,7 @@ type SessionInfo struct {
 	TCP          bool   // opened over loopback TCP
 	Dataset      string //
 	Backend      string
+	BackendWhy   string // why that backend, when its open named none
 	Memory       string // its batch memory's kind: pinned or gpu
 	Device       int    // the GPU of gpu memory
 	GPUPath      string // for gpu memory: cufile or bounce
@@ -134,7 +135,7 @@ func (m *Manager) Status(c Caller) Status {
 		if !root && ss.owner != c.owner() {
 			continue
 		}
-		si := SessionInfo{UID: ss.owner.uid, TCP: ss.owner.tcp, Dataset: ss.dataset, Backend: ss.backend, Memory: ss.kind, Device: ss.device,
+		si := SessionInfo{UID: ss.owner.uid, TCP: ss.owner.tcp, Dataset: ss.dataset, Backend: ss.backend, BackendWhy: ss.backendWhy, Memory: ss.kind, Device: ss.device,
 			GPUPath: ss.gpuPath, BatchBytes: ss.reserved.locked + ss.reserved.device, SamplerBytes: ss.reserved.sampler, Opened: ss.opened, Streaming: ss.streaming()}
 		if !si.Streaming {
 			si.Idle = max(0, now.Sub(time.Unix(0, ss.lastUsed.Load())))

@@ -110,6 +110,7 @@ type OpenRequest struct {
 type OpenResponse struct {
 	ID                 string        `msgpack:"id"`
 	Backend            string        `msgpack:"backend"`              // the backend that reads (the default filled in)
+	BackendWhy         string        `msgpack:"backend_why"`          // why that backend when the request named none: raw reads where the map allows, else the filesystem; "" when named
 	Memory             batchmem.Desc `msgpack:"memory"`               // the batch memory; its descriptor comes from POST .../memory
 	GPUPath            string        `msgpack:"gpu_path"`             // for gpu memory, the path that runs: cufile or bounce
 	PrefetchQueueDepth int           `msgpack:"prefetch_queue_depth"` // in effect
@@ -235,7 +236,8 @@ type ReleaseRequest struct {
 
 // BackendsResponse is what this daemon offers.
 type BackendsResponse struct {
-	Default            string         `msgpack:"default"`              // the backend used when none is named
+	Default            string         `msgpack:"default"`              // the backend used when none is named and the dataset allows no raw reads
+	Auto               string         `msgpack:"auto"`                 // the backend used when none is named over a dataset that allows raw reads (OpenResponse.BackendWhy says which a session got)
 	PrefetchQueueDepth int            `msgpack:"prefetch_queue_depth"` // its default
 	Backends           []backend.Spec `msgpack:"backends"`             // each with its options, defaults and limits
 }
@@ -327,6 +329,8 @@ type SessionInfo struct {
 	OpenedUnix   int64   `msgpack:"opened_unix"`  // when it opened, in seconds since the epoch
 	IdleSeconds  float64 `msgpack:"idle_seconds"` // since its last request; 0 while it streams
 	Streaming    bool    `msgpack:"streaming"`
+	// BackendWhy: why Backend when the session's open named none; "" when named.
+	BackendWhy string `msgpack:"backend_why"`
 }
 
 // Budget is one of the daemon's limits and how much of it is used:
