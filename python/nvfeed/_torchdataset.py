@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 import warnings
 from typing import Any, Iterator, Optional, Union, cast
 
@@ -329,7 +330,7 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
                 "training process (DataLoader(ds, batch_size=None, num_workers=0), or iterate it directly). The daemon "
                 "already reads ahead, and the dataset's state_dict() must see the loop's position.")
         if not self._warned_loader and ("lightning" in sys.modules or "pytorch_lightning" in sys.modules) and \
-                os.path.join("data", "_utils", "fetch.py") in sys._getframe(1).f_code.co_filename:
+                os.path.join("data", "_utils", "fetch.py") in sys._getframe(1).f_code.co_filename and _under_lightning():
             self._warned_loader = True
             warnings.warn("LoaderDataset is iterated through a torch DataLoader, which has no state_dict(): Lightning "
                           "cannot checkpoint its position, and a resumed run starts the epoch over. Return the dataset "
@@ -338,3 +339,16 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         return self._epoch(not torch.is_grad_enabled())
 
     # -- resume -----------------------------------------------------------
+
+
+def _under_lightning() -> bool:
+    """Whether a Lightning loop is on the calling stack (not merely
+    imported: a plain loop in a process that imported Lightning is not
+    warned)."""
+    marks = (os.path.join("lightning", "pytorch", ""), os.path.join("pytorch_lightning", ""))
+    f: Optional[types.FrameType] = sys._getframe(1)
+    while f is not None:
+        if any(m in f.f_code.co_filename for m in marks):
+            return True
+        f = f.f_back
+    return False

@@ -238,7 +238,7 @@ def test_state_has_explicit_keys(daemon: Daemon) -> None:
         st = src.state()
     assert st["version"] == 2 and st["epoch"] == 0 and st["batch"] == 1
     assert set(st["sampling"]) == {"n", "batch_size", "shard_id", "num_shards", "random_shuffle", "seed", "pad_last_batch", "stick_to_shard",
-                                   "shuffle", "initial_fill"}
+                                   "shuffle", "initial_fill", "shuffle_after_epoch"}
     assert st["sampling"]["shuffle"] == "permute" and st["sampling"]["initial_fill"] == 1024
     bad = dict(st, sampling=dict(st["sampling"], seed=6))
     with pytest.raises(LoaderError, match=r"seed 6 \(now 5\)"):

@@ -141,8 +141,8 @@ def test_nnunet_swap(nnunet: tuple[Daemon, Path], seeded: bool, gpus: int) -> No
 def test_ops_refuses_at_construction(nnunet: tuple[Daemon, Path]) -> None:
     """As DALI's ops readers: arguments judged when the reader is made."""
     d, _ = nnunet
-    with pytest.raises(TypeError, match="roi_start= is a fn.readers.numpy argument"):
-        nvfeed.dali.ops.readers.Numpy("x", socket=d.socket, roi_start=[0])
+    with pytest.raises(TypeError, match="file_root= is a fn.readers.numpy/fn.readers.file argument nvfeed does not support"):
+        nvfeed.dali.ops.readers.Numpy("x", socket=d.socket, file_root="/data")
     with pytest.raises(TypeError, match="device='gpu'"):
         nvfeed.dali.ops.readers.Numpy("x", socket=d.socket, device="gpu")
     pipe = Pipeline(2, 1, None)

@@ -132,20 +132,36 @@ def test_batches_cannot_be_mistaken(daemon: Daemon) -> None:
 
 def test_a_dataloader_under_lightning_warns_once(daemon: Daemon) -> None:
     # A DataLoader has no state_dict(): under Lightning it silently loses a
-    # mid-epoch position, so the dataset steers to the form that resumes.
-    pytest.importorskip("lightning")
-    import lightning  # noqa: F401  (what the warning looks for)
+    # mid-epoch position, so the dataset steers to the form that resumes;
+    # a plain loop (Lightning merely imported) is not warned.
+    pl = pytest.importorskip("lightning.pytorch")
     import warnings
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch: object, _: int) -> torch.Tensor:
+            _, labels = batch  # type: ignore[misc]
+            return ((self.w - labels.float().mean()) ** 2).sum()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def said(caught: list[warnings.WarningMessage]) -> list[str]:
+        return [str(w.message) for w in caught if "state_dict" in str(w.message)]
+
     ds = LoaderDataset("train", socket=daemon.socket, batch_size=4)
-    dl = torch.utils.data.DataLoader(ds, batch_size=None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for _ in range(2):
-            assert sum(len(b[0]) for b in dl) == N
-    said = [str(w.message) for w in caught if "state_dict" in str(w.message)]
-    assert len(said) == 1 and "Return the dataset itself" in said[0], said
+        assert sum(len(b[0]) for b in torch.utils.data.DataLoader(ds, batch_size=None)) == N
+    assert not said(caught), "a plain loop was warned"
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert sum(len(b[0]) for b in ds) == N
-    assert not [w for w in caught if "state_dict" in str(w.message)], "the bare dataset warned"
+        trainer.fit(Tiny(), train_dataloaders=torch.utils.data.DataLoader(ds, batch_size=None))
+    got = said(caught)
+    assert len(got) == 1 and "Return the dataset itself" in got[0], got
     ds.close()
