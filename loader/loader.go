@@ -323,19 +323,9 @@ func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	top := make(minHeap, 0, min(batchSize, len(m.Samples)))
 	for i := range m.Samples {
 		_, n := room(&m.Samples[i])
-		switch {
-		case len(top) < cap(top):
-			heap.Push(&top, n)
-		case len(top) > 0 && n > top[0]:
-			top[0] = n
-			heap.Fix(&top, 0)
-		}
+		top.keep(n)
 	}
-	var sum int64
-	for _, n := range top {
-		sum += n
-	}
-	return max(sum, backend.Align)
+	return max(top.sum(), backend.Align)
 }
 
 // room returns where sample s's bytes start in its room in a ragged
@@ -350,8 +340,30 @@ func room(s *bmap.Sample) (at, size int64) {
 	return at, backend.AlignUp(at + s.Size)
 }
 
-// minHeap is a container/heap of sizes, smallest first.
+// minHeap is a container/heap of sizes, smallest first: the cap(h)
+// largest sizes seen, kept in one pass (keep), with no copy of every size.
 type minHeap []int64
+
+// keep adds n if h is not full, else puts it in place of the smallest
+// kept when n is larger.
+func (h *minHeap) keep(n int64) {
+	switch {
+	case len(*h) < cap(*h):
+		heap.Push(h, n)
+	case len(*h) > 0 && n > (*h)[0]:
+		(*h)[0] = n
+		heap.Fix(h, 0)
+	}
+}
+
+// sum is the kept sizes' sum.
+func (h minHeap) sum() int64 {
+	var s int64
+	for _, n := range h {
+		s += n
+	}
+	return s
+}
 
 func (h minHeap) Len() int           { return len(h) }
 func (h minHeap) Less(i, j int) bool { return h[i] < h[j] }

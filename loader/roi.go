@@ -3,7 +3,6 @@
 package loader
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -326,20 +325,9 @@ func ROISlotBytes(m *bmap.Map, batchSize int, roi *ROI) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("sample %d (%s): %w", i, s.Path, err)
 		}
-		n := backend.AlignUp(regionBytes(s.Tensor, size))
-		switch {
-		case len(top) < cap(top):
-			heap.Push(&top, n)
-		case len(top) > 0 && n > top[0]:
-			top[0] = n
-			heap.Fix(&top, 0)
-		}
+		top.keep(backend.AlignUp(regionBytes(s.Tensor, size)))
 	}
-	var sum int64
-	for _, n := range top {
-		sum += n
-	}
-	return max(sum, backend.Align), nil
+	return max(top.sum(), backend.Align), nil
 }
 
 // regionBytes is the packed size of a region of size of tensor t.

@@ -3,7 +3,6 @@
 package loader
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"slices"
@@ -55,13 +54,7 @@ func NewWebDataset(view *wds.View) (*WebDataset, error) {
 			}
 			n += componentRoom(c)
 		}
-		switch {
-		case len(top) < cap(top):
-			heap.Push(&top, n)
-		case len(top) > 0 && n > top[0]:
-			top[0] = n
-			heap.Fix(&top, 0)
-		}
+		top.keep(n)
 	}
 	w := &WebDataset{view: view, top: []int64(top)}
 	slices.SortFunc(w.top, func(a, b int64) int {
