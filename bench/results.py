@@ -4,8 +4,7 @@ the current tables only, each under the command that made it. The
 decisions those figures fed, and the side-by-side measurements behind
 them, are in docs/decisions.md.
 
-Usage: python3 bench/results.py OUTDIR > bench/RESULTS.md
-       python3 bench/results.py OUTDIR --only FILE   (that table's section alone)"""
+Usage: python3 bench/results.py OUTDIR > bench/RESULTS.md"""
 
 from __future__ import annotations
 
@@ -121,6 +120,8 @@ def section(out: Path, name: str, heading: str, command: str, what: str) -> None
     print("```")
     print("\n".join(clean(p.read_text())).strip())
     print("```\n")
+
+
 def _find(text: str, pattern: str, after: str = "") -> float | None:
     """The first number pattern's group captures in text (past the
     line that starts with after, if given); None when absent."""
@@ -204,11 +205,6 @@ def print_goals(out: Path) -> None:
 
 def main() -> None:
     out = Path(sys.argv[1])
-    if len(sys.argv) > 3 and sys.argv[2] == "--only":  # one section, to splice into RESULTS.md by hand
-        for s in SECTIONS:
-            if s[0] == sys.argv[3]:
-                section(out, *s)
-        return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     when = datetime.datetime.fromtimestamp(max(p.stat().st_mtime for p in out.iterdir()), datetime.timezone.utc)
     print("# Figures\n")
@@ -216,21 +212,9 @@ def main() -> None:
     print("current tables only, each under the command that made it, on this project's 2-core development")
     print(f"VM ({os.cpu_count()} CPUs here). What was chosen from measurements, and the side-by-side A/Bs behind")
     print("each choice: [docs/decisions.md](../docs/decisions.md). Run `make bench` to regenerate this file.\n")
+    print_goals(out)
     for s in SECTIONS:
         section(out, *s)
-    print_goals(out)
-    for name, heading, command, what in SECTIONS:
-        p = out / name
-        print(f"## {heading}\n")
-        print(f"`{command}`\n")
-        print(what + "\n")
-        if not p.exists():
-            print("(not run)\n")
-            continue
-        lines = clean(p.read_text())
-        print("```")
-        print("\n".join(lines).strip())
-        print("```\n")
 
 
 if __name__ == "__main__":
