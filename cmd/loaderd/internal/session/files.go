@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvfeed/nvfeed/bmap"
 )
 
@@ -19,8 +21,10 @@ const MaxFiles = 1 << 24
 // are not in the map, found holds the others' (to check access to them
 // first: a caller learns which names are not mapped only after its access
 // to the rest is checked) and the error wraps ErrInvalid, naming the first
-// missing one and how many more there are.
-func resolveFiles(dataset string, ds *bmap.Map, names []string) (found []int32, err error) {
+// missing one and how many more there are; under lists the missing names
+// that lie under the root, relative to it (authorizeMissing: whether the
+// caller may be told that they are not in the map).
+func resolveFiles(dataset string, ds *bmap.Map, names []string) (found []int32, under []string, err error) {
 	byPath := make(map[string]int32, len(ds.Samples))
 	for i := range ds.Samples {
 		byPath[filepath.Clean(ds.Samples[i].Path)] = int32(i)
@@ -41,6 +45,9 @@ func resolveFiles(dataset string, ds *bmap.Map, names []string) (found []int32, 
 		i, ok := byPath[rel]
 		if !ok {
 			missing = append(missing, name)
+			if filepath.IsLocal(rel) {
+				under = append(under, rel)
+			}
 			continue
 		}
 		idx = append(idx, i)
@@ -50,8 +57,44 @@ func resolveFiles(dataset string, ds *bmap.Map, names []string) (found []int32, 
 		if len(missing) > 1 {
 			more = fmt.Sprintf(" (and %d more)", len(missing)-1)
 		}
-		return idx, fmt.Errorf("%w: files: %q%s is not a sample of dataset %s (mapped from %s): name files relative to that root, or under it, as its map lists them",
+		return idx, under, fmt.Errorf("%w: files: %q%s is not a sample of dataset %s (mapped from %s): name files relative to that root, or under it, as its map lists them",
 			ErrInvalid, missing[0], more, dataset, ds.Root)
 	}
-	return idx, nil
+	return idx, nil, nil
+}
+
+// authorizeMissing returns nil if c may be told that the names under
+// dataset name's root (ds) that rels lists, relative to it, are not
+// samples of its map: if the kernel lets c reach where each would be (an
+// O_PATH open as c, which asks search permission on every folder on the
+// way and none of the file). Else it returns the refusal, naming the path
+// as far as c may list it, as for a mapped file c may not open: a caller
+// learns which names a folder it may not search holds in the map no more
+// than which it holds on disk.
+func authorizeMissing(name string, ds *bmap.Map, rels []string, c Caller) error {
+	cr := credOf(c)
+	if cr == nil || len(rels) == 0 {
+		return nil
+	}
+	var refusedErr error
+	if err := cr.Do(func() error {
+		for _, rel := range rels {
+			fd, err := unix.Open(filepath.Join(ds.Root, rel), unix.O_PATH|unix.O_CLOEXEC, 0)
+			if err == nil {
+				unix.Close(fd)
+				continue
+			}
+			if refused(err) {
+				refusedErr = fmt.Errorf("%s: %w", listable(ds.Root, rel), err)
+				return nil
+			}
+		}
+		return nil
+	}); err != nil {
+		return refusal(name, c, err)
+	}
+	if refusedErr != nil {
+		return refusal(name, c, refusedErr)
+	}
+	return nil
 }

@@ -23,18 +23,22 @@ func TestResolveFiles(t *testing.T) {
 		files []string
 		want  []int32
 		err   string
+		under []string // the missing names under the root
 	}{
-		{"relative, in order, repeats", []string{"sub/case_2_x.npy", "case_0_x.npy", "case_0_x.npy"}, []int32{2, 0, 0}, ""},
-		{"absolute under the root", []string{"/data/nn/case_1_x.npy", "/data/nn/./sub/case_2_x.npy"}, []int32{1, 2}, ""},
-		{"not mapped", []string{"case_0_x.npy", "case_0_y.npy", "nope"}, []int32{0}, `files: "case_0_y.npy" (and 1 more) is not a sample of dataset nn (mapped from /data/nn)`},
-		{"outside the root", []string{"/data/other/case_0_x.npy"}, []int32{}, `"/data/other/case_0_x.npy" is not a sample`},
-		{"escaping", []string{"../nn/case_0_x.npy"}, []int32{}, `"../nn/case_0_x.npy" is not a sample`},
+		{"relative, in order, repeats", []string{"sub/case_2_x.npy", "case_0_x.npy", "case_0_x.npy"}, []int32{2, 0, 0}, "", nil},
+		{"absolute under the root", []string{"/data/nn/case_1_x.npy", "/data/nn/./sub/case_2_x.npy"}, []int32{1, 2}, "", nil},
+		{"not mapped", []string{"case_0_x.npy", "case_0_y.npy", "/data/nn/sub/../nope"}, []int32{0}, `files: "case_0_y.npy" (and 1 more) is not a sample of dataset nn (mapped from /data/nn)`, []string{"case_0_y.npy", "nope"}},
+		{"outside the root", []string{"/data/other/case_0_x.npy"}, []int32{}, `"/data/other/case_0_x.npy" is not a sample`, nil},
+		{"escaping", []string{"../nn/case_0_x.npy"}, []int32{}, `"../nn/case_0_x.npy" is not a sample`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := resolveFiles("nn", ds, tt.files)
+			got, under, err := resolveFiles("nn", ds, tt.files)
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("found %v, want %v", got, tt.want)
+			}
+			if !slices.Equal(under, tt.under) {
+				t.Errorf("missing under the root %q, want %q", under, tt.under)
 			}
 			if tt.err == "" {
 				if err != nil {
