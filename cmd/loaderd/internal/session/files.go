@@ -5,7 +5,9 @@ package session
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -17,18 +19,17 @@ const MaxFiles = 1 << 24
 
 // resolveFiles returns the indices into ds.Samples of names (DALI's
 // files=, in their order): each a path relative to the map's root or an
-// absolute path under it, as mapped (no symlink resolution). Where some
+// absolute path under it, as mapped (no symlink resolution), found in x,
+// ds's index (built at the first call, shared by the later ones: an open
+// costs a binary search per name, not a pass over the dataset). Where some
 // are not in the map, found holds the others' (to check access to them
 // first: a caller learns which names are not mapped only after its access
 // to the rest is checked) and the error wraps ErrInvalid, naming the first
 // missing one and how many more there are; under lists the missing names
 // that lie under the root, relative to it (authorizeMissing: whether the
 // caller may be told that they are not in the map).
-func resolveFiles(dataset string, ds *bmap.Map, names []string) (found []int32, under []string, err error) {
-	byPath := make(map[string]int32, len(ds.Samples))
-	for i := range ds.Samples {
-		byPath[filepath.Clean(ds.Samples[i].Path)] = int32(i)
-	}
+func resolveFiles(dataset string, ds *bmap.Map, x *fileIndex, names []string) (found []int32, under []string, err error) {
+	order := x.sorted(ds)
 	root := filepath.Clean(ds.Root)
 	idx := make([]int32, 0, len(names))
 	var missing []string
@@ -42,7 +43,7 @@ func resolveFiles(dataset string, ds *bmap.Map, names []string) (found []int32, 
 			}
 			rel = r
 		}
-		i, ok := byPath[rel]
+		i, ok := lookup(ds, order, rel)
 		if !ok {
 			missing = append(missing, name)
 			if filepath.IsLocal(rel) {
@@ -97,4 +98,44 @@ func authorizeMissing(name string, ds *bmap.Map, rels []string, c Caller) error 
 		return refusal(name, c, refusedErr)
 	}
 	return nil
+}
+
+// fileIndex is a dataset's samples sorted by path (filepath.Clean'ed):
+// built once, at the first open that names files, 4 bytes a sample, and
+// read by every later one. Before, each such open built a map of every
+// path (at 1 281 167 samples 586 ms and 56 MB an open, asked by anyone
+// who may connect).
+type fileIndex struct {
+	once  sync.Once
+	order []int32 // sample indices by path; equal paths by index
+}
+
+// sorted returns x's order over ds, building it at the first call.
+func (x *fileIndex) sorted(ds *bmap.Map) []int32 {
+	x.once.Do(func() {
+		x.order = make([]int32, len(ds.Samples))
+		for i := range x.order {
+			x.order[i] = int32(i)
+		}
+		slices.SortStableFunc(x.order, func(a, b int32) int {
+			return strings.Compare(filepath.Clean(ds.Samples[a].Path), filepath.Clean(ds.Samples[b].Path))
+		})
+	})
+	return x.order
+}
+
+// lookup returns the sample of ds at path rel (cleaned) in order (its
+// fileIndex), the last in the map where it lists the path more than
+// once, and whether there is one.
+func lookup(ds *bmap.Map, order []int32, rel string) (int32, bool) {
+	k, _ := slices.BinarySearchFunc(order, rel, func(i int32, rel string) int {
+		if c := strings.Compare(filepath.Clean(ds.Samples[i].Path), rel); c != 0 {
+			return c
+		}
+		return -1 // equal paths: go past them, to the last
+	})
+	if k == 0 || filepath.Clean(ds.Samples[order[k-1]].Path) != rel {
+		return 0, false
+	}
+	return order[k-1], true
 }

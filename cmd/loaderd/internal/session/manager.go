@@ -297,7 +297,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if len(p.Files) > 0 {
 		var missing error
 		var unmapped []string
-		files, unmapped, missing = resolveFiles(p.Dataset, ds, p.Files)
+		files, unmapped, missing = resolveFiles(p.Dataset, ds, &d.files, p.Files)
 		if err := authorizeFiles(d.name, ds, files, d.guard, c); err != nil {
 			return Opened{}, err
 		}
