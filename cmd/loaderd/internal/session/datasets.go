@@ -47,6 +47,9 @@ type dataset struct {
 	selMu sync.Mutex
 	sels  map[string]*selection
 
+	// files: the samples by path, for opens naming files (files.go).
+	files fileIndex
+
 	users   int  // under Manager.mu: sessions open or opening on it
 	retired bool // under Manager.mu: out of the table; its guard closes with its last user
 

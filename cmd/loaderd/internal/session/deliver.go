@@ -93,6 +93,7 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 			d.Shapes[i] = slices.Clone(s)
 		}
 	}
+	hideFailed(&d)
 	ss.metrics.observe(b)
 	ss.heldMu.Lock()
 	ss.held[b.Slot] = b
@@ -192,4 +193,22 @@ func (m *Manager) State(c Caller, id string) (loader.State, error) {
 	}
 	ss.touch()
 	return ss.l.State(), nil
+}
+
+// failedDims is a failed sample's shape on the wire: its length, 0.
+var failedDims = []int64{0}
+
+// hideFailed clears what d says of its failed samples beyond their
+// failure: a label of 0, and where d has shapes, a shape of [0] (their
+// length), so that a sample the caller may not open tells it nothing of
+// its content (a numpy header's shape, a file list's label).
+func hideFailed(d *Delivery) {
+	for _, i := range d.Failed {
+		if i < len(d.Labels) {
+			d.Labels[i] = 0
+		}
+		if i < len(d.Shapes) {
+			d.Shapes[i] = failedDims
+		}
+	}
 }

@@ -296,8 +296,12 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	var files []int32
 	if len(p.Files) > 0 {
 		var missing error
-		files, missing = resolveFiles(p.Dataset, ds, p.Files)
+		var unmapped []string
+		files, unmapped, missing = resolveFiles(p.Dataset, ds, &d.files, p.Files)
 		if err := authorizeFiles(d.name, ds, files, d.guard, c); err != nil {
+			return Opened{}, err
+		}
+		if err := authorizeMissing(d.name, ds, unmapped, c); err != nil { // files.go
 			return Opened{}, err
 		}
 		if missing != nil {

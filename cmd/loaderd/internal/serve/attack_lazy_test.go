@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package serve
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/npy"
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
+	"github.com/nvfeed/nvfeed/loader"
+)
+
+// The attacker's tests of what lazy access and files= tell about samples
+// the caller may not read (docs/security.md, promises 1 and 10).
+
+// TestAttackFilesNamesNoUnlistedFile: an open with files= tells a caller
+// whether a name is a sample of the map only where the caller could have
+// found that out itself. A name under a folder it may not search is a 403
+// whether or not the map holds it (before, a name the map lacked was a
+// 400 "is not a sample" and one it held a 403: an oracle for the file
+// names in a 0700 folder, and in a 0700 root). As nobody and a throwaway
+// uid.
+func TestAttackFilesNamesNoUnlistedFile(t *testing.T) {
+	a := newAttackFS(t)
+	a.fs.WriteFile(t, "data/hidden/plan-2031.jpg", []byte("public bytes, private name"))
+	os.Chmod(filepath.Join(a.root, "hidden"), 0o700)
+	m := a.build(t)
+	sock := daemon(t, m)
+	open := func(c *peerClient, names ...string) (int, string) {
+		_, _, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds", Files: names,
+			Request: loader.Request{Backend: "file", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
+		return code, msg
+	}
+	for _, w := range []who{nobodyWho, {43117, 43117, nil}} {
+		c := connectAs(t, sock, w)
+		name := fmt.Sprintf("uid %d", w.uid)
+		// What the caller may find out itself: a missing name in a folder
+		// it may search is "not a sample".
+		if code, msg := open(c, "c0/nope.jpg"); code != http.StatusBadRequest || !strings.Contains(msg, "not a sample") {
+			t.Errorf("%s: a missing name in a readable folder: %d %q, want 400 not a sample", name, code, msg)
+		}
+		// A name outside the root: never opened, never a sample.
+		if code, msg := open(c, "../vault/public.jpg"); code != http.StatusBadRequest || !strings.Contains(msg, "not a sample") {
+			t.Errorf("%s: a name outside the root: %d %q, want 400", name, code, msg)
+		}
+		// In the 0700 folder, mapped or not: the same 403, naming no file.
+		mapped, mcode := "", 0
+		for _, n := range []string{"hidden/plan-2031.jpg", "hidden/plan-2032.jpg", "hidden/x/../plan-2031.jpg"} {
+			code, msg := open(c, n)
+			if code != http.StatusForbidden {
+				t.Errorf("%s: files=%q in a 0700 folder: %d %q, want 403 whether or not mapped", name, n, code, msg)
+			}
+			if strings.Contains(msg, "plan-") {
+				t.Errorf("%s: files=%q: the refusal names the file: %q", name, n, msg)
+			}
+			if mcode == 0 {
+				mapped, mcode = msg, code
+			} else if code != mcode {
+				t.Errorf("%s: mapped %d %q, unmapped %d %q: the answers differ", name, mcode, mapped, code, msg)
+			}
+		}
+		// A mapped readable file with an unmapped one in the 0700 folder:
+		// still the 403 (the unmapped name is not told apart).
+		if code, msg := open(c, "c0/000.jpg", "hidden/plan-2032.jpg"); code != http.StatusForbidden {
+			t.Errorf("%s: a readable name and an unmapped one in a 0700 folder: %d %q, want 403", name, code, msg)
+		}
+	}
+	// The root itself 0700: every name is a 403.
+	os.Chmod(a.root, 0o700)
+	c := connectAs(t, sock, nobodyWho)
+	for _, n := range []string{"c0/000.jpg", "c0/nope.jpg", "nope.jpg"} {
+		if code, msg := open(c, n); code != http.StatusForbidden {
+			t.Errorf("0700 root: files=%q: %d %q, want 403", n, code, msg)
+		}
+	}
+}
+
+// TestAttackRefusedSampleTellsNothing: a numpy sample the caller may not
+// open fails in the batch stream with no shape (its header's content) and
+// no label of its own: its shape is [0] (its length), its label 0.
+// Before, a 0600 sample's shape [7 13] came with every batch holding it.
+func TestAttackRefusedSampleTellsNothing(t *testing.T) {
+	a := newAttackFS(t)
+	write := func(rel string, shape []int64, mode os.FileMode) {
+		h, err := npy.Encode(npy.Header{DType: npy.Uint8, Shape: shape})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		a.fs.WriteFile(t, rel, append(h, make([]byte, n)...))
+		os.Chmod(a.fs.Path(rel), mode)
+	}
+	root := a.fs.Path("np")
+	write("np/a.npy", []int64{3, 5}, 0o644)
+	write("np/b.npy", []int64{7, 13}, 0o600)
+	write("np/c.npy", []int64{2, 9}, 0o644)
+	write("np/d.npy", []int64{4}, 0o644)
+	a.fs.Sync(t)
+	m, err := bmap.Build(context.Background(), root, bmap.BuildOptions{Reader: bmap.ReaderNumpy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := daemon(t, m)
+	for _, be := range []string{"file", "gds"} {
+		for _, w := range []who{nobodyWho, {43118, 43118, nil}} {
+			c := connectAs(t, sock, w)
+			s, _, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds",
+				Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
+			if code != http.StatusOK {
+				t.Fatalf("%s: open as uid %d: %d %s", be, w.uid, code, msg)
+			}
+			var nb wire.NextResponse
+			if code, msg := c.call("POST", "/v1/sessions/"+s.id+"/next", nil, &nb); code != http.StatusOK {
+				t.Fatalf("%s: next: %d %s", be, code, msg)
+			}
+			if len(nb.Failed) != 1 {
+				t.Fatalf("%s: uid %d: failed %v, want b.npy alone", be, w.uid, nb.Failed)
+			}
+			pos := nb.Failed[0]
+			if got := nb.Shapes[pos]; !slices.Equal(got, []int64{0}) {
+				t.Errorf("%s: uid %d: the refused sample's shape is %v (its header's), want [0]", be, w.uid, got)
+			}
+			if nb.Lengths[pos] != 0 || nb.Labels[pos] != 0 {
+				t.Errorf("%s: uid %d: the refused sample's length %d label %d, want 0 and 0", be, w.uid, nb.Lengths[pos], nb.Labels[pos])
+			}
+		}
+	}
+}
