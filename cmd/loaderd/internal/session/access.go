@@ -221,6 +221,15 @@ func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func
 	return a.admit
 }
 
+// lazyAccessBytes is what newLazyAccess holds for ds and c: a bit a
+// sample, 8 bytes a word; nothing for root (c nil).
+func lazyAccessBytes(ds *bmap.Map, c *cred.Cred) int64 {
+	if c == nil {
+		return 0
+	}
+	return 8 * int64((len(ds.Samples)+63)/64)
+}
+
 // admit returns the samples (indices into the map) c may not open, each
 // named as far as c may list it, wrapping ErrForbidden and the kernel's
 // refusal; the others are read. Samples opened since the generation last

@@ -160,3 +160,28 @@ func TestOpenReportsNotRaw(t *testing.T) {
 		}
 	}
 }
+
+// TestLazyAccessIsCounted: a caller's bitmap of opened samples (a bit a
+// sample) is what the sampler budget counts for it; root holds none.
+func TestLazyAccessIsCounted(t *testing.T) {
+	for _, tt := range []struct {
+		samples int
+		root    bool
+		want    int64
+	}{{0, false, 0}, {1, false, 8}, {64, false, 8}, {65, false, 16}, {6400, false, 800}, {1000, true, 0}} {
+		ds := &bmap.Map{Samples: make([]bmap.Sample, tt.samples)}
+		c := credOf(Caller{UID: 65534, GID: 65534})
+		if tt.root {
+			c = nil
+		}
+		if got := lazyAccessBytes(ds, c); got != tt.want {
+			t.Errorf("%d samples (root %v): %d bytes, want %d", tt.samples, tt.root, got, tt.want)
+		}
+		if !tt.root {
+			a := newLazyAccess("d", ds, nil, c)
+			if a == nil {
+				t.Fatalf("no lazy access for uid 65534")
+			}
+		}
+	}
+}

@@ -361,7 +361,10 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
 			ErrInvalid, p.BatchSize, plan.Slots, need, m.cfg.MaxSessionBytes)
 	}
-	need := res{locked: fp.Host, device: fp.Device, sampler: plan.SamplerBytes}
+	// The sampler's memory, and for a caller other than root the bitmap
+	// of the samples it has opened (lazyAccess: one bit a sample), both
+	// per session and counted against --max-sampler-mb.
+	need := res{locked: fp.Host, device: fp.Device, sampler: plan.SamplerBytes + lazyAccessBytes(ds, credOf(c))}
 	if plan.Options.Replays, err = m.admit(c.owner(), need); err != nil {
 		return Opened{}, err
 	}
