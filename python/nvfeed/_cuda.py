@@ -197,6 +197,20 @@ def find_device(cu: Any, uuid: str) -> int:
                     "CUDA_VISIBLE_DEVICES that includes the GPU the daemon placed the memory on")
 
 
+def session_device(cu: Any, session: str, uuid: str, device_id: int, asked: str) -> int:
+    """This process's ordinal of the GPU a session's memory is on, by its
+    ``uuid``; ``device_id`` when the daemon names none (a daemon before
+    UUIDs: then its ordinal is ``device_id``). CudaError when it is not the
+    GPU the source asked for (``asked``, ``device_id``)."""
+    if not uuid:
+        return device_id
+    dev = find_device(cu, uuid)
+    if dev != device_id:
+        raise CudaError(f"the daemon placed session {session}'s memory on GPU {uuid} (device {dev} here), not on "
+                        f"{asked} (device_id {device_id}) that this source asked for")
+    return dev
+
+
 class _PrimaryContext:
     """A device's primary context, retained once (at creation) and
     released once (``release``); pushed around the calls that need it."""

@@ -15,7 +15,7 @@ from typing import Any, Optional, cast
 
 import numpy as np
 
-from ._cuda import CudaError, device_uuid, find_device, load_libcuda
+from ._cuda import CudaError, device_uuid, load_libcuda, session_device
 from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
 from ._errors import DaemonGoneError, LoaderError, NotFoundError, error_for
@@ -115,7 +115,8 @@ class Session(Transport):
         old_gpu = self._gpu
         try:
             if desc["kind"] == "gpu":
-                self._gpu = DeviceMapping(fd, desc["size"], self._gpu_ordinal(r["id"], desc), lib=self._cu)
+                dev = session_device(self._cu, r["id"], desc.get("uuid") or "", self._device_id, self._uuid)
+                self._gpu = DeviceMapping(fd, desc["size"], dev, lib=self._cu)
                 self._buf = np.empty(0, dtype=np.uint8)
             else:
                 self._mm = map_host(fd, desc["size"])
@@ -137,19 +138,6 @@ class Session(Transport):
             except CudaError as e:
                 warnings.warn(f"LoaderSource: unmapping the previous session's GPU memory: {e}", RuntimeWarning,
                               stacklevel=2)
-
-    def _gpu_ordinal(self, session: str, desc: MemoryDesc) -> int:
-        """This process's ordinal of the GPU the session's memory is on, by
-        its UUID; device_id when the daemon names none (a daemon before
-        UUIDs: then its ordinal is device_id)."""
-        uuid = desc.get("uuid") or ""
-        if not uuid:
-            return self._device_id
-        dev = find_device(self._cu, uuid)
-        if dev != self._device_id:
-            raise CudaError(f"the daemon placed session {session}'s memory on GPU {uuid} (device {dev} here), not on "
-                            f"{self._uuid} (device_id {self._device_id}) that this source asked for")
-        return dev
 
     def _here(self) -> OpenRequest:
         """The open request, resuming at this source's position."""

@@ -1,22 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """``LoaderSource``: one shard of a dataset as batches for DALI's
 ``fn.external_source``, read by loaderd into batch memory this process
-maps. A short facade over its pieces: the arguments checked once
-(``_options``), the session and its transport (``_session``,
+maps. A short facade over its pieces: its constructor (``_sourceinit``),
+the arguments checked once (``_options``), the session and its transport (``_session``,
 ``_transport``), the batch views (``_views``) and the DALI-facing source
 (``_feed``)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, cast
-
-from . import _args, _daliargs, _ranks
-from ._errors import LoaderError
-from ._feed import Feed
-from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, SourceOptions, Transport
+from . import _args
+from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, Transport
+from ._sourceinit import SourceInit
 from ._views import Array, Batch, DaliBatch, Sample, Tensors
 from ._wds import Components, MissingComponent
-from ._wire import State
 
 __all__ = ["LoaderSource", "MAX_INITIAL_FILL", "Array", "Batch", "BatchFormat", "Components", "DaliBatch", "Device",
            "GPUPath", "MissingComponent", "OnError", "Sample", "Shuffle", "Tensors", "Transport"]
@@ -25,7 +21,7 @@ MAX_INITIAL_FILL = _args.MAX_INITIAL_FILL
 """The largest ``initial_fill`` (the daemon's bound too)."""
 
 
-class LoaderSource(Feed):
+class LoaderSource(SourceInit):
     """Batches of one shard of a dataset registered with loaderd, for
     ``fn.external_source(source=src, num_outputs=2, batch=True)``; or, for
     GPU samples with host labels, for two external sources
@@ -35,21 +31,10 @@ class LoaderSource(Feed):
     Over a numpy dataset (``mkbmap --reader numpy``; ``reader`` is then
     ``"numpy"``) each batch is the arrays **alone**, without labels, as
     ``fn.readers.numpy``'s one output, for
-    ``fn.external_source(source=src, batch=True)``: in host memory, when
-    every array of the batch has one shape (the daemon then places them
-    back to back), one numpy array ``(batch, *shape)`` of the dataset's
-    dtype that views the batch memory (``arr.base`` is the mapping: no
-    copy); otherwise a list of views, each its file's dtype and shape (0-d
-    and empty arrays included). In GPU memory the same as ``CudaArray``
-    objects (``typestr`` the dtype's ``.npy`` descr, C-contiguous). With
-    ``on_error="skip"`` a batch that lost samples is a list of the others.
-    Such a host batch is one value a step, never ``(samples, labels)``:
-    ``for batch in src`` (``batch[i]`` is sample ``i``); unpacking it into
-    names (``for samples, labels in src``, ``x, y = batch``), which would
-    split a batch of two into its samples, raises ``TypeError`` saying
-    what the batch is. DALI's ``fn.external_source(source=src,
-    batch=True)`` takes it as a plain array or list (``ArrayBatch``, an
-    ``np.ndarray``; ``ArrayList``, a ``list``).
+    ``fn.external_source(source=src, batch=True)``: one ``(batch,
+    *shape)`` view of the batch memory, or a list of views (python/README.md,
+    "LoaderSource over a numpy dataset", says which, and what unpacking
+    such a batch does).
 
     Over a WebDataset dataset (``mkbmap --reader webdataset``: tar
     shards) name the components with ``ext``: each batch is a tuple of
@@ -295,46 +280,6 @@ class LoaderSource(Feed):
         ``BadRequestError``, ``LimitError``, ``NoSpaceError``,
         ``DaemonGoneError``.
     """
-
-    def __init__(self, dataset: str, socket: Optional[str] = None, batch_size: int = 64,
-                 shard_id: int = 0, num_shards: int = 1, random_shuffle: bool = False, seed: int = 0,
-                 pad_last_batch: bool = False, stick_to_shard: bool = False, shuffle: Shuffle = "permute",
-                 initial_fill: int = 1024, backend: Optional[str] = None,
-                 backend_options: Optional[dict[str, Any]] = None,
-                 prefetch_queue_depth: Optional[int] = None, release_after: Optional[int] = None,
-                 state: Optional[State] = None, timeout: float = 600.0, on_error: OnError = "raise",
-                 transport: Transport = "stream", device: Device = "cpu", device_id: int = 0,
-                 gpu_path: GPUPath = "auto", reconnect_timeout: float = 60.0,
-                 batch_format: BatchFormat = "numpy", cuda_stream: object = None, job_id: Optional[str] = None,
-                 fingerprint: Optional[str] = None, process_group: Any = None, check_ranks: bool = True,
-                 shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
-                 files: Optional[Sequence[str]] = None, file_list: Optional[str] = None, ext: Optional[Any] = None,
-                 missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
-                 **dali_args: Any) -> None:
-        region = _daliargs.split("LoaderSource", dali_args)
-        # A sharded source under torch.distributed is compared with the
-        # other ranks' (one collective each): a rank whose arguments or
-        # open fail tells them so, rather than leave them waiting.
-        peers = _ranks.peers(num_shards, process_group, _args.bool_arg("check_ranks", check_ranks))
-        try:
-            self.options = SourceOptions.check(
-                dataset, socket, batch_size, shard_id, num_shards, random_shuffle, seed, pad_last_batch, stick_to_shard,
-                shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout,
-                on_error, transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id,
-                fingerprint, shuffle_after_epoch, region, shuffle_after_epoch_seed, files, file_list, ext,
-                missing_component_behavior, case_sensitive_extensions)
-            """The arguments, checked (``SourceOptions``)."""
-            super().__init__(self.options)
-        except Exception as e:
-            if peers is not None:
-                peers.fail(e)
-            raise
-        if peers is not None:
-            try:
-                peers.compare(dataset, self.fingerprint, self._req["shard_id"], cast(dict[str, Any], self._req))
-            except LoaderError:
-                self.close()
-                raise
 
     def __iter__(self) -> LoaderSource:
         super().__iter__()

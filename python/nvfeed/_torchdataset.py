@@ -5,19 +5,17 @@ it yields (``_torchbatch``), batches as tensors (``_torchviews``)."""
 
 from __future__ import annotations
 
-import os
 import sys
-import types
 import warnings
 from typing import Any, Iterator, Optional, Union, cast
 
-import numpy as np
 import torch
 import torch.utils.data
 
-from ._source import Batch, GPUPath, LoaderSource, OnError, Shuffle, Tensors
+from ._source import GPUPath, LoaderSource, OnError, Shuffle
+from ._torchloop import DATALOADER_WARNING, dataloader_under_lightning, refuse_worker, torch_device
 from ._torchpasses import STATE_VERSION, Item, Passes, TorchBatch
-from ._torchshard import POLICIES, Epochs, LastBatchPolicy, distributed_shard
+from ._torchshard import Epochs, LastBatchPolicy, distributed_shard, shard_args
 from ._torchviews import TorchViews
 from ._wire import State
 
@@ -217,26 +215,14 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         super().__init__()
         if not isinstance(zero_copy, bool):
             raise ValueError(f"zero_copy must be True or False, got {zero_copy!r}")
-        if last_batch_policy not in POLICIES:
-            raise ValueError(f"last_batch_policy must be one of {', '.join(POLICIES)}, got {last_batch_policy!r}")
-        if (shard_id is None) != (num_shards is None):
-            raise ValueError(f"give both shard_id and num_shards or neither (got shard_id={shard_id!r}, "
-                             f"num_shards={num_shards!r}): without them they come from the process's rank")
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, TypeError) as e:
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}: {e}") from None
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-        if dev.type == "cuda" and dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        self._shard = shard_args(last_batch_policy, shard_id, num_shards)
+        dev = torch_device(device)
         self.dataset = dataset
         self.batch_size = batch_size
         self.zero_copy = zero_copy
         self.decode_labels = bool(decode_labels)
         self.last_batch_policy = last_batch_policy
         self.device = dev
-        self._shard = None if shard_id is None or num_shards is None else (shard_id, num_shards)
         self._args: dict[str, Any] = dict(
             socket=socket, batch_size=batch_size, random_shuffle=random_shuffle, seed=seed,
             pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard, shuffle=shuffle, initial_fill=initial_fill,
@@ -268,24 +254,6 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         if self._shard is not None:
             return self._shard
         return distributed_shard()
-
-    def _source(self) -> LoaderSource:
-        if self._src is None:
-            shard_id, num_shards = self.shard
-            resume = self._resume
-            if resume is not None:  # the daemon's position: past its last batch, its epoch's end
-                resume = cast(State, dict(resume))
-                ep = Epochs(resume["sampling"], self.last_batch_policy)
-                resume["batch"] = min(resume["batch"], ep.daemon_batches(resume["epoch"]))
-            self._src = LoaderSource(self.dataset, shard_id=shard_id, num_shards=num_shards, state=resume,
-                                     **self._args)
-            self._epochs = Epochs(self._src._state0["sampling"], self.last_batch_policy)
-            if self._resume is not None:
-                self._at = (self._resume["epoch"], self._resume["batch"])
-            else:
-                self._at = self._src._expect
-            self._pass, self._resume = None, None
-        return self._src
 
     def close(self) -> None:
         """Ends the session with the daemon. Tensors handed out stay valid
@@ -323,32 +291,8 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
     # -- iteration --------------------------------------------------------
 
     def __iter__(self) -> Iterator[Item]:
-        info = torch.utils.data.get_worker_info()
-        if info is not None:
-            raise RuntimeError(
-                f"LoaderDataset is being iterated in DataLoader worker {info.id} of {info.num_workers}: use it in the "
-                "training process (DataLoader(ds, batch_size=None, num_workers=0), or iterate it directly). The daemon "
-                "already reads ahead, and the dataset's state_dict() must see the loop's position.")
-        if not self._warned_loader and ("lightning" in sys.modules or "pytorch_lightning" in sys.modules) and \
-                os.path.join("data", "_utils", "fetch.py") in sys._getframe(1).f_code.co_filename and _under_lightning():
+        refuse_worker()
+        if not self._warned_loader and dataloader_under_lightning(sys._getframe(1)):
             self._warned_loader = True
-            warnings.warn("LoaderDataset is iterated through a torch DataLoader, which has no state_dict(): Lightning "
-                          "cannot checkpoint its position, and a resumed run starts the epoch over. Return the dataset "
-                          "itself from train_dataloader() (it batches itself) to resume exactly.", UserWarning,
-                          stacklevel=2)
+            warnings.warn(DATALOADER_WARNING, UserWarning, stacklevel=2)
         return self._epoch(not torch.is_grad_enabled())
-
-    # -- resume -----------------------------------------------------------
-
-
-def _under_lightning() -> bool:
-    """Whether a Lightning loop is on the calling stack (not merely
-    imported: a plain loop in a process that imported Lightning is not
-    warned)."""
-    marks = (os.path.join("lightning", "pytorch", ""), os.path.join("pytorch_lightning", ""))
-    f: Optional[types.FrameType] = sys._getframe(1)
-    while f is not None:
-        if any(m in f.f_code.co_filename for m in marks):
-            return True
-        f = f.f_back
-    return False

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """``LoaderDataset``'s passes and positions (``_torchdataset`` has the
-class and its session): where a pass starts (a loop that received
-``len(ds)`` batches finished its epoch; an evaluation pass that stopped
-early leaves the position where it found it), a batch as the loop
-receives it under the last-batch policy, ``state_dict()`` and
-``load_state_dict()``."""
+class): its session, opened at the resume position; where a pass starts
+(a loop that received ``len(ds)`` batches finished its epoch; an
+evaluation pass that stopped early leaves the position where it found
+it), a batch as the loop receives it under the last-batch policy,
+``state_dict()`` and ``load_state_dict()``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ class Passes:
     batch_size: int
     last_batch_policy: LastBatchPolicy
     decode_labels: bool
+    _args: dict[str, Any]  # LoaderSource's arguments but the shard and state
     _src: Optional[LoaderSource]
     _resume: Optional[State]
     _epochs: Optional[Epochs]
@@ -52,7 +53,24 @@ class Passes:
     _views: TorchViews
 
     def _source(self) -> LoaderSource:
-        raise NotImplementedError
+        """The session, opened (at the resume position, if any) when it is
+        not: the shard is resolved then."""
+        if self._src is None:
+            shard_id, num_shards = self.shard
+            resume = self._resume
+            if resume is not None:  # the daemon's position: past its last batch, its epoch's end
+                resume = cast(State, dict(resume))
+                ep = Epochs(resume["sampling"], self.last_batch_policy)
+                resume["batch"] = min(resume["batch"], ep.daemon_batches(resume["epoch"]))
+            self._src = LoaderSource(self.dataset, shard_id=shard_id, num_shards=num_shards, state=resume,
+                                     **self._args)
+            self._epochs = Epochs(self._src._state0["sampling"], self.last_batch_policy)
+            if self._resume is not None:
+                self._at = (self._resume["epoch"], self._resume["batch"])
+            else:
+                self._at = self._src._expect
+            self._pass, self._resume = None, None
+        return self._src
 
     @property
     def shard(self) -> tuple[int, int]:

@@ -7,12 +7,31 @@ rank), as DALI's framework iterators compute them from ``reader_name``."""
 from __future__ import annotations
 
 import os
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Optional
 
 LastBatchPolicy = Literal["partial", "drop", "fill"]
 """What the loop receives of a shard's last batch: DALI's ``LastBatchPolicy``."""
 
 POLICIES = ("partial", "drop", "fill")
+
+
+def shard_args(last_batch_policy: str, shard_id: Optional[int],
+               num_shards: Optional[int]) -> Optional[tuple[int, int]]:
+    """``LoaderDataset``'s ``last_batch_policy`` checked, and its shard:
+    ``(shard_id, num_shards)`` as given, or ``None`` (the process's rank).
+
+    Raises
+    ------
+    ValueError
+        ``last_batch_policy`` is not one of ``POLICIES``, or only one of
+        ``shard_id`` and ``num_shards`` is given.
+    """
+    if last_batch_policy not in POLICIES:
+        raise ValueError(f"last_batch_policy must be one of {', '.join(POLICIES)}, got {last_batch_policy!r}")
+    if (shard_id is None) != (num_shards is None):
+        raise ValueError(f"give both shard_id and num_shards or neither (got shard_id={shard_id!r}, "
+                         f"num_shards={num_shards!r}): without them they come from the process's rank")
+    return None if shard_id is None or num_shards is None else (shard_id, num_shards)
 
 
 def distributed_shard() -> tuple[int, int]:

@@ -71,7 +71,8 @@ try:  # DALI, untyped here: nothing of it is in this module's signatures
 except ImportError as _e:  # pragma: no cover - the module's one requirement
     raise ImportError(f"nvfeed.dali needs DALI (nvidia.dali) in this process: {_e}") from _e
 
-from . import _daliwds  # noqa: E402 - imports DALI, checked above
+from . import _dalinumpy, _daliwds  # noqa: E402 - import DALI, checked above
+from ._daliops import ops as ops  # noqa: E402 - DALI's ops form, checked above
 
 __all__ = ["ops", "reader", "reader_meta", "seed_for"]
 
@@ -212,7 +213,7 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
                 initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch,
                 shuffle_after_epoch_seed=shuffle_after_epoch_seed)
     numpy = info.get("reader") == "numpy"
-    dtype = _dali_type(dataset, info.get("dtype", "")) if numpy else None
+    dtype = _dalinumpy.dali_type(dataset, info.get("dtype", "")) if numpy else None
     wds = info.get("reader") == "webdataset"
     if wds != ("ext" in source_options) or (dtypes is not None and not wds):
         raise TypeError(f"nvfeed.dali.reader: dataset {dataset!r} holds " + (
@@ -225,7 +226,7 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if wds:
         return _daliwds.outputs(pipe, name, rd, seed, k, out_types, _slot_per_seeded_op())
     if numpy:
-        return _numpy_output(pipe, name, rd, seed, dtype)
+        return _dalinumpy.output(pipe, name, rd, seed, dtype, _slot_per_seeded_op())
     jpegs, labels = _fn.external_source(source=rd, num_outputs=2, batch=True, batch_info=True, no_copy=True,
                                         dtype=[_types.UINT8, _types.INT32])
     if seed is None and _slot_per_seeded_op():
@@ -246,11 +247,6 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     return jpegs, labels
 
 
-_DALI_TYPES = {"|b1": "BOOL", "|i1": "INT8", "<i2": "INT16", "<i4": "INT32", "<i8": "INT64", "|u1": "UINT8",
-               "<u2": "UINT16", "<u4": "UINT32", "<u8": "UINT64", "<f2": "FLOAT16", "<f4": "FLOAT", "<f8": "FLOAT64"}
-"""DALI's type of each .npy descr the daemon serves (complex has none)."""
-
-
 def _dataset(dataset: str, options: dict[str, Any]) -> DatasetInfo:
     """The daemon's description of dataset (GET /v1/datasets)."""
     sock = socket_path(options.get("socket"))
@@ -262,37 +258,6 @@ def _dataset(dataset: str, options: dict[str, Any]) -> DatasetInfo:
                         f"{', '.join(d['name'] for d in served) or 'none'})")
 
 
-def _dali_type(dataset: str, descr: str) -> Any:
-    """DALI's type for a numpy dataset's dtype."""
-    name = _DALI_TYPES.get(descr)
-    if name is None:
-        raise TypeError(f"nvfeed.dali.reader: numpy dataset {dataset!r} holds arrays of dtype {descr or 'unknown'}, "
-                        "for which DALI has no type (as fn.readers.numpy has none)")
-    return getattr(_types, name)
-
-
-def _numpy_output(pipe: Any, name: Optional[str], rd: _Reader, seed: Optional[int], dtype: Any) -> Any:
-    """The one output of a reader over a numpy dataset: an external source
-    of the arrays (one TensorListCPU a batch), in fn.readers.numpy's place
-    in the pipeline's sequence of operator seeds as reader does it for
-    fn.readers.file."""
-    data = _fn.external_source(source=rd, batch=True, batch_info=True, no_copy=True, dtype=dtype)
-    if seed is None and _slot_per_seeded_op():
-        # As for the two outputs of fn.readers.file: a one-value uniform
-        # right after the source takes the seed the reader would have. Its
-        # pass-through here is a reshape of the arrays to their own shapes
-        # times one: any number of dimensions, 0-d arrays included.
-        one = _fn.random.uniform(values=[1.0], shape=[1])
-        rd.marker = one.source
-        shape = data.shape() if callable(getattr(data, "shape", None)) else _fn.shapes(data)
-        data = _fn.reshape(data, shape=shape * _fn.cast(one, dtype=_types.INT64))
-    else:
-        rd.marker = data.source
-    if name is not None:
-        _register(pipe, name, rd)
-    return data
-
-
 def _slot_per_seeded_op() -> bool:
     """Whether this DALI gives seeds only to operators that take one (a
     reader does, an external source does not), so that the swap would
@@ -302,71 +267,3 @@ def _slot_per_seeded_op() -> bool:
                     and not _backend.GetSchema("ExternalSource").HasRandomSeedArg())
     except AttributeError:  # an older DALI: every operator takes the next seed
         return False
-
-
-class _OpsReader:
-    """A reader in DALI's ``ops`` form: the arguments at construction,
-    the pipeline at the call (``nvfeed.dali.reader``'s)."""
-
-    _kind = ""  # the dataset's reader: "numpy" or "file"
-    _dali = ""  # DALI's class, for messages
-
-    def __init__(self, dataset: str, **kwargs: Any) -> None:
-        where = f"nvfeed.dali.ops.readers.{type(self).__name__}"
-        device = kwargs.pop("device", "cpu")
-        if device != "cpu":
-            raise TypeError(f"{where}: device={device!r}: it reads host batches, as {self._dali}(device='cpu'); "
-                            "move them with .gpu()")
-        if "name" in kwargs:
-            self._name: Optional[str] = kwargs.pop("name")
-        else:
-            self._name = None
-        own = set(inspect.signature(reader).parameters) | set(inspect.signature(LoaderSource).parameters)
-        # Judged here, where DALI judges an ops reader's arguments.
-        _daliargs.split(where, {k: kwargs.pop(k) for k in list(kwargs) if k not in own})
-        for bad in ("batch_size", "device_id", "gpu_path", "state", "dataset"):
-            if bad in kwargs:
-                raise TypeError(f"{where}: no argument {bad!r} (see nvfeed.dali.reader)")
-        self._dataset, self._kwargs = dataset, kwargs
-
-    def __call__(self, *, name: Optional[str] = None) -> Any:
-        """The reader's outputs in the pipeline being defined, as DALI's
-        ``ops`` reader's call gives them (``name`` as its ``name``)."""
-        out = reader(self._dataset, name=name if name is not None else self._name, **self._kwargs)
-        if isinstance(out, tuple) != (self._kind == "file"):
-            other = "File" if self._kind == "numpy" else "Numpy"
-            raise TypeError(f"nvfeed.dali.ops.readers.{type(self).__name__}: dataset {self._dataset!r} is not a "
-                            f"{self._kind} dataset: read it with nvfeed.dali.ops.readers.{other}")
-        return out
-
-
-class _Numpy(_OpsReader):
-    """``ops.readers.Numpy``'s counterpart over a numpy dataset (``mkbmap
-    --reader numpy``): ``Numpy(dataset, **args)``, then ``reader()`` in
-    ``define_graph`` gives the arrays. ``args`` are
-    ``nvfeed.dali.reader``'s (``files``, ``shuffle_after_epoch``,
-    ``seed``, sharding, ...); ``device="cpu"`` and DALI's
-    performance-only arguments are accepted, others refused here."""
-
-    _kind, _dali = "numpy", "ops.readers.Numpy"
-
-
-class _File(_OpsReader):
-    """``ops.readers.File``'s counterpart over a file dataset: the call
-    gives the samples and the labels."""
-
-    _kind, _dali = "file", "ops.readers.File"
-
-
-class _Readers:
-    """``nvfeed.dali.ops.readers``: ``Numpy`` and ``File``."""
-
-    Numpy = _Numpy
-    File = _File
-
-
-class ops:  # noqa: N801 - named as nvidia.dali.ops
-    """``nvfeed.dali.ops``: DALI's ``ops`` form of this module's reader
-    (``ops.readers.Numpy``, ``ops.readers.File``)."""
-
-    readers = _Readers

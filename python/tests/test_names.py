@@ -72,3 +72,17 @@ def test_dali_source_alone_in_a_fresh_interpreter() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env={"PYTHONPATH": where})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == nvfeed.__version__
+
+
+MAX_MODULE_LINES = 300
+"""Every module of the client stays under this many lines: one that
+reaches it does more than one job and is split along them."""
+
+
+def test_every_client_module_is_small() -> None:
+    root = Path(nvfeed.__file__).parent
+    modules = sorted(root.glob("*.py")) + sorted(Path(dali_source.__file__).parent.glob("*.py"))
+    assert len(modules) > 10, root
+    big = {f"{m.parent.name}/{m.name}": n for m in modules
+           if (n := len(m.read_text(encoding="utf-8").splitlines())) >= MAX_MODULE_LINES}
+    assert not big, f"client modules of {MAX_MODULE_LINES} lines or more (split them along their jobs): {big}"
