@@ -137,3 +137,90 @@ func TestAttackRefusedSampleTellsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRefusedSampleSizeHidden: the layout of a batch with a sample
+// the caller may not open tells nothing of that sample's size. Two
+// daemons serve maps that differ only in the refused sample's size (a
+// few bytes, or 40 KiB; a numpy array of the others' shape, or another);
+// a batch holding it must come with the same offsets, lengths and
+// labels from both. Before, its room was sized from the map before the
+// access check: the next sample's offset told its size to 4 KiB, and a
+// numpy batch went ragged where the refused array's size differed. As
+// nobody and a throwaway uid.
+func TestAttackRefusedSampleSizeHidden(t *testing.T) {
+	type layout struct {
+		offsets, lengths []int64
+		labels           []int32
+		failed           []int
+	}
+	jpg := func(secretSize int) func(t *testing.T, a *attackFS) *bmap.Map {
+		return func(t *testing.T, a *attackFS) *bmap.Map {
+			os.Remove(a.fs.Path("data/c0/001.jpg"))
+			a.writeSecret(t, "data/c0/001.jpg", secretSize)
+			return a.build(t)
+		}
+	}
+	numpy := func(shape []int64) func(t *testing.T, a *attackFS) *bmap.Map {
+		return func(t *testing.T, a *attackFS) *bmap.Map {
+			write := func(rel string, shape []int64, mode os.FileMode) {
+				h, err := npy.Encode(npy.Header{DType: npy.Uint8, Shape: shape})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := int64(1)
+				for _, d := range shape {
+					n *= d
+				}
+				a.fs.WriteFile(t, rel, append(h, make([]byte, n)...))
+				os.Chmod(a.fs.Path(rel), mode)
+			}
+			write("np/a.npy", []int64{30, 50}, 0o644)
+			write("np/b.npy", shape, 0o600)
+			write("np/c.npy", []int64{30, 50}, 0o644)
+			write("np/d.npy", []int64{30, 50}, 0o644)
+			a.fs.Sync(t)
+			m, err := bmap.Build(context.Background(), a.fs.Path("np"), bmap.BuildOptions{Reader: bmap.ReaderNumpy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+	}
+	first := func(t *testing.T, build func(*testing.T, *attackFS) *bmap.Map, w who, be string) layout {
+		a := newAttackFS(t)
+		m := build(t, a)
+		sock := daemon(t, m)
+		c := connectAs(t, sock, w)
+		s, _, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds",
+			Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
+		if code != http.StatusOK {
+			t.Fatalf("open as uid %d: %d %s", w.uid, code, msg)
+		}
+		var nb wire.NextResponse
+		if code, msg := c.call("POST", "/v1/sessions/"+s.id+"/next", nil, &nb); code != http.StatusOK {
+			t.Fatalf("next: %d %s", code, msg)
+		}
+		if len(nb.Failed) != 1 {
+			t.Fatalf("uid %d: failed %v, want the 0600 sample alone", w.uid, nb.Failed)
+		}
+		return layout{nb.Offsets, nb.Lengths, nb.Labels, nb.Failed}
+	}
+	for _, tc := range []struct {
+		name       string
+		small, big func(*testing.T, *attackFS) *bmap.Map
+	}{
+		{"ragged", jpg(10), jpg(40 << 10)},
+		{"numpy", numpy([]int64{30, 50}), numpy([]int64{70, 130})},
+	} {
+		for _, be := range []string{"file", "gds"} {
+			for _, w := range []who{nobodyWho, {43119, 43119, nil}} {
+				t.Run(fmt.Sprintf("%s/%s/uid%d", tc.name, be, w.uid), func(t *testing.T) {
+					small, big := first(t, tc.small, w, be), first(t, tc.big, w, be)
+					if fmt.Sprint(small) != fmt.Sprint(big) {
+						t.Errorf("the batch's layout depends on the refused sample's size:\n small %+v\n big   %+v", small, big)
+					}
+				})
+			}
+		}
+	}
+}
