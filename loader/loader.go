@@ -112,10 +112,10 @@ type Batch struct {
 	// its tar's record, the tar being the request's Whole), each
 	// request's position, the outputs' components (scratch), why
 	// planning failed.
-	members  []bmap.Sample
-	reqPos   []int32
-	comps    []int
-	planErr  error
+	members []bmap.Sample
+	reqPos  []int32
+	comps   []int
+	planErr error
 	// denied is each position's refusal by Options.Access, asked before
 	// the batch is planned (nil where none, or no Access): a refused
 	// sample gets an empty room, so the layout tells nothing of its size.

@@ -351,7 +351,7 @@ type roiSample struct {
 	n        int64 // its bytes
 	pad      bool
 	dtype    npy.DType
-	repeatOf int // -1, or the position whose packed region this one copies
+	repeatOf int  // -1, or the position whose packed region this one copies
 	denied   bool // Options.Access refused it: no reads, its room zeroed (empty when ragged)
 }
 
