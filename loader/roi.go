@@ -325,16 +325,32 @@ func ROISlotBytes(m *bmap.Map, batchSize int, roi *ROI) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("sample %d (%s): %w", i, s.Path, err)
 		}
-		top.keep(backend.AlignUp(regionBytes(s.Tensor, size)))
+		n := regionBytes(s.Tensor, size)
+		if n > MaxRegionBytes {
+			return 0, fmt.Errorf("%w: sample %d (%s): the region %v of %d-byte items is more than %d bytes", ErrOptions, i, s.Path, size, s.Tensor.DType.ItemSize(), int64(MaxRegionBytes))
+		}
+		top.keep(backend.AlignUp(n))
 	}
 	return max(top.sum(), backend.Align), nil
 }
 
-// regionBytes is the packed size of a region of size of tensor t.
+// MaxRegionBytes bounds one sample's packed region (1 TiB, far past
+// any batch memory a session may have): a padded region's size is the
+// caller's, and its product of dimensions must not wrap int64, nor the
+// slot's sum of MaxBatchSize of them, nor a run's offset in it.
+const MaxRegionBytes = 1 << 40
+
+// regionBytes is the packed size of a region of size of tensor t, or
+// MaxRegionBytes+1 where it is larger (the product is not taken past it:
+// it would wrap).
 func regionBytes(t *bmap.Tensor, size []int64) int64 {
 	n := int64(t.DType.ItemSize())
 	for _, d := range size {
-		n *= d
+		if d != 0 && n > MaxRegionBytes/d {
+			n = MaxRegionBytes + 1
+		} else {
+			n *= d
+		}
 	}
 	return n
 }

@@ -224,3 +224,35 @@ func TestAttackRefusedSampleSizeHidden(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackROIOverflow: regions whose packed size wraps int64 (a padded
+// region of 2^32×2^32 elements, or 2^21 cubed of 8-byte items) are
+// refused at the open (400), and a session never fails on them inside.
+func TestAttackROIOverflow(t *testing.T) {
+	a := newAttackFS(t)
+	h, err := npy.Encode(npy.Header{DType: npy.Float64, Shape: []int64{4, 4, 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.fs.WriteFile(t, "np/a.npy", append(h, make([]byte, 512)...))
+	a.fs.Sync(t)
+	m, err := bmap.Build(context.Background(), a.fs.Path("np"), bmap.BuildOptions{Reader: bmap.ReaderNumpy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := daemon(t, m)
+	c := connectAs(t, sock, nobodyWho)
+	for _, shape := range [][]int64{{1 << 32, 1 << 32, 1}, {1 << 21, 1 << 21, 1 << 21}, {1 << 62, 4, 4}, {3, 1 << 61, 1 << 61}} {
+		s, _, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: "file",
+			ROI: &loader.ROI{Shape: shape, Policy: loader.PolicyPad}, ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
+		if code == http.StatusOK {
+			var nb wire.NextResponse
+			code, msg = c.call("POST", "/v1/sessions/"+s.id+"/next", nil, &nb)
+			t.Errorf("roi_shape %v: opened; next: %d %q %v, want a 400 at the open", shape, code, msg, nb.Lengths)
+			continue
+		}
+		if code != http.StatusBadRequest {
+			t.Errorf("roi_shape %v: %d %q, want 400", shape, code, msg)
+		}
+	}
+}
