@@ -3,6 +3,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/npy"
@@ -253,6 +255,66 @@ func TestAttackROIOverflow(t *testing.T) {
 		}
 		if code != http.StatusBadRequest {
 			t.Errorf("roi_shape %v: %d %q, want 400", shape, code, msg)
+		}
+	}
+}
+
+// TestAttackChangeDuringCheckingPass: while the background checking pass
+// runs over a dataset of 3000 raw samples, their owner (root, trusted)
+// makes some 0600 and writes the secret into them through a hard link
+// outside the root; nobody, reading raw (gds) from the start, gets no
+// byte of the secret: each changed sample fails or is served with bytes
+// it could read.
+func TestAttackChangeDuringCheckingPass(t *testing.T) {
+	a := newAttackFS(t)
+	const n = 3000
+	body := bytes.Repeat([]byte("PUBLIC.."), 1024)
+	for i := range n {
+		a.fs.WriteFile(t, fmt.Sprintf("big/c/%04d.jpg", i), body)
+	}
+	os.MkdirAll(a.fs.Path("links"), 0o700)
+	a.fs.Sync(t)
+	m, err := bmap.Build(context.Background(), a.fs.Path("big"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := daemonWith(t, Config{Datasets: map[string]*bmap.Map{"ds": m}, SessionTimeout: time.Minute, CheckInBackground: true})
+	c := connectAs(t, sock, nobodyWho)
+	s, _, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 64, NumShards: 1}}})
+	if code != http.StatusOK {
+		t.Fatalf("open: %d %s", code, msg)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sec := bytes.Repeat(secret, len(body)/len(secret))
+		for i := 0; i < n; i += 7 {
+			p := a.fs.Path(fmt.Sprintf("big/c/%04d.jpg", i))
+			l := a.fs.Path(fmt.Sprintf("links/%04d", i))
+			if err := os.Link(p, l); err != nil {
+				continue
+			}
+			os.Chmod(l, 0o600)
+			f, err := os.OpenFile(l, os.O_WRONLY, 0)
+			if err == nil {
+				f.WriteAt(sec, 0)
+				f.Close()
+			}
+		}
+	}()
+	for e := 0; e < 3; e++ {
+		got, _ := s.epoch(m) // scans the batch memory for the secret after every batch
+		for p, b := range got {
+			if bytes.Contains(b, secret) {
+				t.Fatalf("epoch %d: %s served with the secret", e, p)
+			}
+		}
+	}
+	<-done
+	got, _ := s.epoch(m)
+	for p, b := range got {
+		if bytes.Contains(b, secret) {
+			t.Fatalf("after the changes: %s served with the secret", p)
 		}
 	}
 }
