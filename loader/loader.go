@@ -112,10 +112,14 @@ type Batch struct {
 	// its tar's record, the tar being the request's Whole), each
 	// request's position, the outputs' components (scratch), why
 	// planning failed.
-	members  []bmap.Sample
-	reqPos   []int32
-	comps    []int
-	planErr  error
+	members []bmap.Sample
+	reqPos  []int32
+	comps   []int
+	planErr error
+	// denied is each position's refusal by Options.Access, asked before
+	// the batch is planned (nil where none, or no Access): a refused
+	// sample gets an empty room, so the layout tells nothing of its size.
+	denied   []error
 	done     chan struct{}
 	err      error
 	released atomic.Bool
@@ -454,18 +458,12 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 }
 
 // read reads a batch's requests with the backend: those Options.Access
-// lets through; the others keep the error it set, and the batch fails
-// (per sample: SkipErrors delivers the rest).
+// let through when the batch was planned (Loader.admit); the others keep
+// the error plan set, and the batch fails (per sample: SkipErrors
+// delivers the rest).
 func (l *Loader) read(ctx context.Context, reqs []backend.Request) error {
 	if l.opts.Access == nil {
 		return l.backend.ReadBatch(ctx, reqs)
-	}
-	samples := make([]int, len(reqs))
-	for i := range reqs {
-		reqs[i].Err, samples[i] = nil, reqs[i].Index
-	}
-	for _, r := range l.opts.Access(samples) {
-		reqs[r.At].Err = &backend.SampleError{Index: reqs[r.At].Index, Path: r.Path, Err: r.Err}
 	}
 	var refused error
 	n := 0 // requests let through
@@ -500,6 +498,47 @@ func (l *Loader) read(ctx context.Context, reqs []backend.Request) error {
 		err = refused
 	}
 	return err
+}
+
+// admit asks Options.Access, before the batch is planned, which of the
+// map samples keys (one a position; -1: none to ask) its reads may
+// touch, and records each position's refusal in b.denied (nil: every
+// position let through): the planners give a refused sample an empty
+// room, so no offset depends on its size. Each distinct sample is asked
+// once.
+func (l *Loader) admit(b *Batch, keys []int) {
+	b.denied = b.denied[:0]
+	if l.opts.Access == nil {
+		return
+	}
+	var ask []int
+	seen := make(map[int]int, len(keys))
+	for _, k := range keys {
+		if _, ok := seen[k]; !ok && k >= 0 {
+			seen[k] = len(ask)
+			ask = append(ask, k)
+		}
+	}
+	refused := l.opts.Access(ask)
+	if len(refused) == 0 {
+		return
+	}
+	why := make(map[int]error, len(refused))
+	for _, r := range refused {
+		i := ask[r.At]
+		why[i] = &backend.SampleError{Index: i, Path: r.Path, Err: r.Err}
+	}
+	for _, k := range keys {
+		b.denied = append(b.denied, why[k])
+	}
+}
+
+// deniedAt returns position i's refusal by Options.Access (nil: none).
+func (b *Batch) deniedAt(i int) error {
+	if i < len(b.denied) {
+		return b.denied[i]
+	}
+	return nil
 }
 
 // epochOrder returns epoch's order (Orders.Epoch) into buf. A replay
@@ -568,17 +607,25 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs, b.planErr = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0], nil
 	if l.opts.WebDataset != nil {
+		l.admit(b, l.shardsOf(b, idx))
 		if b.planErr = l.planWebDataset(b, idx); b.planErr != nil {
 			b.reqs, b.place = b.reqs[:0], batchmem.Ragged(0)
 		}
 		return
+	}
+	if l.opts.Access != nil {
+		keys := make([]int, len(idx))
+		for i, si := range idx {
+			keys[i] = int(si)
+		}
+		l.admit(b, keys)
 	}
 	if l.opts.ROI != nil {
 		l.planROI(b, idx)
 		b.Shapes = b.roi.shapes
 		return
 	}
-	if row, lead := l.denseRow(idx); row > 0 {
+	if row, lead := l.denseRow(b, idx); row > 0 {
 		l.planDense(b, idx, row, lead)
 		return
 	}
@@ -590,6 +637,11 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 		b.Lengths = append(b.Lengths, s.Size)
 		if i > 0 && si == idx[i-1] {
 			b.Offsets = append(b.Offsets, b.Offsets[i-1])
+			continue
+		}
+		if err := b.deniedAt(i); err != nil { // an empty room: nothing of its size
+			b.Offsets = append(b.Offsets, base+off)
+			b.reqs = append(b.reqs, backend.Request{Index: int(si), Sample: s, Err: err})
 			continue
 		}
 		at, n := room(s)
@@ -612,18 +664,29 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 // dense: the samples all have one size > 0 and, of a tensor map, one
 // dtype, shape and phase; in GPU memory, or for a tensor map in host
 // memory; and the memory packs them (batchmem.Desc.PacksAt). Else 0, 0.
-func (l *Loader) denseRow(idx []int32) (row, lead int64) {
+// Samples Options.Access refused (b.denied) do not count: their rows
+// stay zeroed whatever their size.
+func (l *Loader) denseRow(b *Batch, idx []int32) (row, lead int64) {
 	tensors := l.m.Reader == bmap.ReaderNumpy
 	if len(idx) == 0 || (l.desc.Kind != batchmem.GPU && !tensors) {
 		return 0, 0
 	}
-	s0 := &l.m.Samples[idx[0]]
-	row, lead = s0.Size, s0.Offset%backend.Align
-	for _, si := range idx[1:] {
+	var s0 *bmap.Sample
+	for i, si := range idx {
+		if b.deniedAt(i) != nil {
+			continue
+		}
 		s := &l.m.Samples[si]
+		if s0 == nil {
+			s0, row, lead = s, s.Size, s.Offset%backend.Align
+			continue
+		}
 		if s.Size != row || (tensors && (s.Offset%backend.Align != lead || !sameTensor(s.Tensor, s0.Tensor))) {
 			return 0, 0
 		}
+	}
+	if s0 == nil {
+		return 0, 0
 	}
 	if !tensors {
 		lead = 0 // a whole file starts at its first byte
@@ -667,7 +730,7 @@ func (l *Loader) planDense(b *Batch, idx []int32, row, lead int64) {
 			continue
 		}
 		first = i
-		r := backend.Request{Index: int(si), Sample: s}
+		r := backend.Request{Index: int(si), Sample: s, Err: b.deniedAt(i)} // refused: not read, its row zeroed
 		switch {
 		case host:
 			d := p.DevOffset(i)

@@ -325,16 +325,32 @@ func ROISlotBytes(m *bmap.Map, batchSize int, roi *ROI) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("sample %d (%s): %w", i, s.Path, err)
 		}
-		top.keep(backend.AlignUp(regionBytes(s.Tensor, size)))
+		n := regionBytes(s.Tensor, size)
+		if n > MaxRegionBytes {
+			return 0, fmt.Errorf("%w: sample %d (%s): the region %v of %d-byte items is more than %d bytes", ErrOptions, i, s.Path, size, s.Tensor.DType.ItemSize(), int64(MaxRegionBytes))
+		}
+		top.keep(backend.AlignUp(n))
 	}
 	return max(top.sum(), backend.Align), nil
 }
 
-// regionBytes is the packed size of a region of size of tensor t.
+// MaxRegionBytes bounds one sample's packed region (1 TiB, far past
+// any batch memory a session may have): a padded region's size is the
+// caller's, and its product of dimensions must not wrap int64, nor the
+// slot's sum of MaxBatchSize of them, nor a run's offset in it.
+const MaxRegionBytes = 1 << 40
+
+// regionBytes is the packed size of a region of size of tensor t, or
+// MaxRegionBytes+1 where it is larger (the product is not taken past it:
+// it would wrap).
 func regionBytes(t *bmap.Tensor, size []int64) int64 {
 	n := int64(t.DType.ItemSize())
 	for _, d := range size {
-		n *= d
+		if d != 0 && n > MaxRegionBytes/d {
+			n = MaxRegionBytes + 1
+		} else {
+			n *= d
+		}
 	}
 	return n
 }
@@ -351,7 +367,8 @@ type roiSample struct {
 	n        int64 // its bytes
 	pad      bool
 	dtype    npy.DType
-	repeatOf int // -1, or the position whose packed region this one copies
+	repeatOf int  // -1, or the position whose packed region this one copies
+	denied   bool // Options.Access refused it: no reads, its room zeroed (empty when ragged)
 }
 
 // roiBatch is a batch's region state, reused from batch to batch.
@@ -373,6 +390,7 @@ func (l *Loader) planROI(b *Batch, idx []int32) {
 	roi := l.opts.ROI
 	dense := true
 	var scratch int64
+	row, first := int64(0), -1 // the first position let through: its region's size and shape
 	for i, si := range idx {
 		s := &l.m.Samples[si]
 		start, size, err := roi.Region(s.Tensor.Shape)
@@ -380,16 +398,21 @@ func (l *Loader) planROI(b *Batch, idx []int32) {
 			panic(fmt.Sprintf("sample %d: region checked at open: %v", si, err))
 		}
 		rb.shapes = append(rb.shapes, size)
-		if i > 0 && !slices.Equal(size, rb.shapes[0]) || s.Tensor.DType != l.m.Samples[idx[0]].Tensor.DType {
+		rs := roiSample{pos: i, n: regionBytes(s.Tensor, size), dtype: s.Tensor.DType, repeatOf: -1, denied: b.deniedAt(i) != nil}
+		switch {
+		case rs.denied: // nothing of its region counts: not its shape, not its size
+			rs.n = 0
+		case first < 0:
+			first, row = i, rs.n
+		case !slices.Equal(size, rb.shapes[first]) || s.Tensor.DType != l.m.Samples[idx[first]].Tensor.DType:
 			dense = false
 		}
-		rs := roiSample{pos: i, n: regionBytes(s.Tensor, size), dtype: s.Tensor.DType, repeatOf: -1}
 		if i > 0 && si == idx[i-1] {
 			rs.repeatOf = rb.samples[i-1].pos
 			if rb.samples[i-1].repeatOf >= 0 {
 				rs.repeatOf = rb.samples[i-1].repeatOf
 			}
-		} else {
+		} else if !rs.denied {
 			var inside bool
 			rs.runs, inside = regionRuns(nil, s.Tensor.Shape, start, size, int64(s.Tensor.DType.ItemSize()))
 			rs.pad = !inside
@@ -400,10 +423,6 @@ func (l *Loader) planROI(b *Batch, idx []int32) {
 			}
 		}
 		rb.samples = append(rb.samples, rs)
-	}
-	row := int64(0)
-	if len(idx) > 0 {
-		row = rb.samples[0].n
 	}
 	dense = dense && row > 0 && l.desc.PacksAt(len(idx), row, 0)
 	if int64(len(rb.scratch)) < scratch {
@@ -418,6 +437,9 @@ func (l *Loader) planROI(b *Batch, idx []int32) {
 	for i, si := range idx {
 		s := &l.m.Samples[si]
 		rs := &rb.samples[i]
+		if rs.denied && dense {
+			rs.n = row // its row, zeroed
+		}
 		b.Labels = append(b.Labels, s.Label)
 		b.Lengths = append(b.Lengths, rs.n)
 		if dense {
@@ -438,6 +460,10 @@ func (l *Loader) planROI(b *Batch, idx []int32) {
 			off += backend.AlignUp(rs.n)
 		}
 		rs.req = len(b.reqs)
+		if rs.denied { // one request, not read, that fails the sample
+			b.reqs = append(b.reqs, backend.Request{Index: int(si), Sample: s, Err: b.deniedAt(i)})
+			continue
+		}
 		for _, r := range rs.reads {
 			part := *s
 			part.Offset, part.Size = s.Offset+r.a, r.z-r.a
@@ -467,7 +493,7 @@ func (l *Loader) packROI(b *Batch) {
 			continue
 		}
 		dst := b.mem[rs.room : rs.room+rs.n]
-		failed := false
+		failed := rs.denied
 		for k := range rs.reads {
 			if b.reqs[rs.req+k].Err != nil {
 				failed = true

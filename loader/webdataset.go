@@ -119,6 +119,15 @@ func (l *Loader) planWebDataset(b *Batch, idx []int32) error {
 			return fmt.Errorf("sample %d: %w", si, err)
 		}
 		tar := &l.m.Samples[s.Shard]
+		if err := b.deniedAt(i); err != nil {
+			// Its tar is refused: empty outputs, nothing of its members'
+			// sizes or places, one request (not read) that fails it.
+			for range b.comps {
+				b.Offsets, b.Lengths = append(b.Offsets, base+off), append(b.Lengths, 0)
+			}
+			b.reqs, b.reqPos = append(b.reqs, backend.Request{Index: s.Shard, Sample: tar, Whole: tar, Err: err}), append(b.reqPos, int32(i))
+			continue
+		}
 		for _, j := range b.comps {
 			if j < 0 {
 				b.Offsets, b.Lengths = append(b.Offsets, base+off), append(b.Lengths, 0)
@@ -149,6 +158,23 @@ func (l *Loader) planWebDataset(b *Batch, idx []int32) error {
 	}
 	b.place = batchmem.Ragged(off)
 	return nil
+}
+
+// shardsOf returns the tar (an index into the loader's map) each
+// position of idx reads from, -1 where its record cannot be read (the
+// plan then fails the batch): what Options.Access is asked about.
+func (l *Loader) shardsOf(b *Batch, idx []int32) []int {
+	if l.opts.Access == nil {
+		return nil
+	}
+	keys := make([]int, len(idx))
+	for i, si := range idx {
+		keys[i] = -1
+		if s, err := l.opts.WebDataset.view.Sample(int(si), b.comps); err == nil {
+			keys[i] = s.Shard
+		}
+	}
+	return keys
 }
 
 // markFailedWebDataset is markFailed for a webdataset batch: a failed

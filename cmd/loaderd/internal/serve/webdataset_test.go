@@ -257,3 +257,72 @@ func TestAttackWebDatasetTar(t *testing.T) {
 		s.c.call("DELETE", "/v1/sessions/"+s.id, nil, nil)
 	}
 }
+
+// TestAttackWebDatasetTarReplaced: a tar truncated after mapping (its
+// members' ranges past its end), or replaced by a symlink or a hard link
+// to a root-only file of the secret, fails its samples for nobody (no
+// 500, no byte past its end, no byte of the secret in the batch memory)
+// while the other tar's are served, with each backend.
+func TestAttackWebDatasetTarReplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, a *attackFS, tar string)
+	}{
+		{"truncated", func(t *testing.T, a *attackFS, tar string) {
+			if err := os.Truncate(tar, 1024); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"symlink", func(t *testing.T, a *attackFS, tar string) {
+			fi, _ := os.Stat(tar)
+			sec := a.writeSecret(t, "vault/secret.tar", int(fi.Size()))
+			os.Remove(tar)
+			if err := os.Symlink(sec, tar); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"hardlink", func(t *testing.T, a *attackFS, tar string) {
+			fi, _ := os.Stat(tar)
+			sec := a.writeSecret(t, "shards/.secret", int(fi.Size()))
+			if err := os.Link(sec, tar+".new"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tar+".new", tar); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAttackFS(t)
+			m, want := wdsFS(t, a)
+			sock := daemonWith(t, Config{WebDatasets: map[string]*wds.Map{"ds": m}, SessionTimeout: time.Minute})
+			c := connectAs(t, sock, nobodyWho)
+			tc.change(t, a, a.fs.Path("shards/part-1.tar"))
+			a.fs.Sync(t)
+			time.Sleep(200 * time.Millisecond) // the watch sees it
+			for _, be := range []string{"gds", "file"} {
+				req := wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 6, NumShards: 1}}, Ext: []string{"jpg", "cls"}}
+				s, _, code, msg := c.openReq(req)
+				if code != http.StatusOK {
+					t.Fatalf("%s: open: %d %s", be, code, msg)
+				}
+				got, failed := s.wdsEpoch(m, 2)
+				if len(failed) != 12 {
+					t.Errorf("%s: %d failed samples, want tar 1's 12: %v", be, len(failed), failed)
+				}
+				if i := bytes.Index(s.mem, secret); i >= 0 {
+					t.Errorf("%s: the secret is in the batch memory at %d", be, i)
+				}
+				for k, v := range got {
+					if strings.HasPrefix(k, "1/") && v != nil {
+						t.Errorf("%s: %s of the changed tar served (%d bytes)", be, k, len(v))
+					}
+				}
+				if !bytes.Equal(got["0/s0-000/0"], want["0/s0-000.jpg"]) {
+					t.Errorf("%s: tar 0's first sample not served", be)
+				}
+				s.c.call("DELETE", "/v1/sessions/"+s.id, nil, nil)
+			}
+		})
+	}
+}

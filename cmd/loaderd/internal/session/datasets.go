@@ -42,10 +42,12 @@ type dataset struct {
 
 	// wds: a webdataset dataset's map (read in place); m is then its
 	// Shards (the tars: guarded, and checked for access, as a file map's
-	// samples). sels: its ext selections, shared by sessions.
-	wds   *wds.Map
-	selMu sync.Mutex
-	sels  map[string]*selection
+	// samples). sels: its ext selections, shared by sessions (selMade:
+	// how many were ever kept, each one's selection.made).
+	wds     *wds.Map
+	selMu   sync.Mutex
+	sels    map[string]*selection
+	selMade uint64
 
 	// files: the samples by path, for opens naming files (files.go).
 	files fileIndex

@@ -326,7 +326,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if d.mixed != "" {
 		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
 	}
-	wd, err := d.webDataset(p) // webdataset.go; nil for other datasets
+	wd, err := d.webDataset(p, c.owner()) // webdataset.go; nil for other datasets
 	if err != nil {
 		return Opened{}, err
 	}
