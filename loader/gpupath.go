@@ -70,8 +70,11 @@ func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
 			return nil, fmt.Errorf("loader: backend %s: its Spec says MeasuresMode but it has no Mode (backend.ModeReporter)", w.backend)
 		}
 		mode, why := md.Mode()
-		if !last && mode == backend.ModeCompat {
+		if !last && (mode == backend.ModeCompat || mode == backend.ModeNone || mode == backend.ModeUnknown) {
 			reason := fmt.Sprintf("%s runs in compatibility mode (%s): bounce", w.backend, why)
+			if mode != backend.ModeCompat {
+				reason = fmt.Sprintf("%s's mode could not be measured (%s, %s): bounce", w.backend, mode, why)
+			}
 			o.Logger.Info("loader: gpu_path auto: " + reason)
 			if cerr := l.Close(); cerr != nil {
 				o.Logger.Warn("loader: closing the loader", "backend", w.backend, "err", cerr)

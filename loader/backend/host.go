@@ -147,10 +147,20 @@ type Shared interface {
 // path's one copy per batch, so GPU path auto takes bounce instead.
 const ModeCompat = "compat"
 
+// ModeNone and ModeUnknown are the modes (ModeReporter.Mode) of a backend
+// that could not measure how it reaches the device: no read yet, or its
+// statistics do not say (they do not list the session's GPU yet). GPU
+// path auto takes bounce for them too: it keeps the device writer only
+// where it was seen reading directly.
+const (
+	ModeNone    = "none"
+	ModeUnknown = "unknown"
+)
+
 // ModeReporter is a backend writing device memory (Spec.DeviceWrites)
 // that measures how it reaches the device (Spec.MeasuresMode): the host
 // asks once it is open, and under GPU path auto falls back to bounce in
-// ModeCompat.
+// ModeCompat, ModeNone and ModeUnknown.
 type ModeReporter interface {
 	// Mode returns how the backend reaches the device ("gds", ModeCompat,
 	// "mixed", "none" before any read, "unknown") and why it says so.
