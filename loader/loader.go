@@ -119,7 +119,13 @@ type Batch struct {
 	// denied is each position's refusal by Options.Access, asked before
 	// the batch is planned (nil where none, or no Access): a refused
 	// sample gets an empty room, so the layout tells nothing of its size.
-	denied   []error
+	denied []error
+	// ask, askAt and askWhy are admit's scratch, kept with the slot so
+	// that asking allocates nothing per batch: the distinct samples asked,
+	// each one's place in ask, each one's refusal.
+	ask      []int
+	askAt    map[int]int
+	askWhy   []error
 	done     chan struct{}
 	err      error
 	released atomic.Bool
@@ -511,25 +517,32 @@ func (l *Loader) admit(b *Batch, keys []int) {
 	if l.opts.Access == nil {
 		return
 	}
-	var ask []int
-	seen := make(map[int]int, len(keys))
+	if b.askAt == nil {
+		b.askAt = make(map[int]int, len(keys))
+	}
+	clear(b.askAt)
+	b.ask = b.ask[:0]
 	for _, k := range keys {
-		if _, ok := seen[k]; !ok && k >= 0 {
-			seen[k] = len(ask)
-			ask = append(ask, k)
+		if _, ok := b.askAt[k]; !ok && k >= 0 {
+			b.askAt[k] = len(b.ask)
+			b.ask = append(b.ask, k)
 		}
 	}
-	refused := l.opts.Access(ask)
+	refused := l.opts.Access(b.ask)
 	if len(refused) == 0 {
 		return
 	}
-	why := make(map[int]error, len(refused))
+	b.askWhy = append(b.askWhy[:0], make([]error, len(b.ask))...)
 	for _, r := range refused {
-		i := ask[r.At]
-		why[i] = &backend.SampleError{Index: i, Path: r.Path, Err: r.Err}
+		i := b.ask[r.At]
+		b.askWhy[r.At] = &backend.SampleError{Index: i, Path: r.Path, Err: r.Err}
 	}
 	for _, k := range keys {
-		b.denied = append(b.denied, why[k])
+		var err error
+		if j, ok := b.askAt[k]; ok {
+			err = b.askWhy[j]
+		}
+		b.denied = append(b.denied, err)
 	}
 }
 
