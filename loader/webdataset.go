@@ -190,8 +190,8 @@ func (l *Loader) markFailedWebDataset(b *Batch) bool {
 		if !errors.As(r.Err, &se) {
 			return false
 		}
-		b.Errors = append(b.Errors, r.Err)
 		si := b.Indices[b.reqPos[q]]
+		b.Errors = append(b.Errors, memberError(int(si), se))
 		for i, idx := range b.Indices {
 			if idx != si || slices.Contains(b.Failed, i) {
 				continue
@@ -210,4 +210,15 @@ func (b *Batch) Output(i, k int) []byte {
 	n := len(b.Offsets) / max(len(b.Indices), 1)
 	off := b.Offsets[i*n+k] - b.base
 	return b.mem[off : off+b.Lengths[i*n+k] : off+b.Lengths[i*n+k]]
+}
+
+// memberError names sample si of the selection in se, a failed read of
+// its tar (se names the tar by its index among the shards): the sample's
+// position in the selection, and the tar. Not its key: a member's name
+// is the tar's content, which a caller refused the tar may not learn.
+func memberError(si int, se *backend.SampleError) error {
+	e := *se
+	e.Index = si
+	e.Path = "a member of " + se.Path
+	return &e
 }
