@@ -191,6 +191,9 @@ func (l *Loader) markFailedWebDataset(b *Batch) bool {
 			return false
 		}
 		si := b.Indices[b.reqPos[q]]
+		if slices.ContainsFunc(b.Failed, func(i int) bool { return b.Indices[i] == si }) {
+			continue // another of its outputs already failed it: one error a sample
+		}
 		b.Errors = append(b.Errors, memberError(int(si), se))
 		for i, idx := range b.Indices {
 			if idx != si || slices.Contains(b.Failed, i) {

@@ -231,6 +231,13 @@ func TestWebDatasetRewrittenTarFails(t *testing.T) {
 						t.Errorf("failure not stale: %v", e)
 					}
 				}
+				distinct := map[int32]bool{}
+				for _, i := range b.Failed {
+					distinct[b.Indices[i]] = true
+				}
+				if len(b.Errors) != len(distinct) {
+					t.Errorf("%d errors for %d failed samples: want one a sample, whatever its outputs", len(b.Errors), len(distinct))
+				}
 				failed += len(b.Failed)
 			}); len(errs) > 0 {
 				t.Fatal(errs)
