@@ -38,6 +38,11 @@ test: deps venv
 
 # Benchmarks (not tests): writes bench/RESULTS.md from their output
 # (bench/out/). Needs root; most of an hour on the development VM.
+# make bench's before and after (bench/baseline.sh) compares this tree with
+# BENCH_BASELINE: by default the last commit before the loader's plan, the
+# one backend contract and the client's split.
+BENCH_BASELINE ?= cd2fc6a
+
 bench: build venv
 	@mkdir -p bench/out
 	set -o pipefail; go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/ | tee bench/out/go-bench.txt
@@ -50,6 +55,7 @@ bench: build venv
 	set -o pipefail; bash bench/wds.sh 1 | tee bench/out/wds.txt
 	set -o pipefail; bash bench/table.sh 3 | tee bench/out/table.txt
 	set -o pipefail; { echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1; } | tee bench/out/scale.txt
+	set -o pipefail; bash bench/baseline.sh $(BENCH_BASELINE) 3 | tee bench/out/baseline.txt
 	python3 bench/results.py bench/out > bench/RESULTS.md
 
 venv:

@@ -4,7 +4,8 @@
 # every round runs every case cold (sync; drop_caches), the order of the
 # cases reversed every other round; bench/compare.py-style medians at the
 # end. A case is "LABEL=BINARY bench ARGS..." (BINARY: a loaderd; ARGS: its bench
-# flags after --bmap, --shuffle, --seed 1, --json).
+# flags after --bmap, --shuffle, --seed 1, --json). The ratio is to the
+# first case, or for a case labelled after-X to the case before-X.
 #
 # Needs root. Usage: bench/ab.sh DEVICE ROUNDS CASE...   (DEVICE: virtio or
 # ram; env: FILES, default 12000)
@@ -42,11 +43,15 @@ cases = list(dict.fromkeys(r["case"] for r in rows))
 base = None
 print(f"device {sys.argv[2]}, cold, medians of {len(rows) // len(cases)} rounds")
 print(f"{'case':<24}{'samples/s':>11}{'ratio':>8}{'CPU s/GB':>10}  rounds")
+def median(c):
+    return statistics.median(r["samples_per_s"] for r in rows if r["case"] == c)
 for c in cases:
     rs = [r for r in rows if r["case"] == c]
-    sps = statistics.median(r["samples_per_s"] for r in rs)
+    sps = median(c)
     cpu = statistics.median(r["cpu_seconds"] / (r["bytes"] / 1e9) for r in rs)
     base = base or sps
+    # an after-X case is shown against its own before-X case
+    against, vs = (median("before-" + c[6:]), "  (vs before)") if c.startswith("after-") and "before-" + c[6:] in cases else (base, "")
     each = " ".join(f"{r['samples_per_s']:.0f}" for r in rs)
-    print(f"{c:<24}{sps:>11.0f}{sps / base:>7.2f}x{cpu:>10.3f}  {each}")
+    print(f"{c:<24}{sps:>11.0f}{sps / against:>7.2f}x{cpu:>10.3f}  {each}{vs}")
 EOF

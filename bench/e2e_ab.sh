@@ -10,7 +10,9 @@
 #
 # Needs root. Usage: bench/e2e_ab.sh DEVICE ROUNDS OLD_LOADERD NEW_LOADERD
 # (env: FILES, default 12000; BACKENDS, default "file gds"; USERS,
-# default "root nobody")
+# default "root nobody"; OLD_PYTHON, the python/ folder of the old
+# version's client, default this tree's: each daemon is then read by its
+# own version's client and benchmark.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -eq 4 ]] || { sed -n '3,13p' "$0" >&2; exit 2; }
@@ -36,12 +38,14 @@ for r in $(seq 1 "$rounds"); do
   for b in ${BACKENDS:-file gds}; do
     for v in "${order[@]}"; do
       for u in ${USERS:-root nobody}; do
-        run=(.venv/bin/python)
+        pydir=$PWD/python
+        [[ $v == old ]] && pydir=${OLD_PYTHON:-$PWD/python}
+        run=(env "PYTHONPATH=$pydir" .venv/bin/python)
         # nobody cannot run the venv's interpreter when it lives under
         # root's home: the system's, with the venv's packages.
-        [[ $u == nobody ]] && run=(setpriv --reuid=65534 --regid=65534 --clear-groups env "PYTHONPATH=$PWD/python:$site" HOME=/tmp "/usr/bin/$py")
+        [[ $u == nobody ]] && run=(setpriv --reuid=65534 --regid=65534 --clear-groups env "PYTHONPATH=$pydir:$site" HOME=/tmp "/usr/bin/$py")
         drop
-        "${run[@]}" python/examples/benchmark.py --threads 2 --consume operator --json --batchsize 64 \
+        "${run[@]}" "$pydir/examples/benchmark.py" --threads 2 --consume operator --json --batchsize 64 \
           loader-dali --socket "$w/$v.sock" --dataset train --backend "$b" |
           .venv/bin/python -c 'import json,sys; r=json.load(sys.stdin); r["case"]=sys.argv[1]; print(json.dumps(r))' "$v $b $u" >> "$out"
       done

@@ -88,6 +88,18 @@ ROI_SECTION = (
     "loaderd built per gap).")
 SECTIONS.insert(len(SECTIONS) - 1, ROI_SECTION)
 
+# make bench's before and after, last.
+SECTIONS.append((
+    "baseline.txt", "Before and after: this tree against the baseline commit",
+    "bash bench/baseline.sh $BENCH_BASELINE 3",
+    "`make bench`'s before and after, side by side in one run: the baseline commit (first line; the Makefile's "
+    "`BENCH_BASELINE`, by default the last commit before the loader's plan, the one backend contract and the "
+    "client's split) exported and built apart, against this tree. `loaderd bench` gds, bam and file, cold, the "
+    "order alternating every round, on the RAM and virtio devices (12 000 ImageNet-shaped files; the ratio of an "
+    "`after-` case is to its `before-` case); then each version's daemon read by its own Python client "
+    "(`LoaderSource` in a CPU DALI pipeline, batch 64, bytes to an operator), RAM device. Within noise: a ratio "
+    "inside the spread of the rounds."))
+
 
 LOG = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (DEBUG|INFO|WARN|ERROR) .*$")
 
