@@ -76,7 +76,7 @@ def synthetic(bs: int, n: int = 20000) -> None:
                         _stream=st, _expect=(0, 0), _on_error="raise", _gpu=None, _dali=None, _epoch_batches=0,
                         _reconnect_timeout=0, _buf=buf, _mapped=Mapped(None, buf, None, None), _fence=None,
                         _dali_looked=True, keep=None, reader="file", prefetch_queue_depth=2,
-                        components=None)
+                        components=None, _unsent=[])
     for _ in range(10):
         next(src)
     print(json.dumps({"batch": bs, "synthetic": True, **_cpu(lambda: next(src), n)}))

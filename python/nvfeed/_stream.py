@@ -48,6 +48,11 @@ class Stream:
                 raise StreamError("the daemon closed the stream")
             self._buf += chunk
 
+    def ready(self) -> bool:
+        """Whether the next frame is already here (recv will not wait)."""
+        b = self._buf
+        return len(b) >= 4 and len(b) >= 4 + int.from_bytes(b[:4], "big")
+
     def recv(self) -> dict[str, Any]:
         """The next frame from the daemon (blocks until it comes)."""
         try:

@@ -61,3 +61,69 @@ def test_send_to_a_closed_peer_is_a_stream_error() -> None:
     peer.close()
     with pytest.raises(StreamError):
         st.send({"release": [1]})
+
+
+class _FakeStream:
+    """A stream whose next frame is here or not, as the test says; it
+    records the control frames sent."""
+
+    def __init__(self) -> None:
+        self.here = False
+        self.sent: list[Any] = []
+        self.frames = 0
+
+    def ready(self) -> bool:
+        return self.here
+
+    def send(self, obj: Any) -> None:
+        self.sent.append(obj)
+
+    def recv(self) -> dict[str, Any]:
+        self.frames += 1
+        return {"slot": self.frames}
+
+    def close(self) -> None:
+        pass
+
+
+def _transport(st: _FakeStream) -> Any:
+    from nvfeed._transport import Transport
+    t = Transport.__new__(Transport)
+    t.__dict__.update(_transport="stream", _id="s", _socket="/x", _timeout=5.0, _stream=st, _expect=(0, 0),
+                      _fence=None, _unsent=[])
+    t._held = __import__("collections").deque()
+    return t
+
+
+def test_releases_wait_only_while_the_next_frame_is_here() -> None:
+    """A release goes at once when the source is to wait for its next
+    frame; while that frame is already here it waits for the next
+    release, one batch at most, and goes with it."""
+    st = _FakeStream()
+    t = _transport(st)
+    t._next([1], None)  # the daemon is not ahead: sent now
+    assert st.sent == [{"release": [1]}]
+    st.here = True
+    t._next([2], None)  # the next frame is here: held back
+    assert st.sent == [{"release": [1]}]
+    t._next([3], None)  # one batch held back at most
+    assert st.sent == [{"release": [1]}, {"release": [2, 3]}]
+    t._next([4], None)
+    st.here = False
+    t._next([5], None)  # about to wait: what was held back goes too
+    assert st.sent == [{"release": [1]}, {"release": [2, 3]}, {"release": [4, 5]}]
+    t._next([], None)
+    assert len(st.sent) == 3 and st.frames == 6
+
+
+def test_releases_held_back_go_with_the_stream() -> None:
+    """A release held back when the stream is dropped is not sent on a
+    later stream: that stream's start releases every batch the source
+    does not keep."""
+    st = _FakeStream()
+    st.here = True
+    t = _transport(st)
+    t._next([7], None)
+    assert st.sent == [] and t._unsent == [7]
+    t._drop_stream()
+    assert t._unsent == [] and t._stream is None
