@@ -66,6 +66,7 @@ fuzz: deps
 	go test -run XXX -fuzz FuzzParse -fuzztime 30s ./bmap/npy/
 	go test -run XXX -fuzz FuzzParseConfig -fuzztime 30s ./cmd/loaderd/
 	go test -run XXX -fuzz FuzzState -fuzztime 20s ./loader/
+	go test -run XXX -fuzz FuzzAppendNextFrame -fuzztime 20s ./cmd/loaderd/internal/wire/
 	for f in FuzzOpenRequest FuzzNextRequest FuzzReleaseRequest FuzzStreamRequest FuzzStreamFrames; do \
 		go test -run XXX -fuzz "^$$f\$$" -fuzztime 20s ./cmd/loaderd/internal/serve/ || exit 1; \
 	done

@@ -75,7 +75,8 @@ def synthetic(bs: int, n: int = 20000) -> None:
     src.__dict__.update(_id="synthetic", _give_back=[], _held=collections.deque(), _release_after=3, _transport="stream",
                         _stream=st, _expect=(0, 0), _on_error="raise", _gpu=None, _dali=None, _epoch_batches=0,
                         _reconnect_timeout=0, _buf=buf, _mapped=Mapped(None, buf, None, None), _fence=None,
-                        _dali_looked=True, keep=None, reader="file", prefetch_queue_depth=2)
+                        _dali_looked=True, keep=None, reader="file", prefetch_queue_depth=2,
+                        components=None, _unsent=[])
     for _ in range(10):
         next(src)
     print(json.dumps({"batch": bs, "synthetic": True, **_cpu(lambda: next(src), n)}))

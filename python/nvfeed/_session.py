@@ -45,6 +45,7 @@ class Session(Transport):
         self._id: Optional[str] = None
         self._held: collections.deque[int] = collections.deque()
         self._give_back: list[int] = []  # slots of batches not handed out (failed)
+        self._unsent: list[int] = []
         self._reconnect_timeout = o.reconnect_timeout
         self._gpu: Optional[DeviceMapping] = None
         self._mm: Optional[mmap.mmap] = None  # host batch memory

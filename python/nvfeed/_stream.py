@@ -48,6 +48,11 @@ class Stream:
                 raise StreamError("the daemon closed the stream")
             self._buf += chunk
 
+    def ready(self) -> bool:
+        """Whether the next frame is already here (recv will not wait)."""
+        b = self._buf
+        return len(b) >= 4 and len(b) >= 4 + int.from_bytes(b[:4], "big")
+
     def recv(self) -> dict[str, Any]:
         """The next frame from the daemon (blocks until it comes)."""
         try:
@@ -63,8 +68,18 @@ class Stream:
 
     def send(self, obj: StreamControl) -> None:
         b = msgpack.packb(obj)
+        frame = len(b).to_bytes(4, "big") + b
         try:
-            self._sock.sendall(len(b).to_bytes(4, "big") + b)
+            # A control frame (< 1 KiB) fits the socket's buffer: written
+            # straight to the descriptor, not by sendall, which polls a
+            # socket with a timeout first (a syscall a batch). Only what
+            # does not fit now is left to sendall, and its timeout.
+            try:
+                n = os.write(self._sock.fileno(), frame)
+            except BlockingIOError:
+                n = 0
+            if n < len(frame):
+                self._sock.sendall(frame[n:])
         except OSError as e:
             raise StreamError(str(e)) from e
 

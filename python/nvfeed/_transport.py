@@ -26,6 +26,7 @@ class Transport:
     _expect: Optional[tuple[int, int]]
     _held: collections.deque[int]
     _fence: Optional[ReleaseFence]
+    _unsent: list[int]  # stream releases held back to go with the next (see _stream_next)
 
     def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
         raise NotImplementedError
@@ -47,7 +48,7 @@ class Transport:
         try:
             if self._stream is not None and at is not None and at != self._expect:
                 self._stream.stop(keep=self._kept())  # what DALI still holds stays held
-                self._stream = None
+                self._stream, self._unsent = None, []
             if self._stream is None:
                 # From the source's own position (known since the open, kept
                 # by every batch): no request for it. What this source still
@@ -56,8 +57,19 @@ class Transport:
                 if at is not None:
                     self._expect = at
                 self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect, self._kept())
+                self._unsent = []
             elif release:
-                self._stream.send({"release": release})
+                # One control frame for two batches where the daemon is
+                # ahead: a release is held back while the next frame is
+                # already here (the daemon read ahead without it), at most
+                # one batch, and goes with the next; never while this
+                # source waits for a frame (the daemon may be waiting for
+                # the slot). Half the release frames, and the daemon's
+                # wake-ups to read them, where the client is the slower.
+                self._unsent += release
+                if len(self._unsent) > len(release) or not self._stream.ready():
+                    self._stream.send({"release": self._unsent})
+                    self._unsent = []
             r = cast(NextResponse, self._stream.recv())
         except StreamError as e:
             self._drop_stream()
@@ -75,6 +87,9 @@ class Transport:
         return list(self._held) + (self._fence.held if self._fence is not None else [])
 
     def _drop_stream(self) -> None:
+        # Releases not sent are not lost: a stream's start (and a stop)
+        # releases every delivered batch but those the source keeps.
+        self._unsent = []
         if self._stream is not None:
             self._stream.close()
             self._stream = None

@@ -80,10 +80,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	out := bufio.NewWriterSize(conn, 64<<10)
 	var frame []byte
 	send := func(v wire.NextResponse) error {
-		var err error
-		if frame, err = wire.AppendFrame(frame[:0], v); err != nil {
-			return err
-		}
+		frame = wire.AppendNextFrame(frame[:0], &v)
 		if s.writeTimeout > 0 {
 			conn.SetWriteDeadline(time.Now().Add(s.writeTimeout))
 		}

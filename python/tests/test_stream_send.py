@@ -1,0 +1,129 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The stream's control frames: written to the descriptor directly (no
+poll first), whole whatever the write takes."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import msgpack
+import pytest
+
+from nvfeed import _stream
+from nvfeed._stream import Stream, StreamError
+
+
+def _pair() -> tuple[Stream, socket.socket]:
+    a, b = socket.socketpair()
+    a.settimeout(5.0)  # as a session's stream has: a non-blocking descriptor
+    st = Stream.__new__(Stream)
+    st._sock, st._buf = a, bytearray()
+    return st, b
+
+
+def _frame(peer: socket.socket) -> Any:
+    peer.settimeout(5.0)
+    n = int.from_bytes(peer.recv(4, socket.MSG_WAITALL), "big")
+    return msgpack.unpackb(peer.recv(n, socket.MSG_WAITALL))
+
+
+def test_send_writes_a_whole_frame() -> None:
+    st, peer = _pair()
+    st.send({"release": [1, 2, 3]})
+    st.send({"stop": True, "keep": [4]})
+    assert _frame(peer) == {"release": [1, 2, 3]}
+    assert _frame(peer) == {"stop": True, "keep": [4]}
+
+
+_real_write = os.write
+
+
+@pytest.mark.parametrize("first", ["short", "would block"])
+def test_send_finishes_what_the_write_left(monkeypatch: pytest.MonkeyPatch, first: str) -> None:
+    """A write that takes part of the frame, or none (the buffer full):
+    the rest goes by sendall, the frame whole on the wire."""
+    st, peer = _pair()
+
+    def write(fd: int, b: bytes) -> int:
+        if first == "short":
+            return _real_write(fd, b[:3])
+        raise BlockingIOError
+
+    monkeypatch.setattr(_stream.os, "write", write)  # type: ignore[attr-defined]
+    st.send({"release": list(range(100))})
+    assert _frame(peer) == {"release": list(range(100))}
+
+
+def test_send_to_a_closed_peer_is_a_stream_error() -> None:
+    st, peer = _pair()
+    peer.close()
+    with pytest.raises(StreamError):
+        st.send({"release": [1]})
+
+
+class _FakeStream:
+    """A stream whose next frame is here or not, as the test says; it
+    records the control frames sent."""
+
+    def __init__(self) -> None:
+        self.here = False
+        self.sent: list[Any] = []
+        self.frames = 0
+
+    def ready(self) -> bool:
+        return self.here
+
+    def send(self, obj: Any) -> None:
+        self.sent.append(obj)
+
+    def recv(self) -> dict[str, Any]:
+        self.frames += 1
+        return {"slot": self.frames}
+
+    def close(self) -> None:
+        pass
+
+
+def _transport(st: _FakeStream) -> Any:
+    from nvfeed._transport import Transport
+    t = Transport.__new__(Transport)
+    t.__dict__.update(_transport="stream", _id="s", _socket="/x", _timeout=5.0, _stream=st, _expect=(0, 0),
+                      _fence=None, _unsent=[])
+    t._held = __import__("collections").deque()
+    return t
+
+
+def test_releases_wait_only_while_the_next_frame_is_here() -> None:
+    """A release goes at once when the source is to wait for its next
+    frame; while that frame is already here it waits for the next
+    release, one batch at most, and goes with it."""
+    st = _FakeStream()
+    t = _transport(st)
+    t._next([1], None)  # the daemon is not ahead: sent now
+    assert st.sent == [{"release": [1]}]
+    st.here = True
+    t._next([2], None)  # the next frame is here: held back
+    assert st.sent == [{"release": [1]}]
+    t._next([3], None)  # one batch held back at most
+    assert st.sent == [{"release": [1]}, {"release": [2, 3]}]
+    t._next([4], None)
+    st.here = False
+    t._next([5], None)  # about to wait: what was held back goes too
+    assert st.sent == [{"release": [1]}, {"release": [2, 3]}, {"release": [4, 5]}]
+    t._next([], None)
+    assert len(st.sent) == 3 and st.frames == 6
+
+
+def test_releases_held_back_go_with_the_stream() -> None:
+    """A release held back when the stream is dropped is not sent on a
+    later stream: that stream's start releases every batch the source
+    does not keep."""
+    st = _FakeStream()
+    st.here = True
+    t = _transport(st)
+    t._next([7], None)
+    assert st.sent == [] and t._unsent == [7]
+    t._drop_stream()
+    assert t._unsent == [] and t._stream is None
