@@ -50,7 +50,7 @@ bench: build venv
 	set -o pipefail; bash bench/e2e.sh ram 3 | tee bench/out/e2e-ram-output.txt
 	set -o pipefail; CONSUME=operator bash bench/e2e.sh ram 3 | tee bench/out/e2e-ram-operator.txt
 	set -o pipefail; CONSUME=operator bash bench/e2e.sh virtio 3 | tee bench/out/e2e-virtio-operator.txt
-	set -o pipefail; bash bench/tensors.sh 5 | tee bench/out/tensors.txt
+	set -o pipefail; TOTAL_MB=1024 bash bench/tensors.sh 3 | tee bench/out/tensors.txt
 	set -o pipefail; bash bench/roi.sh 3 | tee bench/out/roi.txt
 	set -o pipefail; bash bench/wds.sh 1 | tee bench/out/wds.txt
 	set -o pipefail; bash bench/table.sh 3 | tee bench/out/table.txt

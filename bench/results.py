@@ -33,11 +33,11 @@ SECTIONS = [
     ("e2e-virtio-operator.txt", "End to end, virtio device, bytes to an operator",
      "CONSUME=operator bash bench/e2e.sh virtio 3", "As above, on the virtio disk: the disk is every reader's limit."),
     ("tensors.txt", "Tensors: .npy files into pinned memory, loaderd vs fn.readers.numpy, np.load and fio",
-     "bash bench/tensors.sh 5",
-     "`.npy` files made by `np.save` (float32, 256 KiB: 256x256, and 16 MiB: 2048x2048; 4 GiB of data each), "
+     "TOTAL_MB=1024 bash bench/tensors.sh 3",
+     "`.npy` files made by `np.save` (float32, 256 KiB: 256x256, and 16 MiB: 2048x2048; 1 GiB of data each), "
      "mapped with `mkbmap --reader numpy`, each size on its own ext4 loop device (`--direct-io=on`) over the "
      "virtio disk and over `/dev/shm`. One shuffled epoch per case, cold (page cache dropped before each), the "
-     "case order reversed every other round, medians of 5 rounds: `loaderd bench` into its pinned batch memory "
+     "case order reversed every other round, medians of 3 rounds: `loaderd bench` into its pinned batch memory "
      "(gds, file, file --direct), a DALI pipeline of `fn.readers.numpy` alone (CPU, `num_threads=2`; with and "
      "without `use_o_direct`), an `np.load` loop, fio replaying every tensor's data extents (best of the "
      "settings shown: the device's limit), and the same 1 MiB reads by 4 threads into a 4 MiB destination "
@@ -196,11 +196,27 @@ def goals(out: Path) -> list[tuple[str, float | None, str, str, float, str, str]
     return rows
 
 
+# Where a goal is missed, why: the profile that explains it and what it
+# would take, in docs/decisions.md (row pattern, its section's anchor).
+WHY = [
+    (r"swap .*with decode", "the-swap-with-a-cpu-decoder"),
+]
+
+
+def why(row: str) -> str:
+    """A link to the section that explains why row's goal is missed, or ""."""
+    for pattern, anchor in WHY:
+        if re.search(pattern, row):
+            return f"[why](../docs/decisions.md#{anchor})"
+    return ""
+
+
 def print_goals(out: Path) -> None:
     """The goals table: each row's figure, its goal and whether it is met."""
     print("## Goals\n")
     print("Every row of the project's table of goals, from the steps below (the last column names the")
-    print("output it was read from); \"not run\" where that step did not run.\n")
+    print("output it was read from); \"not run\" where that step did not run. A missed goal links to the profile")
+    print("that explains it and what it would take.\n")
     print("| | now | goal | met | from |")
     print("|---|---|---|---|---|")
     for row, v, unit, op, target, src, note in goals(out):
@@ -209,7 +225,7 @@ def print_goals(out: Path) -> None:
         else:
             now = f"{v:.2f}{unit}" if unit != " ms" else f"{v:.1f}{unit}"
             ok = v >= target if op == ">=" else v <= target if op == "<=" else v < target
-            met = "met" if ok else "**missed**"
+            met = "met" if ok else " ".join(filter(None, ["**missed**", why(row)]))
         note = f" ({note})" if note else ""
         print(f"| {row}{note} | {now} | {op.replace('>=', '≥').replace('<=', '≤')} {target:g}{unit} | {met} | `{src}` |")
     print()
