@@ -243,6 +243,15 @@ func (d *decoder) fail(what string) {
 }
 
 func (d *decoder) uvarint(what string) uint64 {
+	if off := d.off; off < len(d.p) && d.p[off] < 0x80 && d.err == nil { // one byte: most counts, labels, flags (inlined)
+		d.off = off + 1
+		return uint64(d.p[off])
+	}
+	return d.uvarintLong(what)
+}
+
+// uvarintLong is uvarint past its one-byte case.
+func (d *decoder) uvarintLong(what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
@@ -256,6 +265,15 @@ func (d *decoder) uvarint(what string) uint64 {
 }
 
 func (d *decoder) varint(what string) int64 {
+	if off := d.off; off < len(d.p) && d.p[off] < 0x80 && d.err == nil { // one byte (inlined): zig-zag, as binary.Varint
+		d.off = off + 1
+		return int64(d.p[off]>>1) ^ -int64(d.p[off]&1)
+	}
+	return d.varintLong(what)
+}
+
+// varintLong is varint past its one-byte case.
+func (d *decoder) varintLong(what string) int64 {
 	if d.err != nil {
 		return 0
 	}

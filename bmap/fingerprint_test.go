@@ -3,7 +3,11 @@
 package bmap
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/nvfeed/nvfeed/bmap/npy"
@@ -104,7 +108,53 @@ func TestFingerprintV2(t *testing.T) {
 			t.Errorf("%s: fingerprint unchanged", tc.name)
 		}
 	}
+	// Pinned from the code before fingerprints were hashed in buffers:
+	// the same maps keep their fingerprints.
+	for _, g := range []struct {
+		name string
+		m    *Map
+		want string
+	}{
+		{"folder layout", synthMap(200, 1), "ad4930f83102e7b062df7428635c5f67"},
+		{"tensors", base, "7f0df9f5ee5e8474086534ab3c38c2ad"},
+		{"listed", synthListedMap(9), "7717e0d56eb96889928a13ad7df00026"},
+	} {
+		if got := g.m.Fingerprint(); got != g.want {
+			t.Errorf("%s map: fingerprint %s, before %s", g.name, got, g.want)
+		}
+	}
 	if m := synthListedMap(9); m.Fingerprint() == func() string { m.Listed = false; return m.Fingerprint() }() {
 		t.Error("listed and unlisted maps share a fingerprint")
+	}
+}
+
+// TestFingerprinterStream: the buffered hash is the hash of the bytes
+// appended, whatever their lengths against the buffer's.
+func TestFingerprinterStream(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		strings []int // lengths
+	}{
+		{"none", nil},
+		{"small", []int{0, 1, 7, 30}},
+		{"to the buffer's end", []int{fingerprintBuf - 8}},
+		{"across the buffer", []int{fingerprintBuf - 11, 20, 3}},
+		{"longer than the buffer", []int{3*fingerprintBuf + 5, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := fingerprinter{h: sha256.New(), buf: make([]byte, 0, fingerprintBuf)}
+			var want []byte
+			for i, n := range tc.strings {
+				s := strings.Repeat(string(rune('a'+i)), n)
+				f.string(s)
+				f.uint(uint64(i))
+				want = binary.LittleEndian.AppendUint64(want, uint64(n))
+				want = append(want, s...)
+				want = binary.LittleEndian.AppendUint64(want, uint64(i))
+			}
+			if got, sum := f.sum(), sha256.Sum256(want); !bytes.Equal(got, sum[:]) {
+				t.Errorf("hash %x, want %x", got, sum)
+			}
+		})
 	}
 }

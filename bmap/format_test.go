@@ -260,3 +260,36 @@ func BenchmarkLoad1280k(b *testing.B) {
 	b.ReportMetric(held, "B/sample-beyond-path")
 	b.ReportMetric(float64(len(data))/n, "file-B/sample")
 }
+
+// TestVarintEdges: values on either side of a varint's one-byte form
+// (what the decoder reads inline) decode as written, labels negative
+// too, and the map decodes as its JSON does; cut short anywhere, it is
+// ErrCorrupt.
+func TestVarintEdges(t *testing.T) {
+	m := synthListedMap(0)
+	for i, v := range []int64{0, 1, 63, 64, 127, 128, 255, 16383, 16384, 1<<31 - 1} {
+		for _, label := range []int32{int32(min(v, 1<<31-1)), -int32(min(v, 1<<31-1)) - 1} {
+			m.Samples = append(m.Samples, Sample{Path: fmt.Sprintf("d/%d", len(m.Samples)), Label: label, Size: v, Inode: uint64(v),
+				MtimeNs: v, CtimeNs: -v, Reason: Reason(i % int(numReasons)),
+				Extents: []extentinfo.Extent{{Logical: 0, Physical: uint64(v) << 9, Length: 4096, Flags: uint32(v)}}})
+		}
+	}
+	bin, js := encode(t, m, FormatBinary), encode(t, m, FormatJSON)
+	got, err := Decode(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Decode(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(got.Samples, m.Samples) {
+		t.Fatalf("binary decode differs from JSON's or from the map written:\n%+v\n%+v", got.Samples, m.Samples)
+	}
+	p := bin[headerSize:]
+	for n := range len(p) {
+		if _, err := decodePayload(p[:n], m.Version); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("payload cut to %d of %d bytes: err %v, want ErrCorrupt", n, len(p), err)
+		}
+	}
+}

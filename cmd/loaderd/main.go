@@ -664,6 +664,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkCaps(have.Effective, os.Geteuid(), capNeeds(*sockGroup), log); err != nil {
 		return err
 	}
+	if *cpuProfile != "" { // from here: loading the maps is part of the start-up it profiles
+		stop, err := startProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	libs := cuda.NewLibs(cuda.SearchFromEnv(), log)
 	logCUDA(log, libs)
 	loaded, webs := map[string]*bmap.Map{}, map[string]*wds.Map{}
@@ -728,13 +735,6 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if token = strings.TrimSpace(string(b)); token == "" {
 			return fmt.Errorf("--tcp-token: %s is empty", *tokenFile)
 		}
-	}
-	if *cpuProfile != "" {
-		stop, err := startProfile(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer stop()
 	}
 	mapFiles := func() (map[string]string, error) {
 		if len(cliDatasets) > 0 || *config == "" {

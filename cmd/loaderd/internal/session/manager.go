@@ -352,6 +352,9 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	lo.Access = newLazyAccess(p.Dataset, ds, d.guard, credOf(c)) // access.go
 	lo.Files = files
 	lo.WebDataset = wd
+	if lo.SlotSize == 0 && lo.ROI == nil && wd == nil && lo.BatchSize > 0 && ds == d.m {
+		lo.SlotSize = d.slotBytes(lo.BatchSize) // what NewPlan would compute, once per batch size
+	}
 	plan, err := loader.NewPlan(ds, lo)
 	if err != nil {
 		return Opened{}, loaderError(p.Dataset, ds, err)
