@@ -100,3 +100,86 @@ func TestBackgroundPass(t *testing.T) {
 		t.Errorf("counts after the pass: %+v, want %d fresh, 1 stale", got, n-1)
 	}
 }
+
+// TestYieldToServing: a pass worker other than the first waits while
+// reads were served within passYield, goes on at once otherwise, and
+// stops waiting when the guard closes.
+func TestYieldToServing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		served  time.Duration // before the call; 0: never
+		refresh time.Duration // reads go on being served this long
+		close   bool          // the guard closes while the worker waits
+		atLeast time.Duration
+		want    bool
+	}{
+		{name: "never served", want: true},
+		{name: "served long ago", served: time.Second, want: true},
+		{name: "served just now", served: time.Nanosecond, atLeast: passYield / 2, want: true},
+		{name: "serving goes on", served: time.Nanosecond, refresh: 100 * time.Millisecond, atLeast: 100 * time.Millisecond, want: true},
+		{name: "closed while waiting", served: time.Nanosecond, refresh: time.Second, close: true, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &Guard{stopPass: make(chan struct{})}
+			if tc.served > 0 {
+				g.served.Store(time.Now().Add(-tc.served).UnixNano())
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for end := time.Now().Add(tc.refresh); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+					g.served.Store(time.Now().UnixNano())
+				}
+			}()
+			if tc.close {
+				go func() { time.Sleep(50 * time.Millisecond); close(g.stopPass) }()
+			}
+			t0 := time.Now()
+			got := g.yieldToServing()
+			took := time.Since(t0)
+			if got != tc.want || took < tc.atLeast {
+				t.Errorf("yieldToServing() = %v after %v, want %v after at least %v", got, took, tc.want, tc.atLeast)
+			}
+			if !tc.close {
+				<-done
+			}
+		})
+	}
+}
+
+// TestPassEndsWhileServing: reads asking for samples the pass has not
+// judged (which keep all its workers but one waiting) do not stop it:
+// it judges every sample while they go on.
+func TestPassEndsWhileServing(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	const n = 4000
+	body := make([]byte, 512)
+	for i := range n {
+		body[0], body[1] = byte(i), byte(i>>8)
+		fs.WriteFile(t, fmt.Sprintf("train/c%d/%05d.jpg", i%8, i), body)
+	}
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := OpenWith(m, Options{Method: Watch, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for !g.Checked() {
+		for i := n - 1; i >= 0 && !g.checked.has(i); i -= 97 {
+			g.Writable(i) // a read of a sample not judged yet
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pass did not end in 60 s of reads: %+v", g.Counts())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.Wait()
+	if c := g.Counts(); c.Pending != 0 || c.Fresh != n {
+		t.Errorf("after the pass: %+v, want every one of %d samples judged fresh", c, n)
+	}
+}
