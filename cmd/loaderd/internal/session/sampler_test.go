@@ -29,7 +29,7 @@ func heldFromOS() uint64 {
 // buffers) are admitted against MaxSamplerBytes: past it an open is
 // refused with ErrNoSpace naming the budget and what is in use, a closed
 // session gives its share back, and the memory goes back to the OS within
-// a second and a half of the close. Before, sample orders were outside
+// seconds of the close (a second and a half on an idle machine). Before, sample orders were outside
 // every budget (64 sessions: 4.8 GiB) and stayed with the process for
 // minutes.
 func TestSamplerBudget(t *testing.T) {
@@ -76,10 +76,18 @@ func TestSamplerBudget(t *testing.T) {
 	if _, err := m.Open(me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: daliArgs}}); err != nil {
 		t.Errorf("open after the others closed: %v", err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Back within 1.5 s on an idle machine (osFreer's runs a second
+	// apart, each a full collection); a loaded one (the race detector, a
+	// CI beside other work) stretches both: the test waits up to 5 s.
+	closed := time.Now()
 	after := heldFromOS()
-	t.Logf("heap held from the OS: %d MiB before, %d MiB with %d dali sessions open, %d MiB 1.5 s after they closed (one open)", before>>20, open>>20, sessions, after>>20)
+	for after > before+uint64(per)+32<<20 && time.Since(closed) < 5*time.Second {
+		time.Sleep(100 * time.Millisecond)
+		after = heldFromOS()
+	}
+	t.Logf("heap held from the OS: %d MiB before, %d MiB with %d dali sessions open, %d MiB %.1f s after they closed (one open)",
+		before>>20, open>>20, sessions, after>>20, time.Since(closed).Seconds())
 	if after > before+uint64(per)+32<<20 {
-		t.Errorf("%d MiB of heap still held from the OS 1.5 s after the sessions closed (%d MiB before they opened)", after>>20, before>>20)
+		t.Errorf("%d MiB of heap still held from the OS 5 s after the sessions closed (%d MiB before they opened)", after>>20, before>>20)
 	}
 }
