@@ -63,11 +63,7 @@ type Guard struct {
 	passDone chan struct{}
 	settled  chan struct{} // closed after passDone once Options.OnChecked has returned (or was not called)
 	stopPass chan struct{} // closed by Close: the pass stops early
-	// served is when a read last asked for a sample the pass had not
-	// judged yet (Writable; time.Now().UnixNano()): the pass's workers but
-	// one yield to serving for passYield after it.
-	served atomic.Int64
-	linked []string // sample paths through a symlink under the root (Linked)
+	linked   []string      // sample paths through a symlink under the root (Linked)
 	// whyWritable says why the first Writable sample is (nil: none is).
 	whyWritable error
 	forged      int // raw samples whose mapped extents Open found not the file's own (all in staleOpen)
@@ -202,7 +198,7 @@ func (g *Guard) verifyAll(trust Trust) verified {
 	firstIdx, whyIdx := n, n
 	var v verified
 	var wg sync.WaitGroup
-	for w := range passWorkers() {
+	for range passWorkers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -218,9 +214,6 @@ func (g *Guard) verifyAll(trust Trust) verified {
 				default:
 				}
 				for i := lo; i < min(lo+256, n); i++ {
-					if w > 0 && !g.yieldToServing() {
-						return // stopped by Close
-					}
 					if g.m.Samples[i].Reason != bmap.Raw {
 						g.recordPath(i) // the fanotify index (fanotify_linux.go)
 						g.checked.set(i)
@@ -281,30 +274,6 @@ func (g *Guard) verifyOne(i int, trust Trust, mp *extentinfo.Mapper) (nlink uint
 	return nlink, untrusted, err
 }
 
-// passYield is how long after a read of a sample not yet judged the
-// checking pass keeps to one worker: on a machine of few cores, the
-// pass's opens and FIEMAPs on all its workers would take the CPU the
-// first batches of newly opened sessions need (read through the
-// filesystem until judged). The pass goes on, on one worker, so every
-// sample is still judged; only its pace changes.
-const passYield = 20 * time.Millisecond
-
-// yieldToServing waits while reads were served within passYield; false
-// when Close stopped the pass meanwhile.
-func (g *Guard) yieldToServing() bool {
-	for {
-		idle := time.Duration(time.Now().UnixNano() - g.served.Load())
-		if idle >= passYield {
-			return true
-		}
-		select {
-		case <-g.stopPass:
-			return false
-		case <-time.After(passYield - idle):
-		}
-	}
-}
-
 // passWorkers is how many goroutines the checking pass runs: its calls
 // block in the kernel (opens, FIEMAP, reads of inodes from the device),
 // so more than the cores, and at least 8.
@@ -330,19 +299,7 @@ func (g *Guard) ChangedAtOpen(i int) bool { return g.staleOpen.has(i) }
 //
 // A sample the checking pass has not judged yet (Options.Background) is
 // Writable too: it is read through the filesystem until then.
-//
-// Asked for a sample not yet judged, it also tells the pass that reads
-// are being served: the pass then checks on one worker (passYield).
-func (g *Guard) Writable(i int) bool {
-	if g.writable.has(i) {
-		return true
-	}
-	if !g.checked.has(i) {
-		g.served.Store(time.Now().UnixNano())
-		return true
-	}
-	return false
-}
+func (g *Guard) Writable(i int) bool { return g.writable.has(i) || !g.checked.has(i) }
 
 // WritableReason says why the first Writable sample is, naming it; nil
 // when none is (or the checking pass is still running).
