@@ -43,19 +43,25 @@ test: deps venv
 # one backend contract and the client's split.
 BENCH_BASELINE ?= cd2fc6a
 
+# One step of make bench: its output in bench/out/$(1), between a first
+# line naming the commit it ran on (+changes: with uncommitted changes
+# outside bench/) and a last one saying how long it took; bench/results.py
+# shows both.
+bench_step = set -o pipefail; { echo "step: commit $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- . ':!bench' || echo +changes), started $$(date -u +%FT%TZ)"; $(2); echo "step: took $$SECONDS s"; } | tee bench/out/$(1)
+
 bench: build venv
 	@mkdir -p bench/out
-	set -o pipefail; go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/ | tee bench/out/go-bench.txt
-	set -o pipefail; bash bench/run.sh 3 | tee bench/out/run.txt
-	set -o pipefail; bash bench/e2e.sh ram 3 | tee bench/out/e2e-ram-output.txt
-	set -o pipefail; CONSUME=operator bash bench/e2e.sh ram 3 | tee bench/out/e2e-ram-operator.txt
-	set -o pipefail; CONSUME=operator bash bench/e2e.sh virtio 3 | tee bench/out/e2e-virtio-operator.txt
-	set -o pipefail; TOTAL_MB=1024 bash bench/tensors.sh 3 | tee bench/out/tensors.txt
-	set -o pipefail; bash bench/roi.sh 3 | tee bench/out/roi.txt
-	set -o pipefail; bash bench/wds.sh 1 | tee bench/out/wds.txt
-	set -o pipefail; bash bench/table.sh 3 | tee bench/out/table.txt
-	set -o pipefail; { echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1; } | tee bench/out/scale.txt
-	set -o pipefail; bash bench/baseline.sh $(BENCH_BASELINE) 3 | tee bench/out/baseline.txt
+	$(call bench_step,go-bench.txt,go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/)
+	$(call bench_step,run.txt,bash bench/run.sh 3)
+	$(call bench_step,e2e-ram-output.txt,bash bench/e2e.sh ram 3)
+	$(call bench_step,e2e-ram-operator.txt,CONSUME=operator bash bench/e2e.sh ram 3)
+	$(call bench_step,e2e-virtio-operator.txt,CONSUME=operator bash bench/e2e.sh virtio 3)
+	$(call bench_step,tensors.txt,TOTAL_MB=1024 bash bench/tensors.sh 3)
+	$(call bench_step,roi.txt,bash bench/roi.sh 3)
+	$(call bench_step,wds.txt,bash bench/wds.sh 1)
+	$(call bench_step,table.txt,bash bench/table.sh 3)
+	$(call bench_step,scale.txt,{ echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1; })
+	$(call bench_step,baseline.txt,bash bench/baseline.sh $(BENCH_BASELINE) 3)
 	python3 bench/results.py bench/out > bench/RESULTS.md
 
 venv:

@@ -111,13 +111,23 @@ def clean(text: str) -> list[str]:
     out: list[str] = []
     for line in text.splitlines():
         line = LOG.sub("", line).rstrip()
-        if not line or line.startswith(("gendataset:", "e2e: ", "round ", '{"case"')):  # wds.sh's rows: its table has them
+        if not line or line.startswith(("gendataset:", "e2e: ", "round ", '{"case"', "step: ")):  # wds.sh's rows: its table has them
             continue
         if out and re.fullmatch(r"Benchmark\S+", out[-1]):
             out[-1] += "\t" + line.strip()
             continue
         out.append(line)
     return out
+
+
+def step(text: str) -> str:
+    """What the Makefile's bench_step wrote around a step's output: the
+    commit it ran on, when it started and how long it took."""
+    m = re.search(r"^step: commit (\S+), started (\S+)", text, re.M)
+    took = re.search(r"^step: took (\d+) s", text, re.M)
+    if not m:
+        return ""
+    return f"Ran on commit {m[1]} from {m[2]}" + (f", {int(took[1]) // 60} min {int(took[1]) % 60} s." if took else ", unfinished.")
 
 
 def section(out: Path, name: str, heading: str, command: str, what: str) -> None:
@@ -129,6 +139,9 @@ def section(out: Path, name: str, heading: str, command: str, what: str) -> None
     if not p.exists():
         print("(not run)\n")
         return
+    ran = step(p.read_text())
+    if ran:
+        print(ran + "\n")
     print("```")
     print("\n".join(clean(p.read_text())).strip())
     print("```\n")
