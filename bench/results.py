@@ -213,6 +213,12 @@ def goals(out: Path) -> list[tuple[str, float | None, str, str, float, str, str]
 # would take, in docs/decisions.md (row pattern, its section's anchor).
 WHY = [
     (r"swap .*with decode", "the-swap-with-a-cpu-decoder"),
+    (r"^CPU per sample", "cpu-per-sample-daemon--client"),
+    (r"`LoaderSource` vs `loaderd bench`", "loadersource-against-loaderd-bench-warm"),
+    (r"^`external_source", "external_sourceloadersource-gds-against-dali-fed-from-ram"),
+    (r"`mkbmap`, cold", "mkbmap-at-1-281-167-files"),
+    (r"8 ranks' first batch", "8-ranks-first-batch-at-1-281-167-files"),
+    (r"`gds` vs fio's best|tensors, ram device, `gds` vs fio", "why-gds-stays-under-fios-best-on-the-ram-device"),
 ]
 
 
