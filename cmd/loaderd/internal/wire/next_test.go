@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -152,4 +154,31 @@ func BenchmarkNextFrame(b *testing.B) {
 			buf = AppendNextFrame(buf[:0], &r)
 		}
 	})
+}
+
+// TestAppendNextFrameKnowsEveryField: AppendNextFrame writes each field
+// of NextResponse by name; a field added to the type without it would be
+// left out of every stream frame with no error. Every field must appear
+// in a frame of nextCases (so TestAppendNextFrameIsReflective compares
+// it), and this list names those AppendNextFrame writes.
+func TestAppendNextFrameKnowsEveryField(t *testing.T) {
+	written := []string{"EndOfEpoch", "Epoch", "Iteration", "EpochBatches", "Slot", "Offsets", "Lengths", "Labels", "Indices",
+		"Failed", "Errors", "DType", "Shapes", "Error", "ErrorStatus", "ErrorCode", "Stopped"}
+	typ := reflect.TypeFor[NextResponse]()
+	var fields []string
+	for i := range typ.NumField() {
+		fields = append(fields, typ.Field(i).Name)
+	}
+	if !slices.Equal(fields, written) {
+		t.Fatalf("NextResponse's fields %v, AppendNextFrame writes %v: write the new field in next.go, then list it here", fields, written)
+	}
+	for _, name := range fields {
+		set := false
+		for _, r := range nextCases() {
+			set = set || !reflect.ValueOf(r).FieldByName(name).IsZero()
+		}
+		if !set {
+			t.Errorf("no frame of nextCases sets %s: the comparison with the reflective encoding never sees it", name)
+		}
+	}
 }
