@@ -123,13 +123,14 @@ type uringEngine struct {
 	qd    int
 	peak  atomic.Int64
 	trace *tracer
+	log   *slog.Logger // nil: nothing logged
 	wg    sync.WaitGroup
 }
 
 // ringSetup says how an engine sets up its ring.
 type ringSetup struct {
-	// buffers are registered once (batch memory): reads into them are
-	// READ_FIXED, with no page pinning per request (the A/B:
+	// buffers are registered (batch memory), each on its first read:
+	// reads into them are READ_FIXED, with no page pinning per request (the A/B:
 	// docs/decisions.md#io_uring-single-issuer-registered-buffers-no-registered-files). If the kernel refuses (a memlock limit), the engine reads
 	// without and says so through log.
 	buffers [][]byte
@@ -157,10 +158,18 @@ func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, erro
 			ready <- err
 			return
 		}
-		if err := r.RegisterBuffers(rs.buffers); err != nil && rs.log != nil {
+		// Registered lazily: a slot is pinned when the first read into it
+		// is issued, so open pins nothing and a session's pinned memory
+		// is the slots it has used. Kernels without sparse tables
+		// (before 5.19) pin the whole batch memory now.
+		err = r.DeferBuffers(rs.buffers)
+		if errors.Is(err, uring.ErrUnsupported) {
+			err = r.RegisterBuffers(rs.buffers)
+		}
+		if err != nil && rs.log != nil {
 			rs.log.Warn("raw: batch memory not registered with io_uring: requests pin their pages one by one", "err", err)
 		}
-		e.ring, e.qd = r, min(qd, int(r.Entries()))
+		e.ring, e.qd, e.log = r, min(qd, int(r.Entries())), rs.log
 		ready <- nil
 		e.loop()
 		r.Close()
@@ -219,6 +228,9 @@ func (e *uringEngine) loop() {
 			e.trace.read(op.off+int64(op.got), len(op.buf)-op.got)
 			e.ring.PrepRead(e.fd, op.buf[op.got:], uint64(op.off)+uint64(op.got), uint64(slot))
 			inflight++
+		}
+		if err := e.ring.TakeDeferErr(); err != nil && e.log != nil {
+			e.log.Warn("raw: a batch slot not registered with io_uring: its requests pin their pages one by one", "err", err)
 		}
 		if int64(inflight) > e.peak.Load() {
 			e.peak.Store(int64(inflight))
