@@ -79,7 +79,7 @@ func engineOptions() []backend.Option {
 		{Name: "engine", Kind: backend.Enum, Default: EngineAuto, Choices: []string{EngineAuto, EngineUring, EnginePread},
 			Doc: "auto: io_uring, else pread workers (Docker's default seccomp profile refuses io_uring)"},
 		{Name: "fixed_buffers", Kind: backend.Bool, Default: true,
-			Doc: "register the batch memory with io_uring once (READ_FIXED): its pages are pinned at open, all of them, instead of per request"},
+			Doc: "register the batch memory with io_uring (READ_FIXED), each slot once, at the first read into it: its pages stay pinned from then on instead of being pinned per request"},
 	}
 }
 
