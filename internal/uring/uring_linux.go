@@ -249,6 +249,16 @@ func (r *Ring) DeferBuffers(bufs [][]byte) error {
 	return nil
 }
 
+// PinDeferred registers every deferred buffer not registered yet (as
+// their first reads would); a refusal is kept for TakeDeferErr.
+func (r *Ring) PinDeferred() {
+	for i, b := range r.bufs {
+		if r.pinned != nil && !r.pinned[i] && len(b) > 0 {
+			r.pin(i)
+		}
+	}
+}
+
 // TakeDeferErr returns the first failed registration of a deferred
 // buffer since the last call, nil if none.
 func (r *Ring) TakeDeferErr() error {

@@ -57,6 +57,9 @@ func (g *opGroup) finish() {
 type engine interface {
 	name() string
 	submit(ops []*ioOp)
+	// pinAll registers now every batch slot not registered yet (nothing
+	// where the engine registers none) and returns once it has.
+	pinAll()
 	peakInflight() int64
 	close()
 }
@@ -120,6 +123,7 @@ type uringEngine struct {
 	fd    int
 	ring  *uring.Ring
 	in    chan []*ioOp
+	pins  chan chan struct{} // pinAll's requests to the ring's thread
 	qd    int
 	peak  atomic.Int64
 	trace *tracer
@@ -138,7 +142,7 @@ type ringSetup struct {
 }
 
 func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, error) {
-	e := &uringEngine{fd: fd, in: make(chan []*ioOp, 64), trace: trace}
+	e := &uringEngine{fd: fd, in: make(chan []*ioOp, 64), pins: make(chan chan struct{}), trace: trace}
 	// The ring is made, registered with, submitted to and reaped from one
 	// locked OS thread: what SINGLE_ISSUER requires.
 	ready := make(chan error, 1)
@@ -186,6 +190,23 @@ func (e *uringEngine) submit(ops []*ioOp)  { e.in <- ops }
 func (e *uringEngine) peakInflight() int64 { return e.peak.Load() }
 func (e *uringEngine) close()              { close(e.in); e.wg.Wait() }
 
+// pinAll asks the ring's thread (SINGLE_ISSUER: the only one that may
+// register) to register every deferred slot, and waits.
+func (e *uringEngine) pinAll() {
+	done := make(chan struct{})
+	e.pins <- done
+	<-done
+}
+
+// pinNow serves a pinAll request on the ring's thread.
+func (e *uringEngine) pinNow(done chan struct{}) {
+	e.ring.PinDeferred()
+	if err := e.ring.TakeDeferErr(); err != nil && e.log != nil {
+		e.log.Warn("raw: a batch slot not registered with io_uring: its requests pin their pages one by one", "err", err)
+	}
+	close(done)
+}
+
 func (e *uringEngine) loop() {
 	slots := make([]*ioOp, e.qd)
 	free := make([]int, 0, e.qd)
@@ -206,8 +227,12 @@ func (e *uringEngine) loop() {
 			if closed {
 				return
 			}
-			ops, ok := <-e.in
-			take(ops, ok)
+			select {
+			case ops, ok := <-e.in:
+				take(ops, ok)
+			case done := <-e.pins:
+				e.pinNow(done)
+			}
 			continue
 		}
 	drain:
@@ -215,6 +240,8 @@ func (e *uringEngine) loop() {
 			select {
 			case ops, ok := <-e.in:
 				take(ops, ok)
+			case done := <-e.pins:
+				e.pinNow(done)
 			default:
 				break drain
 			}
@@ -300,6 +327,7 @@ func newPreadEngine(fd, qd int, trace *tracer) *preadEngine {
 func (e *preadEngine) name() string        { return EnginePread }
 func (e *preadEngine) peakInflight() int64 { return e.peak.Load() }
 func (e *preadEngine) close()              { close(e.in); e.wg.Wait() }
+func (e *preadEngine) pinAll()             {}
 
 func (e *preadEngine) submit(ops []*ioOp) {
 	for _, op := range ops {
