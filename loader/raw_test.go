@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -525,5 +526,73 @@ func TestDefaultBackendIsFastestAllowed(t *testing.T) {
 				t.Errorf("backend %s (%q), want %s (%q)", got, why, tc.want, tc.wantWhy)
 			}
 		})
+	}
+}
+
+// A gds session registers its batch memory with io_uring slot by slot,
+// as the first read into each is issued: open pins nothing, the first
+// batch pins its own slot (and what the producer prefetched), and reads
+// into the lazily registered slots are byte-exact.
+func TestGDSPinsOnlyTheSlotsItUses(t *testing.T) {
+	fs := testfs.New(t, testfs.Options{Type: "ext4", SizeMB: 256, MkfsArgs: []string{"-b", "4096"}})
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < 48; i++ {
+		b := make([]byte, 1<<20+i*512)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		fs.WriteFile(t, fmt.Sprintf("train/c%d/%03d.jpg", i%4, i), b)
+	}
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := testenv.PinnedBytes(t)
+	const slots = 12
+	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4, RandomShuffle: true, Seed: 3},
+		Backend: "gds", PrefetchQueueDepth: 1, Slots: slots, BackendOptions: map[string]any{"engine": raw.EngineUring, "queue_depth": 8}})
+	if err != nil {
+		if strings.Contains(err.Error(), "io_uring") {
+			testenv.SkipPrivileged(t, "io_uring refused: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer l.Close()
+	slot := l.Memory().Desc().SlotSize
+	b, err := l.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, m, b)
+	// The batch's slot, the one prefetched and the one the producer may
+	// be filling: at most 3 of the 12.
+	if pinned := testenv.PinnedBytes(t) - before; pinned <= 0 || pinned > 3*slot {
+		t.Errorf("after the first batch %d KiB pinned, want (0, %d] (3 of %d slots of %d KiB)", pinned>>10, 3*slot>>10, slots, slot>>10)
+	}
+	b.Release()
+	got := len(b.Indices) + len(collectEpoch(t, l, m, true))
+	if got != len(m.Samples) {
+		t.Errorf("epoch: %d samples, want %d", got, len(m.Samples))
+	}
+	if st := l.Backend().Stats(); st.Counter("raw_samples") == 0 || st.Counter("errors") != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if pinned := testenv.PinnedBytes(t) - before; pinned > slots*slot {
+		t.Errorf("after an epoch %d KiB pinned, more than the %d slots of %d KiB", pinned>>10, slots, slot>>10)
+	}
+	// What loaderd bench asks before its clock: every slot registered.
+	l.Backend().(interface{ PinBuffers() }).PinBuffers()
+	if pinned := testenv.PinnedBytes(t) - before; pinned != slots*slot {
+		t.Errorf("after PinBuffers %d KiB pinned, want the %d slots of %d KiB", pinned>>10, slots, slot>>10)
+	}
+	l.Close()
+	// A ring's teardown, its buffers' unpinning with it, runs in the
+	// kernel's workqueue after close returns.
+	for wait := time.Now(); testenv.PinnedBytes(t) != before && time.Since(wait) < 10*time.Second; {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pinned := testenv.PinnedBytes(t) - before; pinned != 0 {
+		t.Errorf("10 s after close %d KiB still pinned", pinned>>10)
 	}
 }

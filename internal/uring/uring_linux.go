@@ -12,6 +12,7 @@ package uring
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -31,7 +32,10 @@ const (
 	setupSingleIssuer = 1 << 12 // IORING_SETUP_SINGLE_ISSUER
 	setupDeferTaskrun = 1 << 13 // IORING_SETUP_DEFER_TASKRUN
 
-	registerBuffers = 0 // IORING_REGISTER_BUFFERS
+	registerBuffers       = 0  // IORING_REGISTER_BUFFERS
+	registerBuffers2      = 15 // IORING_REGISTER_BUFFERS2 (Linux 5.13)
+	registerBuffersUpdate = 16 // IORING_REGISTER_BUFFERS_UPDATE (Linux 5.13)
+	rsrcRegisterSparse    = 1  // IORING_RSRC_REGISTER_SPARSE (Linux 5.19)
 
 	// MaxBuffer is the largest buffer the kernel registers (1 GiB);
 	// RegisterBuffers splits larger regions.
@@ -103,7 +107,28 @@ type Ring struct {
 	entries        uint32
 	pendingSubmit  uint32
 	localTail      uint32
-	bufs           [][]byte // registered buffers, by index
+	bufs           [][]byte // registered (or deferred) buffers, by index
+	// pinned says which of bufs are registered; nil: all of them
+	// (RegisterBuffers). DeferBuffers registers each on first use.
+	pinned []bool
+	// deferErr is the first failed registration of a deferred buffer,
+	// until TakeDeferErr; that buffer is read with plain READ.
+	deferErr error
+}
+
+// rsrcRegister is struct io_uring_rsrc_register.
+type rsrcRegister struct {
+	nr, flags uint32
+	resv2     uint64
+	data      uint64
+	tags      uint64
+}
+
+// rsrcUpdate2 is struct io_uring_rsrc_update2.
+type rsrcUpdate2 struct {
+	offset, resv uint32
+	data, tags   uint64
+	nr, resv2    uint32
 }
 
 // New sets up a ring with room for entries submissions.
@@ -179,16 +204,12 @@ func (r *Ring) SQSpace() uint32 {
 // buffer must live outside the Go heap and stay mapped until Close;
 // regions over MaxBuffer are split. Registering pins every page now.
 func (r *Ring) RegisterBuffers(bufs [][]byte) error {
-	var split [][]byte
-	for _, b := range bufs {
-		for len(b) > 0 {
-			n := min(len(b), MaxBuffer)
-			split = append(split, b[:n])
-			b = b[n:]
-		}
-	}
+	split := splitBuffers(bufs)
 	if len(split) == 0 {
 		return nil
+	}
+	if len(split) > 1<<14 {
+		return fmt.Errorf("uring: register %d buffers: more than the kernel's 16384", len(split))
 	}
 	iov := make([]unix.Iovec, len(split))
 	for i, b := range split {
@@ -200,6 +221,83 @@ func (r *Ring) RegisterBuffers(bufs [][]byte) error {
 	}
 	r.bufs = split
 	return nil
+}
+
+// DeferBuffers registers memory with the ring as RegisterBuffers does,
+// but pins nothing now: it sets up a sparse table with a place for each
+// buffer (regions over MaxBuffer split), and PrepRead registers (and so
+// pins) a buffer the first time a read targets it. A read into a buffer
+// whose registration failed is a plain READ; TakeDeferErr says why.
+// Kernels before 5.19 refuse a sparse table: the error wraps
+// ErrUnsupported, and RegisterBuffers still works there.
+func (r *Ring) DeferBuffers(bufs [][]byte) error {
+	split := splitBuffers(bufs)
+	if len(split) == 0 {
+		return nil
+	}
+	if len(split) > 1<<14 {
+		return fmt.Errorf("uring: defer %d buffers: more than the kernel's 16384", len(split))
+	}
+	reg := rsrcRegister{nr: uint32(len(split)), flags: rsrcRegisterSparse}
+	if err := r.register(registerBuffers2, unsafe.Pointer(&reg), int(unsafe.Sizeof(reg))); err != nil {
+		if err == unix.EINVAL || err == unix.ENOSYS {
+			return fmt.Errorf("uring: sparse table of %d buffers (Linux 5.19+): %w: %w", len(split), ErrUnsupported, err)
+		}
+		return fmt.Errorf("uring: sparse table of %d buffers: %w", len(split), err)
+	}
+	r.bufs, r.pinned = split, make([]bool, len(split))
+	return nil
+}
+
+// PinDeferred registers every deferred buffer not registered yet (as
+// their first reads would); a refusal is kept for TakeDeferErr.
+func (r *Ring) PinDeferred() {
+	for i, b := range r.bufs {
+		if r.pinned != nil && !r.pinned[i] && len(b) > 0 {
+			r.pin(i)
+		}
+	}
+}
+
+// TakeDeferErr returns the first failed registration of a deferred
+// buffer since the last call, nil if none.
+func (r *Ring) TakeDeferErr() error {
+	err := r.deferErr
+	r.deferErr = nil
+	return err
+}
+
+// pin registers deferred buffer i, pinning its pages; false when the
+// kernel refuses (the buffer is then never tried again).
+func (r *Ring) pin(i int) bool {
+	b := r.bufs[i]
+	iov := unix.Iovec{Base: &b[0]}
+	iov.SetLen(len(b))
+	up := rsrcUpdate2{offset: uint32(i), data: uint64(uintptr(unsafe.Pointer(&iov))), nr: 1}
+	err := r.register(registerBuffersUpdate, unsafe.Pointer(&up), int(unsafe.Sizeof(up)))
+	runtime.KeepAlive(&iov)
+	if err != nil {
+		if r.deferErr == nil {
+			r.deferErr = fmt.Errorf("uring: register buffer %d (%d bytes): %w", i, len(b), err)
+		}
+		r.bufs[i] = nil // never matched again: plain READ
+		return false
+	}
+	r.pinned[i] = true
+	return true
+}
+
+// splitBuffers splits regions over MaxBuffer, dropping empty ones.
+func splitBuffers(bufs [][]byte) [][]byte {
+	var split [][]byte
+	for _, b := range bufs {
+		for len(b) > 0 {
+			n := min(len(b), MaxBuffer)
+			split = append(split, b[:n])
+			b = b[n:]
+		}
+	}
+	return split
 }
 
 func (r *Ring) register(op uintptr, arg unsafe.Pointer, n int) error {
@@ -218,7 +316,9 @@ func (r *Ring) register(op uintptr, arg unsafe.Pointer, n int) error {
 // PrepRead queues a read of len(buf) bytes at off from fd into buf. buf
 // must not move until the completion arrives: it must live outside the Go
 // heap (mmap'd memory). A buf inside a registered buffer is read with
-// READ_FIXED. It returns false when the queue is full.
+// READ_FIXED; inside a deferred one (DeferBuffers) not registered yet,
+// that buffer is registered first. It returns false when the queue is
+// full.
 func (r *Ring) PrepRead(fd int, buf []byte, off uint64, userData uint64) bool {
 	if r.SQSpace() == 0 {
 		return false
@@ -229,9 +329,14 @@ func (r *Ring) PrepRead(fd int, buf []byte, off uint64, userData uint64) bool {
 	if len(buf) > 0 {
 		e.addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
 		for i, b := range r.bufs {
+			if len(b) == 0 { // a deferred buffer the kernel refused
+				continue
+			}
 			lo := uint64(uintptr(unsafe.Pointer(&b[0])))
 			if e.addr >= lo && e.addr+uint64(len(buf)) <= lo+uint64(len(b)) {
-				e.opcode, e.bufIndex = opReadFixed, uint16(i)
+				if r.pinned == nil || r.pinned[i] || r.pin(i) {
+					e.opcode, e.bufIndex = opReadFixed, uint16(i)
+				}
 				break
 			}
 		}

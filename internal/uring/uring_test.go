@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -98,15 +99,19 @@ func TestSetups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	base := testenv.PinnedBytes(t)
 	for _, tt := range []struct {
 		name       string
 		opts       Options
-		registered int // bytes at the start of the buffer registered (in two regions)
+		registered int  // bytes at the start of the buffer registered (in two regions)
+		deferred   bool // registered with DeferBuffers: pinned on first use
 	}{
-		{"plain", Options{}, 0},
-		{"single issuer", Options{SingleIssuer: true}, 0},
-		{"fixed buffers", Options{}, 3 << 20},
-		{"single issuer, fixed buffers", Options{SingleIssuer: true}, len(data)},
+		{"plain", Options{}, 0, false},
+		{"single issuer", Options{SingleIssuer: true}, 0, false},
+		{"fixed buffers", Options{}, 3 << 20, false},
+		{"single issuer, fixed buffers", Options{SingleIssuer: true}, len(data), false},
+		{"deferred buffers", Options{}, 3 << 20, true},
+		{"single issuer, deferred buffers", Options{SingleIssuer: true}, len(data), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			runtime.LockOSThread()
@@ -124,10 +129,25 @@ func TestSetups(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer unix.Munmap(buf)
+			// An earlier case's ring unpins its buffers in the kernel's
+			// workqueue, after its Close.
+			for wait := time.Now(); testenv.PinnedBytes(t) != base && time.Since(wait) < 5*time.Second; {
+				time.Sleep(10 * time.Millisecond)
+			}
+			pinned := testenv.PinnedBytes(t)
 			if tt.registered > 0 {
 				half := tt.registered / 2
-				if err := r.RegisterBuffers([][]byte{buf[:half], buf[half:tt.registered]}); err != nil {
+				register := r.RegisterBuffers
+				if tt.deferred {
+					register = r.DeferBuffers
+				}
+				if err := register([][]byte{buf[:half], buf[half:tt.registered]}); err != nil {
 					t.Fatal(err)
+				}
+			}
+			if tt.deferred {
+				if got := testenv.PinnedBytes(t) - pinned; got != 0 {
+					t.Errorf("deferred buffers: %d bytes pinned before any read", got)
 				}
 			}
 			const chunk = 64 << 10
@@ -157,6 +177,9 @@ func TestSetups(t *testing.T) {
 			}
 			if !bytes.Equal(buf, data) {
 				t.Error("bytes differ from the file's")
+			}
+			if got := testenv.PinnedBytes(t) - pinned; tt.registered > 0 && got != int64(tt.registered) {
+				t.Errorf("after the reads %d bytes pinned, want the %d registered", got, tt.registered)
 			}
 			if tt.registered > 0 && fixed == 0 {
 				t.Error("no read went through READ_FIXED")

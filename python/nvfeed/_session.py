@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import mmap
 import os
+import sys
 import time
 import warnings
 from typing import Any, Optional, cast
@@ -279,6 +280,7 @@ class Session(Transport):
             self._id = None
         self._conn.close()
         self._closed()
+        self._unmap_host()
         errors: list[CudaError] = []
         gpu, self._gpu = self._gpu, None
         fence, self._fence = self._fence, None
@@ -290,6 +292,23 @@ class Session(Transport):
                     errors.append(e)
         if errors:
             raise errors[0]
+
+    def _unmap_host(self) -> None:
+        """Unmaps host batch memory now unless anything else still
+        references the mapping (a batch handed out, an array over it:
+        numpy holds the mapping, not a buffer export, so ``mmap.close``
+        would not refuse): the session's pages go back at close, not when
+        this object is collected, which may be in the middle of the next
+        source's open. Else the last reference unmaps it."""
+        mm, self._mm = self._mm, None
+        self._buf = np.empty(0, dtype=np.uint8)
+        self._mapped = Mapped(None, self._buf, self._mapped.gpu, self._dali)
+        # 2: mm and getrefcount's argument
+        if mm is not None and sys.getrefcount(mm) == 2:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a buffer export (memoryview) holds it
 
     def _closed(self) -> None:
         """What a subclass forgets at close (before GPU memory is unmapped)."""

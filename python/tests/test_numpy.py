@@ -136,6 +136,31 @@ def test_dense_batch_is_one_view(dataset: Dataset, nds: NumpyDatasets, backend: 
                 np.testing.assert_array_equal(b[i], want[4 * k + i])
 
 
+def _mapped_batch_memory() -> int:
+    """How many mappings of batch memory (the daemon's memfd) this process holds."""
+    with open("/proc/self/maps") as f:
+        return sum("nvfeed-batches" in line for line in f)
+
+
+def test_close_unmaps_unless_a_batch_is_held(nds: NumpyDatasets) -> None:
+    """A closed source's batch memory goes back at close, not when the
+    source object is collected (which may be during the next source's
+    open); a batch handed out keeps it mapped and readable."""
+    want = [np.load(f) for f in nds.files["dense"]]
+    before = _mapped_batch_memory()
+    src = LoaderSource("dense", socket=nds.daemon.socket, batch_size=4)
+    assert _mapped_batch_memory() == before + 1
+    src.close()
+    assert _mapped_batch_memory() == before, "closed, nothing held: still mapped"
+    with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4) as held_src:
+        held = next(iter(held_src))
+    assert _mapped_batch_memory() == before + 1, "a held batch's memory was unmapped"
+    for i in range(4):
+        np.testing.assert_array_equal(held[i], want[i])
+    del held
+    assert _mapped_batch_memory() == before
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ragged_batch_is_a_list_of_views(dataset: Dataset, nds: NumpyDatasets, backend: str) -> None:
     need_raw(dataset, backend)

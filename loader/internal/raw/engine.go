@@ -57,6 +57,9 @@ func (g *opGroup) finish() {
 type engine interface {
 	name() string
 	submit(ops []*ioOp)
+	// pinAll registers now every batch slot not registered yet (nothing
+	// where the engine registers none) and returns once it has.
+	pinAll()
 	peakInflight() int64
 	close()
 }
@@ -120,16 +123,18 @@ type uringEngine struct {
 	fd    int
 	ring  *uring.Ring
 	in    chan []*ioOp
+	pins  chan chan struct{} // pinAll's requests to the ring's thread
 	qd    int
 	peak  atomic.Int64
 	trace *tracer
+	log   *slog.Logger // nil: nothing logged
 	wg    sync.WaitGroup
 }
 
 // ringSetup says how an engine sets up its ring.
 type ringSetup struct {
-	// buffers are registered once (batch memory): reads into them are
-	// READ_FIXED, with no page pinning per request (the A/B:
+	// buffers are registered (batch memory), each on its first read:
+	// reads into them are READ_FIXED, with no page pinning per request (the A/B:
 	// docs/decisions.md#io_uring-single-issuer-registered-buffers-no-registered-files). If the kernel refuses (a memlock limit), the engine reads
 	// without and says so through log.
 	buffers [][]byte
@@ -137,7 +142,7 @@ type ringSetup struct {
 }
 
 func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, error) {
-	e := &uringEngine{fd: fd, in: make(chan []*ioOp, 64), trace: trace}
+	e := &uringEngine{fd: fd, in: make(chan []*ioOp, 64), pins: make(chan chan struct{}), trace: trace}
 	// The ring is made, registered with, submitted to and reaped from one
 	// locked OS thread: what SINGLE_ISSUER requires.
 	ready := make(chan error, 1)
@@ -157,10 +162,18 @@ func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, erro
 			ready <- err
 			return
 		}
-		if err := r.RegisterBuffers(rs.buffers); err != nil && rs.log != nil {
+		// Registered lazily: a slot is pinned when the first read into it
+		// is issued, so open pins nothing and a session's pinned memory
+		// is the slots it has used. Kernels without sparse tables
+		// (before 5.19) pin the whole batch memory now.
+		err = r.DeferBuffers(rs.buffers)
+		if errors.Is(err, uring.ErrUnsupported) {
+			err = r.RegisterBuffers(rs.buffers)
+		}
+		if err != nil && rs.log != nil {
 			rs.log.Warn("raw: batch memory not registered with io_uring: requests pin their pages one by one", "err", err)
 		}
-		e.ring, e.qd = r, min(qd, int(r.Entries()))
+		e.ring, e.qd, e.log = r, min(qd, int(r.Entries())), rs.log
 		ready <- nil
 		e.loop()
 		r.Close()
@@ -176,6 +189,23 @@ func (e *uringEngine) name() string        { return EngineUring }
 func (e *uringEngine) submit(ops []*ioOp)  { e.in <- ops }
 func (e *uringEngine) peakInflight() int64 { return e.peak.Load() }
 func (e *uringEngine) close()              { close(e.in); e.wg.Wait() }
+
+// pinAll asks the ring's thread (SINGLE_ISSUER: the only one that may
+// register) to register every deferred slot, and waits.
+func (e *uringEngine) pinAll() {
+	done := make(chan struct{})
+	e.pins <- done
+	<-done
+}
+
+// pinNow serves a pinAll request on the ring's thread.
+func (e *uringEngine) pinNow(done chan struct{}) {
+	e.ring.PinDeferred()
+	if err := e.ring.TakeDeferErr(); err != nil && e.log != nil {
+		e.log.Warn("raw: a batch slot not registered with io_uring: its requests pin their pages one by one", "err", err)
+	}
+	close(done)
+}
 
 func (e *uringEngine) loop() {
 	slots := make([]*ioOp, e.qd)
@@ -197,8 +227,12 @@ func (e *uringEngine) loop() {
 			if closed {
 				return
 			}
-			ops, ok := <-e.in
-			take(ops, ok)
+			select {
+			case ops, ok := <-e.in:
+				take(ops, ok)
+			case done := <-e.pins:
+				e.pinNow(done)
+			}
 			continue
 		}
 	drain:
@@ -206,6 +240,8 @@ func (e *uringEngine) loop() {
 			select {
 			case ops, ok := <-e.in:
 				take(ops, ok)
+			case done := <-e.pins:
+				e.pinNow(done)
 			default:
 				break drain
 			}
@@ -219,6 +255,9 @@ func (e *uringEngine) loop() {
 			e.trace.read(op.off+int64(op.got), len(op.buf)-op.got)
 			e.ring.PrepRead(e.fd, op.buf[op.got:], uint64(op.off)+uint64(op.got), uint64(slot))
 			inflight++
+		}
+		if err := e.ring.TakeDeferErr(); err != nil && e.log != nil {
+			e.log.Warn("raw: a batch slot not registered with io_uring: its requests pin their pages one by one", "err", err)
 		}
 		if int64(inflight) > e.peak.Load() {
 			e.peak.Store(int64(inflight))
@@ -288,6 +327,7 @@ func newPreadEngine(fd, qd int, trace *tracer) *preadEngine {
 func (e *preadEngine) name() string        { return EnginePread }
 func (e *preadEngine) peakInflight() int64 { return e.peak.Load() }
 func (e *preadEngine) close()              { close(e.in); e.wg.Wait() }
+func (e *preadEngine) pinAll()             {}
 
 func (e *preadEngine) submit(ops []*ioOp) {
 	for _, op := range ops {
