@@ -218,7 +218,9 @@ WHY = [
     (r"^`external_source", "external_sourceloadersource-gds-against-dali-fed-from-ram"),
     (r"`mkbmap`, cold", "mkbmap-at-1-281-167-files"),
     (r"8 ranks' first batch", "8-ranks-first-batch-at-1-281-167-files"),
-    (r"`gds` vs fio's best|tensors, ram device, `gds` vs fio", "why-gds-stays-under-fios-best-on-the-ram-device"),
+    (r"`gds` vs fio's best on the same bytes", "why-gds-stays-under-fios-best-on-the-ram-device"),
+    (r"256 KiB tensors", "256-kib-tensors-gds-against-fios-best-ram-device"),
+    (r"^session open, gds", "batch-slots-registered-on-first-use"),
 ]
 
 
