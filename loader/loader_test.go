@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -312,6 +313,47 @@ func TestSlotBytes(t *testing.T) {
 		if got := SlotBytes(m, tt.bs); got != tt.want {
 			t.Errorf("batch %d: %d, want %d", tt.bs, got, tt.want)
 		}
+	}
+}
+
+// TestSlotSizesKept: a SlotSizes gives SlotBytes, worked out at the
+// first plan of a batch size and kept for the next (at most maxSlotSizes
+// batch sizes), for one map at a time; plans made at once agree.
+func TestSlotSizesKept(t *testing.T) {
+	m := &bmap.Map{Samples: []bmap.Sample{{Size: 1}, {Size: 5000}, {Size: 4096}, {Size: 0}, {Size: 9000}}}
+	other := &bmap.Map{Samples: []bmap.Sample{{Size: 70000}}}
+	var s SlotSizes
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for batch := 1; batch <= 2*maxSlotSizes; batch++ {
+				if got, want := s.slotBytes(m, batch), SlotBytes(m, batch); got != want {
+					t.Errorf("batch %d: %d, SlotBytes %d", batch, got, want)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(s.by) != maxSlotSizes {
+		t.Errorf("%d batch sizes kept, at most %d", len(s.by), maxSlotSizes)
+	}
+	if got, want := s.slotBytes(other, 3), SlotBytes(other, 3); got != want || len(s.by) != 1 {
+		t.Errorf("another map: %d (%d kept), want SlotBytes %d, the first map's let go", got, len(s.by), want)
+	}
+	var none *SlotSizes
+	if got, want := none.slotBytes(m, 2), SlotBytes(m, 2); got != want {
+		t.Errorf("nil SlotSizes: %d, want %d", got, want)
+	}
+	// A plan given it takes its slot size from it.
+	o := Options{ReaderArgs: ReaderArgs{BatchSize: 2}, SlotSizes: &s}
+	p, err := NewPlan(m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := SlotBytes(m, 2); p.SlotSize != want || s.by[2] != want {
+		t.Errorf("plan slot size %d (kept %d), want %d", p.SlotSize, s.by[2], want)
 	}
 }
 

@@ -94,6 +94,12 @@ type Options struct {
 	// loaders given the same *Replays (the daemon: one per uid); nil: no
 	// bound.
 	Replays *Replays
+	// SlotSizes keeps the slot size NewPlan works out for a batch size
+	// (SlotBytes: a pass over every sample of the map) for the plans given
+	// the same *SlotSizes over the same map (the daemon: one per dataset,
+	// so the ranks of a job opening together pay for it once); nil: each
+	// plan works it out.
+	SlotSizes *SlotSizes
 	// Access, when set, is asked before each batch's reads which of its
 	// samples (indices into the map) may be read: it returns those that
 	// must not be, each failing (a *backend.SampleError: with SkipErrors,

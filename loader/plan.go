@@ -4,6 +4,7 @@ package loader
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader/backend"
@@ -206,7 +207,7 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	case p.SlotSize == 0 && o.WebDataset != nil:
 		p.SlotSize = o.WebDataset.SlotBytes(o.BatchSize)
 	case p.SlotSize == 0:
-		p.SlotSize = SlotBytes(m, o.BatchSize)
+		p.SlotSize = o.SlotSizes.slotBytes(m, o.BatchSize)
 	}
 	ways, _ := o.gpuWays() // Validate checked them
 	ways = autoBackends(m, o, ways)
@@ -328,4 +329,42 @@ func denseRowOf(m *bmap.Map, d batchmem.Desc, batchSize int) int64 {
 		return 0
 	}
 	return row
+}
+
+// maxSlotSizes bounds the batch sizes a SlotSizes keeps: past it, a plan
+// works out its own.
+const maxSlotSizes = 64
+
+// SlotSizes keeps SlotBytes of one map by batch size, for the plans
+// given it (Options.SlotSizes): the first plan of a batch size works it
+// out while the others wait. It keeps at most maxSlotSizes batch sizes,
+// for the last map asked about. Its zero value is ready; it is safe for
+// concurrent use.
+type SlotSizes struct {
+	mu sync.Mutex
+	m  *bmap.Map
+	by map[int]int64
+}
+
+// slotBytes returns SlotBytes(m, batch), kept by s (s nil: worked out).
+func (s *SlotSizes) slotBytes(m *bmap.Map, batch int) int64 {
+	if s == nil {
+		return SlotBytes(m, batch)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m != m {
+		s.m, s.by = m, nil
+	}
+	if n, ok := s.by[batch]; ok {
+		return n
+	}
+	n := SlotBytes(m, batch)
+	if s.by == nil {
+		s.by = map[int]int64{}
+	}
+	if len(s.by) < maxSlotSizes {
+		s.by[batch] = n
+	}
+	return n
 }

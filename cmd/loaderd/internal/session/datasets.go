@@ -53,10 +53,9 @@ type dataset struct {
 	// files: the samples by path, for opens naming files (files.go).
 	files fileIndex
 
-	// slotMu guards slotSizes: loader.SlotBytes of m by batch size, for
-	// opens that leave the slot size to the loader (slotBytes).
-	slotMu    sync.Mutex
-	slotSizes map[int]int64
+	// slotSizes keeps the slot sizes the loader works out for m by batch
+	// size (loader.Options.SlotSizes).
+	slotSizes loader.SlotSizes
 
 	users   int  // under Manager.mu: sessions open or opening on it
 	retired bool // under Manager.mu: out of the table; its guard closes with its last user
@@ -489,29 +488,4 @@ func (m *Manager) closeRetired(d *dataset) {
 	if err := d.close(); err != nil {
 		m.log.Warn("session: closing a replaced dataset's watch", "dataset", d.name, "err", err)
 	}
-}
-
-// maxSlotSizes bounds the batch sizes whose slot size a dataset keeps
-// (slotBytes): past it, an open computes its own.
-const maxSlotSizes = 64
-
-// slotBytes returns loader.SlotBytes(d.m, batch), the slot size the loader
-// gives an open that names none: a pass over every sample (123 MB of
-// samples at ImageNet scale), made once per batch size and kept, so the
-// ranks of a job opening together pay for it once. The first open of a
-// batch size computes it while the others wait.
-func (d *dataset) slotBytes(batch int) int64 {
-	d.slotMu.Lock()
-	defer d.slotMu.Unlock()
-	if n, ok := d.slotSizes[batch]; ok {
-		return n
-	}
-	n := loader.SlotBytes(d.m, batch)
-	if d.slotSizes == nil {
-		d.slotSizes = map[int]int64{}
-	}
-	if len(d.slotSizes) < maxSlotSizes {
-		d.slotSizes[batch] = n
-	}
-	return n
 }

@@ -3,14 +3,12 @@
 package session
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -161,55 +159,5 @@ func TestAddedByTheMapsFilter(t *testing.T) {
 	writeNpy(t, root, []npyFile{{path: "case_3_x.npy", dtype: npy.Float32, shape: []int64{4}}})
 	if got := added(); got["x"] != 1 || got["y"] != 0 {
 		t.Errorf("one new image: added %v, want x 1, y 0", got)
-	}
-}
-
-// TestSlotBytesKept: the slot size an open leaves to the loader is
-// loader.SlotBytes of the dataset, computed at the first open of a batch
-// size and kept for the next (at most maxSlotSizes batch sizes).
-func TestSlotBytesKept(t *testing.T) {
-	ds := tree(t)
-	for i, n := range []int64{100, 5000, 9000, 20000, 70000} {
-		p := fmt.Sprintf("%s/s%d.jpg", ds.Classes[i%2], i)
-		if err := os.WriteFile(filepath.Join(ds.Root, p), make([]byte, n), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		ds.Samples = append(ds.Samples, bmap.Sample{Path: p, Label: int32(i % 2), Size: n})
-	}
-	slices.SortStableFunc(ds.Samples, func(a, b bmap.Sample) int { return cmp.Compare(a.Label, b.Label) })
-	asRoot(t)
-	searchable(t, ds.Root)
-	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}})
-	defer m.Stop()
-	d, err := m.acquire("d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.release(d)
-	for _, batch := range []int{1, 2, 3, 7} {
-		o, err := m.Open(Caller{UID: os.Getuid(), GID: os.Getgid()}, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: batch, NumShards: 1}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Close(Caller{UID: os.Getuid(), GID: os.Getgid()}, o.ID); err != nil {
-			t.Fatal(err)
-		}
-		d.slotMu.Lock()
-		kept, ok := d.slotSizes[batch]
-		d.slotMu.Unlock()
-		if want := loader.SlotBytes(ds, batch); !ok || kept != want {
-			t.Errorf("batch %d: kept slot size %d (%v), loader.SlotBytes %d", batch, kept, ok, want)
-		}
-		if got, want := d.slotBytes(batch), loader.SlotBytes(ds, batch); got != want {
-			t.Errorf("batch %d: slotBytes %d, loader.SlotBytes %d", batch, got, want)
-		}
-	}
-	for batch := 1; batch <= 2*maxSlotSizes; batch++ {
-		if got, want := d.slotBytes(batch), loader.SlotBytes(ds, batch); got != want {
-			t.Fatalf("batch %d: slotBytes %d, loader.SlotBytes %d", batch, got, want)
-		}
-	}
-	if len(d.slotSizes) != maxSlotSizes {
-		t.Errorf("%d batch sizes kept, at most %d", len(d.slotSizes), maxSlotSizes)
 	}
 }

@@ -352,9 +352,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	lo.Access = newLazyAccess(p.Dataset, ds, d.guard, credOf(c)) // access.go
 	lo.Files = files
 	lo.WebDataset = wd
-	if lo.SlotSize == 0 && lo.ROI == nil && wd == nil && lo.BatchSize > 0 && ds == d.m {
-		lo.SlotSize = d.slotBytes(lo.BatchSize) // what NewPlan would compute, once per batch size
-	}
+	lo.SlotSizes = &d.slotSizes // the slot size of a batch size, worked out once per dataset
 	plan, err := loader.NewPlan(ds, lo)
 	if err != nil {
 		return Opened{}, loaderError(p.Dataset, ds, err)
