@@ -32,8 +32,14 @@ import (
 func rawDataset(t *testing.T, fs *testfs.FS) *bmap.Map {
 	testfs.Populate(t, fs, "train", 3)
 	rng := rand.New(rand.NewPCG(4, 4))
-	for i := 0; i < 150; i++ {
-		b := make([]byte, int(rng.ExpFloat64()*30_000))
+	return randomFiles(t, fs, rng, 150, func(int) int { return int(rng.ExpFloat64() * 30_000) })
+}
+
+// randomFiles writes n files of random bytes, file i of size(i) bytes,
+// in 4 class folders under train/ on fs, and maps train/.
+func randomFiles(t *testing.T, fs *testfs.FS, rng *rand.Rand, n int, size func(i int) int) *bmap.Map {
+	for i := 0; i < n; i++ {
+		b := make([]byte, size(i))
 		for j := range b {
 			b[j] = byte(rng.Uint32())
 		}
@@ -535,19 +541,7 @@ func TestDefaultBackendIsFastestAllowed(t *testing.T) {
 // into the lazily registered slots are byte-exact.
 func TestGDSPinsOnlyTheSlotsItUses(t *testing.T) {
 	fs := testfs.New(t, testfs.Options{Type: "ext4", SizeMB: 256, MkfsArgs: []string{"-b", "4096"}})
-	rng := rand.New(rand.NewPCG(7, 7))
-	for i := 0; i < 48; i++ {
-		b := make([]byte, 1<<20+i*512)
-		for j := range b {
-			b[j] = byte(rng.Uint32())
-		}
-		fs.WriteFile(t, fmt.Sprintf("train/c%d/%03d.jpg", i%4, i), b)
-	}
-	fs.Sync(t)
-	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := randomFiles(t, fs, rand.New(rand.NewPCG(7, 7)), 48, func(i int) int { return 1<<20 + i*512 })
 	before := testenv.PinnedBytes(t)
 	const slots = 12
 	l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 4, RandomShuffle: true, Seed: 3},
