@@ -99,24 +99,84 @@ func TestAttackBlocksMovedAway(t *testing.T) {
 	}
 	sock := daemon(t, m)
 
-	// (a) and (b), as the owner.
-	var held int
+	// The owner opens the sample read-write and makes the donor before
+	// root fills the filesystem: the attack itself then needs no block.
+	held, donor := -1, -1
+	t.Cleanup(func() { unix.Close(held); unix.Close(donor) })
 	onThreadAs(t, ownerID, ownerID, func() error {
 		fd, err := unix.Open(a.fs.Path("data/c0/moved.jpg"), unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open the sample read-write: %w", err)
 		}
 		held = fd
-		donor, err := unix.Open(home+"/donor", unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return err
+		if donor, err = unix.Open(home+"/donor", unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600); err != nil {
+			return fmt.Errorf("create the donor: %w", err)
 		}
-		defer unix.Close(donor)
 		if err := unix.Fallocate(donor, 0, 0, size); err != nil {
 			return fmt.Errorf("fallocate the donor: %w", err)
 		}
+		return nil
+	})
+
+	// Root's file takes every free block twice: before the attack, so
+	// that its extent tree's block is allocated while the samples still
+	// hold theirs (a tree block allocated after the attack can land on a
+	// freed block, which FIEMAP does not list and no write can take), and
+	// after it, when the only free blocks are the ones the owner freed.
+	// ext4's reserve for metadata is set to none first, so that root's
+	// file can take it all.
+	must(t, os.WriteFile("/sys/fs/ext4/"+filepath.Base(a.fs.Dev)+"/reserved_clusters", []byte("0"), 0))
+	secretPath := a.fs.Path("vault/secret")
+	f, err := os.OpenFile(secretPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	must(t, err)
+	t.Cleanup(func() { f.Close() })
+	fillAll := func() {
+		// Until no block is left: 1 MiB writes, then 4 KiB ones after each
+		// sync (delayed allocation's reservations give ENOSPC early, and
+		// blocks freed by a transaction come back only once it commits),
+		// until the filesystem has no free block or two rounds in a row
+		// write nothing.
+		fill := func(n int) int {
+			chunk := bytes.Repeat(secret, n/len(secret))
+			wrote := 0
+			for {
+				if _, err := f.Write(chunk); err != nil {
+					if !errors.Is(err, unix.ENOSPC) {
+						t.Fatal(err)
+					}
+					break
+				}
+				wrote++
+			}
+			f.Sync() // ENOSPC again, perhaps: what was written is on the device
+			a.fs.Sync(t)
+			return wrote
+		}
+		fill(1 << 20)
+		for idle := 0; idle < 2; {
+			if fill(4096) > 0 {
+				idle = 0
+				continue
+			}
+			var st unix.Statfs_t
+			if err := unix.Statfs(a.fs.Dir, &st); err == nil && st.Bfree == 0 {
+				break
+			}
+			idle++
+		}
+	}
+	fillAll()
+	var mp extentinfo.Mapper
+	exts, err := mp.Extents(f)
+	must(t, err)
+	if len(exts) <= 4 { // ext4 keeps up to 4 extents in the inode, more in a tree block
+		t.Fatalf("root's file has %d extents, so no extent tree block yet: the test cannot tell where its next one goes", len(exts))
+	}
+
+	// (a) and (b), as the owner.
+	onThreadAs(t, ownerID, ownerID, func() error {
 		me := moveExtent{donorFd: uint32(donor), len: size / 4096}
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(ext4IocMoveExt), uintptr(unsafe.Pointer(&me))); e != 0 {
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(held), uintptr(ext4IocMoveExt), uintptr(unsafe.Pointer(&me))); e != 0 {
 			return fmt.Errorf("EXT4_IOC_MOVE_EXT: %w", e)
 		}
 		if me.movedLen != size/4096 {
@@ -130,53 +190,13 @@ func TestAttackBlocksMovedAway(t *testing.T) {
 		}
 		return unix.Truncate(home+"/x", 0)
 	})
-	t.Cleanup(func() { unix.Close(held) })
 	a.fs.Sync(t) // the freed blocks are reusable once the journal commits
-
-	// Root's file takes the free space, the freed blocks among it (ext4's
-	// reserve for metadata set to none first, so that it can take it all).
-	must(t, os.WriteFile("/sys/fs/ext4/"+filepath.Base(a.fs.Dev)+"/reserved_clusters", []byte("0"), 0))
-	secretPath := a.fs.Path("vault/secret")
-	f, err := os.OpenFile(secretPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	must(t, err)
-	// Until no block is left: 1 MiB writes, then 4 KiB ones after each
-	// sync (delayed allocation's reservations give ENOSPC early, and blocks
-	// freed by a transaction come back only once it commits), until the
-	// filesystem has no free block or two rounds in a row write nothing.
-	fill := func(n int) int {
-		chunk := bytes.Repeat(secret, n/len(secret))
-		wrote := 0
-		for {
-			if _, err := f.Write(chunk); err != nil {
-				if !errors.Is(err, unix.ENOSPC) {
-					t.Fatal(err)
-				}
-				break
-			}
-			wrote++
-		}
-		f.Sync() // ENOSPC again, perhaps: what was written is on the device
-		a.fs.Sync(t)
-		return wrote
-	}
-	fill(1 << 20)
-	for idle := 0; idle < 2; {
-		if fill(4096) > 0 {
-			idle = 0
-			continue
-		}
-		var st unix.Statfs_t
-		if err := unix.Statfs(a.fs.Dir, &st); err == nil && st.Bfree == 0 {
-			break
-		}
-		idle++
-	}
-	f.Close()
+	fillAll()
+	must(t, f.Close())
 	a.fs.Sync(t)
 	sf, err := os.Open(secretPath)
 	must(t, err)
-	var mp extentinfo.Mapper
-	exts, err := mp.Extents(sf)
+	exts, err = mp.Extents(sf)
 	sf.Close()
 	must(t, err)
 	for rel, s := range mapped {
