@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import mmap
 import os
-import sys
 import time
 import warnings
 from typing import Any, Optional, cast
@@ -21,7 +20,7 @@ from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
 from ._errors import DaemonGoneError, LoaderError, NotFoundError, error_for
 from ._http import UnixHTTPConnection, call
-from ._memory import map_host, receive
+from ._memory import map_host, receive, unmap_unless_viewed
 from ._options import SourceOptions
 from ._transport import Transport
 from ._upgrade import UpgradeError
@@ -240,26 +239,6 @@ class Session(Transport):
         """Batches in the current epoch for this shard."""
         return self._epoch_batches
 
-    def state(self) -> State:
-        """The position of the next batch this source will produce; pass it
-        as ``state=`` to resume the iterator form. Under DALI that is ahead of
-        the training loop by the batches DALI prefetched
-        (``prefetch_queue_depth``): resuming from it skips them. For exact
-        resume under DALI use ``source=src.batch, batch_info=True`` with
-        ``enable_checkpointing=True`` and ``pipe.checkpoint()``.
-
-        Returns
-        -------
-        State
-            The sampling and the position, for ``LoaderSource(state=...)``.
-        """
-        st = cast(State, self._call("GET", f"/v1/sessions/{self._id}/state"))
-        if self._stream is not None and self._expect is not None:
-            # The daemon has read ahead into the stream: the source's own
-            # position is the stream's next frame.
-            st["epoch"], st["batch"] = self._expect
-        return st
-
     def close(self) -> None:
         """Ends the session. Batches handed out stay readable: GPU memory is
         unmapped now when no ``CudaArray`` of it lives, else when the last
@@ -294,21 +273,11 @@ class Session(Transport):
             raise errors[0]
 
     def _unmap_host(self) -> None:
-        """Unmaps host batch memory now unless anything else still
-        references the mapping (a batch handed out, an array over it:
-        numpy holds the mapping, not a buffer export, so ``mmap.close``
-        would not refuse): the session's pages go back at close, not when
-        this object is collected, which may be in the middle of the next
-        source's open. Else the last reference unmaps it."""
+        """Unmaps host batch memory at close unless a batch views it."""
         mm, self._mm = self._mm, None
         self._buf = np.empty(0, dtype=np.uint8)
         self._mapped = Mapped(None, self._buf, self._mapped.gpu, self._dali)
-        # 2: mm and getrefcount's argument
-        if mm is not None and sys.getrefcount(mm) == 2:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a buffer export (memoryview) holds it
+        unmap_unless_viewed(mm)
 
     def _closed(self) -> None:
         """What a subclass forgets at close (before GPU memory is unmapped)."""

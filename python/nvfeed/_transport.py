@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """How a session asks for its next batch descriptor: a request over HTTP
 per batch, or the stream the daemon pushes descriptors on (releases going
-back without a reply), opened, moved and dropped here."""
+back without a reply), opened, moved and dropped here; and the session's
+position, which the stream's read-ahead moves."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Optional, cast
 from ._fence import ReleaseFence
 from ._errors import DaemonGoneError, error_for
 from ._stream import Stream, StreamError
-from ._wire import NextRequest, NextResponse
+from ._wire import NextRequest, NextResponse, State
 
 
 class Transport:
@@ -30,6 +31,26 @@ class Transport:
 
     def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
         raise NotImplementedError
+
+    def state(self) -> State:
+        """The position of the next batch this source will produce; pass it
+        as ``state=`` to resume the iterator form. Under DALI that is ahead of
+        the training loop by the batches DALI prefetched
+        (``prefetch_queue_depth``): resuming from it skips them. For exact
+        resume under DALI use ``source=src.batch, batch_info=True`` with
+        ``enable_checkpointing=True`` and ``pipe.checkpoint()``.
+
+        Returns
+        -------
+        State
+            The sampling and the position, for ``LoaderSource(state=...)``.
+        """
+        st = cast(State, self._call("GET", f"/v1/sessions/{self._id}/state"))
+        if self._stream is not None and self._expect is not None:
+            # The daemon has read ahead into the stream: the source's own
+            # position is the stream's next frame.
+            st["epoch"], st["batch"] = self._expect
+        return st
 
     def _next(self, release: list[int], at: Optional[tuple[int, int]]) -> NextResponse:
         """The next descriptor, by the source's transport."""
