@@ -220,7 +220,7 @@ WHY = [
     (r"8 ranks' first batch", "8-ranks-first-batch-at-1-281-167-files"),
     (r"`gds` vs fio's best on the same bytes", "why-gds-stays-under-fios-best-on-the-ram-device"),
     (r"256 KiB tensors", "256-kib-tensors-gds-against-fios-best-ram-device"),
-    (r"^session open, gds", "batch-slots-registered-on-first-use"),
+    (r"^session open, gds", "batch-slots-registered-off-the-open"),
 ]
 
 

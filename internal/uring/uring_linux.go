@@ -259,6 +259,19 @@ func (r *Ring) PinDeferred() {
 	}
 }
 
+// PinNextDeferred registers the first deferred buffer not registered
+// yet, as its first read would (a refusal kept for TakeDeferErr); false
+// when none was left.
+func (r *Ring) PinNextDeferred() bool {
+	for i, b := range r.bufs {
+		if r.pinned != nil && !r.pinned[i] && len(b) > 0 {
+			r.pin(i)
+			return true
+		}
+	}
+	return false
+}
+
 // TakeDeferErr returns the first failed registration of a deferred
 // buffer since the last call, nil if none.
 func (r *Ring) TakeDeferErr() error {

@@ -201,10 +201,16 @@ func (e *uringEngine) pinAll() {
 // pinNow serves a pinAll request on the ring's thread.
 func (e *uringEngine) pinNow(done chan struct{}) {
 	e.ring.PinDeferred()
+	e.logDeferErr()
+	close(done)
+}
+
+// logDeferErr logs a slot's failed registration, if one failed since the
+// last call (on the ring's thread).
+func (e *uringEngine) logDeferErr() {
 	if err := e.ring.TakeDeferErr(); err != nil && e.log != nil {
 		e.log.Warn("raw: a batch slot not registered with io_uring: its requests pin their pages one by one", "err", err)
 	}
-	close(done)
 }
 
 func (e *uringEngine) loop() {
@@ -214,7 +220,7 @@ func (e *uringEngine) loop() {
 		free = append(free, i)
 	}
 	var pending []*ioOp
-	inflight, closed := 0, false
+	inflight, closed, idlePinned := 0, false, false
 	take := func(ops []*ioOp, ok bool) {
 		if !ok {
 			closed = true
@@ -226,6 +232,22 @@ func (e *uringEngine) loop() {
 		if inflight == 0 && len(pending) == 0 {
 			if closed {
 				return
+			}
+			if !idlePinned {
+				// Idle (after open, or between batches): register the next
+				// slot not registered yet, unless work came. An open then
+				// returns before any slot is pinned, and the slots are
+				// pinned by the time reads come, not by the first reads.
+				select {
+				case ops, ok := <-e.in:
+					take(ops, ok)
+				case done := <-e.pins:
+					e.pinNow(done)
+				default:
+					idlePinned = !e.ring.PinNextDeferred()
+					e.logDeferErr()
+				}
+				continue
 			}
 			select {
 			case ops, ok := <-e.in:
@@ -256,9 +278,7 @@ func (e *uringEngine) loop() {
 			e.ring.PrepRead(e.fd, op.buf[op.got:], uint64(op.off)+uint64(op.got), uint64(slot))
 			inflight++
 		}
-		if err := e.ring.TakeDeferErr(); err != nil && e.log != nil {
-			e.log.Warn("raw: a batch slot not registered with io_uring: its requests pin their pages one by one", "err", err)
-		}
+		e.logDeferErr()
 		if int64(inflight) > e.peak.Load() {
 			e.peak.Store(int64(inflight))
 		}
