@@ -228,45 +228,43 @@ func (e *uringEngine) loop() {
 		}
 		pending = append(pending, ops...)
 	}
+	// poll takes what has come (reads, a pinAll) without waiting; false
+	// when nothing had.
+	poll := func() bool {
+		select {
+		case ops, ok := <-e.in:
+			take(ops, ok)
+		case done := <-e.pins:
+			e.pinNow(done)
+		default:
+			return false
+		}
+		return true
+	}
 	for {
 		if inflight == 0 && len(pending) == 0 {
 			if closed {
 				return
 			}
-			if !idlePinned {
+			switch {
+			case !idlePinned && !poll():
 				// Idle (after open, or between batches): register the next
-				// slot not registered yet, unless work came. An open then
-				// returns before any slot is pinned, and the slots are
-				// pinned by the time reads come, not by the first reads.
+				// slot not registered yet. An open then returns before any
+				// slot is pinned, and the slots are pinned by the time
+				// reads come, not by the first reads.
+				idlePinned = !e.ring.PinNextDeferred()
+				e.logDeferErr()
+			case idlePinned:
 				select {
 				case ops, ok := <-e.in:
 					take(ops, ok)
 				case done := <-e.pins:
 					e.pinNow(done)
-				default:
-					idlePinned = !e.ring.PinNextDeferred()
-					e.logDeferErr()
 				}
-				continue
-			}
-			select {
-			case ops, ok := <-e.in:
-				take(ops, ok)
-			case done := <-e.pins:
-				e.pinNow(done)
 			}
 			continue
 		}
-	drain:
-		for !closed {
-			select {
-			case ops, ok := <-e.in:
-				take(ops, ok)
-			case done := <-e.pins:
-				e.pinNow(done)
-			default:
-				break drain
-			}
+		for !closed && poll() {
 		}
 		for len(pending) > 0 && len(free) > 0 {
 			op := pending[0]
