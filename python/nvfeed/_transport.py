@@ -79,7 +79,7 @@ class Transport:
                     self._expect = at
                 self._stream = Stream(self._socket, cast(str, self._id), self._timeout, self._expect, self._kept())
                 self._unsent = []
-            elif release:
+            elif release or self._unsent:
                 # One control frame for two batches where the daemon is
                 # ahead: a release is held back while the next frame is
                 # already here (the daemon read ahead without it), at most
@@ -87,6 +87,8 @@ class Transport:
                 # source waits for a frame (the daemon may be waiting for
                 # the slot). Half the release frames, and the daemon's
                 # wake-ups to read them, where the client is the slower.
+                # A call with nothing to release (a GPU fence still holds
+                # its batches) sends what was held back.
                 self._unsent += release
                 if len(self._unsent) > len(release) or not self._stream.ready():
                     self._stream.send({"release": self._unsent})

@@ -116,6 +116,22 @@ def test_releases_wait_only_while_the_next_frame_is_here() -> None:
     assert len(st.sent) == 3 and st.frames == 6
 
 
+def test_a_call_with_no_release_sends_what_was_held_back() -> None:
+    """A call with nothing to release (a GPU fence still holds the last
+    batch) sends the release held back, whether the next frame is here
+    or not: else a source of two slots waits for a frame the daemon
+    cannot make without that slot."""
+    for here in (False, True):
+        st = _FakeStream()
+        t = _transport(st)
+        st.here = True
+        t._next([1], None)  # held back
+        assert st.sent == []
+        st.here = here
+        t._next([], None)
+        assert st.sent == [{"release": [1]}], here
+
+
 def test_releases_held_back_go_with_the_stream() -> None:
     """A release held back when the stream is dropped is not sent on a
     later stream: that stream's start releases every batch the source
