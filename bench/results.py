@@ -213,6 +213,7 @@ def goals(out: Path) -> list[tuple[str, float | None, str, str, float, str, str]
 # would take, in docs/decisions.md (row pattern, its section's anchor).
 WHY = [
     (r"swap .*with decode", "the-swap-with-a-cpu-decoder"),
+    (r"swap .*reader only", "the-swap-reader-only-on-the-ram-device"),
     (r"^CPU per sample", "cpu-per-sample-daemon--client"),
     (r"`LoaderSource` vs `loaderd bench`", "loadersource-against-loaderd-bench-warm"),
     (r"^`external_source", "external_sourceloadersource-gds-against-dali-fed-from-ram"),
