@@ -266,6 +266,9 @@ func readROI(t *testing.T, m *bmap.Map, roi ROI, o Options) backend.Stats {
 		}
 		b.Release()
 	}
+	if err := l.Close(); err != nil { // the reads ahead end before the counters are read
+		t.Error(err)
+	}
 	return l.Backend().Stats()
 }
 
