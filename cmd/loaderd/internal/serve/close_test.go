@@ -69,13 +69,8 @@ func stoppableDaemon(t *testing.T, m *bmap.Map) (sock string, stop func() time.D
 		return time.Since(start)
 	}
 	t.Cleanup(func() { stop() })
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			return sock, stop
-		}
-	}
-	t.Fatal("the socket never appeared")
-	return "", nil
+	testenv.Eventually(t, "the daemon's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	return sock, stop
 }
 
 // answer is a request's outcome, from another goroutine.

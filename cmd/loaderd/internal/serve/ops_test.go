@@ -16,6 +16,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 )
 
@@ -65,12 +66,7 @@ func TestSocketDirectory(t *testing.T) {
 // waitSocket waits for sock to appear.
 func waitSocket(t *testing.T, sock string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			return
-		}
-	}
-	t.Fatalf("the socket %s never appeared", sock)
+	testenv.Eventually(t, "the socket "+sock, func() bool { _, err := os.Stat(sock); return err == nil })
 }
 
 // TestNotifySystemd: with NOTIFY_SOCKET set (a path or an abstract name),

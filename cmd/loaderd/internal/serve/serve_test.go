@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader"
 )
@@ -284,10 +285,9 @@ func TestValidationAndReaping(t *testing.T) {
 		t.Errorf("next with every slot held: %v, want 200 ... 409", codes)
 	}
 	// Left idle, it is reaped and its memory freed.
-	time.Sleep(700 * time.Millisecond)
-	if code := f.call(t, "GET", "/v1/sessions/"+open.ID+"/state", nil, nil); code != 404 {
-		t.Errorf("idle session: %d, want 404", code)
-	}
+	testenv.Eventually(t, "the idle session reaped", func() bool {
+		return f.call(t, "GET", "/v1/sessions/"+open.ID+"/state", nil, nil) == 404
+	})
 	if n := batchMemfds(t); n != 0 {
 		t.Errorf("reaped session's memory remains (%d memfds open)", n)
 	}
