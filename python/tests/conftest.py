@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -41,6 +41,21 @@ class Daemon:
 
 
 REQUIRE_VAR = "NVFEED_REQUIRE_PRIVILEGED"
+
+
+# How long a test waits for background work (a daemon starting, a
+# checking pass, a watch event) before it fails: far above what it takes
+# on an idle machine, since a loaded one stretches it many times. Tests
+# wait on progress with it, never on a fixed sleep.
+WAIT = 120.0
+
+
+def wait_until(cond: "Callable[[], bool]", what: str, timeout: float = WAIT) -> None:
+    """Poll ``cond`` until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:.0f} s"
+        time.sleep(0.02)
 
 
 def skip_unprivileged(reason: str) -> None:
@@ -151,7 +166,7 @@ def start_daemon(tmp: Path, bmap: Path, *extra: str, binary: str = "loaderd",
     log = tmp / "loaderd.log"
     proc = subprocess.Popen([str(BIN / binary), "serve", "--socket", sock, "--dataset", f"train={bmap}", *extra],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BIN, skip_unprivileged, start_daemon, stop_daemon
+from conftest import BIN, skip_unprivileged, start_daemon, stop_daemon, wait_until
 from nvfeed import LoaderError, LoaderSource
 
 CLIENT = """
@@ -205,8 +205,8 @@ def test_loosening_is_seen(served: Served) -> None:
     """Loosening a file's mode drops the cached verdict (runs last: it
     changes the tree)."""
     (served.secret / "c1" / "3.jpg").chmod(0o644)
-    time.sleep(0.05)
-    assert isinstance(json.loads(_as_nobody(served, CLIENT, "secret"))["secret"], list)
+    wait_until(lambda: isinstance(json.loads(_as_nobody(served, CLIENT, "secret"))["secret"], list),
+               "nobody reads the loosened file")
 
 
 def _get(port: int, path: str, token: str | None) -> int:
@@ -226,12 +226,12 @@ def test_tcp_needs_the_token(dataset, tmp_path: Path) -> None:
     tok.write_text("s3cret-token\n")
     d = start_daemon(tmp_path, dataset.bmap, "--listen", f"127.0.0.1:{port}", "--tcp-token", str(tok))
     try:
-        for _ in range(100):
+        def listening() -> bool:
             try:
-                assert _get(port, "/healthz", None) == 401
-                break
+                return _get(port, "/healthz", None) == 401
             except ConnectionRefusedError:
-                time.sleep(0.05)
+                return False
+        wait_until(listening, "the TCP listener answers 401 without a token")
         assert _get(port, "/v1/backends", "wrong") == 401
         assert _get(port, "/v1/backends", "s3cret-token") == 200
         assert _get(port, "/healthz", "s3cret-token") == 200

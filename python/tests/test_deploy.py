@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from asuser import nobody, run_as, shared_dir
-from conftest import BIN, Dataset, skip_unprivileged, small_dataset, start_daemon, stop_daemon
+from conftest import WAIT, BIN, Dataset, skip_unprivileged, small_dataset, start_daemon, stop_daemon
 from nvfeed import LoaderSource
 
 REPO = Path(__file__).resolve().parents[2]
@@ -391,7 +391,7 @@ def _start_as_deployed(r: _Run, work: Path, bmap: Path, *extra: str) -> tuple[su
     cmd = [*_setpriv(r), *argv]
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, umask=r.umask,
                             preexec_fn=limits, cwd="/")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()

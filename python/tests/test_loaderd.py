@@ -20,7 +20,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from conftest import Daemon, Dataset, need_raw, small_dataset, start_daemon, stop_daemon
+from conftest import WAIT, Daemon, Dataset, need_raw, small_dataset, start_daemon, stop_daemon
 from nvfeed import DaemonGoneError, LoaderError, LoaderSource
 
 BACKENDS = ["file", "gds", "bam"]
@@ -188,7 +188,7 @@ import time; time.sleep(60)
         before = _batch_memories(daemon.proc.pid)
         child.send_signal(signal.SIGKILL)
         child.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline and _batch_memories(daemon.proc.pid) >= before:
             other.state()  # keeps this session alive while the other idles
             time.sleep(0.2)

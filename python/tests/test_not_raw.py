@@ -10,7 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
-from conftest import Dataset, need_raw, small_dataset, start_daemon, stop_daemon
+from conftest import WAIT, Dataset, need_raw, small_dataset, start_daemon, stop_daemon
 from nvfeed import LoaderSource, datasets
 
 
@@ -22,7 +22,7 @@ def test_not_raw_warned_once(dataset: Dataset, tmp_path: Path) -> None:
         os.chmod(p, 0o640)  # after mapping: their ctimes moved
     d = start_daemon(tmp_path, bmap)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT
         while datasets(d.socket)[0].get("stale", 0) != 3:  # the checking pass runs after the daemon is ready
             assert time.monotonic() < deadline, datasets(d.socket)
             time.sleep(0.05)

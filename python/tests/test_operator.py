@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from asuser import nobody, run_as, shared_dir
-from conftest import REPO, Wheel, skip_unprivileged
+from conftest import WAIT, REPO, Wheel, skip_unprivileged
 
 FILES, CLASSES = 70, 3
 
@@ -98,7 +98,7 @@ def test_quickstart_on_cpu(group: tuple[str, int], wheel: Wheel) -> None:
         daemon = subprocess.Popen(["loaderd", "serve", "--socket", str(sock), "--socket-group", gname,
                                    "--dataset", f"imagenet={bmap}"], env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + WAIT
             while not sock.exists():  # ready when the socket exists
                 assert daemon.poll() is None and time.monotonic() < deadline, log.read_text()
                 time.sleep(0.02)

@@ -41,7 +41,7 @@ from typing import Any, Iterator, Optional
 import pytest
 
 import standin as standin_lib
-from conftest import REPO, Dataset, skip_unprivileged
+from conftest import WAIT, REPO, Dataset, skip_unprivileged
 from test_gpu_standin import NOT_LEAKS, StandIn, _check_samples, _hashes, _npy_dataset, _npy_sets, _uniform, client
 
 WHEEL_LIB = "nvidia/cu13/lib/libcufile.so.0"
@@ -155,7 +155,7 @@ def serve(r: Real, tmp: Path, bmap: Path, data: Path, *, modules: Optional[str] 
            _dev(data) if udev else "-", str(tmp / "udev"),
            str(r.loaderd), "serve", "--socket", sock, "--dataset", f"train={bmap}", "--session-timeout", "5s"]
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + WAIT
     while wait and not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
