@@ -13,7 +13,7 @@ import torch
 import torch.utils.data
 
 from ._source import GPUPath, LoaderSource, OnError, Shuffle
-from ._torchloop import DATALOADER_WARNING, dataloader_under_lightning, refuse_worker, torch_device
+from ._torchloop import DATALOADER_WARNING, dataloader_under_lightning, refuse_batching, refuse_worker, torch_device
 from ._torchpasses import STATE_VERSION, Item, Passes, TorchBatch
 from ._torchshard import Epochs, LastBatchPolicy, distributed_shard, shard_args
 from ._torchviews import TorchViews
@@ -54,10 +54,13 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
     (``torch.no_grad()``, ``torch.inference_mode()``: every validation
     loop, Lightning's sanity check, ``trainer.validate``), that stops early
     leaves the position where it found it: the next pass starts where that
-    one did, so a sanity check's two batches eat no validation epoch. The
-    session with the daemon opens at the first
-    iteration (or ``len()``, or ``state_dict()``): the shard is resolved
-    then, so the dataset may be made before ``init_process_group``.
+    one did, so a sanity check's two batches eat no validation epoch.
+    ``set_epoch(e)`` (Lightning calls it, through ``ds.sampler``) starts the
+    next pass at epoch e unless already in it: a dataset made anew each
+    epoch yields what one would (one that begins an epoch 0 already begun
+    in the process warns). The session opens at the first iteration (or
+    ``len()``, ``state_dict()``), so the dataset may be made before
+    ``init_process_group``.
 
     **Shards.** Without ``shard_id``/``num_shards`` the shard is this
     process's rank and the world size: from ``torch.distributed`` when it is
@@ -79,21 +82,16 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
     batch).
 
     **Lightning.** Return the dataset itself from ``train_dataloader()``:
-    Lightning saves and restores the ``state_dict()`` of what it is given
-    when that has one, so a mid-epoch checkpoint resumes exactly. A
-    ``DataLoader(ds, batch_size=None)`` has no ``state_dict()``: Lightning
-    cannot save the position, and a resumed run starts the epoch over
-    (this dataset warns when iterated through a DataLoader with Lightning
-    imported).
+    Lightning saves its ``state_dict()``, so a mid-epoch checkpoint resumes
+    exactly. Through a ``DataLoader`` (no ``state_dict()``) a resumed run
+    starts the epoch over; the dataset warns of it under Lightning.
 
-    **No DataLoader workers.** The daemon already reads ahead
-    (``prefetch_queue_depth`` batches) in its own process, so there is
-    nothing for workers to hide; iterate the dataset directly or through
-    ``DataLoader(ds, batch_size=None)`` (``num_workers=0``, the default).
-    Iterated in a worker process it raises ``RuntimeError`` saying so (its
-    ``state_dict()`` could not see the worker's position). Decode on the GPU
-    (``torchvision.io.decode_jpeg(samples, device="cuda")``), or with DALI,
-    where decoding must keep up.
+    **No DataLoader workers, no second batching.** The daemon reads ahead
+    in its own process: iterate the dataset, or ``DataLoader(ds,
+    batch_size=None)``. A worker process raises ``RuntimeError``, and a
+    DataLoader that would batch the batches again (its default
+    ``batch_size=1``) raises ``TypeError`` at its first batch. Decode on
+    the GPU or with DALI where decoding must keep up.
 
     **Lifetime.** By default (``zero_copy=False``) every batch is copied out
     of the daemon's batch memory before it is handed over, and its memory
@@ -239,6 +237,7 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
             self._args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path, release_after=int(zero_copy))
         self._src: Optional[LoaderSource] = None
         self._resume: Optional[State] = None  # where the next session starts (load_state_dict)
+        self._first_epoch: Optional[int] = None  # set_epoch before the session opens
         self._epochs: Optional[Epochs] = None  # the session's epochs, under last_batch_policy
         self._at: Optional[tuple[int, int]] = None  # the next batch the loop receives (epoch, batch)
         self._pass: Optional[tuple[object, tuple[int, int], bool]] = None  # the last pass: token, start, evaluating
@@ -292,6 +291,7 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
 
     def __iter__(self) -> Iterator[Item]:
         refuse_worker()
+        refuse_batching(sys._getframe(1), self)
         if not self._warned_loader and dataloader_under_lightning(sys._getframe(1)):
             self._warned_loader = True
             warnings.warn(DATALOADER_WARNING, UserWarning, stacklevel=2)

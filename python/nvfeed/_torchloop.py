@@ -7,10 +7,11 @@ device."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import types
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 import torch.utils.data
@@ -32,6 +33,20 @@ def refuse_worker() -> None:
             "already reads ahead, and the dataset's state_dict() must see the loop's position.")
 
 
+def refuse_batching(caller: types.FrameType, dataset: object) -> None:
+    """Raises ``TypeError`` when ``caller``, the frame that called ``iter()``
+    on ``dataset``, is a torch DataLoader that batches what it yields
+    (``batch_size`` not ``None``: 1 by default). Each item is a whole batch
+    already: batched again, it would gain a dimension the model takes for
+    data."""
+    fetcher = caller.f_locals.get("self")
+    if getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", False):
+        raise TypeError(
+            "LoaderDataset yields whole batches, and this DataLoader would batch them again (its batch_size is "
+            "not None; it is 1 by default): make it DataLoader(ds, batch_size=None), or iterate the dataset "
+            "itself. With accelerate, hand the dataset to the loop directly rather than through prepare().")
+
+
 def dataloader_under_lightning(caller: types.FrameType) -> bool:
     """Whether ``caller``, the frame that called ``iter()`` on the dataset,
     is a torch DataLoader's fetch with a Lightning loop on the stack above
@@ -48,6 +63,33 @@ def dataloader_under_lightning(caller: types.FrameType) -> bool:
             return True
         f = f.f_back
     return False
+
+
+class EpochHook:
+    """A dataset's ``set_epoch`` where Lightning looks for it: on a
+    loader's ``sampler``."""
+
+    def __init__(self, dataset: Any) -> None:
+        self._dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        """The dataset's ``set_epoch(epoch)``."""
+        self._dataset.set_epoch(epoch)
+
+
+_EPOCH_ZERO: dict[tuple[Any, ...], int] = {}  # a sampling's key: the dataset that began its epoch 0
+_TOKENS = itertools.count()
+
+
+def epoch_zero_again(dataset: Any, key: tuple[Any, ...]) -> bool:
+    """Whether a dataset other than ``dataset`` already began epoch 0 of
+    the sampling ``key`` in this process (told once per key)."""
+    token = dataset.__dict__.setdefault("_epoch_zero_token", next(_TOKENS))
+    first = _EPOCH_ZERO.setdefault(key, token)
+    if first in (token, -1):
+        return False
+    _EPOCH_ZERO[key] = -1
+    return True
 
 
 def torch_device(device: Union[str, torch.device]) -> torch.device:

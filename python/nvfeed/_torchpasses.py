@@ -8,6 +8,7 @@ it), a batch as the loop receives it under the last-batch policy,
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterator, Optional, Union, cast
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 from . import _torchwds
 from ._source import Batch, Components, LoaderSource, Tensors
 from ._torchbatch import FileBatch
+from ._torchloop import EpochHook, epoch_zero_again
 from ._torchshard import Epochs, LastBatchPolicy
 from ._torchviews import TensorBatch, TorchViews
 from ._wire import State
@@ -47,6 +49,7 @@ class Passes:
     _args: dict[str, Any]  # LoaderSource's arguments but the shard and state
     _src: Optional[LoaderSource]
     _resume: Optional[State]
+    _first_epoch: Optional[int]  # set_epoch before the session: where it starts
     _epochs: Optional[Epochs]
     _at: Optional[tuple[int, int]]
     _pass: Optional[tuple[object, tuple[int, int], bool]]
@@ -67,14 +70,41 @@ class Passes:
             self._epochs = Epochs(self._src._state0["sampling"], self.last_batch_policy)
             if self._resume is not None:
                 self._at = (self._resume["epoch"], self._resume["batch"])
+            elif self._first_epoch is not None:
+                self._at = (self._first_epoch, 0)
             else:
                 self._at = self._src._expect
-            self._pass, self._resume = None, None
+            self._pass, self._resume, self._first_epoch = None, None, None
         return self._src
 
     @property
     def shard(self) -> tuple[int, int]:
         raise NotImplementedError
+
+    @property
+    def sampler(self) -> EpochHook:
+        """What Lightning calls ``set_epoch`` on at every epoch's start
+        (it looks for a loader's ``sampler``): this dataset's
+        ``set_epoch``."""
+        return EpochHook(self)
+
+    batch_sampler = None
+    """No batch sampler: the dataset batches itself (Lightning asks)."""
+
+    def _first_pass(self) -> None:
+        """Warn when another dataset of this process already began epoch 0
+        of the same order: made anew each epoch without ``set_epoch``, it
+        would repeat epoch 0's order every epoch."""
+        shard_id, num_shards = self.shard
+        if not self._args["random_shuffle"] and (num_shards == 1 or self._args["stick_to_shard"]):
+            return  # every epoch is the same order
+        if epoch_zero_again(self, (self.dataset, self._args["socket"], self._args["seed"], self._args["shuffle"],
+                                   self.batch_size, shard_id, num_shards)):
+            warnings.warn(
+                f"LoaderDataset({self.dataset!r}): another LoaderDataset of this process with the same sampling "
+                "already began epoch 0, and this one begins it again: the same order as then. A dataset made anew "
+                "each epoch learns its epoch from set_epoch(epoch): Lightning calls it at each epoch's start; "
+                "call ds.set_epoch(epoch) in a loop of your own.", UserWarning, stacklevel=3)
 
     def _start(self) -> tuple[int, int]:
         """Where the next pass starts: the loop's position, or where the
@@ -94,6 +124,8 @@ class Passes:
         src = self._source()
         ep = cast(Epochs, self._epochs)
         e, k = self._at = self._start()
+        if (e, k) == (0, 0):
+            self._first_pass()
         token = object()
         self._pass = (token, (e, k), evaluating)
         n = ep.batches(e)
@@ -128,6 +160,31 @@ class Passes:
             return self._views.arrays(cast(Tensors, b))
         samples, labels = cast(Batch, b)
         return FileBatch((self._views.tensors(samples), torch.from_numpy(labels.reshape(-1).astype(np.int64))))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass yield epoch ``epoch`` from its first batch,
+        as ``DistributedSampler.set_epoch`` does: a dataset made anew each
+        epoch then yields what one dataset iterated on would.
+
+        A position already in that epoch is kept: a checkpoint resumed
+        mid-epoch goes on where it stopped. Lightning calls it at every
+        epoch's start (through ``ds.sampler``).
+
+        Raises
+        ------
+        ValueError
+            ``epoch`` is not an int in ``[0, 2**31)``.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < 2**31:
+            raise ValueError(f"LoaderDataset.set_epoch: epoch must be an int in [0, 2**31), got {epoch!r}")
+        if self._src is not None:
+            if self._start()[0] != epoch:
+                self._at, self._pass = (epoch, 0), None
+        elif self._resume is not None:
+            if self._resume["epoch"] != epoch:
+                self._resume = cast(State, dict(self._resume, epoch=epoch, batch=0))
+        else:
+            self._first_epoch = epoch
 
     def _position(self) -> Optional[State]:
         """The daemon's State at the next pass's start (the batch the loop
@@ -189,4 +246,4 @@ class Passes:
             self._views.wait_pending()
             self._src.close()
             self._src = None
-        self._resume, self._pass = st, None
+        self._resume, self._pass, self._first_epoch = st, None, None

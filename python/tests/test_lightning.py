@@ -26,10 +26,11 @@ SCRIPT = Path(__file__).parent / "lightning_run.py"
 CRASH = 16  # a global step mid-epoch (1 rank: 12 steps an epoch, epoch 1 batch 4; 2 ranks: 6, epoch 2 batch 4)
 
 
-def run(daemon: Daemon, out: Path, devices: int, crash: int = 0, resume: bool = False) -> int:
+def run(daemon: Daemon, out: Path, devices: int, crash: int = 0, resume: bool = False, reload: bool = False) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "python"))
     r = subprocess.run([sys.executable, str(SCRIPT), daemon.socket, str(out), str(devices), str(crash),
-                        "1" if resume else "0"], capture_output=True, text=True, timeout=600, env=env, cwd=out)
+                        "1" if resume else "0", "1" if reload else "0"], capture_output=True, text=True, timeout=600,
+                       env=env, cwd=out)
     if not crash:
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     else:
@@ -69,3 +70,18 @@ def test_lightning_every_epoch_every_sample_and_exact_resume(daemon: Daemon, dat
         val = [(r["epoch"], sorted(r["ids"])) for r in want if r["phase"] == "val"]
         assert [v for v in val if v[0] >= resumed[0][0]] == [(r["epoch"], sorted(r["ids"])) for r in got
                                                 if r["phase"] == "val" and r["run"] == "resumed"]
+
+
+def test_lightning_datasets_made_anew_every_epoch_go_on(daemon: Daemon, tmp_path: Path) -> None:
+    # reload_dataloaders_every_n_epochs=1 makes a new LoaderDataset every
+    # epoch; Lightning's set_epoch (on ds.sampler) moves it to that epoch:
+    # the same batches as one dataset iterated on, not epoch 0's order again.
+    runs = {}
+    for reload in (False, True):
+        out = tmp_path / f"reload{int(reload)}"
+        out.mkdir()
+        run(daemon, out, 1, reload=reload)
+        runs[reload] = [(r["epoch"], r["batch"], r["ids"]) for r in records(out, 1)[0] if r["phase"] == "train"]
+    epochs = [[ids for e, _, ids in runs[False] if e == k] for k in range(3)]
+    assert epochs[0] != epochs[1] != epochs[2], "the shuffle gave an epoch the same order"
+    assert runs[True] == runs[False], "datasets made anew each epoch trained other batches"

@@ -165,3 +165,81 @@ def test_a_dataloader_under_lightning_warns_once(daemon: Daemon) -> None:
     got = said(caught)
     assert len(got) == 1 and "Return the dataset itself" in got[0], got
     ds.close()
+
+
+def epochs_of(ds: LoaderDataset, n: int) -> list[list[str]]:
+    return [sum((labelled(b) for b in ds), []) for _ in range(n)]
+
+
+def test_set_epoch_makes_a_new_dataset_go_on(daemon: Daemon) -> None:
+    # A dataset made anew each epoch (Lightning's reload_dataloaders_every_
+    # n_epochs, a loop that builds it each epoch) yields, after
+    # set_epoch(e), the epoch e of one dataset iterated on.
+    def make() -> LoaderDataset:
+        return LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=42)
+    one = make()
+    want = epochs_of(one, 3)
+    one.close()
+    assert want[0] != want[1] != want[2], "the shuffle gave the same order twice"
+    for e in range(3):
+        ds = make()
+        ds.set_epoch(e)
+        assert len(ds) == 12 and epochs_of(ds, 1) == [want[e]], f"set_epoch({e}) on a new dataset"
+        ds.close()
+    # On an open session too, forwards and back; Lightning finds it on .sampler.
+    ds = make()
+    assert epochs_of(ds, 1) == [want[0]]
+    ds.sampler.set_epoch(2)
+    assert epochs_of(ds, 1) == [want[2]]
+    ds.set_epoch(1)
+    assert epochs_of(ds, 1) == [want[1]]
+    ds.close()
+
+
+def test_set_epoch_keeps_a_position_in_that_epoch(daemon: Daemon) -> None:
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=3)
+    whole = epochs_of(ds, 2)
+    ds.close()
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=3)
+    head = [labelled(b) for b in itertools.islice(ds, len(ds) + 5)][len(ds):]  # epoch 1, 5 batches in
+    state = ds.state_dict()
+    ds.close()
+    resumed = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=3)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)  # what Lightning calls after restoring a mid-epoch checkpoint
+    assert sum(head, []) + sum((labelled(b) for b in resumed), []) == whole[1]
+    resumed.close()
+    with pytest.raises(ValueError, match=r"set_epoch: epoch must be an int"):
+        resumed.set_epoch(-1)
+
+
+def test_a_dataset_made_again_without_set_epoch_warns(daemon: Daemon) -> None:
+    import warnings
+    seed = 4242  # a sampling no other test of this process began
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            ds = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=seed)
+            list(ds)
+            ds.close()
+    told = [str(w.message) for w in caught if "began epoch 0" in str(w.message)]
+    assert len(told) == 1 and "set_epoch(epoch)" in told[0], told
+    with warnings.catch_warnings(record=True) as caught:  # set_epoch: nothing to tell
+        warnings.simplefilter("always")
+        for e in range(1, 3):
+            ds = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=seed + 1)
+            ds.set_epoch(e)
+            list(ds)
+            ds.close()
+    assert not [w for w in caught if "began epoch 0" in str(w.message)]
+
+
+def test_a_dataloader_that_batches_again_is_refused(daemon: Daemon) -> None:
+    # DataLoader's default batch_size=1 would wrap each batch in another
+    # dimension: refused at the first batch, naming batch_size=None.
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4)
+    for loader in (torch.utils.data.DataLoader(ds), torch.utils.data.DataLoader(ds, batch_size=8)):
+        with pytest.raises(TypeError, match=r"batch_size=None"):
+            next(iter(loader))
+    assert sum(len(b[0]) for b in torch.utils.data.DataLoader(ds, batch_size=None)) == N
+    ds.close()
