@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 import nvfeed
-from conftest import BIN
+from conftest import BIN, skip_unprivileged
 from nvfeed import LoaderSource, NotLoaderdError
 from versionpeers import OtherHTTP, serve_banner, serve_http
 
@@ -28,7 +28,7 @@ CALLS: dict[str, Callable[[str], Any]] = {
 
 def _status(sock: str) -> subprocess.CompletedProcess[str]:
     if not (BIN / "loaderd").exists():
-        pytest.skip("bin/loaderd missing: run `make test` (it builds the binaries first)")
+        skip_unprivileged("bin/loaderd missing: run `make test` (it builds the binaries first)")
     return subprocess.run([str(BIN / "loaderd"), "status", "--socket", sock], capture_output=True, text=True,
                           timeout=60)
 
