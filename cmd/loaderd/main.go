@@ -744,7 +744,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, WebDatasets: webs, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
 		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxDeviceBytes: *maxDevice << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs,
-		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}, CheckInBackground: !*checkBefore})
+		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}, CheckInBackground: !*checkBefore, Release: version})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -39,7 +39,14 @@ sources (see ``LoaderSource`` and python/README.md).
 Without ``socket``, the source and ``backends()`` connect to
 ``$NVFEED_SOCKET``, else ``/run/loaderd/loaderd.sock``. Not being in the
 socket's group raises ``SocketPermissionError`` naming the group; no daemon
-there, ``DaemonNotRunningError``.
+there, ``DaemonNotRunningError``; another service there,
+``NotLoaderdError`` ("the socket at X answered, but not as loaderd").
+
+Client and daemon tell each other their versions with every request
+(``daemon_version()``): a session works with a daemon of this release or
+the one before; a request that needs a feature the daemon lacks, or a
+daemon outside that window, raises ``VersionError`` naming both versions
+and what to upgrade (docs/protocol.md, Versions).
 
 Needs only the standard library, numpy and msgpack.
 """
@@ -48,15 +55,16 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._api import backends, datasets
+from ._api import backends, daemon_version, datasets
 from ._connect import DEFAULT_SOCKET, SOCKET_ENV
 from ._cudamem import CudaArray
 from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
-                      LoaderError, NoSpaceError, NotFoundError, RankMismatchError, SampleError, SocketPermissionError)
+                      LoaderError, NoSpaceError, NotFoundError, NotLoaderdError, RankMismatchError, SampleError,
+                      SocketPermissionError, VersionError)
 from ._source import LoaderSource
+from ._version import RELEASE, DaemonVersion
 from ._wire import DatasetInfo, State
 
 # Also importable from here (and typed as exported), as before the client
@@ -115,11 +123,11 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"nvfeed.{module}"), name)
 
 
-__version__ = (Path(__file__).parent / "VERSION").read_text().strip()
+__version__ = RELEASE
 """This release: the same for the client, loaderd and mkbmap (one place:
 the file VERSION beside this module)."""
 
 __all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError",
            "DaemonNotRunningError", "ForbiddenError", "LimitError", "LoaderError", "LoaderSource", "NoSpaceError",
            "NotFoundError", "RankMismatchError", "SampleError", "SocketPermissionError", "State", "DatasetInfo", "backends",
-           "datasets"]
+           "datasets", "daemon_version", "DaemonVersion", "NotLoaderdError", "VersionError"]

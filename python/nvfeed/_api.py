@@ -1,14 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the daemon offers and serves, asked without a session:
-``backends()`` (the backends and their options) and ``datasets()`` (the
-datasets and their counts)."""
+``backends()`` (the backends and their options), ``datasets()`` (the
+datasets and their counts) and ``daemon_version()``."""
 
 from __future__ import annotations
 
 from typing import Any, Optional, cast
 
 from ._connect import check_timeout, socket_path
-from ._http import UnixHTTPConnection, call
+from ._http import UnixHTTPConnection, call, hello
+from ._version import DaemonVersion
 from ._wire import BackendsResponse, DatasetInfo, DatasetsResponse
 
 
@@ -68,6 +69,41 @@ def datasets(socket: Optional[str] = None, timeout: float = 60.0) -> list[Datase
         Nothing listens on the socket.
     """
     return cast(DatasetsResponse, _get("/v1/datasets", socket, timeout))["datasets"]
+
+
+def daemon_version(socket: Optional[str] = None, timeout: float = 60.0) -> DaemonVersion:
+    """The daemon's version: its release, protocol and features, as its
+    answers tell them (a daemon of the release before versions names
+    none: protocol 1, release ``""``). A session fits its open request to
+    it: docs/protocol.md, Versions.
+
+    Parameters
+    ----------
+    socket : str, optional
+        The daemon's unix socket; by default ``$NVFEED_SOCKET``, else
+        ``/run/loaderd/loaderd.sock``.
+    timeout : float, optional, default = 60.0
+        Seconds to wait for the daemon (> 0).
+
+    Returns
+    -------
+    DaemonVersion
+        Its ``protocol``, ``release`` and ``features``.
+
+    Raises
+    ------
+    NotLoaderdError
+        What listens on the socket is not loaderd.
+    DaemonNotRunningError
+        Nothing listens on the socket.
+    """
+    timeout = check_timeout("timeout", timeout)
+    socket = socket_path(socket)
+    conn = UnixHTTPConnection(socket, timeout)
+    try:
+        return hello(conn, socket)
+    finally:
+        conn.close()
 
 
 def _get(path: str, socket: Optional[str], timeout: float) -> Any:

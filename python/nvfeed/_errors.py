@@ -102,6 +102,30 @@ class SocketPermissionError(LoaderError, PermissionError):
         """The socket's group id, ``None`` when it could not be examined."""
 
 
+class VersionError(LoaderError):
+    """This client and the daemon cannot serve the request across their
+    versions: the daemon lacks a feature the request needs, or is older
+    than the oldest this client talks to, or this client is older than
+    the oldest the daemon serves (HTTP 400, code ``"version"``). The
+    message names both versions (release and protocol) and which side to
+    upgrade. Not a ``DaemonGoneError``: retrying cannot help."""
+
+
+class NotLoaderdError(LoaderError):
+    """Something listens on the socket and answered, but not as loaderd:
+    another HTTP service, or a service that does not speak HTTP. The
+    message names the socket and what it answered. Not a
+    ``DaemonGoneError``: retrying cannot help."""
+
+    def __init__(self, path: str, answer: str) -> None:
+        super().__init__(f"the socket at {path} answered, but not as loaderd: {answer}. Point the client at "
+                         "loaderd's socket (socket=PATH, or NVFEED_SOCKET=PATH)")
+        self.path = path
+        """The socket tried."""
+        self.answer = answer
+        """What it answered, in short."""
+
+
 class SampleError(LoaderError):
     """Samples of a batch could not be read. ``errors`` holds one message
     per failed sample (its path relative to the dataset root, and the
@@ -121,7 +145,11 @@ RANK_MISMATCH = "rank_mismatch"
 """The daemon's error code for ranks of one job that disagree
 (wire.CodeRankMismatch)."""
 
-_BY_CODE: dict[str, type[LoaderError]] = {RANK_MISMATCH: RankMismatchError}
+VERSION = "version"
+"""The daemon's error code for a refusal across versions
+(wire.CodeVersion)."""
+
+_BY_CODE: dict[str, type[LoaderError]] = {RANK_MISMATCH: RankMismatchError, VERSION: VersionError}
 
 
 def error_for(msg: str, status: Optional[int], code: Optional[str] = None) -> LoaderError:
@@ -135,7 +163,8 @@ def error_for(msg: str, status: Optional[int], code: Optional[str] = None) -> Lo
         The HTTP status (``None``: no answer).
     code : str or None
         The daemon's error code; one with a class of its own
-        (``"rank_mismatch"``: ``RankMismatchError``) picks it, else the
+        (``"rank_mismatch"``: ``RankMismatchError``; ``"version"``:
+        ``VersionError``) picks it, else the
         status does.
 
     Returns

@@ -18,12 +18,13 @@ import numpy as np
 from ._cuda import CudaError, device_uuid, load_libcuda, session_device
 from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
-from ._errors import DaemonGoneError, LoaderError, NotFoundError, error_for
-from ._http import UnixHTTPConnection, call
+from ._errors import BadRequestError, DaemonGoneError, LoaderError, NotFoundError, error_for
+from ._http import UnixHTTPConnection, call, hello
 from ._memory import map_host, receive, unmap_unless_viewed
 from ._options import SourceOptions
 from ._transport import Transport
 from ._upgrade import UpgradeError
+from ._version import DaemonVersion, fit, refused
 from ._views import DaliTypes, Mapped
 from ._wire import MemoryDesc, NextResponse, OpenRequest, OpenResponse, State
 
@@ -75,8 +76,17 @@ class Session(Transport):
             self._req["fingerprint"] = self.fingerprint  # a reopen reads this dataset or none
 
     def _open(self, req: OpenRequest) -> None:
-        """Opens a session and maps its batch memory."""
-        r = cast(OpenResponse, self._call("POST", "/v1/sessions", req))
+        """Opens a session and maps its batch memory; the request fitted to
+        the daemon's version, asked first (it may have been upgraded since)."""
+        self.daemon: DaemonVersion = hello(self._conn, self._socket)
+        """The daemon's version (release, protocol, features)."""
+        try:
+            r = cast(OpenResponse, self._call("POST", "/v1/sessions", fit(req, self.daemon, self._socket)))
+        except BadRequestError as e:
+            err = refused(e, self.daemon, self._socket)
+            if err is e:
+                raise
+            raise err from e
         self._id = r["id"]
         self.backend: str = r["backend"]
         """The backend that reads for this source (the daemon's default filled in)."""

@@ -12,7 +12,8 @@ from typing import Optional
 import msgpack
 
 from ._connect import connect
-from ._errors import LoaderError
+from ._errors import LoaderError, NotLoaderdError
+from ._version import request_headers
 
 
 class UpgradeError(RuntimeError):
@@ -42,9 +43,10 @@ def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optiona
     UpgradeError."""
     s = connect(path, timeout)
     data, fds = bytearray(), list[int]()
+    versions = "".join(f"{k}: {v}\r\n" for k, v in request_headers().items())
     try:
         s.sendall((f"POST {target} HTTP/1.1\r\nHost: loaderd\r\nUpgrade: {protocol}\r\nConnection: Upgrade\r\n"
-                   f"Content-Type: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+                   f"Content-Type: application/msgpack\r\n{versions}Content-Length: {len(body)}\r\n\r\n").encode() + body)
         while b"\r\n\r\n" not in data:
             chunk = _recv(s, fds)
             if not chunk:
@@ -52,6 +54,8 @@ def upgrade(path: str, target: str, protocol: str, body: bytes, timeout: Optiona
             data += chunk
         head, _, rest = bytes(data).partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
+        if not lines[0].startswith("HTTP/1."):
+            raise NotLoaderdError(path, f"it does not speak HTTP; it wrote {lines[0][:80]!r}")
         status = int(lines[0].split(" ", 2)[1])
         if status == 101 and until_eof:
             while chunk := _recv(s, fds):

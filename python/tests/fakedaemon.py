@@ -18,6 +18,7 @@ import pytest
 from fakecuda import FakeCuda, uuid_bytes
 from nvfeed import DaemonGoneError
 from nvfeed._cuda import format_uuid
+from nvfeed._version import PROTOCOL, UNVERSIONED_FEATURES, DaemonVersion
 
 SLOT = 2 << 20
 
@@ -51,6 +52,7 @@ class FakeDaemon:
         import nvfeed._session
         monkeypatch.setattr(nvfeed._session, "call", self.call)
         monkeypatch.setattr(nvfeed._session, "receive", self.receive)
+        monkeypatch.setattr(nvfeed._session, "hello", self.hello)
         if cu is not None:
             cu.on_call = self.log.append
             for mod in (nvfeed._session, nvfeed._cuda):
@@ -96,6 +98,10 @@ class FakeDaemon:
     def desc(self) -> dict[str, Any]:
         return {"kind": self.kind, "size": self.slots * SLOT, "slot_size": SLOT, "slots": self.slots,
                 "device": self.device if self.kind == "gpu" else -1, "numa_node": -1, "uuid": self._uuid()}
+
+    def hello(self, conn: Any, where: str) -> DaemonVersion:
+        """The daemon's version: this client's own."""
+        return DaemonVersion(PROTOCOL, "fake", UNVERSIONED_FEATURES)
 
     def receive(self, path: str, session_id: str, timeout: Optional[float]) -> tuple[dict[str, Any], int]:
         size = self.slots * SLOT

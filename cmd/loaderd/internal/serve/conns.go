@@ -192,7 +192,8 @@ func (l *peerListener) refuse(c net.Conn, key, who, why string) {
 	}
 	body, _ := msgpack.Marshal(wire.ErrorResponse{Error: msg})
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/msgpack\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/msgpack\r\nContent-Length: %d\r\nConnection: close\r\n%s: %d\r\n\r\n%s",
+		len(body), wire.ProtocolHeader, wire.Protocol, body)
 	select {
 	case l.busy <- struct{}{}:
 		go func() {

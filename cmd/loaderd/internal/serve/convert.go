@@ -34,6 +34,8 @@ func code(err error) string {
 // "" for an internal failure.
 func kind(err error) (int, string) {
 	switch {
+	case errors.Is(err, wire.ErrVersion):
+		return http.StatusBadRequest, wire.CodeVersion
 	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
 		return http.StatusBadRequest, wire.CodeInvalid
 	case errors.Is(err, session.ErrNotFound):

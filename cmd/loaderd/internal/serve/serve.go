@@ -62,6 +62,8 @@ type Server struct {
 	// conns are the connection limits Run listens with (nil before Run,
 	// or without it): /v1/status tells how many are used.
 	conns *connCaps
+	// daemon is this daemon's side of every request (version.go).
+	daemon wire.Side
 }
 
 // New makes a server. Under systemd (Type=notify) it tells the state
@@ -72,7 +74,7 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{mgr: mgr, log: log, notify: notifier{addr: os.Getenv("NOTIFY_SOCKET")}}
+	return &Server{mgr: mgr, log: log, notify: notifier{addr: os.Getenv("NOTIFY_SOCKET")}, daemon: daemonSide(cfg.Release)}
 }
 
 // sdNotify tells systemd a state change; a failure is logged, never fatal.
@@ -163,7 +165,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 // Handler returns the HTTP API.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(negotiate)
+	r.Use(negotiate, s.versioned)
 	r.Get("/healthz", healthz)
 	// No session ids in the metrics (session/metrics.go): anyone who may
 	// connect reads them, a dataset's series only if it may read the
@@ -246,7 +248,10 @@ func decode(r *http.Request, v any, limit int) error {
 	if len(b) > limit {
 		return fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, limit)
 	}
-	return wire.Decode(b, v)
+	if err := wire.Decode(b, v); err != nil {
+		return versionError(r, err)
+	}
+	return nil
 }
 
 // readUpTo reads rd to its end or to n bytes, whichever comes first,
@@ -371,7 +376,9 @@ func switchProtocols(w http.ResponseWriter, protocol string) (net.Conn, *bufio.R
 		writeErr(w, http.StatusInternalServerError, fmt.Sprintf("cannot take over the connection for %s: %v", protocol, err))
 		return nil, nil, false
 	}
-	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", protocol)
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n", protocol)
+	writeVersionHeaders(w, func(k, v string) { fmt.Fprintf(brw, "%s: %s\r\n", k, v) })
+	brw.WriteString("\r\n")
 	if err := brw.Flush(); err != nil {
 		conn.Close()
 		return nil, nil, false

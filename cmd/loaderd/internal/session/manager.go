@@ -98,6 +98,10 @@ type Config struct {
 	// ACL, not immutable) is read through the filesystem as the caller
 	// (fresh.Trust; loaderd's --trusted-uid and --trusted-gid).
 	Trust fresh.Trust
+	// Release is the daemon's release (loaderd's version), which the
+	// transport tells every client; "" reads "dev". The core does not
+	// use it.
+	Release string
 	// CheckInBackground: a dataset registers at once and its raw samples'
 	// checking pass runs after (fresh.Options.Background): each raw
 	// sample is read through the filesystem as the caller until the pass
