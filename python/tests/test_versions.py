@@ -109,8 +109,10 @@ with LoaderSource("wds", socket=sock, batch_size=5, ext=["jpg;png", "cls"]) as s
 print(json.dumps(out))
 """
     env = {**os.environ, "PYTHONPATH": str(previous / "python")}
+    # cwd: python -c puts it first on sys.path, before PYTHONPATH (the
+    # suite runs from python/, where this client is).
     r = subprocess.run([sys.executable, "-c", script, new_daemon.socket], capture_output=True, text=True, env=env,
-                       timeout=300)
+                       timeout=300, cwd=previous)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.splitlines()[-1])
     assert out["module"].startswith(str(previous)), out["module"]  # the previous release's client ran
