@@ -21,10 +21,26 @@ import (
 )
 
 // wdsFS writes two tars of 12 samples each under the attack filesystem's
-// "shards" (each sample a .jpg, a .cls, every 5th without its .cls),
-// maps them as mkbmap --reader webdataset does, and returns the map and
-// the members' bytes by "shard/name".
+// "shards" (wdsTars), maps them as mkbmap --reader webdataset does, and
+// returns the map and the members' bytes by "shard/name".
 func wdsFS(t *testing.T, a *attackFS) (*wds.Map, map[string][]byte) {
+	t.Helper()
+	want := wdsTars(t, a)
+	out := filepath.Join(t.TempDir(), "wds.bmap")
+	if _, err := wds.Build(context.Background(), a.fs.Path("shards"), out, wds.BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := wds.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, want
+}
+
+// wdsTars writes two tars of 12 samples each under the attack
+// filesystem's "shards" (each sample a .jpg, a .cls, every 5th without
+// its .cls) and returns the members' bytes by "shard/name".
+func wdsTars(t *testing.T, a *attackFS) map[string][]byte {
 	t.Helper()
 	want := map[string][]byte{}
 	for s := range 2 {
@@ -48,15 +64,7 @@ func wdsFS(t *testing.T, a *attackFS) (*wds.Map, map[string][]byte) {
 		a.fs.WriteFile(t, fmt.Sprintf("shards/part-%d.tar", s), buf.Bytes())
 	}
 	a.fs.Sync(t)
-	out := filepath.Join(t.TempDir(), "wds.bmap")
-	if _, err := wds.Build(context.Background(), a.fs.Path("shards"), out, wds.BuildOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := wds.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, want
+	return want
 }
 
 // wdsEpoch reads one epoch of a session of k outputs a sample and

@@ -5,6 +5,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -37,22 +38,37 @@ const (
 // given for another dataset, or missing for a webdataset.
 var ErrWebDatasetArgs = errors.New("webdataset arguments")
 
-// LoadMap reads a map file: a webdataset map (version 3: wds.Open, read
-// in place) or another (bmap.Load); exactly one of the two is not nil.
+// LoadMap reads a map file: a webdataset map (version 3: wds.Read,
+// copied into the daemon's own memory and checked whole) or another
+// (bmap.Decode of the file's bytes); exactly one of the two is not nil.
+// The file is opened once and read to its end: what its writer does to
+// it afterwards (truncate, rewrite, replace) reaches neither map.
 func LoadMap(path string) (*bmap.Map, *wds.Map, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer f.Close()
 	head := make([]byte, 12)
-	_, err = f.ReadAt(head, 0)
-	f.Close()
-	if err == nil && wds.IsVersion3(head) {
-		w, err := wds.Open(path)
-		return nil, w, err
+	if _, err := f.ReadAt(head, 0); err == nil && wds.IsVersion3(head) {
+		w, err := wds.Read(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("wds: %s: %w", path, err)
+		}
+		return nil, w, nil
 	}
-	m, err := bmap.Load(path)
-	return m, nil, err
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bmap: %s: %w", path, err)
+	}
+	if wds.IsVersion3(b) { // rewritten between the two reads
+		return nil, nil, fmt.Errorf("bmap: %s: %w: the file changed while it was read", path, bmap.ErrCorrupt)
+	}
+	m, err := bmap.Decode(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bmap: %s: %w", path, err)
+	}
+	return m, nil, nil
 }
 
 // checkWebDatasetArgs checks the webdataset arguments on their own:
