@@ -310,11 +310,13 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	} else if err := authorizeOpen(p.Dataset, ds, c); err != nil {
 		return Opened{}, err
 	}
-	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil {
+	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil || d.wds != nil {
 		// These refusals name what only a reader of every sample may know
 		// (the fingerprint; files and their dtypes; a sample whose shape a
-		// region does not fit): the whole verdict (every sample opened as
-		// the caller, cached) comes first.
+		// region does not fit), and a webdataset's selection tells of
+		// every tar's members (an underfull sample's key, the samples
+		// kept, the largest rooms): the whole verdict (every sample, or
+		// tar, opened as the caller, cached) comes first.
 		if err := m.authorize(d, c); err != nil {
 			return Opened{}, err
 		}
