@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -82,6 +83,10 @@ type Map struct {
 	keys    []byte
 	nSample int
 	nComp   int
+
+	ixOnce sync.Once
+	ix     *index // the samples by pattern (index.go): one pass over the records, at Check
+	ixErr  error
 }
 
 // Sample is one sample's record: its shard, key and components
@@ -318,24 +323,32 @@ func Decode(b []byte) (*Map, error) {
 	return m, nil
 }
 
-// Check reads every record and the body's checksum: what Open leaves to
-// access time, at the cost of reading the whole file.
+// Check reads every record and the body's checksum, and indexes the
+// samples for Select (index.go): what Open does before it returns, at
+// the cost of reading the whole file once.
 func (m *Map) Check() error {
 	if crc32.Checksum(m.data[headerSize:], castagnoli) != binary.LittleEndian.Uint32(m.data[24:]) {
 		return fmt.Errorf("%w: body checksum mismatch", ErrCorrupt)
 	}
-	for i := range m.nSample {
-		s, err := m.Sample(i)
-		if err != nil {
-			return err
-		}
-		for j := s.First; j < s.First+s.Count; j++ {
-			if _, err := m.Component(s, j); err != nil {
-				return err
-			}
-		}
+	_, err := m.indexed()
+	return err
+}
+
+// indexed returns the map's index, made by the first call (one pass
+// over the records, each checked).
+func (m *Map) indexed() (*index, error) {
+	m.ixOnce.Do(func() { m.ix, m.ixErr = m.buildIndex() })
+	return m.ix, m.ixErr
+}
+
+// IndexBytes is the memory the index holds beside the map: 4 bytes a
+// sample, and the largest rooms of each pattern's components.
+func (m *Map) IndexBytes() int64 {
+	ix, err := m.indexed()
+	if err != nil {
+		return 0
 	}
-	return nil
+	return ix.bytes()
 }
 
 // Writer writes a version 3 map, shard after shard, in memory bounded
