@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -18,62 +17,24 @@ import (
 var ErrWebDataset = errors.New("webdataset")
 
 // WebDataset is a webdataset map seen through an ext selection
-// (wds.View), made once and shared by every loader over it (the daemon:
-// one per dataset and selection): the view's bitmap, and the largest
-// samples' room sizes that size a slot for any batch size. A loader over
-// it (Options.WebDataset) reads the view's samples, each its Outputs()
+// (wds.View), shared by every loader over it: the view's bitmap, and
+// its largest samples' rooms (wds.View.LargestRooms, from the map's
+// index) that size a slot for any batch size. A loader over it
+// (Options.WebDataset) reads the view's samples, each its Outputs()
 // components, as byte ranges of the tars (the map's Shards, which is
 // the map the loader and its backend are opened over). Safe for
 // concurrent use.
 type WebDataset struct {
 	view *wds.View
-	top  []int64 // the largest samples' rooms, largest first, at most MaxBatchSize
 }
 
-// NewWebDataset prepares view for loaders: one pass over its samples
-// (their records read in place), keeping the MaxBatchSize largest
-// samples' rooms (512 KiB at most), so that a loader's slot size costs
-// nothing per sample.
+// NewWebDataset prepares view for loaders. It reads no record: the
+// map's index, made when the map was checked, sizes the slots.
 func NewWebDataset(view *wds.View) (*WebDataset, error) {
-	comps := make([]int, view.Outputs())
-	m := view.Map()
-	top := make(minHeap, 0, min(MaxBatchSize, view.Len()))
-	for i := range view.Len() {
-		s, err := view.Sample(i, comps)
-		if err != nil {
-			return nil, fmt.Errorf("loader: %w: %w", ErrWebDataset, err)
-		}
-		var n int64
-		for _, j := range comps {
-			if j < 0 {
-				continue
-			}
-			c, err := m.Component(s, j)
-			if err != nil {
-				return nil, fmt.Errorf("loader: %w: %w", ErrWebDataset, err)
-			}
-			n += componentRoom(c)
-		}
-		top.keep(n)
+	if wds.RoomAlign != backend.Align || wds.MaxRooms < MaxBatchSize {
+		return nil, fmt.Errorf("loader: %w: wds rooms of %d bytes, %d kept, for batches aligned to %d of up to %d samples", ErrWebDataset, wds.RoomAlign, wds.MaxRooms, backend.Align, MaxBatchSize)
 	}
-	w := &WebDataset{view: view, top: []int64(top)}
-	slices.SortFunc(w.top, func(a, b int64) int {
-		if a > b {
-			return -1
-		}
-		if a < b {
-			return 1
-		}
-		return 0
-	})
-	return w, nil
-}
-
-// componentRoom is a component's room in a batch: its phase in its tar
-// plus its size, rounded up to backend.Align (room's rule).
-func componentRoom(c wds.Component) int64 {
-	_, n := room(&bmap.Sample{Offset: c.Offset, Size: c.Size})
-	return n
+	return &WebDataset{view: view}, nil
 }
 
 // View returns the selection.
@@ -84,13 +45,10 @@ func (w *WebDataset) Outputs() int { return w.view.Outputs() }
 
 // SlotBytes returns the slot size that holds any batch of batchSize
 // samples: the batchSize largest samples' rooms (padding repeats a
-// sample without a room of its own).
+// sample without a room of its own), or a little more (a bound from the
+// map's index: wds.View.LargestRooms).
 func (w *WebDataset) SlotBytes(batchSize int) int64 {
-	var sum int64
-	for _, n := range w.top[:min(batchSize, len(w.top))] {
-		sum += n
-	}
-	return max(sum, backend.Align)
+	return max(w.view.LargestRooms(batchSize), backend.Align)
 }
 
 // planWebDataset lays a webdataset batch out in its slot: each distinct

@@ -11,12 +11,15 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/wds"
 	"github.com/nvfeed/nvfeed/internal/testfs"
+	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/raw"
 )
 
@@ -299,5 +302,96 @@ func TestWebDatasetResumeAndOrder(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(full) || len(full) != 352 || full[351] != full[333] {
 		t.Fatalf("batchAt %v\nepoch  %v", got, full)
+	}
+}
+
+// TestWebDatasetSlotBytes: the slot size from the map's index holds any
+// batch of the view: at least the sum of its batch-size largest
+// samples' rooms (a scan of every sample, as NewWebDataset made before),
+// and exactly that where only one output's sizes vary.
+func TestWebDatasetSlotBytes(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.bmap")
+	w, err := wds.NewWriter(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var off int64 = 512
+	for i := range 3000 {
+		names := []string{"x.jpg", "x.cls"}
+		if i%3 == 0 {
+			names = append(names, "x.png")
+		}
+		var offs, sizes []int64
+		for _, name := range names {
+			size := int64(1)
+			if name != "x.cls" {
+				size = 1 + rng.Int64N(40000)
+			}
+			offs, sizes = append(offs, off), append(sizes, size)
+			off += (size+511)&^511 + 512
+		}
+		if err := w.Sample(strconv.Itoa(i), names, offs, sizes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shards := &bmap.Map{Version: 2, Root: "/tars", Reader: bmap.ReaderFile, Listed: true, Samples: []bmap.Sample{{Path: "a.tar", Size: off}}}
+	if err := w.Close(shards); err != nil {
+		t.Fatal(err)
+	}
+	m, err := wds.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, tc := range []struct {
+		o     wds.Options
+		exact bool // one output's sizes vary
+	}{
+		{wds.Options{Ext: []string{"jpg", "cls"}, CaseSensitive: true}, true},
+		{wds.Options{Ext: []string{"png", "cls"}, CaseSensitive: true, Missing: wds.MissingSkip}, true},
+		{wds.Options{Ext: []string{"jpg;png", "cls"}, CaseSensitive: true}, true},
+		{wds.Options{Ext: []string{"jpg", "jpg"}, CaseSensitive: true}, true},
+		{wds.Options{Ext: []string{"jpg", "png"}, CaseSensitive: true}, false},
+	} {
+		v, err := m.Select(tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wd, err := NewWebDataset(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rooms []int64
+		comps := make([]int, v.Outputs())
+		for i := range v.Len() {
+			s, err := v.Sample(i, comps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int64
+			for _, j := range comps {
+				if j >= 0 {
+					c, _ := m.Component(s, j)
+					_, r := room(&bmap.Sample{Offset: c.Offset, Size: c.Size})
+					if wr := wds.Room(c.Offset, c.Size); wr != r {
+						t.Fatalf("wds.Room(%d, %d) = %d, the loader's room %d", c.Offset, c.Size, wr, r)
+					}
+					n += r
+				}
+			}
+			rooms = append(rooms, n)
+		}
+		slices.SortFunc(rooms, func(a, b int64) int { return int(b - a) })
+		for _, b := range []int{1, 7, 64, 999, 5000} {
+			var want int64
+			for _, r := range rooms[:min(b, len(rooms))] {
+				want += r
+			}
+			want = max(want, backend.Align)
+			if got := wd.SlotBytes(b); got < want || (tc.exact && got != want) {
+				t.Errorf("%q skip=%v batch %d: slot %d, the largest rooms take %d", tc.o.Ext, tc.o.Missing == wds.MissingSkip, b, got, want)
+			}
+		}
 	}
 }

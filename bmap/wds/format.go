@@ -5,11 +5,13 @@ package wds
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,16 +22,17 @@ import (
 // Version is the .bmap format version of a webdataset map.
 const Version = 3
 
-// The version 3 layout: fixed-size records, read in place from a
-// read-only mapping of the file (Open), so that loading a map costs its
-// shards, not its samples. All integers are little-endian.
+// The version 3 layout: fixed-size records, read in place from the
+// process's own read-only copy of the file (Open), so that a sample's
+// lookup decodes nothing but its records. All integers are
+// little-endian.
 //
 //	offset  size  field
 //	0       8     magic "\x89BMAP\r\n\x1a" (as versions 1 and 2)
 //	8       4     version (3)
 //	12      4     flags (0)
 //	16      8     file length in bytes
-//	24      4     CRC-32C of bytes 96..end (checked by Check, not Open)
+//	24      4     CRC-32C of bytes 96..end (checked by Check, as Open does)
 //	28      4     CRC-32C of bytes 0..28 (where versions 1 and 2 have theirs)
 //	32      8     shards: length of the embedded version 2 map
 //	40      8     extension table length
@@ -62,10 +65,10 @@ var ErrCorrupt = bmap.ErrCorrupt
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Map is a webdataset map opened in place: its shards decoded (a few
-// bytes each), its samples and components records in the file's mapping,
-// read on access without allocating. Safe for concurrent use; Close
-// unmaps it.
+// Map is a webdataset map: its shards decoded (a few bytes each), its
+// samples and components records in a read-only copy of the file (Open)
+// or in the bytes given to Decode, read on access without allocating.
+// Safe for concurrent use; Close frees Open's copy.
 type Map struct {
 	// Shards are the tars, in shard order: a listed fn.readers.file
 	// map whose sample i is shard i (its path, extents, inode, times,
@@ -73,13 +76,17 @@ type Map struct {
 	Shards *bmap.Map
 
 	data    []byte // the whole file
-	mapped  bool
+	owned   bool   // data is Open's own anonymous mapping: Close unmaps it
 	exts    []string
 	samples []byte
 	comps   []byte
 	keys    []byte
 	nSample int
 	nComp   int
+
+	ixOnce sync.Once
+	ix     *index // the samples by pattern (index.go): one pass over the records, at Check
+	ixErr  error
 }
 
 // Sample is one sample's record: its shard, key and components
@@ -165,39 +172,87 @@ func (m *Map) Component(s Sample, j int) (Component, error) {
 	return Component{Offset: int64(off), Size: int64(size), Ext: int(ext), NoDot: flags&flagNoDot != 0}, nil
 }
 
-// Open maps the version 3 map file at path read-only and checks its
-// header and shards (not its records: Sample and Component check each on
-// access; Check reads them all and the body's checksum). Its cost is the
-// shards' decoding, whatever the number of samples.
+// Open reads the version 3 map file at path into memory of the
+// process's own and checks all of it (Check): the map is the daemon's
+// from then on. Its writer may truncate, rewrite or replace the file;
+// nothing it does reaches the map read, and no fault of the file's pages
+// can reach the reader. The cost is a copy of the file and one pass
+// over its records.
 func Open(path string) (*Map, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("wds: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	m, err := Read(f)
 	if err != nil {
-		return nil, fmt.Errorf("wds: %w", err)
-	}
-	if st.Size() < headerSize {
-		return nil, fmt.Errorf("wds: %s: %w: %d bytes, shorter than a header", path, ErrCorrupt, st.Size())
-	}
-	b, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("wds: mmap %s: %w", path, err)
-	}
-	m, err := Decode(b)
-	if err != nil {
-		_ = unix.Munmap(b)
 		return nil, fmt.Errorf("wds: %s: %w", path, err)
 	}
-	m.mapped = true
 	return m, nil
 }
 
-// Close unmaps an opened map; its keys are no longer valid.
+// Read reads a version 3 map from f, from its start to its end, into
+// anonymous memory of the process's own (read-only once filled, apart
+// from the Go heap), and checks it whole (Check). A file that changes
+// size while it is read is refused.
+func Read(f *os.File) (*Map, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() < headerSize {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than a header", ErrCorrupt, st.Size())
+	}
+	b, err := readOwned(f, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	m, err := Decode(b)
+	if err == nil {
+		m.owned = true
+		if err = m.Check(); err != nil {
+			m.Close()
+		}
+	} else {
+		_ = unix.Munmap(b)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// readOwned copies the size bytes of f into a new anonymous mapping,
+// then makes it read-only. read(2), unlike a file's mapping, answers a
+// file cut short with a short count, never a fault; a file that ends
+// elsewhere than size is an error.
+func readOwned(f *os.File, size int64) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("memory for the map's %d bytes: %w", size, err)
+	}
+	n, err := f.ReadAt(b, 0)
+	if err == nil {
+		var one [1]byte
+		if k, _ := f.ReadAt(one[:], size); k != 0 {
+			err = fmt.Errorf("%w: the file grew while it was read", ErrCorrupt)
+		}
+	} else if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: the file shrank to %d of %d bytes while it was read", ErrCorrupt, n, size)
+	}
+	if err == nil {
+		err = unix.Mprotect(b, unix.PROT_READ)
+	}
+	if err != nil {
+		_ = unix.Munmap(b)
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close unmaps a map Open read; its keys are no longer valid.
 func (m *Map) Close() error {
-	if !m.mapped || m.data == nil {
+	if !m.owned || m.data == nil {
 		return nil
 	}
 	err := unix.Munmap(m.data)
@@ -212,7 +267,8 @@ func IsVersion3(b []byte) bool {
 }
 
 // Decode reads a version 3 map held in b (not copied: b must outlive the
-// map), as Open does.
+// map and stay unchanged) and checks its header and shards; its records
+// are checked on access (Sample, Component) or all at once (Check).
 func Decode(b []byte) (*Map, error) {
 	if len(b) < headerSize || string(b[:8]) != magic {
 		return nil, fmt.Errorf("%w: not a .bmap file", ErrCorrupt)
@@ -267,24 +323,32 @@ func Decode(b []byte) (*Map, error) {
 	return m, nil
 }
 
-// Check reads every record and the body's checksum: what Open leaves to
-// access time, at the cost of reading the whole file.
+// Check reads every record and the body's checksum, and indexes the
+// samples for Select (index.go): what Open does before it returns, at
+// the cost of reading the whole file once.
 func (m *Map) Check() error {
 	if crc32.Checksum(m.data[headerSize:], castagnoli) != binary.LittleEndian.Uint32(m.data[24:]) {
 		return fmt.Errorf("%w: body checksum mismatch", ErrCorrupt)
 	}
-	for i := range m.nSample {
-		s, err := m.Sample(i)
-		if err != nil {
-			return err
-		}
-		for j := s.First; j < s.First+s.Count; j++ {
-			if _, err := m.Component(s, j); err != nil {
-				return err
-			}
-		}
+	_, err := m.indexed()
+	return err
+}
+
+// indexed returns the map's index, made by the first call (one pass
+// over the records, each checked).
+func (m *Map) indexed() (*index, error) {
+	m.ixOnce.Do(func() { m.ix, m.ixErr = m.buildIndex() })
+	return m.ix, m.ixErr
+}
+
+// IndexBytes is the memory the index holds beside the map: 4 bytes a
+// sample, and the largest rooms of each pattern's components.
+func (m *Map) IndexBytes() int64 {
+	ix, err := m.indexed()
+	if err != nil {
+		return 0
 	}
-	return nil
+	return ix.bytes()
 }
 
 // Writer writes a version 3 map, shard after shard, in memory bounded

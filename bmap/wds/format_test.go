@@ -162,7 +162,8 @@ func FuzzDecode(f *testing.F) {
 
 // TestScale writes a map of NVFEED_WDS_SAMPLES samples (100 M for the
 // figures; skipped when unset) and measures its size, write time, Open
-// time and the heap it costs, and a view's first and last samples.
+// time (the copy, its check and index) and the memory it costs, and
+// selections.
 func TestScale(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("NVFEED_WDS_SAMPLES"))
 	if n == 0 {
@@ -206,7 +207,7 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	skip := time.Since(t0)
-	t.Logf("%d samples (%d shards): %d bytes on disk (%.1f B/sample); written in %v (%.0f samples/s); Open %v, heap +%d KiB; Select(empty)+Sample %v; Select(skip) %v for %d samples (bitmap %d KiB)",
+	t.Logf("%d samples (%d shards): %d bytes on disk (%.1f B/sample); written in %v (%.0f samples/s); Open (copy, check, index) %v, heap +%d KiB (the index %d KiB), its copy %d KiB; Select(empty)+Sample %v; Select(skip) %v for %d samples (bitmap %d KiB)",
 		n, len(m.Shards.Samples), st.Size(), float64(st.Size())/float64(n), wrote, float64(n)/wrote.Seconds(), opened,
-		(int64(after.HeapAlloc)-int64(before.HeapAlloc))/1024, first, skip, vs.Len(), (len(vs.keep)*8+len(vs.ranks)*4)/1024)
+		(int64(after.HeapAlloc)-int64(before.HeapAlloc))/1024, m.IndexBytes()/1024, m.Bytes()/1024, first, skip, vs.Len(), (len(vs.keep)*8+len(vs.ranks)*4)/1024)
 }

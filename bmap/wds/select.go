@@ -66,15 +66,53 @@ type View struct {
 	n     int
 	keep  []uint64 // nil: every sample; else one bit per map sample
 	ranks []uint32 // kept samples before each 512-bit block of keep
+	used  [][]int  // per pattern of the map's index: each filled output's component position (nil: none, or not kept)
 }
 
 // Select applies o to m: where DALI applies ext, at open time, so one
-// map serves any ext. With MissingSkip or MissingError it reads every
-// sample's components once (Check's cost, no allocation per sample).
+// map serves any ext. It judges each pattern of the map's index once
+// (index.go: a map has a handful), not each sample: with MissingError
+// the first underfull sample is its pattern's first; with MissingSkip,
+// where some samples are left out, it fills the view's bitmap from the
+// index's pattern of each sample (4 bytes a sample read, no record).
 func (m *Map) Select(o Options) (*View, error) {
 	if len(o.Ext) == 0 || len(o.Ext) > MaxOutputs {
 		return nil, fmt.Errorf("wds: %d ext entries: want 1 to %d", len(o.Ext), MaxOutputs)
 	}
+	ix, err := m.indexed()
+	if err != nil {
+		return nil, err
+	}
+	v := &View{m: m, nOut: len(o.Ext), outs: outputsOf(m.exts, o), n: m.nSample, used: make([][]int, len(ix.patterns))}
+	kept := make([]bool, len(ix.patterns))
+	n, under := 0, -1
+	for p, pt := range ix.patterns {
+		got, used := v.matchExts(pt.exts)
+		if got >= v.nOut || o.Missing == MissingEmpty {
+			kept[p], v.used[p] = true, used
+			n += pt.count
+		} else if under < 0 || pt.first < under {
+			under = pt.first
+		}
+	}
+	switch {
+	case o.Missing == MissingEmpty || under < 0:
+		return v, nil
+	case o.Missing == MissingError:
+		s, err := m.Sample(under)
+		if err != nil {
+			return nil, err
+		}
+		got, _ := v.matchExts(ix.patterns[ix.of[under]].exts)
+		return nil, fmt.Errorf("wds: %w at tar file %q, sample %q: %d of %d outputs matched", ErrUnderfull, m.Shards.Samples[s.Shard].Path, s.Key, got, v.nOut)
+	}
+	v.n = n
+	v.keepPatterns(ix, kept)
+	return v, nil
+}
+
+// outputsOf returns, for each of exts, the outputs of o it fills.
+func outputsOf(exts []string, o Options) []uint64 {
 	byExt := map[string]uint64{}
 	for out, alts := range o.Ext {
 		// std::getline on ';': no trailing empty field.
@@ -89,46 +127,69 @@ func (m *Map) Select(o Options) (*View, error) {
 			byExt[e] |= 1 << out
 		}
 	}
-	v := &View{m: m, nOut: len(o.Ext), outs: make([]uint64, len(m.exts)), n: m.nSample}
-	for i, e := range m.exts {
+	outs := make([]uint64, len(exts))
+	for i, e := range exts {
 		if !o.CaseSensitive {
 			e = strings.ToLower(e)
 		}
-		v.outs[i] = byExt[e]
+		outs[i] = byExt[e]
 	}
-	if o.Missing == MissingEmpty {
-		return v, nil
-	}
-	v.keep = make([]uint64, (m.nSample+63)/64)
-	v.ranks = make([]uint32, (m.nSample+511)/512+1)
+	return outs
+}
+
+// keepPatterns fills the view's bitmap: the map's samples of the kept
+// patterns, and the kept samples before each 512-sample block.
+func (v *View) keepPatterns(ix *index, kept []bool) {
+	v.keep = make([]uint64, (len(ix.of)+63)/64)
+	v.ranks = make([]uint32, (len(ix.of)+511)/512+1)
 	n := 0
-	for i := range m.nSample {
+	for i, p := range ix.of {
 		if i%512 == 0 {
 			v.ranks[i/512] = uint32(n)
 		}
-		s, err := m.Sample(i)
-		if err != nil {
-			return nil, err
-		}
-		got, err := v.match(s, nil)
-		if err != nil {
-			return nil, err
-		}
-		if got >= v.nOut {
+		if kept[p] {
 			v.keep[i/64] |= 1 << (i % 64)
 			n++
-			continue
-		}
-		if o.Missing == MissingError {
-			return nil, fmt.Errorf("wds: %w at tar file %q, sample %q: %d of %d outputs matched", ErrUnderfull, m.Shards.Samples[s.Shard].Path, s.Key, got, v.nOut)
 		}
 	}
 	v.ranks[len(v.ranks)-1] = uint32(n)
-	v.n = n
-	if n == m.nSample {
-		v.keep, v.ranks = nil, nil
+}
+
+// matchExts is match for a pattern: how many of its components fill an
+// output, and each filled output's component position (a component
+// filling two outputs is in two rooms, as a batch lays it out).
+func (v *View) matchExts(exts []uint32) (int, []int) {
+	var set uint64
+	var used []int
+	got := 0
+	for k, e := range exts {
+		fill := v.outs[e] &^ set
+		if fill == 0 {
+			continue
+		}
+		got++
+		set |= fill
+		for f := fill; f != 0; f &= f - 1 {
+			used = append(used, k)
+		}
 	}
-	return v, nil
+	return got, used
+}
+
+// LargestRooms returns the room n samples of the view take at most: the
+// sum of its n largest samples' rooms (each output's component's Room),
+// or a little more (index.go's largest). It reads no record.
+func (v *View) LargestRooms(n int) int64 {
+	ix, err := v.m.indexed()
+	if err != nil {
+		return 0
+	}
+	return ix.largest(v.used, min(n, MaxRooms))
+}
+
+// Bytes is the memory the view holds: its bitmap with skip.
+func (v *View) Bytes() int64 {
+	return int64(8*len(v.keep) + 4*len(v.ranks) + 24*len(v.used))
 }
 
 // match assigns s's components to outputs as DALI: for each component

@@ -21,10 +21,26 @@ import (
 )
 
 // wdsFS writes two tars of 12 samples each under the attack filesystem's
-// "shards" (each sample a .jpg, a .cls, every 5th without its .cls),
-// maps them as mkbmap --reader webdataset does, and returns the map and
-// the members' bytes by "shard/name".
+// "shards" (wdsTars), maps them as mkbmap --reader webdataset does, and
+// returns the map and the members' bytes by "shard/name".
 func wdsFS(t *testing.T, a *attackFS) (*wds.Map, map[string][]byte) {
+	t.Helper()
+	want := wdsTars(t, a)
+	out := filepath.Join(t.TempDir(), "wds.bmap")
+	if _, err := wds.Build(context.Background(), a.fs.Path("shards"), out, wds.BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := wds.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, want
+}
+
+// wdsTars writes two tars of 12 samples each under the attack
+// filesystem's "shards" (each sample a .jpg, a .cls, every 5th without
+// its .cls) and returns the members' bytes by "shard/name".
+func wdsTars(t *testing.T, a *attackFS) map[string][]byte {
 	t.Helper()
 	want := map[string][]byte{}
 	for s := range 2 {
@@ -48,15 +64,7 @@ func wdsFS(t *testing.T, a *attackFS) (*wds.Map, map[string][]byte) {
 		a.fs.WriteFile(t, fmt.Sprintf("shards/part-%d.tar", s), buf.Bytes())
 	}
 	a.fs.Sync(t)
-	out := filepath.Join(t.TempDir(), "wds.bmap")
-	if _, err := wds.Build(context.Background(), a.fs.Path("shards"), out, wds.BuildOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := wds.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, want
+	return want
 }
 
 // wdsEpoch reads one epoch of a session of k outputs a sample and
@@ -183,10 +191,11 @@ func TestWebDatasetOpenArgs(t *testing.T) {
 }
 
 // TestAttackWebDatasetTar: access to a webdataset is checked as the
-// caller on its tars as they are read (a tar the caller cannot read
-// fails its samples, naming it, none of its bytes served),
-// and a tar rewritten in place after registration fails its members
-// (never its new bytes) while the other tar's are served.
+// caller on its tars: at the open, every tar (a 0600 tar: 403 naming
+// it), and as they are read (a tar made 0600 while the session reads
+// fails its samples, naming it, none of its bytes served); a tar
+// rewritten in place after registration fails its members (never its
+// new bytes) while the other tar's are served.
 func TestAttackWebDatasetTar(t *testing.T) {
 	a := newAttackFS(t)
 	m, want := wdsFS(t, a)
@@ -195,12 +204,18 @@ func TestAttackWebDatasetTar(t *testing.T) {
 	c := connectAs(t, sock, nobodyWho)
 	req := wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 6, NumShards: 1}}, Ext: []string{"jpg", "cls"}}
 	os.Chmod(tar1, 0o600)
+	if _, _, code, msg := c.openReq(req); code != http.StatusForbidden || !strings.Contains(msg, "part-1.tar") {
+		t.Fatalf("open with a 0600 tar: %d %s: want 403 naming it", code, msg)
+	}
+	os.Chmod(tar1, 0o644)
 	for _, be := range []string{"gds", "file"} {
 		req.Request.Backend = be
 		s, _, code, msg := c.openReq(req)
 		if code != http.StatusOK {
 			t.Fatalf("%s: open: %d %s", be, code, msg)
 		}
+		os.Chmod(tar1, 0o600)
+		s.wdsEpoch(m, 2) // batches read ahead before the chmod were readable then
 		got, failed := s.wdsEpoch(m, 2)
 		if len(failed) != 12 || !strings.Contains(failed[0], "part-1.tar") {
 			t.Fatalf("%s: a 0600 tar: %d failed samples, want its 12, naming it: %v", be, len(failed), failed)
@@ -211,8 +226,8 @@ func TestAttackWebDatasetTar(t *testing.T) {
 			}
 		}
 		s.c.call("DELETE", "/v1/sessions/"+s.id, nil, nil)
+		os.Chmod(tar1, 0o644)
 	}
-	os.Chmod(tar1, 0o644)
 	for _, be := range []string{"gds", "file"} {
 		req.Request.Backend = be
 		s, _, code, msg := c.openReq(req)
@@ -260,9 +275,11 @@ func TestAttackWebDatasetTar(t *testing.T) {
 
 // TestAttackWebDatasetTarReplaced: a tar truncated after mapping (its
 // members' ranges past its end), or replaced by a symlink or a hard link
-// to a root-only file of the secret, fails its samples for nobody (no
-// 500, no byte past its end, no byte of the secret in the batch memory)
-// while the other tar's are served, with each backend.
+// to a root-only file of the secret, fails its samples in nobody's
+// sessions opened before (no 500, no byte past its end, no byte of the
+// secret in the batch memory) while the other tar's are served, with
+// each backend; a session opened after fails them too, or is a 403
+// naming the tar where nobody may not read what it now is.
 func TestAttackWebDatasetTarReplaced(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -297,15 +314,29 @@ func TestAttackWebDatasetTarReplaced(t *testing.T) {
 			m, want := wdsFS(t, a)
 			sock := daemonWith(t, Config{WebDatasets: map[string]*wds.Map{"ds": m}, SessionTimeout: time.Minute})
 			c := connectAs(t, sock, nobodyWho)
-			tc.change(t, a, a.fs.Path("shards/part-1.tar"))
-			a.fs.Sync(t)
-			time.Sleep(200 * time.Millisecond) // the watch sees it
+			var open []*attackSession
 			for _, be := range []string{"gds", "file"} {
 				req := wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 6, NumShards: 1}}, Ext: []string{"jpg", "cls"}}
 				s, _, code, msg := c.openReq(req)
 				if code != http.StatusOK {
 					t.Fatalf("%s: open: %d %s", be, code, msg)
 				}
+				open = append(open, s)
+			}
+			tc.change(t, a, a.fs.Path("shards/part-1.tar"))
+			a.fs.Sync(t)
+			time.Sleep(200 * time.Millisecond) // the watch sees it
+			// A new session: the tar is checked as nobody at the open
+			// (a 403 naming it where nobody may not read what it is now).
+			req := wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 6, NumShards: 1}}, Ext: []string{"jpg", "cls"}}
+			if s, _, code, msg := c.openReq(req); code == http.StatusOK {
+				open = append(open, s)
+			} else if code != http.StatusForbidden || !strings.Contains(msg, "part-1.tar") {
+				t.Errorf("a new open: %d %s: want 200, or 403 naming the tar", code, msg)
+			}
+			for _, s := range open {
+				be := s.id
+				s.wdsEpoch(m, 2) // batches read ahead before the change
 				got, failed := s.wdsEpoch(m, 2)
 				if len(failed) != 12 {
 					t.Errorf("%s: %d failed samples, want tar 1's 12: %v", be, len(failed), failed)

@@ -41,14 +41,10 @@ type dataset struct {
 	// carries one per batch: such a dataset is not served).
 	dtype, mixed string
 
-	// wds: a webdataset dataset's map (read in place); m is then its
-	// Shards (the tars: guarded, and checked for access, as a file map's
-	// samples). sels: its ext selections, shared by sessions (selMade:
-	// how many were ever kept, each one's selection.made).
-	wds     *wds.Map
-	selMu   sync.Mutex
-	sels    map[string]*selection
-	selMade uint64
+	// wds: a webdataset dataset's map (the daemon's own copy, checked
+	// and indexed at load); m is then its Shards (the tars: guarded, and
+	// checked for access, as a file map's samples).
+	wds *wds.Map
 
 	// files: the samples by path, for opens naming files (files.go).
 	files fileIndex

@@ -314,11 +314,13 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	} else if err := authorizeOpen(p.Dataset, ds, c); err != nil {
 		return Opened{}, err
 	}
-	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil {
+	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil || d.wds != nil {
 		// These refusals name what only a reader of every sample may know
 		// (the fingerprint; files and their dtypes; a sample whose shape a
-		// region does not fit): the whole verdict (every sample opened as
-		// the caller, cached) comes first.
+		// region does not fit), and a webdataset's selection tells of
+		// every tar's members (an underfull sample's key, the samples
+		// kept, the largest rooms): the whole verdict (every sample, or
+		// tar, opened as the caller, cached) comes first.
 		if err := m.authorize(d, c); err != nil {
 			return Opened{}, err
 		}
@@ -330,7 +332,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	if d.mixed != "" {
 		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
 	}
-	wd, err := d.webDataset(p, c.owner()) // webdataset.go; nil for other datasets
+	wd, err := d.webDataset(p) // webdataset.go; nil for other datasets
 	if err != nil {
 		return Opened{}, err
 	}
@@ -366,10 +368,11 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
 			ErrInvalid, p.BatchSize, plan.Slots, need, m.cfg.MaxSessionBytes)
 	}
-	// The sampler's memory, and for a caller other than root the bitmap
-	// of the samples it has opened (lazyAccess: one bit a sample), both
-	// per session and counted against --max-sampler-mb.
-	need := res{locked: fp.Host, device: fp.Device, sampler: plan.SamplerBytes + lazyAccessBytes(ds, credOf(c))}
+	// The sampler's memory, for a caller other than root the bitmap of
+	// the samples it has opened (lazyAccess: one bit a sample), and a
+	// webdataset selection's bitmap (skip), all per session and counted
+	// against --max-sampler-mb.
+	need := res{locked: fp.Host, device: fp.Device, sampler: plan.SamplerBytes + lazyAccessBytes(ds, credOf(c)) + selectionBytes(wd)}
 	if plan.Options.Replays, err = m.admit(c.owner(), need); err != nil {
 		return Opened{}, err
 	}

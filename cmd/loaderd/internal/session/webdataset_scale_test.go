@@ -187,8 +187,8 @@ func TestWebDatasetScale(t *testing.T) {
 		mgr.Close(root, id)
 	}
 	kib := func(a, b uint64) int64 { return (int64(b) - int64(a)) / 1024 }
-	t.Logf("%d samples, %d tars: map %d bytes (%.1f B/sample), written in %v; loaded in %v; first open (the ext selection's pass) %v; first batch %v; a resumed open %v",
-		n, len(wm.Shards.Samples), st.Size(), float64(st.Size())/float64(n), built.Round(time.Millisecond), loaded.Round(time.Microsecond), firstOpen.Round(time.Millisecond), firstBatch.Round(time.Microsecond), resumeOpen.Round(time.Microsecond))
+	t.Logf("%d samples, %d tars: map %d bytes (%.1f B/sample), written in %v; loaded in %v; first open (its ext selection) %v; first batch %v; a resumed open %v",
+		n, len(wm.Shards.Samples), st.Size(), float64(st.Size())/float64(n), built.Round(time.Millisecond), loaded.Round(time.Microsecond), firstOpen.Round(time.Microsecond), firstBatch.Round(time.Microsecond), resumeOpen.Round(time.Microsecond))
 	t.Logf("memory besides batch memory (%d KiB for 8 sessions): 1 session heap +%d KiB, RssAnon +%d KiB; 8 sessions heap +%d KiB, RssAnon +%d KiB: %d KiB heap per session",
 		locked/1024, kib(m0.HeapAlloc, m1.HeapAlloc), rss1-rss0, kib(m0.HeapAlloc, m8.HeapAlloc), rss8-rss0, kib(m1.HeapAlloc, m8.HeapAlloc)/7)
 }
