@@ -115,10 +115,14 @@ func writeStatus(w io.Writer, st wire.StatusResponse) {
 	tw.Flush()
 	fmt.Fprintln(w, "budgets:")
 	for _, b := range st.Budgets {
+		source := ""
+		if b.Source != "" {
+			source = " (" + b.Source + ")"
+		}
 		if strings.HasSuffix(b.Name, "memory") {
-			fmt.Fprintf(w, "  %-24s %s of %s\n", strings.ReplaceAll(b.Name, "_", " "), mib(b.Used), mib(b.Limit))
+			fmt.Fprintf(w, "  %-24s %s of %s%s\n", strings.ReplaceAll(b.Name, "_", " "), mib(b.Used), mib(b.Limit), source)
 		} else {
-			fmt.Fprintf(w, "  %-24s %d of %d\n", strings.ReplaceAll(b.Name, "_", " "), b.Used, b.Limit)
+			fmt.Fprintf(w, "  %-24s %d of %d%s\n", strings.ReplaceAll(b.Name, "_", " "), b.Used, b.Limit, source)
 		}
 	}
 }

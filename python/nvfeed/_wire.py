@@ -219,6 +219,7 @@ class Budget(TypedDict):
     name: str  # "batch_memory", "sample_order_memory", "sessions", "sessions_of_the_caller", "connections"
     used: int
     limit: int
+    source: str  # where the limit came from: a flag, or what a memory budget's default was derived from
 
 
 class StatusResponse(TypedDict):

@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -159,13 +159,17 @@ def faults_build() -> str:
 
 
 def start_daemon(tmp: Path, bmap: Path, *extra: str, binary: str = "loaderd",
-                 env: Optional[dict[str, str]] = None) -> Daemon:
+                 env: Optional[dict[str, str]] = None, preexec_fn: Optional[Callable[[], None]] = None,
+                 wrap: Sequence[str] = ()) -> Daemon:
     """Starts `bin/BINARY serve` on a socket in tmp with dataset train (env:
-    variables added to this process's environment)."""
+    variables added to this process's environment; preexec_fn: run in the
+    child before it execs, as subprocess.Popen's; wrap: a command line the
+    daemon's is appended to, such as `unshare --mount ...`)."""
     sock = str(tmp / "loaderd.sock")
     log = tmp / "loaderd.log"
-    proc = subprocess.Popen([str(BIN / binary), "serve", "--socket", sock, "--dataset", f"train={bmap}", *extra],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen([*wrap, str(BIN / binary), "serve", "--socket", sock, "--dataset", f"train={bmap}", *extra],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                            preexec_fn=preexec_fn)
     deadline = time.monotonic() + WAIT
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:

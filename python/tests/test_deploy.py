@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import os
 import resource
 import shlex
@@ -464,3 +465,38 @@ def test_deployed_daemon_serves_nobody_byte_exact(how: str, loop_dataset: _LoopD
         shutil.rmtree(work, ignore_errors=True)
     assert code == 0, text
     assert "missing" not in text, f"{how}: the daemon warns of a missing capability:\n{text}"
+
+
+def _caps_go_needs() -> list[str]:
+    """The capabilities cmd/loaderd/caps.go's capNeeds lists (with a
+    socket group: every one), in its order."""
+    src = (REPO / "cmd" / "loaderd" / "caps.go").read_text()
+    body = src[src.index("func capNeeds("):]
+    body = body[:body.index("\n}\n")]
+    caps = re.findall(r"\bunix\.(CAP_[A-Z_]+)\b", body)
+    assert len(caps) >= 4, body
+    return caps
+
+
+def test_capabilities_are_what_loaderd_uses() -> None:
+    """The DaemonSet's container is not privileged: it drops every
+    capability and adds back exactly those cmd/loaderd/caps.go says
+    loaderd serve uses (the ConfigMap gives a socket group: CAP_CHOWN
+    too); the systemd unit's bounding set is the same list. Its seccomp
+    profile is a file this checkout ships, which lets io_uring through."""
+    need = sorted(_caps_go_needs())
+    sc = _manifest("loaderd.yaml", "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert not sc.get("privileged", False), sc
+    assert [d.upper() for d in sc["capabilities"]["drop"]] == ["ALL"], sc
+    assert sorted("CAP_" + a.upper().removeprefix("CAP_") for a in sc["capabilities"]["add"]) == need, sc
+    assert sorted(_unit_bounding_set(_unit_service())) == need
+    prof = sc["seccompProfile"]
+    assert prof["type"] == "Localhost", prof
+    shipped = json.loads((DEPLOY / "kubernetes" / "seccomp" / Path(prof["localhostProfile"]).name).read_text())
+    denied = {n for rule in shipped["syscalls"] if rule["action"] != "SCMP_ACT_ALLOW" for n in rule["names"]}
+    assert shipped["defaultAction"] == "SCMP_ACT_ALLOW" or "io_uring_setup" not in denied
+    for used in ("io_uring_setup", "io_uring_enter", "io_uring_register", "mbind", "fanotify_init", "fanotify_mark",
+                 "name_to_handle_at", "mlock2", "memfd_create", "setfsuid", "setfsgid", "setgroups"):
+        assert used not in denied, used
+    for escape in ("open_by_handle_at", "mount", "unshare", "setns", "bpf", "ptrace", "kexec_load", "init_module"):
+        assert escape in denied, escape

@@ -142,7 +142,7 @@ func statusResponse(st session.Status, conns *wire.Budget) wire.StatusResponse {
 			GPUPath: s.GPUPath, BatchBytes: s.BatchBytes, SamplerBytes: s.SamplerBytes, OpenedUnix: s.Opened.Unix(), IdleSeconds: s.Idle.Seconds(), Streaming: s.Streaming})
 	}
 	for _, b := range st.Budgets {
-		r.Budgets = append(r.Budgets, wire.Budget{Name: b.Name, Used: b.Used, Limit: b.Limit})
+		r.Budgets = append(r.Budgets, wire.Budget{Name: b.Name, Used: b.Used, Limit: b.Limit, Source: b.Source})
 	}
 	if conns != nil {
 		r.Budgets = append(r.Budgets, *conns)

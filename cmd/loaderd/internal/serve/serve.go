@@ -305,7 +305,7 @@ func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
 	var conns *wire.Budget
 	if s.conns != nil {
 		s.conns.counted.mu.Lock()
-		conns = &wire.Budget{Name: "connections", Used: int64(s.conns.counted.n), Limit: int64(s.conns.total)}
+		conns = &wire.Budget{Name: "connections", Used: int64(s.conns.counted.n), Limit: int64(s.conns.total), Source: "--max-conns"}
 		s.conns.counted.mu.Unlock()
 	}
 	writeMsg(w, http.StatusOK, statusResponse(s.mgr.Status(caller(r)), conns))

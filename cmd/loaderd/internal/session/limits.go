@@ -5,6 +5,7 @@ package session
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvfeed/nvfeed/internal/confine"
 )
 
 // Defaults of Config: a zero field takes its default. loaderd's flags
@@ -26,7 +29,8 @@ const (
 	DefaultMaxSessionsPerUID = 16       // open sessions of one owner (a uid, or the TCP principal)
 	// DefaultLockedShare is the share of the machine's memory (MemTotal)
 	// that all sessions' batch memory together may take when
-	// Config.MaxLockedBytes is not given: page-locked memory is never
+	// Config.MaxLockedBytes is not given (and a memory cgroup's limit
+	// leaves no less, MemoryEnv.Locked): page-locked memory is never
 	// swapped, so what it takes the rest of the machine loses.
 	DefaultLockedShare = 0.5
 	// DefaultMaxDeviceBytes is Config.MaxDeviceBytes's default: the GPU
@@ -42,26 +46,131 @@ const (
 // a core busy for up to tens of seconds.
 func DefaultMaxReplaysPerUID() int { return max(1, runtime.GOMAXPROCS(0)/4) }
 
-// DefaultMaxLockedBytes is the default budget of batch memory across all
-// sessions: DefaultLockedShare of MemTotal, and no more than the
-// process's RLIMIT_MEMLOCK when that binds it (finite, and the process
-// lacks CAP_IPC_LOCK, which root has and which lifts the limit). It
-// returns why, for the log.
-func DefaultMaxLockedBytes() (int64, string, error) {
+// DaemonReserve is what a memory cgroup's limit keeps for the daemon
+// itself, outside every budget: MinDaemonReserve, or DaemonReserveShare
+// of the limit where that is more. The daemon's own memory is its
+// heap (the maps, the freshness guards' state, connections), the CUDA
+// libraries and their host-side context once a GPU session opens (a
+// few hundred MiB on a real driver) and the kernel's charges to the
+// cgroup (page cache of map files and file-backend reads: reclaimable,
+// yet it crowds out memory the locked budget cannot give back). Batch
+// memory is page-locked, so the cgroup cannot reclaim it: what the
+// budgets hand out plus the daemon's own must stay under the limit, or
+// the kernel kills the daemon rather than refusing a session.
+const (
+	MinDaemonReserve   = 256 << 20
+	DaemonReserveShare = 0.125
+)
+
+// MemoryEnv is what the daemon's memory budgets default from: the
+// machine's memory, its memory cgroup's limit, and RLIMIT_MEMLOCK where
+// that binds.
+type MemoryEnv struct {
+	Total   int64         // MemTotal in bytes; 0: unknown
+	Cgroup  confine.Limit // the tightest memory cgroup limit; Bytes 0: none
+	Memlock int64         // RLIMIT_MEMLOCK when finite and the daemon lacks CAP_IPC_LOCK; 0: does not bind
+}
+
+// ReadMemoryEnv reads this process's MemoryEnv; what it cannot read it
+// leaves zero and names in the error, which is for the log.
+func ReadMemoryEnv() (MemoryEnv, error) {
+	var env MemoryEnv
+	var errs []error
 	total, err := memTotal()
 	if err != nil {
-		return 0, "", fmt.Errorf("session: default batch memory budget: %w", err)
+		errs = append(errs, fmt.Errorf("machine memory: %w", err))
 	}
-	budget := int64(float64(total) * DefaultLockedShare)
-	why := fmt.Sprintf("%.0f%% of MemTotal (%d MiB)", DefaultLockedShare*100, total>>20)
+	env.Total = total
+	if env.Cgroup, err = confine.MemoryLimit("/"); err != nil {
+		errs = append(errs, fmt.Errorf("memory cgroup: %w", err))
+	}
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err == nil && rl.Cur != unix.RLIM_INFINITY && !hasIPCLock() {
-		if lim := int64(min(rl.Cur, uint64(1<<62))); lim < budget {
-			budget = lim
-			why = fmt.Sprintf("RLIMIT_MEMLOCK (%d MiB; the daemon has no CAP_IPC_LOCK)", lim>>20)
+		env.Memlock = int64(min(rl.Cur, uint64(1<<62)))
+	}
+	if len(errs) > 0 {
+		return env, fmt.Errorf("session: reading the daemon's memory limits: %w", errors.Join(errs...))
+	}
+	return env, nil
+}
+
+// BudgetDefault is a budget's default and where it came from.
+type BudgetDefault struct {
+	Bytes  int64
+	Source string // for the log, status and refusals
+}
+
+// Reserve returns what the cgroup limit keeps for the daemon itself
+// (DaemonReserve); 0 without a limit.
+func (e MemoryEnv) Reserve() int64 {
+	if e.Cgroup.Bytes == 0 {
+		return 0
+	}
+	return max(MinDaemonReserve, int64(float64(e.Cgroup.Bytes)*DaemonReserveShare))
+}
+
+// pool returns what the cgroup limit leaves the budgets, and whether a
+// limit is known.
+func (e MemoryEnv) pool() (int64, bool) {
+	if e.Cgroup.Bytes == 0 {
+		return 0, false
+	}
+	return max(0, e.Cgroup.Bytes-e.Reserve()), true
+}
+
+// cgroupSource names the cgroup limit and the reserve taken from it.
+func (e MemoryEnv) cgroupSource() string {
+	return fmt.Sprintf("%s less %d MiB kept for the daemon itself", e.Cgroup, e.Reserve()>>20)
+}
+
+// Sampler returns the default sample-order budget: DefaultSamplerShare
+// of MemTotal, or of what the cgroup limit leaves the budgets where
+// that is less; DefaultSamplerBytesUnknown without either.
+func (e MemoryEnv) Sampler() BudgetDefault {
+	b := BudgetDefault{DefaultSamplerBytesUnknown, "unknown machine memory"}
+	if e.Total > 0 {
+		b = BudgetDefault{int64(float64(e.Total) * DefaultSamplerShare), fmt.Sprintf("%.1f%% of MemTotal (%d MiB)", DefaultSamplerShare*100, e.Total>>20)}
+	}
+	if pool, ok := e.pool(); ok {
+		if n := int64(float64(pool) * DefaultSamplerShare); n < b.Bytes {
+			b = BudgetDefault{n, fmt.Sprintf("%.1f%% of %s", DefaultSamplerShare*100, e.cgroupSource())}
 		}
 	}
-	return budget, why, nil
+	return b
+}
+
+// Locked returns the default page-locked budget, given the sample-order
+// budget in force (sampler): DefaultLockedShare of MemTotal; no more than
+// what the cgroup limit leaves the budgets less sampler; no more than
+// RLIMIT_MEMLOCK where that binds. Without any, no bound (1<<62).
+func (e MemoryEnv) Locked(sampler int64) BudgetDefault {
+	b := BudgetDefault{1 << 62, "unknown machine memory"}
+	if e.Total > 0 {
+		b = BudgetDefault{int64(float64(e.Total) * DefaultLockedShare), fmt.Sprintf("%.0f%% of MemTotal (%d MiB)", DefaultLockedShare*100, e.Total>>20)}
+	}
+	if pool, ok := e.pool(); ok {
+		if n := max(0, pool-sampler); n < b.Bytes {
+			b = BudgetDefault{n, fmt.Sprintf("%s and %d MiB of sample-order budget", e.cgroupSource(), sampler>>20)}
+		}
+	}
+	if e.Memlock > 0 && e.Memlock < b.Bytes {
+		b = BudgetDefault{e.Memlock, fmt.Sprintf("RLIMIT_MEMLOCK (%d MiB; the daemon has no CAP_IPC_LOCK)", e.Memlock>>20)}
+	}
+	return b
+}
+
+// Overcommit returns a warning when budgets given explicitly (locked and
+// sampler bytes) and the daemon's reserve pass the cgroup limit: the
+// kernel would kill the daemon before the budgets refused anyone. ""
+// when they fit or no limit is known.
+func (e MemoryEnv) Overcommit(locked, sampler int64) string {
+	pool, ok := e.pool()
+	if !ok || locked+sampler <= pool {
+		return ""
+	}
+	return fmt.Sprintf("session: the batch memory budget (%d MiB) and the sample-order budget (%d MiB) pass %s (%d MiB): "+
+		"sessions within them can get the daemon killed by the kernel (OOM) instead of refused; lower --max-locked-mb or --max-sampler-mb, or raise the limit",
+		locked>>20, sampler>>20, e.cgroupSource(), pool>>20)
 }
 
 // memTotal returns /proc/meminfo's MemTotal in bytes.
@@ -100,23 +209,14 @@ func hasIPCLock() bool {
 	return false
 }
 
-// DefaultSamplerShare is the share of the machine's memory (MemTotal) that
-// all sessions' sample orders may take when Config.MaxSamplerBytes is not
-// given; without /proc/meminfo, DefaultSamplerBytesUnknown.
+// DefaultSamplerShare is the share of the machine's memory (MemTotal),
+// or of what a memory cgroup's limit leaves the budgets, that all
+// sessions' sample orders may take when Config.MaxSamplerBytes is not
+// given; without either, DefaultSamplerBytesUnknown.
 const (
 	DefaultSamplerShare        = 0.125
 	DefaultSamplerBytesUnknown = 4 << 30
 )
-
-// DefaultMaxSamplerBytes is the default budget of sample-order memory
-// across all sessions (loader.SamplerBytes), and why.
-func DefaultMaxSamplerBytes() (int64, string) {
-	total, err := memTotal()
-	if err != nil {
-		return DefaultSamplerBytesUnknown, fmt.Sprintf("unknown machine memory: %v", err)
-	}
-	return int64(float64(total) * DefaultSamplerShare), fmt.Sprintf("%.1f%% of MemTotal (%d MiB)", DefaultSamplerShare*100, total>>20)
-}
 
 // freeOSAfter: a closed session whose sample order held at least this
 // much has its memory returned to the OS (osFreer); smaller ones wait for

@@ -17,6 +17,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,6 +76,15 @@ type Config struct {
 	// rather than a share of MaxLockedBytes; an open that would go over
 	// it is refused with ErrNoSpace. Default DefaultMaxSamplerBytes.
 	MaxSamplerBytes int64
+	// MaxLockedSource, MaxDeviceSource and MaxSamplerSource say where
+	// the budgets given came from (loaderd's flag: "--max-locked-mb"),
+	// for the log, status and refusals; a budget left to its default
+	// gets its own (MemoryEnv.Locked: "the memory cgroup's limit ...").
+	MaxLockedSource, MaxDeviceSource, MaxSamplerSource string
+	// Memory is the environment the memory budgets default from, and
+	// that budgets given are checked against (MemoryEnv.Overcommit);
+	// nil: NewManager reads this process's (ReadMemoryEnv).
+	Memory *MemoryEnv
 	// MaxReplaysPerUID bounds the replays of one owner's sessions that
 	// run at once (loader.Replays): a shuffle dali session resumed or
 	// moved to an epoch goes through every epoch before it again, up to
@@ -190,26 +200,10 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxLockedBytes == 0 {
-		b, why, err := DefaultMaxLockedBytes()
-		if err != nil { // no /proc/meminfo: no budget but the per-session one
-			cfg.Logger.Warn("session: no default batch memory budget", "err", err)
-			b, why = 1<<62, "unknown machine memory"
-		}
-		cfg.MaxLockedBytes = b
-		cfg.Logger.Info("session: batch memory budget", "mib", b>>20, "why", why)
-	}
-	if cfg.MaxDeviceBytes == 0 {
-		cfg.MaxDeviceBytes = DefaultMaxDeviceBytes
-	}
 	if cfg.CUDA == nil {
 		cfg.CUDA = cuda.NewLibs(cuda.SearchFromEnv(), cfg.Logger)
 	}
-	if cfg.MaxSamplerBytes == 0 {
-		b, why := DefaultMaxSamplerBytes()
-		cfg.MaxSamplerBytes = b
-		cfg.Logger.Info("session: sample order memory budget", "mib", b>>20, "why", why)
-	}
+	cfg.memoryBudgets()
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, replays: map[owner]*loader.Replays{},
 		reg: prometheus.NewRegistry(), access: newVerdicts(), jobs: newJobs(cfg.SessionTimeout)}
 	if cfg.Engines == EnginesPerDevice {
@@ -226,6 +220,48 @@ func NewManager(cfg Config) *Manager {
 		m.nextID++
 	}
 	return m
+}
+
+// memoryBudgets fills the memory budgets not given from cfg.Memory
+// (read from the process when nil), names where each came from, warns
+// when budgets given pass the memory cgroup's limit, and logs them.
+func (cfg *Config) memoryBudgets() {
+	env := MemoryEnv{}
+	if cfg.Memory != nil {
+		env = *cfg.Memory
+	} else {
+		var err error
+		if env, err = ReadMemoryEnv(); err != nil {
+			cfg.Logger.Warn("session: memory budgets default without what could not be read", "err", err)
+		}
+	}
+	given := cfg.MaxLockedBytes != 0 || cfg.MaxSamplerBytes != 0
+	if cfg.MaxSamplerBytes == 0 {
+		d := env.Sampler()
+		cfg.MaxSamplerBytes, cfg.MaxSamplerSource = d.Bytes, d.Source
+	}
+	if cfg.MaxLockedBytes == 0 {
+		d := env.Locked(cfg.MaxSamplerBytes)
+		cfg.MaxLockedBytes, cfg.MaxLockedSource = d.Bytes, d.Source
+	}
+	if cfg.MaxDeviceBytes == 0 {
+		cfg.MaxDeviceBytes = DefaultMaxDeviceBytes
+		cfg.MaxDeviceSource = fmt.Sprintf("the default of --max-device-mb, %d MiB: GPU memory, which no memory cgroup counts", DefaultMaxDeviceBytes>>20)
+	}
+	cfg.MaxLockedSource = cmp.Or(cfg.MaxLockedSource, "--max-locked-mb")
+	cfg.MaxDeviceSource = cmp.Or(cfg.MaxDeviceSource, "--max-device-mb")
+	cfg.MaxSamplerSource = cmp.Or(cfg.MaxSamplerSource, "--max-sampler-mb")
+	if w := env.Overcommit(cfg.MaxLockedBytes, cfg.MaxSamplerBytes); given && w != "" {
+		cfg.Logger.Warn(w, "cgroup_limit_mib", env.Cgroup.Bytes>>20, "cgroup_file", env.Cgroup.File)
+	}
+	for _, b := range []struct {
+		what   string
+		n      int64
+		source string
+	}{{"batch memory", cfg.MaxLockedBytes, cfg.MaxLockedSource}, {"GPU batch memory", cfg.MaxDeviceBytes, cfg.MaxDeviceSource},
+		{"sample order memory", cfg.MaxSamplerBytes, cfg.MaxSamplerSource}} {
+		cfg.Logger.Info("session: "+b.what+" budget", "mib", b.n>>20, "source", b.source)
+	}
 }
 
 // authorize returns nil if c may read every sample of the dataset through
@@ -433,16 +469,16 @@ func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 		return nil, fmt.Errorf("%w: %s has %d sessions open, the daemon's limit per uid", ErrLimit, o, n)
 	}
 	if m.locked+need.locked > m.cfg.MaxLockedBytes {
-		return nil, fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions: close a session, or ask for a smaller batch_size or prefetch",
-			ErrNoSpace, mib(need.locked), mib(m.locked), mib(m.cfg.MaxLockedBytes))
+		return nil, fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions (%s): close a session, or ask for a smaller batch_size or prefetch",
+			ErrNoSpace, mib(need.locked), mib(m.locked), mib(m.cfg.MaxLockedBytes), m.cfg.MaxLockedSource)
 	}
 	if m.device+need.device > m.cfg.MaxDeviceBytes {
-		return nil, fmt.Errorf("%w: the session's GPU batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions on every GPU (--max-device-mb): close a session, or ask for a smaller batch_size or prefetch",
-			ErrNoSpace, mib(need.device), mib(m.device), mib(m.cfg.MaxDeviceBytes))
+		return nil, fmt.Errorf("%w: the session's GPU batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions on every GPU (%s): close a session, or ask for a smaller batch_size or prefetch",
+			ErrNoSpace, mib(need.device), mib(m.device), mib(m.cfg.MaxDeviceBytes), m.cfg.MaxDeviceSource)
 	}
 	if m.samplers+need.sampler > m.cfg.MaxSamplerBytes {
-		return nil, fmt.Errorf("%w: the session's sample order (%d MiB: its permutation, or shuffle dali's file list and initial_fill buffer) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions (--max-sampler-mb): close a session, or ask for a smaller initial_fill",
-			ErrNoSpace, mib(need.sampler), mib(m.samplers), mib(m.cfg.MaxSamplerBytes))
+		return nil, fmt.Errorf("%w: the session's sample order (%d MiB: its permutation, or shuffle dali's file list and initial_fill buffer) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions (%s): close a session, or ask for a smaller initial_fill",
+			ErrNoSpace, mib(need.sampler), mib(m.samplers), mib(m.cfg.MaxSamplerBytes), m.cfg.MaxSamplerSource)
 	}
 	m.opening++
 	m.perOwner[o]++

@@ -117,9 +117,10 @@ const (
 
 // Budget is one of the daemon's limits and how much of it is used.
 type Budget struct {
-	Name  string // BudgetLocked, ...
-	Used  int64
-	Limit int64
+	Name   string // BudgetLocked, ...
+	Used   int64
+	Limit  int64
+	Source string // where the limit came from (memory budgets: Config.MaxLockedSource, ...); "" for the others
 }
 
 // Status tells c what the daemon serves and holds (Status): the
@@ -147,11 +148,11 @@ func (m *Manager) Status(c Caller) Status {
 	})
 	m.mu.Lock()
 	st.Budgets = []Budget{
-		{BudgetLocked, m.locked, m.cfg.MaxLockedBytes},
-		{BudgetDevice, m.device, m.cfg.MaxDeviceBytes},
-		{BudgetSampler, m.samplers, m.cfg.MaxSamplerBytes},
-		{BudgetSessions, int64(len(m.sessions) + m.opening), int64(m.cfg.MaxSessions)},
-		{BudgetOwnSessions, int64(m.perOwner[c.owner()]), int64(m.cfg.MaxSessionsPerUID)},
+		{BudgetLocked, m.locked, m.cfg.MaxLockedBytes, m.cfg.MaxLockedSource},
+		{BudgetDevice, m.device, m.cfg.MaxDeviceBytes, m.cfg.MaxDeviceSource},
+		{BudgetSampler, m.samplers, m.cfg.MaxSamplerBytes, m.cfg.MaxSamplerSource},
+		{BudgetSessions, int64(len(m.sessions) + m.opening), int64(m.cfg.MaxSessions), "--max-sessions"},
+		{BudgetOwnSessions, int64(m.perOwner[c.owner()]), int64(m.cfg.MaxSessionsPerUID), "--max-sessions-per-uid"},
 	}
 	m.mu.Unlock()
 	return st

@@ -336,11 +336,14 @@ type SessionInfo struct {
 // Budget is one of the daemon's limits and how much of it is used:
 // batch_memory and sample_order_memory in bytes, sessions (all owners)
 // and sessions_of_the_caller in sessions, connections (all peers) in
-// connections.
+// connections; Source says where the limit came from (a flag, or for a
+// memory budget left to its default what it was derived from: the
+// memory cgroup's limit, MemTotal, RLIMIT_MEMLOCK).
 type Budget struct {
-	Name  string `msgpack:"name"`
-	Used  int64  `msgpack:"used"`
-	Limit int64  `msgpack:"limit"`
+	Name   string `msgpack:"name"`
+	Used   int64  `msgpack:"used"`
+	Limit  int64  `msgpack:"limit"`
+	Source string `msgpack:"source"`
 }
 
 // ReloadResponse says what a reload did with each dataset, sorted by name.
