@@ -198,3 +198,62 @@ def test_shipped_budgets_fit_their_limit(which: str) -> None:
                 assert ("pass the memory cgroup's limit of %d MiB" % (cg_limit >> 20) in log) == warned, log
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+OPEN = """
+import sys
+from nvfeed import LoaderError, LoaderSource
+try:
+    LoaderSource("train", socket=sys.argv[1], batch_size=4).close()
+    print("opened")
+except LoaderError as e:
+    print(f"{type(e).__name__}: {e}")
+"""
+
+
+def test_dataset_the_sandbox_hides(tmp_path: Path) -> None:
+    """A dataset under /tmp, served by a daemon whose /tmp is a private
+    one (systemd's PrivateTmp: a bind of /tmp/systemd-private-*/tmp over
+    /tmp in the service's own mount namespace; made here with unshare):
+    registration warns naming the dataset, its root and PrivateTmp=yes,
+    at start and at reload; nobody's open is refused naming the sandbox,
+    not nobody's access (before: no warning, and a 403 saying nobody may
+    not read it: no such file or directory); a map file under /tmp fails
+    the start naming PrivateTmp=yes."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        skip_unprivileged("needs root and unshare: runs the daemon in a mount namespace of its own")
+    who = nobody()
+    data = shared_dir()  # under the host's /tmp: what the daemon will not see
+    run = Path(tempfile.mkdtemp(prefix="nvfeed-sandbox-", dir="/run"))  # the socket, log and map: outside /tmp
+    run.chmod(0o755)
+    private = data / "systemd-private-0123456789abcdef-loaderd.service-Ab12Cd" / "tmp"
+    private.mkdir(parents=True)
+    private.chmod(0o1777)
+    wrap = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"', str(private)]
+    try:
+        root, bmap, _ = small_dataset(data, "train")
+        for p in (root, *root.iterdir()):
+            p.chmod(0o755)
+        shutil.copy(bmap, run / "train.bmap")
+        (run / "train.bmap").chmod(0o644)
+        d = start_daemon(run, run / "train.bmap", "--socket-mode", "0666", wrap=wrap)
+        try:
+            out = run_as(who.pw_uid, who.pw_gid, [], OPEN, d.socket)
+            assert out.returncode == 0, out.stderr
+            got = out.stdout.strip()
+            r = subprocess.run([str(BIN / "loaderd"), "reload", "--socket", d.socket], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stdout + r.stderr
+        finally:
+            assert stop_daemon(d) == 0, d.log.read_text()
+        log = d.log.read_text()
+        warning = f"dataset train: its root {root} is hidden from the daemon: the daemon's service sandbox (systemd PrivateTmp=yes)"
+        assert log.count(warning) == 2, log  # at start and at reload
+        assert got.startswith("ConflictError") and "PrivateTmp=yes" in got and "not a matter of your access" in got, got
+        assert "may not read" not in got, got
+
+        # The map itself under the hidden /tmp: the start fails naming it.
+        with pytest.raises(RuntimeError, match=r"hidden from the daemon: the daemon's service sandbox \(systemd PrivateTmp=yes\)"):
+            start_daemon(run, bmap, wrap=wrap)
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)

@@ -5,6 +5,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/bmap/wds"
+	"github.com/nvfeed/nvfeed/internal/confine"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -33,6 +35,10 @@ type dataset struct {
 	m     *bmap.Map    // read-only
 	guard *fresh.Guard // nil: no raw sample to guard, or none could be made (raw sessions check at open)
 	why   string       // why there is no guard
+	// hidden, when not nil, is the mount of the daemon's own service
+	// sandbox over the dataset's root (systemd's PrivateTmp, say): the
+	// daemon cannot see the files mkbmap mapped, whoever asks.
+	hidden *confine.Hiding
 	// fingerprint names the dataset the same on every node that holds a
 	// copy (bmap.Map.Fingerprint): what the ranks of a job compare.
 	fingerprint string
@@ -133,6 +139,11 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, backgro
 	t0 := time.Now()
 	d := &dataset{name: name, id: id, m: m, fingerprint: m.Fingerprint()}
 	d.dtype, d.mixed = dtypeOf(m)
+	if h, ok := sandboxed(m.Root); ok {
+		d.hidden = &h
+		log.Warn(fmt.Sprintf("session: dataset %s: its root %s is hidden from the daemon: %s; every open of it will fail, whoever asks: move the dataset out of %s, or change the unit's %s",
+			name, m.Root, h, h.Mount.Point, h.Setting), "dataset", name, "root", m.Root, "setting", h.Setting)
+	}
 	if d.mixed != "" {
 		log.Warn("session: dataset not served: "+d.mixed, "dataset", name)
 	}
@@ -484,4 +495,34 @@ func (m *Manager) closeRetired(d *dataset) {
 	if err := d.close(); err != nil {
 		m.log.Warn("session: closing a replaced dataset's watch", "dataset", d.name, "err", err)
 	}
+}
+
+// sandboxed returns the mount of the daemon's own service sandbox over
+// path (confine.Hidden over /proc/self/mountinfo), if any.
+func sandboxed(path string) (confine.Hiding, bool) {
+	mounts, err := confine.ReadMounts("/")
+	if err != nil {
+		return confine.Hiding{}, false
+	}
+	return confine.Hidden(mounts, path)
+}
+
+// hiddenErr adds to err, an error opening path, the sandbox mount that
+// hides path from the daemon, if one does.
+func hiddenErr(path string, err error) error {
+	if h, ok := sandboxed(path); ok && errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w (%s is hidden from the daemon: %s)", err, path, h)
+	}
+	return err
+}
+
+// unseen turns a refusal caused by the daemon's own sandbox (the root
+// missing from its view, d.hidden) into an ErrConflict that says so
+// rather than blaming the caller's access; other errors are unchanged.
+func (d *dataset) unseen(err error) error {
+	if err == nil || d.hidden == nil || !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return fmt.Errorf("%w: dataset %s: the daemon cannot see its files at %s: %s; not a matter of your access: the daemon's operator must move the dataset out of %s or change the unit's %s",
+		ErrConflict, d.name, d.m.Root, d.hidden, d.hidden.Mount.Point, d.hidden.Setting)
 }

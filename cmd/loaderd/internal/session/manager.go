@@ -339,7 +339,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		var unmapped []string
 		files, unmapped, missing = resolveFiles(p.Dataset, ds, &d.files, p.Files)
 		if err := authorizeFiles(d.name, ds, files, d.guard, c); err != nil {
-			return Opened{}, err
+			return Opened{}, d.unseen(err)
 		}
 		if err := authorizeMissing(d.name, ds, unmapped, c); err != nil { // files.go
 			return Opened{}, err
@@ -348,7 +348,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 			return Opened{}, missing
 		}
 	} else if err := authorizeOpen(p.Dataset, ds, c); err != nil {
-		return Opened{}, err
+		return Opened{}, d.unseen(err)
 	}
 	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil || d.wds != nil {
 		// These refusals name what only a reader of every sample may know
@@ -358,7 +358,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		// kept, the largest rooms): the whole verdict (every sample, or
 		// tar, opened as the caller, cached) comes first.
 		if err := m.authorize(d, c); err != nil {
-			return Opened{}, err
+			return Opened{}, d.unseen(err)
 		}
 	}
 	if p.Fingerprint != "" && p.Fingerprint != d.fingerprint {

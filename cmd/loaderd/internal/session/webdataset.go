@@ -34,7 +34,7 @@ var ErrWebDatasetArgs = errors.New("webdataset arguments")
 func LoadMap(path string) (*bmap.Map, *wds.Map, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, hiddenErr(path, err)
 	}
 	defer f.Close()
 	head := make([]byte, 12)
