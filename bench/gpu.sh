@@ -21,7 +21,20 @@
 # ignores SIGTERM), and the script goes on; once the budget is spent the
 # remaining steps are skipped, saying so. Whatever happens, it ends with
 # its figures (speed rows, cuFile's mode, tensor table), where its logs
-# were copied, and one line: "every check passed" or "FAILURES".
+# were copied, a verdict per GPU path (bounce, cufile, auto: passed,
+# FAILED, or "not possible here" with why), and one line: "every check
+# passed", "every check this host can run passed; not possible here:
+# PATH (why)" or "FAILURES".
+#
+# NOT POSSIBLE HERE: cuFile's preconditions (a kernel module list,
+# /proc/modules; a udev record of the data's device with ID_FS_USAGE)
+# are checked before the steps. Where one is unmet the explicit cufile
+# steps still run, and their failure is that path's verdict "not
+# possible here" with the precondition named, not a failure of the run;
+# auto must then take bounce. A cufile step that passes anyway passes;
+# one that hangs is a failure (the daemon must refuse, not hang).
+# With --standin, STANDIN_CUFILE_HOST=bare gives the stand-in a host
+# without either (as a first GPU machine in a container may be).
 #
 # ON THE DEVICE MACHINE (the project's `run` tool: one command, at most
 # 10 minutes, nothing downloaded there). Here, first:
@@ -159,6 +172,11 @@ command -v timeout >/dev/null || { echo "gpu: no timeout(1) (coreutils): every s
 # own stdout, even where a step's output is sent to a file.
 exec 3>&1
 NSTEPS=0 HUNG=() SKIPPED=()
+# Verdicts per GPU path (bounce, cufile, auto): checks passed and failed;
+# CUFILE_WHY: cuFile's unmet preconditions ("" when met), NOT_HERE: the
+# cufile steps that failed for them.
+declare -A PASSED=() FAILED=()
+CUFILE_WHY='' NOT_HERE=()
 # The limit of step $1: GPU_LIMITS's first pattern it matches, else $2.
 limit_of() {
   local kv
@@ -437,6 +455,34 @@ mapfile -t BENCH_LIB < <(lib_flag bench)
 [[ -n ${LIBDIR:-} && ${#SERVE_LIB[@]} == 0 ]] && echo "   (this loaderd has no --cuda-lib-dir: it reads NVFEED_CUDA_LIB_DIR only)"
 
 d='' loop='' status=0
+# One line per GPU path: passed, FAILED (naming the failed checks), or not
+# possible here (cufile, its preconditions unmet: naming them).
+verdicts() {
+  local p
+  echo "== verdicts per path"
+  for p in bounce cufile auto $(printf '%s\n' "${!FAILED[@]}" "${!PASSED[@]}" | grep -vxE 'bounce|cufile|auto' | sort -u); do
+    if [[ -n ${FAILED[$p]:-} ]]; then echo "   $p: FAILED:${FAILED[$p]}"
+    elif [[ $p == cufile && ${#NOT_HERE[@]} -gt 0 ]]; then
+      echo "   $p: not possible here: $CUFILE_WHY (failed as expected: ${NOT_HERE[*]})${PASSED[$p]:+; passed anyway:${PASSED[$p]}}"
+    elif [[ -n ${PASSED[$p]:-} ]]; then echo "   $p: passed:${PASSED[$p]}"
+    else echo "   $p: not run"; fi
+  done
+}
+# verdict PATH STEP RC: counts step's outcome (rc) for the path; a cufile
+# step failing (not hung) where cuFile's preconditions are unmet is "not
+# possible here", not a failure. Returns 1 when the step counts as failed.
+verdict() {
+  local path=$1 step=$2 rc=$3
+  if ((rc == 0)); then PASSED[$path]+=" $step"; return 0; fi
+  if [[ $path == cufile && -n $CUFILE_WHY && $rc != 124 ]]; then
+    echo "   $step: not possible here: $CUFILE_WHY"
+    NOT_HERE+=("$step")
+    return 0
+  fi
+  FAILED[$path]+=" $step"
+  return 1
+}
+
 # The end, however the script ends: figures, logs collected, then the
 # daemon, the loop device and the copied libraries go.
 # shellcheck disable=SC2317 # called by the trap
@@ -471,7 +517,11 @@ finish() {
     rm -f "$WORK/img"
   fi
   [[ -n $SAFE_LIBDIR ]] && rm -rf -- "$SAFE_LIBDIR"
-  echo "gpu: $([[ $status == 0 ]] && echo "every check passed" || echo "FAILURES (above)")$([[ $STANDIN == 1 ]] && echo " (against the CUDA stand-in, not a GPU)")"
+  verdicts
+  local head="every check passed"
+  ((${#NOT_HERE[@]} == 0)) || head="every check this host can run passed; not possible here: cufile ($CUFILE_WHY)"
+  ((status == 0)) || head="FAILURES (above)"
+  echo "gpu: $head$([[ $STANDIN == 1 ]] && echo " (against the CUDA stand-in, not a GPU)")"
   exit $status
 }
 trap finish EXIT
@@ -546,20 +596,28 @@ done
 # run"): reported, not fixed; the daemon decides (auto: bounce, with the
 # reason; cufile: an error naming it).
 preconditions() {
-  local dev rec
+  local dev rec proc=${NVFEED_CUFILE_PROC:-/proc} udev=${NVFEED_CUFILE_UDEV:-/run/udev} why=()
   echo "== cuFile's preconditions on this machine (what real libcufile needs; under --standin the fake host above stands for them)"
-  if [[ -r /proc/modules ]]; then
-    if grep -q '^nvidia_fs ' /proc/modules; then echo "   /proc/modules: yes; nvidia_fs loaded: GDS mode possible"
-    else echo "   /proc/modules: yes; nvidia_fs NOT loaded: cuFile runs in compatibility mode (modprobe nvidia_fs for GDS)"; fi
+  if [[ -r $proc/modules ]]; then
+    if grep -q '^nvidia_fs ' "$proc/modules"; then echo "   $proc/modules: yes; nvidia_fs loaded: GDS mode possible"
+    else echo "   $proc/modules: yes; nvidia_fs NOT loaded: cuFile runs in compatibility mode (modprobe nvidia_fs for GDS)"; fi
   else
-    echo "   /proc/modules: MISSING: real cuFileDriverOpen spins on this kernel; the daemon must not open cuFile here"
+    echo "   $proc/modules: MISSING: real cuFileDriverOpen spins on this kernel; the daemon must not open cuFile here"
+    why+=("no $proc/modules: the daemon refuses to open cuFile, whose driver open would hang")
   fi
   dev=$(stat -c '%Hd:%Ld' "$data" 2>/dev/null || echo '?')
-  rec=/run/udev/data/b$dev
+  rec=$udev/data/b$dev
   if [[ -r $rec ]] && grep -q '^E:ID_FS_USAGE=' "$rec"; then echo "   udev record of the data's device ($dev): $rec, with ID_FS_USAGE"
-  elif [[ -r $rec ]]; then echo "   udev record of the data's device ($dev): $rec, WITHOUT ID_FS_USAGE: cuFile refuses handles (5027)"
-  else echo "   udev record of the data's device ($dev): MISSING ($rec): cuFile refuses handles (5027), compatibility mode too; start systemd-udevd${loop:+ (then udevadm trigger --action=add --sysname-match=$(basename "$loop"))}"; fi
+  elif [[ -r $rec ]]; then
+    echo "   udev record of the data's device ($dev): $rec, WITHOUT ID_FS_USAGE: cuFile refuses handles (5027)"
+    why+=("$rec has no ID_FS_USAGE: cuFile refuses the data's files (5027)")
+  else
+    echo "   udev record of the data's device ($dev): MISSING ($rec): cuFile refuses handles (5027), compatibility mode too; start systemd-udevd${loop:+ (then udevadm trigger --action=add --sysname-match=$(basename "$loop"))}"
+    why+=("no udev record $rec: cuFile refuses the data's files (5027)")
+  fi
   if pgrep -x systemd-udevd >/dev/null 2>&1; then echo "   systemd-udevd: running"; else echo "   systemd-udevd: not running"; fi
+  CUFILE_WHY=$(IFS=';'; echo "${why[*]}" | sed 's/;/; /g')
+  [[ -z $CUFILE_WHY ]] || echo "   cufile: not possible here ($CUFILE_WHY): its steps run, and their failure is not counted; auto must take bounce"
   return 0
 }
 sock=$WORK/d.sock
@@ -602,7 +660,7 @@ check() {
   shift
   limited "exact:$name" 180 env "${CLIB[@]}" "${CENV[@]}" "$PY" bench/gpu_check.py exact --socket "$sock" \
     --consumer "$CONSUMER" "${DAEMON_DEV[@]}" "$@" || rc=$?
-  ((rc == 0)) && return 0
+  verdict "${name##*/}" "exact:$name" "$rc" && return 0
   status=1
   ((rc == 124)) && restart_daemon
   return 0
@@ -613,12 +671,12 @@ cufile_mode() {
   drop_caches
   limited cufile-mode 120 env "${LENV[@]}" "$LOADERD" bench "${BENCH_LIB[@]}" --bmap "$WORK/train.bmap" \
     --backend cufile --memory gpu --shuffle >"$WORK/cufile-mode.out" 2>&1 || rc=$?
-  ((rc == 0)) || status=1
   sed 's/^/   /' "$WORK/cufile-mode.out"
   MODE=$(grep -o 'cufile_mode=[a-z]*' "$WORK/cufile-mode.out" | tail -1 | cut -d= -f2 || true)
   echo "   cuFile ran in mode: ${MODE:-unknown}"
   MODES+=("${MODE:-unknown}")
-  [[ -n $MODE ]] || status=1
+  ((rc != 0)) || [[ -n $MODE ]] || rc=1
+  verdict cufile cufile-mode "$rc" || status=1
 }
 # All exactness runs against the running daemon; $1 names the cuFile mode
 # the daemon's cuFile runs in (gds: auto must pick cufile; compat: bounce).
@@ -640,6 +698,7 @@ exactness() {
   echo "== cuFile's mode, from its own statistics (one cold epoch, loaderd bench)"
   cufile_mode
   case ${MODE:-} in gds) expect=cufile ;; compat) expect=bounce ;; *) expect= ;; esac
+  [[ -z $CUFILE_WHY ]] || expect=bounce
   echo "== gpu_path auto (cuFile in ${MODE:-an unknown} mode: expected ${expect:-either})"
   check train/auto --dataset train --root "$data/train" --gpu-path auto ${expect:+--expect-path "$expect"}
 }
@@ -656,7 +715,7 @@ speed_rows() {
       restart_daemon
     fi
     # A reference's failure is shown, not counted: it says nothing of loaderd.
-    ((rc == 0 || rc == 125)) || [[ $row == baseline ]] || status=1
+    if ((rc != 125)) && [[ $row != baseline ]]; then verdict "$row" "speed:$row" "$rc" || status=1; fi
   done
 }
 
@@ -747,7 +806,8 @@ tensor_speed() {
           local err
           err=$( ((rc == 124)) && echo "hung: killed at its limit" || tail -1 "$WORK/tensor-case.err")
           echo "   $name failed: $err"
-          if [[ $name == loaderd* && $rc != 125 ]]; then status=1; fi
+          if [[ $name == "loaderd gpu cufile" && $rc != 125 ]]; then verdict cufile "tensor:$size:$name" "$rc" || status=1
+          elif [[ $name == loaderd* && $rc != 125 ]]; then status=1; fi
           skip_case "$name" "$where" "$size" "failed: $err"
           continue
         fi
@@ -765,12 +825,17 @@ if [[ $STANDIN == 1 ]]; then
   # The stand-in's cuFile refuses a device without a udev record (5027) as
   # real cuFile does, and the daemon checks /proc/modules before it opens
   # cuFile: a fake host meets both (python/tests/standin.py's cufile_host).
+  # STANDIN_CUFILE_HOST=bare: a host with neither (cufile not possible).
   fake=$WORK/cufile-host
-  mkdir -p "$fake/proc" "$fake/udev/data"
-  echo "ext4 1003520 1 - Live 0x0000000000000000" >"$fake/proc/modules"
-  echo "E:ID_FS_USAGE=filesystem" >"$fake/udev/data/b$(stat -c '%Hd:%Ld' "$data")"
+  rm -rf "$fake" && mkdir -p "$fake/proc" "$fake/udev/data"
   export NVFEED_CUFILE_PROC=$fake/proc NVFEED_CUFILE_UDEV=$fake/udev
-  echo "== the stand-in's host: cuFile's preconditions met by $fake (NVFEED_CUFILE_PROC, NVFEED_CUFILE_UDEV)"
+  if [[ ${STANDIN_CUFILE_HOST:-} == bare ]]; then
+    echo "== the stand-in's host: cuFile's preconditions unmet in $fake (STANDIN_CUFILE_HOST=bare: no modules list, no udev record)"
+  else
+    echo "ext4 1003520 1 - Live 0x0000000000000000" >"$fake/proc/modules"
+    echo "E:ID_FS_USAGE=filesystem" >"$fake/udev/data/b$(stat -c '%Hd:%Ld' "$data")"
+    echo "== the stand-in's host: cuFile's preconditions met by $fake (NVFEED_CUFILE_PROC, NVFEED_CUFILE_UDEV)"
+  fi
 fi
 preconditions
 start_daemon
@@ -778,13 +843,13 @@ if [[ $STANDIN == 1 ]]; then
   echo "#### stand-in, cuFile in GDS mode (CUFILE_STANDIN_MODE=gds)"
   export CUFILE_STANDIN_MODE=gds
   exactness
-  [[ ${MODE:-} == gds ]] || { echo "gpu: FAILED: the stand-in's cuFile ran in GDS mode, loaderd bench read ${MODE:-nothing}"; status=1; }
+  [[ ${MODE:-} == gds || -n $CUFILE_WHY ]] || { echo "gpu: FAILED: the stand-in's cuFile ran in GDS mode, loaderd bench read ${MODE:-nothing}"; status=1; }
   stop_daemon
   echo "#### stand-in, cuFile in compatibility mode (CUFILE_STANDIN_MODE=compat)"
   export CUFILE_STANDIN_MODE=compat
   start_daemon
   exactness
-  [[ ${MODE:-} == compat ]] || { echo "gpu: FAILED: the stand-in's cuFile ran in compat mode, loaderd bench read ${MODE:-nothing}"; status=1; }
+  [[ ${MODE:-} == compat || -n $CUFILE_WHY ]] || { echo "gpu: FAILED: the stand-in's cuFile ran in compat mode, loaderd bench read ${MODE:-nothing}"; status=1; }
   echo "== speed against the stand-in: a dry run of the rows (its figures say nothing about a GPU)"
   speed_rows 1
   stop_daemon

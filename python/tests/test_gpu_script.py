@@ -140,3 +140,26 @@ def test_gpu_script_hung_step(tmp_path: Path, static_bin: Path) -> None:
         assert re.search(rf"^\s+{row}\s+\d+ samples/s", figures, re.M), (row, figures)
     assert "hung: speed:cufile;" in r.stdout, out
     assert r.stdout.rstrip().endswith("gpu: FAILURES (above) (against the CUDA stand-in, not a GPU)"), out
+
+
+def test_gpu_script_cufile_not_possible(tmp_path: Path, static_bin: Path) -> None:
+    """A host without cuFile's preconditions, as the first GPU machine in
+    a container may be (STANDIN_CUFILE_HOST=bare: no modules list, no udev
+    record of the data's device): the explicit cufile steps fail, the
+    daemon refusing them, and each is reported "not possible here" naming
+    why; auto takes bounce; bounce and auto pass; the verdicts say so per
+    path and the headline is not FAILURES (before: FAILURES, the cufile
+    steps counted as failures)."""
+    r, _ = _run(tmp_path, static_bin, "64", STANDIN_CUFILE_HOST="bare", TENSOR_SIZES="")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert not re.search(r"^gpu: (FAILURES|FAILED)", r.stdout, re.M), out
+    why = r"no \S+/modules: the daemon refuses to open cuFile, whose driver open would hang; no udev record \S+: cuFile refuses the data's files \(5027\)"
+    assert re.search(rf"^   exact:train/cufile: not possible here: {why}$", r.stdout, re.M), out
+    verdicts = r.stdout[r.stdout.index("== verdicts per path"):]
+    assert re.search(rf"^   cufile: not possible here: {why} \(failed as expected: exact:train/cufile ", verdicts, re.M), verdicts
+    assert re.search(r"^   bounce: passed: exact:train/\S+/bounce ", verdicts, re.M), verdicts
+    assert re.search(r"^   auto: passed: exact:train/auto", verdicts, re.M), verdicts
+    assert "FAILED" not in verdicts, verdicts
+    assert re.search(rf"^gpu: every check this host can run passed; not possible here: cufile \({why}\) "
+                     r"\(against the CUDA stand-in, not a GPU\)$", r.stdout, re.M), out
