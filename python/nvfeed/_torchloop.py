@@ -65,6 +65,13 @@ def dataloader_under_lightning(caller: types.FrameType) -> bool:
     return False
 
 
+class EpochRepeatWarning(UserWarning):
+    """A new ``LoaderDataset`` begins an epoch 0 that another dataset of
+    the process, with the same sampling, already began: made anew each
+    epoch without ``set_epoch``, it would repeat that order. Filter it
+    where datasets are made again on purpose (a notebook's rerun)."""
+
+
 class EpochHook:
     """A dataset's ``set_epoch`` where Lightning looks for it: on a
     loader's ``sampler``."""

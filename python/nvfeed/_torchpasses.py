@@ -17,7 +17,7 @@ import torch
 from . import _torchwds
 from ._source import Batch, Components, LoaderSource, Tensors
 from ._torchbatch import FileBatch
-from ._torchloop import EpochHook, epoch_zero_again
+from ._torchloop import EpochHook, EpochRepeatWarning, epoch_zero_again
 from ._torchshard import Epochs, LastBatchPolicy
 from ._torchviews import TensorBatch, TorchViews
 from ._wire import State
@@ -104,7 +104,7 @@ class Passes:
                 f"LoaderDataset({self.dataset!r}): another LoaderDataset of this process with the same sampling "
                 "already began epoch 0, and this one begins it again: the same order as then. A dataset made anew "
                 "each epoch learns its epoch from set_epoch(epoch): Lightning calls it at each epoch's start; "
-                "call ds.set_epoch(epoch) in a loop of your own.", UserWarning, stacklevel=3)
+                "call ds.set_epoch(epoch) in a loop of your own.", EpochRepeatWarning, stacklevel=3)
 
     def _start(self) -> tuple[int, int]:
         """Where the next pass starts: the loop's position, or where the

@@ -24,7 +24,7 @@ itself: see ``LoaderDataset``'s Lightning note).
 
 The pieces behind this module: ``_torchdataset`` (the class, its
 session), ``_torchshard`` (the rank, the last-batch policy),
-``_torchpasses`` (epochs, positions, state_dict), ``_torchbatch`` (what it
+``_torchpasses`` (epochs, positions, set_epoch, state_dict), ``_torchbatch`` (what it
 yields: read-only zero-copy tensors, batches that
 cannot be mistaken) and ``_torchviews`` (batch memory as tensors).
 
@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from ._torchbatch import DenseBatch, FileBatch, ReadOnlyTensor
 from ._torchdataset import STATE_VERSION, Item, LoaderDataset, TorchBatch
+from ._torchloop import EpochRepeatWarning
 from ._torchpasses import WdsBatch
 from ._torchshard import LastBatchPolicy, distributed_shard
 from ._torchviews import TensorBatch
 
 __all__ = ["LoaderDataset", "TorchBatch", "TensorBatch", "WdsBatch", "Item", "STATE_VERSION", "distributed_shard",
-           "LastBatchPolicy", "ReadOnlyTensor", "DenseBatch", "FileBatch"]
+           "LastBatchPolicy", "ReadOnlyTensor", "DenseBatch", "FileBatch", "EpochRepeatWarning"]
