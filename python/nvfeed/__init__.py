@@ -60,9 +60,10 @@ from typing import TYPE_CHECKING, Any
 from ._api import backends, daemon_version, datasets
 from ._connect import DEFAULT_SOCKET, SOCKET_ENV
 from ._cudamem import CudaArray
-from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
-                      LoaderError, NoSpaceError, NotFoundError, NotLoaderdError, RankMismatchError, SampleError,
+from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, DriftError, ForbiddenError,
+                      LimitError, LoaderError, NoSpaceError, NotFoundError, NotLoaderdError, RankMismatchError, SampleError,
                       SocketPermissionError, VersionError)
+from ._paired import PairedSource
 from ._source import LoaderSource
 from ._version import RELEASE, DaemonVersion
 from ._wire import DatasetInfo, State
@@ -130,4 +131,4 @@ the file VERSION beside this module)."""
 __all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError",
            "DaemonNotRunningError", "ForbiddenError", "LimitError", "LoaderError", "LoaderSource", "NoSpaceError",
            "NotFoundError", "RankMismatchError", "SampleError", "SocketPermissionError", "State", "DatasetInfo", "backends",
-           "datasets", "daemon_version", "DaemonVersion", "NotLoaderdError", "VersionError"]
+           "datasets", "daemon_version", "DaemonVersion", "NotLoaderdError", "VersionError", "DriftError", "PairedSource"]

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union, cast
 import numpy as np
 
 from . import _depth, _views, _wds
-from ._errors import LoaderError, SampleError
+from ._errors import DriftError, LoaderError, SampleError
 from ._lifetime import Lifetime, own
 from ._options import SourceOptions
 from ._pair import BatchHalves, Position, batch_position
@@ -30,6 +30,8 @@ class Feed(Session):
         self._dtypes: dict[str, np.dtype[Any]] = {}  # a numpy dataset's dtype by descr
         self._halves = BatchHalves()
         self._last: Optional[Position] = None  # the position of the batch returned last
+        self.last_indices: list[int] = []
+        """The dataset's sample indices of the batch returned last, in order."""
         self._lifetime = Lifetime(o.zero_copy)
         self.zero_copy = o.zero_copy
         """Batches read outside DALI view the batch memory (see ``LoaderSource``)."""
@@ -44,6 +46,12 @@ class Feed(Session):
         # DALI calls iter() on an iterable source while it builds the
         # pipeline's graph: the pipeline is current then.
         self._fit_pipeline(frames=False)
+        if self._last is not None and self._expect == (self._last[0], self._epoch_batches) and self._epoch_batches:
+            raise DriftError(f"LoaderSource({self._req['dataset']!r}) iterated anew with every batch of epoch "
+                             f"{self._last[0]} taken but not its end: this pass would be that end alone. zip() of two "
+                             "sources leaves the second there when the first ends, and from then on pairs a batch "
+                             "with its twin's predecessor; read datasets that pair with nvfeed.PairedSource, or take "
+                             "the end with one more next() (StopIteration)")
         return self
 
     def _fit_pipeline(self, frames: bool) -> None:
@@ -61,6 +69,11 @@ class Feed(Session):
         n = _depth.release_after_for(pipe, self._release_after, self._req["release_after"] if self._release_after_given else None)
         if n is not None and self._id is not None and self._expect is not None:
             self._reopen(n)
+
+    @property
+    def position(self) -> Optional[Position]:
+        """(epoch, iteration) of the batch returned last; None before the first."""
+        return self._last
 
     def __next__(self) -> Union[Batch, DaliBatch, Tensors, Components]:
         return self._fetch(None)
@@ -110,6 +123,7 @@ class Feed(Session):
         if failed and (self._on_error == "raise" or len(failed) == _wds.count_samples(self.components, r["offsets"])):
             self._give_back.append(r["slot"])
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
+        self.last_indices = r.get("indices") or []
         m = self._mapped
         if copy:  # the batch's own memory: its slot goes back with the next request
             m, r = own(m, r)
