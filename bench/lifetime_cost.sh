@@ -6,13 +6,14 @@
 # dataset (FILES files of ~110 KB, batch 64) and a tensor dataset (NPY
 # float32 256x256 arrays, 256 KiB each, batch 16), warm page cache, a
 # RAM-backed ext4 loop device, backend gds (file without raw reads).
-# ROUNDS rounds of one epoch per case, alternating (bench/lifetime_cost.py):
+# ROUNDS rounds of 3 epochs per case, alternating (bench/lifetime_cost.py):
 # medians of samples/s and the client's CPU per batch.
 #
 # Needs root. Usage: bench/lifetime_cost.sh [ROUNDS] (env: FILES, default
 # 3000; NPY, default 1000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's client, not the venv's
 rounds=${1:-5}
 export FILES=${FILES:-3000}
 . bench/lib.sh
