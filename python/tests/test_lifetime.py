@@ -57,15 +57,19 @@ def test_kept_tensor_batches_keep_their_bytes(volumes: tuple[Daemon, list[np.nda
     assert np.array_equal(kept[1], np.stack(arrays[BATCH:2 * BATCH]))
 
 
-def test_kept_image_batches_keep_their_bytes(daemon: Daemon, dataset: Dataset) -> None:
+@pytest.mark.parametrize("batch_format", ["numpy", "dali"])
+def test_kept_image_batches_keep_their_bytes(daemon: Daemon, dataset: Dataset, batch_format: str) -> None:
     """list(LoaderSource(...)) over an image dataset, shuffled, two epochs:
     every kept sample is still its file's bytes with its label, and each
-    epoch's batches hold every file once."""
-    with LoaderSource("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=5) as src:
+    epoch's batches hold every file once (DALI tensor lists too)."""
+    with LoaderSource("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=5,
+                      batch_format=batch_format) as src:  # type: ignore[arg-type]
         epochs = [list(src), list(src)]
     for kept in epochs:
         seen = []
         for samples, labels in kept:
+            if batch_format == "dali":
+                samples, labels = [np.array(samples[i]) for i in range(len(samples))], labels.as_array()
             for s, lab in zip(samples, labels.reshape(-1)):
                 h = hashlib.sha256(s.tobytes()).hexdigest()
                 assert h in dataset.by_hash, f"a kept sample is no longer any file's bytes ({len(seen)} were)"
@@ -97,18 +101,21 @@ def test_zero_copy_is_checked(volumes: tuple[Daemon, list[np.ndarray]]) -> None:
         LoaderSource("volumes", socket=volumes[0].socket, zero_copy=1)  # type: ignore[arg-type]
 
 
-def test_dali_consumes_views(daemon: Daemon, dataset: Dataset) -> None:
-    """Fed to DALI's fn.external_source(no_copy=True) the source hands out
-    views of its batch memory (no copy: release_after covers DALI's
-    queue), and the pipeline's outputs are the files' bytes."""
+@pytest.mark.parametrize("how", ["iterable", "batch_info"])
+def test_dali_consumes_views(daemon: Daemon, dataset: Dataset, how: str) -> None:
+    """Fed to DALI's fn.external_source(no_copy=True), as an iterable or as
+    src.batch with batch_info, the source hands out views of its batch
+    memory (no copy: release_after covers DALI's queue), and the
+    pipeline's outputs are the files' bytes."""
     from nvidia.dali import fn, pipeline_def, types
 
     src = LoaderSource("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=2)
     views = []
     mem = (src._buf.ctypes.data, src._buf.ctypes.data + src._buf.size)
 
-    def watch(b: Any) -> None:
+    def watch(b: Any) -> Any:
         views.extend(mem[0] <= s.ctypes.data < mem[1] for s in b[0])
+        return b
 
     class Watched:
         def __iter__(self) -> Any:
@@ -116,14 +123,17 @@ def test_dali_consumes_views(daemon: Daemon, dataset: Dataset) -> None:
             return self
 
         def __next__(self) -> Any:
-            b = next(src)
-            watch(b)
-            return b
+            return watch(next(src))
 
     @pipeline_def(batch_size=4, num_threads=1, device_id=None, prefetch_queue_depth=2)
     def pipe() -> Any:
-        jpegs, labels = fn.external_source(source=Watched(), num_outputs=2, batch=True, no_copy=True,
-                                           dtype=[types.UINT8, types.INT32])
+        if how == "iterable":
+            jpegs, labels = fn.external_source(source=Watched(), num_outputs=2, batch=True, no_copy=True,
+                                               dtype=[types.UINT8, types.INT32])
+        else:
+            jpegs, labels = fn.external_source(source=lambda info: watch(src.batch(info)), num_outputs=2,
+                                               batch=True, batch_info=True, no_copy=True,
+                                               dtype=[types.UINT8, types.INT32])
         return jpegs, labels
 
     p = pipe()

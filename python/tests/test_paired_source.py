@@ -111,3 +111,17 @@ def test_zip_of_two_sources_raises_at_the_drift(pairs: Daemon) -> None:
                     _case_of(x, y)
                     got += 1
         assert got == len(a)
+
+
+def test_paired_source_raises_when_parts_disagree(pairs: Daemon) -> None:
+    """Parts resumed at different batches: the first step raises
+    DriftError naming both positions, rather than yield a tuple that does
+    not pair."""
+    kw = dict(socket=pairs.socket, batch_size=BATCH, random_shuffle=True, seed=4)
+    with PairedSource(["px", "py"], **kw) as src:
+        st = src.state()
+        next(iter(src))
+        ahead = src.state()
+    with PairedSource(["px", "py"], state=[st[0], ahead[1]], **kw) as skewed:
+        with pytest.raises(DriftError, match="returned epoch/batch"):
+            next(iter(skewed))
