@@ -32,9 +32,7 @@ class Feed(Session):
         self._last: Optional[Position] = None  # the position of the batch returned last
         self.last_indices: list[int] = []
         """The dataset's sample indices of the batch returned last, in order."""
-        self._lifetime = Lifetime(o.zero_copy)
-        self.zero_copy = o.zero_copy
-        """Batches read outside DALI view the batch memory (see ``LoaderSource``)."""
+        self._lifetime = Lifetime(o.zero_copy)  # views or copies
         self._release_after_given = o.release_after is not None
         self._dali_looked = False  # the DALI pipeline fed was looked for (release_after)
         self.keep: Optional[int] = None
@@ -69,6 +67,11 @@ class Feed(Session):
         n = _depth.release_after_for(pipe, self._release_after, self._req["release_after"] if self._release_after_given else None)
         if n is not None and self._id is not None and self._expect is not None:
             self._reopen(n)
+
+    @property
+    def zero_copy(self) -> bool:
+        """Batches read outside DALI view the batch memory (see ``LoaderSource``)."""
+        return self._lifetime.zero_copy
 
     @property
     def position(self) -> Optional[Position]:
