@@ -24,6 +24,7 @@ import msgpack
 import numpy as np
 
 from nvfeed import LoaderSource
+from nvfeed._lifetime import Lifetime
 from nvfeed._stream import Stream
 from nvfeed._views import Mapped
 
@@ -38,7 +39,8 @@ def _cpu(f, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
 
 
 def live(sock: str, bs: int, n: int, backend: str) -> None:
-    with LoaderSource("train", socket=sock, batch_size=bs, random_shuffle=True, backend=backend) as src:
+    with LoaderSource("train", socket=sock, batch_size=bs, random_shuffle=True, backend=backend,
+                      zero_copy=True) as src:  # views, as measured (bench/lifetime_cost.py: copies)
         def one() -> None:
             while True:
                 try:
@@ -75,7 +77,7 @@ def synthetic(bs: int, n: int = 20000) -> None:
     src.__dict__.update(_id="synthetic", _give_back=[], _held=collections.deque(), _release_after=3, _transport="stream",
                         _stream=st, _expect=(0, 0), _on_error="raise", _gpu=None, _dali=None, _epoch_batches=0,
                         _reconnect_timeout=0, _buf=buf, _mapped=Mapped(None, buf, None, None), _fence=None,
-                        _dali_looked=True, keep=None, reader="file", prefetch_queue_depth=2,
+                        _dali_looked=True, _lifetime=Lifetime(True), _req={"dataset": "synthetic"}, keep=None, reader="file", prefetch_queue_depth=2,
                         components=None, _unsent=[])
     for _ in range(10):
         next(src)

@@ -446,7 +446,8 @@ def exact(a: argparse.Namespace) -> int:
                 kw["cuda_stream"] = con.cuda_stream()  # the release waits for an event on it
             con.use(shard == 1 and has_stream)  # shard 0: where the client's default fence covers the work
             open_kw = dict(socket=a.socket, batch_size=a.batch_size, shard_id=shard, num_shards=2,
-                           random_shuffle=True, seed=7, device="gpu", device_id=a.device_id, gpu_path=a.gpu_path)
+                           random_shuffle=True, seed=7, device="gpu", device_id=a.device_id, gpu_path=a.gpu_path,
+                           zero_copy=True)
             try:
                 opened = LoaderSource(a.dataset, **open_kw, **kw)
             except ImportError as e:
@@ -585,7 +586,7 @@ def speed(a: argparse.Namespace) -> int:
                 kw: dict[str, Any] = {"gpu_path": a.row} if device == "gpu" else {}
                 backend = "cufile" if a.row == "cufile" else a.bounce_backend
                 with LoaderSource(a.dataset, socket=a.socket, batch_size=64, random_shuffle=True, seed=1,
-                                  backend=backend, device=device, **kw) as src:
+                                  backend=backend, device=device, zero_copy=True, **kw) as src:
                     for samples, _ in src:
                         n += len(samples)
             line["rounds"].append(n / (time.perf_counter() - t0))

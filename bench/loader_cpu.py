@@ -60,7 +60,8 @@ def main() -> None:
                 backend = s.backend
         print(json.dumps({"backend": backend, "first_s": secs[0], "median_s": statistics.median(secs[1:] or secs)}))
         return
-    with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batch, random_shuffle=True, **kw) as src:
+    with LoaderSource(a.dataset, socket=a.socket, batch_size=a.batch, random_shuffle=True, zero_copy=True,
+                      **kw) as src:  # views, as measured (bench/lifetime_cost.py: copies)
         n = 0
         d0, c0, t0 = daemon_cpu(a.pid), own_cpu(), time.perf_counter()
         for _ in range(a.epochs):

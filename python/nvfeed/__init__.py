@@ -16,19 +16,21 @@ limits, are whatever the daemon offers: ``backends(socket)`` returns its
 description (the same one ``loaderd backends`` prints).
 
 Each ``next()`` returns ``(samples, labels)``: a list of 1-D uint8 numpy
-arrays that view the session's batch memory (no copy; the daemon passes
-it to this process as a file descriptor, read-only) and int32 labels of
-shape (batch, 1); with ``batch_format="dali"``, two DALI ``TensorListCPU``
-of the same views and labels. At the end of an epoch it raises
-``StopIteration``; iterating again starts the next epoch, as DALI does after
-``pipeline.reset()``. A batch's memory is given back to the daemon only
-after ``release_after`` (the daemon's default: ``prefetch_queue_depth + 1``)
-later batches, so DALI may use it with ``no_copy=True``.
+arrays and int32 labels of shape (batch, 1); with ``batch_format="dali"``,
+two DALI ``TensorListCPU``. Fed to DALI, the samples view the session's
+batch memory (no copy; the daemon passes it to this process as a file
+descriptor, read-only), given back to the daemon only after
+``release_after`` later batches, so DALI may use it with ``no_copy=True``.
+Read by user code, each batch is a copy, valid while referenced
+(``zero_copy=True``: views, valid until ``release_after`` more batches).
+At the end of an epoch it raises ``StopIteration``; iterating again starts
+the next epoch, as DALI does after ``pipeline.reset()``.
 
 Over a numpy dataset (``mkbmap --reader numpy``, ``src.reader ==
-"numpy"``) each ``next()`` returns the arrays alone: one numpy view
-``(batch, *shape)`` of the batch memory when they share a shape, else a
-list of views, each its file's dtype and shape.
+"numpy"``) each ``next()`` returns the arrays alone: one numpy array
+``(batch, *shape)`` when they share a shape, else a list of arrays, each
+its file's dtype and shape. ``PairedSource`` reads datasets whose samples
+pair (``x`` and ``y`` of each case) as aligned tuples.
 
 With ``device="gpu"`` the samples are ``CudaArray`` objects of GPU memory
 (``__cuda_array_interface__``), one dense ``(batch, size)`` array per
@@ -60,9 +62,10 @@ from typing import TYPE_CHECKING, Any
 from ._api import backends, daemon_version, datasets
 from ._connect import DEFAULT_SOCKET, SOCKET_ENV
 from ._cudamem import CudaArray
-from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, ForbiddenError, LimitError,
-                      LoaderError, NoSpaceError, NotFoundError, NotLoaderdError, RankMismatchError, SampleError,
+from ._errors import (BadRequestError, ConflictError, DaemonGoneError, DaemonNotRunningError, DriftError, ForbiddenError,
+                      LimitError, LoaderError, NoSpaceError, NotFoundError, NotLoaderdError, RankMismatchError, SampleError,
                       SocketPermissionError, VersionError)
+from ._paired import PairedSource
 from ._source import LoaderSource
 from ._version import RELEASE, DaemonVersion
 from ._wire import DatasetInfo, State
@@ -130,4 +133,4 @@ the file VERSION beside this module)."""
 __all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "BadRequestError", "ConflictError", "CudaArray", "DaemonGoneError",
            "DaemonNotRunningError", "ForbiddenError", "LimitError", "LoaderError", "LoaderSource", "NoSpaceError",
            "NotFoundError", "RankMismatchError", "SampleError", "SocketPermissionError", "State", "DatasetInfo", "backends",
-           "datasets", "daemon_version", "DaemonVersion", "NotLoaderdError", "VersionError"]
+           "datasets", "daemon_version", "DaemonVersion", "NotLoaderdError", "VersionError", "DriftError", "PairedSource"]

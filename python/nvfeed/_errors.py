@@ -27,6 +27,15 @@ class LoaderError(RuntimeError):
             self.error_code = error_code
 
 
+class DriftError(LoaderError):
+    """Sources read together went out of step: the parts of a
+    ``PairedSource`` are not at the same batch or sample, or end their
+    epochs apart; or a ``LoaderSource`` is iterated anew with every batch
+    of its epoch taken but not its end, as ``zip`` of two sources leaves
+    the second (its next pass would be that end alone, then a step
+    behind its twin)."""
+
+
 class BadRequestError(LoaderError):
     """An argument out of range, an unknown backend or option (HTTP 400)."""
     status = 400

@@ -13,7 +13,8 @@ from typing import Any, Optional, Union, cast
 import numpy as np
 
 from . import _depth, _views, _wds
-from ._errors import LoaderError, SampleError
+from ._errors import DriftError, LoaderError, SampleError
+from ._lifetime import Lifetime, own
 from ._options import SourceOptions
 from ._pair import BatchHalves, Position, batch_position
 from ._session import Session
@@ -29,6 +30,9 @@ class Feed(Session):
         self._dtypes: dict[str, np.dtype[Any]] = {}  # a numpy dataset's dtype by descr
         self._halves = BatchHalves()
         self._last: Optional[Position] = None  # the position of the batch returned last
+        self.last_indices: list[int] = []
+        """The dataset's sample indices of the batch returned last, in order."""
+        self._lifetime = Lifetime(o.zero_copy)  # views or copies
         self._release_after_given = o.release_after is not None
         self._dali_looked = False  # the DALI pipeline fed was looked for (release_after)
         self.keep: Optional[int] = None
@@ -40,6 +44,12 @@ class Feed(Session):
         # DALI calls iter() on an iterable source while it builds the
         # pipeline's graph: the pipeline is current then.
         self._fit_pipeline(frames=False)
+        if self._last is not None and self._expect == (self._last[0], self._epoch_batches) and self._epoch_batches:
+            raise DriftError(f"LoaderSource({self._req['dataset']!r}) iterated anew with every batch of epoch "
+                             f"{self._last[0]} taken but not its end: this pass would be that end alone. zip() of two "
+                             "sources leaves the second there when the first ends, and from then on pairs a batch "
+                             "with its twin's predecessor; read datasets that pair with nvfeed.PairedSource, or take "
+                             "the end with one more next() (StopIteration)")
         return self
 
     def _fit_pipeline(self, frames: bool) -> None:
@@ -53,10 +63,20 @@ class Feed(Session):
         if pipe is None:
             self._dali_looked = frames  # iter() outside DALI: look again at the first batch
             return
-        self._dali_looked = True
+        self._dali_looked = self._lifetime.dali = True
         n = _depth.release_after_for(pipe, self._release_after, self._req["release_after"] if self._release_after_given else None)
         if n is not None and self._id is not None and self._expect is not None:
             self._reopen(n)
+
+    @property
+    def zero_copy(self) -> bool:
+        """Batches read outside DALI view the batch memory (see ``LoaderSource``)."""
+        return self._lifetime.zero_copy
+
+    @property
+    def position(self) -> Optional[Position]:
+        """(epoch, iteration) of the batch returned last; None before the first."""
+        return self._last
 
     def __next__(self) -> Union[Batch, DaliBatch, Tensors, Components]:
         return self._fetch(None)
@@ -89,6 +109,7 @@ class Feed(Session):
             raise LoaderError("LoaderSource is closed")
         if not self._dali_looked:
             self._fit_pipeline(frames=True)  # a callable source (src.batch): DALI is among the callers
+        copy = self._lifetime.copies(self._gpu is not None, self._req["dataset"])
         r = self._deliver(at)
         self._epoch_batches = r["epoch_batches"]
         if r["end_of_epoch"]:
@@ -105,18 +126,24 @@ class Feed(Session):
         if failed and (self._on_error == "raise" or len(failed) == _wds.count_samples(self.components, r["offsets"])):
             self._give_back.append(r["slot"])
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
-        self._held.append(r["slot"])
+        self.last_indices = r.get("indices") or []
+        m = self._mapped
+        if copy:  # the batch's own memory: its slot goes back with the next request
+            m, r = own(m, r)
+            self._give_back.append(r["slot"])
+        else:
+            self._held.append(r["slot"])
         if self.components:
             keep = self._skip(r, failed) if failed else None
-            return _wds.outputs(self._mapped, self.components, r["offsets"], r["lengths"], keep)
+            return _wds.outputs(m, self.components, r["offsets"], r["lengths"], keep)
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
         if self.reader == "numpy":
-            return self._tensors(r, failed)
+            return self._tensors(m, r, failed)
         if not failed:  # the common case: every sample, no index juggling
-            return _views.batch(self._mapped, offsets, lengths, np.array(lbls, dtype=np.int32).reshape(-1, 1))
+            return _views.batch(m, offsets, lengths, np.array(lbls, dtype=np.int32).reshape(-1, 1))
         keep = self._skip(r, failed)
         labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
-        return _views.batch(self._mapped, [offsets[i] for i in keep], [lengths[i] for i in keep], labels)
+        return _views.batch(m, [offsets[i] for i in keep], [lengths[i] for i in keep], labels)
 
     def _skip(self, r: NextResponse, failed: list[int], stacklevel: int = 4) -> list[int]:
         """The positions of the samples that were read (on_error="skip"),
@@ -129,9 +156,9 @@ class Feed(Session):
                       "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=stacklevel)
         return keep
 
-    def _tensors(self, r: NextResponse, failed: list[int]) -> Union[Tensors, Any]:
-        """A numpy dataset's batch (``_views.tensors``), its failed
-        samples skipped."""
+    def _tensors(self, m: _views.Mapped, r: NextResponse, failed: list[int]) -> Union[Tensors, Any]:
+        """A numpy dataset's batch (``_views.tensors``) in the memory ``m``
+        (the session's, or the batch's copy), its failed samples skipped."""
         descr, shapes = r.get("dtype"), r.get("shapes")
         offsets, lengths = r["offsets"], r["lengths"]
         if descr is None or shapes is None or len(shapes) != len(offsets):
@@ -143,7 +170,7 @@ class Feed(Session):
         if failed:
             keep = self._skip(r, failed, stacklevel=5)
             offsets, lengths, shapes = [offsets[i] for i in keep], [lengths[i] for i in keep], [shapes[i] for i in keep]
-        return _views.tensors(self._mapped, f"epoch {r['epoch']} batch {r['iteration']}", dt, offsets, lengths,
+        return _views.tensors(m, f"epoch {r['epoch']} batch {r['iteration']}", dt, offsets, lengths,
                               shapes, whole=not failed, dataset=self._req["dataset"])
 
     def samples(self, info: Any = None) -> Any:

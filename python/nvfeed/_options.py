@@ -79,6 +79,7 @@ class SourceOptions:
     ext: tuple[str, ...] = ()
     missing_component_behavior: MissingComponent = "empty"
     case_sensitive_extensions: bool = True
+    zero_copy: bool = False
 
     @classmethod
     def check(cls, dataset: str, socket: Optional[str] = None, batch_size: int = 64, shard_id: int = 0,
@@ -94,7 +95,7 @@ class SourceOptions:
               roi: Optional[ROI] = None,
               shuffle_after_epoch_seed: Optional[int] = None, files: Optional[Sequence[str]] = None,
               file_list: Optional[str] = None, ext: Optional[Any] = None, missing_component_behavior: str = "empty",
-              case_sensitive_extensions: bool = True) -> SourceOptions:
+              case_sensitive_extensions: bool = True, zero_copy: bool = False) -> SourceOptions:
         """The arguments checked, in ``LoaderSource``'s order.
 
         Parameters
@@ -107,7 +108,7 @@ shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
         roi
             The region of interest its ``fn.readers.numpy`` arguments give
             (``_daliargs.roi``, checked there), or None.
-        ext, missing_component_behavior, case_sensitive_extensions
+        ext, missing_component_behavior, case_sensitive_extensions, zero_copy
             As ``LoaderSource`` takes them, with its defaults.
 
         Returns
@@ -151,6 +152,7 @@ shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
         exts = () if ext is None else ext_arg(ext)
         missing = missing_arg(missing_component_behavior)
         case = _args.bool_arg("case_sensitive_extensions", case_sensitive_extensions)
+        views = _args.bool_arg("zero_copy", zero_copy)
         return cls(dataset=dataset, socket=socket_path(socket), reader_args=reader_args, shuffle=shuffle,
                    backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch,
                    release_after=release, state=state, timeout=check_timeout("timeout", timeout), on_error=on_error,
@@ -160,7 +162,7 @@ shuffle_after_epoch, shuffle_after_epoch_seed, files, file_list
                    batch_format=batch_format, cuda_stream=cuda_stream, stream=stream, job_id=job,
                    fingerprint=want_fingerprint, roi=roi,
                    files=_args.files_arg(files, file_list), ext=exts, missing_component_behavior=missing,
-                   case_sensitive_extensions=case)
+                   case_sensitive_extensions=case, zero_copy=views)
 
     def open_request(self) -> OpenRequest:
         """The session's open request (without ``device_uuid``, which

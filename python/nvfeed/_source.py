@@ -26,13 +26,14 @@ class LoaderSource(SourceInit):
     ``fn.external_source(source=src, num_outputs=2, batch=True)``; or, for
     GPU samples with host labels, for two external sources
     (``source=src.samples, device="gpu"`` and ``source=src.labels,
-    device="cpu"``; see ``samples``).
+    device="cpu"``; see ``samples``). Read by user code instead, each batch is
+    a copy, valid while referenced (``zero_copy``; python/README.md, "Batch lifetime").
 
     Over a numpy dataset (``mkbmap --reader numpy``; ``reader`` is then
     ``"numpy"``) each batch is the arrays **alone**, without labels, as
     ``fn.readers.numpy``'s one output, for
     ``fn.external_source(source=src, batch=True)``: one ``(batch,
-    *shape)`` view of the batch memory, or a list of views (python/README.md,
+    *shape)`` array (a view of the batch memory), or a list of them (python/README.md,
     "LoaderSource over a numpy dataset", says which, and what unpacking
     such a batch does).
 
@@ -245,6 +246,12 @@ class LoaderSource(SourceInit):
         left out, or refused when the session opens (as DALI's).
     case_sensitive_extensions : bool, optional, default = True
         Whether ``ext`` matches member names' extensions case-sensitively.
+    zero_copy : bool, optional, default = False
+        Outside DALI, read-only views of the batch memory, valid until
+        ``release_after`` more batches were taken (the daemon then reads
+        other samples into it), not copies valid while referenced. DALI
+        gets views always (it copies them, or ``release_after`` covers its
+        queues). GPU batches are never copied: outside DALI they need it.
     **dali_args
         DALI reader arguments: those that only tune how DALI reads
         (``read_ahead``, ``dont_use_mmap``, ``use_o_direct``, ...) are

@@ -36,7 +36,7 @@ class SourceInit(Feed):
                  shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
                  files: Optional[Sequence[str]] = None, file_list: Optional[str] = None, ext: Optional[Any] = None,
                  missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
-                 **dali_args: Any) -> None:
+                 zero_copy: bool = False, **dali_args: Any) -> None:
         region = _daliargs.split("LoaderSource", dali_args)
         # A sharded source under torch.distributed is compared with the
         # other ranks' (one collective each): a rank whose arguments or
@@ -48,7 +48,7 @@ class SourceInit(Feed):
                 shuffle, initial_fill, backend, backend_options, prefetch_queue_depth, release_after, state, timeout,
                 on_error, transport, device, device_id, gpu_path, reconnect_timeout, batch_format, cuda_stream, job_id,
                 fingerprint, shuffle_after_epoch, region, shuffle_after_epoch_seed, files, file_list, ext,
-                missing_component_behavior, case_sensitive_extensions)
+                missing_component_behavior, case_sensitive_extensions, zero_copy)
             """The arguments, checked (``SourceOptions``)."""
             super().__init__(self.options)
         except Exception as e:

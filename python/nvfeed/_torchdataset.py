@@ -229,7 +229,7 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
             missing_component_behavior=missing_component_behavior, case_sensitive_extensions=case_sensitive_extensions,
             # The batch handed out last goes back with the request for the
             # next one: the lifetime rule above, in both modes.
-            release_after=0)
+            release_after=0, zero_copy=True)  # the source's views: copied here (TorchViews)
         if dev.type == "cuda":
             # Zero-copy CUDA batches go back one request later, once the GPU
             # work queued on them is done (see _wait_pending): the loop keeps

@@ -113,6 +113,9 @@ class ArrayList(list):  # type: ignore[type-arg]
             raise _unpack_error(self._nvfeed_what, names)
         return super().__iter__()
 
+Buffer = Union[mmap.mmap, "np.ndarray[Any, np.dtype[np.uint8]]"]
+"""Host batch memory: the session's mapping, or a batch's copy."""
+
 DaliBatch = tuple[Any, Any]
 """A batch with ``batch_format="dali"``: the samples, then the labels (a
 ``nvidia.dali.tensors.TensorListCPU``, int32, shape (1,) a sample). Host
@@ -126,15 +129,17 @@ back to back (the daemon packs such batches), else a list of
 class Mapped:
     """A session's batch memory as this process maps it: ``host`` (its
     mapping) and ``buf`` (a uint8 array over it) for host memory, ``gpu``
-    for GPU memory; ``dali`` the DALI types when batches are DALI's."""
+    for GPU memory; ``dali`` the DALI types when batches are DALI's. A
+    batch copied out of it (``_lifetime.own``) has a ``Mapped`` of its
+    own: ``host`` and ``buf`` the copy."""
 
-    host: Optional[mmap.mmap]
+    host: Optional[Buffer]
     buf: "np.ndarray[Any, np.dtype[np.uint8]]"
     gpu: Optional[DeviceMapping]
     dali: Optional[DaliTypes]
 
-    def mm(self) -> mmap.mmap:
-        """The host mapping; ``LoaderError`` when the memory is the GPU's."""
+    def mm(self) -> Buffer:
+        """The host memory; ``LoaderError`` when the memory is the GPU's."""
         if self.host is None:
             raise LoaderError("LoaderSource: no host batch memory is mapped")
         return self.host

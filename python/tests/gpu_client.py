@@ -127,7 +127,7 @@ def main() -> int:
             Device._ok(cu.cuStreamCreate(ctypes.byref(stream), 1 if pass_stream else 0), "cuStreamCreate")
         if pass_stream:
             args["cuda_stream"] = stream.value
-    src = LoaderSource(name, socket=socket, device="gpu", **args)
+    src = LoaderSource(name, socket=socket, device="gpu", zero_copy=True, **args)
     out = sys.stdout
     out.write(json.dumps({"gpu_path": src.gpu_path}) + "\n")
     out.write(json.dumps({"memory": dict(src.memory)}) + "\n")

@@ -152,7 +152,7 @@ def source(mode: str) -> None:
     ctx = Context(cu, 0)
     if mode in ("race-ctx", "race-stream", "race-none"):
         s = ctx.stream()
-        src = LoaderSource("train", socket="/x", batch_size=3, transport="http", device="gpu", release_after=0,
+        src = LoaderSource("train", socket="/x", batch_size=3, transport="http", device="gpu", release_after=0, zero_copy=True,
                            cuda_stream=s if mode == "race-stream" else None)
         if mode == "race-none":  # as the client was: slots released by host timing alone
             src._fence.close()  # type: ignore[union-attr]
@@ -171,7 +171,7 @@ def source(mode: str) -> None:
         del samples
         src.close()
     elif mode == "reconnect":
-        src = LoaderSource("train", socket="/x", batch_size=3, transport="http", device="gpu", reconnect_timeout=5,
+        src = LoaderSource("train", socket="/x", batch_size=3, transport="http", device="gpu", reconnect_timeout=5, zero_copy=True,
                            batch_format="dali")
         held = [next(src), next(src)]  # then the daemon is gone once: a second session, a second mapping
         for samples, labels in src:
@@ -205,7 +205,7 @@ def flow(socket_path: str, want_path: str, args_json: str) -> None:
     ctx = Context(cu, kw.get("device_id", 0))
     s = ctx.stream()
     warnings.simplefilter("ignore")
-    src = LoaderSource("train", socket=socket_path, device="gpu", release_after=0, cuda_stream=s, **kw)
+    src = LoaderSource("train", socket=socket_path, device="gpu", release_after=0, cuda_stream=s, zero_copy=True, **kw)
     if not fence:  # as the client was: slots released by host timing alone
         src._fence.close()  # type: ignore[union-attr]
         src._fence = None

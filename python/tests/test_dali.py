@@ -77,12 +77,13 @@ def test_external_source_matches_readers_file(daemon: Daemon, dataset: Dataset, 
 
 
 def test_dali_batch_format_views_batch_memory(daemon: Daemon, dataset: Dataset) -> None:
-    """batch_format="dali": each sample of the TensorListCPU lies inside the
-    source's batch memory (no copy) and holds its file's bytes and label."""
+    """batch_format="dali", zero_copy=True (read outside DALI): each sample
+    of the TensorListCPU lies inside the source's batch memory (no copy)
+    and holds its file's bytes and label."""
     from nvidia.dali.backend import TensorListCPU
 
     with LoaderSource("train", socket=daemon.socket, batch_size=BATCH, random_shuffle=True, seed=3,
-                      batch_format="dali") as src:
+                      batch_format="dali", zero_copy=True) as src:
         lo = src._buf.ctypes.data
         hi = lo + src._buf.size
         seen = 0

@@ -38,7 +38,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeDaemon, FakeCuda]
 
 def _source(d: FakeDaemon, **kw: Any) -> LoaderSource:
     args: dict[str, Any] = dict(socket="/nonexistent/loaderd.sock", batch_size=d.batch_size, transport="http",
-                                device="gpu", device_id=0)
+                                device="gpu", device_id=0, zero_copy=True)
     args.update(kw)
     return LoaderSource("train", **args)
 
@@ -63,6 +63,18 @@ def test_gpu_named_by_uuid(env: tuple[FakeDaemon, FakeCuda]) -> None:
         samples, _ = next(src)
         assert isinstance(samples, CudaArray) and samples.shape == (3, 1000) and samples.device == 0
     del samples
+    _clean(cu)
+
+
+def test_gpu_batches_outside_dali_need_zero_copy(env: tuple[FakeDaemon, FakeCuda]) -> None:
+    """Read by user code, GPU batches are views the client cannot copy:
+    without zero_copy=True next() raises ValueError saying so, before a
+    batch is asked for."""
+    d, cu = env
+    with _source(d, zero_copy=False) as src:
+        with pytest.raises(ValueError, match="zero_copy=True"):
+            next(src)
+        assert not d.requests[1:], "a batch was asked for"
     _clean(cu)
 
 
@@ -294,7 +306,8 @@ warnings.simplefilter("ignore")
 mp = pytest.MonkeyPatch()
 d, cu = FakeDaemon(gone_at=2), FakeCuda()
 d.install(mp, cu)
-src = LoaderSource("train", socket="/x", batch_size=3, transport="http", device="gpu", reconnect_timeout=5)
+src = LoaderSource("train", socket="/x", batch_size=3, transport="http", device="gpu", reconnect_timeout=5,
+                   zero_copy=True)
 held = [next(src)[0], next(src)[0]]  # one array of the first session's mapping, one of the second's
 {close}
 print("exit", cu.live(), flush=True)

@@ -122,7 +122,7 @@ def _inside(src: LoaderSource, a: np.ndarray) -> bool:
 def test_dense_batch_is_one_view(dataset: Dataset, nds: NumpyDatasets, backend: str, transport: str) -> None:
     need_raw(dataset, backend)
     want = [np.load(f) for f in nds.files["dense"]]
-    with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4, backend=backend,
+    with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4, zero_copy=True, backend=backend,
                       transport=transport) as src:  # type: ignore[arg-type]
         assert src.reader == "numpy"
         batches = _epoch(src)
@@ -148,11 +148,11 @@ def test_close_unmaps_unless_a_batch_is_held(nds: NumpyDatasets) -> None:
     open); a batch handed out keeps it mapped and readable."""
     want = [np.load(f) for f in nds.files["dense"]]
     before = _mapped_batch_memory()
-    src = LoaderSource("dense", socket=nds.daemon.socket, batch_size=4)
+    src = LoaderSource("dense", socket=nds.daemon.socket, batch_size=4, zero_copy=True)
     assert _mapped_batch_memory() == before + 1
     src.close()
     assert _mapped_batch_memory() == before, "closed, nothing held: still mapped"
-    with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4) as held_src:
+    with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4, zero_copy=True) as held_src:
         held = next(iter(held_src))
     assert _mapped_batch_memory() == before + 1, "a held batch's memory was unmapped"
     for i in range(4):
@@ -165,7 +165,7 @@ def test_close_unmaps_unless_a_batch_is_held(nds: NumpyDatasets) -> None:
 def test_ragged_batch_is_a_list_of_views(dataset: Dataset, nds: NumpyDatasets, backend: str) -> None:
     need_raw(dataset, backend)
     want = [np.load(f) for f in nds.files["ragged"]]
-    with LoaderSource("ragged", socket=nds.daemon.socket, batch_size=3, backend=backend) as src:
+    with LoaderSource("ragged", socket=nds.daemon.socket, batch_size=3, zero_copy=True, backend=backend) as src:
         got = [a for b in _epoch(src) for a in b]
         assert len(got) == len(want) == 7
         for a, w, f in zip(got, want, nds.files["ragged"]):
@@ -260,14 +260,14 @@ def test_dali_batch_format_views_the_memory(nds: NumpyDatasets) -> None:
     itself: a dense batch wrapped whole, a ragged one sample by sample."""
     pytest.importorskip("nvidia.dali")
     lo, hi = 0, 0
-    with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4, batch_format="dali") as src:
+    with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4, zero_copy=True, batch_format="dali") as src:
         lo, hi = _address(src._buf), _address(src._buf) + src._buf.nbytes
         tl = next(src)
         assert type(tl).__name__ == "TensorListCPU" and tl.shape() == [(3, 4, 5)] * 4 and tl.is_dense_tensor()
         assert lo <= tl.data_ptr() < hi, "the TensorListCPU copied the batch"
         want = np.stack([np.load(f) for f in nds.files["dense"][:4]])
         np.testing.assert_array_equal(np.array(tl.as_tensor()), want)
-    with LoaderSource("ragged2d", socket=nds.daemon.socket, batch_size=4, batch_format="dali") as src:
+    with LoaderSource("ragged2d", socket=nds.daemon.socket, batch_size=4, zero_copy=True, batch_format="dali") as src:
         lo, hi = _address(src._buf), _address(src._buf) + src._buf.nbytes
         tl = next(src)
         want = [np.load(f) for f in nds.files["ragged2d"]]
@@ -286,7 +286,7 @@ def test_skipped_sample_leaves_a_list(dataset: Dataset, nds: NumpyDatasets, tmp_
     bmap = _mkbmap(files[0].parent, tmp_path / "dense.bmap")
     d = start_daemon(tmp_path, bmap, "--inject-eio", files[5].name, binary=faults_build())
     try:
-        with LoaderSource("train", socket=d.socket, batch_size=4, backend=backend, on_error="skip") as src:
+        with LoaderSource("train", socket=d.socket, batch_size=4, zero_copy=True, backend=backend, on_error="skip") as src:
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 batches = _epoch(src)
