@@ -113,14 +113,17 @@ class Stream:
 
     def _number(self, epoch: int, iteration: int) -> int:
         """The stream's batch DALI asks for: DALI's epochs restart its
-        count only after another source of the pipeline ended one."""
+        count only after another source of the pipeline ended one. DALI
+        asked every source for the iteration that source ended, and ran
+        none (the reader did not move): the new epoch starts with the
+        batch asked for last."""
         first = self._first.get(epoch)
         if first is None:
             if epoch - 1 not in self._first:
                 raise LoaderError(f"nvfeed.dali.reader: DALI asks for batch {iteration} of its epoch {epoch}, whose "
                                   "start this reader does not know (the pipeline was restored from a checkpoint "
                                   "taken after another source ended an epoch)")
-            first = self._first[epoch] = self._last + 1
+            first = self._first[epoch] = max(self._last, 0)
         self._last = first + iteration
         return self._last
 

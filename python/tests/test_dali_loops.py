@@ -5,7 +5,9 @@ write around ``fn.readers.file``, ``fn.readers.numpy`` and
 a plain ``pipe.run()`` loop over three epochs (DALI's readers go on into
 the next epoch, never raising ``StopIteration``; without
 ``pad_last_batch`` an epoch's last batch is completed with the next
-epoch's samples), ``pipe.epoch_size`` and ``pipe.reader_meta``, DALI's
+epoch's samples), ``pipe.epoch_size`` and ``pipe.reader_meta``, the
+loop over a pipeline whose other source ends its epochs (the reader does
+not move in the iteration that source ends), DALI's
 PyTorch iterator with ``reader_name`` under each ``last_batch_policy``,
 with ``auto_reset``, without ``reader_name``, and resumed from DALI's
 checkpoint. Each gives the reader's outputs and answers, exceptions
@@ -81,10 +83,25 @@ def served(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     assert stop_daemon(d) == 0, d.log.read_text()
 
 
+class Ends:
+    """An external source of its batch numbers that ends its epoch after
+    ``n`` batches: DALI's readers in its pipeline do not move in the
+    iteration it ends."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __call__(self, info: Any) -> np.ndarray:
+        if info.iteration >= self._n:
+            raise StopIteration
+        return np.array([info.epoch_idx, info.iteration, info.idx_in_batch], dtype=np.int32)
+
+
 def _pipeline(reader: str, swap: bool, served: tuple[Daemon, dict[str, Any]], bs: int, kw: dict[str, Any],
-              **pipe_kw: Any) -> Any:
+              ends: int = 0, **pipe_kw: Any) -> Any:
     """A pipeline of the reader (named "Reader"), or of the swap in its
-    place, returning its outputs."""
+    place, returning its outputs (and, with ``ends``, an ``Ends(ends)``
+    source's, made after the reader)."""
     d, where = served
     ext = {"ext": ["jpg", "cls"]} if reader == "webdataset" else {}
 
@@ -95,7 +112,10 @@ def _pipeline(reader: str, swap: bool, served: tuple[Daemon, dict[str, Any]], bs
                                      socket=d.socket, **ext, **kw)
         else:
             out = getattr(fn.readers, reader)(name="Reader", **where[reader], **ext, **kw)
-        return tuple(out) if isinstance(out, (list, tuple)) else out
+        outs = tuple(out) if isinstance(out, (list, tuple)) else (out,)
+        if ends:
+            outs += (fn.external_source(source=Ends(ends), batch=False),)
+        return outs
 
     p = pipe(**pipe_kw)
     p.build()
@@ -135,6 +155,19 @@ def _run(c: Case) -> Result:
     steps = -(-EPOCHS * p.epoch_size("Reader") // c.bs)
     return [p.epoch_size("Reader"), p.epoch_size(), p.reader_meta("Reader"), p.reader_meta()] + [
         _batch(p.run()) for _ in range(steps)]
+
+
+def _ended(c: Case) -> Result:
+    """A pipe.run() loop over a pipeline whose other source ends an epoch
+    every 3 batches, reset() at each end."""
+    p, out = c.make(ends=3), []
+    for _ in range(EPOCHS * 4):
+        try:
+            out.append(_batch(p.run()))
+        except StopIteration:
+            p.reset()
+            out.append("epoch end")
+    return out
 
 
 def _epochs(it: Any, reset: bool) -> Result:
@@ -178,6 +211,7 @@ def _checkpoint(c: Case) -> Result:
 
 SHAPES: dict[str, Callable[[Case], Result]] = {
     "run": _run,
+    "other_source_ends": _ended,
     "partial": _policy("PARTIAL"),
     "fill": _policy("FILL"),
     "drop": _policy("DROP"),
