@@ -11,8 +11,8 @@ not move in the iteration that source ends), DALI's
 PyTorch iterator with ``reader_name`` under each ``last_batch_policy``,
 with ``auto_reset``, without ``reader_name``, and resumed from DALI's
 checkpoint. Each gives the reader's outputs and answers, exceptions
-included, over one shard, uneven rotating shards, padded shards and
-DALI's shuffle (``shuffle="dali"``, the seed taken from the pipeline's
+included, over one shard, uneven rotating shards, padded shards,
+``stick_to_shard`` and DALI's shuffle (``shuffle="dali"``, the seed taken from the pipeline's
 as the reader takes it)."""
 
 from __future__ import annotations
