@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """What ``nvfeed.dali.reader`` puts in a pipeline: the external source's
 callback (``Reader``: the ``LoaderSource`` opened once the pipeline is
-built, with the seed ``fn.readers.file`` would have taken) and
-``pipe.reader_meta`` answering for it as for DALI's own readers. Used by
-``nvfeed.dali``, which loads DALI first."""
+built, with the seed ``fn.readers.file`` would have taken, its batches
+the reader's stream, epoch after epoch: ``_dalistream``) and
+``pipe.reader_meta`` and ``pipe.epoch_size`` answering for it as for
+DALI's own readers. Used by ``nvfeed.dali``, which loads DALI first."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import warnings
 import weakref
 from typing import Any, Optional
 
+from . import _depth
+from ._dalistream import Stream
 from ._errors import RankMismatchError
 from ._seeds import MAX_SEEDS, seed_for
 from ._source import LoaderSource
@@ -42,7 +45,8 @@ def _takes_seed(op: Any) -> bool:
 class Reader:
     """The external source's callback: opens the LoaderSource when first
     needed (the pipeline is built by then, so the seed the reader would
-    have had is known) and answers batches and reader_meta."""
+    have had is known) and answers batches (the reader's stream, which
+    never ends an epoch: ``Stream``) and reader_meta."""
 
     def __init__(self, pipe: Any, dataset: str, name: Optional[str], args: dict[str, Any], seed: Optional[int],
                  options: dict[str, Any]) -> None:
@@ -50,12 +54,17 @@ class Reader:
         self._dataset, self._name, self._args, self._seed, self._options = dataset, name, args, seed, options
         self.marker: Any = None  # the operator at the reader's place in the graph's order
         self.src: Optional[LoaderSource] = None
+        self._stream: Optional[Stream] = None
 
     def __repr__(self) -> str:  # DALI names the source by it in its messages
         return f"nvfeed.dali.reader({self._dataset!r}, name={self._name!r})"
 
     def __call__(self, info: Any) -> Any:
-        return self.source().batch(info)
+        if self._stream is None:
+            pipe = self._pipe()
+            keep = _depth.needed(pipe)[0] if pipe is not None else 1
+            self._stream = Stream(self.source(), self._args["batch_size"], keep)
+        return self._stream(info)
 
     def source(self) -> LoaderSource:
         if self.src is None:
@@ -104,33 +113,24 @@ class Reader:
         return seed_for(int(pipe.seed), slot % MAX_SEEDS)
 
     def meta(self) -> dict[str, int]:
-        if not self._args["pad_last_batch"]:
-            raise ValueError(
-                f"nvfeed.dali.reader {self._name!r}: DALI's iterators with reader_name need pad_last_batch=True "
-                "on this reader. Without it fn.readers.file completes an epoch's last batch with the next "
-                "epoch's samples, and the iterator takes only whole batches; this reader ends each epoch with a "
-                "partial batch instead. Pass pad_last_batch=True to this reader (DALI's examples do) and "
-                "last_batch_policy=LastBatchPolicy.PARTIAL to the iterator to drop the padding. Leaving "
-                "reader_name out is no way around it: the iterator then knows no epoch size (len() of it is 0, "
-                "and DALI's examples, which divide by it, raise ZeroDivisionError), and DALI's iterators take "
-                "no partial batch; an iterator that cannot take reader_name needs pad_last_batch=True on this "
-                "reader too, and size= (the shard's samples) with last_batch_padded=True")
         return reader_meta(self.source())
 
     def close(self) -> None:
+        self._stream = None
         if self.src is not None:
             self.src.close()
             self.src = None
 
 
 def register(pipe: Any, name: str, rd: Reader) -> None:
-    """Makes pipe.reader_meta(name) answer for rd; the pipeline's own
-    readers answer as before."""
+    """Makes pipe.reader_meta(name) and pipe.epoch_size(name) answer for
+    rd; the pipeline's own readers answer as before."""
     readers: Optional[dict[str, Reader]] = pipe.__dict__.get(META)
     if readers is None:
         readers = {}
         setattr(pipe, META, readers)
         pipe.reader_meta = ReaderMeta(pipe)
+        pipe.epoch_size = EpochSize(pipe)
     readers[name] = rd
 
 
@@ -146,10 +146,36 @@ class ReaderMeta:
         self.__doc__ = self._own.__doc__
 
     def __call__(self, name: Optional[str] = None) -> Any:
-        pipe = self._pipe()
+        pipe = _alive(self._pipe)
+        pipe.build()  # as DALI's: the reader's seed is known once the graph is
         mine: dict[str, Reader] = pipe.__dict__[META]
         if name is not None:
             return mine[name].meta() if name in mine else self._own(pipe, name)
         out = dict(self._own(pipe))
         out.update({n: reader_meta(r.source()) for n, r in mine.items()})
         return out
+
+
+class EpochSize:
+    """A pipeline's epoch_size with this module's readers in it: each
+    reader's ``epoch_size_padded``, as DALI's (the pipeline held weakly,
+    as by ``ReaderMeta``)."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = weakref.ref(pipe)
+        self.__doc__ = type(pipe).epoch_size.__doc__
+
+    def __call__(self, name: Optional[str] = None) -> Any:
+        pipe = _alive(self._pipe)
+        if name is not None:
+            return pipe.reader_meta(name)["epoch_size_padded"]
+        return {k: v["epoch_size_padded"] for k, v in pipe.reader_meta().items()}
+
+
+def _alive(ref: "weakref.ref[Any]") -> Any:
+    """The pipeline a method bound to it holds weakly (alive while the
+    method is reached through it)."""
+    pipe = ref()
+    if pipe is None:
+        raise ReferenceError("nvfeed.dali.reader: the pipeline is gone")
+    return pipe

@@ -11,10 +11,13 @@
 
     it = DALIClassificationIterator(pipe, reader_name="Reader", last_batch_policy=LastBatchPolicy.PARTIAL)
 
-The reader answers ``pipe.reader_meta(name)`` as ``fn.readers.file``
-does, so ``DALIGenericIterator``/``DALIClassificationIterator`` (and
-DALI's other framework iterators) size each epoch of the rank's shard and
-drop the padding of its last batch, uneven and rotating shards included.
+As ``fn.readers.file``, it goes on from epoch to epoch (``pipe.run()``
+never raises ``StopIteration``), and answers ``pipe.reader_meta(name)``
+and ``pipe.epoch_size(name)`` as that reader does, so
+``DALIGenericIterator``/``DALIClassificationIterator`` (and DALI's other
+framework iterators) size each epoch of the rank's shard and drop the
+padding of its last batch, uneven and rotating shards included, under
+each ``last_batch_policy``, with or without ``reader_name``.
 It reads ``fn.readers.file``'s samples in its order (``shuffle="dali"``)
 and takes the seed such a reader would take from the pipeline, so the
 batches, and the random augmentations after them, are the reader's.
@@ -89,7 +92,12 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
 
     Call it where the pipeline is defined (a ``@pipeline_def`` function,
     ``define_graph``, or under ``with pipe:``); the batch size is the
-    pipeline's. The arguments shared with ``fn.readers.file`` mean what
+    pipeline's. As DALI's readers, it never ends an epoch: ``pipe.run()``
+    goes on into the next one (the shard's next samples; without
+    ``pad_last_batch`` an epoch's last batch is completed with the next
+    epoch's first samples, as the reader completes it, and such batches
+    are copies: one copy of each sample, where padded batches, and those
+    of shards of whole batches, view the daemon's memory). The arguments shared with ``fn.readers.file`` mean what
     they mean there, so swapping the reader's line for this one changes no
     sample of a training run. The session opens when the pipeline first
     needs it (the first batch, or an iterator asking ``reader_meta``), and
@@ -104,14 +112,11 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
         (in place of the reader's ``file_root``).
     name : str, optional
         The reader's name (not an operator's: DALI names no external source
-        of two outputs). With a name, ``pipe.reader_meta(name)``
-        answers as the reader's would, and DALI's iterators take
-        ``reader_name=name``: the shard's size every epoch, its padding
-        dropped with ``LastBatchPolicy.PARTIAL``. That needs
-        ``pad_last_batch=True`` (as DALI's examples set it): the reader's
-        unpadded batches run across the epoch boundary, which a source
-        whose epochs end does not do, so ``reader_meta`` refuses a reader
-        without it, saying so.
+        of two outputs). With a name, ``pipe.reader_meta(name)`` and
+        ``pipe.epoch_size(name)`` answer as the reader's would, and DALI's
+        iterators take ``reader_name=name``: the shard's size every epoch,
+        its padding dropped with ``LastBatchPolicy.PARTIAL``, every
+        ``last_batch_policy`` as with the reader, padded or not.
     shard_id : int, optional, default = 0
         This rank's shard, in ``[0, num_shards)``.
     num_shards : int, optional, default = 1

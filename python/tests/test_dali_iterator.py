@@ -186,28 +186,6 @@ def test_iterator_resumes_from_dali_checkpoint(served: tuple[Daemon, dict[str, P
     assert head + tail == want
 
 
-def test_without_reader_name_an_epoch_ends_with_its_partial_batch(served: tuple[Daemon, dict[str, Path]]) -> None:
-    """pad_last_batch=False, no reader_name: the iterator reads each epoch
-    of the rotating shards (18, then 19 samples) to its end, the last
-    batch partial, every sample once."""
-    _torch()
-    from nvidia.dali.plugin.pytorch import DALIClassificationIterator
-    d, _ = served
-
-    @pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=12)
-    def pipe():
-        jpegs, labels = nvfeed.dali.reader("t37", socket=d.socket, shard_id=0, num_shards=2, random_shuffle=True)
-        return fn.resize(fn.decoders.image(jpegs), resize_x=8, resize_y=8), labels
-    it = DALIClassificationIterator(pipe())
-    sizes = []
-    for _ in range(2):
-        batches = [b[0]["label"].reshape(-1).tolist() for b in it]
-        sizes.append([len(b) for b in batches])
-        assert len({lbl for b in batches for lbl in b}) == sum(sizes[-1])
-        it.reset()
-    assert sizes == [[4, 4, 4, 4, 2], [4, 4, 4, 4, 3]]
-
-
 def _run_example(reader: str, ranks: int, data: list[str], out: Path, socket: str) -> None:
     cmd = [sys.executable, str(EXAMPLE)] if ranks == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), str(EXAMPLE)]
@@ -241,11 +219,10 @@ def test_example_trains_as_with_the_reader(served: tuple[Daemon, dict[str, Path]
 
 
 def test_reader_meta_answers_as_the_readers(served: tuple[Daemon, dict[str, Path]]) -> None:
-    """pipe.reader_meta(name), and reader_meta() of all readers, as
-    fn.readers.file's; an iterator without pad_last_batch gets an error
-    that says what to do."""
+    """pipe.reader_meta(name), reader_meta() of all readers and
+    pipe.epoch_size, padded or not, as fn.readers.file's (test_dali_loops
+    has every loop that uses them)."""
     d, roots = served
-    metas = {}
     for pad in (True, False):
         @pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=3)
         def pipes():
@@ -254,14 +231,11 @@ def test_reader_meta_answers_as_the_readers(served: tuple[Daemon, dict[str, Path
             return a, b
         p = pipes()
         p.build()
-        if pad:
-            metas = p.reader_meta()
-            assert metas["N"] == metas["R"] == p.reader_meta("R") == p.reader_meta("N")
-            assert metas["N"]["epoch_size_padded"] == 39
-        else:
-            assert p.reader_meta("R")["pad_last_batch"] == 0
-            with pytest.raises(ValueError, match="need pad_last_batch=True"):
-                p.reader_meta("N")
+        metas = p.reader_meta()
+        assert metas["N"] == metas["R"] == p.reader_meta("R") == p.reader_meta("N")
+        assert metas["N"]["epoch_size_padded"] == (39 if pad else 37)
+        assert p.epoch_size() == {"R": p.epoch_size("R"), "N": p.epoch_size("N")}
+        assert p.epoch_size("N") == p.epoch_size("R") == metas["R"]["epoch_size_padded"]
 
 
 def test_reader_arguments_are_checked(served: tuple[Daemon, dict[str, Path]]) -> None:
