@@ -26,6 +26,7 @@ from ._transport import Transport
 from ._upgrade import UpgradeError
 from ._version import DaemonVersion, fit, refused
 from ._views import DaliTypes, Mapped
+from ._wdsskip import skipped_of
 from ._wire import MemoryDesc, NextResponse, OpenRequest, OpenResponse, State
 
 
@@ -41,6 +42,7 @@ class Session(Transport):
         self._stream = None
         self._expect: Optional[tuple[int, int]] = None  # the position of the next batch this source returns
         self.skipped_samples = 0
+        self._skip_told = -1  # the last epoch whose webdataset skip was warned of (_wdsskip)
         self._told_not_raw = False  # the open's not_raw is warned of once per source, not at every reconnect
         self._conn = UnixHTTPConnection(o.socket, o.timeout)
         self._id: Optional[str] = None
@@ -114,6 +116,7 @@ class Session(Transport):
         ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone)."""
         self.components: int = r.get("components") or 0
         """WebDataset: the outputs of a sample (``len(ext)``); 0 otherwise."""
+        self.skipped_at_open = skipped_of(r)  # webdataset "skip": left out every epoch (_wdsskip)
         try:
             mr, fd = receive(self._socket, r["id"], self._timeout)
         except UpgradeError as e:

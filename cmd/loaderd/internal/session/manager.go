@@ -405,11 +405,12 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	m.metrics.sessions.Inc()
 	st := l.State()
 	desc := l.Memory().Desc()
+	skipped, lacking := skippedOf(wd)
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, BackendWhy: ss.backendWhy, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
-		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName)}, nil
+		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName), Skipped: skipped, SkippedLacking: lacking}, nil
 }
 
 // res is what a session reserves against the daemon's budgets.
