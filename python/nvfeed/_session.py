@@ -18,7 +18,7 @@ import numpy as np
 from ._cuda import CudaError, device_uuid, load_libcuda, session_device
 from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
-from ._errors import BadRequestError, DaemonGoneError, LoaderError, NotFoundError, error_for
+from ._errors import BadRequestError, DaemonGoneError, LoaderError, NotFoundError, error_for, reconnect_message
 from ._http import UnixHTTPConnection, call, hello
 from ._memory import map_host, receive, unmap_unless_viewed
 from ._options import SourceOptions
@@ -171,7 +171,8 @@ class Session(Transport):
 
     def _reconnect(self, cause: LoaderError) -> None:
         """Reopens the session at this source's position after the daemon
-        went away, retrying with backoff for reconnect_timeout seconds."""
+        went away, retrying with backoff for reconnect_timeout seconds, or
+        after the daemon closed it as idle (code "reaped"), saying which."""
         if self._reconnect_timeout <= 0 or self._expect is None:
             raise cause
         since = time.time()
@@ -180,8 +181,8 @@ class Session(Transport):
         self._conn.close()
         req = self._here()
         delay, last = 0.05, str(cause)
-        warnings.warn(f"LoaderSource: loaderd at {self._socket} went away ({cause}); reconnecting for up to "
-                      f"{self._reconnect_timeout:g} s", RuntimeWarning, stacklevel=5)
+        warnings.warn(reconnect_message(cause, self._socket, self._reconnect_timeout, self._expect), RuntimeWarning,
+                      stacklevel=5)
         # A daemon that lives on (only the stream broke) frees the old
         # session now rather than when it is reaped as idle; arrays handed
         # out keep their memory mapped either way.

@@ -38,6 +38,8 @@ func kind(err error) (int, string) {
 		return http.StatusBadRequest, wire.CodeVersion
 	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
 		return http.StatusBadRequest, wire.CodeInvalid
+	case errors.Is(err, session.ErrReaped):
+		return http.StatusNotFound, wire.CodeReaped
 	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound, wire.CodeNotFound
 	case errors.Is(err, session.ErrForbidden):

@@ -9,6 +9,7 @@
 // Package serve adapts it to HTTP.
 //
 // Files: manager.go (the session table, open, close, reaping),
+// reaped.go (the sessions reaped last, so their clients are told),
 // session.go (one session), deliver.go (batches out, releases in,
 // streams), access.go (who may read a dataset, cached verdicts),
 // datasets.go (registered datasets, their freshness guards and counts),
@@ -168,6 +169,8 @@ type Manager struct {
 	samplers int64                     // under mu: sample-order memory reserved by sessions open or opening
 
 	freer osFreer // returns closed sessions' sample orders to the OS
+
+	reaped reapedLog // the sessions reaped last (reaped.go)
 }
 
 // NewManager makes a manager and registers its datasets (datasets.go).
@@ -566,6 +569,9 @@ func (m *Manager) lookup(c Caller, id string) (*session, error) {
 	ss := m.sessions[id]
 	m.mu.Unlock()
 	if ss == nil {
+		if err := m.reaped.error(c, id, m.cfg.SessionTimeout); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: unknown session %q (closed, reaped after %s idle, or never opened)", ErrNotFound, id, m.cfg.SessionTimeout)
 	}
 	if c.owner() != ss.owner {
@@ -655,6 +661,7 @@ func (m *Manager) Reap(now time.Time) {
 	for _, ss := range idle {
 		if ss.mu.TryLock() { // a session busy in a request is not idle
 			m.closeSession(ss, fmt.Sprintf("idle for more than %s", m.cfg.SessionTimeout))
+			m.reaped.add(ss.id, ss.owner, now)
 			ss.mu.Unlock()
 		}
 	}

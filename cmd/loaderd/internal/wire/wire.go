@@ -377,6 +377,7 @@ type ErrorResponse struct {
 const (
 	CodeInvalid      = "invalid"       // a field out of range, an unknown backend or option, a malformed request
 	CodeNotFound     = "not_found"     // unknown dataset or session
+	CodeReaped       = "reaped"        // a session the daemon closed as idle (404): reopen it where it was
 	CodeForbidden    = "forbidden"     // the caller may not read the dataset, or the session is another user's
 	CodeBusy         = "busy"          // every batch slot is held
 	CodeConflict     = "conflict"      // the dataset's map is stale or its device unreadable
