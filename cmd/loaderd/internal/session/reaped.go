@@ -55,6 +55,6 @@ func (r *reapedLog) error(c Caller, id string, timeout time.Duration) error {
 	if !ok || s.owner != c.owner() {
 		return nil
 	}
-	return fmt.Errorf("%w: %w: session %s was closed at %s after it was idle for more than %s (loaderd serve --session-timeout: no batch was asked for in that time); the daemon is up",
-		ErrNotFound, ErrReaped, id, s.at.Format("15:04:05"), timeout)
+	return fmt.Errorf("%w: session %s was %w at %s, after more than %s with no request (loaderd serve --session-timeout); the daemon is up",
+		ErrNotFound, id, ErrReaped, s.at.Format("15:04:05"), timeout)
 }

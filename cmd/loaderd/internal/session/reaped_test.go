@@ -38,7 +38,7 @@ func TestReapedSessionSaysSo(t *testing.T) {
 	}
 	m.Reap(time.Now().Add(time.Minute))
 	err := m.Check(me, a.ID)
-	if !errors.Is(err, ErrReaped) || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "idle for more than 7s") || !strings.Contains(err.Error(), "daemon is up") {
+	if !errors.Is(err, ErrReaped) || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "was closed as idle at ") || !strings.Contains(err.Error(), "more than 7s with no request") || !strings.Contains(err.Error(), "daemon is up") {
 		t.Errorf("the reaped session: %v, want ErrReaped naming the timeout", err)
 	}
 	if err := m.Check(other, a.ID); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrReaped) {
