@@ -21,7 +21,7 @@ demo: build venv
 	bash scripts/demo.sh
 
 # Runs every test: vet, staticcheck, mypy --strict on the client (nvfeed,
-# and dali_source, its former name), the Go
+# and dali_source.py, its DALI external_source shim), the Go
 # tests under the race detector, then the Python suite against a real
 # loaderd (and real DALI where it installs). Tests that need root or loop
 # devices skip with the reason; with NVFEED_REQUIRE_PRIVILEGED=1 (.ci/run)
@@ -29,7 +29,7 @@ demo: build venv
 test: deps venv
 	go vet ./...
 	.tools/bin/staticcheck ./...
-	cd python && ../.venv/bin/mypy --strict nvfeed dali_source
+	cd python && ../.venv/bin/mypy --strict nvfeed dali_source.py
 	go test -race -count=1 ./...
 	@mkdir -p bin
 	go build $(GOLDFLAGS) -o bin/ ./cmd/...

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Writes the platform wheel of scripts/wheel.sh: the client package
-(nvfeed, and dali_source, its former name, which re-exports it) and the
+(nvfeed, and the module dali_source, the DALI external_source shim over
+it) and the
 two binaries (as scripts), with METADATA, WHEEL and RECORD as the
 wheel format (PEP 427, PEP 491) specifies."""
 
@@ -14,7 +15,8 @@ import zipfile
 from pathlib import Path
 
 NAME = "nvfeed"
-PACKAGES = ("nvfeed", "dali_source")  # python/<package>/, each as it is in the checkout
+PACKAGES = ("nvfeed",)  # python/<package>/, each as it is in the checkout
+MODULES = ("dali_source.py",)  # python/<module>, as it is in the checkout
 TAG = "py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64"
 
 
@@ -33,6 +35,8 @@ def main() -> None:
         for p in sorted((repo / "python" / pkg).iterdir()):
             if p.suffix == ".py" or p.name in ("py.typed", "VERSION"):
                 files.append((f"{pkg}/{p.name}", p.read_bytes(), 0o644))
+    for mod in MODULES:
+        files.append((mod, (repo / "python" / mod).read_bytes(), 0o644))
     for b in ("loaderd", "mkbmap"):
         files.append((f"{data}/scripts/{b}", (a.bin / b).read_bytes(), 0o755))
     metadata = (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {a.version}\n"

@@ -5,8 +5,8 @@
 # and say why when it does not) and PyTorch for CPU (python/requirements-torch.txt,
 # --no-deps: that file lists all it needs; the torch tests skip, or fail under
 # NVFEED_REQUIRE_PRIVILEGED=1, without it), then installs the client package itself
-# (pip install ./python: the distribution nvfeed, the modules nvfeed and
-# dali_source, its former name). Idempotent: reinstalls the requirements only
+# (pip install ./python: the distribution nvfeed, the package nvfeed and
+# the module dali_source, its DALI external_source shim). Idempotent: reinstalls the requirements only
 # when they changed; the client (a second) every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # make wheel: dist/nvfeed-VERSION-py3-none-manylinux_2_17_x86_64.whl, one
-# pip install for a Python user: the client package (nvfeed, and dali_source,
-# its former name, re-exporting it) and the
+# pip install for a Python user: the client package (nvfeed, and the module
+# dali_source, the DALI external_source shim over it) and the
 # loaderd and mkbmap binaries as scripts, so both land on the environment's
 # PATH. The binaries are built without cgo: they need only libc.so.6,
 # libpthread.so.0 and libdl.so.2 and no versioned glibc symbol, so the

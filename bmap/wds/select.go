@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -39,6 +40,10 @@ func ParseMissing(s string) (Missing, error) {
 // component under MissingError.
 var ErrUnderfull = errors.New("underfull sample")
 
+// ErrNoMatch is wrapped by Select's error for an ext entry that no
+// extension of the map fills: every sample's output would be empty.
+var ErrNoMatch = errors.New("ext matches no member")
+
 // MaxOutputs is the most ext entries a selection takes.
 const MaxOutputs = 64
 
@@ -67,6 +72,10 @@ type View struct {
 	keep  []uint64 // nil: every sample; else one bit per map sample
 	ranks []uint32 // kept samples before each 512-bit block of keep
 	used  [][]int  // per pattern of the map's index: each filled output's component position (nil: none, or not kept)
+	// skipped: with MissingSkip, the map's samples left out; lacking,
+	// per output, those of them that output would be empty in.
+	skipped int
+	lacking []int
 }
 
 // Select applies o to m: where DALI applies ext, at open time, so one
@@ -74,7 +83,10 @@ type View struct {
 // (index.go: a map has a handful), not each sample: with MissingError
 // the first underfull sample is its pattern's first; with MissingSkip,
 // where some samples are left out, it fills the view's bitmap from the
-// index's pattern of each sample (4 bytes a sample read, no record).
+// index's pattern of each sample (4 bytes a sample read, no record), and
+// counts them (Skipped). An ext entry that no extension of the map
+// fills is refused (ErrNoMatch), naming the map's extensions: DALI
+// would give that output empty in every sample, or skip them all.
 func (m *Map) Select(o Options) (*View, error) {
 	if len(o.Ext) == 0 || len(o.Ext) > MaxOutputs {
 		return nil, fmt.Errorf("wds: %d ext entries: want 1 to %d", len(o.Ext), MaxOutputs)
@@ -83,7 +95,10 @@ func (m *Map) Select(o Options) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &View{m: m, nOut: len(o.Ext), outs: outputsOf(m.exts, o), n: m.nSample, used: make([][]int, len(ix.patterns))}
+	v := &View{m: m, nOut: len(o.Ext), outs: outputsOf(m.exts, o), n: m.nSample, used: make([][]int, len(ix.patterns)), lacking: make([]int, len(o.Ext))}
+	if err := v.checkMatched(o); err != nil {
+		return nil, err
+	}
 	kept := make([]bool, len(ix.patterns))
 	n, under := 0, -1
 	for p, pt := range ix.patterns {
@@ -91,12 +106,22 @@ func (m *Map) Select(o Options) (*View, error) {
 		if got >= v.nOut || o.Missing == MissingEmpty {
 			kept[p], v.used[p] = true, used
 			n += pt.count
-		} else if under < 0 || pt.first < under {
+			continue
+		}
+		if under < 0 || pt.first < under {
 			under = pt.first
+		}
+		v.skipped += pt.count
+		filled := v.filled(pt.exts)
+		for out := range v.lacking {
+			if filled&(1<<out) == 0 {
+				v.lacking[out] += pt.count
+			}
 		}
 	}
 	switch {
 	case o.Missing == MissingEmpty || under < 0:
+		v.skipped, v.lacking = 0, make([]int, v.nOut)
 		return v, nil
 	case o.Missing == MissingError:
 		s, err := m.Sample(under)
@@ -109,6 +134,49 @@ func (m *Map) Select(o Options) (*View, error) {
 	v.n = n
 	v.keepPatterns(ix, kept)
 	return v, nil
+}
+
+// checkMatched refuses an ext entry of o that no extension of the map
+// fills (ErrNoMatch): the error names the map's extensions, and says an
+// extension is given without its dot where the entry has one.
+func (v *View) checkMatched(o Options) error {
+	var all uint64
+	for _, f := range v.outs {
+		all |= f
+	}
+	for out, alts := range o.Ext {
+		if all&(1<<out) != 0 {
+			continue
+		}
+		how := "case-sensitively, as DALI's case_sensitive_extensions=True"
+		if !o.CaseSensitive {
+			how = "case-insensitively"
+		}
+		hint := ""
+		if strings.HasPrefix(alts, ".") || strings.Contains(alts, ";.") {
+			hint = fmt.Sprintf("; an extension is named without its dot (%q, not %q)", strings.TrimPrefix(alts, "."), alts)
+		}
+		return fmt.Errorf("wds: %w: ext[%d] %q fills no output of any sample (matched %s): the tars' extensions are %s%s",
+			ErrNoMatch, out, alts, how, listExts(v.m.exts), hint)
+	}
+	return nil
+}
+
+// listExts names exts, sorted, quoted, at most 24 of them.
+func listExts(exts []string) string {
+	s := append([]string(nil), exts...)
+	sort.Strings(s)
+	const most = 24
+	more := ""
+	if len(s) > most {
+		more = fmt.Sprintf(" and %d more", len(s)-most)
+		s = s[:most]
+	}
+	q := make([]string, len(s))
+	for i, e := range s {
+		q[i] = strconv.Quote(e)
+	}
+	return strings.Join(q, ", ") + more
 }
 
 // outputsOf returns, for each of exts, the outputs of o it fills.
@@ -175,6 +243,21 @@ func (v *View) matchExts(exts []uint32) (int, []int) {
 	}
 	return got, used
 }
+
+// filled returns the outputs a pattern's components fill.
+func (v *View) filled(exts []uint32) uint64 {
+	var set uint64
+	for _, e := range exts {
+		set |= v.outs[e]
+	}
+	return set
+}
+
+// Skipped returns how many samples of the map MissingSkip left out (0
+// with another behaviour), and, per output, how many of them lack it:
+// why they were left out (a sample whose one component fills two
+// outputs lacks none, yet DALI counts it underfull).
+func (v *View) Skipped() (int, []int) { return v.skipped, v.lacking }
 
 // LargestRooms returns the room n samples of the view take at most: the
 // sum of its n largest samples' rooms (each output's component's Room),

@@ -184,3 +184,17 @@ def error_for(msg: str, status: Optional[int], code: Optional[str] = None) -> Lo
     """
     cls = _BY_CODE.get(code or "") or (_BY_STATUS.get(status, LoaderError) if status is not None else LoaderError)
     return cls(msg, status, code)
+
+
+REAPED = "reaped"
+"""The daemon's error code for a session it closed as idle (404): its
+client reopens it where it was."""
+
+
+def reconnect_message(cause: LoaderError, socket: str, timeout: float, at: tuple[int, int]) -> str:
+    """The warning of a source reopening its session at ``at`` (epoch,
+    batch): the daemon closed it as idle (code ``"reaped"``: the daemon is
+    up), or went away (``cause``; retried for ``timeout`` seconds)."""
+    if cause.error_code == REAPED:
+        return f"LoaderSource: {cause}; reopening it at epoch {at[0]} batch {at[1]}"
+    return f"LoaderSource: loaderd at {socket} went away ({cause}); reconnecting for up to {timeout:g} s"

@@ -20,6 +20,7 @@ from ._pair import BatchHalves, Position, batch_position
 from ._session import Session
 from ._views import Batch, DaliBatch, DaliTypes, Tensors
 from ._wds import Components
+from ._wdsskip import tell
 from ._wire import NextResponse
 
 
@@ -122,6 +123,9 @@ class Feed(Session):
             raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
         self._expect = (r["epoch"], r["iteration"] + 1)
         self._last = (r["epoch"], r["iteration"])
+        if self.skipped_at_open[0] and r["iteration"] == 0 and r["epoch"] != self._skip_told:
+            self._skip_told = r["epoch"]
+            tell(self._req["dataset"], r["epoch"], self._req.get("ext") or [], self.skipped_at_open)
         failed = r.get("failed") or []
         if failed and (self._on_error == "raise" or len(failed) == _wds.count_samples(self.components, r["offsets"])):
             self._give_back.append(r["slot"])

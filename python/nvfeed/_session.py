@@ -18,7 +18,7 @@ import numpy as np
 from ._cuda import CudaError, device_uuid, load_libcuda, session_device
 from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
-from ._errors import BadRequestError, DaemonGoneError, LoaderError, NotFoundError, error_for
+from ._errors import BadRequestError, DaemonGoneError, LoaderError, NotFoundError, error_for, reconnect_message
 from ._http import UnixHTTPConnection, call, hello
 from ._memory import map_host, receive, unmap_unless_viewed
 from ._options import SourceOptions
@@ -26,6 +26,7 @@ from ._transport import Transport
 from ._upgrade import UpgradeError
 from ._version import DaemonVersion, fit, refused
 from ._views import DaliTypes, Mapped
+from ._wdsskip import skipped_of
 from ._wire import MemoryDesc, NextResponse, OpenRequest, OpenResponse, State
 
 
@@ -41,6 +42,7 @@ class Session(Transport):
         self._stream = None
         self._expect: Optional[tuple[int, int]] = None  # the position of the next batch this source returns
         self.skipped_samples = 0
+        self._skip_told = -1  # the last epoch whose webdataset skip was warned of (_wdsskip)
         self._told_not_raw = False  # the open's not_raw is warned of once per source, not at every reconnect
         self._conn = UnixHTTPConnection(o.socket, o.timeout)
         self._id: Optional[str] = None
@@ -114,6 +116,7 @@ class Session(Transport):
         ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone)."""
         self.components: int = r.get("components") or 0
         """WebDataset: the outputs of a sample (``len(ext)``); 0 otherwise."""
+        self.skipped_at_open = skipped_of(r)  # webdataset "skip": left out every epoch (_wdsskip)
         try:
             mr, fd = receive(self._socket, r["id"], self._timeout)
         except UpgradeError as e:
@@ -168,7 +171,8 @@ class Session(Transport):
 
     def _reconnect(self, cause: LoaderError) -> None:
         """Reopens the session at this source's position after the daemon
-        went away, retrying with backoff for reconnect_timeout seconds."""
+        went away, retrying with backoff for reconnect_timeout seconds, or
+        after the daemon closed it as idle (code "reaped"), saying which."""
         if self._reconnect_timeout <= 0 or self._expect is None:
             raise cause
         since = time.time()
@@ -177,8 +181,8 @@ class Session(Transport):
         self._conn.close()
         req = self._here()
         delay, last = 0.05, str(cause)
-        warnings.warn(f"LoaderSource: loaderd at {self._socket} went away ({cause}); reconnecting for up to "
-                      f"{self._reconnect_timeout:g} s", RuntimeWarning, stacklevel=5)
+        warnings.warn(reconnect_message(cause, self._socket, self._reconnect_timeout, self._expect), RuntimeWarning,
+                      stacklevel=5)
         # A daemon that lives on (only the stream broke) frees the old
         # session now rather than when it is reaped as idle; arrays handed
         # out keep their memory mapped either way.

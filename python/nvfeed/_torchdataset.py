@@ -17,6 +17,7 @@ from ._torchloop import DATALOADER_WARNING, dataloader_under_lightning, refuse_b
 from ._torchpasses import STATE_VERSION, Item, Passes, TorchBatch
 from ._torchshard import Epochs, LastBatchPolicy, distributed_shard, shard_args
 from ._torchviews import TorchViews
+from ._wdsmatch import ext_args
 from ._wire import State
 
 __all__ = ["LoaderDataset", "STATE_VERSION", "Item", "TorchBatch"]
@@ -38,12 +39,10 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
     with ``on_error="skip"`` a batch that lost samples is a list of the
     others. Over a WebDataset dataset (tar shards) name the components
     with ``ext``: each batch is a tuple, one entry per ``ext`` entry, as
-    ``webdataset.WebDataset(...).to_tuple(*ext)`` gives a sample's, by
-    batch: a list of each sample's component as ``bytes`` (copies; an
-    empty component ``b""``), or with ``decode_labels`` an integer
-    entry (``cls``...) as one int64 tensor (batch,), as ``.decode()``
-    would. ``src.reader`` of ``LoaderSource`` says which kind a dataset
-    is.
+    ``webdataset.WebDataset(...).to_tuple(*ext)`` gives a sample's (its
+    extensions lower-cased, as there), by batch: each sample's component
+    as ``bytes`` (an empty one ``b""``), or with ``decode_labels`` an
+    integer entry (``cls``...) as one int64 tensor (batch,).
 
     **Epochs.** Every rank's loop receives ``len(ds)`` batches an epoch.
     A loop that received them all has finished its epoch, whether or not it
@@ -182,7 +181,8 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         Seconds to keep reconnecting when the daemon goes away; 0 turns
         reconnection off.
     ext, missing_component_behavior, case_sensitive_extensions
-        WebDataset datasets: the components, as ``LoaderSource`` takes them.
+        WebDataset: as ``LoaderSource``'s, but ``case_sensitive_extensions=None`` (the default) matches as
+        ``webdataset`` does, each member's extension lower-cased (``_wdsmatch``); True/False: DALI's rule.
     decode_labels : bool, optional, default = False
         WebDataset: ``ext`` entries of integer extensions (``cls``,
         ``cls2``, ``class``, ``count``, ``index``, ``inx``, ``id``) as one
@@ -208,7 +208,7 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
                  backend: Optional[str] = None, backend_options: Optional[dict[str, Any]] = None,
                  prefetch_queue_depth: Optional[int] = None, timeout: float = 600.0, on_error: OnError = "raise",
                  reconnect_timeout: float = 60.0, ext: Optional[Any] = None,
-                 missing_component_behavior: str = "empty", case_sensitive_extensions: bool = True,
+                 missing_component_behavior: str = "empty", case_sensitive_extensions: Optional[bool] = None,
                  decode_labels: bool = False) -> None:
         super().__init__()
         if not isinstance(zero_copy, bool):
@@ -225,8 +225,8 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
             socket=socket, batch_size=batch_size, random_shuffle=random_shuffle, seed=seed,
             pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard, shuffle=shuffle, initial_fill=initial_fill,
             backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch_queue_depth,
-            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout, ext=ext,
-            missing_component_behavior=missing_component_behavior, case_sensitive_extensions=case_sensitive_extensions,
+            timeout=timeout, on_error=on_error, reconnect_timeout=reconnect_timeout,
+            missing_component_behavior=missing_component_behavior, **ext_args(ext, case_sensitive_extensions),
             # The batch handed out last goes back with the request for the
             # next one: the lifetime rule above, in both modes.
             release_after=0, zero_copy=True)  # the source's views: copied here (TorchViews)

@@ -168,7 +168,10 @@ class Passes:
 
         A position already in that epoch is kept: a checkpoint resumed
         mid-epoch goes on where it stopped. Lightning calls it at every
-        epoch's start (through ``ds.sampler``).
+        epoch's start (through ``ds.sampler``), so under
+        ``limit_train_batches`` each epoch trains the first batches of its
+        own order, and the rest of the epoch it stopped in is not seen
+        (docs/torch.md, Epochs).
 
         Raises
         ------

@@ -97,6 +97,8 @@ class OpenResponse(TypedDict):
     reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
     components: int  # K outputs a sample of a "webdataset" dataset (offsets/lengths: K a sample); 0 otherwise
     not_raw: List[StaleCause]  # gds/bam: raw-mapped samples read through the filesystem, by cause; absent when none
+    skipped: int  # webdataset, missing_component_behavior "skip": the samples left out; absent when none
+    skipped_lacking: List[int]  # per ext entry, how many of the skipped samples lack it; absent when none
 
 
 class MemoryResponse(TypedDict):

@@ -4,10 +4,11 @@
 validation and its sanity check, a checkpoint after every step; with
 CRASH > 0 the run raises in training_step at that global step, and with
 RESUME it goes on from OUT/ck/last.ckpt; with RELOAD Lightning makes
-the datasets anew every epoch (reload_dataloaders_every_n_epochs=1). Every sample each step saw is
+the datasets anew every epoch (reload_dataloaders_every_n_epochs=1); LIMIT
+is limit_train_batches (default 1.0). Every sample each step saw is
 appended to OUT/rank{R}.jsonl as it happens (a crash loses none).
 
-    python lightning_run.py SOCKET OUT DEVICES CRASH RESUME [RELOAD]
+    python lightning_run.py SOCKET OUT DEVICES CRASH RESUME [RELOAD [LIMIT]]
 """
 
 from __future__ import annotations
@@ -67,12 +68,14 @@ class Net(L.LightningModule):
 def main() -> None:
     socket, out, devices, crash, resume = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
     reload = len(sys.argv) > 6 and sys.argv[6] == "1"
+    limit = float(sys.argv[7]) if len(sys.argv) > 7 else 1.0
     torch.manual_seed(0)
     ck = L.pytorch.callbacks.ModelCheckpoint(dirpath=os.path.join(out, "ck"), every_n_train_steps=1, save_last=True,
                                              save_top_k=0)
     trainer = L.Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", max_epochs=3,
                         num_sanity_val_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[ck], use_distributed_sampler=False, reload_dataloaders_every_n_epochs=int(reload))
+                        callbacks=[ck], use_distributed_sampler=False, reload_dataloaders_every_n_epochs=int(reload),
+                        limit_train_batches=limit)
     net = Net(socket, out, crash, "resumed" if resume else "first")
     trainer.fit(net, ckpt_path=os.path.join(out, "ck", "last.ckpt") if resume else None)
 

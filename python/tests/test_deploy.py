@@ -195,10 +195,10 @@ def test_image_tag_version_and_context() -> None:
 
     for heavy in (".venv/bin/python", ".tools/go/bin/go", ".git/HEAD", "bin/loaderd", "build/wheel/loaderd", "dist/x.whl",
                   ".bench/x", ".demo/demo.img", "python/build/lib/x.py", "python/.mypy_cache/x.json",
-                  "python/nvfeed/__pycache__/x.pyc", "python/dali_source/__pycache__/x.pyc"):
+                  "python/nvfeed/__pycache__/x.pyc", "python/__pycache__/dali_source.cpython-311.pyc"):
         assert ignored(heavy), f"{heavy} is in the build context"
     for needed in ("go.mod", "go.sum", "cmd/loaderd/main.go", "bmap/bmap.go", "python/nvfeed/VERSION",
-                   "python/nvfeed/__init__.py", "python/dali_source/__init__.py", "docker/Dockerfile"):
+                   "python/nvfeed/__init__.py", "python/dali_source.py", "docker/Dockerfile"):
         assert not ignored(needed), f"{needed} is left out of the build context"
 
 

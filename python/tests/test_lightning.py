@@ -8,10 +8,12 @@ the uninterrupted run did."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -26,11 +28,12 @@ SCRIPT = Path(__file__).parent / "lightning_run.py"
 CRASH = 16  # a global step mid-epoch (1 rank: 12 steps an epoch, epoch 1 batch 4; 2 ranks: 6, epoch 2 batch 4)
 
 
-def run(daemon: Daemon, out: Path, devices: int, crash: int = 0, resume: bool = False, reload: bool = False) -> int:
+def run(daemon: Daemon, out: Path, devices: int, crash: int = 0, resume: bool = False, reload: bool = False,
+        limit: float = 1.0) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "python"))
     r = subprocess.run([sys.executable, str(SCRIPT), daemon.socket, str(out), str(devices), str(crash),
-                        "1" if resume else "0", "1" if reload else "0"], capture_output=True, text=True, timeout=600,
-                       env=env, cwd=out)
+                        "1" if resume else "0", "1" if reload else "0", str(limit)], capture_output=True, text=True,
+                       timeout=600, env=env, cwd=out)
     if not crash:
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     else:
@@ -85,3 +88,30 @@ def test_lightning_datasets_made_anew_every_epoch_go_on(daemon: Daemon, tmp_path
     epochs = [[ids for e, _, ids in runs[False] if e == k] for k in range(3)]
     assert epochs[0] != epochs[1] != epochs[2], "the shuffle gave an epoch the same order"
     assert runs[True] == runs[False], "datasets made anew each epoch trained other batches"
+
+
+@pytest.mark.parametrize("reload", [False, True], ids=["one-dataset", "anew-each-epoch"])
+def test_lightning_limit_train_batches_starts_each_epoch_fresh(daemon: Daemon, tmp_path: Path, reload: bool) -> None:
+    # limit_train_batches=0.5: Lightning stops each epoch after half its
+    # batches and calls set_epoch at the next one's start (ds.sampler):
+    # every epoch trains the first half of its own order (docs/torch.md,
+    # Epochs), not where the previous one stopped.
+    from nvfeed.torch import LoaderDataset
+    run(daemon, tmp_path, 1, reload=reload, limit=0.5)
+    got = [[r["ids"] for r in records(tmp_path, 1)[0] if r["phase"] == "train" and r["epoch"] == e] for e in range(3)]
+    ds = LoaderDataset("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=7)  # lightning_run's
+    with warnings.catch_warnings():
+        # Epoch 0 begun again in this process (the other parameter's): meant.
+        warnings.simplefilter("ignore")
+        try:
+            half = len(ds) // 2
+            for e in range(3):
+                ds.set_epoch(e)
+                want = []
+                for samples, _ in ds:
+                    want.append([hashlib.sha256(s.numpy().tobytes()).hexdigest()[:16] for s in samples])
+                    if len(want) == half:
+                        break
+                assert got[e] == want, f"epoch {e}: {len(got[e])} batches, not the first {half} of its order"
+        finally:
+            ds.close()

@@ -209,12 +209,14 @@ def test_metrics(daemon: Daemon) -> None:
 
 
 def test_client_is_the_installed_package() -> None:
-    """scripts/venv.sh installs the client: nvfeed and its former name."""
+    """scripts/venv.sh installs the client: the package nvfeed (typed) and
+    the module dali_source.py, DALI's external_source shim."""
     import dali_source
     import nvfeed
     for m in (nvfeed, dali_source):
         assert "site-packages" in m.__file__, f"imported {m.__file__}, not the installed package"
-        assert os.path.exists(os.path.join(os.path.dirname(m.__file__), "py.typed")), f"{m.__name__}: py.typed not installed"
+    assert os.path.exists(os.path.join(os.path.dirname(nvfeed.__file__), "py.typed")), "nvfeed: py.typed not installed"
+    assert os.path.basename(dali_source.__file__) == "dali_source.py", dali_source.__file__
 
 
 def test_backends_described(daemon: Daemon) -> None:

@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""One client, two import names: nvfeed, and dali_source, its former name,
-which re-exports it. Code written for either gets the same objects."""
+"""One client, two import names: nvfeed, the package, and dali_source, the
+module python/dali_source.py, DALI's external_source shim over it (first
+class: no warning). Code written for either gets the same objects."""
 
 from __future__ import annotations
 
 import importlib
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import dali_source
@@ -20,6 +22,47 @@ def test_same_objects_under_both_names() -> None:
         assert getattr(dali_source, name) is getattr(nvfeed, name), name
     from dali_source import LoaderSource, LoaderError, backends
     assert (LoaderSource, LoaderError, backends) == (nvfeed.LoaderSource, nvfeed.LoaderError, nvfeed.backends)
+
+
+def test_a_module_at_python_dali_source_py_that_warns_of_nothing() -> None:
+    """dali_source is the module python/dali_source.py (no package), and
+    importing it, or its submodules, in a fresh interpreter with every
+    warning an error, warns of nothing."""
+    assert Path(dali_source.__file__).name == "dali_source.py"
+    assert Path(dali_source.__file__).parent == Path(nvfeed.__file__).parents[1]
+    assert "__init__" not in dali_source.__file__
+    code = ("import dali_source, dali_source.dali, dali_source._stream\n"
+            "from dali_source import LoaderSource\n"
+            "print(dali_source.__file__)\n")
+    where = str(Path(nvfeed.__file__).parents[1])
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, cwd="/",
+                       env={"PYTHONPATH": where})
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert r.stdout.strip() == str(Path(where) / "dali_source.py")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        importlib.reload(dali_source)
+    doc = dali_source.__doc__ or ""
+    assert "external_source" in doc and "former" not in doc and "deprecat" not in doc.lower(), doc[:200]
+
+
+def test_submodules_are_nvfeeds_own() -> None:
+    """dali_source.torch and dali_source.dali are nvfeed's modules, their
+    own specs kept; a name nvfeed lacks is no module."""
+    torch = importlib.import_module("dali_source.torch")
+    import nvfeed.torch
+    assert torch is nvfeed.torch and torch.__spec__ is not None and torch.__spec__.name == "nvfeed.torch"
+    from dali_source.torch import LoaderDataset
+    assert LoaderDataset is nvfeed.torch.LoaderDataset
+    import dali_source.dali
+    import nvfeed.dali
+    assert dali_source.dali is nvfeed.dali and dali_source.dali.__spec__.name == "nvfeed.dali"
+    try:
+        importlib.import_module("dali_source.no_such_module")
+    except ModuleNotFoundError:
+        pass
+    else:
+        raise AssertionError("dali_source.no_such_module imported")
 
 
 def test_names_beyond_all() -> None:
@@ -49,8 +92,8 @@ def test_star_import() -> None:
     assert a == b and set(a) == set(nvfeed.__all__)
 
 
-def test_former_module_names() -> None:
-    """The client's modules under their former dotted names are the same
+def test_module_names_under_dali_source() -> None:
+    """The client's modules under dali_source's dotted names are the same
     module objects (no second copy of a class)."""
     for mod in ("_api", "_connect", "_cuda", "_errors", "_http", "_memory", "_source", "_stream", "_upgrade", "_wire"):
         assert importlib.import_module(f"dali_source.{mod}") is importlib.import_module(f"nvfeed.{mod}"), mod
@@ -60,7 +103,7 @@ def test_former_module_names() -> None:
 
 
 def test_dali_source_alone_in_a_fresh_interpreter() -> None:
-    """Importing only the former name, first thing, works as it did."""
+    """Importing only dali_source, first thing, works."""
     code = ("from dali_source._memory import receive\n"
             "import dali_source, sys\n"
             "from dali_source import LoaderSource\n"
@@ -81,7 +124,7 @@ reaches it does more than one job and is split along them."""
 
 def test_every_client_module_is_small() -> None:
     root = Path(nvfeed.__file__).parent
-    modules = sorted(root.glob("*.py")) + sorted(Path(dali_source.__file__).parent.glob("*.py"))
+    modules = sorted(root.glob("*.py")) + [Path(dali_source.__file__)]
     assert len(modules) > 10, root
     big = {f"{m.parent.name}/{m.name}": n for m in modules
            if (n := len(m.read_text(encoding="utf-8").splitlines())) >= MAX_MODULE_LINES}

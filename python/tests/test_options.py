@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A source's arguments as one checked structure (SourceOptions: built and
 validated once, frozen), and the deprecated names: the legacy
-re-exports of nvfeed and the dali_source module, which still work and
-warn. (The bounds' ties to the daemon's Go constants are checked by the
+re-exports of nvfeed, which still work and warn; the dali_source module,
+DALI's entry point, warns of nothing. (The bounds' ties to the daemon's Go constants are checked by the
 Go test TestPythonBoundsAreTheDaemons.)"""
 
 from __future__ import annotations
@@ -77,13 +77,11 @@ def _fresh(code: str) -> subprocess.CompletedProcess[str]:
                           text=True, cwd="/", env={"PYTHONPATH": where})
 
 
-def test_dali_source_import_warns_and_works() -> None:
-    """Importing the former name warns once, pointing at the importer, and
-    still gives nvfeed's objects; importing nvfeed warns of nothing."""
+def test_dali_source_import_works_and_warns_of_nothing() -> None:
+    """Importing dali_source (python/dali_source.py, DALI's entry point)
+    gives nvfeed's objects and warns of nothing; nor does nvfeed."""
     r = _fresh("import dali_source\nimport dali_source._stream\nfrom dali_source import LoaderSource\n"
                "import nvfeed\nassert LoaderSource is nvfeed.LoaderSource\n")
-    assert r.returncode == 0, r.stderr
-    assert r.stderr.count("DeprecationWarning") == 1, r.stderr
-    assert "<string>:1: DeprecationWarning: dali_source is the nvfeed client's former name" in r.stderr, r.stderr
+    assert r.returncode == 0 and r.stderr == "", r.stderr
     r = _fresh("import nvfeed\nfrom nvfeed import LoaderSource, SourceOptions, Batch, CudaError\n")
     assert r.returncode == 0 and r.stderr == "", r.stderr

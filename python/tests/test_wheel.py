@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """make wheel: one platform wheel, nvfeed, with the client (the package
-nvfeed, and dali_source, its former name) and both binaries, one version
-for all three, a manylinux tag that auditwheel agrees with."""
+nvfeed, and the module dali_source.py, its DALI external_source shim)
+and both binaries, one version for all three, a manylinux tag that
+auditwheel agrees with; and pip install ./python, the client alone."""
 
 from __future__ import annotations
 
@@ -64,33 +65,53 @@ def test_wheel(wheel: Wheel) -> None:
     for b in ("loaderd", "mkbmap"):
         out = subprocess.run([str(target / "bin" / b), "--version"], capture_output=True, text=True, check=True).stdout
         assert out == f"{b} {v}\n", f"the wheel's {b}: {out!r}"
-    for name in ("nvfeed", "dali_source"):
-        py = subprocess.run([sys.executable, "-c", f"import {name}; print({name}.__version__, {name}.__file__)"],
-                            capture_output=True, text=True, env={"PYTHONPATH": str(target)}, cwd="/", check=True).stdout.split()
-        assert py[0] == v and py[1].startswith(str(target / name)), py
-    same = subprocess.run([sys.executable, "-c", "import dali_source, nvfeed; from dali_source._stream import Stream; "
-                           "print(dali_source.LoaderSource is nvfeed.LoaderSource, Stream is nvfeed._stream.Stream)"],
+    for name, file in (("nvfeed", "nvfeed/__init__.py"), ("dali_source", "dali_source.py")):
+        r = subprocess.run([sys.executable, "-W", "error", "-c", f"import {name}; print({name}.__version__, {name}.__file__)"],
+                           capture_output=True, text=True, env={"PYTHONPATH": str(target)}, cwd="/", check=True)
+        py = r.stdout.split()
+        assert py[0] == v and py[1] == str(target / file) and not r.stderr, (py, r.stderr)
+    same = subprocess.run([sys.executable, "-W", "error", "-c", "import dali_source, nvfeed; from dali_source._stream import Stream; "
+                           "from dali_source import LoaderSource; import dali_source.dali, nvfeed.dali; "
+                           "print(LoaderSource is nvfeed.LoaderSource, Stream is nvfeed._stream.Stream, dali_source.dali is nvfeed.dali)"],
                           capture_output=True, text=True, env={"PYTHONPATH": str(target)}, cwd="/", check=True).stdout
-    assert same.split() == ["True", "True"], same
+    assert same.split() == ["True", "True", "True"], same
 
 
 def test_wheel_layout(wheel: Wheel) -> None:
-    """Both packages, each file as in the checkout; the binaries as
-    scripts; the distribution named nvfeed; RECORD listing every file."""
+    """The package nvfeed and the module dali_source.py, each file as in
+    the checkout; the binaries as scripts; the distribution named nvfeed;
+    RECORD listing every file."""
     v = nvfeed.__version__
     with zipfile.ZipFile(wheel.path) as z:
         names = set(z.namelist())
-        for pkg in ("nvfeed", "dali_source"):
-            want = {f"{pkg}/{p.name}" for p in (REPO / "python" / pkg).iterdir()
-                    if p.suffix == ".py" or p.name in ("py.typed", "VERSION")}
-            assert f"{pkg}/__init__.py" in want and f"{pkg}/py.typed" in want
-            got = {n for n in names if n.startswith(f"{pkg}/")}
-            assert got == want, f"{pkg}: {sorted(got ^ want)}"
-            for n in want:
-                assert z.read(n) == (REPO / "python" / n).read_bytes(), n
-        assert "nvfeed/VERSION" in names and "dali_source/VERSION" not in names  # one VERSION file
+        want = {f"nvfeed/{p.name}" for p in (REPO / "python" / "nvfeed").iterdir()
+                if p.suffix == ".py" or p.name in ("py.typed", "VERSION")} | {"dali_source.py"}
+        assert "nvfeed/__init__.py" in want and "nvfeed/py.typed" in want
+        got = {n for n in names if n.startswith(("nvfeed/", "dali_source"))}
+        assert got == want, sorted(got ^ want)
+        for n in want:
+            assert z.read(n) == (REPO / "python" / n).read_bytes(), n
+        assert "nvfeed/VERSION" in names  # one VERSION file
         assert {f"nvfeed-{v}.data/scripts/loaderd", f"nvfeed-{v}.data/scripts/mkbmap"} <= names
         meta = z.read(f"nvfeed-{v}.dist-info/METADATA").decode()
         assert f"Name: nvfeed\nVersion: {v}\n" in meta, meta[:200]
         record = {line.split(",")[0] for line in z.read(f"nvfeed-{v}.dist-info/RECORD").decode().splitlines()}
         assert record == names, sorted(record ^ names)
+
+
+def test_pip_install_python(tmp_path: Path) -> None:
+    """pip install ./python (pyproject.toml): the package nvfeed and the
+    module dali_source.py, which imports with no warning."""
+    site, src = tmp_path / "site", tmp_path / "python"  # a copy: setuptools builds in the tree it is given
+    shutil.copytree(REPO / "python", src, ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__",
+                                                                         ".*_cache"))
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation",
+                        "--target", str(site), str(src)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (site / "dali_source.py").read_bytes() == (REPO / "python" / "dali_source.py").read_bytes()
+    assert (site / "nvfeed" / "py.typed").exists() and not (site / "dali_source").exists()
+    r = subprocess.run([sys.executable, "-W", "error", "-c", "import dali_source, nvfeed; from dali_source import "
+                        "LoaderSource; print(dali_source.__file__, LoaderSource is nvfeed.LoaderSource)"],
+                       capture_output=True, text=True, env={"PYTHONPATH": str(site)}, cwd="/")
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert r.stdout.split() == [str(site / "dali_source.py"), "True"], r.stdout

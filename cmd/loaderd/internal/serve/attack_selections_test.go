@@ -48,7 +48,8 @@ func writeTar(t *testing.T, a *attackFS, rel string, mode os.FileMode, members .
 // the caller may list it: no key, no count. A reader of every tar (the
 // tar made 0644) gets the 400 naming the sample and the counts, as
 // before. Before, nobody's error open was a 400 naming the patient, and
-// skip with ext dcm opened with 3 samples.
+// skip with ext dcm opened with 3 samples. An ext no member has is
+// refused naming the tars' extensions, to a reader of every tar only.
 func TestAttackSelectionsTellNothing(t *testing.T) {
 	a := newAttackFS(t)
 	writeTar(t, a, "shards/a_secret.tar", 0o600, "patient-SMITH-JOHN-1984.jpg",
@@ -66,13 +67,13 @@ func TestAttackSelectionsTellNothing(t *testing.T) {
 		return wire.OpenRequest{Dataset: "ds", Request: loader.Request{Backend: "file", ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}},
 			Ext: ext, MissingComponentBehavior: missing}
 	}
-	cases := []wire.OpenRequest{req("error", "jpg", "cls"), req("skip", "dcm"), req("skip", "jpg", "cls"), req("empty", "jpg")}
+	cases := []wire.OpenRequest{req("error", "jpg", "cls"), req("skip", "dcm"), req("skip", "jpg", "cls"), req("empty", "jpg"), req("empty", "png")}
 	for _, w := range []who{nobodyWho, throwawayWho} {
 		c := connectAs(t, sock, w)
 		for _, r := range cases {
 			var o wire.OpenResponse
 			code, msg := c.call("POST", "/v1/sessions", r, &o)
-			if code != http.StatusForbidden || strings.Contains(msg, "patient") || strings.Contains(msg, "SMITH") || !strings.Contains(msg, "shards/a_secret.tar") {
+			if code != http.StatusForbidden || strings.Contains(msg, "patient") || strings.Contains(msg, "SMITH") || strings.Contains(msg, "dcm") || !strings.Contains(msg, "shards/a_secret.tar") {
 				t.Errorf("uid %d, %s %q: %d %q (%d samples): want 403 naming only the tar", w.uid, r.MissingComponentBehavior, r.Ext, code, msg, o.State.Sampling.N)
 			}
 		}
@@ -85,6 +86,9 @@ func TestAttackSelectionsTellNothing(t *testing.T) {
 	var o wire.OpenResponse
 	if code, msg := c.call("POST", "/v1/sessions", cases[0], &o); code != http.StatusBadRequest || !strings.Contains(msg, `"patient-SMITH-JOHN-1984"`) {
 		t.Errorf("a reader, error: %d %q: want 400 naming the underfull sample", code, msg)
+	}
+	if code, msg := c.call("POST", "/v1/sessions", cases[4], &o); code != http.StatusBadRequest || !strings.Contains(msg, `"dcm"`) {
+		t.Errorf("a reader, ext png: %d %q: want 400 naming the tars' extensions", code, msg)
 	}
 	for r, n := range map[int]int{1: 3, 2: 5, 3: 6} {
 		s, o, code, msg := c.openReq(cases[r])

@@ -38,6 +38,8 @@ func kind(err error) (int, string) {
 		return http.StatusBadRequest, wire.CodeVersion
 	case errors.Is(err, session.ErrInvalid), errors.Is(err, wire.ErrMalformed):
 		return http.StatusBadRequest, wire.CodeInvalid
+	case errors.Is(err, session.ErrReaped):
+		return http.StatusNotFound, wire.CodeReaped
 	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound, wire.CodeNotFound
 	case errors.Is(err, session.ErrForbidden):
@@ -68,7 +70,8 @@ func openParams(r wire.OpenRequest) session.OpenParams {
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, BackendWhy: o.BackendWhy, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw), Components: o.Components}
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw), Components: o.Components,
+		Skipped: o.Skipped, SkippedLacking: o.SkippedLacking}
 }
 
 // staleCausesWire is causes' wire form.

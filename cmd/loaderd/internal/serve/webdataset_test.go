@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,7 +156,8 @@ func TestWebDatasetServed(t *testing.T) {
 // TestWebDatasetOpenArgs: the webdataset arguments are checked against
 // the dataset: required for a webdataset, refused for a file dataset,
 // missing_component_behavior error with an underfull sample refused
-// naming its tar, skip serving the full samples only.
+// naming its tar, an ext no member has refused, skip serving the full
+// samples only and counting the others.
 func TestWebDatasetOpenArgs(t *testing.T) {
 	a := newAttackFS(t)
 	m, _ := wdsFS(t, a)
@@ -173,6 +175,7 @@ func TestWebDatasetOpenArgs(t *testing.T) {
 		{"bad missing", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg"}, MissingComponentBehavior: "drop"}, 400, "missing_component_behavior"},
 		{"long ext", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{strings.Repeat("x", 300)}}, 400, "at most 256"},
 		{"error underfull", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg", "cls"}, MissingComponentBehavior: "error"}, 400, "part-0.tar"},
+		{"unmatched ext", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg", ".cls"}}, 400, `ext[1] ".cls" fills no output`},
 		{"shuffle_after_epoch", wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1, ShuffleAfterEpoch: true}}, Ext: []string{"jpg"}}, 400, "shuffle_after_epoch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,8 +187,8 @@ func TestWebDatasetOpenArgs(t *testing.T) {
 		})
 	}
 	s, o, code, msg := c.openReq(wire.OpenRequest{Dataset: "ds", Request: loader.Request{ReaderArgs: ra}, Ext: []string{"jpg", "cls"}, MissingComponentBehavior: "skip"})
-	if code != http.StatusOK || o.State.Sampling.N != 20 {
-		t.Fatalf("skip: %d %s, n %d (want 20)", code, msg, o.State.Sampling.N)
+	if code != http.StatusOK || o.State.Sampling.N != 20 || o.Skipped != 4 || !slices.Equal(o.SkippedLacking, []int{0, 4}) {
+		t.Fatalf("skip: %d %s, n %d, skipped %d %v (want 20, 4 [0 4])", code, msg, o.State.Sampling.N, o.Skipped, o.SkippedLacking)
 	}
 	s.c.call("DELETE", "/v1/sessions/"+s.id, nil, nil)
 }

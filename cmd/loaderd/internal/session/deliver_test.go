@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -305,12 +306,17 @@ func (d *deliverDriver) describe(v Delivery) string {
 	return fmt.Sprintf("batch %s samples %v", p, v.Indices)
 }
 
-// errString is err's message with the session's id replaced by S.
+// clockTime is a time of day in a message (a reaped session's).
+var clockTime = regexp.MustCompile(`\b\d\d:\d\d:\d\d\b`)
+
+// errString is err's message with the session's id replaced by S and
+// times of day by HH:MM:SS.
 func (d *deliverDriver) errString(err error) string {
+	msg := clockTime.ReplaceAllString(err.Error(), "HH:MM:SS")
 	if d.id == "" {
-		return "error: " + err.Error()
+		return "error: " + msg
 	}
-	return "error: " + strings.ReplaceAll(err.Error(), d.id, "S")
+	return "error: " + strings.ReplaceAll(msg, d.id, "S")
 }
 
 func (d *deliverDriver) open(td *datadriven.TestData, state *loader.State) string {

@@ -9,6 +9,7 @@
 // Package serve adapts it to HTTP.
 //
 // Files: manager.go (the session table, open, close, reaping),
+// reaped.go (the sessions reaped last, so their clients are told),
 // session.go (one session), deliver.go (batches out, releases in,
 // streams), access.go (who may read a dataset, cached verdicts),
 // datasets.go (registered datasets, their freshness guards and counts),
@@ -178,6 +179,8 @@ type Manager struct {
 	samplers int64                     // under mu: sample-order memory reserved by sessions open or opening
 
 	freer osFreer // returns closed sessions' sample orders to the OS
+
+	reaped reapedLog // the sessions reaped last (reaped.go)
 }
 
 // NewManager makes a manager and registers its datasets (datasets.go).
@@ -441,11 +444,12 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 	m.metrics.sessions.Inc()
 	st := l.State()
 	desc := l.Memory().Desc()
+	skipped, lacking := skippedOf(wd)
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, BackendWhy: ss.backendWhy, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
-		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName)}, nil
+		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName), Skipped: skipped, SkippedLacking: lacking}, nil
 }
 
 // res is what a session reserves against the daemon's budgets.
@@ -601,6 +605,9 @@ func (m *Manager) lookup(c Caller, id string) (*session, error) {
 	ss := m.sessions[id]
 	m.mu.Unlock()
 	if ss == nil {
+		if err := m.reaped.error(c, id, m.cfg.SessionTimeout); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: unknown session %q (closed, reaped after %s idle, or never opened)", ErrNotFound, id, m.cfg.SessionTimeout)
 	}
 	if c.owner() != ss.owner {
@@ -690,6 +697,7 @@ func (m *Manager) Reap(now time.Time) {
 	for _, ss := range idle {
 		if ss.mu.TryLock() { // a session busy in a request is not idle
 			m.closeSession(ss, fmt.Sprintf("idle for more than %s", m.cfg.SessionTimeout))
+			m.reaped.add(ss.id, ss.owner, now)
 			ss.mu.Unlock()
 		}
 	}

@@ -63,6 +63,12 @@ type Opened struct {
 	// raw-mapped samples it reads through the filesystem instead, by cause
 	// with the fix (dataset.notRaw); nil when none.
 	NotRaw []StaleCause
+	// Skipped: a webdataset session's samples that
+	// missing_component_behavior "skip" left out, and SkippedLacking, per
+	// ext entry, how many of them lack it (wds.View.Skipped); 0 and nil
+	// when none.
+	Skipped        int
+	SkippedLacking []int
 }
 
 // Delivery is one batch's descriptor, or the end of an epoch. Its slices

@@ -70,7 +70,7 @@ func TestSelectionsCannotBeStarved(t *testing.T) {
 	for u := range 4 {
 		junk := Caller{UID: 43131 + u, GID: 43131 + u}
 		for k := range 4 {
-			open(junk, "jpg", fmt.Sprintf("junk%d-%d", u, k))
+			open(junk, "jpg", fmt.Sprintf("cls;junk%d-%d", u, k)) // a selection of its own (one matching nothing is refused)
 		}
 	}
 	victim := Caller{UID: 43140, GID: 43140}

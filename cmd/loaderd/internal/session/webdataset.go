@@ -156,6 +156,20 @@ func components(w *loader.WebDataset) int {
 	return w.Outputs()
 }
 
+// skippedOf returns the samples a webdataset session's skip left out and,
+// per output, how many of them lack it; 0 and nil when none (or another
+// dataset's session).
+func skippedOf(w *loader.WebDataset) (int, []int) {
+	if w == nil {
+		return 0, nil
+	}
+	n, lacking := w.View().Skipped()
+	if n == 0 {
+		return 0, nil
+	}
+	return n, lacking
+}
+
 // openWebDataset registers webdataset map w as dataset name: its tars
 // (w.Shards) as a file map's samples are (guard, trust, warnings), and
 // the map, read in place, closed with the registration.

@@ -132,6 +132,13 @@ type OpenResponse struct {
 	// raw-mapped samples it reads through the filesystem instead, by
 	// cause, with the fix (as loaderd status says); absent when none.
 	NotRaw []StaleCause `msgpack:"not_raw,omitempty"`
+	// Skipped is, for a "webdataset" session with
+	// missing_component_behavior "skip", the samples of the dataset left
+	// out, and SkippedLacking, per ext entry, how many of them lack it
+	// (why they were left out); absent when none. Every epoch leaves the
+	// same ones out: a client says so once an epoch.
+	Skipped        int   `msgpack:"skipped,omitempty"`
+	SkippedLacking []int `msgpack:"skipped_lacking,omitempty"`
 }
 
 // MemoryUpgrade is the Upgrade header value that asks for a session's
@@ -373,6 +380,7 @@ type ErrorResponse struct {
 const (
 	CodeInvalid      = "invalid"       // a field out of range, an unknown backend or option, a malformed request
 	CodeNotFound     = "not_found"     // unknown dataset or session
+	CodeReaped       = "reaped"        // a session the daemon closed as idle (404): reopen it where it was
 	CodeForbidden    = "forbidden"     // the caller may not read the dataset, or the session is another user's
 	CodeBusy         = "busy"          // every batch slot is held
 	CodeConflict     = "conflict"      // the dataset's map is stale or its device unreadable
