@@ -34,4 +34,8 @@ fi
 if .venv/bin/python -m pip show -q nvfeed-dali-source >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -q -y --disable-pip-version-check nvfeed-dali-source
 fi
+# setuptools builds in python/build and keeps what an earlier build put
+# there: a module since removed from the tree (the former dali_source/
+# package) would come back into the install, shadowing its successor.
+rm -rf python/build
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./python

@@ -50,6 +50,7 @@ class Passes:
     _src: Optional[LoaderSource]
     _resume: Optional[State]
     _first_epoch: Optional[int]  # set_epoch before the session: where it starts
+    _epoch_given = False  # set_epoch was called: the loop says which epoch it reads
     _epochs: Optional[Epochs]
     _at: Optional[tuple[int, int]]
     _pass: Optional[tuple[object, tuple[int, int], bool]]
@@ -96,6 +97,8 @@ class Passes:
         of the same order: made anew each epoch without ``set_epoch``, it
         would repeat epoch 0's order every epoch."""
         shard_id, num_shards = self.shard
+        if self._epoch_given:
+            return  # the epoch is the loop's own choice (set_epoch(0) included)
         if not self._args["random_shuffle"] and (num_shards == 1 or self._args["stick_to_shard"]):
             return  # every epoch is the same order
         if epoch_zero_again(self, (self.dataset, self._args["socket"], self._args["seed"], self._args["shuffle"],
@@ -180,6 +183,7 @@ class Passes:
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < 2**31:
             raise ValueError(f"LoaderDataset.set_epoch: epoch must be an int in [0, 2**31), got {epoch!r}")
+        self._epoch_given = True
         if self._src is not None:
             if self._start()[0] != epoch:
                 self._at, self._pass = (epoch, 0), None
