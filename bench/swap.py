@@ -2,7 +2,9 @@
 """The README's swap, as a user runs it: one DALI CPU pipeline reading one
 epoch of a dataset of JPEGs with `fn.readers.file`, or with the one line
 swapped for `nvfeed.dali.reader` (no backend named: the daemon's default;
---backend names one), timed from the pipeline's definition to the epoch's
+--backend names one; --no-pad reads without pad_last_batch, where the
+swap copies each sample once as DALI's reader fills a batch across an
+epoch's end), timed from the pipeline's definition to the epoch's
 last batch (pipeline build and, for the swap, the session's open
 included). --decode adds `fn.decoders.image` (CPU) after the reader.
 Prints one JSON object: samples, seconds, samples_per_s, the backend that
@@ -58,10 +60,11 @@ def run(a: argparse.Namespace) -> dict:
     @pipeline_def(batch_size=a.batch, num_threads=2, device_id=None, seed=12)
     def pipe():
         if a.case == "readers.file":
-            jpegs, labels = fn.readers.file(file_root=a.datadir, random_shuffle=True, pad_last_batch=True, name="Reader")
+            jpegs, labels = fn.readers.file(file_root=a.datadir, random_shuffle=True, pad_last_batch=not a.no_pad,
+                                            name="Reader")
         else:
             kw = {"backend": a.backend} if a.backend else {}
-            jpegs, labels = nvfeed.dali.reader("train", random_shuffle=True, pad_last_batch=True, name="Reader",
+            jpegs, labels = nvfeed.dali.reader("train", random_shuffle=True, pad_last_batch=not a.no_pad, name="Reader",
                                                socket=a.socket, **kw)
         if a.decode:
             return fn.decoders.image(jpegs, device="cpu"), labels
@@ -74,7 +77,7 @@ def run(a: argparse.Namespace) -> dict:
         out, _ = p.run()
         n += len(out)
     secs = time.perf_counter() - t0
-    r = {"case": a.case, "decode": a.decode, "batch": a.batch, "samples": n, "seconds": secs, "samples_per_s": n / secs,
+    r = {"case": a.case, "decode": a.decode, "pad": not a.no_pad, "batch": a.batch, "samples": n, "seconds": secs, "samples_per_s": n / secs,
          "client_cpu_s": cpu() - c0}
     if a.case == "swap":
         from nvfeed import LoaderSource  # what the reader opened: asked of a source opened the same way
@@ -91,6 +94,8 @@ def main() -> None:
     ap.add_argument("--socket", default=None)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--decode", action="store_true")
+    ap.add_argument("--no-pad", action="store_true",
+                    help="pad_last_batch=False: epochs run into each other, as DALI's readers' do (the swap copies)")
     ap.add_argument("--backend", default=None, help="the swap's backend (default: none named, the daemon's choice)")
     ap.add_argument("--make", metavar="DIR")
     ap.add_argument("--files", type=int, default=2000)
