@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -369,26 +370,28 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 // dataset's name, reader and freshness, its counts only if it may read
 // every sample (its access verdict, cached or checked now: as an open
 // would), and Added only if it may also list every folder counted in
-// (opened as c).
-func (m *Manager) Datasets(c Caller) []DatasetInfo {
+// (opened as c). The access checks it makes stop when ctx ends; a
+// dataset whose verdict ctx's end left unjudged is described as to one
+// who may not read it.
+func (m *Manager) Datasets(ctx context.Context, c Caller) []DatasetInfo {
 	ds := m.registered()
 	slices.SortFunc(ds, func(a, b *dataset) int { return strings.Compare(a.name, b.name) })
 	out := make([]DatasetInfo, len(ds))
 	now := time.Now()
 	for i, d := range ds {
-		out[i] = m.describeTo(d, now, c)
+		out[i] = m.describeTo(ctx, d, now, c)
 	}
 	return out
 }
 
 // describeTo is d's description as c may see it (Datasets).
-func (m *Manager) describeTo(d *dataset, now time.Time, c Caller) DatasetInfo {
+func (m *Manager) describeTo(ctx context.Context, d *dataset, now time.Time, c Caller) DatasetInfo {
 	info, listed := d.describe(now, m.log)
 	cr := credOf(c)
 	if cr == nil { // root
 		return info
 	}
-	if m.authorize(d, c) != nil {
+	if m.authorize(ctx, d, c) != nil {
 		return DatasetInfo{Name: info.Name, Reader: info.Reader, Freshness: info.Freshness}
 	}
 	if info.Added >= 0 && cr.Do(func() error { return canList(listed) }) != nil {
@@ -412,15 +415,17 @@ func canList(dirs []string) error {
 
 // Readable returns whether c may read a dataset, by name (its access
 // verdicts, as Datasets judges them; root: every name, registered or
-// not): what c may see of the metrics labelled with a dataset.
-func (m *Manager) Readable(c Caller) func(name string) bool {
+// not): what c may see of the metrics labelled with a dataset. The access
+// checks it makes stop when ctx ends (a name left unjudged is not
+// readable).
+func (m *Manager) Readable(ctx context.Context, c Caller) func(name string) bool {
 	if credOf(c) == nil {
 		return func(string) bool { return true }
 	}
 	ds := m.registered()
 	ok := make(map[string]bool, len(ds))
 	for _, d := range ds {
-		ok[d.name] = m.authorize(d, c) == nil
+		ok[d.name] = m.authorize(ctx, d, c) == nil
 	}
 	return func(name string) bool { return ok[name] }
 }

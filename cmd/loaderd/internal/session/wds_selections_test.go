@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +39,7 @@ func TestSelectionsBoundPerOwner(t *testing.T) {
 	defer mgr.Stop()
 	open := func(c Caller, ext ...string) {
 		p := OpenParams{Dataset: "w", Ext: ext, Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 8, NumShards: 1}, Backend: "file"}}
-		o, err := mgr.Open(c, p)
+		o, err := mgr.Open(context.Background(), c, p)
 		if err == nil {
 			mgr.Close(c, o.ID)
 		}
