@@ -511,6 +511,20 @@ func (g *Guard) ChangedSince(s Since, fn func(i int)) bool {
 	return true
 }
 
+// DirsChangedSince reports, for each directory of the map (bmap.Map.Dirs:
+// a folder layout's classes), whether anything in it may have changed
+// after s (Now), a file in it or the folder itself or one above it, and
+// true; false when it cannot tell (as ChangedSince, fanotify aside: what
+// a folder holds is the inotify watch's to see).
+func (g *Guard) DirsChangedSince(s Since) ([]bool, bool) {
+	if !s.ok || g.watch == nil {
+		return nil, false
+	}
+	g.Poll()
+	dirs, all := g.watch.ChangedSince(s.events)
+	return dirs, !all
+}
+
 // Close stops the checking pass and the watch, and releases the root.
 func (g *Guard) Close() error {
 	close(g.stopPass)

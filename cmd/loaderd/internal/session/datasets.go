@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,12 @@ type dataset struct {
 	// warned is how many samples changed since mapping the log has told
 	// of (warnStale); under infoMu after registration.
 	warned int
+	// added counts info.Added by class folder, as listed at addedSince
+	// (unmapped); classIdx is each mapped class's index among the guard's
+	// watched folders. Under infoMu.
+	added      bmap.ClassCounts
+	addedSince fresh.Since
+	classIdx   map[string]int
 
 	countsMu  sync.Mutex   // one count for notRaw at a time
 	causes    []StaleCause // under countsMu: notRaw's last answer
@@ -353,7 +360,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 			}
 		}
 	}
-	n, listed, err := d.m.UnmappedIn(d.m.Discovered())
+	n, listed, err := d.unmapped()
 	if err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
 		n = -1
@@ -361,6 +368,42 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 	info.Added = n
 	d.info, d.listed, d.infoGen, d.infoAt = info, listed, gen, now
 	return info, listed
+}
+
+// unmapped counts the files in the dataset's folders that the map lacks
+// (bmap.Map.UnmappedIn), and the folders listed to count; under infoMu.
+// For a folder layout with a watch, the class folders the watch saw
+// change since the last count are listed again (and those it does not
+// watch), the others keep their count: after one file is added, the root
+// and one folder are listed, not every one.
+func (d *dataset) unmapped() (int, []string, error) {
+	if d.guard == nil || d.m.Listed || d.m.Reader != bmap.ReaderFile {
+		return d.m.UnmappedIn(d.m.Discovered())
+	}
+	if d.classIdx == nil {
+		d.classIdx = make(map[string]int, len(d.m.Classes))
+		for c, cls := range d.m.Classes {
+			d.classIdx[cls] = c
+		}
+	}
+	since := d.guard.Now() // before the listing: a change during it is seen at the next count
+	changed, ok := d.guard.DirsChangedSince(d.addedSince)
+	relist := func(cls string) bool {
+		c, watched := d.classIdx[cls]
+		return !ok || !watched || changed[c]
+	}
+	order := d.files.sorted(d.m)
+	mapped := func(p string) bool {
+		_, found := lookup(d.m, order, filepath.Clean(p))
+		return found
+	}
+	counts, n, dirs, err := d.m.UnmappedInClasses(d.m.Discovered(), d.added, relist, mapped)
+	if err != nil {
+		d.added = nil
+		return 0, nil, err
+	}
+	d.added, d.addedSince = counts, since
+	return n, dirs, nil
 }
 
 // Datasets describes every registered dataset to c, sorted by name: its

@@ -92,9 +92,10 @@ type pendingVerdict struct {
 	gen     uint64 // the dataset's watch generation when it began
 	seq     uint64 // verdicts.started when it began
 	cancel  context.CancelFunc
-	waiters int     // under verdicts.mu
-	v       verdict // set before done is closed
-	err     error   // set before done is closed: why there is no verdict (cancelled)
+	begun   atomic.Bool // it has its turn: what it judges is from then on
+	waiters int         // under verdicts.mu
+	v       verdict     // set before done is closed
+	err     error       // set before done is closed: why there is no verdict (cancelled)
 }
 
 // verdictKey is a cached access verdict's key: a dataset's registration
@@ -210,7 +211,9 @@ func (v *verdicts) get(ctx context.Context, name string, id uint64, ds *bmap.Map
 			return old, nil
 		}
 		p := v.checking[key]
-		earlier := p != nil && p.seq <= arrived // began before this call: serves only if nothing changed since
+		// One that began judging before this call serves only if nothing
+		// changed since; one still waiting for its turn judges later.
+		earlier := p != nil && p.seq <= arrived && p.begun.Load()
 		if p == nil || (earlier && (g == nil || p.gen != gen)) {
 			p, earlier = v.start(name, key, gen, old, kept, ds, g, c), false
 		}
@@ -243,7 +246,7 @@ func (v *verdicts) start(name string, key verdictKey, gen uint64, old verdict, k
 	v.checking[key] = p
 	go func() {
 		defer cancel()
-		vd, err := v.judge(ctx, name, c, gen, old, kept, ds, g)
+		vd, err := v.judge(ctx, name, c, &p.begun, gen, old, kept, ds, g)
 		v.mu.Lock()
 		if v.checking[key] == p {
 			delete(v.checking, key)
@@ -272,17 +275,18 @@ func (v *verdicts) leave(key verdictKey, p *pendingVerdict) {
 	}
 }
 
-// judge checks c's access to ds in c's owner's turn: the samples changed
-// since old where the guard can tell them (old kept: a verdict
-// judged before), else every sample. It returns ctx's error if ctx ended
-// first.
-func (v *verdicts) judge(ctx context.Context, name string, c Caller, gen uint64, old verdict, kept bool, ds *bmap.Map, g *fresh.Guard) (verdict, error) {
+// judge checks c's access to ds in c's owner's turn (begun set once it
+// has it): the samples changed since old where the guard can tell them
+// (old kept: a verdict judged before), else every sample. It returns
+// ctx's error if ctx ended first.
+func (v *verdicts) judge(ctx context.Context, name string, c Caller, begun *atomic.Bool, gen uint64, old verdict, kept bool, ds *bmap.Map, g *fresh.Guard) (verdict, error) {
 	release, err := v.turns.take(ctx, c.owner())
 	if err != nil {
 		v.checks.WithLabelValues(name, scopeCancelled).Inc()
 		return verdict{}, err
 	}
 	defer release()
+	begun.Store(true)
 	t0 := time.Now()
 	vd := verdict{gen: gen, refused: -1}
 	if g != nil {

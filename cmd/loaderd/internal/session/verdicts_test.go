@@ -5,6 +5,8 @@ package session
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -190,4 +192,38 @@ func counted(v *verdicts, scope string) float64 {
 	var mm dto.Metric
 	v.checks.WithLabelValues("d", scope).Write(&mm)
 	return mm.GetCounter().GetValue()
+}
+
+// TestAddedListsOnlyChangedFolders: a dataset's count of added files is
+// recounted listing again only the class folders its watch saw change:
+// after a file is added to a, b keeps the count it had (here set to 5,
+// which only a count that did not list b again would give), until a file
+// is added to b too.
+func TestAddedListsOnlyChangedFolders(t *testing.T) {
+	m, d := guardedTree(t, Config{})
+	recount := func() int {
+		d.infoMu.Lock()
+		d.infoAt = time.Time{} // past infoInterval
+		d.infoMu.Unlock()
+		info, _ := d.describe(time.Now(), m.log)
+		return info.Added
+	}
+	if n := recount(); n != 0 {
+		t.Fatalf("added %d before any change", n)
+	}
+	if err := os.WriteFile(filepath.Join(d.m.Root, "a", "new.jpg"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.infoMu.Lock()
+	d.added["b"] = 5
+	d.infoMu.Unlock()
+	if n := recount(); n != 1+5 {
+		t.Errorf("a file added to a, b's count kept at 5: added %d, want 6 (b listed again?)", n)
+	}
+	if err := os.WriteFile(filepath.Join(d.m.Root, "b", "new.jpg"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := recount(); n != 2 {
+		t.Errorf("a file added to b too: added %d, want 2", n)
+	}
 }
