@@ -6,10 +6,12 @@
 # pass is over: nobody's GET /v1/datasets (its first: every sample opened
 # as nobody), again, then after one file is added to a class folder (the
 # client gives up at 150 s; the daemon's CPU seconds are counted until it
-# is idle again), root's GET, another uid's first GET; nobody's session
+# is idle again), root's GET, another uid's first GET, then after another
+# file is added root's GET first (it pays the shared recount of added),
+# nobody's; nobody's session
 # opens (LoaderSource, the first batch too); then the read path in
-# process, `loaderd bench --as-user nobody` (file and gds: 400 batches of
-# 64 in map order, warm), each build three times in turn. Each line names what it measured; times are wall seconds, cpu the
+# process, `loaderd bench --as-user nobody` (file and gds: 4000 batches
+# of 64 in map order, warm), each build three times in turn. Each line names what it measured; times are wall seconds, cpu the
 # daemon's user+system seconds (/proc/PID/stat).
 #
 # Several daemons side by side on the same files and map (an A/B):
@@ -79,14 +81,19 @@ serve() { # LABEL BINARY
   get "$label" 65534 "after one file added"
   get "$label" 0 "after one file added"
   get "$label" 43117 "its first, after one file added"
+  sleep 5 # past the counts' 5 s: root's GET counts them again
+  local cls2; cls2=$(find "$root" -mindepth 1 -maxdepth 1 -type d -printf "%f\n" | sort | sed -n 2p)
+  echo added > "$root/$cls2/listing-added-$label.JPEG"
+  get "$label" 0 "first after another file added"
+  get "$label" 65534 "after another file added"
   opens "$label"
-  rm -f "$root/$cls/listing-added-$label.JPEG"
+  rm -f "$root/$cls/listing-added-$label.JPEG" "$root/$cls2/listing-added-$label.JPEG"
   kill -TERM "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=
 }
-readpath() { # LABEL BINARY: 400 batches of 64 in map order, warm (every daemon reads the same)
+readpath() { # LABEL BINARY: 4000 batches of 64 in map order, warm (every build reads the same)
   for be in file gds; do
     printf '%s: loaderd bench --as-user nobody --backend %s: ' "$1" "$be"
-    "$2" bench --bmap "$w/train.bmap" --backend "$be" --as-user nobody --batches 400 2>/dev/null |
+    "$2" bench --bmap "$w/train.bmap" --backend "$be" --as-user nobody --batches 4000 2>/dev/null |
       awk -v be="$be" '$1 == be && $2 ~ /^[0-9]+$/ {print $5 " samples/s, cpu " $9 " s"}'
   done
 }

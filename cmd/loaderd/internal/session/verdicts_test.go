@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func waiting(m *Manager, o owner) int {
 // second (other credentials: a group more) waits for its turn and
 // starts only when the first ends, while uid 1002's check runs and
 // answers at once; a caller waiting for a turn that goes away leaves
-// without a check.
+// without a check; two callers whose check waits for its turn share it.
 func TestChecksTakeTurnsPerOwner(t *testing.T) {
 	m, d := guardedTree(t, Config{})
 	h := holdChecks(m)
@@ -120,17 +121,43 @@ func TestChecksTakeTurnsPerOwner(t *testing.T) {
 		t.Errorf("a caller gone while waiting for a turn: %v", err)
 	}
 
-	close(h.release) // the first ends; the second runs and ends
+	// Two callers with the same credentials while their check waits for
+	// its turn: they share it (it judges after both came).
+	nine := Caller{UID: 1001, GID: 1001, Groups: []uint32{9}}
+	errs9 := make(chan error, 2)
+	for range 2 {
+		go func() { errs9 <- m.authorize(context.Background(), d, nine) }()
+	}
+	for {
+		m.access.mu.Lock()
+		p := m.access.checking[keyOf(d.id, nine)]
+		n := 0
+		if p != nil {
+			n = p.waiters
+		}
+		m.access.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	close(h.release) // the first ends; the second and the shared one run and end
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Errorf("uid 1001: %v", err)
 		}
+		if err := <-errs9; err != nil {
+			t.Errorf("uid 1001, groups 9: %v", err)
+		}
 	}
-	if g := <-h.started; g != "7," {
-		t.Errorf("uid 1001's second check: groups %q, want 7", g)
+	got := []string{<-h.started, <-h.started}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"7,", "9,"}) {
+		t.Errorf("uid 1001's later checks: groups %q, want 7 and 9 (one each)", got)
 	}
 	if n := len(h.started); n != 0 {
-		t.Errorf("%d more checks started, want none (the gone caller's never ran)", n)
+		t.Errorf("%d more checks started, want none (the gone caller's never ran, the two with groups 9 shared one)", n)
 	}
 }
 
