@@ -49,13 +49,32 @@ type Entry struct {
 // whose names match a filter, sorted bytewise. Files directly in root are
 // skipped. Like DALI, an entry of root that cannot be stat'ed is an error.
 func Discover(root string, o DiscoverOptions) (classes []string, entries []Entry, err error) {
+	filters, err := fileFilters(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	if classes, err = classFolders(root); err != nil {
+		return nil, nil, err
+	}
+	for label, cls := range classes {
+		if err := classFiles(root, cls, filters, o.CaseSensitive, func(name string) {
+			entries = append(entries, Entry{Path: cls + "/" + name, Label: int32(label)})
+		}); err != nil {
+			return nil, nil, fmt.Errorf("bmap: class %d: %w", label, err)
+		}
+	}
+	return classes, entries, nil
+}
+
+// fileFilters returns o's fn.readers.file filters as matchAny takes them.
+func fileFilters(o DiscoverOptions) ([]string, error) {
 	filters := o.Filters
 	if filters == nil {
 		filters = DefaultFilters
 	}
-	filters, err = globs(filters)
+	filters, err := globs(filters)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !o.CaseSensitive {
 		lower := make([]string, len(filters))
@@ -64,34 +83,45 @@ func Discover(root string, o DiscoverOptions) (classes []string, entries []Entry
 		}
 		filters = lower
 	}
+	return filters, nil
+}
+
+// classFolders returns the immediate subdirectories of root (stat
+// follows links), sorted bytewise: fn.readers.file's classes.
+func classFolders(root string) ([]string, error) {
 	top, err := os.ReadDir(root) // sorted bytewise by name
 	if err != nil {
-		return nil, nil, fmt.Errorf("bmap: %w", err)
+		return nil, fmt.Errorf("bmap: %w", err)
 	}
+	var classes []string
 	for _, de := range top {
 		fi, err := os.Stat(filepath.Join(root, de.Name()))
 		if err != nil {
-			return nil, nil, fmt.Errorf("bmap: could not access %s during directory traversal: %w", filepath.Join(root, de.Name()), err)
+			return nil, fmt.Errorf("bmap: could not access %s during directory traversal: %w", filepath.Join(root, de.Name()), err)
 		}
 		if fi.IsDir() {
 			classes = append(classes, de.Name())
 		}
 	}
-	for label, cls := range classes {
-		des, err := os.ReadDir(filepath.Join(root, cls))
-		if err != nil {
-			return nil, nil, fmt.Errorf("bmap: class %d: %w", label, err)
+	return classes, nil
+}
+
+// classFiles calls fn, in bytewise order, with the name of each regular
+// file or symlink in class folder cls under root that a filter matches.
+func classFiles(root, cls string, filters []string, caseSensitive bool, fn func(name string)) error {
+	des, err := os.ReadDir(filepath.Join(root, cls))
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		if t := de.Type(); !t.IsRegular() && t&fs.ModeSymlink == 0 {
+			continue
 		}
-		for _, de := range des {
-			if t := de.Type(); !t.IsRegular() && t&fs.ModeSymlink == 0 {
-				continue
-			}
-			if matchAny(filters, de.Name(), o.CaseSensitive) {
-				entries = append(entries, Entry{Path: cls + "/" + de.Name(), Label: int32(label)})
-			}
+		if matchAny(filters, de.Name(), caseSensitive) {
+			fn(de.Name())
 		}
 	}
-	return classes, entries, nil
+	return nil
 }
 
 // DiscoverNumpy lists samples exactly as DALI's fn.readers.numpy(
@@ -324,6 +354,50 @@ func (m *Map) UnmappedIn(o DiscoverOptions) (n int, dirs []string, err error) {
 		dirs = append(dirs, filepath.Join(m.Root, d))
 	}
 	return m.countUnmapped(entries), dirs, nil
+}
+
+// ClassCounts counts, by class folder, the files a map of
+// fn.readers.file's folder layout lacks there (UnmappedInClasses).
+type ClassCounts map[string]int
+
+// UnmappedInClasses is UnmappedIn for a map of fn.readers.file's folder
+// layout (neither numpy nor listed), one class folder at a time: the root
+// is listed again, and each class folder in it is listed only where
+// relist says so or kept has no count for it; the others keep kept's
+// count. mapped reports whether the map has a sample at a path (as
+// Entry.Path). It returns the counts, their sum, and the folders listed
+// to count as UnmappedIn does: the root, then every class folder.
+func (m *Map) UnmappedInClasses(o DiscoverOptions, kept ClassCounts, relist func(class string) bool, mapped func(path string) bool) (ClassCounts, int, []string, error) {
+	if m.Listed || m.Reader == ReaderNumpy {
+		return nil, 0, nil, fmt.Errorf("bmap: counting by class folder: the map is not of fn.readers.file's folder layout")
+	}
+	filters, err := fileFilters(o)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	classes, err := classFolders(m.Root)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	counts, n := make(ClassCounts, len(classes)), 0
+	dirs := append(make([]string, 0, len(classes)+1), m.Root)
+	for label, cls := range classes {
+		dirs = append(dirs, filepath.Join(m.Root, cls))
+		k, ok := kept[cls]
+		if !ok || relist(cls) {
+			k = 0
+			if err := classFiles(m.Root, cls, filters, o.CaseSensitive, func(name string) {
+				if !mapped(cls + "/" + name) {
+					k++
+				}
+			}); err != nil {
+				return nil, 0, nil, fmt.Errorf("bmap: class %d: %w", label, err)
+			}
+		}
+		counts[cls] = k
+		n += k
+	}
+	return counts, n, dirs, nil
 }
 
 // countUnmapped returns how many of entries the map has no sample for.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -154,6 +155,30 @@ func TestUnmapped(t *testing.T) {
 			if err != nil || got != tt.want {
 				t.Fatalf("Unmapped = %d, %v; want %d", got, err, tt.want)
 			}
+			mapped := map[string]bool{}
+			for _, s := range m.Samples {
+				mapped[s.Path] = true
+			}
+			_, wantDirs, _ := m.UnmappedIn(DiscoverOptions{})
+			counts, n, dirs, err := m.UnmappedInClasses(DiscoverOptions{}, nil, func(string) bool { return true }, func(p string) bool { return mapped[p] })
+			if err != nil || n != tt.want || !slices.Equal(dirs, wantDirs) {
+				t.Fatalf("UnmappedInClasses = %v, %d, %v, %v; want %d, %v", counts, n, dirs, err, tt.want, wantDirs)
+			}
 		})
+	}
+}
+
+// TestUnmappedInClassesKeepsCounts: a class folder relist does not name
+// keeps the count it had, whatever it holds now; one it names, or one
+// with no count kept, is listed.
+func TestUnmappedInClassesKeepsCounts(t *testing.T) {
+	root := t.TempDir()
+	mkTree(t, root, []string{"a/1.jpg", "b/1.jpg"})
+	m := &Map{Version: Version, Root: root, Classes: []string{"a", "b"}, Samples: []Sample{{Path: "a/1.jpg"}, {Path: "b/1.jpg", Label: 1}}}
+	mkTree(t, root, []string{"a/2.jpg", "b/2.jpg", "b/3.jpg", "c/1.jpg"})
+	mapped := func(p string) bool { return p == "a/1.jpg" || p == "b/1.jpg" }
+	counts, n, _, err := m.UnmappedInClasses(DiscoverOptions{}, ClassCounts{"a": 7, "b": 9}, func(c string) bool { return c == "a" }, mapped)
+	if err != nil || n != 1+9+1 || counts["a"] != 1 || counts["b"] != 9 || counts["c"] != 1 {
+		t.Errorf("a relisted, b kept at 9, c new: %v, %d, %v; want a 1, b 9, c 1: 11", counts, n, err)
 	}
 }

@@ -455,6 +455,76 @@ func (g *Guard) Generation() uint64 {
 	return wg + g.fan.Generation()
 }
 
+// Since is a point in what a guard's watches have seen (Guard.Now):
+// Guard.ChangedSince tells which samples may have changed after it. The
+// zero Since is before everything.
+type Since struct {
+	events uint64 // the inotify watch's event count (Watcher.Events)
+	ok     bool   // taken with both watches up, after the checking pass, no fanotify event lost
+}
+
+// Now returns the point the watches have reached, after taking in what
+// they saw (Poll, and the fanotify index brought up to date): what is
+// judged of the files from here on, ChangedSince(Now()) later tells what
+// to judge again.
+func (g *Guard) Now() Since {
+	if g.watch == nil || !g.Checked() {
+		return Since{}
+	}
+	g.Poll()
+	g.Generation() // the fanotify index brought up to the inotify events
+	if g.fan.overflow.Load() {
+		return Since{}
+	}
+	return Since{events: g.watch.Events(), ok: true}
+}
+
+// ChangedSince calls fn, in order, with every sample whose path, file
+// or access may have changed after s (Now): each sample in a directory
+// the inotify watch saw change since (a file in it created, removed,
+// renamed, written or chmod'ed; the directory itself or one above it
+// changed), and each sample the fanotify mark ever saw change through any
+// path, could not watch, or an access check found moved (MarkChanged),
+// and reports true. It reports false, calling nothing, when it cannot
+// tell: s was not taken with the watches running after the checking
+// pass, the guard has no watch (Read), events were lost, or the root
+// itself changed since s. Changes above the root are the ancestors'
+// snapshots' to see (SnapshotAncestors).
+func (g *Guard) ChangedSince(s Since, fn func(i int)) bool {
+	if !s.ok || g.watch == nil {
+		return false
+	}
+	g.Poll()
+	g.Generation()
+	if g.fan.overflow.Load() {
+		return false
+	}
+	dirs, all := g.watch.ChangedSince(s.events)
+	if all {
+		return false
+	}
+	for i := range g.m.Samples {
+		if dirs[g.dirOf[i]] || g.fan.changed.has(i) || g.moved.has(i) {
+			fn(i)
+		}
+	}
+	return true
+}
+
+// DirsChangedSince reports, for each directory of the map (bmap.Map.Dirs:
+// a folder layout's classes), whether anything in it may have changed
+// after s (Now), a file in it or the folder itself or one above it, and
+// true; false when it cannot tell (as ChangedSince, fanotify aside: what
+// a folder holds is the inotify watch's to see).
+func (g *Guard) DirsChangedSince(s Since) ([]bool, bool) {
+	if !s.ok || g.watch == nil {
+		return nil, false
+	}
+	g.Poll()
+	dirs, all := g.watch.ChangedSince(s.events)
+	return dirs, !all
+}
+
 // Close stops the checking pass and the watch, and releases the root.
 func (g *Guard) Close() error {
 	close(g.stopPass)

@@ -5,6 +5,7 @@ package fresh
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"path"
 	"path/filepath"
 	"slices"
@@ -40,6 +41,37 @@ type Watcher struct {
 	allDirty bool           // queue overflowed or the root itself changed
 	gen      uint64         // events seen so far
 	buf      []byte
+	// When each mark above was last made, as the event count gen then
+	// (ChangedSince); lost where the watch may no longer see the
+	// directory its path leads to (moved, deleted, never watched).
+	dirtyAt []uint64 // node: a file in it changed
+	movedAt []uint64 // node: the directory itself changed
+	allAt   uint64   // the root itself changed, or events were lost
+}
+
+// lost is a mark's time (Watcher.dirtyAt, movedAt, allAt) when the
+// watch may no longer see what the path leads to: later than any
+// ChangedSince asks about.
+const lost = math.MaxUint64
+
+// stamp records that a mark was made at event count gen (a lost mark
+// stays lost).
+func stamp(at *uint64, gen uint64) {
+	if *at != lost {
+		*at = gen
+	}
+}
+
+// stampSelf records a change to a watched directory itself (mask: its
+// event's) at event count gen: a change of its attributes (mode, owner,
+// ACL, times) keeps the watch on what its path leads to; a move, a
+// deletion or a lost watch may not, so the mark is lost for good.
+func stampSelf(at *uint64, mask uint32, gen uint64) {
+	if mask&^(unix.IN_ATTRIB|unix.IN_ISDIR) == 0 {
+		stamp(at, gen)
+	} else {
+		*at = lost
+	}
 }
 
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
@@ -60,13 +92,14 @@ func NewWatcher(root string, dirs []string) (*Watcher, error) {
 		w.of[i] = w.node(path.Clean(d))
 	}
 	w.dirty, w.moved = make([]bool, len(w.nodes)), make([]bool, len(w.nodes))
+	w.dirtyAt, w.movedAt = make([]uint64, len(w.nodes)), make([]uint64, len(w.nodes))
 	for n, d := range w.nodes {
 		wd, err := unix.InotifyAddWatch(fd, filepath.Join(root, d), watchMask)
 		if err != nil { // e.g. ENOSPC (max_user_watches): stat what is beneath instead
 			if n == 0 {
-				w.allDirty = true
+				w.allDirty, w.allAt = true, lost
 			} else {
-				w.moved[n] = true
+				w.moved[n], w.movedAt[n] = true, lost
 			}
 			continue
 		}
@@ -108,6 +141,7 @@ func (w *Watcher) Poll() {
 			w.gen++
 			if mask&unix.IN_Q_OVERFLOW != 0 {
 				w.allDirty = true
+				stamp(&w.allAt, w.gen) // what came after is seen again
 				continue
 			}
 			node, ok := w.wdNode[wd]
@@ -122,8 +156,10 @@ func (w *Watcher) Poll() {
 				// The root itself: moved, deleted, or its mode, owner or
 				// ACL changed, which may change who can reach any sample.
 				w.allDirty = true
+				stampSelf(&w.allAt, mask, w.gen)
 			case len(name) == 0:
 				w.moved[node] = true
+				stampSelf(&w.movedAt[node], mask, w.gen)
 			default:
 				child := string(name)
 				if node != 0 {
@@ -131,8 +167,10 @@ func (w *Watcher) Poll() {
 				}
 				if c, ok := w.index[child]; ok {
 					w.moved[c] = true // a watched directory renamed, removed, chmod'ed...
+					stampSelf(&w.movedAt[c], mask, w.gen)
 				} else {
 					w.dirty[node] = true
+					stamp(&w.dirtyAt[node], w.gen)
 				}
 			}
 		}
@@ -157,6 +195,37 @@ func (w *Watcher) Changed(c int32) bool {
 		}
 	}
 	return false
+}
+
+// ChangedSince reports, for each directory dirs[c] given to NewWatcher,
+// whether anything of it may have changed after the watch had seen gen
+// events (Events, before Poll took in more): a file in it, or it or a
+// directory above it (after Poll). All reports that anything may have:
+// the root itself changed, events were lost, or a watch may no longer
+// see where its path leads; changed is then nil.
+func (w *Watcher) ChangedSince(gen uint64) (changed []bool, all bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.allAt > gen {
+		return nil, true
+	}
+	since := make([]bool, len(w.nodes)) // node: it or a directory above it moved after gen
+	for n := range w.nodes {            // a node's parent comes before it (node)
+		since[n] = w.movedAt[n] > gen || (w.parent[n] >= 0 && since[w.parent[n]])
+	}
+	changed = make([]bool, len(w.of))
+	for c, n := range w.of {
+		changed[c] = since[n] || w.dirtyAt[n] > gen
+	}
+	return changed, false
+}
+
+// Events returns how many events Poll has taken in so far: a point
+// ChangedSince tells the changes after.
+func (w *Watcher) Events() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen
 }
 
 // Generation returns how many events Poll has seen: when it moves,

@@ -75,7 +75,7 @@ loaderd COMMAND --help prints the command's usage and every flag.`
 const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
-                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-device-mb 16384] [--max-conns-per-uid 64] [--max-replays-per-uid N]
+                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-device-mb 16384] [--max-conns-per-uid 64] [--max-replays-per-uid N] [--max-checks-per-uid 1]
                      [--max-sampler-mb MiB] [--max-conns N] [--root-conns 16]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
                      [--engines session|device] [--trusted-uid UID[,UID...]] [--trusted-gid GID[,GID...]]
@@ -609,6 +609,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxMem := fs.Int64("max-session-mb", session.DefaultMaxSessionBytes>>20, "refuse sessions needing more batch memory than this (MiB)")
 	maxSessions := fs.Int("max-sessions", session.DefaultMaxSessions, "refuse new sessions while this many are open (429)")
 	maxPerUID := fs.Int("max-sessions-per-uid", session.DefaultMaxSessionsPerUID, "refuse a uid's new sessions while it has this many open (429; TCP callers count as one uid)")
+	maxChecks := fs.Int("max-checks-per-uid", session.DefaultMaxChecksPerUID, "run at most this many of a uid's whole-dataset access checks at once (a listing's, or a refusal's that names what only readers know: each opens the dataset's samples as the caller, every one the first time, then those changed since); the others wait their turn")
 	maxReplays := fs.Int("max-replays-per-uid", session.DefaultMaxReplaysPerUID(), "run at most this many of a uid's shuffle dali replays at once (a session resumed or moved to an epoch goes through every epoch before it again: up to tens of seconds of a core); the others wait their turn")
 	maxLocked := fs.Int64("max-locked-mb", 0, fmt.Sprintf("refuse sessions whose batch memory would take all open sessions' past this (MiB; 507); 0: %.0f%% of the machine's memory, no more than the memory cgroup's limit leaves (less %d MiB or %.1f%% of it for the daemon itself, and the sample-order budget), within RLIMIT_MEMLOCK unless the daemon has CAP_IPC_LOCK", session.DefaultLockedShare*100, session.MinDaemonReserve>>20, session.DaemonReserveShare*100))
 	maxDevice := fs.Int64("max-device-mb", session.DefaultMaxDeviceBytes>>20, "refuse GPU sessions whose GPU batch memory (slots rounded up to 2 MiB) would take all open sessions' on every GPU together past this (MiB; 507)")
@@ -691,7 +692,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}, {"max-device-mb", *maxDevice}, {"max-replays-per-uid", int64(*maxReplays)}} {
+	}{{"max-sessions", int64(*maxSessions)}, {"max-sessions-per-uid", int64(*maxPerUID)}, {"max-conns-per-uid", int64(*maxConns)}, {"max-session-mb", *maxMem}, {"max-device-mb", *maxDevice}, {"max-replays-per-uid", int64(*maxReplays)}, {"max-checks-per-uid", int64(*maxChecks)}} {
 		if f.v < 1 {
 			return cli.UsageErr(fs, "--%s %d: want at least 1", f.name, f.v)
 		}
@@ -743,7 +744,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, WebDatasets: webs, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxDeviceBytes: *maxDevice << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, Engines: *engines, Logger: log, CUDA: libs,
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxDeviceBytes: *maxDevice << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, MaxChecksPerUID: *maxChecks, Engines: *engines, Logger: log, CUDA: libs,
 		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}, CheckInBackground: !*checkBefore, Release: version})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

@@ -294,7 +294,7 @@ func (s *Server) backends(w http.ResponseWriter, _ *http.Request) {
 // datasets describes every registered dataset: counts only, no session
 // and no file (anyone who may connect asks).
 func (s *Server) datasets(w http.ResponseWriter, r *http.Request) {
-	writeMsg(w, http.StatusOK, datasetsResponse(s.mgr.Datasets(caller(r))))
+	writeMsg(w, http.StatusOK, datasetsResponse(s.mgr.Datasets(r.Context(), caller(r))))
 }
 
 // statusOf tells the caller what the daemon serves and holds
@@ -308,7 +308,7 @@ func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
 		conns = &wire.Budget{Name: "connections", Used: int64(s.conns.counted.n), Limit: int64(s.conns.total), Source: "--max-conns"}
 		s.conns.counted.mu.Unlock()
 	}
-	writeMsg(w, http.StatusOK, statusResponse(s.mgr.Status(caller(r)), conns))
+	writeMsg(w, http.StatusOK, statusResponse(s.mgr.Status(r.Context(), caller(r)), conns))
 }
 
 // metrics serves the Prometheus metrics as the caller may see them, by
@@ -316,7 +316,7 @@ func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
 // caller who may read that dataset (root: all); the daemon-wide series
 // (sessions, the batch memory budget) to all.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	readable := s.mgr.Readable(caller(r))
+	readable := s.mgr.Readable(r.Context(), caller(r))
 	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		mfs, err := s.mgr.Registry().Gather()
 		for _, mf := range mfs {
@@ -359,7 +359,7 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	o, err := s.mgr.Open(caller(r), openParams(req))
+	o, err := s.mgr.Open(r.Context(), caller(r), openParams(req))
 	if err != nil {
 		fail(w, err)
 		return

@@ -3,12 +3,12 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,8 +61,15 @@ func refused(err error) bool {
 	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
 }
 
-// accessWorkers is how many threads open samples as the caller.
-const accessWorkers = 8
+// checkWorkers is how many threads one check opens samples on as the
+// caller: a quarter of the CPUs, at least 2 (an open may wait for the
+// disk) and at most 8, so that one caller's check leaves the others
+// most of the machine.
+func checkWorkers() int { return min(8, max(2, runtime.GOMAXPROCS(0)/4)) }
+
+// checkChunk is how many samples a check's thread opens between two looks
+// at its context: a cancelled check stops within a chunk per thread.
+const checkChunk = 256
 
 // checkAccess returns nil if c (nil: root) may open the dataset root and
 // every sample of ds, else an error naming the first path refused. A
@@ -71,14 +78,19 @@ const accessWorkers = 8
 // changed in g (nil: none), so that no read serves it without checking
 // it again: its path may have moved through a change no watch sees.
 func checkAccess(ds *bmap.Map, c *cred.Cred, g *fresh.Guard) error {
-	return checkSamples(ds, nil, c, g)
+	_, err := checkSamples(context.Background(), ds, nil, c, g, nil)
+	return err
 }
 
 // checkSamples is checkAccess over the samples of ds that idx lists (nil:
-// every sample): the root, then each of them.
-func checkSamples(ds *bmap.Map, idx []int32, c *cred.Cred, g *fresh.Guard) error {
+// every sample): the root, then each of them, on checkWorkers threads,
+// until ctx is done (its error then, wrapped). It returns the refusal
+// naming the first path refused and that sample (an index into
+// ds.Samples; -1: none, or the root); opened, when not nil, is told, on
+// any of the threads, how many samples each stretch of the opens took.
+func checkSamples(ctx context.Context, ds *bmap.Map, idx []int32, c *cred.Cred, g *fresh.Guard, opened func(n int)) (int, error) {
 	if c == nil {
-		return nil
+		return -1, nil
 	}
 	if err := c.Do(func() error {
 		fd, err := unix.Open(ds.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -87,52 +99,66 @@ func checkSamples(ds *bmap.Map, idx []int32, c *cred.Cred, g *fresh.Guard) error
 		}
 		return unix.Close(fd)
 	}); err != nil {
-		return err
+		return -1, err
 	}
 	n := len(ds.Samples)
 	if idx != nil {
 		n = len(idx)
 	}
+	at := func(k int) int {
+		if idx != nil {
+			return int(idx[k])
+		}
+		return k
+	}
 	var next atomic.Int64
 	var mu sync.Mutex
-	first, firstIdx := error(nil), n
+	first, firstK := error(nil), n
+	fail := func(k int, err error) {
+		mu.Lock()
+		if k < firstK {
+			first, firstK = err, k
+		}
+		mu.Unlock()
+	}
 	var wg sync.WaitGroup
-	for range accessWorkers {
+	for range min(checkWorkers(), (n+checkChunk-1)/checkChunk) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-			fail := func(i int, err error) {
-				mu.Lock()
-				if i < firstIdx {
-					first, firstIdx = err, i
-				}
-				mu.Unlock()
-			}
 			if err := c.Become(); err != nil {
 				fail(-1, err)
 				return
 			}
 			for {
-				lo := int(next.Add(512)) - 512
+				lo := int(next.Add(checkChunk)) - checkChunk
 				if lo >= n {
 					return
 				}
-				for k := lo; k < min(lo+512, n); k++ {
-					i := k
-					if idx != nil {
-						i = int(idx[k])
-					}
-					if err := openSample(ds, i, g); err != nil {
+				if err := ctx.Err(); err != nil {
+					fail(-1, fmt.Errorf("access check as uid %d stopped: %w", c.UID, err))
+					return
+				}
+				hi := min(lo+checkChunk, n)
+				for k := lo; k < hi; k++ {
+					if err := openSample(ds, at(k), g); err != nil {
 						fail(k, err)
+						hi = k + 1
 						break
 					}
+				}
+				if opened != nil {
+					opened(hi - lo)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return first
+	if first == nil || firstK < 0 {
+		return -1, first
+	}
+	return at(firstK), first
 }
 
 // openSample opens sample i of ds on the calling thread (switched to a
@@ -319,104 +345,6 @@ func listable(root, rel string) string {
 	return shown
 }
 
-// verdicts caches access verdicts per (dataset, credentials) while the
-// dataset's watch generation is unchanged.
-type verdicts struct {
-	mu       sync.Mutex
-	cache    map[verdictKey]verdict                          // under mu
-	checking map[verdictKey]*pendingVerdict                  // under mu: checks running now
-	check    func(*bmap.Map, *cred.Cred, *fresh.Guard) error // checkAccess; tests replace it
-}
-
-func newVerdicts() *verdicts {
-	return &verdicts{cache: map[verdictKey]verdict{}, checking: map[verdictKey]*pendingVerdict{}, check: checkAccess}
-}
-
-// pendingVerdict is an access check in progress: callers with the same key
-// and generation wait for it instead of repeating it; other keys do not
-// wait at all.
-type pendingVerdict struct {
-	done chan struct{}
-	v    verdict // set before done is closed
-}
-
-// verdictKey is a cached access verdict's key: a dataset's registration
-// (a reload's new map never inherits the old one's verdicts) and the
-// credentials judged (uid, gid and every supplementary group: a process
-// that dropped a group never shares a verdict with one that kept it).
-type verdictKey struct {
-	dataset  uint64 // the registration's serial
-	uid, gid int
-	groups   string
-}
-
-func keyOf(dataset uint64, c Caller) verdictKey {
-	gs := slices.Clone(c.Groups)
-	slices.Sort(gs)
-	var b strings.Builder
-	for _, g := range gs {
-		b.WriteString(strconv.FormatUint(uint64(g), 10))
-		b.WriteByte(',')
-	}
-	return verdictKey{dataset, c.UID, c.GID, b.String()}
-}
-
-// verdict is checkAccess's result for a caller, valid while the dataset's
-// watch generation is gen and every directory above the dataset root is
-// as anc recorded it before the check (nil: no snapshot could be taken,
-// so the verdict is never reused).
-type verdict struct {
-	err error
-	gen uint64
-	anc []*fresh.Ancestors // the root's, then each linked path's (fresh.Guard.Linked)
-}
-
-// holds reports whether v, judged at generation v.gen, still holds at gen:
-// nothing under the root changed (the watch) and nothing above it or
-// above where a symlink under it leads (the ancestors' snapshots, taken
-// again: a handful of statx calls each).
-func (v verdict) holds(gen uint64) bool {
-	if v.gen != gen || len(v.anc) == 0 {
-		return false
-	}
-	for _, a := range v.anc {
-		if a == nil || a.Check() != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// snapshot takes the snapshots a verdict on ds (guarded by g) depends on:
-// the root's ancestors and those of every path reached through a symlink
-// under the root; nil where one could not be taken (never reused).
-func snapshot(ds *bmap.Map, g *fresh.Guard) []*fresh.Ancestors {
-	paths := append([]string{ds.Root}, g.Linked()...)
-	out := make([]*fresh.Ancestors, len(paths))
-	for k, p := range paths {
-		a, err := fresh.SnapshotAncestors(p)
-		if err != nil {
-			return nil
-		}
-		out[k] = a
-	}
-	return out
-}
-
-// authorize returns nil if c may read every sample of dataset name
-// (registration id: ds, watched by g, nil for none) through the filesystem, else an error
-// wrapping ErrForbidden that names the dataset and the first path refused.
-// Verdicts are cached until the watch sees a change to a sample (by any
-// path: the guard's fanotify mark) or under the root, or a directory above
-// the root changes (mode, owner, ACL, rename, mount: the ancestors'
-// snapshot); without a watch every call checks.
-func (v *verdicts) authorize(name string, id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) error {
-	if err := v.get(id, ds, g, c).err; err != nil {
-		return refusal(name, c, err)
-	}
-	return nil
-}
-
 // authorizeOpen returns nil if c may open dataset name's root (ds), else
 // an error wrapping ErrForbidden naming the dataset: all a session's
 // open asks; its samples are checked as they are first read
@@ -431,8 +359,8 @@ func authorizeOpen(name string, ds *bmap.Map, c Caller) error {
 // authorizeFiles returns nil if c may read the samples of dataset name
 // that idx lists (an open's files=), else authorize's error. Not cached:
 // it opens only those files, once per open.
-func authorizeFiles(name string, ds *bmap.Map, idx []int32, g *fresh.Guard, c Caller) error {
-	if err := checkSamples(ds, idx, credOf(c), g); err != nil {
+func authorizeFiles(ctx context.Context, name string, ds *bmap.Map, idx []int32, g *fresh.Guard, c Caller) error {
+	if _, err := checkSamples(ctx, ds, idx, credOf(c), g, nil); err != nil {
 		return refusal(name, c, err)
 	}
 	return nil
@@ -449,68 +377,4 @@ func refusal(name string, c Caller, err error) error {
 		}
 	}
 	return fmt.Errorf("%w: dataset %s: %s may not read it through the filesystem: %w", ErrForbidden, name, who, err)
-}
-
-// get returns the cached verdict for (dataset, credentials) while it
-// holds (the dataset's watch generation and the directories above its
-// root unchanged), else checks access. The check
-// (an open of every file: seconds at ImageNet scale) runs outside the
-// lock: concurrent opens by the same caller share one check, and other
-// callers and datasets are not held up by it.
-func (v *verdicts) get(id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) verdict {
-	key := keyOf(id, c)
-	v.mu.Lock()
-	var gen uint64
-	if g != nil {
-		g.Poll()
-		gen = g.Generation()
-		if old, ok := v.cache[key]; ok && old.holds(gen) {
-			v.mu.Unlock()
-			return old
-		}
-		if p := v.checking[key]; p != nil && p.v.gen == gen {
-			v.mu.Unlock()
-			<-p.done
-			if p.v.holds(gen) { // else a change above the root came during that check
-				return p.v
-			}
-			return v.get(id, ds, g, c)
-		}
-	}
-	p := &pendingVerdict{done: make(chan struct{}), v: verdict{gen: gen}}
-	if g != nil {
-		v.checking[key] = p
-	}
-	v.mu.Unlock()
-
-	// The snapshot comes before the check: a change above the root after
-	// it is seen at the next open, whether or not the check saw it.
-	if g != nil {
-		p.v.anc = snapshot(ds, g)
-	}
-	p.v.err = v.check(ds, credOf(c), g)
-	v.mu.Lock()
-	if g != nil {
-		if v.checking[key] == p {
-			delete(v.checking, key)
-		}
-		// A check of an older generation never replaces a newer verdict.
-		if old, ok := v.cache[key]; !ok || old.gen <= gen {
-			v.cache[key] = p.v
-		}
-	}
-	v.mu.Unlock()
-	close(p.done)
-	return p.v
-}
-
-// forget drops the verdicts of registration id (replaced by a reload).
-func (v *verdicts) forget(id uint64) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for k := range v.cache {
-		if k.dataset == id {
-			delete(v.cache, k)
-		}
-	}
 }

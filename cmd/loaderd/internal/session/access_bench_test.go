@@ -40,13 +40,13 @@ func BenchmarkAuthorizeCached(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer g.Close()
-	v := newVerdicts()
+	v := newVerdicts(1, slog.New(slog.DiscardHandler))
 	c := Caller{UID: nobody, GID: nobody}
-	if err := v.authorize("ds", 1, m, g, c); err != nil {
+	if err := v.authorize(context.Background(), "ds", 1, m, g, c); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if err := v.authorize("ds", 1, m, g, c); err != nil {
+		if err := v.authorize(context.Background(), "ds", 1, m, g, c); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -80,7 +80,7 @@ func BenchmarkOpenAsNewCaller(b *testing.B) {
 	for b.Loop() {
 		c := Caller{UID: uid, GID: uid}
 		uid++
-		o, err := mgr.Open(c, OpenParams{Dataset: "d", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 64, NumShards: 8}}})
+		o, err := mgr.Open(context.Background(), c, OpenParams{Dataset: "d", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 64, NumShards: 8}}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -186,14 +187,14 @@ func TestVerdictConcurrent(t *testing.T) {
 	slow, fast := Caller{UID: 1001, GID: 1001}, Caller{UID: 1002, GID: 1002}
 	release := make(chan struct{})
 	var calls sync.Map // uid -> *atomic.Int32
-	m.access.check = func(_ *bmap.Map, c *cred.Cred, _ *fresh.Guard) error {
+	m.access.check = func(_ context.Context, _ *bmap.Map, _ []int32, c *cred.Cred, _ *fresh.Guard, _ func(int)) (int, error) {
 		n, _ := calls.LoadOrStore(int(c.UID), new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 		if int(c.UID) == slow.UID {
 			<-release
-			return errors.New("b/x.jpg: no read permission")
+			return -1, errors.New("b/x.jpg: no read permission")
 		}
-		return nil
+		return -1, nil
 	}
 	count := func(uid int) int32 {
 		n, ok := calls.Load(uid)
@@ -205,7 +206,7 @@ func TestVerdictConcurrent(t *testing.T) {
 	const waiters = 4
 	errs := make(chan error, waiters)
 	for range waiters {
-		go func() { errs <- m.authorize(d, slow) }()
+		go func() { errs <- m.authorize(context.Background(), d, slow) }()
 	}
 	for deadline := time.Now().Add(10 * time.Second); count(slow.UID) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -213,7 +214,7 @@ func TestVerdictConcurrent(t *testing.T) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- m.authorize(d, fast) }()
+	go func() { done <- m.authorize(context.Background(), d, fast) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -232,7 +233,7 @@ func TestVerdictConcurrent(t *testing.T) {
 		t.Errorf("%d concurrent opens by one caller ran %d checks, want 1", waiters, n)
 	}
 	// Cached now: no new check until the dataset changes.
-	if err := m.authorize(d, slow); !errors.Is(err, ErrForbidden) {
+	if err := m.authorize(context.Background(), d, slow); !errors.Is(err, ErrForbidden) {
 		t.Errorf("cached verdict: err = %v", err)
 	}
 	if n := count(slow.UID); n != 1 {

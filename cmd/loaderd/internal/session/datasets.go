@@ -3,11 +3,13 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +72,12 @@ type dataset struct {
 	// warned is how many samples changed since mapping the log has told
 	// of (warnStale); under infoMu after registration.
 	warned int
+	// added counts info.Added by class folder, as listed at addedSince
+	// (unmapped); classIdx is each mapped class's index among the guard's
+	// watched folders. Under infoMu.
+	added      bmap.ClassCounts
+	addedSince fresh.Since
+	classIdx   map[string]int
 
 	countsMu  sync.Mutex   // one count for notRaw at a time
 	causes    []StaleCause // under countsMu: notRaw's last answer
@@ -359,7 +367,7 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 			}
 		}
 	}
-	n, listed, err := d.m.UnmappedIn(d.m.Discovered())
+	n, listed, err := d.unmapped()
 	if err != nil {
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
 		n = -1
@@ -369,6 +377,42 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 	return info, listed
 }
 
+// unmapped counts the files in the dataset's folders that the map lacks
+// (bmap.Map.UnmappedIn), and the folders listed to count; under infoMu.
+// For a folder layout with a watch, the class folders the watch saw
+// change since the last count are listed again (and those it does not
+// watch), the others keep their count: after one file is added, the root
+// and one folder are listed, not every one.
+func (d *dataset) unmapped() (int, []string, error) {
+	if d.guard == nil || d.m.Listed || d.m.Reader != bmap.ReaderFile {
+		return d.m.UnmappedIn(d.m.Discovered())
+	}
+	if d.classIdx == nil {
+		d.classIdx = make(map[string]int, len(d.m.Classes))
+		for c, cls := range d.m.Classes {
+			d.classIdx[cls] = c
+		}
+	}
+	since := d.guard.Now() // before the listing: a change during it is seen at the next count
+	changed, ok := d.guard.DirsChangedSince(d.addedSince)
+	relist := func(cls string) bool {
+		c, watched := d.classIdx[cls]
+		return !ok || !watched || changed[c]
+	}
+	order := d.files.sorted(d.m)
+	mapped := func(p string) bool {
+		_, found := lookup(d.m, order, filepath.Clean(p))
+		return found
+	}
+	counts, n, dirs, err := d.m.UnmappedInClasses(d.m.Discovered(), d.added, relist, mapped)
+	if err != nil {
+		d.added = nil
+		return 0, nil, err
+	}
+	d.added, d.addedSince = counts, since
+	return n, dirs, nil
+}
+
 // Datasets describes every registered dataset to c, sorted by name: its
 // size and how its samples may be read now (DatasetInfo). Anyone who may
 // connect may ask; it names no session and no file, and tells c only
@@ -376,26 +420,28 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 // dataset's name, reader and freshness, its counts only if it may read
 // every sample (its access verdict, cached or checked now: as an open
 // would), and Added only if it may also list every folder counted in
-// (opened as c).
-func (m *Manager) Datasets(c Caller) []DatasetInfo {
+// (opened as c). The access checks it makes stop when ctx ends; a
+// dataset whose verdict ctx's end left unjudged is described as to one
+// who may not read it.
+func (m *Manager) Datasets(ctx context.Context, c Caller) []DatasetInfo {
 	ds := m.registered()
 	slices.SortFunc(ds, func(a, b *dataset) int { return strings.Compare(a.name, b.name) })
 	out := make([]DatasetInfo, len(ds))
 	now := time.Now()
 	for i, d := range ds {
-		out[i] = m.describeTo(d, now, c)
+		out[i] = m.describeTo(ctx, d, now, c)
 	}
 	return out
 }
 
 // describeTo is d's description as c may see it (Datasets).
-func (m *Manager) describeTo(d *dataset, now time.Time, c Caller) DatasetInfo {
+func (m *Manager) describeTo(ctx context.Context, d *dataset, now time.Time, c Caller) DatasetInfo {
 	info, listed := d.describe(now, m.log)
 	cr := credOf(c)
 	if cr == nil { // root
 		return info
 	}
-	if m.authorize(d, c) != nil {
+	if m.authorize(ctx, d, c) != nil {
 		return DatasetInfo{Name: info.Name, Reader: info.Reader, Freshness: info.Freshness}
 	}
 	if info.Added >= 0 && cr.Do(func() error { return canList(listed) }) != nil {
@@ -419,15 +465,17 @@ func canList(dirs []string) error {
 
 // Readable returns whether c may read a dataset, by name (its access
 // verdicts, as Datasets judges them; root: every name, registered or
-// not): what c may see of the metrics labelled with a dataset.
-func (m *Manager) Readable(c Caller) func(name string) bool {
+// not): what c may see of the metrics labelled with a dataset. The access
+// checks it makes stop when ctx ends (a name left unjudged is not
+// readable).
+func (m *Manager) Readable(ctx context.Context, c Caller) func(name string) bool {
 	if credOf(c) == nil {
 		return func(string) bool { return true }
 	}
 	ds := m.registered()
 	ok := make(map[string]bool, len(ds))
 	for _, d := range ds {
-		ok[d.name] = m.authorize(d, c) == nil
+		ok[d.name] = m.authorize(ctx, d, c) == nil
 	}
 	return func(name string) bool { return ok[name] }
 }

@@ -38,7 +38,7 @@ func TestFilesystemOnlyMap(t *testing.T) {
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("registration warned:\n%s", logs.String())
 	}
-	if info := m.Datasets(Caller{}); len(info) != 1 || info[0].FilesystemOnly != 5 || info[0].Fresh != 0 || info[0].Stale != 0 || info[0].Freshness != FreshnessNone {
+	if info := m.Datasets(context.Background(), Caller{}); len(info) != 1 || info[0].FilesystemOnly != 5 || info[0].Fresh != 0 || info[0].Stale != 0 || info[0].Freshness != FreshnessNone {
 		t.Errorf("Datasets() = %+v", info)
 	}
 	root0 := Caller{UID: 0, GID: 0}
@@ -53,7 +53,7 @@ func TestFilesystemOnlyMap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run("backend "+tt.backend, func(t *testing.T) {
-			o, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{Backend: tt.backend, ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
+			o, err := m.Open(context.Background(), root0, OpenParams{Dataset: "d", Request: loader.Request{Backend: tt.backend, ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
 			if tt.want == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -99,7 +99,7 @@ func TestDatasetsCounts(t *testing.T) {
 	}
 	want := DatasetInfo{Name: "d", Readable: true, Listable: true, Samples: 4, Bytes: 4 * 14000, Classes: 2, Fresh: 3, Stale: 1, Added: 2, Freshness: "watch", Reader: "file",
 		Fingerprint: ds.Fingerprint()}
-	if got := m.Datasets(Caller{}); len(got) != 1 || got[0] != want {
+	if got := m.Datasets(context.Background(), Caller{}); len(got) != 1 || got[0] != want {
 		t.Fatalf("at registration: %+v, want %+v", got, want)
 	}
 	// Changed after registration: the watch sees it. Counts are kept
@@ -110,7 +110,7 @@ func TestDatasetsCounts(t *testing.T) {
 	d := m.data["d"]
 	d.infoAt = d.infoAt.Add(-infoInterval)
 	want.Fresh, want.Stale = 2, 2
-	if got := m.Datasets(Caller{}); got[0] != want {
+	if got := m.Datasets(context.Background(), Caller{}); got[0] != want {
 		t.Fatalf("after a removal: %+v, want %+v", got[0], want)
 	}
 }
@@ -147,7 +147,7 @@ func TestAddedByTheMapsFilter(t *testing.T) {
 	}
 	added := func() map[string]int {
 		got := map[string]int{}
-		for _, d := range m.Datasets(Caller{}) {
+		for _, d := range m.Datasets(context.Background(), Caller{}) {
 			got[d.Name] = d.Added
 			m.data[d.Name].infoAt = m.data[d.Name].infoAt.Add(-infoInterval) // the next call counts afresh
 		}

@@ -328,7 +328,7 @@ func (d *deliverDriver) open(td *datadriven.TestData, state *loader.State) strin
 		d.m = d.manager()
 		d.me = Caller{UID: os.Getuid(), GID: os.Getgid()}
 	}
-	o, err := d.m.Open(d.me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: batch, NumShards: 1, RandomShuffle: true, Seed: 7}, PrefetchQueueDepth: &prefetch, ReleaseAfter: &releaseAfter, State: state}})
+	o, err := d.m.Open(context.Background(), d.me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: batch, NumShards: 1, RandomShuffle: true, Seed: 7}, PrefetchQueueDepth: &prefetch, ReleaseAfter: &releaseAfter, State: state}})
 	if err != nil {
 		return d.errString(err)
 	}

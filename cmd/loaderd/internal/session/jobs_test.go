@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -189,7 +190,7 @@ func TestOpenJob(t *testing.T) {
 		for _, f := range more {
 			f(&p)
 		}
-		return m.Open(me, p)
+		return m.Open(context.Background(), me, p)
 	}
 	a, err := open(0, 12)
 	if err != nil {
@@ -258,7 +259,7 @@ func TestJobsBoundedAndOwned(t *testing.T) {
 	tcp := me
 	tcp.TCP = true // another owner, reading as the same uid
 	open := func(c Caller, job string, shard int, seed uint64) error {
-		_, err := m.Open(c, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, ShardID: shard, NumShards: 2, RandomShuffle: true, Seed: seed}}, JobID: job})
+		_, err := m.Open(context.Background(), c, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, ShardID: shard, NumShards: 2, RandomShuffle: true, Seed: seed}}, JobID: job})
 		return err
 	}
 	for i := range perUID {

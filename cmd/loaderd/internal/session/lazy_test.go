@@ -81,7 +81,7 @@ func TestOpenChecksSamplesAsRead(t *testing.T) {
 	nobodyC := Caller{UID: nobody, GID: nobody}
 	for _, be := range []string{"file", "gds", "bam"} {
 		t.Run(be, func(t *testing.T) {
-			o, err := m.Open(nobodyC, OpenParams{Dataset: "d", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1}}})
+			o, err := m.Open(context.Background(), nobodyC, OpenParams{Dataset: "d", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1}}})
 			if err != nil {
 				t.Fatalf("open as nobody: %v", err)
 			}
@@ -102,7 +102,7 @@ func TestOpenChecksSamplesAsRead(t *testing.T) {
 	}
 	must(os.Chmod(fs.Path("train"), 0o700))
 	defer os.Chmod(fs.Path("train"), 0o755)
-	if _, err := m.Open(nobodyC, OpenParams{Dataset: "d", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1}}}); err == nil || !strings.Contains(err.Error(), "permission denied") {
+	if _, err := m.Open(context.Background(), nobodyC, OpenParams{Dataset: "d", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 5, NumShards: 1}}}); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("open as nobody of a 0700 root: %v, want ErrForbidden", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestOpenReportsNotRaw(t *testing.T) {
 		backend string
 		want    []StaleCause
 	}{{"gds", want}, {"bam", want}, {"file", nil}} {
-		o, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{Backend: tt.backend, ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
+		o, err := m.Open(context.Background(), root0, OpenParams{Dataset: "d", Request: loader.Request{Backend: tt.backend, ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -30,7 +31,7 @@ func TestMaxSessionsConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, errs[i] = m.Open(me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
+			_, errs[i] = m.Open(context.Background(), me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
 		}()
 	}
 	close(start)
@@ -112,7 +113,7 @@ func TestAdmissionLimits(t *testing.T) {
 					}
 					continue
 				}
-				o, err := m.Open(s.c, params)
+				o, err := m.Open(context.Background(), s.c, params)
 				ids[i] = o.ID
 				switch {
 				case s.want == nil && err != nil:

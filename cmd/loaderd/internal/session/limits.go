@@ -39,6 +39,11 @@ const (
 	DefaultMaxDeviceBytes = 16 << 30
 )
 
+// DefaultMaxChecksPerUID is Config.MaxChecksPerUID's default: one
+// whole-dataset access check of an owner at a time (each opens up to every
+// sample of a dataset as the caller, seconds of CPU at a million).
+const DefaultMaxChecksPerUID = 1
+
 // DefaultMaxReplaysPerUID is Config.MaxReplaysPerUID's default: a
 // quarter of the CPUs this process may use, at least 1. A replay (a
 // shuffle dali session resumed or moved to an epoch: every epoch before

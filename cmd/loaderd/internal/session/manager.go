@@ -11,9 +11,10 @@
 // Files: manager.go (the session table, open, close, reaping),
 // reaped.go (the sessions reaped last, so their clients are told),
 // session.go (one session), deliver.go (batches out, releases in,
-// streams), access.go (who may read a dataset, cached verdicts),
-// datasets.go (registered datasets, their freshness guards and counts),
-// reload.go (maps read again without dropping sessions), metrics.go,
+// streams), access.go (who may read a dataset's samples), verdicts.go
+// (whole-dataset verdicts, kept and judged again as far as the dataset
+// changed), datasets.go (registered datasets, their freshness guards and
+// counts), reload.go (maps read again without dropping sessions), metrics.go,
 // status.go (what the daemon serves and holds, for loaderd status).
 package session
 
@@ -92,7 +93,13 @@ type Config struct {
 	// loader.MaxReplaySamples samples; the others wait for their turn.
 	// Default DefaultMaxReplaysPerUID().
 	MaxReplaysPerUID int
-	Logger           *slog.Logger
+	// MaxChecksPerUID bounds the whole-dataset access checks of one
+	// owner that run at once (a listing's or a refusal's: every sample, or
+	// every one changed since the last, opened as the caller); the others
+	// wait for their turn, or for their caller to go away. Default
+	// DefaultMaxChecksPerUID.
+	MaxChecksPerUID int
+	Logger          *slog.Logger
 	// Engines is EnginesPerSession (the default, "" too) or
 	// EnginesPerDevice: whether the sessions reading one device share its
 	// raw engines. Measured with 8 sessions (docs/decisions.md#raw-engines-per-session-by-default): the same
@@ -200,6 +207,9 @@ func NewManager(cfg Config) *Manager {
 	if cfg.MaxReplaysPerUID == 0 {
 		cfg.MaxReplaysPerUID = DefaultMaxReplaysPerUID()
 	}
+	if cfg.MaxChecksPerUID == 0 {
+		cfg.MaxChecksPerUID = DefaultMaxChecksPerUID
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -208,7 +218,7 @@ func NewManager(cfg Config) *Manager {
 	}
 	cfg.memoryBudgets()
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, replays: map[owner]*loader.Replays{},
-		reg: prometheus.NewRegistry(), access: newVerdicts(), jobs: newJobs(cfg.SessionTimeout)}
+		reg: prometheus.NewRegistry(), access: newVerdicts(cfg.MaxChecksPerUID, cfg.Logger), jobs: newJobs(cfg.SessionTimeout)}
 	if cfg.Engines == EnginesPerDevice {
 		m.shared = &loader.Shared{}
 	}
@@ -268,14 +278,16 @@ func (cfg *Config) memoryBudgets() {
 }
 
 // authorize returns nil if c may read every sample of the dataset through
-// the filesystem (access.go), else an error wrapping ErrForbidden.
-func (m *Manager) authorize(d *dataset, c Caller) error {
-	return m.access.authorize(d.name, d.id, d.m, d.guard, c)
+// the filesystem (verdicts.go), else an error wrapping ErrForbidden, or
+// ctx's error when ctx ends first.
+func (m *Manager) authorize(ctx context.Context, d *dataset, c Caller) error {
+	return m.access.authorize(ctx, d.name, d.id, d.m, d.guard, c)
 }
 
 // Stop ends every session and stops the dataset watches; the manager is
 // not used after.
 func (m *Manager) Stop() error {
+	m.access.close()
 	m.CloseAll()
 	m.mu.Lock()
 	var errs []error
@@ -307,8 +319,9 @@ func (m *Manager) MaxSessions() int { return m.cfg.MaxSessions }
 // sessions' past MaxLockedBytes (page-locked host memory) or
 // MaxDeviceBytes (GPU memory), with ErrConflict when the dataset's
 // fingerprint is not the one p expects, and with ErrDisagree when p names
-// a job of c's whose sessions read otherwise (jobs.go).
-func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
+// a job of c's whose sessions read otherwise (jobs.go). The access
+// checks it makes stop when ctx ends (the request's caller went away).
+func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, error) {
 	if c.UID < 0 {
 		return Opened{}, fmt.Errorf("%w: the caller's uid is unknown", ErrForbidden)
 	}
@@ -341,7 +354,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		var missing error
 		var unmapped []string
 		files, unmapped, missing = resolveFiles(p.Dataset, ds, &d.files, p.Files)
-		if err := authorizeFiles(d.name, ds, files, d.guard, c); err != nil {
+		if err := authorizeFiles(ctx, d.name, ds, files, d.guard, c); err != nil {
 			return Opened{}, d.unseen(err)
 		}
 		if err := authorizeMissing(d.name, ds, unmapped, c); err != nil { // files.go
@@ -360,7 +373,7 @@ func (m *Manager) Open(c Caller, p OpenParams) (Opened, error) {
 		// every tar's members (an underfull sample's key, the samples
 		// kept, the largest rooms): the whole verdict (every sample, or
 		// tar, opened as the caller, cached) comes first.
-		if err := m.authorize(d, c); err != nil {
+		if err := m.authorize(ctx, d, c); err != nil {
 			return Opened{}, d.unseen(err)
 		}
 	}

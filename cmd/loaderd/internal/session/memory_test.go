@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -28,7 +29,7 @@ func TestMemoryOnlyToItsOwner(t *testing.T) {
 	other := Caller{UID: owner.UID + 4242, GID: owner.GID + 4242}
 	tcp := Caller{UID: 65534, GID: 65534, TCP: true} // the TCP principal (--tcp-user nobody)
 	open := func(c Caller) string {
-		o, err := m.Open(c, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
+		o, err := m.Open(context.Background(), c, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestMemoryRacesClose(t *testing.T) {
 	defer m.Stop()
 	owner := Caller{UID: os.Getuid(), GID: os.Getgid()}
 	for round := range 20 {
-		o, err := m.Open(owner, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
+		o, err := m.Open(context.Background(), owner, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -74,7 +75,8 @@ func newMetrics(reg *prometheus.Registry, mgr *Manager) *metrics {
 	budget := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nvfeed_batch_memory_budget_bytes",
 		Help: "The daemon's budget of batch memory for all sessions together (--max-locked-mb)."},
 		func() float64 { _, n := mgr.Locked(); return float64(n) })
-	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.failed, m.sessions, m.memory, reserved, budget, &backendCollector{b: &m.backends}, &datasetCollector{m: mgr})
+	reg.MustRegister(m.samples, m.bytes, m.batches, m.errors, m.readSeconds, m.failed, m.sessions, m.memory, reserved, budget, &backendCollector{b: &m.backends}, &datasetCollector{m: mgr},
+		mgr.access.opened, mgr.access.checks)
 	return m
 }
 
@@ -178,7 +180,7 @@ func (c *datasetCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends every dataset's counts, each cause's (0 too: the series
 // stay).
 func (c *datasetCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, info := range c.m.Datasets(Caller{}) {
+	for _, info := range c.m.Datasets(context.Background(), Caller{}) { // root's: no access check
 		notRaw := info.Stale + info.Writable + info.Pending
 		for state, n := range map[string]int{"fresh": info.Fresh, "filesystem_only": info.FilesystemOnly, "stale": notRaw} {
 			ch <- prometheus.MustNewConstMetric(datasetSamplesDesc, prometheus.GaugeValue, float64(n), info.Name, state)

@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,7 @@ func TestReapedSessionSaysSo(t *testing.T) {
 	other := me
 	other.TCP = true
 	open := func() Opened {
-		o, err := m.Open(me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
+		o, err := m.Open(context.Background(), me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -87,7 +87,7 @@ func TestReload(t *testing.T) {
 	root0 := Caller{UID: 0, GID: 0}
 	open := func() Opened {
 		t.Helper()
-		o, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
+		o, err := m.Open(context.Background(), root0, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestReload(t *testing.T) {
 	}
 
 	jpegs(t, root, 7, 1) // a file added since mapping: counted, not served
-	if info := m.Datasets(Caller{}); len(info) != 1 || info[0].Added != 1 || info[0].Samples != 7 {
+	if info := m.Datasets(context.Background(), Caller{}); len(info) != 1 || info[0].Added != 1 || info[0].Samples != 7 {
 		t.Errorf("before mkbmap again: %+v, want 7 samples and 1 added", info)
 	}
 	writeMap(t, root, mapPath)
@@ -148,7 +148,7 @@ func TestReload(t *testing.T) {
 			}
 		})
 	}
-	if info := m.Datasets(Caller{}); info[0].Added != 0 || info[0].Samples != 8 {
+	if info := m.Datasets(context.Background(), Caller{}); info[0].Added != 0 || info[0].Samples != 8 {
 		t.Errorf("after the reload: %+v, want 8 samples and none added", info)
 	}
 	// The session opened before the reloads goes on with its map.
@@ -165,7 +165,7 @@ func TestReload(t *testing.T) {
 	if err != nil || len(res) != 2 || res[0].Dataset != "d" || res[0].Outcome != ReloadRemoved || res[1].Outcome != ReloadFailed {
 		t.Fatalf("Reload naming another dataset = %+v, %v", res, err)
 	}
-	if _, err := m.Open(root0, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}}); !errors.Is(err, ErrNotFound) {
+	if _, err := m.Open(context.Background(), root0, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 1, NumShards: 1}}}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("open of a removed dataset: %v, want ErrNotFound", err)
 	}
 	if _, err := m.Next(context.Background(), root0, old.ID, nil, &Position{Epoch: 1, Iteration: 0}); err != nil {

@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"os"
 	"runtime"
@@ -46,7 +47,7 @@ func TestSamplerBudget(t *testing.T) {
 	before := heldFromOS()
 	var ids []string
 	for range sessions {
-		o, err := m.Open(me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: daliArgs}})
+		o, err := m.Open(context.Background(), me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: daliArgs}})
 		if err != nil {
 			t.Fatalf("open %d: %v", len(ids), err)
 		}
@@ -58,7 +59,7 @@ func TestSamplerBudget(t *testing.T) {
 		}
 	}
 	open := heldFromOS()
-	_, err := m.Open(me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: daliArgs}})
+	_, err := m.Open(context.Background(), me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: daliArgs}})
 	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "--max-sampler-mb") || !strings.Contains(err.Error(), "budget of") {
 		t.Errorf("open past the sampler budget: %v, want ErrNoSpace naming the budget", err)
 	}
@@ -73,7 +74,7 @@ func TestSamplerBudget(t *testing.T) {
 	if used, _ := m.Samplers(); used != 0 {
 		t.Errorf("%d bytes of sample order still reserved after every session closed", used)
 	}
-	if _, err := m.Open(me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: daliArgs}}); err != nil {
+	if _, err := m.Open(context.Background(), me, OpenParams{Dataset: "d", Request: loader.Request{ReaderArgs: daliArgs}}); err != nil {
 		t.Errorf("open after the others closed: %v", err)
 	}
 	// Back within 1.5 s on an idle machine (osFreer's runs a second

@@ -4,6 +4,7 @@ package session
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"time"
 )
@@ -124,10 +125,11 @@ type Budget struct {
 }
 
 // Status tells c what the daemon serves and holds (Status): the
-// datasets as Datasets would, the sessions c may see, the budgets.
-func (m *Manager) Status(c Caller) Status {
+// datasets as Datasets would, the sessions c may see, the budgets. The
+// access checks it makes stop when ctx ends.
+func (m *Manager) Status(ctx context.Context, c Caller) Status {
 	var st Status
-	for _, info := range m.Datasets(c) {
+	for _, info := range m.Datasets(ctx, c) {
 		st.Datasets = append(st.Datasets, DatasetStatus{DatasetInfo: info, StaleCauses: staleCauses(info)})
 	}
 	root := credOf(c) == nil && !c.TCP

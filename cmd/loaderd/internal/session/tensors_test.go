@@ -94,7 +94,7 @@ func TestNumpyBatchesCarryTensors(t *testing.T) {
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"np": numpyMap(t, root), "jpg": testfs.MapDir(t, froot)}, Logger: slog.New(slog.DiscardHandler)})
 	defer m.Stop()
 
-	info := m.Datasets(Caller{})
+	info := m.Datasets(context.Background(), Caller{})
 	if len(info) != 2 || info[0].Name != "jpg" || info[1].Name != "np" {
 		t.Fatalf("Datasets() = %+v", info)
 	}
@@ -106,7 +106,7 @@ func TestNumpyBatchesCarryTensors(t *testing.T) {
 	}
 
 	root0 := Caller{UID: 0, GID: 0}
-	o, err := m.Open(root0, OpenParams{Dataset: "np", Request: loader.Request{Backend: "file", ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}}})
+	o, err := m.Open(context.Background(), root0, OpenParams{Dataset: "np", Request: loader.Request{Backend: "file", ReaderArgs: loader.ReaderArgs{BatchSize: 3, NumShards: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestNumpyBatchesCarryTensors(t *testing.T) {
 		}
 	}
 
-	fo, err := m.Open(root0, OpenParams{Dataset: "jpg", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
+	fo, err := m.Open(context.Background(), root0, OpenParams{Dataset: "jpg", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,10 +190,10 @@ func TestNumpyMixedDTypesNotServed(t *testing.T) {
 	if !strings.Contains(logs.String(), why) {
 		t.Errorf("registration did not warn %q:\n%s", why, logs.String())
 	}
-	if info := m.Datasets(Caller{}); info[0].Reader != "numpy" || info[0].DType != "" {
+	if info := m.Datasets(context.Background(), Caller{}); info[0].Reader != "numpy" || info[0].DType != "" {
 		t.Errorf("Datasets() = %+v, want reader numpy and no dtype", info[0])
 	}
-	_, err := m.Open(Caller{}, OpenParams{Dataset: "np", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
+	_, err := m.Open(context.Background(), Caller{}, OpenParams{Dataset: "np", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 2, NumShards: 1}}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "dataset np is not served") || !strings.Contains(err.Error(), why) {
 		t.Errorf("open: %v, want ErrInvalid naming %q", err, why)
 	}

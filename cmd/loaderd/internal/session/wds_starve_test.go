@@ -3,6 +3,7 @@
 package session
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -56,7 +57,7 @@ func TestSelectionsCannotBeStarved(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		t0 := time.Now()
-		o, err := mgr.Open(c, p)
+		o, err := mgr.Open(context.Background(), c, p)
 		took := time.Since(t0)
 		runtime.ReadMemStats(&after)
 		if err != nil {

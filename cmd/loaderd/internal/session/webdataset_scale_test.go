@@ -119,7 +119,7 @@ func TestWebDatasetScale(t *testing.T) {
 	p := OpenParams{Dataset: "big", Request: loader.Request{ReaderArgs: loader.ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: 38}, Backend: "file"}, Ext: []string{"jpg", "cls"}}
 	ctx := context.Background()
 	t0 = time.Now()
-	a, err := mgr.Open(root, p)
+	a, err := mgr.Open(context.Background(), root, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestWebDatasetScale(t *testing.T) {
 	pr := p
 	pr.State = &saved
 	t0 = time.Now()
-	r, err := mgr.Open(root, pr)
+	r, err := mgr.Open(context.Background(), root, pr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestWebDatasetScale(t *testing.T) {
 	rss1 := procStatus("RssAnon")
 	ids := []string{r.ID}
 	for range 7 {
-		o, err := mgr.Open(root, p)
+		o, err := mgr.Open(context.Background(), root, p)
 		if err != nil {
 			t.Fatal(err)
 		}
