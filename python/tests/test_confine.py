@@ -236,7 +236,11 @@ def test_dataset_the_sandbox_hides(tmp_path: Path) -> None:
             p.chmod(0o755)
         shutil.copy(bmap, run / "train.bmap")
         (run / "train.bmap").chmod(0o644)
-        d = start_daemon(run, run / "train.bmap", "--socket-mode", "0666", wrap=wrap)
+        # The daemon itself lies outside /tmp too: a checkout under /tmp (a
+        # CI's clone) is hidden from it as well.
+        shutil.copy(BIN / "loaderd", run / "loaderd")
+        daemon = str(run / "loaderd")
+        d = start_daemon(run, run / "train.bmap", "--socket-mode", "0666", wrap=wrap, binary=daemon)
         try:
             out = run_as(who.pw_uid, who.pw_gid, [], OPEN, d.socket)
             assert out.returncode == 0, out.stderr
@@ -253,7 +257,7 @@ def test_dataset_the_sandbox_hides(tmp_path: Path) -> None:
 
         # The map itself under the hidden /tmp: the start fails naming it.
         with pytest.raises(RuntimeError, match=r"hidden from the daemon: the daemon's service sandbox \(systemd PrivateTmp=yes\)"):
-            start_daemon(run, bmap, wrap=wrap)
+            start_daemon(run, bmap, wrap=wrap, binary=daemon)
     finally:
         shutil.rmtree(run, ignore_errors=True)
         shutil.rmtree(data, ignore_errors=True)
