@@ -60,6 +60,8 @@ bench: build venv
 	$(call bench_step,roi.txt,bash bench/roi.sh 3)
 	$(call bench_step,wds.txt,bash bench/wds.sh 1)
 	$(call bench_step,table.txt,bash bench/table.sh 3)
+	$(call bench_step,lifetime.txt,bash bench/lifetime_cost.sh 15)
+	$(call bench_step,dalipad.txt,bash bench/dali_pad_cost.sh 5)
 	$(call bench_step,scale.txt,{ echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1; })
 	$(call bench_step,baseline.txt,bash bench/baseline.sh $(BENCH_BASELINE) 3)
 	python3 bench/results.py bench/out > bench/RESULTS.md

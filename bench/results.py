@@ -71,6 +71,16 @@ SECTIONS = [
      "1 281 167 files (unless `BENCH_SCALE_N` says fewer: the first line says how many) of ~2 KB on an ext4 "
      "loop device over the virtio disk, cold: `mkbmap`, the daemon ready (its map verification included), "
      "8 ranks' first batches (each rank's open and first batch, timed from its asking)."),
+    ("lifetime.txt", "A batch's lifetime in a plain loop: copies against views", "bash bench/lifetime_cost.sh 15",
+     "One daemon serves 3 000 ImageNet-shaped files and 1 000 float32 256x256 `.npy` files from a RAM-backed ext4 "
+     "loop device (`--direct-io=on`), warm page cache, backend `gds`. A plain Python loop over "
+     "`LoaderSource(random_shuffle=True)`: copies (the default outside DALI) against views (`zero_copy=True`), "
+     "3 epochs a case and round, alternating; medians of the rounds. CPU per batch is the steadier figure."),
+    ("dalipad.txt", "The DALI swap without pad_last_batch", "bash bench/dali_pad_cost.sh 5",
+     "The README's swap (`bench/swap.py`, one DALI CPU pipeline, bytes to an operator) with and without "
+     "`pad_last_batch`, beside `fn.readers.file`: 3 000 ImageNet-shaped files on a RAM-backed ext4 loop device, "
+     "warm, batch 64, the four cases alternating, medians of the rounds. Unpadded, DALI's readers fill an "
+     "epoch's last batch from the next epoch, and the swap copies each sample once to build such batches."),
     ("go-bench.txt", "Hot paths (go test -bench)", "go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/",
      "Map building and loading at scale, planning, the sampler."),
 ]
