@@ -15,7 +15,10 @@ DALI they need ``zero_copy=True``."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import os
+import sys
+from types import FrameType
+from typing import Any, Optional, cast
 
 import numpy as np
 
@@ -27,6 +30,24 @@ ALIGN = 64
 is page-aligned), so every array in it keeps its alignment."""
 
 
+_DALI_CODE = os.path.join("nvidia", "dali", "")
+_DEPTH = 24  # frames looked through: DALI's callback, the reader form's stream, the source's own
+
+
+def called_by_dali() -> bool:
+    """Whether DALI's code is on the stack above this call: the batch is
+    fetched for a pipeline (its callback, its iterable source, its
+    reader form), not for a loop of the user's."""
+    f: Optional[FrameType] = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if f is None:
+            return False
+        if _DALI_CODE in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
 class Lifetime:
     """A source's choice between views and copies: ``zero_copy`` as
     given; ``dali`` set once DALI is found consuming the batches."""
@@ -36,11 +57,14 @@ class Lifetime:
         self.dali = False
 
     def copies(self, gpu: bool, dataset: str) -> bool:
-        """Whether the next batch is handed out as a copy. ``ValueError``
-        for GPU batches iterated outside DALI without ``zero_copy``: the
-        client does not copy GPU memory, and a view would change under
-        the caller."""
-        if self.zero_copy or self.dali:
+        """Whether the next batch is handed out as a copy: a view only
+        with ``zero_copy``, or when DALI, found feeding on this source,
+        asks for this very batch (the call comes from DALI's code). A
+        source that fed a pipeline and is then read by a loop of its
+        own gets copies. ``ValueError`` for GPU batches read outside
+        DALI without ``zero_copy``: the client does not copy GPU memory,
+        and a view would change under the caller."""
+        if self.zero_copy or (self.dali and called_by_dali()):
             return False
         if gpu:
             raise ValueError(f"LoaderSource({dataset!r}, device='gpu') read outside DALI: its batches view GPU batch "

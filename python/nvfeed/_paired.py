@@ -48,7 +48,9 @@ class PairedSource:
     Raises
     ------
     ValueError
-        Fewer than two datasets, or ``state`` not one a dataset.
+        Fewer than two datasets, ``state`` not one a dataset, or
+        ``on_error="skip"`` or ``missing_component_behavior="skip"``: a
+        sample left out of one part would shift every later pair.
     DriftError
         The datasets' lists differ in length, or their readers differ.
     LoaderError
@@ -59,6 +61,11 @@ class PairedSource:
         names = [datasets] if isinstance(datasets, str) else list(datasets)
         if len(names) < 2:
             raise ValueError(f"PairedSource reads two datasets or more together, got {names!r}")
+        for arg in ("on_error", "missing_component_behavior"):
+            if source_args.get(arg) == "skip":
+                raise ValueError(f"PairedSource: {arg}='skip' would leave a sample out of one part and not its twin, "
+                                 "and every later tuple would pair a sample with another case's: leave it at its "
+                                 "default, which raises (or gives an empty component) instead")
         states = list(state) if state is not None else [None] * len(names)
         if len(states) != len(names):
             raise ValueError(f"PairedSource: state must be one State a dataset ({len(names)}), got {len(states)}")

@@ -151,3 +151,31 @@ def test_dali_consumes_views(daemon: Daemon, dataset: Dataset, how: str) -> None
     src.close()
     assert sorted(seen) == sorted(dataset.by_hash)
     assert views and all(views), "DALI was handed copies"
+
+
+def test_a_source_that_fed_dali_copies_for_a_loop_of_its_own(daemon: Daemon, dataset: Dataset) -> None:
+    """A source that fed a DALI pipeline (built, so DALI took its
+    iterator) and is then read by the user's own loop (a look at a few
+    batches, statistics, a notebook): that loop gets copies, not views
+    the daemon reuses. Only a call from DALI's code gets views."""
+    dali = pytest.importorskip("nvidia.dali")
+    fn, types = dali.fn, dali.types
+    src = LoaderSource("train", socket=daemon.socket, batch_size=4)
+
+    @dali.pipeline_def(batch_size=4, num_threads=1, device_id=None)
+    def pipe() -> Any:
+        return tuple(fn.external_source(source=src, num_outputs=2, batch=True, no_copy=True,
+                                        dtype=[types.UINT8, types.INT32]))
+
+    p = pipe()
+    p.build()
+    kept = list(src)  # the user's loop, outside DALI
+    seen = []
+    for samples, labels in kept:
+        for s, lab in zip(samples, labels.reshape(-1)):
+            h = hashlib.sha256(s.tobytes()).hexdigest()
+            assert h in dataset.by_hash, f"a kept sample is no longer any file's bytes ({len(seen)} were)"
+            assert dataset.by_hash[h][1] == int(lab)
+            seen.append(dataset.by_hash[h][0])
+    assert sorted(seen) == sorted(path for path, _ in dataset.files)
+    src.close()

@@ -96,6 +96,11 @@ def test_paired_source_refuses_lists_that_cannot_pair(pairs: Daemon) -> None:
         PairedSource(["px", "pz"], socket=pairs.socket, batch_size=BATCH)
     with pytest.raises(ValueError, match="two datasets or more"):
         PairedSource(["px"], socket=pairs.socket)
+    # A sample skipped in one part and not its twin would shift every later
+    # pair, with the same positions and indices on both: refused.
+    for arg in ("on_error", "missing_component_behavior"):
+        with pytest.raises(ValueError, match=f"{arg}='skip' would leave a sample out of one part"):
+            PairedSource(["px", "py"], socket=pairs.socket, batch_size=BATCH, **{arg: "skip"})
 
 
 def test_zip_of_two_sources_raises_at_the_drift(pairs: Daemon) -> None:
