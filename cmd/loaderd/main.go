@@ -75,7 +75,7 @@ loaderd COMMAND --help prints the command's usage and every flag.`
 const serveUsage = `usage: loaderd serve [--config FILE] --socket PATH --dataset NAME=MAP [--dataset NAME=MAP ...]
                      [--socket-group GROUP] [--socket-mode 0660] [--listen 127.0.0.1:PORT --tcp-token FILE]
                      [--tcp-user nobody] [--session-timeout 60s] [--max-session-mb 16384] [--max-sessions 64]
-                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-device-mb 16384] [--max-conns-per-uid 64] [--max-replays-per-uid N] [--max-checks-per-uid 1]
+                     [--max-sessions-per-uid 16] [--max-locked-mb MiB] [--max-locked-mb-per-uid MiB] [--max-device-mb 16384] [--max-conns-per-uid 64] [--max-replays-per-uid N] [--max-checks-per-uid 1]
                      [--max-sampler-mb MiB] [--max-conns N] [--root-conns 16]
                      [--read-timeout 30s] [--write-timeout 2m] [--idle-timeout 2m] [--stream-idle-timeout 10m]
                      [--engines session|device] [--trusted-uid UID[,UID...]] [--trusted-gid GID[,GID...]]
@@ -612,6 +612,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxChecks := fs.Int("max-checks-per-uid", session.DefaultMaxChecksPerUID, "run at most this many of a uid's whole-dataset access checks at once (a listing's, or a refusal's that names what only readers know: each opens the dataset's samples as the caller, every one the first time, then those changed since); the others wait their turn")
 	maxReplays := fs.Int("max-replays-per-uid", session.DefaultMaxReplaysPerUID(), "run at most this many of a uid's shuffle dali replays at once (a session resumed or moved to an epoch goes through every epoch before it again: up to tens of seconds of a core); the others wait their turn")
 	maxLocked := fs.Int64("max-locked-mb", 0, fmt.Sprintf("refuse sessions whose batch memory would take all open sessions' past this (MiB; 507); 0: %.0f%% of the machine's memory, no more than the memory cgroup's limit leaves (less %d MiB or %.1f%% of it for the daemon itself, and the sample-order budget), within RLIMIT_MEMLOCK unless the daemon has CAP_IPC_LOCK", session.DefaultLockedShare*100, session.MinDaemonReserve>>20, session.DaemonReserveShare*100))
+	maxLockedUID := fs.Int64("max-locked-mb-per-uid", 0, "refuse a uid's sessions whose batch memory would take its open sessions' past this (MiB; 507), so that no uid starves the others; 0: half of --max-locked-mb's budget")
 	maxDevice := fs.Int64("max-device-mb", session.DefaultMaxDeviceBytes>>20, "refuse GPU sessions whose GPU batch memory (slots rounded up to 2 MiB) would take all open sessions' on every GPU together past this (MiB; 507)")
 	maxSampler := fs.Int64("max-sampler-mb", 0, fmt.Sprintf("refuse sessions whose sample order (a permutation of the dataset; shuffle dali's file list and initial_fill buffer) would take all open sessions' past this (MiB; 507); 0: %.1f%% of the machine's memory, or of what the memory cgroup's limit leaves the budgets", session.DefaultSamplerShare*100))
 	maxConns := fs.Int("max-conns-per-uid", serve.DefaultMaxConnsPerUID, "answer a uid's connections past this many open with 429 and close them (TCP clients count as one uid)")
@@ -697,6 +698,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return cli.UsageErr(fs, "--%s %d: want at least 1", f.name, f.v)
 		}
 	}
+	if *maxLockedUID < 0 {
+		return cli.UsageErr(fs, "--max-locked-mb-per-uid %d: want 0 (the default) or more", *maxLockedUID)
+	}
 	if *maxLocked < 0 {
 		return cli.UsageErr(fs, "--max-locked-mb %d: want 0 (the default) or more", *maxLocked)
 	}
@@ -744,7 +748,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return configDatasets(*config)
 	}
 	srv := serve.New(serve.Config{Datasets: loaded, WebDatasets: webs, MapFiles: mapFiles, SessionTimeout: *timeout, MaxSessionBytes: *maxMem << 20, MaxSessions: *maxSessions,
-		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxDeviceBytes: *maxDevice << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, MaxChecksPerUID: *maxChecks, Engines: *engines, Logger: log, CUDA: libs,
+		MaxSessionsPerUID: *maxPerUID, MaxLockedBytes: *maxLocked << 20, MaxLockedPerUID: *maxLockedUID << 20, MaxDeviceBytes: *maxDevice << 20, MaxSamplerBytes: *maxSampler << 20, MaxReplaysPerUID: *maxReplays, MaxChecksPerUID: *maxChecks, Engines: *engines, Logger: log, CUDA: libs,
 		Trust: fresh.Trust{UIDs: trustedUIDs, GIDs: trustedGIDs}, CheckInBackground: !*checkBefore, Release: version})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

@@ -56,8 +56,9 @@ func TestMaxSessionsConcurrent(t *testing.T) {
 // TestAdmissionLimits: the sessions of one owner are bounded
 // (MaxSessionsPerUID, ErrLimit naming the uid) without stopping another
 // owner's; the batch memory of all sessions is bounded (MaxLockedBytes,
-// ErrNoSpace naming the budget and what is in use), and closing a session
-// frees its share.
+// ErrNoSpace naming the budget and what is in use), so is one owner's
+// share of it (MaxLockedPerUID, half by default: no uid starves the
+// others), and closing a session frees its share.
 func TestAdmissionLimits(t *testing.T) {
 	asRoot(t)
 	ds := tree(t)
@@ -91,9 +92,16 @@ func TestAdmissionLimits(t *testing.T) {
 			{c: other}, {c: tcp}, {c: tcp}, {c: tcp, want: ErrLimit, msg: "TCP principal"},
 			{close: 1}, {c: me},
 		}},
-		{"batch memory budget", Config{MaxLockedBytes: 2*one + one/2}, []step{
+		{"batch memory budget", Config{MaxLockedBytes: 2*one + one/2, MaxLockedPerUID: 100 * one}, []step{
 			{c: me}, {c: other}, {c: tcp, want: ErrNoSpace, msg: fmt.Sprintf("budget of %d MiB", mib(2*one+one/2))},
 			{close: 2}, {c: tcp}, {c: me, want: ErrNoSpace, msg: fmt.Sprintf("open sessions' (%d MiB)", mib(2*one))},
+		}},
+		{"a uid's share of the budget", Config{MaxLockedBytes: 4*one + one/2, MaxLockedPerUID: 2*one + one/2}, []step{
+			{c: me}, {c: me}, {c: me, want: ErrNoSpace, msg: fmt.Sprintf("one uid's share of the batch memory budget, %d MiB", mib(2*one+one/2))},
+			{c: other}, {c: other}, {close: 1}, {c: me},
+		}},
+		{"half the budget by default", Config{MaxLockedBytes: 3 * one}, []step{
+			{c: me}, {c: me, want: ErrNoSpace, msg: "one uid's share"}, {c: other},
 		}},
 		{"a session larger than the budget", Config{MaxLockedBytes: one - 1}, []step{
 			{c: me, want: ErrNoSpace},

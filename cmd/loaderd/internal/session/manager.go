@@ -66,6 +66,10 @@ type Config struct {
 	// GPU memory's staging area); an open that would go over it is refused
 	// with ErrNoSpace. Default DefaultMaxLockedBytes.
 	MaxLockedBytes int64
+	// MaxLockedPerUID bounds the page-locked batch memory of one owner's
+	// sessions together, so that no uid holds the whole budget and
+	// starves the others; 0: half of MaxLockedBytes.
+	MaxLockedPerUID int64
 	// MaxDeviceBytes bounds the GPU batch memory of all open sessions
 	// together, every GPU (the plan's Footprint.Device); an open that
 	// would go over it is refused with ErrNoSpace. Default
@@ -182,6 +186,7 @@ type Manager struct {
 	perOwner map[owner]int             // under mu: sessions open or opening, by owner
 	replays  map[owner]*loader.Replays // under mu: each owner's turns to replay, while it has sessions
 	locked   int64                     // under mu: page-locked batch memory reserved by sessions open or opening
+	lockedBy map[owner]int64           // under mu: the same, by owner
 	device   int64                     // under mu: GPU batch memory reserved by sessions open or opening
 	samplers int64                     // under mu: sample-order memory reserved by sessions open or opening
 
@@ -217,7 +222,7 @@ func NewManager(cfg Config) *Manager {
 		cfg.CUDA = cuda.NewLibs(cuda.SearchFromEnv(), cfg.Logger)
 	}
 	cfg.memoryBudgets()
-	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, replays: map[owner]*loader.Replays{},
+	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, lockedBy: map[owner]int64{}, replays: map[owner]*loader.Replays{},
 		reg: prometheus.NewRegistry(), access: newVerdicts(cfg.MaxChecksPerUID, cfg.Logger), jobs: newJobs(cfg.SessionTimeout)}
 	if cfg.Engines == EnginesPerDevice {
 		m.shared = &loader.Shared{}
@@ -262,6 +267,9 @@ func (cfg *Config) memoryBudgets() {
 		cfg.MaxDeviceSource = fmt.Sprintf("the default of --max-device-mb, %d MiB: GPU memory, which no memory cgroup counts", DefaultMaxDeviceBytes>>20)
 	}
 	cfg.MaxLockedSource = cmp.Or(cfg.MaxLockedSource, "--max-locked-mb")
+	if cfg.MaxLockedPerUID == 0 {
+		cfg.MaxLockedPerUID = cfg.MaxLockedBytes / 2
+	}
 	cfg.MaxDeviceSource = cmp.Or(cfg.MaxDeviceSource, "--max-device-mb")
 	cfg.MaxSamplerSource = cmp.Or(cfg.MaxSamplerSource, "--max-sampler-mb")
 	if w := env.Overcommit(cfg.MaxLockedBytes, cfg.MaxSamplerBytes); given && w != "" {
@@ -489,6 +497,10 @@ func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 		return nil, fmt.Errorf("%w: the session's batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions (%s): close a session, or ask for a smaller batch_size or prefetch",
 			ErrNoSpace, mib(need.locked), mib(m.locked), mib(m.cfg.MaxLockedBytes), m.cfg.MaxLockedSource)
 	}
+	if m.lockedBy[o]+need.locked > m.cfg.MaxLockedPerUID {
+		return nil, fmt.Errorf("%w: the session's batch memory (%d MiB) and %s's open sessions' (%d MiB) would pass one uid's share of the batch memory budget, %d MiB (--max-locked-mb-per-uid; the daemon's budget for all sessions is %d MiB: %s): close one of its sessions, or ask for a smaller batch_size or prefetch",
+			ErrNoSpace, mib(need.locked), o, mib(m.lockedBy[o]), mib(m.cfg.MaxLockedPerUID), mib(m.cfg.MaxLockedBytes), m.cfg.MaxLockedSource)
+	}
 	if m.device+need.device > m.cfg.MaxDeviceBytes {
 		return nil, fmt.Errorf("%w: the session's GPU batch memory (%d MiB) and the open sessions' (%d MiB) would pass the daemon's budget of %d MiB for all sessions on every GPU (%s): close a session, or ask for a smaller batch_size or prefetch",
 			ErrNoSpace, mib(need.device), mib(m.device), mib(m.cfg.MaxDeviceBytes), m.cfg.MaxDeviceSource)
@@ -500,6 +512,7 @@ func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 	m.opening++
 	m.perOwner[o]++
 	m.locked += need.locked
+	m.lockedBy[o] += need.locked
 	m.device += need.device
 	m.samplers += need.sampler
 	if m.replays[o] == nil {
@@ -512,6 +525,9 @@ func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 // m.mu held.
 func (m *Manager) unreserveLocked(o owner, need res) {
 	m.locked -= need.locked
+	if m.lockedBy[o] -= need.locked; m.lockedBy[o] <= 0 {
+		delete(m.lockedBy, o)
+	}
 	m.device -= need.device
 	m.samplers -= need.sampler
 	if m.perOwner[o]--; m.perOwner[o] <= 0 {
