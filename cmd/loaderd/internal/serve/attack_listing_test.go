@@ -85,7 +85,9 @@ func (w *openWatch) answer(done chan<- struct{}) {
 			}
 			w.opens.Add(1)
 			r := unix.FanotifyResponse{Fd: ev.Fd, Response: unix.FAN_ALLOW}
-			unix.Write(int(w.f.Fd()), (*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:])
+			// Through the *os.File, not its Fd: a Close from the cleanup may
+			// come at any time, and File's own methods are safe beside it.
+			w.f.Write((*[unsafe.Sizeof(r)]byte)(unsafe.Pointer(&r))[:])
 			unix.Close(int(ev.Fd))
 		}
 	}
