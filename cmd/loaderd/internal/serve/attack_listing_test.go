@@ -93,6 +93,19 @@ func (w *openWatch) answer(done chan<- struct{}) {
 	}
 }
 
+// listingDaemon serves listingFS(classes, perClass), whose samples are
+// raw (so a guard watches them), and counts the opens on its mount; root
+// is connected.
+func listingDaemon(t *testing.T, classes, perClass int) (*testfs.FS, string, *openWatch, *peerClient) {
+	t.Helper()
+	fs, m := listingFS(t, classes, perClass)
+	sock := daemon(t, m)
+	if m.Stats().FSOnly != 0 {
+		t.Fatalf("the dataset's samples are not raw (%+v): no guard would watch them", m.Stats())
+	}
+	return fs, sock, watchOpens(t, fs.Dir), connectAs(t, sock, who{0, 0, nil})
+}
+
 // listingFS is an ext4 with a dataset of classes × perClass samples of
 // about 1 KiB (not inline: read raw, so the dataset is guarded), mapped,
 // that everyone may read.
@@ -135,13 +148,7 @@ func listingFS(t *testing.T, classes, perClass int) (*testfs.FS, *bmap.Map) {
 func TestAttackListingCostsOnlyWhatChanged(t *testing.T) {
 	const classes, perClass = 100, 200
 	const n = classes * perClass
-	fs, m := listingFS(t, classes, perClass)
-	sock := daemon(t, m)
-	if m.Stats().FSOnly != 0 {
-		t.Fatalf("the dataset's samples are not raw (%+v): no guard would watch them", m.Stats())
-	}
-	ow := watchOpens(t, fs.Dir)
-	root := connectAs(t, sock, who{0, 0, nil})
+	fs, sock, ow, root := listingDaemon(t, classes, perClass)
 	attackers := []*peerClient{connectAs(t, sock, nobodyWho), connectAs(t, sock, throwawayWho)}
 	opened := func(f func()) int64 {
 		n0 := ow.opens.Load()
@@ -218,13 +225,7 @@ func TestAttackListingCostsOnlyWhatChanged(t *testing.T) {
 func TestAttackListingStopsWithItsCaller(t *testing.T) {
 	const classes, perClass = 100, 200
 	const n = classes * perClass
-	fs, m := listingFS(t, classes, perClass)
-	sock := daemon(t, m)
-	if m.Stats().FSOnly != 0 {
-		t.Fatalf("the dataset's samples are not raw (%+v): no guard would watch them", m.Stats())
-	}
-	ow := watchOpens(t, fs.Dir)
-	root := connectAs(t, sock, who{0, 0, nil})
+	_, sock, ow, root := listingDaemon(t, classes, perClass)
 	nobody := connectAs(t, sock, nobodyWho)
 
 	ow.pace.Store(int64(200 * time.Microsecond)) // a whole check: 4 s at least
