@@ -239,12 +239,12 @@ func TestAttackListingStopsWithItsCaller(t *testing.T) {
 		}
 		answered <- err
 	}()
-	waitFor(t, "the check's first open", func() bool { return ow.opens.Load() > 0 })
+	testenv.Eventually(t, "the check's first open", func() bool { return ow.opens.Load() > 0 })
 	cancel()
 	if err := <-answered; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the GET gone away: %v", err)
 	}
-	waitFor(t, "the check to end", func() bool { return cancelledChecks(t, root) > 0 || ow.opens.Load() >= n })
+	testenv.Eventually(t, "the check to end", func() bool { return cancelledChecks(t, root) > 0 || ow.opens.Load() >= n })
 	ow.pace.Store(0)
 	k := ow.opens.Load()
 	t.Logf("the check opened %d of %d samples before it stopped", k, n)
@@ -285,14 +285,4 @@ func cancelledChecks(t *testing.T, root *peerClient) int {
 		return n
 	}
 	return 0
-}
-
-// waitFor polls cond until it holds, failing the test after a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-	}
 }
