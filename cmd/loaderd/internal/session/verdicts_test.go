@@ -18,6 +18,7 @@ import (
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/extentinfo"
 	"github.com/nvfeed/nvfeed/internal/cred"
+	"github.com/nvfeed/nvfeed/internal/testenv"
 )
 
 // guardedTree is tree's dataset registered with a Watch guard in a
@@ -95,9 +96,7 @@ func TestChecksTakeTurnsPerOwner(t *testing.T) {
 		t.Fatalf("first check started for groups %q", g)
 	}
 	go func() { errs <- m.authorize(context.Background(), d, second) }()
-	for waiting(m, first.owner()) < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "a second check waiting", func() bool { return waiting(m, first.owner()) >= 2 })
 	done := make(chan error, 1)
 	go func() { done <- m.authorize(context.Background(), d, other) }()
 	<-h.started // uid 1002's, beside uid 1001's running one
@@ -113,9 +112,7 @@ func TestChecksTakeTurnsPerOwner(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
 	go func() { gone <- m.authorize(ctx, d, Caller{UID: 1001, GID: 1001, Groups: []uint32{8}}) }()
-	for waiting(m, first.owner()) < 3 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "a third check waiting", func() bool { return waiting(m, first.owner()) >= 3 })
 	cancel()
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Errorf("a caller gone while waiting for a turn: %v", err)
@@ -128,19 +125,12 @@ func TestChecksTakeTurnsPerOwner(t *testing.T) {
 	for range 2 {
 		go func() { errs9 <- m.authorize(context.Background(), d, nine) }()
 	}
-	for {
+	testenv.Eventually(t, "two requests waiting on uid 1001's check", func() bool {
 		m.access.mu.Lock()
+		defer m.access.mu.Unlock()
 		p := m.access.checking[keyOf(d.id, nine)]
-		n := 0
-		if p != nil {
-			n = p.waiters
-		}
-		m.access.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return p != nil && p.waiters == 2
+	})
 
 	close(h.release) // the first ends; the second and the shared one run and end
 	for range 2 {
@@ -175,15 +165,11 @@ func TestCheckStopsWhenItsCallersLeave(t *testing.T) {
 	go func() { errs1 <- m.authorize(ctx1, d, c) }()
 	<-h.started
 	go func() { errs2 <- m.authorize(ctx2, d, c) }()
-	for {
+	testenv.Eventually(t, "two requests waiting on one check", func() bool {
 		m.access.mu.Lock()
-		n := m.access.checking[keyOf(d.id, c)].waiters
-		m.access.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer m.access.mu.Unlock()
+		return m.access.checking[keyOf(d.id, c)].waiters == 2
+	})
 	cancel1()
 	if err := <-errs1; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the first caller gone: %v", err)
@@ -199,9 +185,7 @@ func TestCheckStopsWhenItsCallersLeave(t *testing.T) {
 		t.Fatalf("the second caller gone: %v", err)
 	}
 	<-check.Done()
-	for counted(m.access, scopeCancelled) != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "the check counted cancelled", func() bool { return counted(m.access, scopeCancelled) == 1 })
 	close(h.release)
 	if err := m.authorize(context.Background(), d, c); err != nil {
 		t.Fatalf("the next caller: %v", err)
