@@ -63,14 +63,20 @@ func writeStatus(w io.Writer, st wire.StatusResponse) {
 			fmt.Fprintf(w, "  %s: %s reader, freshness %s (counts only for a user who may read it)\n", d.Name, d.Reader, d.Freshness)
 			continue
 		}
+		// The freshness guard judges files. A webdataset's files are its
+		// tars, so its counts are tars, not samples.
+		unit := "samples"
+		if d.Reader == "webdataset" {
+			unit = "tars"
+		}
 		fmt.Fprintf(w, "  %s: %d samples (%s), %s reader, freshness %s\n", d.Name, n(d.Samples), mib(deref64(d.Bytes)), d.Reader, d.Freshness)
-		fmt.Fprintf(w, "    fresh %d  stale %d  writable %d  filesystem-only %d", n(d.Fresh), n(d.Stale), n(d.Writable), n(d.FilesystemOnly))
+		fmt.Fprintf(w, "    %s: fresh %d  stale %d  writable %d  filesystem-only %d", unit, n(d.Fresh), n(d.Stale), n(d.Writable), n(d.FilesystemOnly))
 		if d.Added != nil && *d.Added != 0 {
 			fmt.Fprintf(w, "  added since mapping %d", *d.Added)
 		}
 		fmt.Fprintln(w)
 		for _, c := range d.StaleCauses {
-			fmt.Fprintf(w, "    read through the filesystem: %d %s; fix: %s\n", c.Samples, strings.ReplaceAll(c.Cause, "_", " "), c.Fix)
+			fmt.Fprintf(w, "    read through the filesystem: %d %s %s; fix: %s\n", c.Samples, unit, strings.ReplaceAll(c.Cause, "_", " "), c.Fix)
 		}
 	}
 	fmt.Fprintln(w, "sessions:")

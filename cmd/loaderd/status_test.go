@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 )
 
@@ -112,4 +113,33 @@ func TestStatusCommand(t *testing.T) {
 			t.Errorf("exit %v, stderr %q", err, errOut)
 		}
 	})
+}
+
+// TestWriteStatusUnits: the freshness counts are of the files the guard
+// judges. For a webdataset those are its tars, and the text says so.
+func TestWriteStatusUnits(t *testing.T) {
+	i := func(v int) *int { return &v }
+	tests := []struct {
+		reader string
+		want   []string
+	}{
+		{"file", []string{"d: 100 samples", "samples: fresh 3  stale 1", "read through the filesystem: 1 samples changed since mapping"}},
+		{"webdataset", []string{"d: 100 samples", "tars: fresh 3  stale 1", "read through the filesystem: 1 tars changed since mapping"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reader, func(t *testing.T) {
+			var st wire.StatusResponse
+			st.Datasets = []wire.DatasetStatus{{
+				DatasetInfo: wire.DatasetInfo{Name: "d", Readable: true, Reader: tt.reader, Samples: i(100), Fresh: i(3), Stale: i(1)},
+				StaleCauses: []wire.StaleCause{{Cause: "changed_since_mapping", Samples: 1, Fix: "remap"}},
+			}}
+			var b bytes.Buffer
+			writeStatus(&b, st)
+			for _, w := range tt.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("the text lacks %q:\n%s", w, b.String())
+				}
+			}
+		})
+	}
 }
