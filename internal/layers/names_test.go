@@ -269,3 +269,36 @@ func hasTest(root, dir, name string) bool {
 	}
 	return false
 }
+
+// TestLoaderDocShowsTheExample: the Go code in docs/loader.md is the code
+// of loader's Example, which go test compiles and runs. Each line of the
+// block is a line of the example, in the same order.
+func TestLoaderDocShowsTheExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/loader.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("../../loader/example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```go\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok || strings.TrimSpace(block) == "" {
+		t.Fatal("docs/loader.md has no Go block")
+	}
+	lines := strings.Split(string(src), "\n")
+	at := 0
+	for want := range strings.SplitSeq(block, "\n") {
+		want = strings.TrimSpace(want)
+		if want == "" {
+			continue
+		}
+		for at < len(lines) && strings.TrimSpace(lines[at]) != want {
+			at++
+		}
+		if at == len(lines) {
+			t.Fatalf("docs/loader.md's Go block has %q, which loader/example_test.go lacks (in that order)", want)
+		}
+	}
+}
