@@ -2,16 +2,17 @@
 
 // Package fresh decides which samples of a block-mapped dataset may still
 // be read from their mapped extents. A file replaced, truncated or
-// rewritten since mapping may have given its blocks to another file: its
+// rewritten since mapping may have given its blocks to another file. Its
 // old extents must never be read.
 //
-// A Guard checks the filesystem's identity, checks every raw sample once
-// (changed ones, and ones whose mapped extents are not the file's own on
-// the live filesystem — a map file is not trusted —, are never read raw;
-// ones with other hard links are always re-checked), and watches the dataset's directories with inotify so that
-// after a read, a sample needs a stat only if its directory saw a change. The
-// daemon keeps one Guard per dataset for all its sessions; a loader
-// without one makes its own.
+// A Guard first checks the filesystem's identity. It then checks every raw
+// sample once. A changed sample is never read raw, and neither is one whose
+// mapped extents are not the file's own: a map file is not trusted. A
+// sample with other hard links is checked again at every read. The Guard
+// watches the dataset's directories with inotify. After a read, a sample
+// needs a stat only if its directory saw a change. The daemon keeps one
+// Guard per dataset for all its sessions. A loader without one makes its
+// own.
 package fresh
 
 import (
@@ -32,10 +33,11 @@ import (
 
 // Methods of catching changes after the stat pass.
 const (
-	// Watch watches the sample directories with inotify and stats a sample
-	// after its raw read only when its directory saw a change or the file has
-	// other hard links: one poll per batch instead of a stat per sample,
-	// and as safe for changes made through the dataset's paths.
+	// Watch watches the sample directories with inotify. It stats a sample
+	// after its raw read only when its directory saw a change or the file
+	// has other hard links. That is one poll per batch instead of a stat
+	// per sample. It is as safe for changes made through the dataset's
+	// paths.
 	Watch = "watch"
 	// Read stats every raw sample after its read.
 	Read = "read"
@@ -57,9 +59,9 @@ type Guard struct {
 	multiLink bitset  // samples with other hard links: always stat after reading
 	moved     bitset  // samples an access check found not at their path (MarkChanged): always stat after reading
 	checked   bitset  // samples the checking pass has judged (every one once Checked)
-	// passDone is closed when the checking pass has judged every sample
-	// (or was stopped by Close); the three fields below are written by
-	// the pass before, and read only after.
+	// passDone is closed when the checking pass has judged every sample, or
+	// when Close stopped it. The pass writes the three fields below before.
+	// They are read only after.
 	passDone chan struct{}
 	settled  chan struct{} // closed after passDone once Options.OnChecked has returned (or was not called)
 	stopPass chan struct{} // closed by Close: the pass stops early
@@ -70,13 +72,13 @@ type Guard struct {
 	readGen     atomic.Uint64
 }
 
-// Open checks that the filesystem mounted at m's root is the one mapped
-// (bmap.ErrStale otherwise), starts the watch (method Watch; if inotify
-// refuses, the guard falls back to Read and logs why), then checks every
-// raw sample: the file's identity and times against the map, and its
-// extents against FIEMAP (bmap.Checker.Verify). Samples whose extents are
-// not the file's own are logged (their count and the first) and never
-// read raw.
+// Open checks that the filesystem mounted at m's root is the one mapped. If
+// not, it returns bmap.ErrStale. It starts the watch with method Watch. If
+// inotify refuses, the guard falls back to Read and logs why. Then it
+// checks every raw sample: the file's identity and times against the map,
+// and its extents against FIEMAP (bmap.Checker.Verify). Samples whose
+// extents are not the file's own are never read raw. The log gives their
+// count and the first.
 func Open(m *bmap.Map, method string, log *slog.Logger) (*Guard, error) {
 	return OpenWith(m, Options{Method: method, Log: log})
 }
@@ -89,13 +91,14 @@ type Options struct {
 	// change are read through the filesystem (Writable). The process's
 	// own uid is trusted too.
 	Trust Trust
-	// Background: OpenWith returns once the watches are up and the
-	// checking pass runs on (Checked, Wait); until it has judged a raw
-	// sample, Writable reports true for it, so it is read through the
-	// filesystem as the caller, never raw. OnChecked, when set, is called
-	// (on the pass's goroutine) once the pass has judged every sample
-	// (not when Close stopped it first; it may still run when Close has
-	// returned).
+	// Background makes OpenWith return once the watches are up. The
+	// checking pass runs on (Checked, Wait). Until the pass has judged a
+	// raw sample, Writable reports true for it. So it is read through the
+	// filesystem as the caller, never raw.
+	//
+	// OnChecked, when set, is called on the pass's goroutine once the pass
+	// has judged every sample. It is not called when Close stopped the pass
+	// first. It may still run after Close has returned.
 	Background bool
 	OnChecked  func(*Guard)
 }
@@ -181,9 +184,10 @@ func (g *Guard) Checked() bool {
 // Options.OnChecked has returned (or Close stopped the pass).
 func (g *Guard) Wait() { <-g.settled }
 
-// verified is what verifyAll found: how many raw samples have extents
-// that are not the file's own, and the first such error; how many
-// unchanged ones trust does not vouch for, and the first reason.
+// verified is what verifyAll found. It counts the raw samples whose extents
+// are not the file's own, and keeps the first such error. It counts the
+// unchanged samples that trust does not vouch for, and keeps the first
+// reason.
 type verified struct {
 	forged, writable           int
 	firstForged, firstWritable error
@@ -252,10 +256,10 @@ func (g *Guard) verifyAll(trust Trust) verified {
 	return v
 }
 
-// verifyOne checks raw sample i on one descriptor: trust's verdict
-// first, then (bmap.Checker.CheckFd) identity, times and extents, so that
-// a change of owner, mode, ACL or flags after the verdict (which moves the
-// change time) makes the sample stale.
+// verifyOne checks raw sample i on one descriptor. Trust's verdict comes
+// first. Then bmap.Checker.CheckFd checks identity, times and extents. A
+// change of owner, mode, ACL or flags after the verdict moves the change
+// time, so it makes the sample stale.
 func (g *Guard) verifyOne(i int, trust Trust, mp *extentinfo.Mapper) (nlink uint64, untrusted, err error) {
 	fd, err := g.ck.Open(i)
 	if err != nil {
@@ -274,9 +278,9 @@ func (g *Guard) verifyOne(i int, trust Trust, mp *extentinfo.Mapper) (nlink uint
 	return nlink, untrusted, err
 }
 
-// passWorkers is how many goroutines the checking pass runs: its calls
-// block in the kernel (opens, FIEMAP, reads of inodes from the device),
-// so more than the cores, and at least 8.
+// passWorkers is how many goroutines the checking pass runs. Its calls
+// block in the kernel: opens, FIEMAP, inode reads from the device. So it
+// runs more than the cores, and at least 8.
 func passWorkers() int { return max(8, 2*runtime.GOMAXPROCS(0)) }
 
 // Map returns the guarded map.
@@ -293,12 +297,12 @@ func (g *Guard) Method() string { return g.method }
 func (g *Guard) ChangedAtOpen(i int) bool { return g.staleOpen.has(i) }
 
 // Writable reports whether raw sample i, unchanged at the checking pass,
-// may be changed by a user outside the guard's Trust (owner, mode, ACL,
-// not immutable, or open for writing then): it is never read raw, but
-// through the filesystem as the session's caller.
+// may be changed by a user outside the guard's Trust. Owner, mode, ACL, the
+// immutable flag and open writers decide it. Such a sample is never read
+// raw. It is read through the filesystem as the session's caller.
 //
 // A sample the checking pass has not judged yet (Options.Background) is
-// Writable too: it is read through the filesystem until then.
+// Writable too. It is read through the filesystem until then.
 func (g *Guard) Writable(i int) bool { return g.writable.has(i) || !g.checked.has(i) }
 
 // WritableReason says why the first Writable sample is, naming it; nil
@@ -310,9 +314,9 @@ func (g *Guard) WritableReason() error {
 	return g.whyWritable
 }
 
-// RawAllowed reports whether raw sample i may be read from its extents
-// (after the checks of each read): judged by the checking pass, neither
-// changed then nor Writable.
+// RawAllowed reports whether raw sample i may be read from its extents,
+// subject to the checks of each read. The checking pass must have judged
+// it, found it unchanged, and found it not Writable.
 func (g *Guard) RawAllowed(i int) bool {
 	return g.checked.has(i) && !g.staleOpen.has(i) && !g.writable.has(i)
 }
@@ -320,9 +324,9 @@ func (g *Guard) RawAllowed(i int) bool {
 // Check stats sample i now; the error wraps bmap.ErrStale if it changed.
 func (g *Guard) Check(i int) error { return g.ck.Check(i) }
 
-// CheckFd checks sample i against the file open at fd (opened by the
-// user the read is for): identity and times (bmap.ErrStale) and that its
-// extents are the map's (bmap.ErrExtents).
+// CheckFd checks sample i against the file open at fd. The user the read is
+// for opened fd. It checks identity and times (bmap.ErrStale), and that the
+// file's extents are the map's (bmap.ErrExtents).
 func (g *Guard) CheckFd(i, fd int) error {
 	var mp extentinfo.Mapper
 	_, err := g.ck.CheckFd(i, fd, &mp)
@@ -340,17 +344,17 @@ type Counts struct {
 	// Pending raw samples are not judged by the checking pass yet
 	// (Options.Background): read through the filesystem until they are.
 	Pending int
-	// Extents counts the Stale samples whose mapped extents were found
-	// at Open not to be the file's own (bmap.ErrExtents); the rest of
-	// Stale changed since mapping.
+	// Extents counts the Stale samples whose mapped extents Open found not
+	// to be the file's own (bmap.ErrExtents). The rest of Stale changed
+	// since mapping.
 	Extents int
 }
 
 // Counts counts the map's samples now. A raw sample is stale when the stat
-// pass at Open found it changed, or when a stat now does: only samples
-// whose directory the watch saw change (and those with other hard links; every
-// one with Read) are stat'ed again, and one found changed stays stale
-// without another stat.
+// pass at Open found it changed, or when a stat now does. Only some samples
+// are stat'ed again: those whose directory the watch saw change, those with
+// other hard links, and with Read every one. A sample found changed stays
+// stale without another stat.
 func (g *Guard) Counts() Counts {
 	g.Poll()
 	var c Counts
@@ -387,44 +391,47 @@ func (g *Guard) Poll() {
 }
 
 // NeedStat reports whether sample i, read raw, must be stat'ed before its
-// bytes are trusted: always with Read; with Watch when its directory (its
-// class in a folder layout) changed since the watch began, the
-// filesystem-wide watch saw its inode change (through any path), or it
-// has other hard links.
+// bytes are trusted. With Read it always must. With Watch it must when its
+// directory changed since the watch began, when the filesystem-wide watch
+// saw its inode change through any path, or when it has other hard links.
+// In a folder layout, a sample's directory is its class.
 func (g *Guard) NeedStat(i int) bool {
 	return g.watch == nil || g.multiLink.has(i) || g.moved.has(i) || g.watch.Changed(g.dirOf[i]) || g.fan.Changed(i)
 }
 
 // PathUnchanged reports whether nothing under the dataset root on sample
-// i's path has changed since the watch began (after Poll): neither the
-// root nor any directory on its path saw an event (a rename, unlink,
-// create, chmod, chown, write...). False with Read. A user who could open the
-// sample by its path after the watch began can still reach, by that
-// path, the file then there; whether it is still that file, with the
-// same mode, is the file's identity and change time (SameFile).
+// i's path has changed since the watch began, after Poll. Neither the root
+// nor any directory on the path may have seen an event: a rename, unlink,
+// create, chmod, chown or write. It is false with Read.
+//
+// A user who could open the sample by its path after the watch began can
+// still reach the file then there by that path. Whether it is still that
+// file, with the same mode, is the file's identity and change time
+// (SameFile).
 func (g *Guard) PathUnchanged(i int) bool {
 	return g.watch != nil && g.checked.has(i) && !g.moved.has(i) && !g.watch.Changed(g.dirOf[i]) && !g.fan.Changed(i)
 }
 
-// MarkChanged marks sample i changed for good: an open of its path (an
-// access check as a caller) found no file there, or another file than
-// the one mapped — its path now leads elsewhere through a change no
-// watch sees (a folder outside the root that a symlinked class folder
-// leads to, moved or renamed). From then on a raw read of it is checked
-// by a stat and an open as the caller, which fail it, and a filesystem
-// read opens it as the caller. It does not move Generation: the verdict
-// being judged when it is called stays valid, and the sample's reads say
-// the rest.
+// MarkChanged marks sample i changed for good. An access check opened its
+// path as a caller and found no file there, or another file than the one
+// mapped. The path now leads elsewhere through a change no watch sees. A
+// symlinked class folder whose target outside the root moved is one such
+// change.
+//
+// From then on a raw read of the sample is checked by a stat and an open as
+// the caller, and these fail it. A filesystem read opens it as the caller.
+// MarkChanged does not move Generation. The verdict being judged when it is
+// called stays valid, and the sample's reads say the rest.
 func (g *Guard) MarkChanged(i int) { g.moved.set(i) }
 
-// Linked returns the absolute paths (as written under the root) of the
-// folders and samples reached through a symlink under the root: what an
-// access verdict must snapshot besides the root's ancestors
-// (SnapshotAncestors of each), since a change above where a link leads is
-// seen by no watch.
+// Linked returns the absolute paths of the folders and samples reached
+// through a symlink under the root, as written under the root. An access
+// verdict must snapshot these besides the root's ancestors
+// (SnapshotAncestors of each). No watch sees a change above where a link
+// leads.
 //
-// Nil while the checking pass runs: Generation moves at every call until
-// then, so no verdict judged meanwhile is reused.
+// Linked is nil while the checking pass runs. Generation moves at every
+// call until then, so no verdict judged meanwhile is reused.
 func (g *Guard) Linked() []string {
 	if !g.Checked() {
 		return nil
@@ -440,12 +447,12 @@ func (g *Guard) SameFile(i, fd int) error {
 	return err
 }
 
-// Generation moves whenever a watch sees a change (after Poll): under
-// the root (inotify) or to a sample's inode through any path (fanotify);
-// with Read, while a sample cannot be watched, or while the checking pass
-// runs, it moves at every call.
-// What was judged of the dataset's files at one generation holds while it
-// stays the same.
+// Generation moves whenever a watch sees a change, after Poll. Inotify sees
+// changes under the root. Fanotify sees a change to a sample's inode
+// through any path. Generation moves at every call with Read, while a
+// sample cannot be watched, and while the checking pass runs. What was
+// judged of the dataset's files at one generation holds while it stays the
+// same.
 func (g *Guard) Generation() uint64 {
 	if g.watch == nil {
 		return g.readGen.Add(1)
@@ -463,10 +470,10 @@ type Since struct {
 	ok     bool   // taken with both watches up, after the checking pass, no fanotify event lost
 }
 
-// Now returns the point the watches have reached, after taking in what
-// they saw (Poll, and the fanotify index brought up to date): what is
-// judged of the files from here on, ChangedSince(Now()) later tells what
-// to judge again.
+// Now returns the point the watches have reached. It first takes in what
+// they saw: Poll, and the fanotify index brought up to date. What is judged
+// of the files from here on can be judged again later for the samples
+// ChangedSince(Now()) names.
 func (g *Guard) Now() Since {
 	if g.watch == nil || !g.Checked() {
 		return Since{}
@@ -479,17 +486,19 @@ func (g *Guard) Now() Since {
 	return Since{events: g.watch.Events(), ok: true}
 }
 
-// ChangedSince calls fn, in order, with every sample whose path, file
-// or access may have changed after s (Now): each sample in a directory
-// the inotify watch saw change since (a file in it created, removed,
-// renamed, written or chmod'ed; the directory itself or one above it
-// changed), and each sample the fanotify mark ever saw change through any
-// path, could not watch, or an access check found moved (MarkChanged),
-// and reports true. It reports false, calling nothing, when it cannot
-// tell: s was not taken with the watches running after the checking
-// pass, the guard has no watch (Read), events were lost, or the root
-// itself changed since s. Changes above the root are the ancestors'
-// snapshots' to see (SnapshotAncestors).
+// ChangedSince calls fn, in order, with every sample whose path, file or
+// access may have changed after s (Now), and reports true. These are the
+// samples in a directory the inotify watch saw change since: a file in it
+// created, removed, renamed, written or chmod'ed, or the directory or one
+// above it changed. They are also the samples the fanotify mark ever saw
+// change through any path or could not watch, and those an access check
+// found moved (MarkChanged).
+//
+// It reports false, calling nothing, when it cannot tell. That is when s
+// was not taken with the watches running after the checking pass, when the
+// guard has no watch (Read), when events were lost, or when the root itself
+// changed since s. Changes above the root are for the ancestors' snapshots
+// to see (SnapshotAncestors).
 func (g *Guard) ChangedSince(s Since, fn func(i int)) bool {
 	if !s.ok || g.watch == nil {
 		return false
@@ -511,11 +520,12 @@ func (g *Guard) ChangedSince(s Since, fn func(i int)) bool {
 	return true
 }
 
-// DirsChangedSince reports, for each directory of the map (bmap.Map.Dirs:
-// a folder layout's classes), whether anything in it may have changed
-// after s (Now), a file in it or the folder itself or one above it, and
-// true; false when it cannot tell (as ChangedSince, fanotify aside: what
-// a folder holds is the inotify watch's to see).
+// DirsChangedSince reports, for each directory of the map, whether anything
+// in it may have changed after s (Now), and true. The directories are
+// bmap.Map.Dirs: a folder layout's classes. A change is to a file in the
+// folder, to the folder, or to a folder above it. It reports false when it
+// cannot tell, as ChangedSince does. Fanotify plays no part: what a folder
+// holds is for the inotify watch to see.
 func (g *Guard) DirsChangedSince(s Since) ([]bool, bool) {
 	if !s.ok || g.watch == nil {
 		return nil, false
