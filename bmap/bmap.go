@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package bmap builds, stores and checks block maps: for every sample of a
-// dataset, in the order DALI's reader lists them, the byte ranges of the
-// filesystem's block device that hold it. A dataset is what
-// fn.readers.file reads (one subdirectory per class, or a file list with
-// labels) or what fn.readers.numpy reads (.npy files found under a root,
-// or listed): a tensor sample is the array's data, without its header,
-// with its element type and shape.
+// Package bmap builds, stores and checks block maps. A block map lists
+// every sample of a dataset, in the order DALI's reader lists them. For
+// each sample it holds the byte ranges of the filesystem's block device
+// that hold it.
 //
-// A Map is made by Build, written and read in three formats (the native
-// checksummed binary .bmap, JSON, and the xNVMe DALI example's JSON), and
-// checked against the live filesystem by NewChecker and Checker.Check
-// before anyone trusts its extents.
+// A dataset is what fn.readers.file reads: one subdirectory per class, or a
+// file list with labels. Or it is what fn.readers.numpy reads: .npy files
+// found under a root, or listed. A tensor sample is the array's data,
+// without its header, with its element type and shape.
+//
+// Build makes a Map. It is written and read in three formats: the native
+// checksummed binary .bmap, JSON, and the JSON of xNVMe's DALI example.
+// NewChecker and Checker.Check check it against the live filesystem before
+// anyone trusts its extents.
 package bmap
 
 import (
@@ -25,13 +27,13 @@ import (
 	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
-// Version is the newest map format version, the one this package writes
-// for maps that need it. Version 1 holds fn.readers.file's folder layout
-// only; version 2 adds the reader kind, listed samples (labels of any
-// value, paths in subdirectories) and tensor samples (a data offset, an
-// element type and a shape). Build gives a map the lowest version that
-// holds it (MinVersion), so that older readers keep reading what they
-// can; the decoders read both.
+// Version is the newest map format version, the one this package writes for
+// maps that need it. Version 1 holds fn.readers.file's folder layout only.
+// Version 2 adds the reader kind, listed samples and tensor samples. Listed
+// samples have labels of any value and paths in subdirectories. A tensor
+// sample has a data offset, an element type and a shape. Build gives a map
+// the lowest version that holds it (MinVersion), so older readers keep
+// reading what they can. The decoders read both.
 const Version = 2
 
 // Reader is the DALI reader whose samples a map lists, and so what a
@@ -43,9 +45,9 @@ const (
 	// ReaderFile is fn.readers.file: each sample is a whole file's bytes
 	// (an encoded image, audio...) with an integer label.
 	ReaderFile Reader = iota
-	// ReaderNumpy is fn.readers.numpy: each sample is the data of an .npy
-	// file's array (the header is not served), with its element type and
-	// shape in Sample.Tensor; there are no labels (every Label is 0).
+	// ReaderNumpy is fn.readers.numpy. Each sample is the data of an .npy
+	// file's array, without the header. Sample.Tensor holds its element
+	// type and shape. There are no labels: every Label is 0.
 	ReaderNumpy
 	numReaders
 )
@@ -71,7 +73,7 @@ func ParseReader(s string) (Reader, error) {
 	return 0, fmt.Errorf("unknown reader %q (want file or numpy)", s)
 }
 
-// Reason says why a sample must be read through the filesystem; Raw means
+// Reason says why a sample must be read through the filesystem. Raw means
 // every byte of it can be read from the device through its extents.
 type Reason uint8
 
@@ -159,17 +161,17 @@ type Map struct {
 	Root    string            // absolute path of the dataset root when mapped
 	Device  extentinfo.Device // the filesystem's block device
 	Reader  Reader            // the DALI reader whose samples these are
-	// Listed: the samples come from a list (DALI's file_list, or files
-	// and labels), in its order, with its labels (fn.readers.file), and
-	// not from walking Root; Classes is then empty.
+	// Listed says the samples come from a list, not from walking Root. The
+	// list is DALI's file_list, or files and labels. The samples keep its
+	// order and labels. Classes is then empty.
 	Listed  bool
 	Classes []string // class directory names of a folder layout; label i is Classes[i]
 	Samples []Sample // in DALI order (see Build)
-	// Discovery is how the samples were found under Root (the filters
-	// mkbmap was given), where they were not DALI's defaults; nil: the
-	// defaults (the zero DiscoverOptions), or a listed map. Unmapped
-	// counts new files by it. Not part of the fingerprint (it chooses
-	// which files, the samples say which were chosen).
+	// Discovery holds the filters mkbmap was given to find the samples
+	// under Root, where they were not DALI's defaults. It is nil for the
+	// defaults (the zero DiscoverOptions) and for a listed map. Unmapped
+	// counts new files by it. It is not part of the fingerprint: it chooses
+	// which files, and the samples say which were chosen.
 	Discovery *DiscoverOptions
 }
 
@@ -197,10 +199,11 @@ func (m *Map) MinVersion() int {
 	return 1
 }
 
-// Dirs returns the directories that hold the map's samples, relative to
-// Root ("." for Root itself), sorted bytewise, and for each sample the
-// index in dirs of its directory. In fn.readers.file's folder layout they
-// are the classes and the labels.
+// Dirs returns the directories that hold the map's samples, sorted
+// bytewise. They are relative to Root, and "." is Root itself. For each
+// sample it returns the index in dirs of its directory. In
+// fn.readers.file's folder layout the directories are the classes, and
+// their indices the labels.
 func (m *Map) Dirs() (dirs []string, dirOf []int32) {
 	dirOf = make([]int32, len(m.Samples))
 	if m.Reader == ReaderFile && !m.Listed {
@@ -237,15 +240,20 @@ const (
 	MaxDataOffset = npy.MaxDataOffset
 )
 
-// Validate checks the map's internal consistency: a known version that
-// holds what the map uses; labels in range for the folder layout
-// (Classes), 0 for tensors; paths relative and clean (inside their class
-// in a folder layout, never leading out of the root); tensors exactly on
-// numpy maps, each of a known type, at most MaxRank non-negative
-// dimensions whose data size is the sample's Size, at an offset past an
-// .npy header (at most MaxDataOffset) with Offset+Size within an int64;
-// extents sorted, non-overlapping and 512-byte aligned for raw samples.
-// Decoders call it; a map that passes cannot name bytes outside what its
+// Validate checks the map's internal consistency:
+//
+//   - a known version that holds what the map uses;
+//   - labels in range for the folder layout (Classes), and 0 for tensors;
+//   - paths relative and clean, inside their class in a folder layout,
+//     never leading out of the root;
+//   - tensors on numpy maps only, and on every sample there. Each has a
+//     known type and at most MaxRank non-negative dimensions. Its data
+//     size is the sample's Size. Its offset lies past an .npy header, at
+//     most MaxDataOffset, and Offset+Size fits an int64;
+//   - for raw samples, extents sorted, non-overlapping and 512-byte
+//     aligned.
+//
+// Decoders call it. A map that passes cannot name bytes outside what its
 // extents say.
 func (m *Map) Validate() error {
 	if m.Version < 1 || m.Version > Version {

@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package serve is loaderd's daemon transport: an HTTP + msgpack API on a
-// unix socket (and optionally loopback TCP) over the session core
-// (package session), through which training processes open loader
-// sessions over registered datasets and receive batch descriptors, while
-// the batch bytes travel through shared memory without copying: each
-// session's memory is passed to its owner as a file descriptor over the
-// unix socket (SCM_RIGHTS), never named in a filesystem.
+// Package serve is loaderd's transport. It serves an HTTP + msgpack API on
+// a unix socket, and optionally on loopback TCP, over the session core
+// (package session). Training processes open loader sessions over
+// registered datasets through it and receive batch descriptors. The batch
+// bytes travel through shared memory without copying. Each session's memory
+// is passed to its owner as a file descriptor over the unix socket
+// (SCM_RIGHTS). It is never named in a filesystem.
 //
 // Clients name a dataset and a backend, never a path, device or byte range.
-// A session and its memory belong to the uid that opened it (SO_PEERCRED);
-// idle sessions are reaped.
+// A session and its memory belong to the uid that opened it (SO_PEERCRED).
+// Idle sessions are reaped.
 //
-// The messages are package wire's; convert.go turns them into the session
-// core's types and back, and its errors into HTTP statuses.
+// The messages are package wire's. convert.go turns them into the session
+// core's types and back, and turns its errors into HTTP statuses.
 package serve
 
 import (
@@ -90,10 +90,9 @@ func (s *Server) status() string {
 }
 
 // Reload reads every dataset's map file again without dropping sessions
-// (session.Manager.Reload: open sessions keep their maps, new ones get the
-// new maps, a map that fails to load keeps the old one), logs what became
-// of each dataset and tells systemd RELOADING=1, then READY=1. SIGHUP and
-// POST /v1/reload come here.
+// (session.Manager.Reload). Open sessions keep their maps and new ones get
+// the new maps. A map that fails to load keeps the old one. Reload logs
+// what became of each dataset. It tells systemd RELOADING=1, then READY=1.
 func (s *Server) Reload() ([]session.Reloaded, error) {
 	s.sdNotify(reloading())
 	res, err := s.mgr.Reload()
@@ -128,10 +127,9 @@ func caller(r *http.Request) session.Caller {
 	return session.Caller{UID: -1, GID: -1}
 }
 
-// connContext records the peer's credentials (SO_PEERCRED and
-// SO_PEERGROUPS: what the process had when it connected, not what the
-// user database says) for unix connections; TCP ones are tcpUser, the
-// TCP principal.
+// connContext records a unix peer's credentials from SO_PEERCRED and
+// SO_PEERGROUPS. These are what the process had when it connected, not what
+// the user database says. A TCP peer is tcpUser, the TCP principal.
 func connContext(tcpUser session.Caller) func(ctx context.Context, c net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
 		p := peer{caller: session.Caller{UID: -1, GID: -1}}
@@ -221,8 +219,8 @@ func writeMsg(w http.ResponseWriter, code int, v any) {
 }
 
 // errBodyTooLarge is wrapped by decode's error for a body past its
-// endpoint's limit; fail closes the connection after answering it, so
-// the server does not read the rest.
+// endpoint's limit. fail answers it and then closes the connection, so the
+// server does not read the rest.
 var errBodyTooLarge = fmt.Errorf("%w: request body too large", wire.ErrMalformed)
 
 // decode reads a request's body, at most limit bytes (wire.MaxOpenBody or
@@ -254,9 +252,9 @@ func decode(r *http.Request, v any, limit int) error {
 	return nil
 }
 
-// readUpTo reads rd to its end or to n bytes, whichever comes first,
-// into a buffer that doubles as it fills (from 512 bytes, never past n):
-// what it allocates stays under twice what it read, and n.
+// readUpTo reads rd to its end or to n bytes, whichever comes first. Its
+// buffer starts at 512 bytes and doubles as it fills, never past n. So what
+// it allocates stays under twice what it read, and under n.
 func readUpTo(rd io.Reader, n int) ([]byte, error) {
 	b := make([]byte, 0, min(512, n))
 	for len(b) < n {
@@ -275,9 +273,9 @@ func readUpTo(rd io.Reader, n int) ([]byte, error) {
 	return b, nil
 }
 
-// decodePosition decodes an optional body (at most wire.MaxSmallBody
-// bytes) into v and returns the position its epoch and iteration fields
-// name (nil for neither; both or neither).
+// decodePosition decodes an optional body of at most wire.MaxSmallBody
+// bytes into v. It returns the position that the epoch and iteration fields
+// name. Both are given or neither is; nil means neither.
 func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Position, error) {
 	if r.ContentLength != 0 {
 		if err := decode(r, v, wire.MaxSmallBody); err != nil {
@@ -298,9 +296,9 @@ func (s *Server) datasets(w http.ResponseWriter, r *http.Request) {
 }
 
 // statusOf tells the caller what the daemon serves and holds
-// (wire.StatusResponse): the datasets as /v1/datasets gives them, with
-// why samples went stale; the open sessions, every one's to root on the
-// unix socket and the caller's own to anyone else; the budgets.
+// (wire.StatusResponse). The datasets are as /v1/datasets gives them, with
+// why samples went stale. Root on the unix socket sees every open session;
+// anyone else sees only its own. The budgets come last.
 func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
 	var conns *wire.Budget
 	if s.conns != nil {
@@ -311,10 +309,10 @@ func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
 	writeMsg(w, http.StatusOK, statusResponse(s.mgr.Status(r.Context(), caller(r)), conns))
 }
 
-// metrics serves the Prometheus metrics as the caller may see them, by
-// the rule of /v1/datasets: a series labelled with a dataset only to a
-// caller who may read that dataset (root: all); the daemon-wide series
-// (sessions, the batch memory budget) to all.
+// metrics serves the Prometheus metrics as the caller may see them. The
+// rule is that of /v1/datasets. A series labelled with a dataset goes only
+// to a caller who may read that dataset; root sees all. The daemon-wide
+// series go to all: sessions, and the batch memory budget.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	readable := s.mgr.Readable(r.Context(), caller(r))
 	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
@@ -334,9 +332,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
-// reload reads the datasets' maps again: root on the unix socket only, so
-// no other client changes what is served (the map files are the daemon's
-// own configuration; the request names none).
+// reload reads the datasets' maps again. Only root on the unix socket may
+// ask, so no other client changes what is served. The map files are the
+// daemon's own configuration, and the request names none.
 func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 	if c := caller(r); c.UID != 0 || c.TCP {
 		writeErr(w, http.StatusForbidden, "reload is for root on the unix socket (loaderd reload, or SIGHUP)")
@@ -367,9 +365,9 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 	writeMsg(w, http.StatusOK, openResponse(o))
 }
 
-// switchProtocols takes over the connection and answers 101 for
-// protocol; ok is false when the connection is lost (an error was written
-// if it could be).
+// switchProtocols takes over the connection and answers 101 for protocol.
+// ok is false when the connection is lost. An error was written if it could
+// be.
 func switchProtocols(w http.ResponseWriter, protocol string) (net.Conn, *bufio.ReadWriter, bool) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -475,32 +473,32 @@ const (
 	// DefaultReadTimeout bounds reading a request, headers and body
 	// (bodies are small: at most 64 KiB): a slow body is cut.
 	DefaultReadTimeout = 30 * time.Second
-	// DefaultWriteTimeout bounds a response from the end of its request,
-	// a next's wait for its batch included, and every frame written on a
-	// stream or memory hand-over.
+	// DefaultWriteTimeout bounds a response from the end of its request. A
+	// next's wait for its batch counts. It also bounds every frame written
+	// on a stream or a memory hand-over.
 	DefaultWriteTimeout = 2 * time.Minute
 	// DefaultIdleTimeout closes a keep-alive connection idle between
 	// requests (the client reconnects).
 	DefaultIdleTimeout = 2 * time.Minute
 	// DefaultStreamIdleTimeout closes a stream over which no frame went
-	// either way for this long (Run makes it no less than the session
-	// timeout): a stream is otherwise the session's liveness and never
+	// either way for this long. Run makes it no less than the session
+	// timeout. Otherwise a stream is the session's liveness and is never
 	// reaped.
 	DefaultStreamIdleTimeout = 10 * time.Minute
-	// DefaultMaxConnsPerUID bounds one uid's open connections (TCP
-	// clients count as one): a LoaderSource holds two (requests and its
-	// stream) and a third for a moment (the memory hand-over), so this
-	// allows every session a uid may open (session.DefaultMaxSessionsPerUID)
-	// with room to spare.
+	// DefaultMaxConnsPerUID bounds one uid's open connections. TCP clients
+	// count as one uid. A LoaderSource holds two, for requests and its
+	// stream, and a third for a moment during the memory hand-over. So this
+	// allows every session a uid may open
+	// (session.DefaultMaxSessionsPerUID), with room to spare.
 	DefaultMaxConnsPerUID = 64
 	// DefaultRootConns is how many of the connections allowed in total
-	// (Listen.MaxConns) are kept for uid 0 on the unix socket: when every
-	// other user together has taken the rest, root is still answered.
+	// (Listen.MaxConns) are kept for uid 0 on the unix socket. When all
+	// other users together have taken the rest, root is still answered.
 	DefaultRootConns = 16
-	// fdsPerSession is what MaxConns's default keeps per session (the
-	// daemon's cap, session.Config.MaxSessions): its batch memory, its
-	// engines' io_uring rings and their threads' descriptors, the sample
-	// files being read.
+	// fdsPerSession is the descriptors that MaxConns's default keeps per
+	// session, up to the daemon's cap (session.Config.MaxSessions). A
+	// session holds its batch memory, its engines' io_uring rings and their
+	// threads' descriptors, and the sample files being read.
 	fdsPerSession = 32
 	// daemonFDs is what MaxConns's default keeps for the rest of the
 	// daemon: map reloads, GPU libraries, logs, the refusals being
@@ -519,23 +517,19 @@ type Listen struct {
 	Group  string      // the socket's group, a name or a gid; "" keeps the daemon's
 	TCP    string      // also listen on this loopback address ("" for none)
 	Token  string      // the bearer token every TCP request must carry (required with TCP)
-	// TCPUser is the user (a name or a uid) TCP callers are judged as:
-	// whether they may read a dataset, and the owner of their sessions,
-	// which no unix-socket caller reaches (nor they a unix caller's).
-	// Default DefaultTCPUser.
+	// TCPUser is the user, by name or uid, that TCP callers are judged as.
+	// It decides whether they may read a dataset. It owns their sessions.
+	// No unix-socket caller reaches those sessions, and TCP callers reach
+	// no unix caller's.
 	TCPUser string
 	// MaxConnsPerUID bounds one uid's open connections (every TCP
 	// connection counts as one peer's); past it a connection is answered
 	// 429 and closed. Default DefaultMaxConnsPerUID.
 	MaxConnsPerUID int
-	// MaxConns bounds every peer's open connections together, below the
-	// fd limit so that accept never fails for want of a descriptor
-	// (which would leave every client, root included, unanswered); past
-	// it a connection is answered 429 and closed. RootConns of them
-	// (default DefaultRootConns; -1: none) are kept for uid 0 on the unix
-	// socket. 0: derived at Run from RLIMIT_NOFILE, less the descriptors
-	// open then, fdsPerSession for each session the daemon may open and
-	// daemonFDs (maxConnsFor).
+	// MaxConns bounds every peer's open connections together. It stays
+	// below the descriptor limit, so accept never fails for want of a
+	// descriptor. Such a failure would leave every client unanswered, root
+	// included. Past the bound, a connection is answered 429 and closed.
 	MaxConns, RootConns int
 	// Timeouts: DefaultReadTimeout, DefaultWriteTimeout,
 	// DefaultIdleTimeout, DefaultStreamIdleTimeout when zero.
@@ -575,10 +569,10 @@ func (l Listen) withDefaults(sessionTimeout time.Duration) Listen {
 	return l
 }
 
-// maxConnsFor is the default total of connections under a limit of
-// nofile descriptors, open of them in use, for a daemon of sessions
-// sessions: what is left for connections, and no less than rootConns+1
-// (so one other user's connection is possible).
+// maxConnsFor is the default total of connections. The limit is nofile
+// descriptors, of which open are in use, for a daemon of sessions sessions.
+// It is what is left for connections. It is no less than rootConns+1, so
+// one other user can connect.
 func maxConnsFor(nofile uint64, open, sessions, rootConns int) int {
 	left := int64(min(nofile, 1<<30)) - int64(open) - int64(sessions)*fdsPerSession - daemonFDs
 	return int(max(left, int64(rootConns)+1))
@@ -746,13 +740,13 @@ func lookupGroup(g string) (int, error) {
 	return strconv.Atoi(gr.Gid)
 }
 
-// listenUnix listens on a unix socket at path with group gid (-1: the
-// daemon's) and the given mode. The socket appears at path only when it is
-// ready: bound, listening, with its group and mode set. It is made under a
-// private name in the same directory and then linked to path, so a client
-// that sees the path can connect (no "connection refused" window between
-// bind and listen, no moment with the wrong mode), and linking fails if
-// another daemon took path meanwhile.
+// listenUnix listens on a unix socket at path with group gid and the given
+// mode. A gid of -1 keeps the daemon's group. The socket appears at path
+// only when it is ready: bound, listening, with its group and mode set. It
+// is made under a private name in the same directory and then linked to
+// path. So a client that sees the path can connect. There is no "connection
+// refused" window between bind and listen, and no moment with the wrong
+// mode. The link fails if another daemon took path meanwhile.
 func listenUnix(path string, gid int, mode os.FileMode) (*net.UnixListener, error) {
 	if err := socketDir(filepath.Dir(path)); err != nil {
 		return nil, err
