@@ -1,20 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package npy decodes the header of NumPy's .npy files, format version
-// 1.0 (what np.save writes for every array whose header fits in 64 KiB):
-// the magic, the version, the header length and the header's Python dict
-// literal {'descr': ..., 'fortran_order': ..., 'shape': (...)}. It gives
-// the array's element type, shape, order and where its data starts, so
-// that the data can be read from the file as it lies, without numpy.
+// Package npy decodes the header of NumPy's .npy files, format version 1.0.
+// np.save writes that version for every array whose header fits in 64 KiB.
+// The header holds the magic, the version, the header length and a Python
+// dict literal {'descr': ..., 'fortran_order': ..., 'shape': (...)}. The
+// package gives the array's element type, shape, order and where its data
+// starts. So the data can be read from the file as it lies, without numpy.
 //
-// The decoder is strict: it accepts the dict as numpy writes it (keys in
-// any order, either quote, a trailing comma, decimal integers) and
-// nothing that merely happens to evaluate to it; any other input is an
-// error wrapping one of the sentinels below. Element types are a closed
-// set (see DType); object, structured, string and date types, big-endian
-// data and format versions 2.0 and 3.0 are refused with their own
-// sentinel. It never panics and allocates at most the shape's rank
-// (bounded by MaxRank) beyond the header it reads.
+// The decoder is strict. It accepts the dict as numpy writes it: keys in
+// any order, either quote, a trailing comma, decimal integers. It accepts
+// nothing that merely happens to evaluate to it. Any other input is an
+// error wrapping one of the sentinels below. Element types are a closed set
+// (see DType). Object, structured, string and date types, big-endian data
+// and format versions 2.0 and 3.0 are refused, each with its own sentinel.
+// The decoder never panics. Beyond the header it reads, it allocates at
+// most the shape's rank, which MaxRank bounds.
 package npy
 
 import (
