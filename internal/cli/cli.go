@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cli is what the commands share in parsing their flags: help on
-// stdout with every flag, a bad flag answered with the usage line on
-// stderr, and one sentinel for usage errors (exit status 2).
+// Package cli is what the commands share in parsing their flags. Help goes
+// to stdout with every flag. A bad flag is answered with the usage line on
+// stderr. One sentinel marks usage errors, which exit with status 2.
 package cli
 
 import (

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package confine reads what confines this process from its own /proc:
-// its memory cgroup's limit (cgroup v1 or v2, the tightest of its
-// ancestors that it can read) and the mounts a service manager's sandbox
-// puts over paths (systemd's PrivateTmp, ProtectHome, InaccessiblePaths).
-// Every reader takes the filesystem's root ("/" on a machine; a testdata
-// tree in tests).
+// Package confine reads what confines this process from its own /proc. One
+// reader gives its memory cgroup's limit: cgroup v1 or v2, the tightest of
+// its ancestors that it can read. Another gives the mounts that a service
+// manager's sandbox puts over paths: systemd's PrivateTmp, ProtectHome and
+// InaccessiblePaths. Every reader takes the filesystem's root. That is "/"
+// on a machine, and a testdata tree in tests.
 package confine
 
 import (

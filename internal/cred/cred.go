@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cred lets the daemon do filesystem work as another user: on a
-// locked OS thread whose filesystem uid, filesystem gid and supplementary
-// groups are that user's, so the kernel judges every open exactly as it
-// would judge the user's own (mode bits, ACLs, every directory on the
-// resolved path, symlinks, LSMs), and root's capabilities to override
-// permissions do not apply (setfsuid to a nonzero uid drops them from the
-// thread's effective set).
+// Package cred lets the daemon do filesystem work as another user. The work
+// runs on a locked OS thread whose filesystem uid, filesystem gid and
+// supplementary groups are that user's. So the kernel judges every open
+// exactly as it would judge the user's own: mode bits, ACLs, every
+// directory on the resolved path, symlinks, LSMs. Root's capabilities to
+// override permissions do not apply. Setting a nonzero filesystem uid drops
+// them from the thread's effective set.
 //
-// Linux keeps credentials per thread; the C library and Go's syscall
-// package make setgroups process-wide on purpose, so this package calls
-// the raw system calls, which change only the calling thread. A thread
-// switched to a Cred is never handed back to the Go scheduler: its
-// goroutine exits while still locked, and the runtime ends the thread.
+// Linux keeps credentials per thread. The C library and Go's syscall
+// package make setgroups process-wide on purpose. So this package calls the
+// raw system calls, which change only the calling thread. A thread switched
+// to a Cred is never handed back to the Go scheduler. Its goroutine exits
+// while still locked, and the runtime ends the thread.
 package cred
 
 import (

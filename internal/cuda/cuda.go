@@ -1,26 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package cuda loads the NVIDIA CUDA runtime (libcudart) and cuFile
-// (libcufile) at run time with purego: no CUDA headers or libraries at
-// build time, no cgo, and a build that runs unchanged on machines without
-// a driver, where Load says so plainly.
+// (libcufile) at run time with purego. The build needs no CUDA headers or
+// libraries and no cgo. It runs unchanged on machines without a driver,
+// where Load says so plainly.
 //
-// The libraries are found by discover.go (an explicit directory, the
-// NVIDIA wheels of the Python environment, CUDA_HOME, the dynamic
-// loader's search), and each says where it came from. Whether a driver is
-// present is the loaded runtime's answer (cudaDriverGetVersion), not a
-// guess from /proc.
+// discover.go finds the libraries: in an explicit directory, the NVIDIA
+// wheels of the Python environment, CUDA_HOME, or the dynamic loader's
+// search. Each library says where it came from. Whether a driver is present
+// is the loaded runtime's answer (cudaDriverGetVersion), not a guess from
+// /proc.
 //
-// Only what this project calls is bound: versions and devices, host
-// registration (cudaHostRegister, portable) so that copies from staging
-// memory to a GPU are DMA, streams, events and host-to-device copies
-// (runtime.go), the driver's device queries (UUIDs, PCI bus ids,
-// attributes) and exportable device memory through its virtual memory
-// management API, reached through the runtime's driver entry points
-// (vmm.go), a locked OS thread to make every call on (thread.go), and
-// cuFile (cufile.go). The C structs mirrored here are checked against
-// NVIDIA's headers by abi_test.go, and every bound symbol against the real
-// libraries by symbols_test.go.
+// Only what this project calls is bound:
+//
+//   - versions and devices;
+//   - host registration (cudaHostRegister, portable), so that copies from
+//     staging memory to a GPU are DMA;
+//   - streams, events and host-to-device copies (runtime.go);
+//   - the driver's device queries: UUIDs, PCI bus ids, attributes;
+//   - exportable device memory through the driver's virtual memory
+//     management API, reached through the runtime's driver entry points
+//     (vmm.go);
+//   - a locked OS thread to make every call on (thread.go);
+//   - cuFile (cufile.go).
+//
+// abi_test.go checks the C structs mirrored here against NVIDIA's headers.
+// symbols_test.go checks every bound symbol against the real libraries.
 package cuda
 
 import (

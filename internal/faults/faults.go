@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package faults injects failures into the built-in backends' reads, in
-// the spirit of pebble's errorfs: a test makes the file or device reads of
-// chosen samples fail (EIO), come back short, or stall, with no root or
-// device tricks.
+// Package faults injects failures into the built-in backends' reads, in the
+// spirit of pebble's errorfs. A test makes the file or device reads of
+// chosen samples fail with EIO, come back short, or stall. It needs no root
+// and no device tricks.
 //
 // Nothing of it is configured through the loader's options, the backend
-// contract or the daemon's configuration: a test (or the nvfeed_faults
-// build of loaderd, whose --inject-eio flag calls Install) installs a rule
-// set for the whole process, and each read site asks Inject. With nothing
-// installed — always, in a release build, which has no way to install
-// any — Inject is one atomic load.
+// contract or the daemon's configuration. A test installs a rule set for
+// the whole process, and each read site asks Inject. The nvfeed_faults
+// build of loaderd does the same through its --inject-eio flag, which calls
+// Install. With nothing installed, Inject is one atomic load. A release
+// build has no way to install any.
 package faults
 
 import (

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package layers holds no code: its tests keep ARCHITECTURE.md true. The
-// module's package graph is layered as its table draws it (no import runs
-// from a lower layer to a higher one), every package is in the table, and
-// every path, file and Go name the document writes exists where it says.
+// Package layers holds no code. Its tests keep the module layered and the
+// documents true. layers() in its test gives each package its layer, and no
+// import may run from a lower layer to a higher one. Every path and Go name
+// the documents write must exist. ARCHITECTURE.md must stay a short map.
 package layers

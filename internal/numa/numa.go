@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package numa places memory and threads on a NUMA node: the node of a
-// PCI device (a GPU) from sysfs, the node's CPUs, a memory range's
-// preferred node (mbind) and a thread's CPUs (sched_setaffinity).
+// Package numa places memory and threads on a NUMA node. It reads the node
+// of a PCI device, such as a GPU, and the node's CPUs from sysfs. It sets a
+// memory range's preferred node (mbind) and a thread's CPUs
+// (sched_setaffinity).
 package numa
 
 import (

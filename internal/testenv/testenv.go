@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package testenv decides what a test does when the machine lacks what
-// it needs (root, loop devices, io_uring, inotify): on a developer's
-// machine it skips with the reason; where the environment variable
-// NVFEED_REQUIRE_PRIVILEGED=1 says the machine has them all (.ci/run sets
-// it), the same skip is a failure, so a CI that silently lost its loop
-// devices goes red instead of green.
+// Package testenv decides what a test does when the machine lacks what it
+// needs: root, loop devices, io_uring, inotify. On a developer's machine
+// the test skips with the reason. NVFEED_REQUIRE_PRIVILEGED=1 says the
+// machine has them all, and .ci/run sets it. There the same skip is a
+// failure. So a CI that silently lost its loop devices goes red instead of
+// green.
 package testenv
 
 import (

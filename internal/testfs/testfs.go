@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package testfs gives tests real filesystems: it makes an image file,
-// formats it (ext4, xfs, btrfs) or mounts a tmpfs, attaches images with
-// `losetup --direct-io=on`, mounts them and undoes all of it when the test
-// ends, even when it fails.
+// Package testfs gives tests real filesystems. It makes an image file and
+// formats it as ext4, xfs or btrfs, or it mounts a tmpfs. It attaches
+// images with `losetup --direct-io=on` and mounts them. It undoes all of it
+// when the test ends, even when the test fails.
 //
-// Tests that use it skip with a printed reason when not run as root, when
-// no loop device can be had, or when the mkfs tool is missing; they never
-// pass silently.
+// A test that uses it skips with a printed reason when not run as root,
+// when no loop device can be had, or when the mkfs tool is missing. It
+// never passes silently.
 package testfs
 
 import (

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package uring is the small part of io_uring the loader needs, written
-// over golang.org/x/sys/unix: a ring of fixed size, READ submissions into
-// caller-owned memory outside the Go heap, registered buffers (READ_FIXED),
-// and completion reaping.
+// over golang.org/x/sys/unix. It has a ring of fixed size, READ submissions
+// into caller-owned memory outside the Go heap, registered buffers
+// (READ_FIXED), and completion reaping.
 //
 // A Ring is not safe for concurrent use: one goroutine owns it. A ring set
 // up with SingleIssuer must be created, registered with, submitted to and

@@ -1,18 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package check is `loaderd check`: what this machine offers the loader,
-// in the spirit of `tensornvme check`. Go and the kernel; whether io_uring
-// is allowed (and the seccomp mode); for each dataset, its block device,
-// whether the map still matches the filesystem, whether the device opens
-// for reading with O_DIRECT, and where it sits (PCI path, NUMA node); the
-// CUDA libraries (libcudart, libcufile): the file found, how it was
-// found (the discovery of internal/cuda: an explicit directory, the NVIDIA
-// wheels of the Python environment, CUDA_HOME, the dynamic loader) and its
-// version; whether there is a driver, as the runtime found says; the CUDA
-// devices with their UUIDs; every GPU from NVML (name, UUID, PCI bus id,
-// memory, NUMA node, CPU affinity) and how each dataset's device relates
-// to it, warning when data would cross sockets. Without a driver it says
-// so and the check still succeeds. It needs no cgo (NVML aside).
+// Package check is `loaderd check`: what this machine offers the loader, in
+// the spirit of `tensornvme check`. It reports:
+//
+//   - Go and the kernel;
+//   - whether io_uring is allowed, and the seccomp mode;
+//   - for each dataset, its block device, whether the map still matches
+//     the filesystem, whether the device opens for reading with O_DIRECT,
+//     and where it sits: PCI path and NUMA node;
+//   - the CUDA libraries, libcudart and libcufile: the file found, how
+//     internal/cuda's discovery found it, and its version;
+//   - whether there is a driver, as the runtime found says;
+//   - the CUDA devices with their UUIDs;
+//   - every GPU from NVML: name, UUID, PCI bus id, memory, NUMA node and
+//     CPU affinity. How each dataset's device relates to it, with a
+//     warning when data would cross sockets.
+//
+// Without a driver it says so, and the check still succeeds. It needs no
+// cgo, NVML aside.
 package check
 
 import (
