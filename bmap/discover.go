@@ -43,11 +43,12 @@ type Entry struct {
 }
 
 // Discover lists samples exactly as DALI's fn.readers.file(file_root=root)
-// does: the immediate subdirectories of root (stat follows links) sorted
-// bytewise give the classes and labels, an empty class keeps its label;
-// inside each, regular files and symlinks (never directories, no recursion)
-// whose names match a filter, sorted bytewise. Files directly in root are
-// skipped. Like DALI, an entry of root that cannot be stat'ed is an error.
+// does. The immediate subdirectories of root, sorted bytewise, give the
+// classes and labels; stat follows links. An empty class keeps its label.
+// Inside each class come the regular files and symlinks whose names match a
+// filter, sorted bytewise. Directories are never samples, and there is no
+// recursion. Files directly in root are skipped. Like DALI, an entry of
+// root that cannot be stat'ed is an error.
 func Discover(root string, o DiscoverOptions) (classes []string, entries []Entry, err error) {
 	filters, err := fileFilters(o)
 	if err != nil {
@@ -124,15 +125,16 @@ func classFiles(root, cls string, filters []string, caseSensitive bool, fn func(
 	return nil
 }
 
-// DiscoverNumpy lists samples exactly as DALI's fn.readers.numpy(
-// file_root=root, file_filter=filter) does: first the files directly in
-// root, then those in each immediate subdirectory of root (stat follows
-// links; subdirectories sorted bytewise; no deeper), each directory's
-// files sorted bytewise. A file is a regular file or a symlink (never a
-// directory) whose name matches filter (fnmatch, case-sensitive; hidden
-// files too; "" means DefaultNumpyFilter). DALI names a file in root
-// "./name"; its Path here is "name". Like DALI, an entry of root that
-// cannot be stat'ed is an error. Labels are 0: numpy samples have none.
+// DiscoverNumpy lists samples exactly as DALI's
+// fn.readers.numpy(file_root=root, file_filter=filter) does. First come the
+// files directly in root. Then come those in each immediate subdirectory of
+// root, sorted bytewise, and no deeper; stat follows links. Each
+// directory's files are sorted bytewise. A file is a regular file or a
+// symlink, never a directory, whose name matches filter. The match is
+// fnmatch, case-sensitive, and takes hidden files too. An empty filter
+// means DefaultNumpyFilter. DALI names a file in root "./name", and its
+// Path here is "name". Like DALI, an entry of root that cannot be stat'ed
+// is an error. Labels are 0: numpy samples have none.
 func DiscoverNumpy(root, filter string) ([]Entry, error) {
 	entries, _, err := discoverNumpy(root, filter)
 	return entries, err
@@ -320,12 +322,13 @@ func firstOr(a, b []string) string {
 	return b[0]
 }
 
-// Unmapped returns how many files Discover(m.Root, o) (DiscoverNumpy
-// for a numpy map) lists now that the map has no sample for: files added
-// since mapping (in a class folder the map knows or a new one), which
-// nothing reading the map serves. The caller passes the filters to list
-// with: the map's own (Discovered) to count what its discovery would find
-// now. A listed map names its files: none is unmapped.
+// Unmapped returns how many files that the map has no sample for
+// Discover(m.Root, o) lists now. For a numpy map it uses DiscoverNumpy.
+// These files were added since mapping, in a class folder the map knows or
+// in a new one. Nothing reading the map serves them. The caller passes the
+// filters to list with. With the map's own (Discovered), it counts what
+// the map's discovery would find now. A listed map names its files, so
+// none is unmapped.
 func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
 	n, _, err := m.UnmappedIn(o)
 	return n, err
@@ -361,12 +364,12 @@ func (m *Map) UnmappedIn(o DiscoverOptions) (n int, dirs []string, err error) {
 type ClassCounts map[string]int
 
 // UnmappedInClasses is UnmappedIn for a map of fn.readers.file's folder
-// layout (neither numpy nor listed), one class folder at a time: the root
-// is listed again, and each class folder in it is listed only where
-// relist says so or kept has no count for it; the others keep kept's
-// count. mapped reports whether the map has a sample at a path (as
-// Entry.Path). It returns the counts, their sum, and the folders listed
-// to count as UnmappedIn does: the root, then every class folder.
+// layout, one class folder at a time. The map is neither numpy nor listed.
+// The root is listed again. A class folder in it is listed only where
+// relist says so, or where kept has no count for it. The others keep kept's
+// count. mapped reports whether the map has a sample at a path, written as
+// Entry.Path. It returns the counts and their sum. Like UnmappedIn, it
+// returns the folders listed to count: the root, then every class folder.
 func (m *Map) UnmappedInClasses(o DiscoverOptions, kept ClassCounts, relist func(class string) bool, mapped func(path string) bool) (ClassCounts, int, []string, error) {
 	if m.Listed || m.Reader == ReaderNumpy {
 		return nil, 0, nil, fmt.Errorf("bmap: counting by class folder: the map is not of fn.readers.file's folder layout")

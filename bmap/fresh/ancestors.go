@@ -12,22 +12,22 @@ import (
 )
 
 // Ancestors is a snapshot of every directory a path to a dataset root
-// passes through: "/", each component of the path as written and, where
-// a component is a symlink, the link itself and every component of where
-// it leads, down to the root itself. Who may reach a dataset depends on
-// all of them, and no watch of the dataset's own directories sees a
-// change to one above the root (a chmod 0700 of its parent, an ACL entry
-// on a grandparent, a rename or a mount over one of them).
+// passes through. It starts at "/" and takes each component of the path as
+// written. Where a component is a symlink, it takes the link and every
+// component of where it leads, down to the root itself. Who may reach a
+// dataset depends on all of them. No watch of the dataset's own directories
+// sees a change above the root: a chmod 0700 of its parent, an ACL entry on
+// a grandparent, a rename or a mount over one of them.
 //
 // Each entry keeps device, inode, mode, owner, group, change time and
-// access ACL: a rename or a mount shows as another device or inode; a
+// access ACL. A rename or a mount shows as another device or inode. A
 // chmod, chown or ACL change moves the change time. The change time also
-// moves whenever an entry is created or removed in the directory (/tmp,
-// /home: all the time), which changes no one's access: where only it
-// moved, the ACL is read again and compared, so such noise costs one
-// getxattr, not a fresh access check. A snapshot is a handful of statx
-// calls (microseconds), so a cached access verdict can afford to take one
-// when it is judged and compare it at every later use.
+// moves whenever an entry is created or removed in the directory. In /tmp
+// or /home that happens all the time, and it changes no one's access. So
+// where only the change time moved, the ACL is read again and compared.
+// Such noise costs one getxattr, not a fresh access check. A snapshot is a
+// handful of statx calls, microseconds. A cached access verdict can afford
+// to take one when it is judged and compare it at every later use.
 type Ancestors struct {
 	root  string
 	nodes []ancestor
@@ -46,9 +46,9 @@ type ancestor struct {
 	acl        string // system.posix_acl_access as the kernel gives it; "" for none
 }
 
-// same reports whether b (taken now) grants what a (the snapshot) did:
-// the same entry, mode, owner and group, and either the same change time
-// or, where only that moved, the same ACL (read again now).
+// same reports whether b, taken now, grants what the snapshot a did. The
+// entry, mode, owner and group must be the same. The change time must be
+// the same too, or, where only it moved, the ACL read again now.
 func (a ancestor) same(b ancestor) bool {
 	acl := a.acl
 	a.acl, b.acl = "", ""

@@ -29,15 +29,16 @@ type Group struct {
 	First, Count int // components [First, First+Count)
 }
 
-// GroupMembers forms a shard's samples from its regular members as
-// DALI's ParseTarFile does: members whose key is empty (hidden files
-// such as ".x.jpg") are not components; consecutive components with the
-// same key are one sample, in tar order (a key seen again later begins
-// another sample). comps returns the components' member indices. DALI's
-// quirks are kept: the running key starts as the first member's, even
-// an empty one (a shard starting with hidden files begins with a sample
-// of no component, keyed ""), and the shard always ends with a sample,
-// so a shard with no regular member is one sample with no component.
+// GroupMembers forms a shard's samples from its regular members as DALI's
+// ParseTarFile does. A member whose key is empty is not a component; hidden
+// files such as ".x.jpg" have one. Consecutive components with the same key
+// are one sample, in tar order. A key seen again later begins another
+// sample. comps returns the components' member indices.
+//
+// DALI's quirks are kept. The running key starts as the first member's,
+// even an empty one. So a shard starting with hidden files begins with a
+// sample of no component, keyed "". The shard always ends with a sample. So
+// a shard with no regular member is one sample with no component.
 func GroupMembers(members []Member) (groups []Group, comps []int) {
 	last := ""
 	if len(members) > 0 {

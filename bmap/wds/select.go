@@ -60,10 +60,10 @@ type Options struct {
 }
 
 // View is a map seen through Options, as fn.readers.webdataset forms its
-// samples: sample i of the view is a sample of the map (all of them, or
-// with MissingSkip those with enough components, kept by a bitmap of one
-// bit per map sample), and each output is the first component, in tar
-// order, whose extension is one of the output's.
+// samples. Sample i of the view is a sample of the map. The view holds all
+// of them, or with MissingSkip those with enough components. A bitmap of
+// one bit per map sample keeps them. Each output is the first component, in
+// tar order, whose extension is one of the output's.
 type View struct {
 	m     *Map
 	nOut  int

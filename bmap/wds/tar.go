@@ -56,20 +56,26 @@ var compressed = []struct {
 	{"lz4", []byte{0x04, 0x22, 0x4d, 0x18}},
 }
 
-// ReadTar lists the regular members of the tar r of size bytes as DALI's
-// fn.readers.webdataset does when it has no index (TarArchive over
-// libtar, TAR_GNU): headers are read one block at a time from offset 0;
-// a block whose name starts with NUL counts as an end block, and two in a
-// row end the archive, as does the end of the file; a header's checksum
-// (unsigned or signed sum) must match; a GNU long name ('L') or long link
-// ('K') names the next header; PAX headers ('x', 'g') are skipped, their
-// records ignored (DALI reads the ustar name: a long or non-ASCII name is
-// the one Python's tarfile truncates or replaces there), except a size
-// override, ErrPAXSize; directories are skipped. Where DALI would skip a
-// member silently (links, devices, fifos, unknown types: ErrMemberType;
-// GNU sparse files: ErrSparse) or read past the file (ErrTruncated),
-// ReadTar fails naming the shard and member; a compressed shard fails
-// with ErrCompressed before any header is read.
+// ReadTar lists the regular members of the tar r of size bytes. It reads
+// them as DALI's fn.readers.webdataset does without an index, through
+// TarArchive over libtar (TAR_GNU):
+//
+//   - Headers are read one block at a time from offset 0.
+//   - A block whose name starts with NUL counts as an end block. Two in a
+//     row end the archive, as does the end of the file.
+//   - A header's checksum, as an unsigned or a signed sum, must match.
+//   - A GNU long name ('L') or long link ('K') names the next header.
+//   - PAX headers ('x', 'g') are skipped and their records ignored. DALI
+//     reads the ustar name, which Python's tarfile truncates or replaces
+//     for a long or non-ASCII name. A size override is refused
+//     (ErrPAXSize).
+//   - Directories are skipped.
+//
+// DALI skips some members silently: links, devices, fifos and unknown types
+// (ErrMemberType), and GNU sparse files (ErrSparse). DALI may also read
+// past the file (ErrTruncated). In those cases ReadTar fails, naming the
+// shard and member. A compressed shard fails with ErrCompressed before any
+// header is read.
 func ReadTar(r io.ReaderAt, size int64, shard string) ([]Member, error) {
 	var head [6]byte
 	if n, _ := r.ReadAt(head[:], 0); n > 0 {
