@@ -84,3 +84,13 @@ def test_example_matches_the_api(where: str, code: str) -> None:
             if kw.arg is None:
                 continue
             assert kw.arg in params or kw.arg in OWN.get(name, set()), f"{where}: {name} takes no {kw.arg}="
+
+
+def test_dali_source_modules_are_nvfeeds() -> None:
+    # python/README.md: importing dali_source.dali and dali_source.torch
+    # gives nvfeed's modules themselves.
+    import dali_source.dali
+    import dali_source.torch
+
+    assert dali_source.dali is nvfeed.dali
+    assert dali_source.torch is nvfeed.torch
