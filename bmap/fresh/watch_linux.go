@@ -14,19 +14,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Watcher reports which directories of a dataset changed, with inotify.
-// The kernel queues an event inside the system call that makes the change
-// (unlink, rename, truncate, write, chmod…), so after a read completes,
+// Watcher reports which directories of a dataset changed, with inotify. The
+// kernel queues an event inside the system call that makes the change:
+// unlink, rename, truncate, write, chmod. So after a read completes,
 // draining the queue tells whether anything in a directory changed before
-// that moment. Files with other hard links are out of its sight (their
-// changes may come through another directory) and are checked by stat
-// instead.
+// that moment. Files with other hard links are out of its sight, since
+// their changes may come through another directory. Those are checked by
+// stat instead.
 //
 // It watches the root, each sample directory and every directory between
-// them: a change to a file in a directory marks that directory; a change
-// to a directory itself (renamed, removed, replaced, its mode or owner
-// changed: who may reach what is beneath) marks everything beneath it; a
-// change to the root itself marks everything.
+// them. A change to a file in a directory marks that directory. A change to
+// a directory itself marks everything beneath it: a rename, a removal, a
+// replacement, or a new mode or owner, which decide who may reach what is
+// beneath. A change to the root itself marks everything.
 type Watcher struct {
 	fd int
 

@@ -9,10 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Opener opens files as a Cred on a few threads switched to it, for code
-// that runs on ordinary goroutines but must open as the caller: the kernel
-// checks the open; what is read through the descriptor afterwards needs no
-// further check. Safe for concurrent use; Close it when done.
+// Opener opens files as a Cred, on a few threads switched to it. It is for
+// code that runs on ordinary goroutines but must open as the caller. The
+// kernel checks the open. What is read through the descriptor afterwards
+// needs no further check. An Opener is safe for concurrent use. Close it
+// when done.
 type Opener struct {
 	cred    Cred
 	threads int
@@ -79,10 +80,10 @@ func (o *Opener) Openat(dirfd int, path string, flags int) (int, error) {
 	return fds[0], errs[0]
 }
 
-// OpenatAll is Openat of every path, shared among the opener's threads in
-// one hand-off each (a thread switched to another user's credentials is
-// locked: handing it one file at a time costs more than the open). fds[i]
-// is -1 where errs[i] is set.
+// OpenatAll is Openat of every path, shared among the opener's threads.
+// Each thread gets its share in one hand-off. A thread switched to another
+// user's credentials is locked, so handing it one file at a time costs more
+// than the open. fds[i] is -1 where errs[i] is set.
 func (o *Opener) OpenatAll(dirfd int, paths []string, flags int) (fds []int, errs []error) {
 	fds, errs = make([]int, len(paths)), make([]error, len(paths))
 	chunk := max((len(paths)+o.threads-1)/o.threads, 1)

@@ -13,18 +13,18 @@ import (
 	"time"
 )
 
-// ErrNoLibraries is the message a client gets for a GPU open refused
-// because the process has no usable CUDA libraries: where they were
-// looked for, and why each place was passed over, is the process's log's
-// (Libs logs it once), never a client's.
+// ErrNoLibraries is the message a client gets when a GPU open is refused
+// because the process has no usable CUDA libraries. Where they were looked
+// for, and why each place was passed over, goes to the process's log, once
+// (Libs). It never goes to a client.
 var ErrNoLibraries = errors.New("the daemon has no usable CUDA libraries; its log says where it looked")
 
-// Libs are the CUDA libraries of one process, discovered and loaded at
-// most once each, at the first call that needs them: a daemon makes one
-// at start, and every GPU session reuses what it found — or why it found
-// nothing. Its errors carry the sentinels callers branch on (ErrNoDriver,
-// ErrNoRuntime, ErrNoLibraries) but no path of the search; the full
-// reasons go to the log, once. Safe for concurrent use.
+// Libs are the CUDA libraries of one process. Each is discovered and loaded
+// at most once, at the first call that needs it. A daemon makes one Libs at
+// start. Every GPU session reuses what it found, or why it found nothing.
+// Its errors carry the sentinels callers branch on: ErrNoDriver,
+// ErrNoRuntime and ErrNoLibraries. They name no path of the search. The
+// full reasons go to the log, once. Libs is safe for concurrent use.
 type Libs struct {
 	search Search
 	log    *slog.Logger

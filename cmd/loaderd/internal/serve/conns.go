@@ -42,13 +42,13 @@ type totalConns struct {
 // rootKey is uid 0's key on the unix socket.
 const rootKey = "0"
 
-// peerListener counts the open connections of each peer (a uid, from
-// SO_PEERCRED at accept; every TCP connection is one peer) and of all of
-// them together, and refuses a connection past its peer's cap or past
-// the total (for any peer but root, past the total less root's reserve):
-// it answers 429 naming the limit and closes it, so one user's — or
-// many users' — flood of connections cannot take the daemon's file
-// descriptors from the others, nor from root. A unix connection whose
+// peerListener counts the open connections of each peer, and of all of them
+// together. A peer is a uid, from SO_PEERCRED at accept. Every TCP
+// connection is one peer. It refuses a connection past its peer's cap or
+// past the total. For any peer but root, the total is less root's reserve.
+// A refused connection is answered 429, naming the limit, and closed. So a
+// flood of connections from one user, or many, cannot take the daemon's
+// file descriptors from the others, or from root. A unix connection whose
 // peer cannot be identified is closed.
 type peerListener struct {
 	net.Listener
@@ -175,10 +175,10 @@ func (l *peerListener) give(key string) {
 	t.mu.Unlock()
 }
 
-// refuse answers c 429 and closes it, without holding up Accept: the
-// answer is written at once (a new connection's buffer has room) and the
-// request read off for a moment in the background, so that a client that
-// writes its request first still reads the answer.
+// refuse answers c 429 and closes it, without holding up Accept. The answer
+// is written at once, since a new connection's buffer has room. The request
+// is read off for a moment in the background. So a client that writes its
+// request first still reads the answer.
 func (l *peerListener) refuse(c net.Conn, key, who, why string) {
 	l.mu.Lock()
 	first := !l.full[key] && l.open[key] > 0 // a peer refused past the total was logged by take

@@ -11,13 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// notifier tells systemd the daemon's state (sd_notify(3), for a unit of
-// Type=notify): READY=1 once the socket accepts connections, RELOADING=1
-// and READY=1 around a reload, STOPPING=1 at shutdown, with STATUS= lines
-// for systemctl status. It writes one datagram per change to the unix
-// datagram socket named by $NOTIFY_SOCKET, read once by New (a name
-// starting with '@' is in the abstract namespace: Go's net package maps
-// the '@' to the leading NUL). Without NOTIFY_SOCKET it does nothing.
+// notifier tells systemd the daemon's state, for a unit of Type=notify
+// (sd_notify(3)). It sends READY=1 once the socket accepts connections,
+// RELOADING=1 and READY=1 around a reload, and STOPPING=1 at shutdown, with
+// STATUS= lines for systemctl status. It writes one datagram per change to
+// the unix datagram socket that $NOTIFY_SOCKET names. New reads the
+// variable once. A name starting with '@' is in the abstract namespace:
+// Go's net package maps the '@' to the leading NUL. Without NOTIFY_SOCKET
+// the notifier does nothing.
 type notifier struct {
 	addr string
 }
