@@ -10,13 +10,14 @@
 //	mkbmap samples --ext EXT[,EXT...] [--missing empty|skip|error] MAPFILE
 //	mkbmap inspect [--format json|bmap|xnvme-json] [-o FILE] [--mountpoint ROOT] MAPFILE
 //
-// The samples are those DALI's reader lists: fn.readers.file's folder
-// layout (ROOT/CLASS/FILE), fn.readers.numpy's .npy files under ROOT
-// (--reader numpy, --file-filter), a file list (--file-list, DALI's
-// file_list) or files given as arguments (DALI's files and labels). On a
-// filesystem without device extents (tmpfs, NFS, overlay, btrfs, …) the
-// map's samples are all filesystem-only, for the file backend;
-// --require-extents refuses such a filesystem instead.
+// The samples are those DALI's reader lists. They are fn.readers.file's
+// folder layout (ROOT/CLASS/FILE), or fn.readers.numpy's .npy files under
+// ROOT (--reader numpy, --file-filter). They may also come from a file list
+// (--file-list, DALI's file_list) or as files given as arguments (DALI's
+// files and labels). A filesystem without device extents, such as tmpfs,
+// NFS, overlay or btrfs, gets a map whose samples are all filesystem-only,
+// for the file backend. --require-extents refuses such a filesystem
+// instead.
 package main
 
 import (

@@ -9,10 +9,10 @@ import (
 	"github.com/nvfeed/nvfeed/internal/numa"
 )
 
-// Thread runs functions on one OS thread, locked, whose current device is
-// set: CUDA binds a context to a thread, and a goroutine that moved
-// between threads would lose it (driver error 201, cuFile 5015 or 5047).
-// Every CUDA and cuFile call of a device's memory goes through its Thread.
+// Thread runs functions on one locked OS thread whose current device is
+// set. CUDA binds a context to a thread. A goroutine that moved between
+// threads would lose it: driver error 201, or cuFile 5015 or 5047. Every
+// CUDA and cuFile call of a device's memory goes through its Thread.
 type Thread struct {
 	Runtime *Runtime
 	Device  int

@@ -20,9 +20,10 @@ import (
 // SysFS is where sysfs is mounted.
 const SysFS = "/sys"
 
-// OfPCI returns the NUMA node of the PCI device busID ("0000:3b:00.0",
-// any case) under sysfs, or -1 when the machine has no NUMA information
-// for it (a single-node machine, or the device is not there).
+// OfPCI returns the NUMA node of the PCI device busID under sysfs. busID is
+// written as "0000:3b:00.0", in any case. It returns -1 when the machine
+// has no NUMA information for the device: on a single-node machine, or when
+// the device is not there.
 func OfPCI(sysfs, busID string) int {
 	b, err := os.ReadFile(filepath.Join(sysfs, "bus", "pci", "devices", strings.ToLower(busID), "numa_node"))
 	if err != nil {

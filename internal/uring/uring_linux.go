@@ -223,13 +223,13 @@ func (r *Ring) RegisterBuffers(bufs [][]byte) error {
 	return nil
 }
 
-// DeferBuffers registers memory with the ring as RegisterBuffers does,
-// but pins nothing now: it sets up a sparse table with a place for each
-// buffer (regions over MaxBuffer split), and PrepRead registers (and so
-// pins) a buffer the first time a read targets it. A read into a buffer
-// whose registration failed is a plain READ; TakeDeferErr says why.
-// Kernels before 5.19 refuse a sparse table: the error wraps
-// ErrUnsupported, and RegisterBuffers still works there.
+// DeferBuffers registers memory with the ring as RegisterBuffers does, but
+// pins nothing now. It sets up a sparse table with a place for each buffer,
+// splitting regions over MaxBuffer. PrepRead registers, and so pins, a
+// buffer the first time a read targets it. A read into a buffer whose
+// registration failed is a plain READ, and TakeDeferErr says why. Kernels
+// before 5.19 refuse a sparse table. The error then wraps ErrUnsupported,
+// and RegisterBuffers still works there.
 func (r *Ring) DeferBuffers(bufs [][]byte) error {
 	split := splitBuffers(bufs)
 	if len(split) == 0 {

@@ -67,9 +67,9 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 	}
 	defer l.Close()
 	// A backend that registers batch slots with its rings on first use
-	// (gds, bam) registers them all now, as fio --fixedbufs registers
-	// its buffers before its clock: the figures are the reads', not the
-	// one-off pinning a session's first batches pay.
+	// (gds, bam) registers them all now. fio --fixedbufs registers its
+	// buffers before its clock in the same way. So the figures are the
+	// reads', not the one-off pinning a session's first batches pay.
 	if p, ok := l.Backend().(interface{ PinBuffers() }); ok {
 		p.PinBuffers()
 	}
@@ -156,9 +156,10 @@ func Table(w io.Writer, rs ...Result) {
 	}
 }
 
-// InfoLine prints the backend's options and counters on one line: the
-// options as given or defaulted, sorted by name, then after "| ran:" what
-// actually ran (engine, device, freshness method) and the counters.
+// InfoLine prints the backend's options and counters on one line. The
+// options come first, as given or defaulted, sorted by name. After "| ran:"
+// come what actually ran (engine, device, freshness method) and the
+// counters.
 func InfoLine(w io.Writer, r Result) {
 	keys := make([]string, 0, len(r.Options))
 	for k := range r.Options {
