@@ -77,10 +77,10 @@ func Example() {
 		for i := range b.Len() {
 			fmt.Printf("sample %d: label %d, %d bytes\n", b.Indices[i], b.Labels[i], len(b.Sample(i)))
 		}
-		b.Release() // its slot takes a later batch only after this
 		if b.Iteration == 0 {
 			saved = l.State() // the position after this batch
 		}
+		b.Release() // its slot takes a later batch only after this; b is not read again
 	}
 	l.Close()
 
