@@ -65,14 +65,14 @@ var ErrCorrupt = bmap.ErrCorrupt
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Map is a webdataset map: its shards decoded (a few bytes each), its
-// samples and components records in a read-only copy of the file (Open)
-// or in the bytes given to Decode, read on access without allocating.
-// Safe for concurrent use; Close frees Open's copy.
+// Map is a webdataset map. Its shards are decoded, a few bytes each. Its
+// sample and component records stay in a read-only copy of the file (Open),
+// or in the bytes given to Decode. They are read on access without
+// allocating. A Map is safe for concurrent use. Close frees Open's copy.
 type Map struct {
-	// Shards are the tars, in shard order: a listed fn.readers.file
-	// map whose sample i is shard i (its path, extents, inode, times,
-	// size and Reason); bmap/fresh guards them.
+	// Shards are the tars, in shard order. They form a listed
+	// fn.readers.file map whose sample i is shard i, with its path,
+	// extents, inode, times, size and Reason. bmap/fresh guards them.
 	Shards *bmap.Map
 
 	data    []byte // the whole file
@@ -172,12 +172,11 @@ func (m *Map) Component(s Sample, j int) (Component, error) {
 	return Component{Offset: int64(off), Size: int64(size), Ext: int(ext), NoDot: flags&flagNoDot != 0}, nil
 }
 
-// Open reads the version 3 map file at path into memory of the
-// process's own and checks all of it (Check): the map is the daemon's
-// from then on. Its writer may truncate, rewrite or replace the file;
-// nothing it does reaches the map read, and no fault of the file's pages
-// can reach the reader. The cost is a copy of the file and one pass
-// over its records.
+// Open reads the version 3 map file at path into the process's own memory
+// and checks all of it (Check). From then on the map is the daemon's. Its
+// writer may truncate, rewrite or replace the file. Nothing it does reaches
+// the map read, and no fault of the file's pages can reach the reader. The
+// cost is a copy of the file and one pass over its records.
 func Open(path string) (*Map, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -191,10 +190,10 @@ func Open(path string) (*Map, error) {
 	return m, nil
 }
 
-// Read reads a version 3 map from f, from its start to its end, into
-// anonymous memory of the process's own (read-only once filled, apart
-// from the Go heap), and checks it whole (Check). A file that changes
-// size while it is read is refused.
+// Read reads a version 3 map from f, from its start to its end, into the
+// process's own anonymous memory. That memory is read-only once filled, and
+// outside the Go heap. Read checks the map whole (Check). A file that
+// changes size while it is read is refused.
 func Read(f *os.File) (*Map, error) {
 	st, err := f.Stat()
 	if err != nil {
@@ -266,9 +265,9 @@ func IsVersion3(b []byte) bool {
 	return len(b) >= 12 && string(b[:8]) == magic && binary.LittleEndian.Uint32(b[8:]) == Version
 }
 
-// Decode reads a version 3 map held in b (not copied: b must outlive the
-// map and stay unchanged) and checks its header and shards; its records
-// are checked on access (Sample, Component) or all at once (Check).
+// Decode reads a version 3 map held in b and checks its header and shards.
+// b is not copied: it must outlive the map and stay unchanged. The records
+// are checked on access (Sample, Component), or all at once by Check.
 func Decode(b []byte) (*Map, error) {
 	if len(b) < headerSize || string(b[:8]) != magic {
 		return nil, fmt.Errorf("%w: not a .bmap file", ErrCorrupt)
@@ -323,9 +322,9 @@ func Decode(b []byte) (*Map, error) {
 	return m, nil
 }
 
-// Check reads every record and the body's checksum, and indexes the
-// samples for Select (index.go): what Open does before it returns, at
-// the cost of reading the whole file once.
+// Check reads every record and the body's checksum. It indexes the samples
+// for Select (index.go). Open does this before it returns. It costs one
+// read of the whole file.
 func (m *Map) Check() error {
 	if crc32.Checksum(m.data[headerSize:], castagnoli) != binary.LittleEndian.Uint32(m.data[24:]) {
 		return fmt.Errorf("%w: body checksum mismatch", ErrCorrupt)
@@ -351,9 +350,9 @@ func (m *Map) IndexBytes() int64 {
 	return ix.bytes()
 }
 
-// Writer writes a version 3 map, shard after shard, in memory bounded
-// by its shards: records go to temporary files beside the map until
-// Close assembles it.
+// Writer writes a version 3 map, shard after shard. Its memory is bounded
+// by its shards. Records go to temporary files beside the map until Close
+// assembles it.
 type Writer struct {
 	path                 string
 	tmp                  [3]*os.File // samples, components, keys
