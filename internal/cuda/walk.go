@@ -179,19 +179,19 @@ func walk(path string, euid uint32) (checkedFile, error) {
 // before a library.
 const maxDeps = 8
 
-// openChecked loads the library file c (judged by walk): it opens c's
-// resolved path without following a symlink, checks the descriptor is
-// the inode judged, still a regular file of a trusted owner that no one
-// else may write, and has the dynamic loader map it by the descriptor
-// (/proc/self/fd/N). The descriptor stays open for the process's life:
-// it is the library's name in the loader's list, and no other file may
-// take that number while the name stands for this one.
+// openChecked loads the library file c, which walk judged. It opens c's
+// resolved path without following a symlink. It checks that the descriptor
+// is the inode judged, still a regular file of a trusted owner that no one
+// else may write. Then it has the dynamic loader map the file by the
+// descriptor (/proc/self/fd/N). The descriptor stays open for the process's
+// life. It is the library's name in the loader's list, and no other file
+// may take that number while the name stands for this one.
 //
-// A library naming its own directory in its search path ($ORIGIN in
-// DT_RPATH or DT_RUNPATH, as the CUDA stand-in's libcudart does for its
-// libcuda.so.1) would have the loader look in /proc/self/fd; so each of
-// its DT_NEEDED libraries found there is walked and loaded the same way
-// first, and the loader then finds it loaded by its soname.
+// A library may name its own directory in its search path: $ORIGIN in
+// DT_RPATH or DT_RUNPATH. The CUDA stand-in's libcudart does so for its
+// libcuda.so.1. The loader would then look in /proc/self/fd. So each of the
+// library's DT_NEEDED libraries found there is walked and loaded the same
+// way first. The loader then finds it loaded by its soname.
 func openChecked(c checkedFile, euid uint32, depth int) (uintptr, error) {
 	fd, err := unix.Open(c.real, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {

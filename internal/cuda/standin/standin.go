@@ -1,22 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package standin builds and reads the strict CUDA stand-in, for tests: C
-// libraries standing in for libcuda.so.1 (the driver API, and all of the
-// stand-in's state), libcudart.so.13 and libcufile.so.0 over host memory.
-// Device memory is a memfd, an exported handle a real descriptor that
-// crosses processes, a mapping a real mapping, cuFileRead a pread into it.
-// It fails loudly wherever NVIDIA documents a precondition (each C file
-// lists its rules and their sources) and counts what a process still holds.
+// Package standin builds and reads the strict CUDA stand-in, for tests. The
+// stand-in is C libraries over host memory. They stand in for libcuda.so.1
+// (the driver API, and all of the stand-in's state), libcudart.so.13 and
+// libcufile.so.0. Device memory is a memfd. An exported handle is a real
+// descriptor that crosses processes. A mapping is a real mapping.
+// cuFileRead is a pread into it. The stand-in fails loudly wherever NVIDIA
+// documents a precondition. Each C file lists its rules and their sources.
+// It counts what a process still holds.
 //
 // Build compiles the libraries once per source hash with the system C
-// compiler; a test points the library discovery at the result
-// (NVFEED_CUDA_LIB_DIR, see Env) and, at the end, asserts with CheckClean
+// compiler. A test points the library discovery at the result
+// (NVFEED_CUDA_LIB_DIR, see Env). At the end it asserts with CheckClean
 // that no process broke a rule or leaked. The stand-in reads:
 //
-//   - CUDA_STANDIN_GPUS: physical GPUs (default 2); GPU i's UUID is the 16
+//   - CUDA_STANDIN_GPUS: physical GPUs (default 2). GPU i's UUID is the 16
 //     bytes "STANDIN-GPU-000" + hex digit i, its PCI bus id 0000:1i:00.0.
-//   - CUDA_VISIBLE_DEVICES: honoured as CUDA does (indices or GPU- UUID
-//     prefixes).
+//   - CUDA_VISIBLE_DEVICES: honoured as CUDA does, with indices or GPU-
+//     UUID prefixes.
 //   - CUDA_STANDIN_REPORT=DIR: each process keeps DIR/<pid>.json (a Report)
 //     up to date.
 //   - CUFILE_STANDIN_MODE: gds (default) or compat.
@@ -24,10 +25,10 @@
 //   - CUFILE_STANDIN_FAIL: injected failures, a comma list of bufregister
 //     and read-eio.
 //
-// libcuda.so.1 also exports two test hooks: cuStandinLaunchRead(stream,
-// src, n, delay_us, host_dst), a consumer's "kernel" that sleeps on the
-// stream and then copies device bytes to the host, and
-// cuStandinReport(buf, len), the process's report as JSON.
+// libcuda.so.1 also exports two test hooks. cuStandinLaunchRead(stream,
+// src, n, delay_us, host_dst) is a consumer's "kernel": it sleeps on the
+// stream and then copies device bytes to the host. cuStandinReport(buf,
+// len) gives the process's report as JSON.
 package standin
 
 import (
