@@ -92,3 +92,13 @@ func BenchmarkFingerprintImageNet(b *testing.B) {
 		_ = m.Fingerprint()
 	}
 }
+
+// BenchmarkContentImageNet summarises a 1 281 167-sample map's content
+// (what loaderd serve does per dataset when it loads the map).
+func BenchmarkContentImageNet(b *testing.B) {
+	m, _ := imagenetMap(b, 1281167)
+	b.ResetTimer()
+	for range b.N {
+		_ = m.Content()
+	}
+}

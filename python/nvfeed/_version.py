@@ -16,7 +16,7 @@ from typing import Any, Optional, cast
 from ._errors import LoaderError, VersionError
 from ._wire import OpenRequest
 
-PROTOCOL = 2
+PROTOCOL = 3
 """This client's protocol (``wire.Protocol`` in the daemon that came with
 it): one more whenever a request or answer changes in a way the other
 side must know of."""
