@@ -125,7 +125,7 @@ print(json.dumps(out))
 
 def test_a_client_older_than_the_daemon_serves(new_daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nvfeed._version, "PROTOCOL", 0)
-    with pytest.raises(VersionError, match=r"nvfeed .* \(protocol 0\).*loaderd .* \(protocol 2\).*upgrade the client"):
+    with pytest.raises(VersionError, match=rf"nvfeed .* \(protocol 0\).*loaderd .* \(protocol {nvfeed._version.PROTOCOL}\).*upgrade the client"):
         nvfeed.backends(new_daemon.socket)
 
 
@@ -170,7 +170,7 @@ def test_a_feature_the_daemon_lacks(tmp_path: Path) -> None:
 
     with serve_http(str(tmp_path / "d.sock"), NoWds) as sock:
         with pytest.raises(VersionError, match=r"loaderd 0\.2\.9 \(protocol 2\), which lacks the feature 'webdataset'"
-                                               r".*nvfeed .* \(protocol 2\).*upgrade loaderd") as e:
+                                               rf".*nvfeed .* \(protocol {nvfeed._version.PROTOCOL}\).*upgrade loaderd") as e:
             LoaderSource("wds", socket=sock, batch_size=4, ext=["jpg"])
         assert e.value.error_code == "version" and not NoWds.opens
         with pytest.raises(nvfeed.BadRequestError, match="not this one"):
@@ -190,7 +190,7 @@ def test_a_daemon_older_than_the_window(tmp_path: Path) -> None:
 
     with serve_http(str(tmp_path / "d.sock"), Older) as sock:
         with pytest.raises(VersionError, match=r"does not know the key 'shuffle_after_epoch' that this client, "
-                                               r"nvfeed .* \(protocol 2\), sent.*older than protocol 1.*Upgrade loaderd"):
+                                               rf"nvfeed .* \(protocol {nvfeed._version.PROTOCOL}\), sent.*older than protocol 1.*Upgrade loaderd"):
             LoaderSource("train", socket=sock, batch_size=4)
 
 
