@@ -27,38 +27,64 @@ type Content struct {
 	Labels int `msgpack:"labels"`
 	// Digest is a SHA-256 of it all, 32 hex digits.
 	Digest string `msgpack:"digest"`
-	// Chunks holds one digest of 16 hex digits per chunk.
-	// Chunk i holds samples [i*Samples/len, (i+1)*Samples/len).
-	Chunks []string `msgpack:"chunks"`
-	// Firsts holds each chunk's first sample.
-	// It is empty where the reader may not read them all.
-	Firsts []ContentSample `msgpack:"firsts"`
+	// Chunks holds 16 hex digits per chunk, one chunk after another.
+	// There are k = min(Samples, ContentChunks) chunks.
+	// Chunk i holds samples [i*Samples/k, (i+1)*Samples/k).
+	Chunks string `msgpack:"chunks"`
+	// Names, Sizes and FirstLabels describe each chunk's first sample.
+	// They are empty where the reader may not read them all.
+	Names       []string `msgpack:"names"`
+	Sizes       []int64  `msgpack:"sizes"`
+	FirstLabels []int64  `msgpack:"first_labels"`
 }
+
+// chunkHex is the hex digits of one chunk's digest in Content.Chunks.
+const chunkHex = 16
 
 // ContentSample is one sample as a Content names it.
 type ContentSample struct {
-	Name  string `msgpack:"name"`  // as the reader names it
-	Size  int64  `msgpack:"size"`  // its bytes
-	Label int64  `msgpack:"label"` // its label; -1 for none
+	Name  string // as the reader names it
+	Size  int64  // its bytes
+	Label int64  // its label; -1 for none
+}
+
+// Unnamed returns a copy of c that names no sample.
+func (c Content) Unnamed() *Content {
+	c.Names, c.Sizes, c.FirstLabels = nil, nil, nil
+	return &c
+}
+
+// Len returns the number of chunks.
+func (c *Content) Len() int { return len(c.Chunks) / chunkHex }
+
+// Chunk returns chunk i's digest.
+func (c *Content) Chunk(i int) string { return c.Chunks[i*chunkHex : (i+1)*chunkHex] }
+
+// First returns chunk i's first sample, if c names it.
+func (c *Content) First(i int) (ContentSample, bool) {
+	if i >= len(c.Names) {
+		return ContentSample{}, false
+	}
+	return ContentSample{Name: c.Names[i], Size: c.Sizes[i], Label: c.FirstLabels[i]}, true
 }
 
 // ContentDigester builds a Content from samples given in order.
 // NewContentDigester makes one; Add each sample; Content ends it.
 type ContentDigester struct {
-	n, at, chunk int
-	h            fingerprinter
-	all          fingerprinter
-	labels       map[int64]struct{}
-	c            Content
+	n, k, at, chunk int
+	h               fingerprinter
+	all             fingerprinter
+	labels          map[int64]struct{}
+	c               Content
 }
 
 // NewContentDigester starts a Content of n samples.
 func NewContentDigester(n int) *ContentDigester {
 	k := min(n, ContentChunks)
-	d := &ContentDigester{n: n, labels: map[int64]struct{}{},
+	d := &ContentDigester{n: n, k: k, labels: map[int64]struct{}{},
 		h:   fingerprinter{h: sha256.New(), buf: make([]byte, 0, fingerprintBuf)},
 		all: fingerprinter{h: sha256.New(), buf: make([]byte, 0, 64)},
-		c:   Content{Samples: n, Chunks: make([]string, 0, k), Firsts: make([]ContentSample, 0, k)}}
+		c:   Content{Samples: n, Names: make([]string, 0, k), Sizes: make([]int64, 0, k), FirstLabels: make([]int64, 0, k)}}
 	d.all.bytes("nvfeed dataset content v1\x00")
 	d.all.uint(uint64(n))
 	return d
@@ -69,9 +95,11 @@ func chunkStart(i, k, n int) int { return i * n / k }
 
 // Add appends the next sample. A label below 0 means none.
 func (d *ContentDigester) Add(name string, size, label int64) {
-	k := cap(d.c.Chunks)
-	if d.at == chunkStart(d.chunk, k, d.n) && d.chunk < k {
-		d.c.Firsts = append(d.c.Firsts, ContentSample{Name: cut(name), Size: size, Label: label})
+	k := d.k
+	if d.chunk < k && d.at == chunkStart(d.chunk, k, d.n) {
+		d.c.Names = append(d.c.Names, cut(name))
+		d.c.Sizes = append(d.c.Sizes, size)
+		d.c.FirstLabels = append(d.c.FirstLabels, label)
 		d.chunk++
 	}
 	d.h.string(name)
@@ -90,7 +118,7 @@ func (d *ContentDigester) Add(name string, size, label int64) {
 func (d *ContentDigester) endChunk() {
 	sum := d.h.sum()
 	d.all.bytes(string(sum))
-	d.c.Chunks = append(d.c.Chunks, hex.EncodeToString(sum[:8]))
+	d.c.Chunks += hex.EncodeToString(sum[:chunkHex/2])
 	d.h.h.Reset()
 }
 
@@ -115,11 +143,16 @@ func cut(name string) string {
 }
 
 // Content summarises m's samples: path, size and label, in order.
+// A numpy map's samples have no label.
 func (m *Map) Content() Content {
 	d := NewContentDigester(len(m.Samples))
 	for i := range m.Samples {
 		s := &m.Samples[i]
-		d.Add(s.Path, s.Size, int64(s.Label))
+		label := int64(s.Label)
+		if m.Reader == ReaderNumpy {
+			label = -1
+		}
+		d.Add(s.Path, s.Size, label)
 	}
 	return d.Content()
 }
@@ -137,12 +170,12 @@ func (c Content) Diff(o Content, other string) string {
 	if c.Labels != o.Labels {
 		return fmt.Sprintf("this node's copy has %d labels, %s %d", c.Labels, other, o.Labels)
 	}
-	k := len(c.Chunks)
-	if len(o.Chunks) != k {
+	k := c.Len()
+	if o.Len() != k {
 		return fmt.Sprintf("this node's copy has digest %s, %s %s", c.Digest, other, o.Digest)
 	}
 	for i := range k {
-		if c.Chunks[i] == o.Chunks[i] {
+		if c.Chunk(i) == o.Chunk(i) {
 			continue
 		}
 		lo, hi := chunkStart(i, k, c.Samples), chunkStart(i+1, k, c.Samples)-1
@@ -157,29 +190,29 @@ func (c Content) Diff(o Content, other string) string {
 
 // first names chunk i's first sample, as who has it, if c names it.
 func (c Content) first(i int, who string) string {
-	if i >= len(c.Firsts) {
+	s, ok := c.First(i)
+	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("; %s first there is %s", who, c.Firsts[i])
+	return fmt.Sprintf("; %s first there is %s", who, s)
 }
 
 // Validate checks a Content that came over the wire: its shape, not its sums.
 func (c *Content) Validate() error {
 	k := min(c.Samples, ContentChunks)
 	switch {
-	case c.Samples < 0 || c.Labels < 0 || c.Labels > c.Samples:
+	case c.Samples < 0 || c.Samples > 1<<31-1 || c.Labels < 0 || c.Labels > c.Samples:
 		return fmt.Errorf("%d samples and %d labels", c.Samples, c.Labels)
 	case !IsHex(c.Digest, FingerprintLen):
 		return fmt.Errorf("digest %.64q is not %d hex digits", c.Digest, FingerprintLen)
-	case len(c.Chunks) != k || (len(c.Firsts) != k && len(c.Firsts) != 0):
-		return fmt.Errorf("%d chunks and %d firsts for %d samples, want %d", len(c.Chunks), len(c.Firsts), c.Samples, k)
+	case !IsHex(c.Chunks, k*chunkHex):
+		return fmt.Errorf("chunks of %d bytes for %d samples, want %d hex digits", len(c.Chunks), c.Samples, k*chunkHex)
+	case (len(c.Names) != k && len(c.Names) != 0) || len(c.Sizes) != len(c.Names) || len(c.FirstLabels) != len(c.Names):
+		return fmt.Errorf("%d names, %d sizes and %d labels for %d chunks, want none or one a chunk", len(c.Names), len(c.Sizes), len(c.FirstLabels), k)
 	}
-	for i, d := range c.Chunks {
-		if !IsHex(d, 16) {
-			return fmt.Errorf("chunk %d's digest %.64q is not 16 hex digits", i, d)
-		}
-		if len(c.Firsts[i].Name) > ContentNameMax {
-			return fmt.Errorf("chunk %d's first name has %d bytes, at most %d", i, len(c.Firsts[i].Name), ContentNameMax)
+	for i, n := range c.Names {
+		if len(n) > ContentNameMax {
+			return fmt.Errorf("chunk %d's first name has %d bytes, at most %d", i, len(n), ContentNameMax)
 		}
 	}
 	return nil

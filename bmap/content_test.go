@@ -15,12 +15,15 @@ func TestContent(t *testing.T) {
 		m := synthMap(n, 1)
 		c := m.Content()
 		k := min(n, ContentChunks)
-		if c.Samples != n || len(c.Chunks) != k || len(c.Firsts) != k || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(c.Digest) {
-			t.Fatalf("n=%d: content %d samples, %d chunks, %d firsts, digest %q", n, c.Samples, len(c.Chunks), len(c.Firsts), c.Digest)
+		if c.Samples != n || c.Len() != k || len(c.Names) != k || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(c.Digest) {
+			t.Fatalf("n=%d: content %d samples, %d chunks, %d names, digest %q", n, c.Samples, c.Len(), len(c.Names), c.Digest)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("n=%d: %v", n, err)
 		}
 		for i := range k {
-			if at := chunkStart(i, k, n); c.Firsts[i].Name != m.Samples[at].Path {
-				t.Fatalf("n=%d: chunk %d's first is %q, sample %d is %q", n, i, c.Firsts[i].Name, at, m.Samples[at].Path)
+			if at := chunkStart(i, k, n); c.Names[i] != m.Samples[at].Path {
+				t.Fatalf("n=%d: chunk %d's first is %q, sample %d is %q", n, i, c.Names[i], at, m.Samples[at].Path)
 			}
 		}
 	}
@@ -76,7 +79,7 @@ func TestContentNameCut(t *testing.T) {
 	m.Samples[0].Path = strings.Repeat("a", 1000)
 	c := m.Content()
 	m.Samples[0].Path = strings.Repeat("a", 999) + "b"
-	if len(c.Firsts[0].Name) != ContentNameMax || c.Digest == m.Content().Digest {
-		t.Fatalf("first %d bytes; digests %s %s", len(c.Firsts[0].Name), c.Digest, m.Content().Digest)
+	if len(c.Names[0]) != ContentNameMax || c.Digest == m.Content().Digest {
+		t.Fatalf("first %d bytes; digests %s %s", len(c.Names[0]), c.Digest, m.Content().Digest)
 	}
 }

@@ -13,24 +13,25 @@ import json
 import warnings
 from typing import Any, Optional, cast
 
-from ._wire import Content, ContentSample, OpenRequest, State
+from ._wire import Content, OpenRequest, State
 
 FEATURE = "content"
 """The daemon's feature: it gives and checks content."""
 
 
-def _sample(s: ContentSample) -> str:
-    """"n01/x.JPEG" (12345 bytes, label 3), as the daemon names it."""
-    name = json.dumps(s["name"], ensure_ascii=False)  # quoted as the daemon quotes it
-    if s["label"] < 0:
-        return f"{name} ({s['size']} bytes)"
-    return f"{name} ({s['size']} bytes, label {s['label']})"
+CHUNK_HEX = 16
+"""Hex digits of a chunk's digest in ``Content["chunks"]``."""
 
 
 def _first(c: Content, i: int, who: str) -> str:
-    """Chunk i's first sample as ``who`` has it, if c names it."""
-    firsts = c.get("firsts") or []
-    return f"; {who} first there is {_sample(firsts[i])}" if i < len(firsts) else ""
+    """Chunk i's first sample as ``who`` has it, if c names it:
+    '; rank 1's first there is "n01/x.JPEG" (12345 bytes, label 3)'."""
+    names = c.get("names") or []
+    if i >= len(names):
+        return ""
+    name = json.dumps(names[i], ensure_ascii=False)  # quoted as the daemon quotes it
+    size, label = c["sizes"][i], c["first_labels"][i]
+    return f"; {who} first there is {name} ({size} bytes{'' if label < 0 else f', label {label}'})"
 
 
 def describe(mine: Content, other: Content, me: str, them: str) -> str:
@@ -43,10 +44,11 @@ def describe(mine: Content, other: Content, me: str, them: str) -> str:
     for what in ("samples", "labels"):
         if mine[what] != other[what]:
             return f"{me} copy has {mine[what]} {what}, {them} {other[what]}"
-    k = len(mine["chunks"])
-    if len(other["chunks"]) == k:
+    k = len(mine["chunks"]) // CHUNK_HEX
+    if len(other["chunks"]) == len(mine["chunks"]):
         for i in range(k):
-            if mine["chunks"][i] == other["chunks"][i]:
+            at = slice(i * CHUNK_HEX, (i + 1) * CHUNK_HEX)
+            if mine["chunks"][at] == other["chunks"][at]:
                 continue
             lo, hi = i * mine["samples"] // k, (i + 1) * mine["samples"] // k - 1
             where = f"sample {lo} differs" if hi == lo else f"samples {lo}-{hi} differ"

@@ -29,21 +29,16 @@ class Sampling(ReaderArgs):
     webdataset: bool  # a webdataset dataset's session (absent otherwise): shard order, permute computed
 
 
-class ContentSample(TypedDict):
-    """A sample as a dataset's content names it."""
-    name: str  # as the reader names it (a webdataset's: "tar/key.{ext,ext}")
-    size: int
-    label: int  # -1: none
-
-
 class Content(TypedDict):
     """A dataset by its samples' names, sizes and labels (bmap.Content):
     the same for every node's copy, whatever its block layout."""
     samples: int
     labels: int  # distinct labels
     digest: str  # 32 hex digits
-    chunks: List[str]  # min(samples, 64) digests of 16 hex digits: chunk i is samples [i*samples/len, (i+1)*samples/len)
-    firsts: List[ContentSample]  # each chunk's first sample; empty where the caller may not read them all
+    chunks: str  # k = min(samples, 64) digests of 16 hex digits, concatenated: chunk i is samples [i*samples/k, (i+1)*samples/k)
+    names: List[str]  # each chunk's first sample's name, as the reader names it (a webdataset's "tar/key.{ext,ext}"); empty where the caller may not read them all
+    sizes: List[int]  # their sizes
+    first_labels: List[int]  # their labels (-1: none)
 
 
 class State(TypedDict):

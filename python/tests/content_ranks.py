@@ -41,7 +41,7 @@ def main() -> None:
             seen = []
             for batch in ds:
                 # A numpy dataset's batch is its arrays; the others' first output is the samples.
-                seen += [digest(s) for s in (batch if case.get("numpy") else batch[0])]
+                seen += [digest(s) for s in (batch.unbind(0) if case.get("numpy") else batch[0])]
             ds.close()
             got[case["name"]] = {"samples": seen}
         except LoaderError as e:

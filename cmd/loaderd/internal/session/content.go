@@ -36,21 +36,21 @@ func (d *dataset) contentFor(ctx context.Context, c Caller) *bmap.Content {
 		return nil
 	}
 	out := *d.content
-	idx := make([]int32, 0, len(out.Chunks))
-	for i := range out.Chunks {
-		at := i * out.Samples / len(out.Chunks)
+	k := out.Len()
+	idx := make([]int32, 0, k)
+	for i := range k {
+		at := i * out.Samples / k
 		if d.wds != nil {
 			s, err := d.wds.Sample(at)
 			if err != nil {
-				out.Firsts = nil
-				return &out
+				return out.Unnamed()
 			}
 			at = s.Shard
 		}
 		idx = append(idx, int32(at))
 	}
 	if authorizeFiles(ctx, d.name, d.m, idx, d.guard, c) != nil {
-		out.Firsts = nil
+		return out.Unnamed()
 	}
 	return &out
 }

@@ -25,7 +25,6 @@ var wireTypes = map[string]reflect.Type{
 	"Sampling":         reflect.TypeFor[loader.Sampling](),
 	"State":            reflect.TypeFor[loader.State](),
 	"Content":          reflect.TypeFor[bmap.Content](),
-	"ContentSample":    reflect.TypeFor[bmap.ContentSample](),
 	"ROI":              reflect.TypeFor[loader.ROI](),
 	"OpenRequest":      reflect.TypeFor[OpenRequest](),
 	"MemoryDesc":       reflect.TypeFor[batchmem.Desc](),
