@@ -5,6 +5,7 @@ package bmap_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"testing"
@@ -98,7 +99,14 @@ func BenchmarkFingerprintImageNet(b *testing.B) {
 func BenchmarkContentImageNet(b *testing.B) {
 	m, _ := imagenetMap(b, 1281167)
 	b.ResetTimer()
+	var c bmap.Content
 	for range b.N {
-		_ = m.Content()
+		c = m.Content()
 	}
+	b.StopTimer()
+	js, err := json.Marshal(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(js)), "json_bytes")
 }
