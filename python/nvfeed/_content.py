@@ -58,10 +58,11 @@ def describe(mine: Content, other: Content, me: str, them: str) -> str:
 
 def differences(dataset: str, gathered: list[dict[str, Any]]) -> list[str]:
     """Each rank whose copy of ``dataset`` differs from the lowest rank's,
-    named with the difference; ranks whose daemon gives no content are
-    not compared (a warning says so)."""
+    named with the difference. Ranks whose daemon gives no content are
+    not compared: a warning says so where other ranks' daemons give one
+    (a fleet upgraded in part)."""
     have = [g for g in gathered if g.get("content")]
-    if len(have) < len(gathered):
+    if have and len(have) < len(gathered):
         lacking = [g["rank"] for g in gathered if not g.get("content")]
         warnings.warn(f"LoaderSource: the daemons of ranks {lacking} give no content summary of {dataset!r} (a "
                       "loaderd before feature 'content'): the ranks' copies are compared by fingerprint alone, and "
