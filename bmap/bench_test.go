@@ -5,6 +5,7 @@ package bmap_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"testing"
@@ -91,4 +92,21 @@ func BenchmarkFingerprintImageNet(b *testing.B) {
 	for range b.N {
 		_ = m.Fingerprint()
 	}
+}
+
+// BenchmarkContentImageNet summarises a 1 281 167-sample map's content
+// (what loaderd serve does per dataset when it loads the map).
+func BenchmarkContentImageNet(b *testing.B) {
+	m, _ := imagenetMap(b, 1281167)
+	b.ResetTimer()
+	var c bmap.Content
+	for range b.N {
+		c = m.Content()
+	}
+	b.StopTimer()
+	js, err := json.Marshal(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(js)), "json_bytes")
 }

@@ -46,6 +46,10 @@ type State struct {
 	Sampling Sampling `json:"sampling" msgpack:"sampling"`
 	Epoch    int      `json:"epoch" msgpack:"epoch"`
 	Batch    int      `json:"batch" msgpack:"batch"` // next batch in Epoch; EpochBatches(Epoch) means the end-of-epoch io.EOF comes next
+	// Content is the dataset's content where the state was taken.
+	// The daemon fills it in and refuses a resume on a copy that differs.
+	// nil: not checked.
+	Content *bmap.Content `json:"content,omitempty" msgpack:"content,omitempty"`
 }
 
 // Loader produces batches. Next, Release and State may be called from

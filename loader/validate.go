@@ -143,6 +143,11 @@ func (st *State) Validate() error {
 	if err := st.Sampling.checkReplay(st.Epoch); err != nil {
 		return fmt.Errorf("%w (the saved state's)", err)
 	}
+	if st.Content != nil {
+		if err := st.Content.Validate(); err != nil {
+			return fmt.Errorf("%w: the saved state's content: %w", ErrOptions, err)
+		}
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -500,3 +501,40 @@ func (w *Writer) Abort() {
 type bytesBuffer []byte
 
 func (b *bytesBuffer) Write(p []byte) (int, error) { *b = append(*b, p...); return len(p), nil }
+
+// Content summarises the map's samples as a reader names them.
+// A sample's name is its tar's path, its key and its members' extensions:
+// "shard-0.tar/x001.{cls,jpg}". Its size is its members' bytes.
+// It has no label.
+func (m *Map) Content() (bmap.Content, error) {
+	d := bmap.NewContentDigester(m.nSample)
+	for i := range m.nSample {
+		s, err := m.Sample(i)
+		if err != nil {
+			return bmap.Content{}, err
+		}
+		var size int64
+		exts := make([]string, 0, s.Count)
+		for j := s.First; j < s.First+s.Count; j++ {
+			c, err := m.Component(s, j)
+			if err != nil {
+				return bmap.Content{}, err
+			}
+			size += c.Size
+			exts = append(exts, c.Name(m, s.Key)[len(s.Key):])
+		}
+		d.Add(m.Shards.Samples[s.Shard].Path+"/"+s.Key+memberExts(exts), size, -1)
+	}
+	return d.Content(), nil
+}
+
+// memberExts writes a sample's member suffixes: ".jpg" or ".{cls,jpg}".
+func memberExts(exts []string) string {
+	if len(exts) == 1 {
+		return exts[0]
+	}
+	for i, e := range exts {
+		exts[i] = strings.TrimPrefix(e, ".")
+	}
+	return ".{" + strings.Join(exts, ",") + "}"
+}

@@ -61,10 +61,14 @@ class ConflictError(LoaderError):
 class RankMismatchError(ConflictError):
     """The ranks of one training job disagree: another seed, ``num_shards``,
     batch size, shuffle, dataset (fingerprint), or one ``shard_id`` on two
-    ranks. Raised by the daemon for the sessions of a ``job_id`` on its
-    node (HTTP 409, code ``"rank_mismatch"``), and on every rank when the
-    sources of a ``torch.distributed`` group are compared. The message
-    names each argument that differs and its value on each side."""
+    ranks; or a node's copy of the dataset is not the others' (its samples'
+    names, sizes or labels), or not the one a resumed state was taken on.
+    Raised by the daemon for the sessions of a ``job_id`` on its node and
+    for a state whose content is not its copy's (HTTP 409, code
+    ``"rank_mismatch"``), and on every rank when the sources of a
+    ``torch.distributed`` group are compared. The message names each
+    argument that differs and its value on each side; for a copy that
+    differs, the first samples that do and each side's first there."""
 
 
 class LimitError(LoaderError):

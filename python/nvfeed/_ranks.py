@@ -12,7 +12,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
+from . import _content
 from ._errors import RankMismatchError
+from ._wire import Content
 
 _ARGS = ("batch_size", "num_shards", "random_shuffle", "shuffle", "seed", "initial_fill", "pad_last_batch", "stick_to_shard")
 """The sampling arguments every rank of a job must agree on."""
@@ -53,13 +55,20 @@ class Peers:
         raise naming it); the caller raises ``err`` on this rank."""
         self._exchange({"rank": self.rank, "error": f"{type(err).__name__}: {err}"})
 
-    def compare(self, dataset: str, fingerprint: str, shard_id: int, args: dict[str, Any]) -> None:
+    def compare(self, dataset: str, fingerprint: str, shard_id: int, args: dict[str, Any],
+                content: Optional[Content] = None) -> None:
         """Raises ``RankMismatchError`` on every rank, naming each
         difference, unless every rank of the group opened ``dataset``'s
         fingerprint with the same sampling, each its own ``shard_id``, and
-        the group has ``num_shards`` ranks."""
-        mine = {"rank": self.rank, "dataset": dataset, "fingerprint": fingerprint, "shard_id": shard_id, "terms": terms(args)}
-        problems = disagreements(self._exchange(mine))
+        the group has ``num_shards`` ranks. Each rank's copy of the dataset
+        is compared by its ``content`` (names, sizes, labels), naming the
+        first samples that differ."""
+        mine = {"rank": self.rank, "dataset": dataset, "fingerprint": fingerprint, "shard_id": shard_id, "terms": terms(args),
+                "content": content}
+        gathered = self._exchange(mine)
+        problems = disagreements(gathered)
+        if not any("error" in g for g in gathered):
+            problems += _content.differences(dataset, gathered)
         if problems:
             raise RankMismatchError(
                 f"ranks disagree (torch.distributed, {self.size} ranks, this is rank {self.rank}): " + "; ".join(problems)

@@ -15,6 +15,7 @@ from typing import Any, Optional, cast
 
 import numpy as np
 
+from . import _content
 from ._cuda import CudaError, device_uuid, load_libcuda, session_device
 from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
@@ -107,6 +108,10 @@ class Session(Transport):
         self._epoch_batches: int = r["epoch_batches"]
         self._expect = (r["epoch"], r["iteration"])
         self._state0: State = r["state"]
+        self.content = _content.of(r)
+        """The dataset by its samples' names, sizes and labels, the same on
+        every node holding the same files (``None`` from a daemon that gives
+        none): what ranks compare to name a difference."""
         self.fingerprint: str = r.get("fingerprint", "")  # "" from a daemon that gives none
         """The dataset's fingerprint: 32 hex digits naming its samples (paths,
         labels, sizes), the same on every node holding the same files."""
@@ -158,7 +163,7 @@ class Session(Transport):
         epoch, batch = cast(tuple[int, int], self._expect)
         req = cast(OpenRequest, dict(self._req))
         req["state"] = {"version": self._state0["version"], "sampling": self._state0["sampling"], "epoch": epoch,
-                        "batch": batch}
+                        "batch": batch, "content": self._state0.get("content")}
         return req
 
     def _forget_slots(self) -> None:

@@ -57,7 +57,7 @@ class SourceInit(Feed):
             raise
         if peers is not None:
             try:
-                peers.compare(dataset, self.fingerprint, self._req["shard_id"], cast(dict[str, Any], self._req))
+                peers.compare(dataset, self.fingerprint, self._req["shard_id"], cast(dict[str, Any], self._req), self.content)
             except LoaderError:
                 self.close()
                 raise

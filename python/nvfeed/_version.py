@@ -13,10 +13,11 @@ from email.message import Message
 from pathlib import Path
 from typing import Any, Optional, cast
 
+from . import _content
 from ._errors import LoaderError, VersionError
 from ._wire import OpenRequest
 
-PROTOCOL = 2
+PROTOCOL = 3
 """This client's protocol (``wire.Protocol`` in the daemon that came with
 it): one more whenever a request or answer changes in a way the other
 side must know of."""
@@ -139,7 +140,7 @@ def fit(req: OpenRequest, daemon: DaemonVersion, where: str) -> OpenRequest:
                                f"a release that lists {feature!r} in its {FEATURES_HEADER} (nvfeed's own release, "
                                f"{RELEASE}, does), or leave out {key}", 400, "version")
         del out[key]
-    return cast(OpenRequest, out)
+    return _content.fit_state(cast(OpenRequest, out), daemon.features, where)
 
 
 def refused(e: LoaderError, daemon: DaemonVersion, where: str) -> LoaderError:

@@ -29,12 +29,25 @@ class Sampling(ReaderArgs):
     webdataset: bool  # a webdataset dataset's session (absent otherwise): shard order, permute computed
 
 
+class Content(TypedDict):
+    """A dataset by its samples' names, sizes and labels (bmap.Content):
+    the same for every node's copy, whatever its block layout."""
+    samples: int
+    labels: int  # distinct labels
+    digest: str  # 32 hex digits
+    chunks: str  # k = min(samples, 64) digests of 16 hex digits, concatenated: chunk i is samples [i*samples/k, (i+1)*samples/k)
+    names: List[str]  # each chunk's first sample's name, as the reader names it (a webdataset's "tar/key.{ext,ext}"); empty where the caller may not read them all
+    sizes: List[int]  # their sizes
+    first_labels: List[int]  # their labels (-1: none)
+
+
 class State(TypedDict):
     """A session's position: the next batch it will produce."""
     version: int
     sampling: Sampling
     epoch: int
     batch: int
+    content: Optional[Content]  # the dataset's content where it was taken; absent or None: not checked
 
 
 class ROI(TypedDict, total=False):
@@ -94,6 +107,7 @@ class OpenResponse(TypedDict):
     epoch_batches: int
     state: State  # the position at open, with its sampling
     fingerprint: str  # the dataset's: 32 hex digits, the same on every node holding a copy
+    content: Optional[Content]  # the dataset by its samples (names, sizes, labels); absent from a daemon without "content"
     reader: str  # "file" (encoded files, labels) or "numpy" (.npy arrays: batches carry dtype and shapes)
     components: int  # K outputs a sample of a "webdataset" dataset (offsets/lengths: K a sample); 0 otherwise
     not_raw: List[StaleCause]  # gds/bam: raw-mapped samples read through the filesystem, by cause; absent when none

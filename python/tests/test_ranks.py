@@ -6,6 +6,7 @@ where it enters, with its range."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -319,3 +320,24 @@ def test_torch_distributed_two_ranks(two: Daemon) -> None:
     assert r0["bad argument"][0] == "RankMismatchError" and "rank 1 could not open its source (ValueError: shard_id" in r0["bad argument"][1]
     assert r0["unchecked"][0] == r1["unchecked"][0] == "ok"
     assert r0["rank 0 only"][0] == "ok"
+
+
+def test_content_differences_named() -> None:
+    """Ranks' content summaries: the first chunk that differs is named,
+    with each side's first sample there; a rank whose daemon gives none
+    is left out, with a warning where others give one."""
+    from nvfeed import _content
+
+    def summary(sizes: list[int]) -> dict[str, object]:
+        chunks = "".join(f"{s:016x}" for s in sizes)
+        return {"samples": len(sizes), "labels": 1, "digest": hashlib.md5(chunks.encode()).hexdigest(), "chunks": chunks,
+                "names": [f"c0/{i:02d}.jpg" for i in range(len(sizes))], "sizes": sizes, "first_labels": [0] * len(sizes)}
+
+    a, b = summary([10, 11, 12]), summary([10, 11, 13])
+    got = _content.differences("train", [{"rank": 0, "content": a}, {"rank": 1, "content": b}, {"rank": 2, "content": a}])
+    assert got == ["rank 1's copy of dataset 'train' is not rank 0's: sample 2 differs; rank 1's first there is "
+                   "\"c0/02.jpg\" (13 bytes, label 0); rank 0's first there is \"c0/02.jpg\" (12 bytes, label 0)"]
+    assert _content.differences("train", [{"rank": 0, "content": a}, {"rank": 1, "content": summary([10, 11])}]) == [
+        "rank 1's copy of dataset 'train' is not rank 0's: rank 1's copy has 2 samples, rank 0's 3"]
+    with pytest.warns(RuntimeWarning, match=r"ranks \[1\] give no content summary"):
+        assert _content.differences("train", [{"rank": 0, "content": a}, {"rank": 1, "content": None}]) == []

@@ -124,8 +124,9 @@ print(json.dumps(out))
 
 
 def test_a_client_older_than_the_daemon_serves(new_daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    daemon = nvfeed._version.PROTOCOL
     monkeypatch.setattr(nvfeed._version, "PROTOCOL", 0)
-    with pytest.raises(VersionError, match=r"nvfeed .* \(protocol 0\).*loaderd .* \(protocol 2\).*upgrade the client"):
+    with pytest.raises(VersionError, match=rf"nvfeed .* \(protocol 0\).*loaderd .* \(protocol {daemon}\).*upgrade the client"):
         nvfeed.backends(new_daemon.socket)
 
 
@@ -170,7 +171,7 @@ def test_a_feature_the_daemon_lacks(tmp_path: Path) -> None:
 
     with serve_http(str(tmp_path / "d.sock"), NoWds) as sock:
         with pytest.raises(VersionError, match=r"loaderd 0\.2\.9 \(protocol 2\), which lacks the feature 'webdataset'"
-                                               r".*nvfeed .* \(protocol 2\).*upgrade loaderd") as e:
+                                               rf".*nvfeed .* \(protocol {nvfeed._version.PROTOCOL}\).*upgrade loaderd") as e:
             LoaderSource("wds", socket=sock, batch_size=4, ext=["jpg"])
         assert e.value.error_code == "version" and not NoWds.opens
         with pytest.raises(nvfeed.BadRequestError, match="not this one"):
@@ -190,10 +191,28 @@ def test_a_daemon_older_than_the_window(tmp_path: Path) -> None:
 
     with serve_http(str(tmp_path / "d.sock"), Older) as sock:
         with pytest.raises(VersionError, match=r"does not know the key 'shuffle_after_epoch' that this client, "
-                                               r"nvfeed .* \(protocol 2\), sent.*older than protocol 1.*Upgrade loaderd"):
+                                               rf"nvfeed .* \(protocol {nvfeed._version.PROTOCOL}\), sent.*older than protocol 1.*Upgrade loaderd"):
             LoaderSource("train", socket=sock, batch_size=4)
 
 
 def test_previous_is_pinned() -> None:
     """The pinned commit is a full hash (a branch name would move)."""
     assert len(PREVIOUS) == 40 and int(PREVIOUS, 16) >= 0
+
+
+def test_a_state_with_content_on_the_previous_daemon(old_daemon: Daemon, new_daemon: Daemon, dataset: Dataset) -> None:
+    """A state taken through this daemon carries the dataset's content
+    (docs/resume.md, Across nodes). The previous daemon, without feature
+    content, gets it without (it would refuse the key), with a warning
+    that its copy is not checked, and resumes at the state's position."""
+    with LoaderSource("train", socket=new_daemon.socket, batch_size=8) as src:
+        it = iter(src)
+        next(it)
+        st = src.state()
+        rest = [hashlib.sha256(s.tobytes()).hexdigest() for samples, _ in it for s in samples]
+    assert st["content"] is not None and st["content"]["samples"] == len(dataset.files)
+    with pytest.warns(RuntimeWarning, match="lacks the feature 'content'.*Resuming unchecked"):
+        old = LoaderSource("train", socket=old_daemon.socket, batch_size=8, state=st)
+    with old:
+        got = [hashlib.sha256(s.tobytes()).hexdigest() for samples, _ in old for s in samples]
+    assert got == rest

@@ -70,7 +70,7 @@ func openParams(r wire.OpenRequest) session.OpenParams {
 func openResponse(o session.Opened) wire.OpenResponse {
 	return wire.OpenResponse{ID: o.ID, Backend: o.Backend, BackendWhy: o.BackendWhy, Memory: o.Memory, GPUPath: o.GPUPath,
 		PrefetchQueueDepth: o.PrefetchQueueDepth, ReleaseAfter: o.ReleaseAfter, Epoch: o.Epoch, Iteration: o.Iteration,
-		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw), Components: o.Components,
+		EpochBatches: o.EpochBatches, State: o.State, Fingerprint: o.Fingerprint, Content: o.Content, Reader: o.Reader, NotRaw: staleCausesWire(o.NotRaw), Components: o.Components,
 		Skipped: o.Skipped, SkippedLacking: o.SkippedLacking}
 }
 

@@ -4,7 +4,9 @@ package serve
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,8 +53,8 @@ func TestVersionsExchanged(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("an unversioned client's open: %d %s", resp.StatusCode, e.Error)
 	}
-	if got := resp.Header.Get(wire.ProtocolHeader); got != "2" {
-		t.Errorf("%s = %q, want 2", wire.ProtocolHeader, got)
+	if got := resp.Header.Get(wire.ProtocolHeader); got != strconv.Itoa(wire.Protocol) {
+		t.Errorf("%s = %q, want %d", wire.ProtocolHeader, got, wire.Protocol)
 	}
 	if got := resp.Header.Get(wire.ReleaseHeader); got != "9.8.7" {
 		t.Errorf("%s = %q, want 9.8.7", wire.ReleaseHeader, got)
@@ -63,13 +65,13 @@ func TestVersionsExchanged(t *testing.T) {
 
 	// An error answer, and a route that does not exist, carry them too.
 	resp, _ = f.post(t, "/v1/nowhere", open, nil)
-	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(wire.ProtocolHeader) != "2" {
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(wire.ProtocolHeader) != strconv.Itoa(wire.Protocol) {
 		t.Errorf("no route: %d, %s %q", resp.StatusCode, wire.ProtocolHeader, resp.Header.Get(wire.ProtocolHeader))
 	}
 
 	resp, e = f.post(t, "/v1/sessions", open, map[string]string{wire.ProtocolHeader: "0", wire.ReleaseHeader: "0.0.1"})
 	if resp.StatusCode != http.StatusBadRequest || e.Code != wire.CodeVersion ||
-		!strings.Contains(e.Error, "nvfeed 0.0.1 (protocol 0)") || !strings.Contains(e.Error, "loaderd 9.8.7 (protocol 2)") ||
+		!strings.Contains(e.Error, "nvfeed 0.0.1 (protocol 0)") || !strings.Contains(e.Error, fmt.Sprintf("loaderd 9.8.7 (protocol %d)", wire.Protocol)) ||
 		!strings.Contains(e.Error, "upgrade the client") {
 		t.Errorf("a client of protocol 0: %d %q %q", resp.StatusCode, e.Code, e.Error)
 	}
@@ -79,14 +81,15 @@ func TestVersionsExchanged(t *testing.T) {
 	}
 
 	newer := map[string]any{"dataset": "ds", "batch_size": 4, "num_shards": 1, "sharpen": true}
-	resp, e = f.post(t, "/v1/sessions", newer, map[string]string{wire.ProtocolHeader: "3", wire.ReleaseHeader: "0.4.0"})
+	next := strconv.Itoa(wire.Protocol + 1)
+	resp, e = f.post(t, "/v1/sessions", newer, map[string]string{wire.ProtocolHeader: next, wire.ReleaseHeader: "0.4.0"})
 	if resp.StatusCode != http.StatusBadRequest || e.Code != wire.CodeVersion ||
-		!strings.Contains(e.Error, `"sharpen"`) || !strings.Contains(e.Error, "nvfeed 0.4.0 (protocol 3)") ||
+		!strings.Contains(e.Error, `"sharpen"`) || !strings.Contains(e.Error, "nvfeed 0.4.0 (protocol "+next+")") ||
 		!strings.Contains(e.Error, "upgrade loaderd") {
 		t.Errorf("a newer client's unknown key: %d %q %q", resp.StatusCode, e.Code, e.Error)
 	}
 	// The same key from a client of this protocol is a malformed request.
-	resp, e = f.post(t, "/v1/sessions", newer, map[string]string{wire.ProtocolHeader: "2"})
+	resp, e = f.post(t, "/v1/sessions", newer, map[string]string{wire.ProtocolHeader: strconv.Itoa(wire.Protocol)})
 	if resp.StatusCode != http.StatusBadRequest || e.Code != wire.CodeInvalid {
 		t.Errorf("an unknown key: %d %q %q", resp.StatusCode, e.Code, e.Error)
 	}

@@ -44,6 +44,9 @@ type dataset struct {
 	// fingerprint names the dataset the same on every node that holds a
 	// copy (bmap.Map.Fingerprint): what the ranks of a job compare.
 	fingerprint string
+	// content summarises the samples by name, size and label (content.go).
+	// nil: none could be made.
+	content *bmap.Content
 	// dtype is a numpy dataset's one element type (npy.DType.Descr);
 	// mixed, when its samples have more than one, says which (the wire
 	// carries one per batch: such a dataset is not served).
@@ -147,6 +150,7 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, backgro
 	t0 := time.Now()
 	d := &dataset{name: name, id: id, m: m, fingerprint: m.Fingerprint()}
 	d.dtype, d.mixed = dtypeOf(m)
+	d.summarise(log) // content.go
 	if h, ok := sandboxed(m.Root); ok {
 		d.hidden = &h
 		log.Warn(fmt.Sprintf("session: dataset %s: its root %s is hidden from the daemon: %s; every open of it will fail, whoever asks: move the dataset out of %s, or change the unit's %s",

@@ -192,7 +192,9 @@ func (m *Manager) State(c Caller, id string) (loader.State, error) {
 		return loader.State{}, err
 	}
 	ss.touch()
-	return ss.l.State(), nil
+	st := ss.l.State()
+	st.Content = ss.content
+	return st, nil
 }
 
 // failedDims is a failed sample's shape on the wire: its length, 0.

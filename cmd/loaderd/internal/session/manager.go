@@ -392,6 +392,9 @@ func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, err
 	if d.mixed != "" {
 		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
 	}
+	if err := d.checkContent(ctx, c, p.State); err != nil { // content.go
+		return Opened{}, err
+	}
 	wd, err := d.webDataset(p) // webdataset.go; nil for other datasets
 	if err != nil {
 		return Opened{}, err
@@ -447,6 +450,7 @@ func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, err
 		desc := l.Memory().Desc()
 		ss.kind, ss.device, ss.gpuPath, ss.opened = string(desc.Kind), desc.Device, gpuPath, time.Now()
 		ss.backendWhy = l.BackendWhy()
+		ss.content = d.contentFor(ctx, c)
 		ss.metrics = m.metrics.forSession(ss, string(desc.Kind), desc.Device, desc.Size, gpuPath)
 		ss.touch()
 	}
@@ -464,12 +468,13 @@ func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, err
 	opened = true // the session releases d when it ends
 	m.metrics.sessions.Inc()
 	st := l.State()
+	st.Content = ss.content
 	desc := l.Memory().Desc()
 	skipped, lacking := skippedOf(wd)
 	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, BackendWhy: ss.backendWhy, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
-		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
+		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint, Content: st.Content,
 		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName), Skipped: skipped, SkippedLacking: lacking}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -57,6 +58,7 @@ type Opened struct {
 	EpochBatches       int               // batches in Epoch for this shard
 	State              loader.State      // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
+	Content            *bmap.Content     // the dataset's content, as the caller may see it (content.go)
 	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name, or "webdataset"
 	Components         int               // a webdataset session's outputs a sample, K (len(ext)): K offsets and lengths a sample; 0 otherwise
 	// NotRaw: for a backend that reads raw (gds, bam), the dataset's
@@ -102,6 +104,7 @@ type session struct {
 	shard                int     // its shard_id
 	l                    *loader.Loader
 	slots                int
+	content              *bmap.Content // its dataset's content as its owner may see it: every State carries it
 	lastUsed             atomic.Int64
 	// What Manager.Status tells of it, set at open: its batch memory's
 	// kind and GPU, the GPU path, when it opened.

@@ -76,11 +76,7 @@ func checkFingerprint(f string) error {
 	if f == "" {
 		return nil
 	}
-	ok := len(f) == bmap.FingerprintLen
-	for i := 0; ok && i < len(f); i++ {
-		ok = f[i] >= '0' && f[i] <= '9' || f[i] >= 'a' && f[i] <= 'f'
-	}
-	if !ok {
+	if !bmap.IsHex(f, bmap.FingerprintLen) {
 		return fmt.Errorf("%w: fingerprint %.64q is not %d lowercase hex digits (what an open response or GET /v1/datasets gives)", ErrInvalid, f, bmap.FingerprintLen)
 	}
 	return nil

@@ -176,6 +176,7 @@ func skippedOf(w *loader.WebDataset) (int, []int) {
 func openWebDataset(name string, id uint64, w *wds.Map, trust fresh.Trust, background bool, log *slog.Logger) *dataset {
 	d := openDataset(name, id, w.Shards, trust, background, log)
 	d.wds = w
+	d.summarise(log) // its samples', not its tars'
 	log.Info("session: webdataset registered", "dataset", name, "samples", w.Len(), "components", w.Components(), "tars", len(w.Shards.Samples), "map_bytes", w.Bytes(),
 		"index_bytes", w.IndexBytes())
 	return d

@@ -18,7 +18,7 @@ const (
 	// Protocol is the version of the protocol this daemon speaks. It goes
 	// up by one whenever a request or answer changes in a way one side
 	// must know of (a key, a value, a default); a feature names what came.
-	Protocol = 2
+	Protocol = 3
 	// OldestClientProtocol is the oldest client protocol this daemon
 	// serves: requests of that protocol keep its meanings and defaults.
 	OldestClientProtocol = 1
@@ -49,7 +49,7 @@ var ErrVersion = errors.New("versions differ")
 // FeaturesHeader. Protocol 1 had them all; a feature added later is
 // appended with the protocol it came in (docs/protocol.md).
 func Features() []string {
-	return []string{"file", "numpy", "webdataset", "roi", "files", "shuffle_after_epoch", "device_uuid", "stream", "versions"}
+	return []string{"file", "numpy", "webdataset", "roi", "files", "shuffle_after_epoch", "device_uuid", "stream", "versions", "content"}
 }
 
 // FieldFeatures maps an open request's keys to the feature they need: a

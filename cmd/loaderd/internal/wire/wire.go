@@ -44,6 +44,7 @@
 package wire
 
 import (
+	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -120,6 +121,10 @@ type OpenResponse struct {
 	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
 	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string        `msgpack:"fingerprint"`          // the dataset's: what ranks compare, and what a reopen asks for
+	// Content summarises the dataset by its samples' names, sizes and
+	// labels (bmap.Content): ranks on other nodes compare it to name a
+	// difference. Absent from a daemon without feature "content".
+	Content *bmap.Content `msgpack:"content,omitempty"`
 	// Reader is the DALI reader whose samples the dataset holds: "file"
 	// (encoded files with labels), "numpy" (.npy arrays: batches carry
 	// dtype and shapes) or "webdataset" (tar members: K outputs a sample).

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
@@ -23,6 +24,7 @@ const wirePy = "../../../../python/nvfeed/_wire.py"
 var wireTypes = map[string]reflect.Type{
 	"Sampling":         reflect.TypeFor[loader.Sampling](),
 	"State":            reflect.TypeFor[loader.State](),
+	"Content":          reflect.TypeFor[bmap.Content](),
 	"ROI":              reflect.TypeFor[loader.ROI](),
 	"OpenRequest":      reflect.TypeFor[OpenRequest](),
 	"MemoryDesc":       reflect.TypeFor[batchmem.Desc](),
