@@ -49,7 +49,7 @@ for r in $(seq 1 "$rounds"); do
     IFS='|' read -r label bs temp args <<<"$c"
     [[ $temp == cold ]] && drop
     # shellcheck disable=SC2086 # args are the source's flags
-    bm "$bs" $args | .venv/bin/python -c 'import json,sys; r=json.load(sys.stdin); r.update(case=sys.argv[1], batch=int(sys.argv[2])); print(json.dumps(r))' "$label" "$bs" >> "$out"
+    bm "$bs" $args | .venv/bin/python -c 'import json,sys; r=json.load(sys.stdin); r.update(case=sys.argv[1], batch=int(sys.argv[2]), round=int(sys.argv[3])); print(json.dumps(r))' "$label" "$bs" "$r" >> "$out"
   done
   echo "e2e: $device: round $r of $rounds done" >&2
 done
@@ -68,4 +68,14 @@ for bs in sorted({r["batch"] for r in rows}):
     med = {k: statistics.median(v) for k, v in med.items()}
     for case, v in med.items():
         print(f"{case:<22}{bs:>6}{v:>11.0f}{v / med['readers.file']:>16.2f}x{v / med['ceiling']:>11.2f}x")
+sys.path.insert(0, "bench")
+from rounds import by_round, ratio, verdict
+print("round by round, the median ratio and its spread (the goal: LoaderSource gds >= 0.9x the ceiling):")
+for bs in sorted({r["batch"] for r in rows}):
+    of = lambda case: by_round([r for r in rows if r["batch"] == bs and r["case"] == case], "samples_per_s")
+    for case in ("LoaderSource gds", "LoaderSource file"):
+        for ref in ("ceiling", "readers.file"):
+            f = ratio(of(case), of(ref))
+            says = verdict(f, ">=", 0.9) if (case, ref) == ("LoaderSource gds", "ceiling") else ""
+            print(f"{case} vs {ref}, batch {bs}: {f.text()}x over {f.rounds} rounds {says}".rstrip())
 PY
