@@ -22,18 +22,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 device=${1:?usage: bench/e2e.sh virtio|ram [ROUNDS]} rounds=${2:-3}
 . bench/lib.sh
-d=
-cleanup() {
-  [[ -n $d ]] && { kill -TERM "$d" 2>/dev/null; wait "$d" 2>/dev/null || true; }
-  bench_cleanup
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 bench_dataset "$device" "$PWD/.bench/e2e"
 w=$bench_work root=$w/mnt/train out=$w/e2e.jsonl
 : > "$out"
-rm -f "$w/d.sock"
-"${LOADERD:-bin/loaderd}" serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
-while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
+bench_serve "$w/d.sock" "$w/loaderd.log" --dataset "train=$w/train.bmap"
 consume=${CONSUME:-output} batches=${BATCHES:-16 64 256}
 bm() { .venv/bin/python python/examples/benchmark.py --threads 2 --consume "$consume" --json --batchsize "$@"; }
 cases=()

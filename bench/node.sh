@@ -30,13 +30,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-5}
 qd=${QD:-32}
 . bench/lib.sh
-d=
-cleanup() {
-  [[ -n $d ]] && { kill -TERM "$d" 2>/dev/null; wait "$d" 2>/dev/null || true; }
-  d=
-  bench_cleanup
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 py=.venv/bin/python
 gid=${SOCKET_GID:-$( (getent group loaderd || true) | cut -d: -f3)}
 if [[ -z $gid ]]; then  # an unused gid: no group file is changed
@@ -47,10 +41,8 @@ bench_dataset ram "$PWD/.bench/node"
 w=$bench_work
 bin/mkbmap inspect --format json -o "$w/train.json" "$w/train.bmap" >/dev/null
 nraw=$($py bench/iolog_shuffled.py --map-json "$w/train.json" --out "$w/shuffled.iolog" --seed 1 --epochs 3)
-rm -f "$w/d.sock"
-bin/loaderd serve --socket "$w/d.sock" --socket-group "$gid" --socket-mode 0660 --dataset "train=$w/train.bmap" \
-  2>"$w/loaderd.log" & d=$!
-while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
+bench_serve "$w/d.sock" "$w/loaderd.log" --socket-group "$gid" --socket-mode 0660 --dataset "train=$w/train.bmap"
+d=$bench_daemon
 # nobody cannot run the venv's interpreter when it lives under root's
 # home: the system's, with the venv's packages (as python/tests/asuser.py).
 site=$($py -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

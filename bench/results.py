@@ -284,7 +284,7 @@ def print_goals(out: Path) -> None:
         if f is None:
             now, met = "not run", ""
         else:
-            digits = 1 if unit == " ms" else 2
+            digits = 1 if unit in (" ms", " µs") else 2
             now = f"{f.median:.{digits}f}{unit}"
             if f.rounds:
                 now += f" [{f.lo:.{digits}f}-{f.hi:.{digits}f}]"

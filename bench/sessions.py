@@ -20,23 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
-import resource
 import statistics
 import time
 
-
-def daemon_cpu(pid: int) -> float:
-    """The daemon's user + sys CPU seconds so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu() -> float:
-    """This process's user + sys CPU seconds so far."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+from loader_cpu import daemon_cpu, own_cpu
 
 
 def _rank(k: int, a: argparse.Namespace, ready, go, out) -> None:

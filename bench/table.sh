@@ -28,13 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 . bench/lib.sh
-d=
-cleanup() {
-  [[ -n $d ]] && { kill -TERM "$d" 2>/dev/null; wait "$d" 2>/dev/null || true; }
-  d=
-  bench_cleanup
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 py=.venv/bin/python
 mkdir -p .bench; out=$PWD/.bench/table.jsonl
 : > "$out"
@@ -46,10 +40,9 @@ for device in ${DEVICES:-ram virtio}; do
   sync
   bin/mkbmap --mountpoint "$w/mnt/train" -o "$w/train.bmap" 2>/dev/null
   bin/mkbmap --reader numpy --mountpoint "$w/mnt/npy" -o "$w/npy.bmap" 2>/dev/null
-  rm -f "$w/d.sock"
   drop
-  bin/loaderd serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" --dataset "npy=$w/npy.bmap" 2>"$w/loaderd.log" & d=$!
-  while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
+  bench_serve "$w/d.sock" "$w/loaderd.log" --dataset "train=$w/train.bmap" --dataset "npy=$w/npy.bmap"
+  d=$bench_daemon
   tag() { $py -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update(device=sys.argv[1], label=sys.argv[2], round=int(sys.argv[3])); print(json.dumps(r))' "$device" "$1" "$r" >> "$out"; }
   r=0  # the opens: once, before the rounds
   for b in gds file; do $py bench/loader_cpu.py open --socket "$w/d.sock" --dataset npy --backend "$b" | tag "open $b"; done
@@ -72,7 +65,7 @@ for device in ${DEVICES:-ram virtio}; do
     $py bench/loader_cpu.py cpu --socket "$w/d.sock" --dataset train --pid "$d" | tag "cpu per sample"
     echo "table: $device: round $r of $rounds done" >&2
   done
-  cleanup
+  bench_cleanup
 done
 $py - "$out" <<'PY'
 import json, statistics, sys

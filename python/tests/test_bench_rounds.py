@@ -105,7 +105,7 @@ def test_results_goals_carry_spread_and_marker(tmp_path: Path) -> None:
 
     assert "| 0.89x [0.85-0.95] |" in row("8 ranks at once")
     assert "**missed** (spread > margin)" in row("8 ranks at once")
-    assert "| 18.10 µs [17.50-19.00] |" in row("CPU per sample, daemon + clients, 8 ranks")
+    assert "| 18.1 µs [17.5-19.0] |" in row("CPU per sample, daemon + clients, 8 ranks")
     assert "**missed** [why]" in row("CPU per sample, daemon + clients, 8 ranks")
     assert "| 14.30 s | < 15 s | met (no spread) |" in row("1 281 167 files: `mkbmap`")
     assert "| 0.90 s [0.85-1.10] | < 5 s | met |" in row("1 281 167 files: the daemon ready")
