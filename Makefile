@@ -37,11 +37,18 @@ test: deps venv
 	cd python && ../.venv/bin/pytest -q -rs tests  # not `python -m`: the tests import the installed client
 
 # Benchmarks (not tests): writes bench/RESULTS.md from their output
-# (bench/out/). Needs root; about 40 minutes on the development VM.
+# (bench/out/). Needs root; about 40 minutes on the development VM at
+# 3 rounds (ROUNDS=3), longer at the default 5.
 # make bench's before and after (bench/baseline.sh) compares this tree with
 # BENCH_BASELINE: by default the last commit before the loader's plan, the
 # one backend contract and the client's split.
 BENCH_BASELINE ?= cd2fc6a
+# Rounds of every measuring step: each round runs every case in turn (the
+# rounds interleave), and each figure is their median with its spread
+# (bench/rounds.py). wds.sh's rounds apart: its shuffle quality is one
+# order per reader, and its throughput feeds no goal.
+ROUNDS ?= 5
+WDS_ROUNDS ?= 1
 
 # One step of make bench: its output in bench/out/$(1), between a first
 # line naming the commit it ran on (+changes: with uncommitted changes
@@ -52,18 +59,19 @@ bench_step = set -o pipefail; { echo "step: commit $$(git rev-parse --short HEAD
 bench: build venv
 	@mkdir -p bench/out
 	$(call bench_step,go-bench.txt,go test -run XXX -bench . -benchtime 3x ./bmap/ ./loader/)
-	$(call bench_step,run.txt,bash bench/run.sh 3)
-	$(call bench_step,e2e-ram-output.txt,bash bench/e2e.sh ram 3)
-	$(call bench_step,e2e-ram-operator.txt,CONSUME=operator bash bench/e2e.sh ram 3)
-	$(call bench_step,e2e-virtio-operator.txt,CONSUME=operator bash bench/e2e.sh virtio 3)
-	$(call bench_step,tensors.txt,TOTAL_MB=1024 bash bench/tensors.sh 3)
-	$(call bench_step,roi.txt,bash bench/roi.sh 3)
-	$(call bench_step,wds.txt,bash bench/wds.sh 1)
-	$(call bench_step,table.txt,bash bench/table.sh 3)
+	$(call bench_step,run.txt,bash bench/run.sh $(ROUNDS))
+	$(call bench_step,node.txt,bash bench/node.sh $(ROUNDS))
+	$(call bench_step,e2e-ram-output.txt,bash bench/e2e.sh ram $(ROUNDS))
+	$(call bench_step,e2e-ram-operator.txt,CONSUME=operator bash bench/e2e.sh ram $(ROUNDS))
+	$(call bench_step,e2e-virtio-operator.txt,CONSUME=operator bash bench/e2e.sh virtio $(ROUNDS))
+	$(call bench_step,tensors.txt,TOTAL_MB=1024 bash bench/tensors.sh $(ROUNDS))
+	$(call bench_step,roi.txt,bash bench/roi.sh $(ROUNDS))
+	$(call bench_step,wds.txt,bash bench/wds.sh $(WDS_ROUNDS))
+	$(call bench_step,table.txt,bash bench/table.sh $(ROUNDS))
 	$(call bench_step,lifetime.txt,bash bench/lifetime_cost.sh 15)
 	$(call bench_step,dalipad.txt,bash bench/dali_pad_cost.sh 5)
-	$(call bench_step,scale.txt,{ echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh 1; })
-	$(call bench_step,baseline.txt,bash bench/baseline.sh $(BENCH_BASELINE) 3)
+	$(call bench_step,scale.txt,{ echo "files: $${BENCH_SCALE_N:-1281167}"; N=$${BENCH_SCALE_N:-1281167} bash bench/scale.sh $(ROUNDS); })
+	$(call bench_step,baseline.txt,bash bench/baseline.sh $(BENCH_BASELINE) $(ROUNDS))
 	python3 bench/results.py bench/out > bench/RESULTS.md
 
 venv:

@@ -33,11 +33,13 @@ for r in $(seq 1 "$rounds"); do
     drop
     # shellcheck disable=SC2086 # cmd is a binary and its flags
     $cmd --bmap "$work/train.bmap" --shuffle --seed 1 --json 2>/dev/null |
-      python3 -c 'import json,sys; r=json.load(sys.stdin); r["case"]=sys.argv[1]; print(json.dumps(r))' "$label" >> "$out"
+      python3 -c 'import json,sys; r=json.load(sys.stdin); r["case"]=sys.argv[1]; r["round"]=int(sys.argv[2]); print(json.dumps(r))' "$label" "$r" >> "$out"
   done
 done
 python3 - "$out" "$device" <<'EOF'
 import json, statistics, sys
+sys.path.insert(0, "bench")
+from rounds import by_round, ratio
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cases = list(dict.fromkeys(r["case"] for r in rows))
 base = None
@@ -54,4 +56,7 @@ for c in cases:
     against, vs = (median("before-" + c[6:]), "  (vs before)") if c.startswith("after-") and "before-" + c[6:] in cases else (base, "")
     each = " ".join(f"{r['samples_per_s']:.0f}" for r in rs)
     print(f"{c:<24}{sps:>11.0f}{sps / against:>7.2f}x{cpu:>10.3f}  {each}{vs}")
+    if vs:  # the same ratio round by round: its spread says whether it is within noise
+        f = ratio(by_round(rs, "samples_per_s"), by_round([r for r in rows if r["case"] == "before-" + c[6:]], "samples_per_s"))
+        print(f"{'':<24}by round, vs before: {f.text()}x over {f.rounds} rounds")
 EOF

@@ -3,13 +3,17 @@
 "device", result...} and prints, per device and cache state, medians and
 ratios to the python-file reference and to the device limit (fio's best
 on the same bytes in a shuffled order), then the targets that compare
-cases with each other."""
+cases with each other. Each figure is the median of the rounds with
+their spread, a ratio taken round by round (bench/rounds.py)."""
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
+
+from rounds import by_round, figure, ratio as round_ratio, verdict
 
 
 def brief(rows: dict[tuple[str, str], list[dict]]) -> None:
@@ -53,22 +57,26 @@ def main() -> None:
                 continue
             n = len(rows[(dev, cases[0])])
             print(f"\n{dev} device, {cache} page cache (medians of {n} rounds)")
-            print(f"{'case':<36} {'samples/s':>10} {'MB/s':>8} {'cpu s/GB':>9} {'vs python':>10} {'vs fio best':>12}")
+            print(f"{'case':<36} {'samples/s':>10} {'spread':>16} {'MB/s':>8} {'cpu s/GB':>9} {'vs python':>10} {'vs fio best':>12}")
             for c in cases:
                 k = (dev, c)
                 mbs = statistics.median(r["bytes_per_s"] for r in rows[k]) / 1e6
                 cp = f"{cpu[k]:>9.2f}" if k in cpu else f"{'-':>9}"
                 vp = f"{med[k] / ref:>9.2f}x" if ref else f"{'-':>10}"
                 vf = f"{med[k] / limit:>11.2f}x" if limit and cache == "cold" else f"{'-':>12}"
-                print(f"{c:<36} {med[k]:>10.0f} {mbs:>8.1f} {cp} {vp} {vf}")
+                f = figure(r["samples_per_s"] for r in rows[k])
+                print(f"{c:<36} {med[k]:>10.0f} {f'{f.lo:.0f}-{f.hi:.0f}':>16} {mbs:>8.1f} {cp} {vp} {vf}")
         print(f"\n{dev} device: targets")
 
         def ratio(a: str, b: str, what: str) -> None:
             ka, kb = (dev, a), (dev, b)
             if ka in med and kb in med:
-                print(f"  {what:<58} {med[ka] / med[kb]:.2f}x")
+                f = round_ratio(by_round(rows[ka], "samples_per_s"), by_round(rows[kb], "samples_per_s"))
+                goal = re.search(r"\((>=|<=) ([\d.]+)\)", what)
+                says = verdict(f, goal[1], float(goal[2])) if goal else ""
+                print(f"  {what:<58} {f.text()}x over {f.rounds} rounds {says}".rstrip())
         if best:
-            print(f"  device limit: {best} ({limit:.0f} samples/s)")
+            print(f"  device limit: {best} ({limit:.0f} samples/s, the best median)")
             ratio("gds cold", f"{best}", "gds vs fio best (>= 0.95)")
             if (dev, "gds cold") in cpu and (dev, best) in cpu:
                 print(f"  {'gds CPU s/GB vs fio best (<= 1.2)':<58} {cpu[(dev, 'gds cold')] / cpu[(dev, best)]:.2f}x")

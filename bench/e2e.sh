@@ -22,18 +22,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 device=${1:?usage: bench/e2e.sh virtio|ram [ROUNDS]} rounds=${2:-3}
 . bench/lib.sh
-d=
-cleanup() {
-  [[ -n $d ]] && { kill -TERM "$d" 2>/dev/null; wait "$d" 2>/dev/null || true; }
-  bench_cleanup
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 bench_dataset "$device" "$PWD/.bench/e2e"
 w=$bench_work root=$w/mnt/train out=$w/e2e.jsonl
 : > "$out"
-rm -f "$w/d.sock"
-"${LOADERD:-bin/loaderd}" serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" 2>"$w/loaderd.log" & d=$!
-while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
+bench_serve "$w/d.sock" "$w/loaderd.log" --dataset "train=$w/train.bmap"
 consume=${CONSUME:-output} batches=${BATCHES:-16 64 256}
 bm() { .venv/bin/python python/examples/benchmark.py --threads 2 --consume "$consume" --json --batchsize "$@"; }
 cases=()
@@ -49,7 +42,7 @@ for r in $(seq 1 "$rounds"); do
     IFS='|' read -r label bs temp args <<<"$c"
     [[ $temp == cold ]] && drop
     # shellcheck disable=SC2086 # args are the source's flags
-    bm "$bs" $args | .venv/bin/python -c 'import json,sys; r=json.load(sys.stdin); r.update(case=sys.argv[1], batch=int(sys.argv[2])); print(json.dumps(r))' "$label" "$bs" >> "$out"
+    bm "$bs" $args | .venv/bin/python -c 'import json,sys; r=json.load(sys.stdin); r.update(case=sys.argv[1], batch=int(sys.argv[2]), round=int(sys.argv[3])); print(json.dumps(r))' "$label" "$bs" "$r" >> "$out"
   done
   echo "e2e: $device: round $r of $rounds done" >&2
 done
@@ -68,4 +61,14 @@ for bs in sorted({r["batch"] for r in rows}):
     med = {k: statistics.median(v) for k, v in med.items()}
     for case, v in med.items():
         print(f"{case:<22}{bs:>6}{v:>11.0f}{v / med['readers.file']:>16.2f}x{v / med['ceiling']:>11.2f}x")
+sys.path.insert(0, "bench")
+from rounds import by_round, ratio, verdict
+print("round by round, the median ratio and its spread (the goal: LoaderSource gds >= 0.9x the ceiling):")
+for bs in sorted({r["batch"] for r in rows}):
+    of = lambda case: by_round([r for r in rows if r["batch"] == bs and r["case"] == case], "samples_per_s")
+    for case in ("LoaderSource gds", "LoaderSource file"):
+        for ref in ("ceiling", "readers.file"):
+            f = ratio(of(case), of(ref))
+            says = verdict(f, ">=", 0.9) if (case, ref) == ("LoaderSource gds", "ceiling") else ""
+            print(f"{case} vs {ref}, batch {bs}: {f.text()}x over {f.rounds} rounds {says}".rstrip())
 PY

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Shared by the bench scripts (sourced): one ImageNet-shaped dataset on a
-# loop device, cleaned up at exit.
+# loop device and its daemon, cleaned up at exit.
 #
 # bench_dataset DEVICE WORK: DEVICE virtio (an image under WORK) or ram (an
 # image in /dev/shm); makes an ext4 loop device attached with
 # --direct-io=on (bench_device), FILES (default 12000) files of ~110 KB
 # under WORK/mnt/train and their map WORK/train.bmap. Needs root.
-bench_loop='' bench_img='' bench_work=''
+bench_loop='' bench_img='' bench_work='' bench_daemon=''
 bench_cleanup() {
+  [[ -n $bench_daemon ]] && { kill -TERM "$bench_daemon" 2>/dev/null; wait "$bench_daemon" 2>/dev/null || true; }
+  bench_daemon=''
   [[ -n $bench_work ]] && mountpoint -q "$bench_work/mnt" 2>/dev/null && umount "$bench_work/mnt"
   [[ -n $bench_loop ]] && losetup -d "$bench_loop" 2>/dev/null
   [[ -n $bench_img ]] && rm -f "$bench_img"
@@ -44,3 +46,12 @@ dev_read_bytes() {
   echo $((s * 512))
 }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# bench_serve SOCKET LOG ARGS...: starts ${LOADERD:-bin/loaderd} serve on
+# SOCKET (its log in LOG) with ARGS, its pid in $bench_daemon, and waits
+# for the socket (printing the log and exiting if the daemon died).
+bench_serve() {
+  local socket=$1 log=$2
+  rm -f "$socket"
+  "${LOADERD:-bin/loaderd}" serve --socket "$socket" "${@:3}" 2>"$log" & bench_daemon=$!
+  while [[ ! -S $socket ]]; do kill -0 "$bench_daemon" || { cat "$log"; exit 1; }; sleep 0.02; done
+}

@@ -8,6 +8,9 @@
 # Several daemons side by side on the same files and map (an A/B: each
 # round starts each daemon cold, in turn, the order reversed every other
 # round): LOADERDS="before=/tmp/old/loaderd after=bin/loaderd".
+# Each daemon's last lines: the median over the rounds, with their spread
+# (bench/rounds.py), of its ready time and of a round's slowest first
+# batch; bench/results.py reads those.
 # Usage: bench/scale.sh [ROUNDS]   (env: N, LOADERDS, default "loaderd=bin/loaderd")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,20 +54,39 @@ run() { # LABEL BINARY
   local t0; t0=$(now)
   $bin serve --socket $w/d.sock --dataset train=$w/train.bmap 2>$w/d-$label.log & dpid=$!
   while [[ ! -S $w/d.sock ]]; do sleep 0.01; done
-  echo "$label: daemon ready (cold): $(since $t0) s"
+  echo "$label: daemon ready (cold): $(since $t0) s" | tee -a $w/rounds.txt
   grep "registered" $w/d-$label.log | head -2 || true
   echo "$label: daemon RSS idle: $(grep VmRSS /proc/$dpid/status)"
   local pids=()
   for k in 0 1 2 3 4 5 6 7; do
-    (sleep 30 | .venv/bin/python $w/rank.py $w/d.sock $k | sed "s/^/$label: /") & pids+=($!)
+    (sleep 30 | .venv/bin/python $w/rank.py $w/d.sock $k | sed "s/^/$label: /" | tee -a $w/rounds.txt) & pids+=($!)
   done
   sleep 12
   echo "$label: daemon RSS with 8 sessions: $(grep VmRSS /proc/$dpid/status)"
   wait "${pids[@]}" || true
   kill -TERM $dpid; wait $dpid 2>/dev/null || true; dpid=
 }
+: > $w/rounds.txt
 for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r" >> $w/rounds.txt
   order=("${daemons[@]}")
   if (( r % 2 == 0 )); then order=(); for ((i = ${#daemons[@]} - 1; i >= 0; i--)); do order+=("${daemons[i]}"); done; fi
   for d in "${order[@]}"; do run "${d%%=*}" "${d#*=}"; done
 done
+.venv/bin/python - $w/rounds.txt <<'PY'
+import re, sys
+sys.path.insert(0, "bench")
+from rounds import figure
+ready, first, r = {}, {}, 0
+for line in open(sys.argv[1]):
+    if m := re.match(r"round (\d+)", line):
+        r = int(m[1])
+    elif m := re.match(r"(\S+): daemon ready \(cold\): ([\d.]+) s", line):
+        ready.setdefault(m[1], []).append(float(m[2]))
+    elif m := re.match(r"(\S+): rank \d+: open [\d.]+ s, first batch ([\d.]+) s", line):
+        first.setdefault(m[1], {}).setdefault(r, []).append(float(m[2]))
+for label, xs in ready.items():
+    print(f"{label}: median daemon ready (cold): {figure(xs).text(3)} s over {len(xs)} rounds")
+    slowest = figure(max(v) for v in first.get(label, {}).values())
+    print(f"{label}: median 8 ranks' first batch (the slowest of a round): {slowest.text(3)} s over {slowest.rounds} rounds")
+PY

@@ -18,8 +18,9 @@
 #    (bench/npy_dataset.py), backend gds and file: the first open after the
 #    daemon started and the median of 6 more (bench/loader_cpu.py open).
 # Every case is cold (sync; drop_caches) but the later opens; the case
-# order is reversed every other round; medians of ROUNDS. The summary's
-# "goal" lines are read by bench/results.py.
+# order is reversed every other round; medians of ROUNDS with their spread
+# (bench/rounds.py). The summary's "goal" lines are read by
+# bench/results.py.
 #
 # Needs root and DALI. Usage: bench/table.sh [ROUNDS]
 # (env: DEVICES, default "ram virtio"; FILES, default 2000; NPY, default 64)
@@ -27,13 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 . bench/lib.sh
-d=
-cleanup() {
-  [[ -n $d ]] && { kill -TERM "$d" 2>/dev/null; wait "$d" 2>/dev/null || true; }
-  d=
-  bench_cleanup
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 py=.venv/bin/python
 mkdir -p .bench; out=$PWD/.bench/table.jsonl
 : > "$out"
@@ -45,11 +40,11 @@ for device in ${DEVICES:-ram virtio}; do
   sync
   bin/mkbmap --mountpoint "$w/mnt/train" -o "$w/train.bmap" 2>/dev/null
   bin/mkbmap --reader numpy --mountpoint "$w/mnt/npy" -o "$w/npy.bmap" 2>/dev/null
-  rm -f "$w/d.sock"
   drop
-  bin/loaderd serve --socket "$w/d.sock" --dataset "train=$w/train.bmap" --dataset "npy=$w/npy.bmap" 2>"$w/loaderd.log" & d=$!
-  while [[ ! -S $w/d.sock ]]; do kill -0 "$d" || { cat "$w/loaderd.log"; exit 1; }; sleep 0.02; done
-  tag() { $py -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update(device=sys.argv[1], label=sys.argv[2]); print(json.dumps(r))' "$device" "$1" >> "$out"; }
+  bench_serve "$w/d.sock" "$w/loaderd.log" --dataset "train=$w/train.bmap" --dataset "npy=$w/npy.bmap"
+  d=$bench_daemon
+  tag() { $py -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update(device=sys.argv[1], label=sys.argv[2], round=int(sys.argv[3])); print(json.dumps(r))' "$device" "$1" "$r" >> "$out"; }
+  r=0  # the opens: once, before the rounds
   for b in gds file; do $py bench/loader_cpu.py open --socket "$w/d.sock" --dataset npy --backend "$b" | tag "open $b"; done
   cases=("readers.file|readers.file" "swap|swap" "swap, backend file|swap --backend file"
          "readers.file + decode|readers.file --decode" "swap + decode|swap --decode" "swap, backend file + decode|swap --backend file --decode")
@@ -70,10 +65,12 @@ for device in ${DEVICES:-ram virtio}; do
     $py bench/loader_cpu.py cpu --socket "$w/d.sock" --dataset train --pid "$d" | tag "cpu per sample"
     echo "table: $device: round $r of $rounds done" >&2
   done
-  cleanup
+  bench_cleanup
 done
 $py - "$out" <<'PY'
 import json, statistics, sys
+sys.path.insert(0, "bench")
+from rounds import by_round, figure, goal_line, ratio
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 for dev in dict.fromkeys(r["device"] for r in rows):
@@ -101,11 +98,12 @@ for dev in dict.fromkeys(r["device"] for r in rows):
         o = by[f"open {b}"][0]
         print(f"session open, {b}, npy dataset: first {o['first_s'] * 1e3:.1f} ms, then median {o['median_s'] * 1e3:.1f} ms")
     goal = 1.5 if dev == "ram" else 1.0
-    r0 = med([r["samples_per_s"] for r in by["swap"]]) / med([r["samples_per_s"] for r in by["readers.file"]])
-    r1 = med([r["samples_per_s"] for r in by["swap + decode"]]) / med([r["samples_per_s"] for r in by["readers.file + decode"]])
+    sps = lambda label: by_round(by[label], "samples_per_s")
     o = by["open gds"][0]
-    print(f"goal: {dev}: swap vs readers.file, reader only: {r0:.2f}x (>= {goal})")
-    print(f"goal: {dev}: swap vs readers.file, with decode: {r1:.2f}x (>= {goal})")
-    print(f"goal: {dev}: CPU per sample, daemon + client: {cd + cc:.1f} us (<= 5)")
+    print(goal_line(f"{dev}: swap vs readers.file, reader only", ratio(sps("swap"), sps("readers.file")), "x", ">=", goal))
+    print(goal_line(f"{dev}: swap vs readers.file, with decode", ratio(sps("swap + decode"), sps("readers.file + decode")),
+                    "x", ">=", goal))
+    print(goal_line(f"{dev}: CPU per sample, daemon + client", figure(r["daemon_us"] + r["client_us"] for r in cpu),
+                    " us", "<=", 5, 1))
     print(f"goal: {dev}: session open, gds, npy: {max(o['first_s'], o['median_s']) * 1e3:.1f} ms (< 50)")
 PY

@@ -106,6 +106,10 @@ def summary(a: argparse.Namespace) -> None:
             print(f"skipped: {', '.join(cs)}: {why}")
         if a.gpu:
             continue
+        # Here, not at the top: bench/gpu.sh copies this file alone and
+        # runs no goals.
+        from rounds import by_round, ratio as round_ratio, verdict as rounds_verdict
+        refcase = {"vs dali": "dali readers.numpy", "vs np.load": "np.load loop", "vs fio best": best or ""}
         note = "" if key == GOAL_AT else " (set for the RAM device, 16 MiB tensors; shown for comparison)"
         print(f"{dev} device, {sizename(size)} tensors: goals{note}")
         for case, col, what, want in GOALS:
@@ -114,7 +118,15 @@ def summary(a: argparse.Namespace) -> None:
                 continue
             cell = f"{got / ref:.2f}x" if got and ref else "not measured"
             verdict = ("met" if got / ref >= want else "MISSED") if got and ref and want else ""
-            print(f"  {what + (f' (>= {want})' if want else ''):<52} {cell:>12}  {verdict}")
+            rc = refcase.get(col, col)
+            if got and ref and rc in cases:  # the ratio round by round, with its spread
+                try:
+                    f = round_ratio(by_round(cases[case], "samples_per_s"), by_round(cases[rc], "samples_per_s"))
+                    cell = f"{f.text()}x over {f.rounds} rounds"
+                    verdict = rounds_verdict(f, ">=", want) if want else ""
+                except ValueError as e:  # a case skipped in some rounds: the medians' ratio, saying so
+                    verdict += f" ({e})"
+            print(f"  {what + (f' (>= {want})' if want else ''):<52} {cell:>30}  {verdict}".rstrip())
     print("\nspread: (max - min) / median of the rounds. dev/data: bytes read from the loop device per tensor data")
     print("byte (its sysfs stat around each case). cpu s/GB: the reading process's user+sys (the RAM device's copy")
     print("runs in kernel workers, not counted). dev/data above 1.00: a reader's prefetch reading on into the next")
