@@ -268,7 +268,7 @@ func backendEnv(o Options, mem batchmem.Memory, slots int) backend.Env {
 			env.HostBuffers = append(env.HostBuffers, h)
 		}
 	}
-	if d := mem.Desc(); d.Kind == batchmem.GPU {
+	if d := mem.Desc(); d.Kind.OnGPU() {
 		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
 		if o.CUDA != nil {
 			env.GPU.Driver = o.CUDA
@@ -638,7 +638,13 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 		b.Shapes = b.roi.shapes
 		return
 	}
-	if row, lead := l.denseRow(b, idx); row > 0 {
+	row, lead := denseRow(l.m, l.desc, len(idx), len(idx), func(i int) *bmap.Sample {
+		if b.deniedAt(i) != nil {
+			return nil
+		}
+		return &l.m.Samples[idx[i]]
+	})
+	if row > 0 {
 		l.planDense(b, idx, row, lead)
 		return
 	}
@@ -672,39 +678,33 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.place = batchmem.Ragged(off)
 }
 
-// denseRow returns the size every sample of idx has and their phase (the
-// data's offset in its file modulo backend.Align) when the batch is placed
-// dense: the samples all have one size > 0 and, of a tensor map, one
-// dtype, shape and phase; in GPU memory, or for a tensor map in host
-// memory; and the memory packs them (batchmem.Desc.PacksAt). Else 0, 0.
-// Samples Options.Access refused (b.denied) do not count: their rows
-// stay zeroed whatever their size.
-func (l *Loader) denseRow(b *Batch, idx []int32) (row, lead int64) {
-	tensors := l.m.Reader == bmap.ReaderNumpy
-	if len(idx) == 0 || (l.desc.Kind != batchmem.GPU && !tensors) {
+// denseRow returns the size and phase of every row when rows samples
+// are placed dense in memory d; else 0, 0. The phase is the data's offset
+// in its file modulo backend.Align. sample(i) gives the i-th of n
+// samples, nil for one that does not count (a refused sample's row stays
+// zeroed). Dense needs samples of one size > 0, of a tensor map one
+// dtype, shape and phase too. The memory must pack them
+// (batchmem.Kind.PacksFiles, batchmem.Desc.PacksAt).
+func denseRow(m *bmap.Map, d batchmem.Desc, rows, n int, sample func(i int) *bmap.Sample) (row, lead int64) {
+	tensors := m.Reader == bmap.ReaderNumpy
+	if !tensors && !d.Kind.PacksFiles() {
 		return 0, 0
 	}
 	var s0 *bmap.Sample
-	for i, si := range idx {
-		if b.deniedAt(i) != nil {
-			continue
-		}
-		s := &l.m.Samples[si]
-		if s0 == nil {
+	for i := range n {
+		s := sample(i)
+		switch {
+		case s == nil:
+		case s0 == nil:
 			s0, row, lead = s, s.Size, s.Offset%backend.Align
-			continue
-		}
-		if s.Size != row || (tensors && (s.Offset%backend.Align != lead || !sameTensor(s.Tensor, s0.Tensor))) {
+		case s.Size != row || (tensors && (s.Offset%backend.Align != lead || !sameTensor(s.Tensor, s0.Tensor))):
 			return 0, 0
 		}
-	}
-	if s0 == nil {
-		return 0, 0
 	}
 	if !tensors {
 		lead = 0 // a whole file starts at its first byte
 	}
-	if !l.desc.PacksAt(len(idx), row, lead) {
+	if s0 == nil || !d.PacksAt(rows, row, lead) {
 		return 0, 0
 	}
 	return row, lead
@@ -730,7 +730,7 @@ func sameTensor(a, b *bmap.Tensor) bool {
 func (l *Loader) planDense(b *Batch, idx []int32, row, lead int64) {
 	b.repeats = b.repeats[:0]
 	p := batchmem.Placement{Rows: len(idx), Row: row, Lead: lead}
-	host := l.desc.Kind != batchmem.GPU
+	host := !l.desc.Kind.OnGPU()
 	pitch := p.Pitch()
 	first := 0 // the row of the run of equal samples i is in
 	for i, si := range idx {

@@ -185,10 +185,8 @@ func (o Options) WithDefaults() Options {
 	if o.Slots == 0 {
 		o.Slots = o.PrefetchQueueDepth + o.ReleaseAfter + 1
 	}
-	if o.Memory == "" {
-		o.Memory = batchmem.Pinned
-	}
-	if o.GPUPath == "" && o.Memory == batchmem.GPU {
+	o.Memory = o.Memory.OrDefault()
+	if o.GPUPath == "" && o.Memory.OnGPU() {
 		o.GPUPath = GPUPathAuto
 	}
 	if o.Logger == nil {
@@ -215,8 +213,8 @@ func (o Options) Validate() error {
 	if o.Slots <= o.PrefetchQueueDepth {
 		return fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
 	}
-	if o.Memory != batchmem.Pinned && o.Memory != batchmem.GPU {
-		return fmt.Errorf("%w: %w %q (want %s or %s)", ErrOptions, batchmem.ErrKind, o.Memory, batchmem.Pinned, batchmem.GPU)
+	if err := o.Memory.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
 		return err
@@ -225,7 +223,7 @@ func (o Options) Validate() error {
 		if err := o.ROI.Validate(); err != nil {
 			return err
 		}
-		if o.Memory != batchmem.Pinned {
+		if o.Memory.OnGPU() {
 			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
 		}
 	}
@@ -266,7 +264,7 @@ func (o Options) backendName() string {
 // name. o has its defaults.
 func (o Options) gpuWays() ([]gpuWay, error) {
 	name := o.backendName()
-	if o.Memory != batchmem.GPU {
+	if !o.Memory.OnGPU() {
 		if o.GPUPath != "" {
 			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrOptions, o.GPUPath)
 		}

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
@@ -229,7 +228,8 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	}
 	p.ways = ways
 	if o.ROI == nil && o.WebDataset == nil { // regions: dense where a batch's regions have one shape; a webdataset's outputs: ragged
-		p.DenseRow = denseRowOf(m, batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}, o.BatchSize)
+		d := batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}
+		p.DenseRow, _ = denseRow(m, d, o.BatchSize, len(m.Samples), func(i int) *bmap.Sample { return &m.Samples[i] })
 	}
 	return p, nil
 }
@@ -303,32 +303,6 @@ func (w *gpuWay) resolve(o Options) error {
 	var err error
 	w.params, err = w.spec.Resolve(o.BackendOptions)
 	return err
-}
-
-// denseRowOf returns the row every batch of batchSize samples of m has
-// in memory d when all are placed dense (Loader.denseRow): every sample
-// of one size > 0, of a tensor map one dtype, shape and phase too; GPU
-// memory, or a tensor map; rows that fit a slot. Else 0.
-func denseRowOf(m *bmap.Map, d batchmem.Desc, batchSize int) int64 {
-	tensors := m.Reader == bmap.ReaderNumpy
-	if len(m.Samples) == 0 || (d.Kind != batchmem.GPU && !tensors) {
-		return 0
-	}
-	s0 := &m.Samples[0]
-	row, lead := s0.Size, s0.Offset%backend.Align
-	for i := range m.Samples[1:] {
-		s := &m.Samples[i+1]
-		if s.Size != row || (tensors && (s.Offset%backend.Align != lead || !sameTensor(s.Tensor, s0.Tensor))) {
-			return 0
-		}
-	}
-	if !tensors {
-		lead = 0
-	}
-	if !d.PacksAt(batchSize, row, lead) {
-		return 0
-	}
-	return row
 }
 
 // maxSlotSizes bounds the batch sizes a SlotSizes keeps: past it, a plan
