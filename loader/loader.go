@@ -936,6 +936,9 @@ func (l *Loader) Memory() batchmem.Memory { return l.mem }
 // Backend returns the backend.
 func (l *Loader) Backend() backend.Backend { return l.backend }
 
+// Spec returns the backend's description: what it can do.
+func (l *Loader) Spec() backend.Spec { return *l.spec }
+
 // BackendWhy returns why the loader reads with its backend when its
 // options named none (the fastest the map and the process allow: see
 // AutoBackend); "" when they named it.

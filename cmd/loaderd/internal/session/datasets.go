@@ -90,13 +90,14 @@ type dataset struct {
 // changes): a count visits every sample.
 const causesInterval = time.Second
 
-// notRaw returns, for a session of backend on d, the raw-mapped samples
-// it reads through the filesystem instead, by cause (what loaderd status
-// says: staleCauses); nil for a backend that does not read raw. Counted
+// notRaw returns, for a session on d whose backend reads raw extents
+// (backend.Spec.ReadsExtents), the raw-mapped samples it reads through
+// the filesystem instead, by cause (what loaderd status says:
+// staleCauses); nil for a backend that does not read raw. Counted
 // again only when the guard saw a change, at most once per
 // causesInterval: a session open costs no pass over the dataset.
-func (d *dataset) notRaw(backend string) []StaleCause {
-	if (backend != "gds" && backend != "bam") || d.guard == nil { // the backends that read from extents
+func (d *dataset) notRaw(readsExtents bool) []StaleCause {
+	if !readsExtents || d.guard == nil {
 		return nil // without a guard a raw session does not open
 	}
 	d.countsMu.Lock()

@@ -470,7 +470,7 @@ func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, err
 		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
 	return Opened{ID: ss.id, Backend: backendName, BackendWhy: ss.backendWhy, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
 		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint,
-		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName), Skipped: skipped, SkippedLacking: lacking}, nil
+		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(l.Spec().ReadsExtents), Skipped: skipped, SkippedLacking: lacking}, nil
 }
 
 // res is what a session reserves against the daemon's budgets.
