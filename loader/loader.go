@@ -303,18 +303,13 @@ func (l *Loader) stop() {
 	}
 }
 
+// checkState checks that st, valid on its own (Options.Validate), was
+// saved with sampling smp.
 func checkState(st *State, smp Sampling) error {
-	if err := st.checkVersion(); err != nil {
-		return fmt.Errorf("loader: %w", err)
-	}
 	saved := st.Sampling
 	saved.ReaderArgs = saved.ReaderArgs.withDefaults() // version 1 had no shuffle, initial_fill
 	if d := saved.diff(smp); d != "" {
 		return fmt.Errorf("loader: %w: saved state was made with other options: %s", ErrOptions, d)
-	}
-	// The sampling is smp's, validated: what is left is the position.
-	if err := st.Validate(); err != nil {
-		return fmt.Errorf("loader: %w", err)
 	}
 	return nil
 }

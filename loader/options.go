@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/cuda"
@@ -113,6 +114,10 @@ type Options struct {
 	// the map's sample Files[i]. Nil: the whole map.
 	Files []int32
 
+	// checked is what Check checked of these options. NewPlan takes
+	// them as they are while those fields are unchanged.
+	checked *checkedFields
+
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil
 	// everywhere else.
@@ -195,11 +200,45 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
+// Check returns o with its defaults filled in (WithDefaults) and checked
+// (Validate). NewPlan takes the options it returns as they are unless a
+// field Validate reads has changed since.
+func (o Options) Check() (Options, error) {
+	if o.checked != nil && reflect.DeepEqual(*o.checked, o.fields()) {
+		return o, nil
+	}
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return Options{}, err
+	}
+	f := o.fields()
+	o.checked = &f
+	return o, nil
+}
+
+// checkedFields are the fields of Options that Validate reads.
+type checkedFields struct {
+	ReaderArgs
+	prefetch, release, slots int
+	memory                   batchmem.Kind
+	uuid, gpuPath, backend   string
+	spec                     *backend.Spec
+	roi                      *ROI
+	state                    *State
+}
+
+// fields returns the fields of o that Validate reads, for Check.
+func (o Options) fields() checkedFields {
+	return checkedFields{ReaderArgs: o.ReaderArgs, prefetch: o.PrefetchQueueDepth, release: o.ReleaseAfter, slots: o.Slots,
+		memory: o.Memory, uuid: o.DeviceUUID, gpuPath: o.GPUPath, backend: o.Backend, spec: o.Spec, roi: o.ROI, state: o.State}
+}
+
 // Validate checks o (defaults filled in: WithDefaults) against every
-// bound that needs no dataset: the reader arguments, the prefetch depth
-// and release_after and slots, the memory kind, and the GPU path with the memory and the
-// backend named. Errors wrap ErrOptions and name the field, its value and
-// what is allowed.
+// bound that needs no dataset. Those are the reader arguments, the
+// prefetch depth, release_after and slots, the memory kind, the GPU path
+// with the memory and the backend named, and a resume state on its own.
+// Errors wrap ErrOptions and name the field, its value and what is
+// allowed.
 func (o Options) Validate() error {
 	if err := o.ReaderArgs.Validate(); err != nil {
 		return err
@@ -225,6 +264,11 @@ func (o Options) Validate() error {
 		}
 		if o.Memory.OnGPU() {
 			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
+		}
+	}
+	if o.State != nil {
+		if err := o.State.Validate(); err != nil {
+			return fmt.Errorf("state: %w", err)
 		}
 	}
 	_, err := o.gpuWays()

@@ -53,14 +53,13 @@ type Request struct {
 	ROI *ROI `msgpack:"roi"`
 }
 
-// Options returns the loader options r asks for, the slots among them
-// (prefetch depth + release_after + 1), their defaults filled in and
-// checked against every bound that needs no dataset, so that a daemon
-// refuses a request before it looks at any: what only r's form can say
-// (num_shards given: 0 does not mean 1; the prefetch depth given;
-// release_after, device_id, backend_options' size; a state on its own),
-// then Options.Validate. NewPlan checks the rest (against the map). Errors wrap ErrOptions and name the field, its
-// value and the range.
+// Options returns the loader options r asks for, checked once
+// (Options.Check). A daemon so refuses a request before it looks at any
+// dataset. First come the bounds only r's form says: num_shards given
+// (0 does not mean 1), the prefetch depth given, release_after,
+// device_id and the size of backend_options. The slots are the prefetch
+// depth + release_after + 1. NewPlan checks the rest against the map.
+// Errors wrap ErrOptions and name the field, its value and the range.
 func (r Request) Options() (Options, error) {
 	if r.NumShards < 1 || r.NumShards > MaxSamples {
 		return Options{}, fmt.Errorf("%w: num_shards %d not in [1, %d]", ErrOptions, r.NumShards, MaxSamples)
@@ -85,17 +84,8 @@ func (r Request) Options() (Options, error) {
 	if n := len(r.BackendOptions); n > MaxBackendOptions {
 		return Options{}, fmt.Errorf("%w: backend_options has %d entries, at most %d", ErrOptions, n, MaxBackendOptions)
 	}
-	if r.State != nil {
-		if err := r.State.Validate(); err != nil {
-			return Options{}, fmt.Errorf("state: %w", err)
-		}
-	}
-	o := Options{ReaderArgs: r.ReaderArgs, PrefetchQueueDepth: prefetch, ReleaseAfter: release, Memory: r.Memory, Device: r.Device,
-		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, Backend: r.Backend, BackendOptions: r.BackendOptions, State: r.State, ROI: r.ROI}.WithDefaults()
-	if err := o.Validate(); err != nil {
-		return Options{}, err
-	}
-	return o, nil
+	return Options{ReaderArgs: r.ReaderArgs, PrefetchQueueDepth: prefetch, ReleaseAfter: release, Memory: r.Memory, Device: r.Device,
+		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, Backend: r.Backend, BackendOptions: r.BackendOptions, State: r.State, ROI: r.ROI}.Check()
 }
 
 // checkPrefetch checks a prefetch depth: in [1, MaxPrefetchQueueDepth].
@@ -163,8 +153,8 @@ func (p Plan) GPUPaths() (paths, whys []string) {
 // exact memory footprint. Errors wrap ErrOptions for what o asks wrongly
 // (naming the field, its value and what is allowed).
 func NewPlan(m *bmap.Map, o Options) (Plan, error) {
-	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
+	o, err := o.Check()
+	if err != nil {
 		return Plan{}, fmt.Errorf("loader: %w", err)
 	}
 	n := len(m.Samples)
@@ -187,7 +177,7 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		}
 		p.Sampling.N, p.Sampling.WebDataset = w.view.Len(), true
 	}
-	if err := p.Sampling.Validate(); err != nil {
+	if err := p.Sampling.checkDataset(); err != nil { // the reader arguments are checked
 		return Plan{}, fmt.Errorf("loader: %w", err)
 	}
 	if st := o.State; st != nil {

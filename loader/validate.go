@@ -77,6 +77,15 @@ func (a ReaderArgs) Validate() error {
 
 // Validate checks the sampling options against the bounds above.
 func (s Sampling) Validate() error {
+	if err := s.checkDataset(); err != nil {
+		return err
+	}
+	return s.ReaderArgs.Validate()
+}
+
+// checkDataset checks what the dataset bounds: its samples, num_shards
+// and a webdataset's shuffle.
+func (s Sampling) checkDataset() error {
 	switch {
 	case s.N <= 0:
 		return fmt.Errorf("%w: the dataset has no samples", ErrOptions)
@@ -87,7 +96,7 @@ func (s Sampling) Validate() error {
 	case s.WebDataset && s.ShuffleAfterEpoch:
 		return fmt.Errorf("%w: shuffle_after_epoch is not served for a webdataset dataset: use random_shuffle", ErrOptions)
 	}
-	return s.ReaderArgs.Validate()
+	return nil
 }
 
 // checkReplay checks that reaching epoch e replays at most

@@ -403,7 +403,7 @@ func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, err
 	var job *jobKey
 	if p.JobID != "" {
 		job = &jobKey{c.owner(), p.JobID}
-		terms := termsOf(p.Dataset, d.fingerprint, p.ReaderArgs).withFiles(files)
+		terms := termsOf(p.Dataset, d.fingerprint, lo.ReaderArgs).withFiles(files)
 		terms.selection = selectionTerm(p)
 		if err := m.jobs.join(*job, terms, p.ShardID, id, time.Now()); err != nil {
 			return Opened{}, err
