@@ -59,7 +59,7 @@ type Opened struct {
 	Fingerprint        string            // the dataset's (bmap.Map.Fingerprint)
 	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name, or "webdataset"
 	Components         int               // a webdataset session's outputs a sample, K (len(ext)): K offsets and lengths a sample; 0 otherwise
-	// NotRaw: for a backend that reads raw (gds, bam), the dataset's
+	// NotRaw: for a backend that reads raw extents, the dataset's
 	// raw-mapped samples it reads through the filesystem instead, by cause
 	// with the fix (dataset.notRaw); nil when none.
 	NotRaw []StaleCause
