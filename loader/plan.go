@@ -198,15 +198,12 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	case p.SlotSize == 0:
 		p.SlotSize = o.SlotSizes.slotBytes(m, o.BatchSize)
 	}
-	ways, _ := o.gpuWays() // Validate checked them
-	ways = autoBackends(m, o, ways)
-	for i := range ways {
-		w := &ways[i]
-		if err := w.resolve(o); err != nil {
-			if i == 0 {
-				return Plan{}, err
-			}
-			w.err = err // only if the ways before it fail
+	ways, err := chooseWays(m, o)
+	if err != nil {
+		return Plan{}, err
+	}
+	for _, w := range ways {
+		if w.err != nil {
 			continue
 		}
 		s, err := batchmem.Sizing(o.Memory, p.Slots, p.SlotSize, w.spec.DeviceWrites)
@@ -222,77 +219,6 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		p.DenseRow, _ = denseRow(m, d, o.BatchSize, len(m.Samples), func(i int) *bmap.Sample { return &m.Samples[i] })
 	}
 	return p, nil
-}
-
-// autoBackends fills in the backend of every way that names none: the
-// fastest the map and the caller allow. A map of a block device with a
-// sample mapped raw gets AutoBackend, which reads raw only what the
-// freshness guard allows and the rest through the filesystem as the
-// caller, followed by a way with DefaultBackend should it not open here;
-// any other map, or backend options given without a backend name (they
-// are DefaultBackend's), gets DefaultBackend. Each way says why
-// (backendWhy).
-func autoBackends(m *bmap.Map, o Options, ways []gpuWay) []gpuWay {
-	if o.backendName() != "" {
-		return ways
-	}
-	why := ""
-	switch {
-	case len(o.BackendOptions) > 0:
-		why = "backend_options without a backend name are " + DefaultBackend + "'s"
-	case m.FSOnly():
-		why = fmt.Sprintf("auto: the map's filesystem (%s) has no block device to read raw", m.Device.FSType)
-	case !anyRaw(m):
-		why = "auto: no sample is mapped raw"
-	}
-	out := make([]gpuWay, 0, 2*len(ways))
-	for _, w := range ways {
-		if w.backend != "" {
-			out = append(out, w)
-			continue
-		}
-		fs := w
-		fs.backend = DefaultBackend
-		if why != "" {
-			fs.backendWhy = why
-			out = append(out, fs)
-			continue
-		}
-		raw := w
-		raw.backend, raw.auto = AutoBackend, true
-		raw.backendWhy = fmt.Sprintf("auto: raw reads from %s where the freshness guard allows, the filesystem as the caller for the rest", m.Device.Path)
-		fs.backendWhy = "auto: " + AutoBackend + " did not open here"
-		out = append(out, raw, fs)
-	}
-	return out
-}
-
-// anyRaw reports whether a sample of m is mapped raw (the first one
-// found ends the search).
-func anyRaw(m *bmap.Map) bool {
-	for i := range m.Samples {
-		if m.Samples[i].Reason == bmap.Raw {
-			return true
-		}
-	}
-	return false
-}
-
-// resolve looks up the way's backend (o's own Spec when it is the one o
-// names) and checks o's backend options against it.
-func (w *gpuWay) resolve(o Options) error {
-	if o.Spec != nil && w.backend == o.backendName() {
-		w.spec = *o.Spec
-	} else {
-		s, err := BackendSpec(w.backend)
-		if err != nil {
-			return err
-		}
-		w.spec = s
-	}
-	var err error
-	w.params, err = w.spec.Resolve(o.BackendOptions)
-	return err
 }
 
 // maxSlotSizes bounds the batch sizes a SlotSizes keeps: past it, a plan
