@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"reflect"
 
 	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/cuda"
@@ -200,20 +199,55 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// Check returns o with its defaults filled in (WithDefaults) and checked
-// (Validate). NewPlan takes the options it returns as they are unless a
-// field Validate reads has changed since.
-func (o Options) Check() (Options, error) {
-	if o.checked != nil && reflect.DeepEqual(*o.checked, o.fields()) {
-		return o, nil
+// Batch memory's vocabulary as the loader's callers name it (package
+// batchmem has the rest).
+type (
+	// MemoryKind says where batch memory lives (Options.Memory).
+	MemoryKind = batchmem.Kind
+	// MemoryDesc describes a loader's batch memory to a client (Loader.Memory().Desc()).
+	MemoryDesc = batchmem.Desc
+)
+
+// Bounds of a Request beyond those of Options (the daemon's open
+// request).
+const (
+	// MaxReleaseAfter bounds Request.ReleaseAfter and Options.ReleaseAfter.
+	MaxReleaseAfter = 64
+	// MaxSlots is the most batch slots a loader has: prefetched batches,
+	// the batches its consumer holds, and the one just delivered.
+	MaxSlots = MaxPrefetchQueueDepth + MaxReleaseAfter + 1
+	// MaxDevice bounds Request.Device: a CUDA device ordinal.
+	MaxDevice = 1023
+	// MaxBackendOptions bounds the entries of Request.BackendOptions (no
+	// backend has nearly as many options).
+	MaxBackendOptions = 64
+)
+
+// checkPrefetch checks a prefetch depth: in [1, MaxPrefetchQueueDepth].
+func checkPrefetch(n int) error {
+	if n < 1 || n > MaxPrefetchQueueDepth {
+		return fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrOptions, n, MaxPrefetchQueueDepth)
 	}
-	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
-		return Options{}, err
+	return nil
+}
+
+// MaxDeviceUUID bounds DeviceUUID's length (a GPU UUID is 40 characters,
+// GPU- and 36).
+const MaxDeviceUUID = 64
+
+// checkDeviceUUID checks DeviceUUID's form: letters, digits and dashes,
+// at most MaxDeviceUUID of them. Whether the GPU is here is batch
+// memory's to say.
+func checkDeviceUUID(u string) error {
+	if len(u) > MaxDeviceUUID {
+		return fmt.Errorf("%w: device_uuid of %d characters, at most %d", ErrOptions, len(u), MaxDeviceUUID)
 	}
-	f := o.fields()
-	o.checked = &f
-	return o, nil
+	for _, c := range u {
+		if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("%w: device_uuid %q: want a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", ErrOptions, u)
+		}
+	}
+	return nil
 }
 
 // checkedFields are the fields of Options that Validate reads.
@@ -232,54 +266,3 @@ func (o Options) fields() checkedFields {
 	return checkedFields{ReaderArgs: o.ReaderArgs, prefetch: o.PrefetchQueueDepth, release: o.ReleaseAfter, slots: o.Slots,
 		memory: o.Memory, uuid: o.DeviceUUID, gpuPath: o.GPUPath, backend: o.Backend, spec: o.Spec, roi: o.ROI, state: o.State}
 }
-
-// Validate checks o (defaults filled in: WithDefaults) against every
-// bound that needs no dataset. Those are the reader arguments, the
-// prefetch depth, release_after and slots, the memory kind, the GPU path
-// with the memory and the backend named, and a resume state on its own.
-// Errors wrap ErrOptions and name the field, its value and what is
-// allowed.
-func (o Options) Validate() error {
-	if err := o.ReaderArgs.Validate(); err != nil {
-		return err
-	}
-	if err := checkPrefetch(o.PrefetchQueueDepth); err != nil {
-		return err
-	}
-	if o.ReleaseAfter < 0 || o.ReleaseAfter > MaxReleaseAfter {
-		return fmt.Errorf("%w: release_after %d not in [0, %d]", ErrOptions, o.ReleaseAfter, MaxReleaseAfter)
-	}
-	if o.Slots <= o.PrefetchQueueDepth {
-		return fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
-	}
-	if err := o.Memory.Check(); err != nil {
-		return fmt.Errorf("%w: %w", ErrOptions, err)
-	}
-	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
-		return err
-	}
-	if o.ROI != nil {
-		if err := o.ROI.Validate(); err != nil {
-			return err
-		}
-		if o.Memory.OnGPU() {
-			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
-		}
-	}
-	if o.State != nil {
-		if err := o.State.Validate(); err != nil {
-			return fmt.Errorf("state: %w", err)
-		}
-	}
-	_, err := chooseWays(nil, o)
-	return err
-}
-
-// Batch memory's vocabulary as the loader's callers name it (package
-// batchmem has the rest).
-type (
-	// MemoryKind says where batch memory lives (Options.Memory).
-	MemoryKind = batchmem.Kind
-	// MemoryDesc describes a loader's batch memory to a client (Loader.Memory().Desc()).
-	MemoryDesc = batchmem.Desc
-)

@@ -4,25 +4,9 @@ package loader
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
-)
-
-// Bounds of a Request beyond those of Options (the daemon's open
-// request).
-const (
-	// MaxReleaseAfter bounds Request.ReleaseAfter and Options.ReleaseAfter.
-	MaxReleaseAfter = 64
-	// MaxSlots is the most batch slots a loader has: prefetched batches,
-	// the batches its consumer holds, and the one just delivered.
-	MaxSlots = MaxPrefetchQueueDepth + MaxReleaseAfter + 1
-	// MaxDevice bounds Request.Device: a CUDA device ordinal.
-	MaxDevice = 1023
-	// MaxBackendOptions bounds the entries of Request.BackendOptions (no
-	// backend has nearly as many options).
-	MaxBackendOptions = 64
 )
 
 // Request is what a client sets of a loader, as the daemon's open
@@ -86,14 +70,6 @@ func (r Request) Options() (Options, error) {
 	}
 	return Options{ReaderArgs: r.ReaderArgs, PrefetchQueueDepth: prefetch, ReleaseAfter: release, Memory: r.Memory, Device: r.Device,
 		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, Backend: r.Backend, BackendOptions: r.BackendOptions, State: r.State, ROI: r.ROI}.Check()
-}
-
-// checkPrefetch checks a prefetch depth: in [1, MaxPrefetchQueueDepth].
-func checkPrefetch(n int) error {
-	if n < 1 || n > MaxPrefetchQueueDepth {
-		return fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrOptions, n, MaxPrefetchQueueDepth)
-	}
-	return nil
 }
 
 // Plan is everything a loader will be, decided before anything is
@@ -219,42 +195,4 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		p.DenseRow, _ = denseRow(m, d, o.BatchSize, len(m.Samples), func(i int) *bmap.Sample { return &m.Samples[i] })
 	}
 	return p, nil
-}
-
-// maxSlotSizes bounds the batch sizes a SlotSizes keeps: past it, a plan
-// works out its own.
-const maxSlotSizes = 64
-
-// SlotSizes keeps SlotBytes of one map by batch size, for the plans
-// given it (Options.SlotSizes): the first plan of a batch size works it
-// out while the others wait. It keeps at most maxSlotSizes batch sizes,
-// for the last map asked about. Its zero value is ready; it is safe for
-// concurrent use.
-type SlotSizes struct {
-	mu sync.Mutex
-	m  *bmap.Map
-	by map[int]int64
-}
-
-// slotBytes returns SlotBytes(m, batch), kept by s (s nil: worked out).
-func (s *SlotSizes) slotBytes(m *bmap.Map, batch int) int64 {
-	if s == nil {
-		return SlotBytes(m, batch)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m != m {
-		s.m, s.by = m, nil
-	}
-	if n, ok := s.by[batch]; ok {
-		return n
-	}
-	n := SlotBytes(m, batch)
-	if s.by == nil {
-		s.by = map[int]int64{}
-	}
-	if len(s.by) < maxSlotSizes {
-		s.by[batch] = n
-	}
-	return n
 }
