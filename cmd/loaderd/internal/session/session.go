@@ -208,3 +208,16 @@ func (ss *session) releaseExcept(keep []int) {
 		}
 	}
 }
+
+// res is what a session reserves against the daemon's budgets.
+type res struct {
+	locked  int64 // page-locked batch memory (Config.MaxLockedBytes)
+	device  int64 // GPU batch memory (Config.MaxDeviceBytes)
+	sampler int64 // sample-order memory (Config.MaxSamplerBytes)
+}
+
+// Position names a batch: its epoch and its iteration within the epoch,
+// as DALI's BatchInfo does.
+type Position struct {
+	Epoch, Iteration int
+}
