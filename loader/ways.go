@@ -180,7 +180,7 @@ func (w *gpuWay) resolve(o Options) error {
 	if o.Spec != nil && w.backend == o.backendName() {
 		w.spec = *o.Spec
 	} else {
-		s, err := BackendSpec(w.backend)
+		s, err := backendSpec(w.backend, o.CUDA)
 		if err != nil {
 			return err
 		}
