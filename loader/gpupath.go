@@ -9,14 +9,14 @@ import (
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
-// chooseWays is the one place that decides a loader's GPU path ×
-// backend: the ways Open tries, in order, each with why. The GPU path
-// follows o's memory, path and backend (gpuWays). A way that names no
-// backend gets the fastest m allows (autoBackends). Each way's backend is
-// then looked up and its options resolved: the first way's error is
-// returned, a later way keeps its own for Open. m nil: only what needs
-// no map, for Validate. Open may still fall back at run time
-// (openGPUPath).
+// chooseWays is the one place that decides a loader's GPU path and
+// backend. It returns the ways Open tries, in order, each with why. The
+// GPU path follows o's memory, path and backend (gpuWays). A way that
+// names no backend gets the fastest one m allows (autoBackends). Then
+// each way's backend is looked up and its options resolved. The first
+// way's error is returned; a later way keeps its own for Open. With m
+// nil it decides only what needs no map, for Validate. At run time Open
+// falls back along the ways (openGPUPath).
 func chooseWays(m *bmap.Map, o Options) ([]gpuWay, error) {
 	ways, err := o.gpuWays()
 	if err != nil || m == nil {
@@ -34,9 +34,8 @@ func chooseWays(m *bmap.Map, o Options) ([]gpuWay, error) {
 	return ways, nil
 }
 
-// gpuWay is one way to open a loader: the GPU path and the backend it
-// reads with ("" the default), and why it was chosen; NewPlan adds the
-// backend's spec and options, or why
+// gpuWay is one way to open a loader: the GPU path, the backend it reads
+// with, and why. chooseWays adds the backend's spec and options, or why
 // they are refused.
 type gpuWay struct {
 	path, backend, why string
