@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/internal/cuda/standin"
 	"github.com/nvfeed/nvfeed/internal/faults"
 	"github.com/nvfeed/nvfeed/internal/testfs"
@@ -444,4 +446,35 @@ func exported(t *testing.T, mem batchmem.Memory) []byte {
 	}
 	t.Cleanup(func() { unix.Munmap(view) })
 	return view
+}
+
+// TestDriverReachesBackends: a backend that writes the device gets the
+// host's CUDA libraries as a typed backend.Driver (Env.GPU.Driver), as a
+// third-party backend would, and may ask it which files to load.
+func TestDriverReachesBackends(t *testing.T) {
+	m := uniformDataset(t, 8, 2, 4096)
+	libs := cuda.NewLibs(cuda.SearchFromEnv(), slog.New(slog.DiscardHandler))
+	var mem *gpuMemory
+	var got backend.Driver
+	s := devSpec(&mem, &devBackend{sizes: map[int64]int{}})
+	open := s.Open
+	s.Open = func(m *bmap.Map, p backend.Params, env backend.Env) (backend.Backend, error) {
+		got = env.GPU.Driver
+		return open(m, p, env)
+	}
+	o := Options{ReaderArgs: ReaderArgs{BatchSize: 4}, Memory: batchmem.GPU, GPUPath: GPUPathCuFile, Spec: s, CUDA: libs, openMemory: gpuDouble(&mem)}
+	l, err := New(context.Background(), m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got != backend.Driver(libs) {
+		t.Fatalf("Env.GPU.Driver = %v, want the options' CUDA libraries", got)
+	}
+	if path, err := got.Library("cudart"); err == nil && path == "" {
+		t.Error(`Library("cudart") gave no file and no error`)
+	}
+	if _, err := got.Library("nvcuda"); err == nil {
+		t.Error(`Library("nvcuda"): no error for a library CUDA does not have`)
+	}
 }

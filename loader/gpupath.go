@@ -3,90 +3,189 @@
 package loader
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"slices"
 
+	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
-// MaxDeviceUUID bounds DeviceUUID's length (a GPU UUID is 40 characters,
-// GPU- and 36).
-const MaxDeviceUUID = 64
-
-// checkDeviceUUID checks DeviceUUID's form: letters, digits and dashes,
-// at most MaxDeviceUUID of them. Whether the GPU is here is batch
-// memory's to say.
-func checkDeviceUUID(u string) error {
-	if len(u) > MaxDeviceUUID {
-		return fmt.Errorf("%w: device_uuid of %d characters, at most %d", ErrOptions, len(u), MaxDeviceUUID)
+// chooseWays is the one place that decides a loader's GPU path and
+// backend. It returns the ways Open tries, in order, each with why. The
+// GPU path follows o's memory, path and backend (gpuWays). A way that
+// names no backend gets the fastest one m allows (autoBackends). Then
+// each way's backend is looked up and its options resolved. The first
+// way's error is returned; a later way keeps its own for Open. With m
+// nil it decides only what needs no map, for Validate. At run time Open
+// falls back along the ways (openGPUPath).
+func chooseWays(m *bmap.Map, o Options) ([]gpuWay, error) {
+	ways, err := o.gpuWays()
+	if err != nil || m == nil {
+		return ways, err
 	}
-	for _, c := range u {
-		if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			return fmt.Errorf("%w: device_uuid %q: want a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", ErrOptions, u)
+	ways = autoBackends(m, o, ways)
+	for i := range ways {
+		if err := ways[i].resolve(o); err != nil {
+			if i == 0 {
+				return nil, err
+			}
+			ways[i].err = err // only if the ways before it fail
 		}
 	}
-	return nil
+	return ways, nil
 }
 
-// openGPUPath opens p's loader on the first of its GPU ways that works.
-// Under GPUPathAuto, the backend writing the device is kept only where it
-// opens (not backend.ErrUnavailable) and, if its Spec says MeasuresMode,
-// does not report backend.ModeCompat at its opening; else bounce, with
-// the reason logged and in GPUPath.
-func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
-	o := p.Options
-	ways := slices.Clone(p.ways)
-	var err error
-	for i, w := range ways {
-		last := i+1 == len(ways)
-		var l *Loader
-		if l, err = open(ctx, p, w); err != nil {
-			if !last && w.auto && ctx.Err() == nil {
-				why := fmt.Sprintf("auto: %s did not open here (%v): %s", w.backend, err, ways[i+1].backend)
-				o.Logger.Info("loader: backend " + why)
-				ways[i+1].backendWhy = why
-				if ways[i+1].path == w.path {
-					ways[i+1].why = w.why
-				}
-				continue
-			}
-			if !last && errors.Is(err, ErrUnavailable) {
-				why := fmt.Sprintf("%s cannot run here (%v): bounce", w.backend, err)
-				o.Logger.Info("loader: gpu_path auto: " + why)
-				ways[i+1].why = "auto: " + why
-				continue
-			}
-			return nil, err
+// gpuWay is one way to open a loader: the GPU path, the backend it reads
+// with, and why. chooseWays adds the backend's spec and options, or why
+// they are refused.
+type gpuWay struct {
+	path, backend, why string
+	// auto: the backend was chosen for a loader that named none
+	// (autoBackends), and the next way is the filesystem if it fails to
+	// open; backendWhy says why it was chosen.
+	auto       bool
+	backendWhy string
+
+	spec   backend.Spec
+	params backend.Params
+	err    error
+}
+
+// backendName is the backend o names: its Spec's, else Backend ("" for
+// none named).
+func (o Options) backendName() string {
+	if o.Spec != nil {
+		return o.Spec.Name
+	}
+	return o.Backend
+}
+
+// gpuWays returns the ways to try, in order: one, or for GPUPathAuto
+// with no backend named, the first backend that writes the device
+// (backend.Spec.DeviceWrites: the built-in cufile) then bounce. Which
+// backend takes GPUPathCuFile is what the backends declare, never their
+// name. o has its defaults.
+func (o Options) gpuWays() ([]gpuWay, error) {
+	name := o.backendName()
+	if !o.Memory.OnGPU() {
+		if o.GPUPath != "" {
+			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrOptions, o.GPUPath)
 		}
-		l.gpuPath, l.gpuWhy, l.backendWhy = w.path, w.why, w.backendWhy
-		if w.path != GPUPathCuFile || !l.spec.MeasuresMode {
-			return l, nil
+		return []gpuWay{{path: "", backend: name}}, nil
+	}
+	writes := o.Spec != nil && o.Spec.DeviceWrites
+	if o.Spec == nil && name != "" {
+		s, err := BackendSpec(name)
+		writes = err == nil && s.DeviceWrites // an unknown name: New says so
+	}
+	switch o.GPUPath {
+	case GPUPathCuFile:
+		if name != "" && !writes {
+			return nil, fmt.Errorf("%w: gpu_path cufile reads with a backend that writes the device itself, not %s (use gpu_path bounce for it)", ErrOptions, name)
 		}
-		md, ok := l.backend.(backend.ModeReporter)
-		if !ok {
-			l.Close()
-			return nil, fmt.Errorf("loader: backend %s: its Spec says MeasuresMode but it has no Mode (backend.ModeReporter)", w.backend)
+		if name == "" {
+			if name = deviceWriter(); name == "" {
+				return nil, fmt.Errorf("%w: gpu_path cufile: no backend here writes the device itself", ErrOptions)
+			}
 		}
-		mode, why := md.Mode()
-		if !last && (mode == backend.ModeCompat || mode == backend.ModeNone || mode == backend.ModeUnknown) {
-			reason := fmt.Sprintf("%s runs in compatibility mode (%s): bounce", w.backend, why)
-			if mode != backend.ModeCompat {
-				reason = fmt.Sprintf("%s's mode could not be measured (%s, %s): bounce", w.backend, mode, why)
+		return []gpuWay{{path: GPUPathCuFile, backend: name, why: "asked for"}}, nil
+	case GPUPathBounce:
+		if writes {
+			return nil, fmt.Errorf("%w: gpu_path bounce with backend %s: %s writes the device itself", ErrOptions, name, name)
+		}
+		return []gpuWay{{path: GPUPathBounce, backend: name, why: "asked for"}}, nil
+	case "", GPUPathAuto:
+		switch {
+		case writes:
+			return []gpuWay{{path: GPUPathCuFile, backend: name, why: "backend " + name + " named, which writes the device"}}, nil
+		case name == "":
+			if dw := deviceWriter(); dw != "" {
+				return []gpuWay{{path: GPUPathCuFile, backend: dw, why: "auto: " + dw + " opens here"}, {path: GPUPathBounce, why: "auto: " + dw + " cannot run here or runs in compatibility mode"}}, nil
 			}
-			o.Logger.Info("loader: gpu_path auto: " + reason)
-			if cerr := l.Close(); cerr != nil {
-				o.Logger.Warn("loader: closing the loader", "backend", w.backend, "err", cerr)
-			}
-			ways[i+1].why = "auto: " + reason
+			return []gpuWay{{path: GPUPathBounce, why: "auto: no backend here writes the device"}}, nil
+		}
+		return []gpuWay{{path: GPUPathBounce, backend: name, why: "auto: backend " + name + " named, which writes host memory"}}, nil
+	}
+	return nil, fmt.Errorf("%w: gpu_path %q (want %s, %s or %s)", ErrOptions, o.GPUPath, GPUPathAuto, GPUPathCuFile, GPUPathBounce)
+}
+
+// deviceWriter returns the first backend offered that writes the device
+// itself (backend.Spec.DeviceWrites), "" for none.
+func deviceWriter() string {
+	for _, s := range Backends() {
+		if s.DeviceWrites {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// autoBackends fills in the backend of every way that names none: the
+// fastest the map and the caller allow. A map of a block device with a
+// sample mapped raw gets AutoBackend, which reads raw only what the
+// freshness guard allows and the rest through the filesystem as the
+// caller, followed by a way with DefaultBackend should it not open here;
+// any other map, or backend options given without a backend name (they
+// are DefaultBackend's), gets DefaultBackend. Each way says why
+// (backendWhy).
+func autoBackends(m *bmap.Map, o Options, ways []gpuWay) []gpuWay {
+	if o.backendName() != "" {
+		return ways
+	}
+	why := ""
+	switch {
+	case len(o.BackendOptions) > 0:
+		why = "backend_options without a backend name are " + DefaultBackend + "'s"
+	case m.FSOnly():
+		why = fmt.Sprintf("auto: the map's filesystem (%s) has no block device to read raw", m.Device.FSType)
+	case !anyRaw(m):
+		why = "auto: no sample is mapped raw"
+	}
+	out := make([]gpuWay, 0, 2*len(ways))
+	for _, w := range ways {
+		if w.backend != "" {
+			out = append(out, w)
 			continue
 		}
-		l.gpuWhy = fmt.Sprintf("%s; %s mode %s (%s)", w.why, w.backend, mode, why)
-		if mode == backend.ModeCompat {
-			o.Logger.Warn("loader: gpu_path cufile: the backend runs in compatibility mode, slower than gpu_path bounce", "backend", w.backend, "why", why)
+		fs := w
+		fs.backend = DefaultBackend
+		if why != "" {
+			fs.backendWhy = why
+			out = append(out, fs)
+			continue
 		}
-		return l, nil
+		raw := w
+		raw.backend, raw.auto = AutoBackend, true
+		raw.backendWhy = fmt.Sprintf("auto: raw reads from %s where the freshness guard allows, the filesystem as the caller for the rest", m.Device.Path)
+		fs.backendWhy = "auto: " + AutoBackend + " did not open here"
+		out = append(out, raw, fs)
 	}
-	return nil, err
+	return out
+}
+
+// anyRaw reports whether a sample of m is mapped raw (the first one
+// found ends the search).
+func anyRaw(m *bmap.Map) bool {
+	for i := range m.Samples {
+		if m.Samples[i].Reason == bmap.Raw {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve looks up the way's backend (o's own Spec when it is the one o
+// names) and checks o's backend options against it.
+func (w *gpuWay) resolve(o Options) error {
+	if o.Spec != nil && w.backend == o.backendName() {
+		w.spec = *o.Spec
+	} else {
+		s, err := backendSpec(w.backend, o.CUDA)
+		if err != nil {
+			return err
+		}
+		w.spec = s
+	}
+	var err error
+	w.params, err = w.spec.Resolve(o.BackendOptions)
+	return err
 }

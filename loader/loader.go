@@ -15,7 +15,6 @@
 package loader
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -31,26 +30,6 @@ import (
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
-
-// StateVersion is the version of State's wire form; a state of another
-// version is refused, but for version 1 where its sequence is unchanged
-// (State.Validate). Version 2 added shuffle and initial_fill, and made
-// random_shuffle with stick_to_shard keep DALI's shard.
-const StateVersion = 2
-
-// State is a loader's position: the next batch Next will return. Saved
-// and restored it yields exactly the remaining sequence. Its msgpack and
-// JSON forms are the wire format (explicit snake_case keys).
-type State struct {
-	Version  int      `json:"version" msgpack:"version"`
-	Sampling Sampling `json:"sampling" msgpack:"sampling"`
-	Epoch    int      `json:"epoch" msgpack:"epoch"`
-	Batch    int      `json:"batch" msgpack:"batch"` // next batch in Epoch; EpochBatches(Epoch) means the end-of-epoch io.EOF comes next
-	// Content is the dataset's content where the state was taken.
-	// The daemon fills it in and refuses a resume on a copy that differs.
-	// nil: not checked.
-	Content *bmap.Content `json:"content,omitempty" msgpack:"content,omitempty"`
-}
 
 // Loader produces batches. Next, Release and State may be called from
 // one consumer goroutine; Release may also be called from others.
@@ -199,6 +178,67 @@ func Open(ctx context.Context, p Plan) (*Loader, error) {
 	return openGPUPath(ctx, p)
 }
 
+// openGPUPath opens p's loader on the first of its GPU ways that works.
+// Under GPUPathAuto, the backend writing the device is kept only where it
+// opens (not backend.ErrUnavailable) and, if its Spec says MeasuresMode,
+// does not report backend.ModeCompat at its opening; else bounce, with
+// the reason logged and in GPUPath.
+func openGPUPath(ctx context.Context, p Plan) (*Loader, error) {
+	o := p.Options
+	ways := slices.Clone(p.ways)
+	var err error
+	for i, w := range ways {
+		last := i+1 == len(ways)
+		var l *Loader
+		if l, err = open(ctx, p, w); err != nil {
+			if !last && w.auto && ctx.Err() == nil {
+				why := fmt.Sprintf("auto: %s did not open here (%v): %s", w.backend, err, ways[i+1].backend)
+				o.Logger.Info("loader: backend " + why)
+				ways[i+1].backendWhy = why
+				if ways[i+1].path == w.path {
+					ways[i+1].why = w.why
+				}
+				continue
+			}
+			if !last && errors.Is(err, ErrUnavailable) {
+				why := fmt.Sprintf("%s cannot run here (%v): bounce", w.backend, err)
+				o.Logger.Info("loader: gpu_path auto: " + why)
+				ways[i+1].why = "auto: " + why
+				continue
+			}
+			return nil, err
+		}
+		l.gpuPath, l.gpuWhy, l.backendWhy = w.path, w.why, w.backendWhy
+		if w.path != GPUPathCuFile || !l.spec.MeasuresMode {
+			return l, nil
+		}
+		md, ok := l.backend.(backend.ModeReporter)
+		if !ok {
+			l.Close()
+			return nil, fmt.Errorf("loader: backend %s: its Spec says MeasuresMode but it has no Mode (backend.ModeReporter)", w.backend)
+		}
+		mode, why := md.Mode()
+		if !last && (mode == backend.ModeCompat || mode == backend.ModeNone || mode == backend.ModeUnknown) {
+			reason := fmt.Sprintf("%s runs in compatibility mode (%s): bounce", w.backend, why)
+			if mode != backend.ModeCompat {
+				reason = fmt.Sprintf("%s's mode could not be measured (%s, %s): bounce", w.backend, mode, why)
+			}
+			o.Logger.Info("loader: gpu_path auto: " + reason)
+			if cerr := l.Close(); cerr != nil {
+				o.Logger.Warn("loader: closing the loader", "backend", w.backend, "err", cerr)
+			}
+			ways[i+1].why = "auto: " + reason
+			continue
+		}
+		l.gpuWhy = fmt.Sprintf("%s; %s mode %s (%s)", w.why, w.backend, mode, why)
+		if mode == backend.ModeCompat {
+			o.Logger.Warn("loader: gpu_path cufile: the backend runs in compatibility mode, slower than gpu_path bounce", "backend", w.backend, "why", why)
+		}
+		return l, nil
+	}
+	return nil, err
+}
+
 // open starts p's loader with one way (backend and GPU path).
 func open(ctx context.Context, p Plan, w gpuWay) (*Loader, error) {
 	if w.err != nil {
@@ -272,7 +312,7 @@ func backendEnv(o Options, mem batchmem.Memory, slots int) backend.Env {
 			env.HostBuffers = append(env.HostBuffers, h)
 		}
 	}
-	if d := mem.Desc(); d.Kind == batchmem.GPU {
+	if d := mem.Desc(); d.Kind.OnGPU() {
 		env.GPU = &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode}
 		if o.CUDA != nil {
 			env.GPU.Driver = o.CUDA
@@ -305,89 +345,6 @@ func (l *Loader) stop() {
 		l.free <- b.Slot
 		l.waiting = nil
 	}
-}
-
-func checkState(st *State, smp Sampling) error {
-	if err := st.checkVersion(); err != nil {
-		return fmt.Errorf("loader: %w", err)
-	}
-	saved := st.Sampling
-	saved.ReaderArgs = saved.ReaderArgs.withDefaults() // version 1 had no shuffle, initial_fill
-	if d := saved.diff(smp); d != "" {
-		return fmt.Errorf("loader: %w: saved state was made with other options: %s", ErrOptions, d)
-	}
-	// The sampling is smp's, validated: what is left is the position.
-	if err := st.Validate(); err != nil {
-		return fmt.Errorf("loader: %w", err)
-	}
-	return nil
-}
-
-// SlotBytes returns the slot size that holds any batch of m: the sum of
-// the batchSize largest rooms, a sample's room being its phase (a
-// tensor's data offset modulo backend.Align) plus its size rounded up to
-// backend.Align (room). Padding
-// repeats a sample without reading it again, so a ragged batch never holds
-// more; a dense batch (Batch.Dense) gives each repeat a row of its own and
-// is placed dense only where its rows fit (batchmem.Desc.PacksAt), which a
-// dataset of one sample size always does.
-func SlotBytes(m *bmap.Map, batchSize int) int64 {
-	// The batchSize largest in a min-heap: one pass, no copy of every size
-	// (it runs at every session open, over datasets of millions).
-	top := make(minHeap, 0, min(batchSize, len(m.Samples)))
-	for i := range m.Samples {
-		_, n := room(&m.Samples[i])
-		top.keep(n)
-	}
-	return max(top.sum(), backend.Align)
-}
-
-// room returns where sample s's bytes start in its room in a ragged
-// batch (its phase: the data's offset in its file modulo backend.Align, so
-// that whole blocks of the file land in place) and the room's size,
-// AlignUp(phase+Size). An empty sample has an empty room.
-func room(s *bmap.Sample) (at, size int64) {
-	if s.Size == 0 {
-		return 0, 0
-	}
-	at = s.Offset % backend.Align
-	return at, backend.AlignUp(at + s.Size)
-}
-
-// minHeap is a container/heap of sizes, smallest first: the cap(h)
-// largest sizes seen, kept in one pass (keep), with no copy of every size.
-type minHeap []int64
-
-// keep adds n if h is not full, else puts it in place of the smallest
-// kept when n is larger.
-func (h *minHeap) keep(n int64) {
-	switch {
-	case len(*h) < cap(*h):
-		heap.Push(h, n)
-	case len(*h) > 0 && n > (*h)[0]:
-		(*h)[0] = n
-		heap.Fix(h, 0)
-	}
-}
-
-// sum is the kept sizes' sum.
-func (h minHeap) sum() int64 {
-	var s int64
-	for _, n := range h {
-		s += n
-	}
-	return s
-}
-
-func (h minHeap) Len() int           { return len(h) }
-func (h minHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h minHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *minHeap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *minHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // produce plans batches in order from (epoch, batch) and starts their
@@ -642,7 +599,13 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 		b.Shapes = b.roi.shapes
 		return
 	}
-	if row, lead := l.denseRow(b, idx); row > 0 {
+	row, lead := denseRow(l.m, l.desc, len(idx), len(idx), func(i int) *bmap.Sample {
+		if b.deniedAt(i) != nil {
+			return nil
+		}
+		return &l.m.Samples[idx[i]]
+	})
+	if row > 0 {
 		l.planDense(b, idx, row, lead)
 		return
 	}
@@ -676,52 +639,6 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.place = batchmem.Ragged(off)
 }
 
-// denseRow returns the size every sample of idx has and their phase (the
-// data's offset in its file modulo backend.Align) when the batch is placed
-// dense: the samples all have one size > 0 and, of a tensor map, one
-// dtype, shape and phase; in GPU memory, or for a tensor map in host
-// memory; and the memory packs them (batchmem.Desc.PacksAt). Else 0, 0.
-// Samples Options.Access refused (b.denied) do not count: their rows
-// stay zeroed whatever their size.
-func (l *Loader) denseRow(b *Batch, idx []int32) (row, lead int64) {
-	tensors := l.m.Reader == bmap.ReaderNumpy
-	if len(idx) == 0 || (l.desc.Kind != batchmem.GPU && !tensors) {
-		return 0, 0
-	}
-	var s0 *bmap.Sample
-	for i, si := range idx {
-		if b.deniedAt(i) != nil {
-			continue
-		}
-		s := &l.m.Samples[si]
-		if s0 == nil {
-			s0, row, lead = s, s.Size, s.Offset%backend.Align
-			continue
-		}
-		if s.Size != row || (tensors && (s.Offset%backend.Align != lead || !sameTensor(s.Tensor, s0.Tensor))) {
-			return 0, 0
-		}
-	}
-	if s0 == nil {
-		return 0, 0
-	}
-	if !tensors {
-		lead = 0 // a whole file starts at its first byte
-	}
-	if !l.desc.PacksAt(len(idx), row, lead) {
-		return 0, 0
-	}
-	return row, lead
-}
-
-// sameTensor reports whether a and b have the same dtype and shape.
-func sameTensor(a, b *bmap.Tensor) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.DType == b.DType && slices.Equal(a.Shape, b.Shape)
-}
-
 // planDense lays out a dense batch of samples of row bytes each, whose
 // data starts lead bytes into a block of its file: sample i at the
 // place's DevOffset(i) in the memory the client maps. In host memory a
@@ -734,7 +651,7 @@ func sameTensor(a, b *bmap.Tensor) bool {
 func (l *Loader) planDense(b *Batch, idx []int32, row, lead int64) {
 	b.repeats = b.repeats[:0]
 	p := batchmem.Placement{Rows: len(idx), Row: row, Lead: lead}
-	host := l.desc.Kind != batchmem.GPU
+	host := !l.desc.Kind.OnGPU()
 	pitch := p.Pitch()
 	first := 0 // the row of the run of equal samples i is in
 	for i, si := range idx {
@@ -939,6 +856,9 @@ func (l *Loader) Memory() batchmem.Memory { return l.mem }
 
 // Backend returns the backend.
 func (l *Loader) Backend() backend.Backend { return l.backend }
+
+// Spec returns the backend's description: what it can do.
+func (l *Loader) Spec() backend.Spec { return *l.spec }
 
 // BackendWhy returns why the loader reads with its backend when its
 // options named none (the fastest the map and the process allow: see

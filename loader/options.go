@@ -113,6 +113,10 @@ type Options struct {
 	// the map's sample Files[i]. Nil: the whole map.
 	Files []int32
 
+	// checked is what Check checked of these options. NewPlan takes
+	// them as they are while those fields are unchanged.
+	checked *checkedFields
+
 	// openMemory opens the batch memory in place of batchmem.Open: the
 	// loader's tests give it GPU memory on a machine without a GPU. nil
 	// everywhere else.
@@ -185,138 +189,14 @@ func (o Options) WithDefaults() Options {
 	if o.Slots == 0 {
 		o.Slots = o.PrefetchQueueDepth + o.ReleaseAfter + 1
 	}
-	if o.Memory == "" {
-		o.Memory = batchmem.Pinned
-	}
-	if o.GPUPath == "" && o.Memory == batchmem.GPU {
+	o.Memory = o.Memory.OrDefault()
+	if o.GPUPath == "" && o.Memory.OnGPU() {
 		o.GPUPath = GPUPathAuto
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return o
-}
-
-// Validate checks o (defaults filled in: WithDefaults) against every
-// bound that needs no dataset: the reader arguments, the prefetch depth
-// and release_after and slots, the memory kind, and the GPU path with the memory and the
-// backend named. Errors wrap ErrOptions and name the field, its value and
-// what is allowed.
-func (o Options) Validate() error {
-	if err := o.ReaderArgs.Validate(); err != nil {
-		return err
-	}
-	if err := checkPrefetch(o.PrefetchQueueDepth); err != nil {
-		return err
-	}
-	if o.ReleaseAfter < 0 || o.ReleaseAfter > MaxReleaseAfter {
-		return fmt.Errorf("%w: release_after %d not in [0, %d]", ErrOptions, o.ReleaseAfter, MaxReleaseAfter)
-	}
-	if o.Slots <= o.PrefetchQueueDepth {
-		return fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
-	}
-	if o.Memory != batchmem.Pinned && o.Memory != batchmem.GPU {
-		return fmt.Errorf("%w: %w %q (want %s or %s)", ErrOptions, batchmem.ErrKind, o.Memory, batchmem.Pinned, batchmem.GPU)
-	}
-	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
-		return err
-	}
-	if o.ROI != nil {
-		if err := o.ROI.Validate(); err != nil {
-			return err
-		}
-		if o.Memory != batchmem.Pinned {
-			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
-		}
-	}
-	_, err := o.gpuWays()
-	return err
-}
-
-// gpuWay is one way to open a loader: the GPU path and the backend it
-// reads with ("" the default), and why it was chosen; NewPlan adds the
-// backend's spec and options, or why
-// they are refused.
-type gpuWay struct {
-	path, backend, why string
-	// auto: the backend was chosen for a loader that named none
-	// (autoBackends), and the next way is the filesystem if it fails to
-	// open; backendWhy says why it was chosen.
-	auto       bool
-	backendWhy string
-
-	spec   backend.Spec
-	params backend.Params
-	err    error
-}
-
-// backendName is the backend o names: its Spec's, else Backend ("" for
-// none named).
-func (o Options) backendName() string {
-	if o.Spec != nil {
-		return o.Spec.Name
-	}
-	return o.Backend
-}
-
-// gpuWays returns the ways to try, in order: one, or for GPUPathAuto
-// with no backend named, the first backend that writes the device
-// (backend.Spec.DeviceWrites: the built-in cufile) then bounce. Which
-// backend takes GPUPathCuFile is what the backends declare, never their
-// name. o has its defaults.
-func (o Options) gpuWays() ([]gpuWay, error) {
-	name := o.backendName()
-	if o.Memory != batchmem.GPU {
-		if o.GPUPath != "" {
-			return nil, fmt.Errorf("%w: gpu_path %q applies to memory gpu only", ErrOptions, o.GPUPath)
-		}
-		return []gpuWay{{path: "", backend: name}}, nil
-	}
-	writes := o.Spec != nil && o.Spec.DeviceWrites
-	if o.Spec == nil && name != "" {
-		s, err := BackendSpec(name)
-		writes = err == nil && s.DeviceWrites // an unknown name: New says so
-	}
-	switch o.GPUPath {
-	case GPUPathCuFile:
-		if name != "" && !writes {
-			return nil, fmt.Errorf("%w: gpu_path cufile reads with a backend that writes the device itself, not %s (use gpu_path bounce for it)", ErrOptions, name)
-		}
-		if name == "" {
-			if name = deviceWriter(); name == "" {
-				return nil, fmt.Errorf("%w: gpu_path cufile: no backend here writes the device itself", ErrOptions)
-			}
-		}
-		return []gpuWay{{path: GPUPathCuFile, backend: name, why: "asked for"}}, nil
-	case GPUPathBounce:
-		if writes {
-			return nil, fmt.Errorf("%w: gpu_path bounce with backend %s: %s writes the device itself", ErrOptions, name, name)
-		}
-		return []gpuWay{{path: GPUPathBounce, backend: name, why: "asked for"}}, nil
-	case "", GPUPathAuto:
-		switch {
-		case writes:
-			return []gpuWay{{path: GPUPathCuFile, backend: name, why: "backend " + name + " named, which writes the device"}}, nil
-		case name == "":
-			if dw := deviceWriter(); dw != "" {
-				return []gpuWay{{path: GPUPathCuFile, backend: dw, why: "auto: " + dw + " opens here"}, {path: GPUPathBounce, why: "auto: " + dw + " cannot run here or runs in compatibility mode"}}, nil
-			}
-			return []gpuWay{{path: GPUPathBounce, why: "auto: no backend here writes the device"}}, nil
-		}
-		return []gpuWay{{path: GPUPathBounce, backend: name, why: "auto: backend " + name + " named, which writes host memory"}}, nil
-	}
-	return nil, fmt.Errorf("%w: gpu_path %q (want %s, %s or %s)", ErrOptions, o.GPUPath, GPUPathAuto, GPUPathCuFile, GPUPathBounce)
-}
-
-// deviceWriter returns the first backend offered that writes the device
-// itself (backend.Spec.DeviceWrites), "" for none.
-func deviceWriter() string {
-	for _, s := range Backends() {
-		if s.DeviceWrites {
-			return s.Name
-		}
-	}
-	return ""
 }
 
 // Batch memory's vocabulary as the loader's callers name it (package
@@ -327,3 +207,62 @@ type (
 	// MemoryDesc describes a loader's batch memory to a client (Loader.Memory().Desc()).
 	MemoryDesc = batchmem.Desc
 )
+
+// Bounds of a Request beyond those of Options (the daemon's open
+// request).
+const (
+	// MaxReleaseAfter bounds Request.ReleaseAfter and Options.ReleaseAfter.
+	MaxReleaseAfter = 64
+	// MaxSlots is the most batch slots a loader has: prefetched batches,
+	// the batches its consumer holds, and the one just delivered.
+	MaxSlots = MaxPrefetchQueueDepth + MaxReleaseAfter + 1
+	// MaxDevice bounds Request.Device: a CUDA device ordinal.
+	MaxDevice = 1023
+	// MaxBackendOptions bounds the entries of Request.BackendOptions (no
+	// backend has nearly as many options).
+	MaxBackendOptions = 64
+)
+
+// checkPrefetch checks a prefetch depth: in [1, MaxPrefetchQueueDepth].
+func checkPrefetch(n int) error {
+	if n < 1 || n > MaxPrefetchQueueDepth {
+		return fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrOptions, n, MaxPrefetchQueueDepth)
+	}
+	return nil
+}
+
+// MaxDeviceUUID bounds DeviceUUID's length (a GPU UUID is 40 characters,
+// GPU- and 36).
+const MaxDeviceUUID = 64
+
+// checkDeviceUUID checks DeviceUUID's form: letters, digits and dashes,
+// at most MaxDeviceUUID of them. Whether the GPU is here is batch
+// memory's to say.
+func checkDeviceUUID(u string) error {
+	if len(u) > MaxDeviceUUID {
+		return fmt.Errorf("%w: device_uuid of %d characters, at most %d", ErrOptions, len(u), MaxDeviceUUID)
+	}
+	for _, c := range u {
+		if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("%w: device_uuid %q: want a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", ErrOptions, u)
+		}
+	}
+	return nil
+}
+
+// checkedFields are the fields of Options that Validate reads.
+type checkedFields struct {
+	ReaderArgs
+	prefetch, release, slots int
+	memory                   batchmem.Kind
+	uuid, gpuPath, backend   string
+	spec                     *backend.Spec
+	roi                      *ROI
+	state                    *State
+}
+
+// fields returns the fields of o that Validate reads, for Check.
+func (o Options) fields() checkedFields {
+	return checkedFields{ReaderArgs: o.ReaderArgs, prefetch: o.PrefetchQueueDepth, release: o.ReleaseAfter, slots: o.Slots,
+		memory: o.Memory, uuid: o.DeviceUUID, gpuPath: o.GPUPath, backend: o.Backend, spec: o.Spec, roi: o.ROI, state: o.State}
+}

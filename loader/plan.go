@@ -4,26 +4,9 @@ package loader
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/batchmem"
-)
-
-// Bounds of a Request beyond those of Options (the daemon's open
-// request).
-const (
-	// MaxReleaseAfter bounds Request.ReleaseAfter and Options.ReleaseAfter.
-	MaxReleaseAfter = 64
-	// MaxSlots is the most batch slots a loader has: prefetched batches,
-	// the batches its consumer holds, and the one just delivered.
-	MaxSlots = MaxPrefetchQueueDepth + MaxReleaseAfter + 1
-	// MaxDevice bounds Request.Device: a CUDA device ordinal.
-	MaxDevice = 1023
-	// MaxBackendOptions bounds the entries of Request.BackendOptions (no
-	// backend has nearly as many options).
-	MaxBackendOptions = 64
 )
 
 // Request is what a client sets of a loader, as the daemon's open
@@ -54,14 +37,13 @@ type Request struct {
 	ROI *ROI `msgpack:"roi"`
 }
 
-// Options returns the loader options r asks for, the slots among them
-// (prefetch depth + release_after + 1), their defaults filled in and
-// checked against every bound that needs no dataset, so that a daemon
-// refuses a request before it looks at any: what only r's form can say
-// (num_shards given: 0 does not mean 1; the prefetch depth given;
-// release_after, device_id, backend_options' size; a state on its own),
-// then Options.Validate. NewPlan checks the rest (against the map). Errors wrap ErrOptions and name the field, its
-// value and the range.
+// Options returns the loader options r asks for, checked once
+// (Options.Check). A daemon so refuses a request before it looks at any
+// dataset. First come the bounds only r's form says: num_shards given
+// (0 does not mean 1), the prefetch depth given, release_after,
+// device_id and the size of backend_options. The slots are the prefetch
+// depth + release_after + 1. NewPlan checks the rest against the map.
+// Errors wrap ErrOptions and name the field, its value and the range.
 func (r Request) Options() (Options, error) {
 	if r.NumShards < 1 || r.NumShards > MaxSamples {
 		return Options{}, fmt.Errorf("%w: num_shards %d not in [1, %d]", ErrOptions, r.NumShards, MaxSamples)
@@ -86,25 +68,8 @@ func (r Request) Options() (Options, error) {
 	if n := len(r.BackendOptions); n > MaxBackendOptions {
 		return Options{}, fmt.Errorf("%w: backend_options has %d entries, at most %d", ErrOptions, n, MaxBackendOptions)
 	}
-	if r.State != nil {
-		if err := r.State.Validate(); err != nil {
-			return Options{}, fmt.Errorf("state: %w", err)
-		}
-	}
-	o := Options{ReaderArgs: r.ReaderArgs, PrefetchQueueDepth: prefetch, ReleaseAfter: release, Memory: r.Memory, Device: r.Device,
-		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, Backend: r.Backend, BackendOptions: r.BackendOptions, State: r.State, ROI: r.ROI}.WithDefaults()
-	if err := o.Validate(); err != nil {
-		return Options{}, err
-	}
-	return o, nil
-}
-
-// checkPrefetch checks a prefetch depth: in [1, MaxPrefetchQueueDepth].
-func checkPrefetch(n int) error {
-	if n < 1 || n > MaxPrefetchQueueDepth {
-		return fmt.Errorf("%w: prefetch_queue_depth %d not in [1, %d]", ErrOptions, n, MaxPrefetchQueueDepth)
-	}
-	return nil
+	return Options{ReaderArgs: r.ReaderArgs, PrefetchQueueDepth: prefetch, ReleaseAfter: release, Memory: r.Memory, Device: r.Device,
+		DeviceUUID: r.DeviceUUID, GPUPath: r.GPUPath, Backend: r.Backend, BackendOptions: r.BackendOptions, State: r.State, ROI: r.ROI}.Check()
 }
 
 // Plan is everything a loader will be, decided before anything is
@@ -164,8 +129,8 @@ func (p Plan) GPUPaths() (paths, whys []string) {
 // exact memory footprint. Errors wrap ErrOptions for what o asks wrongly
 // (naming the field, its value and what is allowed).
 func NewPlan(m *bmap.Map, o Options) (Plan, error) {
-	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
+	o, err := o.Check()
+	if err != nil {
 		return Plan{}, fmt.Errorf("loader: %w", err)
 	}
 	n := len(m.Samples)
@@ -188,7 +153,7 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		}
 		p.Sampling.N, p.Sampling.WebDataset = w.view.Len(), true
 	}
-	if err := p.Sampling.Validate(); err != nil {
+	if err := p.Sampling.checkDataset(); err != nil { // the reader arguments are checked
 		return Plan{}, fmt.Errorf("loader: %w", err)
 	}
 	if st := o.State; st != nil {
@@ -209,15 +174,12 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	case p.SlotSize == 0:
 		p.SlotSize = o.SlotSizes.slotBytes(m, o.BatchSize)
 	}
-	ways, _ := o.gpuWays() // Validate checked them
-	ways = autoBackends(m, o, ways)
-	for i := range ways {
-		w := &ways[i]
-		if err := w.resolve(o); err != nil {
-			if i == 0 {
-				return Plan{}, err
-			}
-			w.err = err // only if the ways before it fail
+	ways, err := chooseWays(m, o)
+	if err != nil {
+		return Plan{}, err
+	}
+	for _, w := range ways {
+		if w.err != nil {
 			continue
 		}
 		s, err := batchmem.Sizing(o.Memory, p.Slots, p.SlotSize, w.spec.DeviceWrites)
@@ -229,142 +191,8 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 	}
 	p.ways = ways
 	if o.ROI == nil && o.WebDataset == nil { // regions: dense where a batch's regions have one shape; a webdataset's outputs: ragged
-		p.DenseRow = denseRowOf(m, batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}, o.BatchSize)
+		d := batchmem.Desc{Kind: o.Memory, SlotSize: p.Footprint.SlotSize}
+		p.DenseRow, _ = denseRow(m, d, o.BatchSize, len(m.Samples), func(i int) *bmap.Sample { return &m.Samples[i] })
 	}
 	return p, nil
-}
-
-// autoBackends fills in the backend of every way that names none: the
-// fastest the map and the caller allow. A map of a block device with a
-// sample mapped raw gets AutoBackend, which reads raw only what the
-// freshness guard allows and the rest through the filesystem as the
-// caller, followed by a way with DefaultBackend should it not open here;
-// any other map, or backend options given without a backend name (they
-// are DefaultBackend's), gets DefaultBackend. Each way says why
-// (backendWhy).
-func autoBackends(m *bmap.Map, o Options, ways []gpuWay) []gpuWay {
-	if o.backendName() != "" {
-		return ways
-	}
-	why := ""
-	switch {
-	case len(o.BackendOptions) > 0:
-		why = "backend_options without a backend name are " + DefaultBackend + "'s"
-	case m.FSOnly():
-		why = fmt.Sprintf("auto: the map's filesystem (%s) has no block device to read raw", m.Device.FSType)
-	case !anyRaw(m):
-		why = "auto: no sample is mapped raw"
-	}
-	out := make([]gpuWay, 0, 2*len(ways))
-	for _, w := range ways {
-		if w.backend != "" {
-			out = append(out, w)
-			continue
-		}
-		fs := w
-		fs.backend = DefaultBackend
-		if why != "" {
-			fs.backendWhy = why
-			out = append(out, fs)
-			continue
-		}
-		raw := w
-		raw.backend, raw.auto = AutoBackend, true
-		raw.backendWhy = fmt.Sprintf("auto: raw reads from %s where the freshness guard allows, the filesystem as the caller for the rest", m.Device.Path)
-		fs.backendWhy = "auto: " + AutoBackend + " did not open here"
-		out = append(out, raw, fs)
-	}
-	return out
-}
-
-// anyRaw reports whether a sample of m is mapped raw (the first one
-// found ends the search).
-func anyRaw(m *bmap.Map) bool {
-	for i := range m.Samples {
-		if m.Samples[i].Reason == bmap.Raw {
-			return true
-		}
-	}
-	return false
-}
-
-// resolve looks up the way's backend (o's own Spec when it is the one o
-// names) and checks o's backend options against it.
-func (w *gpuWay) resolve(o Options) error {
-	if o.Spec != nil && w.backend == o.backendName() {
-		w.spec = *o.Spec
-	} else {
-		s, err := BackendSpec(w.backend)
-		if err != nil {
-			return err
-		}
-		w.spec = s
-	}
-	var err error
-	w.params, err = w.spec.Resolve(o.BackendOptions)
-	return err
-}
-
-// denseRowOf returns the row every batch of batchSize samples of m has
-// in memory d when all are placed dense (Loader.denseRow): every sample
-// of one size > 0, of a tensor map one dtype, shape and phase too; GPU
-// memory, or a tensor map; rows that fit a slot. Else 0.
-func denseRowOf(m *bmap.Map, d batchmem.Desc, batchSize int) int64 {
-	tensors := m.Reader == bmap.ReaderNumpy
-	if len(m.Samples) == 0 || (d.Kind != batchmem.GPU && !tensors) {
-		return 0
-	}
-	s0 := &m.Samples[0]
-	row, lead := s0.Size, s0.Offset%backend.Align
-	for i := range m.Samples[1:] {
-		s := &m.Samples[i+1]
-		if s.Size != row || (tensors && (s.Offset%backend.Align != lead || !sameTensor(s.Tensor, s0.Tensor))) {
-			return 0
-		}
-	}
-	if !tensors {
-		lead = 0
-	}
-	if !d.PacksAt(batchSize, row, lead) {
-		return 0
-	}
-	return row
-}
-
-// maxSlotSizes bounds the batch sizes a SlotSizes keeps: past it, a plan
-// works out its own.
-const maxSlotSizes = 64
-
-// SlotSizes keeps SlotBytes of one map by batch size, for the plans
-// given it (Options.SlotSizes): the first plan of a batch size works it
-// out while the others wait. It keeps at most maxSlotSizes batch sizes,
-// for the last map asked about. Its zero value is ready; it is safe for
-// concurrent use.
-type SlotSizes struct {
-	mu sync.Mutex
-	m  *bmap.Map
-	by map[int]int64
-}
-
-// slotBytes returns SlotBytes(m, batch), kept by s (s nil: worked out).
-func (s *SlotSizes) slotBytes(m *bmap.Map, batch int) int64 {
-	if s == nil {
-		return SlotBytes(m, batch)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m != m {
-		s.m, s.by = m, nil
-	}
-	if n, ok := s.by[batch]; ok {
-		return n
-	}
-	n := SlotBytes(m, batch)
-	if s.by == nil {
-		s.by = map[int]int64{}
-	}
-	if len(s.by) < maxSlotSizes {
-		s.by[batch] = n
-	}
-	return n
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nvfeed/nvfeed/internal/cuda"
 	"github.com/nvfeed/nvfeed/loader/backend"
 	"github.com/nvfeed/nvfeed/loader/internal/cufile"
 	"github.com/nvfeed/nvfeed/loader/internal/fsread"
@@ -32,9 +33,10 @@ const DefaultBackend = fsread.Name
 const AutoBackend = "gds"
 
 // builtins returns the built-in backends' descriptions, the default
-// first. They get what any registered backend gets: backend.Env.
-func builtins() []backend.Spec {
-	return []backend.Spec{fsread.Spec(), raw.GDSSpec(), raw.BAMSpec(), cufile.Spec()}
+// first. They get what any registered backend gets: backend.Env. The
+// cufile backend shares libs, the host's CUDA libraries (nil: its own).
+func builtins(libs *cuda.Libs) []backend.Spec {
+	return []backend.Spec{fsread.Spec(), raw.GDSSpec(), raw.BAMSpec(), cufile.Spec(libs)}
 }
 
 var (
@@ -54,7 +56,7 @@ func Register(s backend.Spec) error {
 	}
 	regMu.Lock()
 	defer regMu.Unlock()
-	for _, t := range append(builtins(), registered...) {
+	for _, t := range append(builtins(nil), registered...) {
 		if t.Name == s.Name {
 			return fmt.Errorf("%w: register: backend %q exists already", ErrOptions, s.Name)
 		}
@@ -66,20 +68,26 @@ func Register(s backend.Spec) error {
 // Backends returns the description of every backend this process
 // offers, the built-in ones first (the default first of all), then those
 // added with Register in their order.
-func Backends() []backend.Spec {
+func Backends() []backend.Spec { return backends(nil) }
+
+// backends is Backends with the built-ins sharing libs (builtins).
+func backends(libs *cuda.Libs) []backend.Spec {
 	regMu.RLock()
 	defer regMu.RUnlock()
-	return append(builtins(), registered...)
+	return append(builtins(libs), registered...)
 }
 
 // BackendSpec returns the named backend's description ("" names the
 // default); the error wraps ErrOptions and lists the backends.
-func BackendSpec(name string) (backend.Spec, error) {
+func BackendSpec(name string) (backend.Spec, error) { return backendSpec(name, nil) }
+
+// backendSpec is BackendSpec with the built-ins sharing libs (builtins).
+func backendSpec(name string, libs *cuda.Libs) (backend.Spec, error) {
 	if name == "" {
 		name = DefaultBackend
 	}
 	var names []string
-	for _, s := range Backends() {
+	for _, s := range backends(libs) {
 		if s.Name == name {
 			return s, nil
 		}

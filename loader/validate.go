@@ -4,48 +4,7 @@ package loader
 
 import (
 	"fmt"
-	"math"
-)
-
-// Bounds on the sampling numbers a client sends (the daemon's open
-// request, a resume State, a requested position). They keep every sum and
-// product of the sampler's arithmetic inside int64:
-//
-//   - N <= MaxSamples = 2^31-1 (sample indices are int32), and
-//     1 <= NumShards <= N, 0 <= ShardID < NumShards: ShardRange computes
-//     (k+1)·N with k < NumShards, at most 2^31·2^31 = 2^62.
-//   - EpochSamples is at most ceil(N/NumShards) rounded up to a whole
-//     batch: N + MaxBatchSize < 2^32; EpochBatches is at most that.
-//   - batch·BatchSize (the producer's slice of the epoch order) is at most
-//     2^32·2^16 = 2^48.
-//   - 0 <= Epoch <= MaxEpoch = 2^31-1: Shard computes ShardID+epoch, at
-//     most 2^32; the epoch after the last one asked for (NextAt's end of
-//     epoch, a resumed end of epoch) is 2^31. The producer counts epochs on
-//     from there one per pass over the data: 2^63 is never reached.
-//   - 0 <= Iteration <= MaxIteration = 2^31-1: it is only compared with
-//     EpochBatches (a larger one asks for the end of the epoch).
-//   - Seed is any uint64: it only seeds the PCG (ShuffleDALI: its low 32
-//     bits seed DALI's generator).
-//   - 1 <= InitialFill <= MaxInitialFill: ShuffleDALI's buffer holds that
-//     many sample indices (64 MiB at most).
-//   - ShuffleDALI with RandomShuffle reaches epoch e by replaying the
-//     epochs before it: e·ceil(N/NumShards) <= MaxReplaySamples for a
-//     resumed state or a requested position (their padding costs
-//     nothing). Measured on the development VM: 22 ns a sample with the
-//     default InitialFill, 56 ns with MaxInitialFill (a buffer past the
-//     caches): 24 to 60 s of a core at the bound. A replay stops with its
-//     producer (Close, a seek elsewhere) and runs in a turn of
-//     Options.Replays. The producer goes on past it epoch by epoch,
-//     replaying nothing.
-const (
-	MaxBatchSize = 1 << 16       // batch_size: samples per batch
-	MaxSamples   = math.MaxInt32 // samples in a dataset (indices are int32); num_shards is at most the samples
-	MaxEpoch     = math.MaxInt32 // epoch of a requested position or a resumed state
-	MaxIteration = math.MaxInt32 // iteration (batch) of a requested position or a resumed state
-
-	DefaultInitialFill = 1024    // initial_fill when 0: fn.readers.file's default
-	MaxInitialFill     = 1 << 24 // initial_fill: ShuffleDALI's buffer, in samples
-	MaxReplaySamples   = 1 << 30 // samples ShuffleDALI replays to reach a resumed or requested epoch
+	"reflect"
 )
 
 // Validate checks the dataset-independent reader arguments as a request
@@ -77,6 +36,15 @@ func (a ReaderArgs) Validate() error {
 
 // Validate checks the sampling options against the bounds above.
 func (s Sampling) Validate() error {
+	if err := s.checkDataset(); err != nil {
+		return err
+	}
+	return s.ReaderArgs.Validate()
+}
+
+// checkDataset checks what the dataset bounds: its samples, num_shards
+// and a webdataset's shuffle.
+func (s Sampling) checkDataset() error {
 	switch {
 	case s.N <= 0:
 		return fmt.Errorf("%w: the dataset has no samples", ErrOptions)
@@ -87,7 +55,7 @@ func (s Sampling) Validate() error {
 	case s.WebDataset && s.ShuffleAfterEpoch:
 		return fmt.Errorf("%w: shuffle_after_epoch is not served for a webdataset dataset: use random_shuffle", ErrOptions)
 	}
-	return s.ReaderArgs.Validate()
+	return nil
 }
 
 // checkReplay checks that reaching epoch e replays at most
@@ -166,4 +134,73 @@ func (st *State) checkVersion() error {
 		return nil
 	}
 	return fmt.Errorf("%w: saved state has version %d, this loader reads version %d (and 1)", ErrOptions, st.Version, StateVersion)
+}
+
+// checkState checks that st, valid on its own (Options.Validate), was
+// saved with sampling smp.
+func checkState(st *State, smp Sampling) error {
+	saved := st.Sampling
+	saved.ReaderArgs = saved.ReaderArgs.withDefaults() // version 1 had no shuffle, initial_fill
+	if d := saved.diff(smp); d != "" {
+		return fmt.Errorf("loader: %w: saved state was made with other options: %s", ErrOptions, d)
+	}
+	return nil
+}
+
+// Check returns o with its defaults filled in (WithDefaults) and checked
+// (Validate). NewPlan takes the options it returns as they are unless a
+// field Validate reads has changed since.
+func (o Options) Check() (Options, error) {
+	if o.checked != nil && reflect.DeepEqual(*o.checked, o.fields()) {
+		return o, nil
+	}
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return Options{}, err
+	}
+	f := o.fields()
+	o.checked = &f
+	return o, nil
+}
+
+// Validate checks o (defaults filled in: WithDefaults) against every
+// bound that needs no dataset. Those are the reader arguments, the
+// prefetch depth, release_after and slots, the memory kind, the GPU path
+// with the memory and the backend named, and a resume state on its own.
+// Errors wrap ErrOptions and name the field, its value and what is
+// allowed.
+func (o Options) Validate() error {
+	if err := o.ReaderArgs.Validate(); err != nil {
+		return err
+	}
+	if err := checkPrefetch(o.PrefetchQueueDepth); err != nil {
+		return err
+	}
+	if o.ReleaseAfter < 0 || o.ReleaseAfter > MaxReleaseAfter {
+		return fmt.Errorf("%w: release_after %d not in [0, %d]", ErrOptions, o.ReleaseAfter, MaxReleaseAfter)
+	}
+	if o.Slots <= o.PrefetchQueueDepth {
+		return fmt.Errorf("%w: %d slots cannot hold %d prefetched batches and one in use", ErrOptions, o.Slots, o.PrefetchQueueDepth)
+	}
+	if err := o.Memory.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
+	}
+	if err := checkDeviceUUID(o.DeviceUUID); err != nil {
+		return err
+	}
+	if o.ROI != nil {
+		if err := o.ROI.Validate(); err != nil {
+			return err
+		}
+		if o.Memory.OnGPU() {
+			return fmt.Errorf("%w: a region of interest (roi_*) is read into host memory only, not memory %s", ErrOptions, o.Memory)
+		}
+	}
+	if o.State != nil {
+		if err := o.State.Validate(); err != nil {
+			return fmt.Errorf("state: %w", err)
+		}
+	}
+	_, err := chooseWays(nil, o)
+	return err
 }

@@ -162,3 +162,19 @@ func TestNextAtRefusesHugeEpochs(t *testing.T) {
 	}
 	b.Release()
 }
+
+// TestCheckOnce checks that Options.Check's result is taken as it is,
+// and checked again once a field Validate reads has changed.
+func TestCheckOnce(t *testing.T) {
+	o, err := Options{ReaderArgs: ReaderArgs{BatchSize: 4}}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := o.Check(); err != nil || again.checked != o.checked {
+		t.Fatalf("Check of checked options: %v, checked anew: %v", err, again.checked != o.checked)
+	}
+	o.Slots = o.PrefetchQueueDepth
+	if _, err := o.Check(); !errors.Is(err, ErrOptions) {
+		t.Fatalf("Check after slots changed to the prefetch depth: %v, want ErrOptions", err)
+	}
+}

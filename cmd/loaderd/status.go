@@ -13,6 +13,7 @@ import (
 
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/serve"
 	"github.com/nvfeed/nvfeed/cmd/loaderd/internal/wire"
+	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // statusCmd asks the running daemon what it serves and holds and prints
@@ -103,7 +104,7 @@ func writeStatus(w io.Writer, st wire.StatusResponse) {
 				continue
 			}
 			mem := s.Memory
-			if s.Memory == "gpu" {
+			if batchmem.Kind(s.Memory).OnGPU() {
 				mem = fmt.Sprintf("gpu %d %s", s.Device, s.GPUPath)
 			}
 			idle := "streaming"

@@ -134,6 +134,26 @@ func (l *Libs) OpenRuntime() (*Runtime, error) {
 	return l.rt, nil
 }
 
+// Library returns the file of the CUDA library name, "cudart" or
+// "cufile", loaded at the first ask. It makes Libs a backend.Driver.
+func (l *Libs) Library(name string) (string, error) {
+	switch name {
+	case "cudart":
+		rt, err := l.OpenRuntime()
+		if err != nil {
+			return "", err
+		}
+		return rt.Path, nil
+	case "cufile":
+		cf, err := l.CuFile()
+		if err != nil {
+			return "", err
+		}
+		return cf.Path, nil
+	}
+	return "", fmt.Errorf("cuda: no library %q (want cudart or cufile)", name)
+}
+
 // Load returns libcudart as OpenRuntime does, or ErrNoDriver where the
 // runtime finds no driver.
 func (l *Libs) Load() (*Runtime, error) {

@@ -3,6 +3,7 @@
 package layers
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nvfeed/nvfeed/loader"
 )
 
 const module = "github.com/nvfeed/nvfeed/"
@@ -120,9 +123,14 @@ func TestNoImportRunsUp(t *testing.T) {
 
 // TestSessionImportsNoLoaderInternals: the daemon's session core decides
 // datasets, access, budget and delivery, never the loader's things: it
-// imports the loader's facade, no backend and no memory kind.
+// imports the loader's facade, no backend and no memory kind. It names
+// no backend either: it asks what a backend can do (its backend.Spec).
 func TestSessionImportsNoLoaderInternals(t *testing.T) {
 	dir := "../../cmd/loaderd/internal/session"
+	backends := map[string]bool{}
+	for _, s := range loader.Backends() {
+		backends[s.Name] = true
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +141,7 @@ func TestSessionImportsNoLoaderInternals(t *testing.T) {
 		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.ImportsOnly)
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,6 +152,14 @@ func TestSessionImportsNoLoaderInternals(t *testing.T) {
 				t.Errorf("session/%s imports %s: the loader decides that, behind package loader", e.Name(), p)
 			}
 		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				if v, err := strconv.Unquote(lit.Value); err == nil && backends[v] {
+					t.Errorf("%s: the backend name %q: ask its backend.Spec instead", fset.Position(lit.Pos()), v)
+				}
+			}
+			return true
+		})
 	}
 	if n == 0 {
 		t.Fatal("no session sources found")

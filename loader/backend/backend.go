@@ -165,11 +165,19 @@ type GPUMemory struct {
 	Base     uintptr
 	Size     int64
 	NUMANode int // the GPU's NUMA node, -1 unknown: workers go on its CPUs
-	// Driver is the host's handle on the GPU driver that made this memory
-	// (the loader's: its CUDA libraries, discovered once per process), for
-	// a backend that knows its type and would share them; any other
-	// ignores it and brings its own binding. nil: none to share.
-	Driver any
+	// Driver is the host's binding of the GPU driver that made this
+	// memory. nil: none to share.
+	Driver Driver
+}
+
+// Driver is the host's binding of the GPU driver: the CUDA libraries it
+// loads once for the process. A backend that binds CUDA itself asks it
+// which files to load, so the process holds one copy of each.
+type Driver interface {
+	// Library returns the file the host loads CUDA library name from,
+	// loading it at the first ask. The names are "cudart" and "cufile".
+	// An error says the host has no such library.
+	Library(name string) (path string, err error)
 }
 
 // Opener opens a backend over a map with resolved options.

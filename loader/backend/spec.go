@@ -48,6 +48,10 @@ type Spec struct {
 	// for a backend that writes only host memory, GPU batch memory gives it
 	// a host staging area and copies it over in Publish.
 	DeviceWrites bool `json:"device_writes" msgpack:"device_writes"`
+	// ReadsExtents says the backend reads raw extents from the block
+	// device. The host then tells its client which samples it reads
+	// through the filesystem instead, and why.
+	ReadsExtents bool `json:"-" msgpack:"-"`
 	// MeasuresMode says the open backend measures how it reaches the
 	// device (it implements ModeReporter): under GPU path auto the host
 	// asks it once open and takes bounce where it says ModeCompat. Only

@@ -71,6 +71,33 @@ const (
 	GPU    Kind = "gpu"    // device memory on one GPU
 )
 
+// OrDefault returns k, or Pinned for "".
+func (k Kind) OrDefault() Kind {
+	if k == "" {
+		return Pinned
+	}
+	return k
+}
+
+// Check returns an error wrapping ErrKind for a kind not offered.
+// The empty kind is Pinned.
+func (k Kind) Check() error {
+	switch k {
+	case "", Pinned, GPU:
+		return nil
+	}
+	return fmt.Errorf("%w %q (want %s or %s)", ErrKind, k, Pinned, GPU)
+}
+
+// OnGPU reports whether memory of kind k lives on a GPU.
+// Batches then reach it by a GPU path.
+func (k Kind) OnGPU() bool { return k == GPU }
+
+// PacksFiles reports whether k places a batch of whole files dense.
+// GPU memory does: a client gets a (batch, size) array.
+// Host memory packs only tensors.
+func (k Kind) PacksFiles() bool { return k == GPU }
+
 // Desc describes a Memory to a client: the wire form (msgpack) that goes
 // with its file descriptor, unchanged.
 type Desc struct {
@@ -206,7 +233,7 @@ func Sizing(kind Kind, slots int, slotSize int64, deviceWrites bool) (Sizes, err
 			s.Host = size
 		}
 	default:
-		return Sizes{}, fmt.Errorf("batchmem: %w %q (want %s or %s)", ErrKind, kind, Pinned, GPU)
+		return Sizes{}, fmt.Errorf("batchmem: %w", kind.Check())
 	}
 	return s, nil
 }

@@ -3,6 +3,7 @@
 package batchmem
 
 import (
+	"errors"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -105,6 +106,30 @@ func TestStandinSizingIsAllocation(t *testing.T) {
 		}
 		if err := m.Close(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestKind checks the decisions a memory kind answers for its callers.
+func TestKind(t *testing.T) {
+	for _, c := range []struct {
+		k                  Kind
+		def                Kind
+		ok, onGPU, packsFs bool
+	}{
+		{"", Pinned, true, false, false},
+		{Pinned, Pinned, true, false, false},
+		{GPU, GPU, true, true, true},
+		{"cxl", "cxl", false, false, false},
+	} {
+		if got := c.k.OrDefault(); got != c.def {
+			t.Errorf("%q.OrDefault() = %q, want %q", c.k, got, c.def)
+		}
+		if err := c.k.Check(); (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrKind)) {
+			t.Errorf("%q.Check() = %v, want ok %v", c.k, err, c.ok)
+		}
+		if c.k.OnGPU() != c.onGPU || c.k.PacksFiles() != c.packsFs {
+			t.Errorf("%q: OnGPU %v PacksFiles %v, want %v %v", c.k, c.k.OnGPU(), c.k.PacksFiles(), c.onGPU, c.packsFs)
 		}
 	}
 }

@@ -48,10 +48,10 @@ func (unavailable) Error() string { return "cuFile unavailable" }
 // Is reports whether target is backend.ErrUnavailable.
 func (unavailable) Is(target error) bool { return target == backend.ErrUnavailable }
 
-// Spec describes the cufile backend. It uses the CUDA libraries the
-// host's GPU memory was made with (backend.GPUMemory.Driver, a
-// *cuda.Libs), else discovers them again (cuda.SearchFromEnv).
-func Spec() backend.Spec {
+// Spec describes the cufile backend. It uses libs, the CUDA libraries
+// the host's GPU memory was made with. With libs nil it discovers them
+// again (cuda.SearchFromEnv).
+func Spec(libs *cuda.Libs) backend.Spec {
 	return backend.Spec{
 		Name: Name,
 		Doc:  "reads each sample through its file with cuFileRead straight into GPU batch memory (memory gpu only; GPUDirect Storage where the platform has it, else cuFile's compatibility mode)",
@@ -69,7 +69,7 @@ func Spec() backend.Spec {
 			if log == nil {
 				log = slog.Default()
 			}
-			libs, _ := env.GPU.Driver.(*cuda.Libs)
+			libs := libs
 			if libs == nil {
 				libs = cuda.NewLibs(cuda.SearchFromEnv(), log)
 			}

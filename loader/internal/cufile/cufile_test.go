@@ -157,7 +157,7 @@ func TestSampleErrors(t *testing.T) {
 // saying what to do; without a driver it says cuFile is unavailable.
 func TestOpenNeedsGPUMemory(t *testing.T) {
 	m := dataset(t, t.TempDir())
-	spec := Spec()
+	spec := Spec(nil)
 	if !spec.DeviceWrites {
 		t.Fatal("the cufile backend must declare DeviceWrites")
 	}

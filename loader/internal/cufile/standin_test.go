@@ -36,7 +36,7 @@ func openOnStandin(t *testing.T, root string) (*Backend, batchmem.Memory, *bmap.
 		t.Fatal(err)
 	}
 	d := mem.Desc()
-	spec := Spec()
+	spec := Spec(nil)
 	p, err := spec.Resolve(map[string]any{"workers": int64(3)})
 	if err != nil {
 		t.Fatal(err)
@@ -208,14 +208,14 @@ func TestStandinPreconditions(t *testing.T) {
 			}
 			defer mem.Close()
 			d := mem.Desc()
-			spec := Spec()
+			spec := Spec(libs)
 			p, err := spec.Resolve(nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range 2 {
 				start := time.Now()
-				b, err := spec.Open(m, p, backend.Env{Logger: log, GPU: &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode, Driver: libs}})
+				b, err := spec.Open(m, p, backend.Env{Logger: log, GPU: &backend.GPUMemory{Device: d.Device, Base: mem.Slot(0).Dev, Size: d.Size, NUMANode: d.NUMANode, Driver: libs}}) // third parties see libs as the Driver
 				took := time.Since(start)
 				if err == nil {
 					b.Close()

@@ -101,8 +101,9 @@ func commonConfig(p backend.Params) Config {
 // GDSSpec describes the gds backend.
 func GDSSpec() backend.Spec {
 	return backend.Spec{
-		Name: "gds",
-		Doc:  "GPUDirect-Storage-like: CPU-initiated O_DIRECT reads of whole raw extents from the block device at a queue depth",
+		Name:         "gds",
+		ReadsExtents: true,
+		Doc:          "GPUDirect-Storage-like: CPU-initiated O_DIRECT reads of whole raw extents from the block device at a queue depth",
 		Options: append(append(engineOptions(),
 			backend.Option{Name: "queue_depth", Kind: backend.Int, Default: int64(32), Min: 1, Max: 4096, Doc: "device requests in flight"},
 			backend.Option{Name: "max_request", Kind: backend.Int, Default: int64(1 << 20), Min: backend.Align, Max: 64 << 20, Multiple: backend.Align, Doc: "split reads larger than this (bytes)"},
@@ -118,8 +119,9 @@ func GDSSpec() backend.Spec {
 // BAMSpec describes the bam backend.
 func BAMSpec() backend.Spec {
 	return backend.Spec{
-		Name: "bam",
-		Doc:  "BaM-style: fixed-size block requests from several queues, with a shared block cache",
+		Name:         "bam",
+		ReadsExtents: true,
+		Doc:          "BaM-style: fixed-size block requests from several queues, with a shared block cache",
 		Options: append(append(engineOptions(),
 			backend.Option{Name: "queue_depth", Kind: backend.Int, Default: int64(64), Min: 1, Max: 4096, Doc: "requests in flight per queue"},
 			backend.Option{Name: "queues", Kind: backend.Int, Default: int64(4), Min: 1, Max: 256, Doc: "submission queues"},

@@ -20,7 +20,6 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 	"github.com/nvfeed/nvfeed/loader"
 	"github.com/nvfeed/nvfeed/loader/backend"
-	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
 // Options says how long to run and whether to verify.
@@ -58,7 +57,7 @@ func Run(ctx context.Context, m *bmap.Map, lo loader.Options, o Options) (Result
 	if o.Batches == 0 && o.Epochs == 0 {
 		o.Epochs = 1
 	}
-	if o.Verify && lo.Memory == batchmem.GPU {
+	if o.Verify && lo.Memory.OnGPU() {
 		return Result{}, fmt.Errorf("%w: --verify compares host memory with the files: not with memory gpu (bench/gpu.sh checks GPU batches)", loader.ErrOptions)
 	}
 	l, err := loader.New(ctx, m, lo)

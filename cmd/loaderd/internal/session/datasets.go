@@ -93,13 +93,14 @@ type dataset struct {
 // changes): a count visits every sample.
 const causesInterval = time.Second
 
-// notRaw returns, for a session of backend on d, the raw-mapped samples
-// it reads through the filesystem instead, by cause (what loaderd status
-// says: staleCauses); nil for a backend that does not read raw. Counted
+// notRaw returns, for a session on d whose backend reads raw extents
+// (backend.Spec.ReadsExtents), the raw-mapped samples it reads through
+// the filesystem instead, by cause (what loaderd status says:
+// staleCauses); nil for a backend that does not read raw. Counted
 // again only when the guard saw a change, at most once per
 // causesInterval: a session open costs no pass over the dataset.
-func (d *dataset) notRaw(backend string) []StaleCause {
-	if (backend != "gds" && backend != "bam") || d.guard == nil { // the backends that read from extents
+func (d *dataset) notRaw(readsExtents bool) []StaleCause {
+	if !readsExtents || d.guard == nil {
 		return nil // without a guard a raw session does not open
 	}
 	d.countsMu.Lock()
@@ -577,4 +578,63 @@ func (d *dataset) unseen(err error) error {
 	}
 	return fmt.Errorf("%w: dataset %s: the daemon cannot see its files at %s: %s; not a matter of your access: the daemon's operator must move the dataset out of %s or change the unit's %s",
 		ErrConflict, d.name, d.m.Root, d.hidden, d.hidden.Mount.Point, d.hidden.Setting)
+}
+
+// Causes of raw-mapped samples read through the filesystem
+// (StaleCause.Cause).
+const (
+	// CauseChanged: the file changed since mapping (its contents, size,
+	// times, owner, mode or ACL: a chmod -R or chown -R does it too).
+	CauseChanged = "changed_since_mapping"
+	// CauseExtents: the mapped extents are not the file's own.
+	CauseExtents = "extents_not_the_files"
+	// CauseWritable: unchanged, but a user the daemon does not trust may
+	// change the file.
+	CauseWritable = "writable_by_untrusted_users"
+	// CauseUnchecked: no freshness guard could be made for the dataset
+	// (its filesystem is not the one mapped, say): every raw sample
+	// counts as stale.
+	CauseUnchecked = "unchecked"
+	// CausePending: the checking pass that runs after registration has
+	// not judged them yet; they are read raw once it has.
+	CausePending = "not_yet_checked"
+)
+
+// StaleCause is how many raw-mapped samples one cause keeps from raw
+// reads, and what makes them raw again.
+type StaleCause struct {
+	Cause   string // CauseChanged, CauseExtents, CauseWritable or CauseUnchecked
+	Samples int
+	Fix     string
+}
+
+// The fixes of the causes (StaleCause.Fix).
+const (
+	fixRemap     = "map the dataset again (mkbmap), then loaderd reload"
+	fixWritable  = "make the files root's and not writable by group or others (chown root; chmod go-w; no ACL granting write), or immutable (chattr +i), or trust their owner (--trusted-uid/--trusted-gid); then loaderd reload"
+	fixPending   = "none: the daemon is still checking them after its start (loaderd status shows the progress)"
+	fixUnchecked = "mount the filesystem that was mapped at the map's root, or map the dataset again (mkbmap); then loaderd reload"
+)
+
+// staleCauses splits info's samples not read raw by cause (info as the
+// caller may see it: nothing for one who may not read the dataset).
+func staleCauses(info DatasetInfo) []StaleCause {
+	if !info.Readable {
+		return nil
+	}
+	var out []StaleCause
+	add := func(cause string, n int, fix string) {
+		if n > 0 {
+			out = append(out, StaleCause{Cause: cause, Samples: n, Fix: fix})
+		}
+	}
+	if info.Freshness == FreshnessUnchecked {
+		add(CauseUnchecked, info.Stale, fixUnchecked)
+		return out
+	}
+	add(CauseChanged, info.Stale-info.StaleExtents, fixRemap)
+	add(CauseExtents, info.StaleExtents, fixRemap)
+	add(CauseWritable, info.Writable, fixWritable)
+	add(CausePending, info.Pending, fixPending)
+	return out
 }

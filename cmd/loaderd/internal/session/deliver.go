@@ -12,12 +12,6 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// Position names a batch: its epoch and its iteration within the epoch,
-// as DALI's BatchInfo does.
-type Position struct {
-	Epoch, Iteration int
-}
-
 // Next releases the given slots, then returns the session's next batch
 // (waiting for its reads) or the end of the epoch. With at, it returns
 // that batch instead (the end of the epoch when it has no such batch), and

@@ -73,9 +73,8 @@ func (t jobTerms) withFiles(files []int32) jobTerms {
 }
 
 // termsOf returns the terms of a session reading dataset (its name and
-// fingerprint) with reader arguments a (defaults not yet filled in).
+// fingerprint) with reader arguments a, their defaults filled in.
 func termsOf(dataset, fingerprint string, a loader.ReaderArgs) jobTerms {
-	a = loader.Options{ReaderArgs: a}.WithDefaults().ReaderArgs
 	t := jobTerms{dataset: dataset, fingerprint: fingerprint, batchSize: a.BatchSize, numShards: a.NumShards,
 		randomShuffle: a.RandomShuffle, padLastBatch: a.PadLastBatch, stickToShard: a.StickToShard,
 		shuffleAfterEpoch: a.ShuffleAfterEpoch}

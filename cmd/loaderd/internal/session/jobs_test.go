@@ -147,7 +147,7 @@ func TestJobsJoin(t *testing.T) {
 					continue
 				}
 				p := prints[s.dataset]
-				err := js.join(k, termsOf(p[0], p[1], s.args), s.shard, id, now)
+				err := js.join(k, termsOf(p[0], p[1], loader.Options{ReaderArgs: s.args}.WithDefaults().ReaderArgs), s.shard, id, now)
 				if len(s.want) == 0 {
 					if err != nil {
 						t.Fatalf("step %d: %v", i, err)

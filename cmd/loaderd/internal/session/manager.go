@@ -137,35 +137,6 @@ const (
 	EnginesPerSession = "session" // every session has its own
 )
 
-// Caller is who makes a request: for a unix-socket client, the uid, gid
-// and supplementary groups the kernel recorded when it connected
-// (SO_PEERCRED, SO_PEERGROUPS); for a loopback TCP client (which carried
-// the daemon's token), TCP and the identity TCP callers are judged as
-// (loaderd's --tcp-user). Sessions belong to their opener's owner: a uid
-// on the unix socket, or the TCP principal; neither reaches the other's.
-// A caller of unknown uid (-1) may open nothing.
-type Caller struct {
-	UID, GID int
-	Groups   []uint32 // supplementary groups (SO_PEERGROUPS)
-	TCP      bool     // came over loopback TCP: the TCP principal, whatever UID says
-}
-
-// owner is whom a session belongs to.
-type owner struct {
-	uid int
-	tcp bool
-}
-
-func (c Caller) owner() owner { return owner{c.UID, c.TCP} }
-
-// String names the owner for messages: "uid 1000", "the TCP principal (uid 65534)".
-func (o owner) String() string {
-	if o.tcp {
-		return fmt.Sprintf("the TCP principal (uid %d)", o.uid)
-	}
-	return fmt.Sprintf("uid %d", o.uid)
-}
-
 // Manager owns the sessions.
 type Manager struct {
 	cfg     Config
@@ -318,140 +289,215 @@ func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
 // MaxSessions returns the cap on open sessions, all owners together.
 func (m *Manager) MaxSessions() int { return m.cfg.MaxSessions }
 
-// Open opens a session for c: the loader plans it (loader.NewPlan: the
-// options checked once, the backend and GPU path, slots, slot size and
-// memory footprint), the plan's footprint is admitted against the
-// budgets, and the loader opens the plan. It is refused
-// with ErrLimit past MaxSessions or c's MaxSessionsPerUID, with
-// ErrNoSpace when the session's batch memory would take the open
-// sessions' past MaxLockedBytes (page-locked host memory) or
-// MaxDeviceBytes (GPU memory), with ErrConflict when the dataset's
-// fingerprint is not the one p expects, and with ErrDisagree when p names
-// a job of c's whose sessions read otherwise (jobs.go). The access
-// checks it makes stop when ctx ends (the request's caller went away).
+// Open opens a session for c, in named steps. The request is checked
+// once at the boundary. The caller's access comes first, then the
+// samples, the job, the plan (loader.NewPlan), its admission against the
+// budgets, and the loader's open. Refusals: ErrLimit past MaxSessions or
+// c's MaxSessionsPerUID. ErrNoSpace when the batch memory would pass
+// MaxLockedBytes (page-locked host memory) or MaxDeviceBytes (GPU
+// memory). ErrConflict when the dataset's fingerprint is not the one p
+// expects. ErrDisagree when p names a job of c's whose sessions read
+// otherwise (jobs.go). The access checks stop when ctx ends.
 func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, error) {
-	if c.UID < 0 {
-		return Opened{}, fmt.Errorf("%w: the caller's uid is unknown", ErrForbidden)
-	}
-	if err := p.Validate(); err != nil { // validate.go
-		return Opened{}, err
-	}
-	lo, err := p.Options()
+	lo, err := checkOpen(c, p)
 	if err != nil {
-		return Opened{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Opened{}, err
 	}
 	d, err := m.acquire(p.Dataset) // datasets.go
 	if err != nil {
 		return Opened{}, err
 	}
-	opened := false
-	defer func() {
-		if !opened {
-			m.release(d)
-		}
-	}()
-	ds := d.m
-	// Access first: the caller must be able to open the dataset's root;
-	// each sample is opened as the caller before its first read
-	// (lo.Access below), so the open costs nothing per sample. With
-	// files=, only the named samples are read, and they are checked now
-	// (no more than named). A refusal names the path as far as the caller
-	// may list it.
-	var files []int32
-	if len(p.Files) > 0 {
-		var missing error
-		var unmapped []string
-		files, unmapped, missing = resolveFiles(p.Dataset, ds, &d.files, p.Files)
-		if err := authorizeFiles(ctx, d.name, ds, files, d.guard, c); err != nil {
-			return Opened{}, d.unseen(err)
-		}
-		if err := authorizeMissing(d.name, ds, unmapped, c); err != nil { // files.go
+	o := &opening{m: m, c: c, p: p, d: d, lo: lo, id: newID()}
+	defer o.undo()
+	for _, step := range []func(context.Context) error{
+		o.authorize,     // the caller may read what it names
+		o.selectSamples, // the samples: files= or a webdataset's selection
+		o.joinJob,       // the job's terms agree
+		o.plan,          // loader.NewPlan
+		o.admit,         // the budgets
+		o.startSession,  // the loader opens; the session is in the table
+	} {
+		if err := step(ctx); err != nil {
 			return Opened{}, err
 		}
+	}
+	return o.reply(), nil
+}
+
+// opening is one Open under way: its request, what each step found, and
+// what undo gives back should a step fail.
+type opening struct {
+	m  *Manager
+	c  Caller
+	p  OpenParams
+	d  *dataset
+	lo loader.Options // checked at the boundary (checkOpen)
+	id string
+
+	files   []int32            // files=: the samples named
+	wd      *loader.WebDataset // a webdataset's selection; nil for other datasets
+	job     *jobKey            // the job joined; nil: none
+	planned loader.Plan
+	need    res // reserved against the budgets
+	ss      *session
+}
+
+// checkOpen checks the request at the daemon's boundary, once: the
+// caller, the daemon's own fields (OpenParams.Validate), and the
+// loader's request (loader.Request.Options).
+func checkOpen(c Caller, p OpenParams) (loader.Options, error) {
+	if c.UID < 0 {
+		return loader.Options{}, fmt.Errorf("%w: the caller's uid is unknown", ErrForbidden)
+	}
+	if err := p.Validate(); err != nil { // validate.go
+		return loader.Options{}, err
+	}
+	lo, err := p.Options()
+	if err != nil {
+		return loader.Options{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return lo, nil
+}
+
+// undo gives back what the steps took when no session took it over:
+// the dataset and the job's shard.
+func (o *opening) undo() {
+	if o.ss != nil {
+		return // the session releases them when it ends
+	}
+	if o.job != nil {
+		o.m.jobs.leave(*o.job, o.p.ShardID, o.id)
+	}
+	o.m.release(o.d)
+}
+
+// authorize checks that the caller may open what it asks for. It must
+// open the dataset's root. Each sample is opened as the caller before its
+// first read (loader.Options.Access), so this costs nothing per sample.
+// With files=, the named samples are checked now, and no more. A refusal
+// names the path as far as the caller may list it. Refusals that tell of
+// every sample come after the whole verdict.
+func (o *opening) authorize(ctx context.Context) error {
+	p, d, ds := o.p, o.d, o.d.m
+	if len(p.Files) > 0 {
+		files, unmapped, missing := resolveFiles(p.Dataset, ds, &d.files, p.Files)
+		if err := authorizeFiles(ctx, d.name, ds, files, d.guard, o.c); err != nil {
+			return d.unseen(err)
+		}
+		if err := authorizeMissing(d.name, ds, unmapped, o.c); err != nil { // files.go
+			return err
+		}
 		if missing != nil {
-			return Opened{}, missing
+			return missing
 		}
-	} else if err := authorizeOpen(p.Dataset, ds, c); err != nil {
-		return Opened{}, d.unseen(err)
+		o.files = files
+	} else if err := authorizeOpen(p.Dataset, ds, o.c); err != nil {
+		return d.unseen(err)
 	}
-	if (p.Fingerprint != "" && p.Fingerprint != d.fingerprint) || d.mixed != "" || p.ROI != nil || d.wds != nil {
-		// These refusals name what only a reader of every sample may know
-		// (the fingerprint; files and their dtypes; a sample whose shape a
-		// region does not fit), and a webdataset's selection tells of
-		// every tar's members (an underfull sample's key, the samples
-		// kept, the largest rooms): the whole verdict (every sample, or
-		// tar, opened as the caller, cached) comes first.
-		if err := m.authorize(ctx, d, c); err != nil {
-			return Opened{}, d.unseen(err)
+	conflict := p.Fingerprint != "" && p.Fingerprint != d.fingerprint
+	if conflict || d.mixed != "" || p.ROI != nil || d.wds != nil {
+		// These refusals name what only a reader of every sample may know:
+		// the fingerprint, files and their dtypes, a sample a region does
+		// not fit. A webdataset's selection tells of every tar's members.
+		// So the whole verdict comes first: every sample, or tar, opened
+		// as the caller, cached.
+		if err := o.m.authorize(ctx, d, o.c); err != nil {
+			return d.unseen(err)
 		}
 	}
-	if p.Fingerprint != "" && p.Fingerprint != d.fingerprint {
-		return Opened{}, fmt.Errorf("%w: dataset %s has fingerprint %s, not the %s asked for: it is another dataset (remapped and reloaded, or another node's files)",
+	if conflict {
+		return fmt.Errorf("%w: dataset %s has fingerprint %s, not the %s asked for: it is another dataset (remapped and reloaded, or another node's files)",
 			ErrConflict, p.Dataset, d.fingerprint, p.Fingerprint)
 	}
 	if d.mixed != "" {
-		return Opened{}, fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
+		return fmt.Errorf("%w: dataset %s is not served: %s", ErrInvalid, p.Dataset, d.mixed)
 	}
-	if err := d.checkContent(ctx, c, p.State); err != nil { // content.go
-		return Opened{}, err
+	if err := d.checkContent(ctx, o.c, p.State); err != nil { // content.go
+		return err
 	}
-	wd, err := d.webDataset(p) // webdataset.go; nil for other datasets
+	return nil
+}
+
+// selectSamples finds a webdataset's selection; files= is for other datasets.
+func (o *opening) selectSamples(context.Context) error {
+	wd, err := o.d.webDataset(o.p) // webdataset.go; nil for other datasets
 	if err != nil {
-		return Opened{}, err
+		return err
 	}
-	if wd != nil && files != nil {
-		return Opened{}, fmt.Errorf("%w: dataset %s is a webdataset: files= names samples of file and numpy datasets (map the tars you want instead)", ErrInvalid, p.Dataset)
+	if wd != nil && o.files != nil {
+		return fmt.Errorf("%w: dataset %s is a webdataset: files= names samples of file and numpy datasets (map the tars you want instead)", ErrInvalid, o.p.Dataset)
 	}
-	id := newID()
-	var job *jobKey
-	if p.JobID != "" {
-		job = &jobKey{c.owner(), p.JobID}
-		terms := termsOf(p.Dataset, d.fingerprint, p.ReaderArgs).withFiles(files)
-		terms.selection = selectionTerm(p)
-		if err := m.jobs.join(*job, terms, p.ShardID, id, time.Now()); err != nil {
-			return Opened{}, err
-		}
-		defer func() {
-			if !opened {
-				m.jobs.leave(*job, p.ShardID, id)
-			}
-		}()
+	o.wd = wd
+	return nil
+}
+
+// joinJob joins the caller's job, when the request names one: its
+// sessions must read alike (jobs.go).
+func (o *opening) joinJob(context.Context) error {
+	if o.p.JobID == "" {
+		return nil
 	}
-	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, (*loader.Cred)(credOf(c)), m.cfg.CUDA
-	lo.Access = newLazyAccess(p.Dataset, ds, d.guard, credOf(c)) // access.go
-	lo.Files = files
-	lo.WebDataset = wd
+	k := jobKey{o.c.owner(), o.p.JobID}
+	terms := termsOf(o.p.Dataset, o.d.fingerprint, o.lo.ReaderArgs).withFiles(o.files)
+	terms.selection = selectionTerm(o.p)
+	if err := o.m.jobs.join(k, terms, o.p.ShardID, o.id, time.Now()); err != nil {
+		return err
+	}
+	o.job = &k
+	return nil
+}
+
+// plan gives the loader the host's parts and plans it (loader.NewPlan):
+// the backend and GPU path, slots, slot size and memory footprint.
+func (o *opening) plan(context.Context) error {
+	m, d, lo := o.m, o.d, o.lo
+	cr := credOf(o.c)
+	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, (*loader.Cred)(cr), m.cfg.CUDA
+	lo.Access = newLazyAccess(o.p.Dataset, d.m, d.guard, cr) // access.go
+	lo.Files, lo.WebDataset = o.files, o.wd
 	lo.SlotSizes = &d.slotSizes // the slot size of a batch size, worked out once per dataset
-	plan, err := loader.NewPlan(ds, lo)
+	plan, err := loader.NewPlan(d.m, lo)
 	if err != nil {
-		return Opened{}, loaderError(p.Dataset, ds, err)
+		return loaderError(o.p.Dataset, d.m, err)
 	}
-	fp := plan.Footprint
-	if need := max(fp.Host, fp.Device); need > m.cfg.MaxSessionBytes {
-		return Opened{}, fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
-			ErrInvalid, p.BatchSize, plan.Slots, need, m.cfg.MaxSessionBytes)
+	if need := max(plan.Footprint.Host, plan.Footprint.Device); need > m.cfg.MaxSessionBytes {
+		return fmt.Errorf("%w: batch_size %d with %d slots needs %d bytes of batch memory, over the daemon's limit of %d",
+			ErrInvalid, o.p.BatchSize, plan.Slots, need, m.cfg.MaxSessionBytes)
 	}
-	// The sampler's memory, for a caller other than root the bitmap of
-	// the samples it has opened (lazyAccess: one bit a sample), and a
-	// webdataset selection's bitmap (skip), all per session and counted
-	// against --max-sampler-mb.
-	need := res{locked: fp.Host, device: fp.Device, sampler: plan.SamplerBytes + lazyAccessBytes(ds, credOf(c)) + selectionBytes(wd)}
-	if plan.Options.Replays, err = m.admit(c.owner(), need); err != nil {
-		return Opened{}, err
+	o.planned = plan
+	return nil
+}
+
+// admit reserves the plan's memory against the daemon's budgets. The
+// sampler's memory counts against --max-sampler-mb with, per session,
+// the bitmap of the samples a caller other than root has opened
+// (lazyAccess: one bit a sample) and a webdataset selection's bitmap.
+func (o *opening) admit(context.Context) error {
+	fp, cr := o.planned.Footprint, credOf(o.c)
+	need := res{locked: fp.Host, device: fp.Device, sampler: o.planned.SamplerBytes + lazyAccessBytes(o.d.m, cr) + selectionBytes(o.wd)}
+	replays, err := o.m.admit(o.c.owner(), need)
+	if err != nil {
+		return err
 	}
-	l, err := m.openLoader(p.Dataset, ds, plan)
+	o.planned.Options.Replays, o.need = replays, need
+	return nil
+}
+
+// startSession opens the planned loader and puts the session in the
+// table. The reservation ends here: in the session, or given back.
+func (o *opening) startSession(ctx context.Context) error {
+	m, p := o.m, o.p
+	l, err := m.openLoader(p.Dataset, o.d.m, o.planned)
 	var ss *session
-	var gpuPath, backendName string
 	if err == nil {
-		gpuPath, _ = l.GPUPath()
-		backendName = l.Backend().Name()
 		ss = newSession()
-		ss.id, ss.dataset, ss.ds, ss.backend, ss.owner, ss.reserved, ss.l, ss.slots, ss.job, ss.shard = id, p.Dataset, d, backendName, c.owner(), need, l, plan.Slots, job, p.ShardID
+		ss.id, ss.dataset, ss.ds, ss.backend, ss.owner, ss.reserved, ss.l, ss.slots, ss.job, ss.shard = o.id, p.Dataset, o.d, l.Backend().Name(), o.c.owner(), o.need, l, o.planned.Slots, o.job, p.ShardID
 		desc := l.Memory().Desc()
-		ss.kind, ss.device, ss.gpuPath, ss.opened = string(desc.Kind), desc.Device, gpuPath, time.Now()
+		ss.gpuPath, _ = l.GPUPath()
+		ss.kind, ss.device, ss.opened = string(desc.Kind), desc.Device, time.Now()
 		ss.backendWhy = l.BackendWhy()
-		ss.content = d.contentFor(ctx, c)
-		ss.metrics = m.metrics.forSession(ss, string(desc.Kind), desc.Device, desc.Size, gpuPath)
+		ss.content = o.d.contentFor(ctx, o.c)
+		ss.metrics = m.metrics.forSession(ss, string(desc.Kind), desc.Device, desc.Size, ss.gpuPath)
 		ss.touch()
 	}
 	m.mu.Lock()
@@ -459,30 +505,30 @@ func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, err
 	if ss != nil {
 		m.sessions[ss.id] = ss
 	} else {
-		m.unreserveLocked(c.owner(), need)
+		m.unreserveLocked(o.c.owner(), o.need)
 	}
 	m.mu.Unlock()
 	if err != nil {
-		return Opened{}, err
+		return err
 	}
-	opened = true // the session releases d when it ends
+	o.ss = ss
 	m.metrics.sessions.Inc()
-	st := l.State()
-	st.Content = ss.content
-	desc := l.Memory().Desc()
-	skipped, lacking := skippedOf(wd)
-	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", backendName, "uid", c.UID,
-		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", plan.Slots, "memory", desc.Kind)
-	return Opened{ID: ss.id, Backend: backendName, BackendWhy: ss.backendWhy, Memory: desc, GPUPath: gpuPath, PrefetchQueueDepth: plan.PrefetchQueueDepth, ReleaseAfter: plan.ReleaseAfter,
-		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint, Content: st.Content,
-		Reader: d.reader(), Components: components(wd), NotRaw: d.notRaw(backendName), Skipped: skipped, SkippedLacking: lacking}, nil
+	m.log.Info("session: opened", "session", ss.id, "dataset", p.Dataset, "backend", ss.backend, "uid", o.c.UID,
+		"batch_size", p.BatchSize, "shard", p.ShardID, "num_shards", p.NumShards, "job", p.JobID, "slots", ss.slots, "memory", ss.kind)
+	return nil
 }
 
-// res is what a session reserves against the daemon's budgets.
-type res struct {
-	locked  int64 // page-locked batch memory (Config.MaxLockedBytes)
-	device  int64 // GPU batch memory (Config.MaxDeviceBytes)
-	sampler int64 // sample-order memory (Config.MaxSamplerBytes)
+// reply is what the open answers: the session, its memory, the backend
+// and GPU path, and where it starts.
+func (o *opening) reply() Opened {
+	ss, l, d := o.ss, o.ss.l, o.d
+	st := l.State()
+	st.Content = ss.content
+	skipped, lacking := skippedOf(o.wd)
+	return Opened{ID: ss.id, Backend: ss.backend, BackendWhy: ss.backendWhy, Memory: l.Memory().Desc(), GPUPath: ss.gpuPath,
+		PrefetchQueueDepth: o.planned.PrefetchQueueDepth, ReleaseAfter: o.planned.ReleaseAfter,
+		Epoch: st.Epoch, Iteration: st.Batch, EpochBatches: l.Sampling().EpochBatches(st.Epoch), State: st, Fingerprint: d.fingerprint, Content: st.Content,
+		Reader: d.reader(), Components: components(o.wd), NotRaw: d.notRaw(l.Spec().ReadsExtents), Skipped: skipped, SkippedLacking: lacking}
 }
 
 // admit counts an open of o's needing need (page-locked and GPU batch

@@ -61,7 +61,7 @@ type Opened struct {
 	Content            *bmap.Content     // the dataset's content, as the caller may see it (content.go)
 	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name, or "webdataset"
 	Components         int               // a webdataset session's outputs a sample, K (len(ext)): K offsets and lengths a sample; 0 otherwise
-	// NotRaw: for a backend that reads raw (gds, bam), the dataset's
+	// NotRaw: for a backend that reads raw extents, the dataset's
 	// raw-mapped samples it reads through the filesystem instead, by cause
 	// with the fix (dataset.notRaw); nil when none.
 	NotRaw []StaleCause
@@ -210,4 +210,17 @@ func (ss *session) releaseExcept(keep []int) {
 			b.Release()
 		}
 	}
+}
+
+// res is what a session reserves against the daemon's budgets.
+type res struct {
+	locked  int64 // page-locked batch memory (Config.MaxLockedBytes)
+	device  int64 // GPU batch memory (Config.MaxDeviceBytes)
+	sampler int64 // sample-order memory (Config.MaxSamplerBytes)
+}
+
+// Position names a batch: its epoch and its iteration within the epoch,
+// as DALI's BatchInfo does.
+type Position struct {
+	Epoch, Iteration int
 }

@@ -29,65 +29,6 @@ type DatasetStatus struct {
 	StaleCauses []StaleCause
 }
 
-// Causes of raw-mapped samples read through the filesystem
-// (StaleCause.Cause).
-const (
-	// CauseChanged: the file changed since mapping (its contents, size,
-	// times, owner, mode or ACL: a chmod -R or chown -R does it too).
-	CauseChanged = "changed_since_mapping"
-	// CauseExtents: the mapped extents are not the file's own.
-	CauseExtents = "extents_not_the_files"
-	// CauseWritable: unchanged, but a user the daemon does not trust may
-	// change the file.
-	CauseWritable = "writable_by_untrusted_users"
-	// CauseUnchecked: no freshness guard could be made for the dataset
-	// (its filesystem is not the one mapped, say): every raw sample
-	// counts as stale.
-	CauseUnchecked = "unchecked"
-	// CausePending: the checking pass that runs after registration has
-	// not judged them yet; they are read raw once it has.
-	CausePending = "not_yet_checked"
-)
-
-// StaleCause is how many raw-mapped samples one cause keeps from raw
-// reads, and what makes them raw again.
-type StaleCause struct {
-	Cause   string // CauseChanged, CauseExtents, CauseWritable or CauseUnchecked
-	Samples int
-	Fix     string
-}
-
-// The fixes of the causes (StaleCause.Fix).
-const (
-	fixRemap     = "map the dataset again (mkbmap), then loaderd reload"
-	fixWritable  = "make the files root's and not writable by group or others (chown root; chmod go-w; no ACL granting write), or immutable (chattr +i), or trust their owner (--trusted-uid/--trusted-gid); then loaderd reload"
-	fixPending   = "none: the daemon is still checking them after its start (loaderd status shows the progress)"
-	fixUnchecked = "mount the filesystem that was mapped at the map's root, or map the dataset again (mkbmap); then loaderd reload"
-)
-
-// staleCauses splits info's samples not read raw by cause (info as the
-// caller may see it: nothing for one who may not read the dataset).
-func staleCauses(info DatasetInfo) []StaleCause {
-	if !info.Readable {
-		return nil
-	}
-	var out []StaleCause
-	add := func(cause string, n int, fix string) {
-		if n > 0 {
-			out = append(out, StaleCause{Cause: cause, Samples: n, Fix: fix})
-		}
-	}
-	if info.Freshness == FreshnessUnchecked {
-		add(CauseUnchecked, info.Stale, fixUnchecked)
-		return out
-	}
-	add(CauseChanged, info.Stale-info.StaleExtents, fixRemap)
-	add(CauseExtents, info.StaleExtents, fixRemap)
-	add(CauseWritable, info.Writable, fixWritable)
-	add(CausePending, info.Pending, fixPending)
-	return out
-}
-
 // SessionInfo is one open session as Status tells of it: whose, over
 // what, with how much memory. Never its id (what lets its owner drive
 // it).

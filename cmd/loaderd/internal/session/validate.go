@@ -28,10 +28,10 @@ const (
 )
 
 // Validate checks what an open request carries for the daemon alone,
-// before any dataset is looked at: job_id and fingerprint. Errors wrap
-// ErrInvalid and name the field, its value and the allowed form. The
-// loader's request is checked by the loader, once (loader.Request.Options,
-// loader.NewPlan: Open).
+// before any dataset is looked at: the webdataset arguments, job_id,
+// files and fingerprint. Errors wrap ErrInvalid and name the field, its
+// value and the allowed form. The loader checks its own request once
+// (loader.Request.Options), a resume state among it.
 func (p OpenParams) Validate() error {
 	if err := p.checkWebDatasetArgs(); err != nil {
 		return err
@@ -42,15 +42,7 @@ func (p OpenParams) Validate() error {
 	if n := len(p.Files); n > MaxFiles {
 		return fmt.Errorf("%w: files has %d names, at most %d", ErrInvalid, n, MaxFiles)
 	}
-	if err := checkFingerprint(p.Fingerprint); err != nil {
-		return err
-	}
-	if p.State != nil {
-		if err := p.State.Validate(); err != nil {
-			return fmt.Errorf("%w: state: %w", ErrInvalid, err)
-		}
-	}
-	return nil
+	return checkFingerprint(p.Fingerprint)
 }
 
 // checkJobID checks a job_id: "" (no job), or at most MaxJobID bytes of
