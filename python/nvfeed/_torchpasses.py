@@ -68,13 +68,13 @@ class Passes:
                 resume["batch"] = min(resume["batch"], ep.daemon_batches(resume["epoch"]))
             self._src = LoaderSource(self.dataset, shard_id=shard_id, num_shards=num_shards, state=resume,
                                      **self._args)
-            self._epochs = Epochs(self._src._state0["sampling"], self.last_batch_policy)
+            self._epochs = Epochs(self._src.opened_state["sampling"], self.last_batch_policy)
             if self._resume is not None:
                 self._at = (self._resume["epoch"], self._resume["batch"])
             elif self._first_epoch is not None:
                 self._at = (self._first_epoch, 0)
             else:
-                self._at = self._src._expect
+                self._at = self._src.next_position
             self._pass, self._resume, self._first_epoch = None, None, None
         return self._src
 
@@ -149,14 +149,14 @@ class Passes:
             if src.reader == "numpy":
                 return []
             return FileBatch(([], torch.zeros(0, dtype=torch.int64)))
-        if src._expect != (e, k) and k == 0 and src._expect == (e - 1, ep.daemon_batches(e - 1)):
+        if src.next_position != (e, k) and k == 0 and src.next_position == (e - 1, ep.daemon_batches(e - 1)):
             try:  # the previous epoch's end, not yet taken: take it
-                src._fetch(None)
+                src.fetch(None)
             except StopIteration:
                 pass
         self._views.wait_pending()  # the last batch goes back to the daemon with this request
         src.keep = ep.keep(e, k)
-        b = src._fetch(None if src._expect == (e, k) else (e, k))
+        b = src.fetch(None if src.next_position == (e, k) else (e, k))
         if src.components:
             return _torchwds.batch(self._views, src.options.ext, cast(Components, b), self.decode_labels)
         if src.reader == "numpy":
@@ -199,7 +199,7 @@ class Passes:
         if self._src is None:
             return self._resume
         e, k = self._start()
-        st = cast(State, dict(self._src._state0))
+        st = cast(State, dict(self._src.opened_state))
         st["epoch"], st["batch"] = e, k
         return st
 

@@ -52,18 +52,14 @@ Needs DALI in this process (``import nvfeed`` does not).
 from __future__ import annotations
 
 import importlib
-import inspect
 import weakref
 from typing import Any, Optional
 
-from . import _daliargs
 from ._api import datasets
-from ._connect import socket_path
 from ._dalireader import META, Reader as _Reader, reader_meta as reader_meta, register as _register
 from ._errors import NotFoundError
 from ._seeds import seed_for as seed_for
-from ._source import LoaderSource, Shuffle
-from ._wds import ext_arg as _daliwds_ext
+from ._options import Shuffle, SourceOptions
 from ._wire import DatasetInfo
 
 try:  # DALI, untyped here: nothing of it is in this module's signatures
@@ -199,11 +195,6 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if source_options.get("device", "gpu") == "cpu":
         del source_options["device"]  # fn.readers.numpy(device="cpu"): what this reader gives
     dtypes = source_options.pop("dtypes", None)
-    own = set(inspect.signature(LoaderSource).parameters)
-    dali_args = {k: source_options.pop(k) for k in list(source_options) if k not in own}
-    region_args = {k: v for k, v in dali_args.items() if k in _daliargs.ROI}
-    _daliargs.split("nvfeed.dali.reader", dali_args)
-    source_options.update(region_args)  # LoaderSource takes them (checked: split)
     for bad in ("batch_size", "device", "device_id", "gpu_path", "state"):
         if bad in source_options:
             why = {"batch_size": "it is the pipeline's", "state": "resume with DALI's checkpointing"}.get(
@@ -212,21 +203,23 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if name is not None and name in pipe.__dict__.get(META, {}):
         raise ValueError(f"nvfeed.dali.reader: a reader named {name!r} is already in this pipeline")
     source_options.setdefault("batch_format", "dali")
-    info = _dataset(dataset, source_options)
-    args = dict(batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
-                random_shuffle=random_shuffle, pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard,
-                initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch,
-                shuffle_after_epoch_seed=shuffle_after_epoch_seed)
+    # Checked once, here: the source opens only when the pipeline is built.
+    options = SourceOptions.check(
+        dataset, "nvfeed.dali.reader", batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
+        random_shuffle=random_shuffle, seed=0 if seed is None else seed, pad_last_batch=pad_last_batch,
+        stick_to_shard=stick_to_shard, initial_fill=initial_fill, shuffle=shuffle,
+        shuffle_after_epoch=shuffle_after_epoch, shuffle_after_epoch_seed=shuffle_after_epoch_seed, **source_options)
+    info = _dataset(options)
     numpy = info.get("reader") == "numpy"
     dtype = _dalinumpy.dali_type(dataset, info.get("dtype", "")) if numpy else None
     wds = info.get("reader") == "webdataset"
-    if wds != ("ext" in source_options) or (dtypes is not None and not wds):
+    if wds != bool(options.ext) or (dtypes is not None and not wds):
         raise TypeError(f"nvfeed.dali.reader: dataset {dataset!r} holds " + (
             "WebDataset samples: name their components with ext=[...] (as fn.readers.webdataset)" if wds else
             f"{info.get('reader', 'file')} samples: ext= and dtypes= are for WebDataset datasets"))
-    k = len(_daliwds_ext(source_options.get("ext"))) if wds else 0
+    k = len(options.ext)
     out_types = _daliwds.dtypes_arg(dtypes, k) if wds else []
-    rd = _Reader(pipe, dataset, name, args, seed, source_options)
+    rd = _Reader(pipe, name, options, seed)
     weakref.finalize(pipe, rd.close)
     if wds:
         return _daliwds.outputs(pipe, name, rd, seed, k, out_types, _slot_per_seeded_op())
@@ -252,10 +245,10 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     return jpegs, labels
 
 
-def _dataset(dataset: str, options: dict[str, Any]) -> DatasetInfo:
-    """The daemon's description of dataset (GET /v1/datasets)."""
-    sock = socket_path(options.get("socket"))
-    served = datasets(sock, float(options.get("timeout", 60.0)))
+def _dataset(o: SourceOptions) -> DatasetInfo:
+    """The daemon's description of the dataset (GET /v1/datasets)."""
+    dataset, sock = o.dataset, o.socket
+    served = datasets(sock, o.timeout)
     for d in served:
         if d["name"] == dataset:
             return d
