@@ -31,7 +31,7 @@ def reader_meta(src: LoaderSource) -> dict[str, int]:
     as ``pipe.reader_meta(name)``: ``epoch_size``, ``epoch_size_padded``,
     ``number_of_shards``, ``shard_id``, ``pad_last_batch``,
     ``stick_to_shard`` (the flags as 0 or 1, as DALI gives them)."""
-    s = src.state()["sampling"]
+    s = src.opened_state["sampling"]
     n, shards = s["n"], s["num_shards"]
     return {"epoch_size": n, "epoch_size_padded": -(-n // shards) * shards if s["pad_last_batch"] else n,
             "number_of_shards": shards, "shard_id": s["shard_id"], "pad_last_batch": int(s["pad_last_batch"]),

@@ -85,7 +85,7 @@ class Stream:
 
     def __init__(self, src: LoaderSource, batch_size: int, keep: int) -> None:
         self._src = src
-        self._epochs = Epochs(src.state()["sampling"], batch_size)
+        self._epochs = Epochs(src.opened_state["sampling"], batch_size)
         self._first = {0: 0}  # DALI's epoch_idx -> the stream's batch it starts at
         self._last = -1  # the stream's batch asked for last
         self._at = 0  # the stream position of the samples pending

@@ -18,7 +18,6 @@ from typing import Any, Callable, Literal, Optional, Union, cast
 from . import _args, _daliargs
 from ._connect import check_timeout, socket_path
 from ._cuda import CONTEXT, stream_handle
-from ._wds import MissingComponent, ext_arg, missing_arg
 from ._wire import ROI, OpenRequest, State
 
 OnError = Literal["raise", "skip"]
@@ -36,7 +35,7 @@ _REQUIRED = dataclasses.MISSING
 
 
 def param(kind: str = "", default: Any = _REQUIRED, check: Optional[Check] = None, choices: tuple[str, ...] = (),
-          wire: str = "", compare: bool = True, doc: str = "") -> Any:
+          wire: str = "", compare: bool = True, accepts: str = "", doc: str = "") -> Any:
     """One argument's declaration, as a dataclass field.
 
     Parameters
@@ -54,6 +53,8 @@ def param(kind: str = "", default: Any = _REQUIRED, check: Optional[Check] = Non
         always, when not None, or when not empty.
     compare : bool, optional
         Whether two options compare it.
+    accepts : str, optional
+        The type the signature names, where the field holds another.
     doc : str
         What it does, for the docstring.
 
@@ -65,11 +66,12 @@ def param(kind: str = "", default: Any = _REQUIRED, check: Optional[Check] = Non
     if choices:
         kind = "{" + ", ".join(f'"{c}"' for c in choices) + "}"
     meta = {"param": True, "kind": kind, "check": check or (_choice(choices) if choices else None), "wire": wire,
-            "doc": textwrap.dedent(doc).strip("\n")}
+            "accepts": accepts, "doc": textwrap.dedent(doc).strip("\n")}
     return field(default=default, compare=compare, metadata=meta)
 
 
 def _choice(allowed: tuple[str, ...]) -> Check:
+    """One of ``allowed``."""
     def check(name: str, value: Any) -> Any:
         if value not in allowed:
             said = " or ".join(", ".join(repr(a) for a in allowed).rsplit(", ", 1))
@@ -88,6 +90,7 @@ def _int(lo: int, hi: int, note: str = "", none: Optional[str] = None) -> Check:
 
 
 def _seconds(zero: Optional[str] = None) -> Check:
+    """Seconds > 0; with ``zero``, also 0 (``zero`` says what it means)."""
     return lambda name, value: check_timeout(name, value, zero=zero)
 
 
@@ -97,21 +100,25 @@ def _named(check: Callable[[Any], Any]) -> Check:
 
 
 def _flag(name: str, value: Any) -> bool:
+    """True or False, not 1 or "yes"."""
     return _args.bool_arg(name, value)
 
 
 def _dataset(name: str, value: Any) -> str:
+    """A dataset's name: a str, not empty."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"dataset must be a registered dataset's name, got {value!r}")
     return value
 
 
 def _socket(_: str, value: Any) -> str:
+    """The socket given, else ``$NVFEED_SOCKET``, else the default."""
     return socket_path(value)
 
 
 def _ext(_: str, value: Any) -> tuple[str, ...]:
-    return () if value is None else ext_arg(value)
+    """WebDataset components; ``()`` for none."""
+    return () if value is None else _args.ext_arg(value)
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,7 @@ class SourceOptions:
 
     dataset: str = param("str", check=_dataset, wire="always", doc="""
         The dataset's name, as registered with ``loaderd serve --dataset``.""")
-    socket: str = param("str", default=None, check=_socket, doc="""
+    socket: str = param("str", default=None, check=_socket, accepts="Optional[str]", doc="""
         The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
         else ``/run/loaderd/loaderd.sock`` (``DEFAULT_SOCKET``, where
         deploy/ puts it).""")
@@ -142,7 +149,8 @@ class SourceOptions:
         ``[1, 65536]``.""")
     shard_id: int = param("int", default=0, wire="always", doc="""
         This rank's shard, in ``[0, num_shards)``.""")
-    num_shards: int = param("int", default=1, check=_int(1, _args.MAX_SHARDS, " (the number of ranks; 0 does not mean 1)"), wire="always", doc="""
+    num_shards: int = param("int", default=1,
+        check=_int(1, _args.MAX_SHARDS, " (the number of ranks; 0 does not mean 1)"), wire="always", doc="""
         The number of shards (ranks) the dataset is split into, in
         ``[1, 2**31 - 1]`` (0 is an error: it does not mean 1).""")
     random_shuffle: bool = param("bool", default=False, check=_flag, wire="always", doc="""
@@ -185,11 +193,13 @@ class SourceOptions:
         (``backend`` and ``backend_why`` say which and why).""")
     backend_options: Optional[dict[str, Any]] = param("dict", default=None, wire="set", doc="""
         The backend's options by name (see ``backends()``).""")
-    prefetch_queue_depth: Optional[int] = param("int", default=None, check=_int(1, _args.MAX_PREFETCH, none="the daemon's default"), wire="given", doc="""
+    prefetch_queue_depth: Optional[int] = param("int", default=None,
+        check=_int(1, _args.MAX_PREFETCH, none="the daemon's default"), wire="given", doc="""
         Batches the daemon reads ahead, in ``[1, 64]``; ``None`` takes its
         default (2). Not DALI's ``prefetch_queue_depth``: ``release_after``
         follows that one.""")
-    release_after: Optional[int] = param("int", default=None, check=_int(0, _args.MAX_RELEASE_AFTER, none="derived from the DALI pipeline"), wire="always", doc="""
+    release_after: Optional[int] = param("int", default=None,
+        check=_int(0, _args.MAX_RELEASE_AFTER, none="derived from the DALI pipeline"), wire="always", doc="""
         A batch's memory goes back to the daemon after this many later
         batches, in ``[0, 64]``. ``None``: derived from the DALI pipeline
         the source feeds (how long DALI may still read a batch fed with
@@ -269,7 +279,8 @@ class SourceOptions:
         default PyTorch's current stream when PyTorch has initialised
         CUDA, else the legacy default stream; ``"context"`` synchronises
         the whole context at each release instead.""")
-    job_id: str = param("str", default=None, check=_named(_args.job_id_arg), wire="set", doc="""
+    job_id: str = param("str", default=None, check=_named(_args.job_id_arg), wire="set", accepts="Optional[str]",
+        doc="""
         A name the ranks of one training job share (at most 128 bytes,
         e.g. the scheduler's job id and the dataset's role): the daemon
         compares the sessions of one job (of this user) on its node and
@@ -281,7 +292,8 @@ class SourceOptions:
         each difference. One ``job_id`` per dataset a job reads (training
         and validation sources are two jobs). Ranks on other nodes are
         compared through ``torch.distributed`` (below).""")
-    fingerprint: str = param("str", default=None, check=_named(_args.fingerprint_arg), wire="set", doc="""
+    fingerprint: str = param("str", default=None, check=_named(_args.fingerprint_arg), wire="set",
+        accepts="Optional[str]", doc="""
         The dataset's fingerprint this source must read (32 hex digits,
         ``src.fingerprint`` or ``datasets()``); another raises
         ``ConflictError``. A reopen after a restart asks for the first.""")
@@ -307,11 +319,13 @@ class SourceOptions:
         DALI 2.4's, sample for sample (``fn.readers.numpy`` and
         ``fn.readers.file`` of the same list and arguments return the
         same samples). Not with ``random_shuffle`` or ``stick_to_shard``.""")
-    shuffle_after_epoch_seed: Optional[int] = param("int", default=None, check=_int(_args.MIN_INT64, _args.MAX_INT64, " (DALI's int64)", none="DALI's default, 524287"), wire="given", doc="""
+    shuffle_after_epoch_seed: Optional[int] = param("int", default=None,
+        check=_int(_args.MIN_INT64, _args.MAX_INT64, " (DALI's int64)", none="DALI's default, 524287"), wire="given",
+        doc="""
         DALI's ``shuffle_after_epoch_seed`` (an int64): the seed of those
         permutations; ``None``, DALI's fixed default (524287). Every rank
         must pass the same.""")
-    files: tuple[str, ...] = param("list of str", default=None, doc="""
+    files: tuple[str, ...] = param("list of str", default=None, accepts="Optional[Sequence[str]]", doc="""
         DALI's ``files=``: the dataset's samples to read, in this order
         (the list DALI's readers shard and shuffle), each named by its
         path relative to the map's root or its absolute path under it
@@ -322,11 +336,12 @@ class SourceOptions:
         DALI's ``file_list=``: a text file of such names, one a line (read
         here, as the caller; a trailing integer label is dropped: the
         map's labels count). Not with ``files``.""")
-    ext: tuple[str, ...] = param("str or list of str", default=None, check=_ext, doc="""
+    ext: tuple[str, ...] = param("str or list of str", default=None, check=_ext, accepts="Optional[Any]", doc="""
         WebDataset datasets: the components, one output each, as
         ``fn.readers.webdataset``'s ``ext`` (``"jpg;png"``: the first of
         the alternatives a sample has).""")
-    missing_component_behavior: MissingComponent = param(default="empty", choices=("empty", "skip", "error"), check=_named(missing_arg), doc="""
+    missing_component_behavior: _args.MissingComponent = param(default="empty", choices=("empty", "skip", "error"),
+        check=_named(_args.missing_arg), accepts="str", doc="""
         A sample lacking a component of ``ext``: an empty one, the sample
         left out, or refused when the session opens (as DALI's).""")
     case_sensitive_extensions: bool = param("bool", default=True, check=_flag, doc="""
@@ -441,7 +456,7 @@ def signature() -> inspect.Signature:
     ps = [inspect.Parameter("self", kw)]
     for f in _PARAMS.values():
         ps.append(inspect.Parameter(f.name, kw, default=f.default if f.default is not _REQUIRED else
-                                    inspect.Parameter.empty, annotation=f.type))
+                                    inspect.Parameter.empty, annotation=f.metadata["accepts"] or f.type))
     ps.append(inspect.Parameter("dali_args", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
     return inspect.Signature(ps, return_annotation="None")
 

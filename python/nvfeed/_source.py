@@ -8,7 +8,7 @@ batches with the views (``_views``)."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional, Union, cast
+from typing import Any, Generic, Optional, TypeVar, Union, cast
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ._lifetime import Lifetime, own
 from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, SourceOptions, Transport
 from ._pair import BatchHalves, Position, batch_position
 from ._session import Session
+from ._version import DaemonVersion
 from ._views import Array, Batch, DaliBatch, DaliTypes, Sample, Tensors
 from ._wds import Components, MissingComponent
 from ._wdsskip import tell
@@ -28,6 +29,26 @@ __all__ = ["LoaderSource", "MAX_INITIAL_FILL", "Array", "Batch", "BatchFormat", 
 
 MAX_INITIAL_FILL = _args.MAX_INITIAL_FILL
 """The largest ``initial_fill`` (the daemon's bound too)."""
+
+
+T = TypeVar("T")
+
+
+class _Opened(Generic[T]):
+    """A source's attribute that its session's open answered: read from
+    the session, the one place it is set."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, src: Optional[LoaderSource], owner: Optional[type] = None) -> T:
+        if src is None:
+            return cast(T, self)
+        return cast(T, getattr(src._session, self._name))
 
 
 class LoaderSource:
@@ -153,60 +174,21 @@ class LoaderSource:
                 self.close()
                 raise
 
-    @property
-    def backend(self) -> str:
-        """The backend that reads for this source (the daemon's default filled in)."""
-        return self._session.backend
-
-    @property
-    def backend_why(self) -> str:
-        """Why that backend when none was named: the fastest the dataset allows
-        (raw reads, ``gds``, from a block device's map; else ``file``); "" when named."""
-        return self._session.backend_why
-
-    @property
-    def gpu_path(self) -> str:
-        """For GPU batches, the path that runs: "cufile" or "bounce"; else ""."""
-        return self._session.gpu_path
-
-    @property
-    def prefetch_queue_depth(self) -> int:
-        """Batches the daemon reads ahead."""
-        return self._session.prefetch_queue_depth
-
-    @property
-    def fingerprint(self) -> str:
-        """The dataset's fingerprint: 32 hex digits naming its samples (paths,
-        labels, sizes), the same on every node holding the same files."""
-        return self._session.fingerprint
-
-    @property
-    def reader(self) -> str:
-        """The DALI reader whose samples the dataset holds: ``"file"``
+    backend = _Opened[str]("""The backend that reads for this source (the daemon's default filled in).""")
+    backend_why = _Opened[str]("""Why that backend when none was named: the fastest the dataset allows
+        (raw reads, ``gds``, from a block device's map; else ``file``); "" when named.""")
+    gpu_path = _Opened[str]("""For GPU batches, the path that runs: "cufile" or "bounce"; else "".""")
+    prefetch_queue_depth = _Opened[int]("""Batches the daemon reads ahead.""")
+    fingerprint = _Opened[str]("""The dataset's fingerprint: 32 hex digits naming its samples (paths,
+        labels, sizes), the same on every node holding the same files.""")
+    reader = _Opened[str]("""The DALI reader whose samples the dataset holds: ``"file"``
         (encoded files: each batch is its samples and labels) or
-        ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone)."""
-        return self._session.reader
-
-    @property
-    def components(self) -> int:
-        """WebDataset: the outputs of a sample (``len(ext)``); 0 otherwise."""
-        return self._session.components
-
-    @property
-    def skipped_at_open(self) -> tuple[int, tuple[int, ...]]:
-        """WebDataset with ``missing_component_behavior="skip"``: the
-        samples left out every epoch, and how many lack each ``ext`` entry."""
-        return self._session.skipped_at_open
-
-    @property
-    def memory(self) -> MemoryDesc:
-        """The session's batch memory: kind, size, slot size, slots, device."""
-        return self._session.memory
-
-    @property
-    def daemon(self) -> Any:
-        """The daemon's version (release, protocol, features)."""
-        return self._session.daemon
+        ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone).""")
+    components = _Opened[int]("""WebDataset: the outputs of a sample (``len(ext)``); 0 otherwise.""")
+    skipped_at_open = _Opened[tuple[int, tuple[int, ...]]]("""WebDataset with ``missing_component_behavior="skip"``:
+        the samples left out every epoch, and how many lack each ``ext`` entry.""")
+    memory = _Opened[MemoryDesc]("""The session's batch memory: kind, size, slot size, slots, device.""")
+    daemon = _Opened[DaemonVersion]("""The daemon's version (release, protocol, features).""")
 
     @property
     def next_position(self) -> Optional[Position]:

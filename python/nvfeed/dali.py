@@ -60,6 +60,7 @@ from ._dalireader import META, Reader as _Reader, reader_meta as reader_meta, re
 from ._errors import NotFoundError
 from ._seeds import seed_for as seed_for
 from ._options import Shuffle, SourceOptions
+from ._options import SourceOptions as _D  # the defaults, declared once
 from ._wire import DatasetInfo
 
 try:  # DALI, untyped here: nothing of it is in this module's signatures
@@ -75,10 +76,11 @@ from ._daliops import ops as ops  # noqa: E402 - DALI's ops form, checked above
 
 __all__ = ["ops", "reader", "reader_meta", "seed_for"]
 
-def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_shards: int = 1,
-           random_shuffle: bool = False, seed: Optional[int] = None, pad_last_batch: bool = False,
-           stick_to_shard: bool = False, initial_fill: int = 1024, shuffle: Shuffle = "dali",
-           shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
+def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = _D.shard_id, num_shards: int = _D.num_shards,
+           random_shuffle: bool = _D.random_shuffle, seed: Optional[int] = None,
+           pad_last_batch: bool = _D.pad_last_batch,
+           stick_to_shard: bool = _D.stick_to_shard, initial_fill: int = _D.initial_fill, shuffle: Shuffle = "dali",
+           shuffle_after_epoch: bool = _D.shuffle_after_epoch, shuffle_after_epoch_seed: Optional[int] = None,
            **source_options: Any) -> Any:
     """``fn.readers.file``'s place in a pipeline definition: the samples
     (1-D uint8, encoded files) and labels (int32, shape (1,)) of this

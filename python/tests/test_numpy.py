@@ -354,7 +354,7 @@ def test_torch_dataset_yields_tensors(nds: NumpyDatasets, zero_copy: bool) -> No
     n = 0
     for k, t in enumerate(ds):
         assert isinstance(t, torch.Tensor) and t.shape == (4, 3, 4, 5) and t.dtype == torch.float32
-        buf = ds._source()._session._buf
+        buf = ds._passes._source()._session._buf
         inside = _address(buf) <= t.data_ptr() < _address(buf) + buf.nbytes
         assert inside == zero_copy, f"batch {k}: tensor in batch memory: {inside}"
         np.testing.assert_array_equal(t.numpy(), np.stack(want[4 * k:4 * k + 4]))
