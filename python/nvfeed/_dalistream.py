@@ -19,13 +19,15 @@ from __future__ import annotations
 import bisect
 import collections
 import importlib
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
 from ._errors import LoaderError
-from ._source import LoaderSource
 from ._wire import Sampling
+
+if TYPE_CHECKING:  # a type only: the source is made elsewhere
+    from ._source import LoaderSource
 
 _backend: Any = importlib.import_module("nvidia.dali.backend")
 

@@ -33,7 +33,9 @@ from ._wire import MemoryDesc, NextResponse, OpenRequest, OpenResponse, State
 class Session:
     """One open session for the options ``o``: its id, its mapping, the
     slots of batches held, and its position (the next batch). ``dali``:
-    the DALI types batches are made of, if any. It owns its transport."""
+    the DALI types batches are made of, if any. It owns its transport.
+    What its open answered (``backend``, ``fingerprint``, ...) is
+    documented where ``LoaderSource`` gives it."""
 
     def __init__(self, o: SourceOptions, dali: Optional[DaliTypes]) -> None:
         self._timeout, self._socket = o.timeout, o.socket
@@ -82,7 +84,6 @@ class Session:
         """Opens a session and maps its batch memory. The request is fitted
         to the daemon's version, asked first: it may have been upgraded."""
         self.daemon: DaemonVersion = hello(self._conn, self._socket)
-        """The daemon's version: release, protocol, features."""
         try:
             r = cast(OpenResponse, self.call("POST", "/v1/sessions", fit(req, self.daemon, self._socket)))
         except BadRequestError as e:
@@ -92,11 +93,8 @@ class Session:
             raise err from e
         self.id = r["id"]
         self.backend: str = r["backend"]
-        """The backend that reads for this source (the daemon's default filled in)."""
         self.backend_why: str = r.get("backend_why", "")  # "" from a daemon that gives none
-        """Why that backend when none was named; "" when named."""
         self.gpu_path: str = r["gpu_path"]
-        """For GPU batches, the path that runs: "cufile" or "bounce"; else ""."""
         if r.get("not_raw") and not self._told_not_raw:
             self._told_not_raw = True
             why = "; ".join(f"{c['samples']} {c['cause'].replace('_', ' ')} (fix: {c['fix']})" for c in r["not_raw"])
@@ -105,18 +103,14 @@ class Session:
         self.release_after: int = r["release_after"]
         """Batches after which a batch's memory goes back to the daemon."""
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]
-        """Batches the daemon reads ahead."""
         self.epoch_batches: int = r["epoch_batches"]
         """Batches in the current epoch for this shard."""
         self.expect = (r["epoch"], r["iteration"])
         self.state0: State = r["state"]
         """The position at open, with its sampling."""
         self.fingerprint: str = r.get("fingerprint", "")  # "" from a daemon that gives none
-        """The dataset's fingerprint."""
         self.reader: str = r.get("reader") or "file"  # a daemon before numpy datasets serves files only
-        """The DALI reader whose samples the dataset holds."""
         self.components: int = r.get("components") or 0
-        """WebDataset: the outputs of a sample; 0 otherwise."""
         self.skipped_at_open = skipped_of(r)  # webdataset "skip": left out every epoch (_wdsskip)
         try:
             mr, fd = receive(self._socket, r["id"], self._timeout)
@@ -126,7 +120,6 @@ class Session:
                             e.error_code) from e
         desc = mr["memory"]
         self.memory: MemoryDesc = desc
-        """The session's batch memory: kind, size, slot size, slots, device."""
         old_gpu = self.gpu
         try:
             if desc["kind"] == "gpu":

@@ -264,7 +264,8 @@ class LoaderSource:
             return
         self._dali_looked = self._lifetime.dali = True
         s = self._session
-        n = _depth.release_after_for(pipe, s.release_after, s.request["release_after"] if self.options.release_after is not None else None)
+        given = s.request["release_after"] if self.options.release_after is not None else None
+        n = _depth.release_after_for(pipe, s.release_after, given)
         if n is not None and s.id is not None and s.expect is not None:
             s.reopen(n)
 

@@ -65,7 +65,8 @@ class Passes:
 
     def __init__(self, dataset: str, batch_size: int, last_batch_policy: LastBatchPolicy, decode_labels: bool,
                  options: SourceOptions, shard: Optional[tuple[int, int]], views: TorchViews) -> None:
-        self.dataset, self.batch_size, self._policy, self._decode = dataset, batch_size, last_batch_policy, decode_labels
+        self.dataset, self.batch_size = dataset, batch_size
+        self._policy, self._decode = last_batch_policy, decode_labels
         self._options, self._shard, self._views = options, shard, views
         self._src: Optional[LoaderSource] = None
         self._resume: Optional[State] = None  # where the next session starts (load_state_dict)

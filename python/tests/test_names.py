@@ -226,7 +226,7 @@ def import_depth(root: Path) -> tuple[int, list[str]]:
     return len(longest), longest
 
 
-MAX_IMPORT_DEPTH = 11
+MAX_IMPORT_DEPTH = 10
 """The most floors of imports inside the client (nvfeed.dali's chain down
 to ``_errors``). It was 14 when the source was five inheriting classes."""
 

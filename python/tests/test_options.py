@@ -85,3 +85,27 @@ def test_dali_source_import_works_and_warns_of_nothing() -> None:
     assert r.returncode == 0 and r.stderr == "", r.stderr
     r = _fresh("import nvfeed\nfrom nvfeed import LoaderSource, SourceOptions, Batch, CudaError\n")
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_one_declaration_writes_the_signature_and_the_docs() -> None:
+    """Each argument is declared once, as a field of SourceOptions: that
+    field gives LoaderSource's signature its name and default, and its
+    docstring the argument's entry; LoaderDataset and nvfeed.dali.reader
+    take the same defaults."""
+    import inspect
+
+    from nvfeed._options import _PARAMS
+
+    sig = inspect.signature(nvfeed.LoaderSource).parameters
+    assert list(sig) == [*_PARAMS, "dali_args"]
+    doc = inspect.getdoc(nvfeed.LoaderSource) or ""
+    for name, f in _PARAMS.items():
+        assert sig[name].default is (inspect.Parameter.empty if name == "dataset" else f.default), name
+        head = next(line for line in doc.splitlines() if line.startswith(f"{name} : "))
+        if f.default is not None and name != "dataset":
+            assert head.endswith(f"default = {f.default!r}".replace("'", '"')), head
+        assert f.metadata["doc"].splitlines()[0].strip() in doc, name
+    from nvfeed.torch import LoaderDataset
+    for name, p in inspect.signature(LoaderDataset).parameters.items():
+        if name in _PARAMS and name not in ("dataset", "shard_id", "num_shards", "case_sensitive_extensions"):
+            assert p.default == _PARAMS[name].default, name
