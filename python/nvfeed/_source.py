@@ -112,18 +112,16 @@ class LoaderSource:
     """
 
     def __init__(self, dataset: str, **options: Any) -> None:
-        # A sharded source under torch.distributed is compared with the
-        # other ranks'. A rank whose arguments or open fail tells them
-        # so, rather than leave them waiting.
-        peers = _ranks.peers(options.get("num_shards", 1), options.get("process_group"),
-                             _args.bool_arg("check_ranks", options.get("check_ranks", True)))
         try:
             o = SourceOptions.check(dataset, **options)
         except Exception as e:
+            # The other ranks wait for this one's comparison: tell them.
+            peers = _ranks.peers(options.get("num_shards", 1), options.get("process_group"),
+                                 options.get("check_ranks", True) is not False)
             if peers is not None:
                 peers.fail(e)
             raise
-        self._start(o, peers)
+        self._start(o)
 
     @classmethod
     def of(cls, o: SourceOptions) -> LoaderSource:
@@ -140,11 +138,14 @@ class LoaderSource:
             The source, its session open.
         """
         src = cls.__new__(cls)
-        src._start(o, _ranks.peers(o.num_shards, o.process_group, o.check_ranks))
+        src._start(o)
         return src
 
-    def _start(self, o: SourceOptions, peers: Optional[_ranks.Peers]) -> None:
-        """Opens the session of ``o`` and compares it with the other ranks'."""
+    def _start(self, o: SourceOptions) -> None:
+        """Opens the session of ``o``. A sharded source under
+        torch.distributed is compared with the other ranks'. A rank whose
+        open fails tells them so, rather than leave them waiting."""
+        peers = _ranks.peers(o.num_shards, o.process_group, o.check_ranks)
         self.options = o
         """The arguments, checked (``SourceOptions``)."""
         self._dtypes: dict[str, np.dtype[Any]] = {}  # a numpy dataset's dtype by descr
