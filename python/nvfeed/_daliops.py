@@ -32,8 +32,12 @@ class _OpsReader:
             self._name = None
         from .dali import reader  # the module that imports this one, loaded by now
         own = set(inspect.signature(reader).parameters) | set(inspect.signature(LoaderSource).parameters)
-        # Judged here, where DALI judges an ops reader's arguments.
-        _daliargs.split(where, {k: kwargs.pop(k) for k in list(kwargs) if k not in own})
+        # Judged here, where DALI judges an ops reader's arguments. The
+        # region ones go on to the reader: they say what it reads.
+        extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in own}
+        region = {k: v for k, v in extra.items() if k in _daliargs.ROI}
+        _daliargs.split(where, extra)
+        kwargs.update(region)
         for bad in ("batch_size", "device_id", "gpu_path", "state", "dataset"):
             if bad in kwargs:
                 raise TypeError(f"{where}: no argument {bad!r} (see nvfeed.dali.reader)")
