@@ -4,13 +4,15 @@
 Each field is one argument of ``LoaderSource``: its name, type, default,
 range and doc. That one declaration checks the argument (``check``),
 builds the open request (``open_request``), writes ``LoaderSource``'s
-signature (``signature``) and its "Parameters" section (``parameters_doc``).
+signature (``signature``) and the "Parameters" entries of the docstrings
+(``with_parameters``).
 The bounds are ``_args``'s: a Go test ties them to the daemon's constants."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional, Union, cast
@@ -36,33 +38,13 @@ _REQUIRED = dataclasses.MISSING
 
 def param(kind: str = "", default: Any = _REQUIRED, check: Optional[Check] = None, choices: tuple[str, ...] = (),
           wire: str = "", compare: bool = True, accepts: str = "", doc: str = "") -> Any:
-    """One argument's declaration, as a dataclass field.
-
-    Parameters
-    ----------
-    kind : str
-        Its type as the docs name it. Choices name their own.
-    default : object, optional
-        Its default. Absent: the argument is required.
-    check : callable, optional
-        Its check. Choices check themselves.
-    choices : tuple of str, optional
-        The values it may take.
-    wire : {"", "always", "given", "set"}, optional
-        How the open request carries it under its own name: never,
-        always, when not None, or when not empty.
-    compare : bool, optional
-        Whether two options compare it.
-    accepts : str, optional
-        The type the signature names, where the field holds another.
-    doc : str
-        What it does, for the docstring.
-
-    Returns
-    -------
-    dataclasses.Field
-        The field, its declaration in ``metadata``.
-    """
+    """One argument's declaration, as a dataclass field: ``kind``, its
+    type as the docs name it (choices name their own); ``default``
+    (absent: required); ``check``, or ``choices``; ``wire``, how the open
+    request carries it under its own name: never (""), "always", when
+    not None ("given") or when not empty ("set"); ``compare``, whether
+    two options compare it; ``accepts``, the type the signature names
+    where the field holds another; ``doc``, for the docstring."""
     if choices:
         kind = "{" + ", ".join(f'"{c}"' for c in choices) + "}"
     meta = {"param": True, "kind": kind, "check": check or (_choice(choices) if choices else None), "wire": wire,
@@ -461,27 +443,36 @@ def signature() -> inspect.Signature:
     return inspect.Signature(ps, return_annotation="None")
 
 
-def parameters_doc(indent: str = "    ") -> str:
-    """The "Parameters" section of ``LoaderSource``'s docstring.
+def _entry(name: str) -> list[str]:
+    """An argument's numpydoc entry, from its declaration."""
+    f = _PARAMS[name]
+    head = f"{f.name} : {f.metadata['kind']}"
+    if f.default is not _REQUIRED:
+        head += ", optional"
+        if f.default is not None:
+            shown = f'"{f.default}"' if isinstance(f.default, str) else repr(f.default)
+            head += f", default = {shown}"
+    return [head] + ["    " + line if line else "" for line in f.metadata["doc"].splitlines()]
+
+
+def with_parameters(doc: str) -> str:
+    """``doc`` with its declared arguments written in. A line
+    ``{parameters}`` becomes the whole "Parameters" section of
+    ``LoaderSource``; a line ``{name}``, that argument's entry.
 
     Parameters
     ----------
-    indent : str, optional
-        The docstring's indentation.
+    doc : str
+        A docstring, its placeholders on lines of their own.
 
     Returns
     -------
     str
-        One entry per declared argument, as numpydoc writes them.
+        The docstring, each entry indented as its placeholder.
     """
-    lines = ["Parameters", "----------"]
-    for f in _PARAMS.values():
-        head = f"{f.name} : {f.metadata['kind']}"
-        if f.default is not _REQUIRED:
-            head += ", optional"
-            if f.default is not None:
-                shown = f'"{f.default}"' if isinstance(f.default, str) else repr(f.default)
-                head += f", default = {shown}"
-        lines.append(head)
-        lines += ["    " + line if line else "" for line in f.metadata["doc"].splitlines()]
-    return "\n".join(indent + line if line else "" for line in lines)
+    def fill(m: re.Match[str]) -> str:
+        indent, name = m.group(1), m.group(2)
+        lines = ["Parameters", "----------", *(x for n in _PARAMS for x in _entry(n))] if name == "parameters" \
+            else _entry(name)
+        return "\n".join(indent + line if line else "" for line in lines)
+    return re.sub(r"^( *)\{(\w+)\}$", fill, doc, flags=re.MULTILINE)

@@ -466,4 +466,4 @@ class LoaderSource:
 
 
 LoaderSource.__init__.__signature__ = _options.signature()  # type: ignore[attr-defined]
-LoaderSource.__doc__ = (LoaderSource.__doc__ or "").replace("{parameters}", _options.parameters_doc().lstrip())
+LoaderSource.__doc__ = _options.with_parameters(LoaderSource.__doc__ or "")

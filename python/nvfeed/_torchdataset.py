@@ -13,7 +13,7 @@ import torch
 import torch.utils.data
 
 from . import _args
-from ._options import GPUPath, OnError, Shuffle, SourceOptions
+from ._options import GPUPath, OnError, Shuffle, SourceOptions, with_parameters
 from ._options import SourceOptions as _D  # the defaults, declared once
 from ._torchloop import (DATALOADER_WARNING, EpochHook, dataloader_under_lightning, refuse_batching, refuse_worker,
                          torch_device)
@@ -130,36 +130,25 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
 
     Parameters
     ----------
-    dataset : str
-        The dataset's name, as registered with ``loaderd serve --dataset``.
-    socket : str, optional
-        The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
-        else ``/run/loaderd/loaderd.sock``.
-    batch_size : int, optional, default = 64
-        Samples per batch.
+    {dataset}
+    {socket}
+    {batch_size}
     shard_id : int, optional
         This rank's shard, in ``[0, num_shards)``; by default the rank (see
         Shards). Give both ``shard_id`` and ``num_shards`` or neither.
     num_shards : int, optional
         The number of shards; by default the world size.
-    random_shuffle : bool, optional, default = False
-        Shuffle every epoch, as ``shuffle`` says (``LoaderSource``'s).
-    seed : int, optional, default = 0
-        The shuffle's seed, in ``[0, 2**64)``; the same on every rank.
+    {random_shuffle}
+    {seed}
     pad_last_batch : bool, optional, default = False
         The daemon pads every shard to the same number of whole batches by
         repeating its last sample, as DALI's reader does; the loop sees the
         padding only with ``last_batch_policy="fill"``.
     last_batch_policy : {"partial", "drop", "fill"}, optional, default = "partial"
         What the loop receives of a shard's end (see Shards).
-    stick_to_shard : bool, optional, default = False
-        Read the same shard every epoch (else shard ``(shard_id + epoch) %
-        num_shards``).
-    shuffle : {"permute", "dali"}, optional, default = "permute"
-        How ``random_shuffle`` shuffles: a full permutation of the dataset
-        every epoch, or ``fn.readers.file``'s order (see ``LoaderSource``).
-    initial_fill : int, optional, default = 1024
-        The ``"dali"`` shuffle's buffer, in samples.
+    {stick_to_shard}
+    {shuffle}
+    {initial_fill}
     zero_copy : bool, optional, default = False
         Hand out views of the daemon's batch memory instead of copies; see
         Lifetime for the rule they follow.
@@ -167,21 +156,12 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
         ``"cpu"``, or ``"cuda"``/``"cuda:N"`` for samples in GPU memory.
     gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
         How batches reach GPU memory (see ``LoaderSource``).
-    backend : str, optional
-        How the daemon reads (``"file"``, ``"gds"``, ``"bam"``); ``None``
-        takes the fastest the dataset allows (``gds`` over a block device's
-        map, else ``file``).
-    backend_options : dict, optional
-        The backend's options by name.
-    prefetch_queue_depth : int, optional
-        Batches the daemon reads ahead; ``None`` takes its default (2).
-    timeout : float, optional, default = 600.0
-        Seconds to wait for the daemon per request (> 0).
-    on_error : {"raise", "skip"}, optional, default = "raise"
-        What a batch with unreadable samples does (see ``LoaderSource``).
-    reconnect_timeout : float, optional, default = 60.0
-        Seconds to keep reconnecting when the daemon goes away; 0 turns
-        reconnection off.
+    {backend}
+    {backend_options}
+    {prefetch_queue_depth}
+    {timeout}
+    {on_error}
+    {reconnect_timeout}
     ext, missing_component_behavior, case_sensitive_extensions
         WebDataset: as ``LoaderSource``'s, but ``case_sensitive_extensions=None`` (the default) matches as
         ``webdataset`` does, each member's extension lower-cased (``_wdsmatch``); True/False: DALI's rule.
@@ -293,3 +273,6 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
     set_epoch.__doc__ = Passes.set_epoch.__doc__
     state_dict.__doc__ = Passes.state_dict.__doc__
     load_state_dict.__doc__ = Passes.load_state_dict.__doc__
+
+
+LoaderDataset.__doc__ = with_parameters(LoaderDataset.__doc__ or "")

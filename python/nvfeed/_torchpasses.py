@@ -42,26 +42,9 @@ STATE_VERSION = 1
 
 class Passes:
     """A ``LoaderDataset``'s session and position: the part that moves
-    them. The dataset owns it.
-
-    Parameters
-    ----------
-    dataset : str
-        The dataset's name.
-    batch_size : int
-        Samples per batch.
-    last_batch_policy : LastBatchPolicy
-        What the loop receives of a shard's end.
-    decode_labels : bool
-        WebDataset: integer components decoded.
-    options : SourceOptions
-        The source's arguments, checked; the shard and the state are set
-        when the session opens.
-    shard : tuple of int, optional
-        ``(shard_id, num_shards)`` as given; None: the process's rank.
-    views : TorchViews
-        Batches as tensors, and when they may go back.
-    """
+    them. The dataset owns it and gives it its arguments: ``options`` are
+    the source's, checked; the shard (``None``: the process's rank) and
+    the state are set when the session opens."""
 
     def __init__(self, dataset: str, batch_size: int, last_batch_policy: LastBatchPolicy, decode_labels: bool,
                  options: SourceOptions, shard: Optional[tuple[int, int]], views: TorchViews) -> None:

@@ -14,19 +14,8 @@ from ._stream import Stream, StreamError
 from ._wire import NextRequest, NextResponse
 
 class Transport:
-    """The next descriptor by ``"stream"`` or ``"http"``.
-
-    Parameters
-    ----------
-    kind : {"stream", "http"}
-        The transport.
-    socket : str
-        The daemon's socket.
-    timeout : float
-        Seconds to wait for the daemon.
-    conn : UnixHTTPConnection
-        The session's connection, for requests over HTTP.
-    """
+    """The next descriptor by ``kind``, ``"stream"`` or ``"http"``, over
+    the session's socket, its timeout and its HTTP connection ``conn``."""
 
     def __init__(self, kind: str, socket: str, timeout: float, conn: UnixHTTPConnection) -> None:
         self._kind, self._socket, self._timeout, self._conn = kind, socket, timeout, conn
@@ -40,26 +29,10 @@ class Transport:
 
     def next(self, sid: str, release: list[int], at: Optional[tuple[int, int]], expect: Optional[tuple[int, int]],
              kept: list[int]) -> NextResponse:
-        """The next descriptor of session ``sid``.
-
-        Parameters
-        ----------
-        sid : str
-            The session.
-        release : list of int
-            Slots that go back to the daemon.
-        at : tuple of int, optional
-            The batch wanted; None for the next one.
-        expect : tuple of int, optional
-            The session's position: where a new stream starts.
-        kept : list of int
-            The slots the source still holds.
-
-        Returns
-        -------
-        NextResponse
-            The descriptor.
-        """
+        """The next descriptor of session ``sid``. ``release``: slots that
+        go back. ``at``: the batch wanted, None for the next. ``expect``:
+        the session's position, where a new stream starts. ``kept``: the
+        slots the source still holds."""
         if self._kind == "stream":
             return self._stream_next(sid, release, at, expect, kept)
         body: NextRequest = {}
