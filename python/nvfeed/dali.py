@@ -59,7 +59,7 @@ from ._api import datasets
 from ._dalireader import META, Reader as _Reader, reader_meta as reader_meta, register as _register
 from ._errors import NotFoundError
 from ._seeds import seed_for as seed_for
-from ._options import Shuffle, SourceOptions
+from ._options import Shuffle, SourceOptions, with_parameters
 from ._options import SourceOptions as _D  # the defaults, declared once
 from ._wire import DatasetInfo
 
@@ -115,12 +115,9 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = _D.shard
         iterators take ``reader_name=name``: the shard's size every epoch,
         its padding dropped with ``LastBatchPolicy.PARTIAL``, every
         ``last_batch_policy`` as with the reader, padded or not.
-    shard_id : int, optional, default = 0
-        This rank's shard, in ``[0, num_shards)``.
-    num_shards : int, optional, default = 1
-        The number of shards (ranks).
-    random_shuffle : bool, optional, default = False
-        Shuffle every epoch, as ``shuffle`` says.
+    {shard_id}
+    {num_shards}
+    {random_shuffle}
     seed : int, optional
         The shuffle's seed. Without it, the seed ``fn.readers.file`` would
         take at this place in the pipeline, derived from the pipeline's
@@ -129,22 +126,11 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = _D.shard
         ``fn.random.uniform``), so every random operator after it draws as
         it did with the reader. A pipeline without a ``seed`` draws one at
         random, as DALI's does.
-    pad_last_batch : bool, optional, default = False
-        Pad every shard to the same length, and to whole batches, by
-        repeating its last sample, as DALI does.
-    stick_to_shard : bool, optional, default = False
-        Read the same shard every epoch (else shard ``(shard_id + epoch) %
-        num_shards``).
-    initial_fill : int, optional, default = 1024
-        The ``"dali"`` shuffle's buffer, in samples (``fn.readers.file``'s
-        ``initial_fill``).
-    shuffle_after_epoch : bool, optional, default = False
-        The whole list permuted anew each epoch, the same on every rank
-        and for every seed (``LoaderSource``'s ``shuffle_after_epoch``):
-        two readers of paired datasets of one length stay paired; DALI
-        2.4's order, sample for sample.
-    shuffle_after_epoch_seed : int, optional
-        DALI's ``shuffle_after_epoch_seed``; ``None``: DALI's default.
+    {pad_last_batch}
+    {stick_to_shard}
+    {initial_fill}
+    {shuffle_after_epoch}
+    {shuffle_after_epoch_seed}
     shuffle : {"dali", "permute"}, optional, default = "dali"
         ``"dali"``: ``fn.readers.file(random_shuffle=True)``'s order,
         sample for sample (the default here, unlike ``LoaderSource``'s:
@@ -245,6 +231,9 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = _D.shard
     if name is not None:
         _register(pipe, name, rd)
     return jpegs, labels
+
+
+reader.__doc__ = with_parameters(reader.__doc__ or "")
 
 
 def _dataset(o: SourceOptions) -> DatasetInfo:

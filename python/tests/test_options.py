@@ -105,7 +105,14 @@ def test_one_declaration_writes_the_signature_and_the_docs() -> None:
         if f.default is not None and name != "dataset":
             assert head.endswith(f"default = {f.default!r}".replace("'", '"')), head
         assert f.metadata["doc"].splitlines()[0].strip() in doc, name
+    import re
+
+    from nvfeed.dali import reader
     from nvfeed.torch import LoaderDataset
     for name, p in inspect.signature(LoaderDataset).parameters.items():
         if name in _PARAMS and name not in ("dataset", "shard_id", "num_shards", "case_sensitive_extensions"):
             assert p.default == _PARAMS[name].default, name
+    for obj in (nvfeed.LoaderSource, LoaderDataset, reader):
+        filled = inspect.getdoc(obj) or ""
+        assert "stick_to_shard : bool, optional, default = False" in filled, obj
+        assert not re.search(r"^ *\{\w+\}$", filled, re.MULTILINE), obj
