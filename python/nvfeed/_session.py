@@ -99,7 +99,7 @@ class Session:
             self._told_not_raw = True
             why = "; ".join(f"{c['samples']} {c['cause'].replace('_', ' ')} (fix: {c['fix']})" for c in r["not_raw"])
             warnings.warn(f"LoaderSource: dataset {req['dataset']}: {sum(c['samples'] for c in r['not_raw'])} samples are read "
-                          f"through the filesystem, not raw by {self.backend}: {why}", RuntimeWarning, stacklevel=4)
+                          f"through the filesystem, not raw by {self.backend}: {why}", RuntimeWarning, stacklevel=6)
         self.release_after: int = r["release_after"]
         """Batches after which a batch's memory goes back to the daemon."""
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]

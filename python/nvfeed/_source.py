@@ -8,7 +8,7 @@ batches with the views (``_views``)."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Generic, Optional, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, Generic, Optional, Sequence, TypeVar, Union, cast
 
 import numpy as np
 
@@ -111,7 +111,26 @@ class LoaderSource:
         ``DaemonGoneError``.
     """
 
-    def __init__(self, dataset: str, **options: Any) -> None:
+    if TYPE_CHECKING:  # SourceOptions' arguments for type checkers; their defaults are its (test_options)
+        def __init__(self, dataset: str, socket: Optional[str] = ..., batch_size: int = ..., shard_id: int = ...,
+                     num_shards: int = ..., random_shuffle: bool = ..., seed: int = ..., pad_last_batch: bool = ...,
+                     stick_to_shard: bool = ..., shuffle: Shuffle = ..., initial_fill: int = ...,
+                     backend: Optional[str] = ..., backend_options: Optional[dict[str, Any]] = ...,
+                     prefetch_queue_depth: Optional[int] = ..., release_after: Optional[int] = ...,
+                     state: Optional[State] = ..., timeout: float = ..., on_error: OnError = ...,
+                     transport: Transport = ..., device: Device = ..., device_id: int = ..., gpu_path: GPUPath = ...,
+                     reconnect_timeout: float = ..., batch_format: BatchFormat = ..., cuda_stream: object = ...,
+                     job_id: Optional[str] = ..., fingerprint: Optional[str] = ..., process_group: Any = ...,
+                     check_ranks: bool = ..., shuffle_after_epoch: bool = ...,
+                     shuffle_after_epoch_seed: Optional[int] = ..., files: Optional[Sequence[str]] = ...,
+                     file_list: Optional[str] = ..., ext: Optional[Any] = ..., missing_component_behavior: str = ...,
+                     case_sensitive_extensions: bool = ..., zero_copy: bool = ..., **dali_args: Any) -> None: ...
+    else:
+        def __init__(self, dataset: str, **options: Any) -> None:
+            self._check(dataset, options)
+
+    def _check(self, dataset: str, options: dict[str, Any]) -> None:
+        """Checks the arguments (``SourceOptions``) and opens the session."""
         try:
             o = SourceOptions.check(dataset, **options)
         except Exception as e:

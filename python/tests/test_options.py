@@ -116,3 +116,24 @@ def test_one_declaration_writes_the_signature_and_the_docs() -> None:
         filled = inspect.getdoc(obj) or ""
         assert "stick_to_shard : bool, optional, default = False" in filled, obj
         assert not re.search(r"^ *\{\w+\}$", filled, re.MULTILINE), obj
+
+
+def test_the_signature_type_checkers_see_is_the_declared_one() -> None:
+    """LoaderSource's __init__ for type checkers names each declared
+    argument, in order, with its declared type, and no default of its own."""
+    import ast
+    import inspect
+
+    import nvfeed._source
+    from nvfeed._options import _PARAMS
+
+    tree = ast.parse(inspect.getsource(nvfeed._source))
+    stub = next(n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+                and any(isinstance(b, ast.FunctionDef) and b.name == "__init__" for b in n.body))
+    init = next(b for b in stub.body if isinstance(b, ast.FunctionDef))
+    args = init.args.args[1:]
+    assert [a.arg for a in args] == list(_PARAMS)
+    for a in args:
+        f = _PARAMS[a.arg]
+        assert ast.unparse(a.annotation) == (f.metadata["accepts"] or f.type), a.arg  # type: ignore[arg-type]
+    assert all(isinstance(d, ast.Constant) and d.value is Ellipsis for d in init.args.defaults)
