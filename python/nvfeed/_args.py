@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 import os
 import unicodedata
-from typing import Optional
+from typing import Literal, Optional, Sequence
 
 import numpy as np
 
@@ -93,36 +93,6 @@ def fingerprint_arg(value: object) -> str:
     return value
 
 
-def reader_args(batch_size: object, shard_id: object, num_shards: object, random_shuffle: object, seed: object,
-                pad_last_batch: object, stick_to_shard: object, initial_fill: object,
-                shuffle_after_epoch: object = False, shuffle_after_epoch_seed: object = None) -> dict[str, object]:
-    """DALI's reader arguments checked, as the open request carries them
-    (``shuffle_after_epoch_seed`` only where given)."""
-    n = int_arg("num_shards", num_shards, 1, MAX_SHARDS, " (the number of ranks; 0 does not mean 1)")
-    after_seed = {} if shuffle_after_epoch_seed is None else {
-        "shuffle_after_epoch_seed": int_arg("shuffle_after_epoch_seed", shuffle_after_epoch_seed, MIN_INT64, MAX_INT64,
-                                            " (DALI's int64) or None (DALI's default, 524287)")}
-    return {
-        "batch_size": int_arg("batch_size", batch_size, 1, MAX_BATCH_SIZE),
-        "shard_id": int_arg("shard_id", shard_id, 0, n - 1, f" (num_shards is {n})"),
-        "num_shards": n,
-        "random_shuffle": bool_arg("random_shuffle", random_shuffle),
-        "seed": int_arg("seed", seed, 0, MAX_SEED),
-        "pad_last_batch": bool_arg("pad_last_batch", pad_last_batch),
-        "stick_to_shard": bool_arg("stick_to_shard", stick_to_shard),
-        "initial_fill": int_arg("initial_fill", initial_fill, 1, MAX_INITIAL_FILL),
-        "shuffle_after_epoch": bool_arg("shuffle_after_epoch", shuffle_after_epoch),
-        **after_seed,
-    }
-
-
-def optional_int_arg(name: str, value: object, lo: int, hi: int, none: str) -> Optional[int]:
-    """``None`` (``none`` says what it means), or ``int_arg``."""
-    if value is None:
-        return None
-    return int_arg(name, value, lo, hi, f" or None ({none})")
-
-
 MAX_FILES = 1 << 24
 """The most names ``files=`` may give (the daemon's bound too)."""
 
@@ -156,3 +126,49 @@ def files_arg(files: object, file_list: object) -> tuple[str, ...]:
     if len(out) > MAX_FILES:
         raise ValueError(f"files has {len(out)} names, at most {MAX_FILES}")
     return out
+
+
+MissingComponent = Literal["empty", "skip", "error"]
+"""``missing_component_behavior``: a sample lacking a component gets an
+empty one (DALI's default), is left out, or is an error."""
+
+MISSING: tuple[str, ...] = ("empty", "skip", "error")
+
+
+def ext_arg(ext: object) -> tuple[str, ...]:
+    """``ext`` as ``fn.readers.webdataset`` takes it: one string or a list
+    of strings, each an extension or ``;``-separated alternatives, no
+    leading dot.
+
+    Raises
+    ------
+    ValueError
+        ``ext`` is empty, or an entry (or an alternative of one) is empty
+        or not a string.
+    """
+    entries: Sequence[object] = [ext] if isinstance(ext, str) else ext if isinstance(ext, (list, tuple)) else []
+    if not entries:
+        raise ValueError(f"ext must be an extension or a list of them (fn.readers.webdataset's ext, e.g. "
+                         f"['jpg', 'cls'] or ['jpg;png', 'cls']), got {ext!r}")
+    for e in entries:
+        if not isinstance(e, str) or not all(a for a in e.split(";")):
+            raise ValueError(f"ext: each entry must be an extension or ';'-separated alternatives, none empty, "
+                             f"got {e!r} in {ext!r}")
+    return tuple(str(e) for e in entries)
+
+
+def missing_arg(value: object) -> MissingComponent:
+    """``missing_component_behavior`` checked; DALI's ``""`` is its
+    default, ``"empty"``.
+
+    Raises
+    ------
+    ValueError
+        Not one of ``"empty"``, ``"skip"``, ``"error"`` (or ``""``).
+    """
+    if value == "":
+        return "empty"
+    if value not in MISSING:
+        raise ValueError(f"missing_component_behavior must be 'empty', 'skip' or 'error' (as in "
+                         f"fn.readers.webdataset), got {value!r}")
+    return value  # type: ignore[return-value]

@@ -8,6 +8,7 @@ DALI's own readers. Used by ``nvfeed.dali``, which loads DALI first."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import secrets
 import warnings
@@ -17,6 +18,7 @@ from typing import Any, Optional
 from . import _depth
 from ._dalistream import Stream
 from ._errors import RankMismatchError
+from ._options import SourceOptions
 from ._seeds import MAX_SEEDS, seed_for
 from ._source import LoaderSource
 
@@ -29,7 +31,7 @@ def reader_meta(src: LoaderSource) -> dict[str, int]:
     as ``pipe.reader_meta(name)``: ``epoch_size``, ``epoch_size_padded``,
     ``number_of_shards``, ``shard_id``, ``pad_last_batch``,
     ``stick_to_shard`` (the flags as 0 or 1, as DALI gives them)."""
-    s = src.state()["sampling"]
+    s = src.opened_state["sampling"]
     n, shards = s["n"], s["num_shards"]
     return {"epoch_size": n, "epoch_size_padded": -(-n // shards) * shards if s["pad_last_batch"] else n,
             "number_of_shards": shards, "shard_id": s["shard_id"], "pad_last_batch": int(s["pad_last_batch"]),
@@ -48,22 +50,21 @@ class Reader:
     have had is known) and answers batches (the reader's stream, which
     never ends an epoch: ``Stream``) and reader_meta."""
 
-    def __init__(self, pipe: Any, dataset: str, name: Optional[str], args: dict[str, Any], seed: Optional[int],
-                 options: dict[str, Any]) -> None:
+    def __init__(self, pipe: Any, name: Optional[str], options: SourceOptions, seed: Optional[int]) -> None:
         self._pipe = weakref.ref(pipe)
-        self._dataset, self._name, self._args, self._seed, self._options = dataset, name, args, seed, options
+        self._name, self._options, self._seed = name, options, seed  # options checked: nvfeed.dali.reader
         self.marker: Any = None  # the operator at the reader's place in the graph's order
         self.src: Optional[LoaderSource] = None
         self._stream: Optional[Stream] = None
 
     def __repr__(self) -> str:  # DALI names the source by it in its messages
-        return f"nvfeed.dali.reader({self._dataset!r}, name={self._name!r})"
+        return f"nvfeed.dali.reader({self._options.dataset!r}, name={self._name!r})"
 
     def __call__(self, info: Any) -> Any:
         if self._stream is None:
             pipe = self._pipe()
             keep = _depth.needed(pipe)[0] if pipe is not None else 1
-            self._stream = Stream(self.source(), self._args["batch_size"], keep)
+            self._stream = Stream(self.source(), self._options.batch_size, keep)
         return self._stream(info)
 
     def source(self) -> LoaderSource:
@@ -73,7 +74,7 @@ class Reader:
             pipeline: Any = importlib.import_module("nvidia.dali.pipeline").Pipeline  # loaded by nvfeed.dali
             pipeline.push_current(pipe)  # what LoaderSource learns from the pipeline it is in
             try:
-                self.src = LoaderSource(self._dataset, seed=seed, **self._args, **self._options)
+                self.src = LoaderSource.of(dataclasses.replace(self._options, seed=seed))
             except RankMismatchError as e:
                 if self._seed is not None or "seed" not in str(e):
                     raise

@@ -19,13 +19,15 @@ from __future__ import annotations
 import bisect
 import collections
 import importlib
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
 from ._errors import LoaderError
-from ._source import LoaderSource
 from ._wire import Sampling
+
+if TYPE_CHECKING:  # a type only: the source is made elsewhere
+    from ._source import LoaderSource
 
 _backend: Any = importlib.import_module("nvidia.dali.backend")
 
@@ -85,7 +87,7 @@ class Stream:
 
     def __init__(self, src: LoaderSource, batch_size: int, keep: int) -> None:
         self._src = src
-        self._epochs = Epochs(src.state()["sampling"], batch_size)
+        self._epochs = Epochs(src.opened_state["sampling"], batch_size)
         self._first = {0: 0}  # DALI's epoch_idx -> the stream's batch it starts at
         self._last = -1  # the stream's batch asked for last
         self._at = 0  # the stream position of the samples pending

@@ -83,9 +83,9 @@ class PairedSource:
         """DriftError unless every part's list is as long as the first's
         and of the same reader."""
         first = self.parts[0]
-        n0 = first.state()["sampling"]["n"]
+        n0 = first.opened_state["sampling"]["n"]
         for p in self.parts[1:]:
-            n = p.state()["sampling"]["n"]
+            n = p.opened_state["sampling"]["n"]
             if n != n0 or p.reader != first.reader:
                 raise DriftError(f"PairedSource: dataset {p.options.dataset!r} holds {n} {p.reader} samples, "
                                  f"{first.options.dataset!r} {n0} {first.reader} ones: their samples cannot pair "

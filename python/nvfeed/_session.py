@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A source's session with loaderd: opening it and mapping its batch
-memory, reopening it where the source stands when the daemon goes away,
-and giving batches back with GPU fences; ``_transport`` asks for the
-next descriptor over HTTP or the stream. No batch views here."""
+"""A source's session with loaderd. It opens the session and maps its
+batch memory. It reopens the session where the source stands when the
+daemon goes away. It gives batches back, with GPU fences. Its transport
+(``_transport``) asks for the next descriptor. No batch views here."""
 
 from __future__ import annotations
 
@@ -31,30 +31,32 @@ from ._wdsskip import skipped_of
 from ._wire import MemoryDesc, NextResponse, OpenRequest, OpenResponse, State
 
 
-class Session(Transport):
-    """One open session for the options ``o``: its id, mapping, the slots
-    of batches held, and its position (the next batch). ``dali``: the
-    DALI types batches are made of, if any."""
+class Session:
+    """One open session for the options ``o``: its id, its mapping, the
+    slots of batches held, and its position (the next batch). ``dali``:
+    the DALI types batches are made of, if any. It owns its transport.
+    What its open answered (``backend``, ``fingerprint``, ...) is
+    documented where ``LoaderSource`` gives it."""
 
     def __init__(self, o: SourceOptions, dali: Optional[DaliTypes]) -> None:
-        self._transport, self._timeout, self._socket = o.transport, o.timeout, o.socket
-        self._on_error = o.on_error
+        self._timeout, self._socket = o.timeout, o.socket
         self._dali = dali
-        self._stream = None
-        self._expect: Optional[tuple[int, int]] = None  # the position of the next batch this source returns
-        self.skipped_samples = 0
-        self._skip_told = -1  # the last epoch whose webdataset skip was warned of (_wdsskip)
+        self.expect: Optional[tuple[int, int]] = None
+        """The position of the next batch the source returns."""
         self._told_not_raw = False  # the open's not_raw is warned of once per source, not at every reconnect
         self._conn = UnixHTTPConnection(o.socket, o.timeout)
-        self._id: Optional[str] = None
+        self.transport = Transport(o.transport, o.socket, o.timeout, self._conn)
+        self.id: Optional[str] = None
+        """The session's id; None once closed."""
         self._held: collections.deque[int] = collections.deque()
         self._give_back: list[int] = []  # slots of batches not handed out (failed)
-        self._unsent: list[int] = []
         self._reconnect_timeout = o.reconnect_timeout
-        self._gpu: Optional[DeviceMapping] = None
+        self.gpu: Optional[DeviceMapping] = None
+        """The GPU batch memory, if the batches are there."""
         self._mm: Optional[mmap.mmap] = None  # host batch memory
         self._buf: np.ndarray[Any, np.dtype[np.uint8]] = np.empty(0, dtype=np.uint8)
-        self._mapped = Mapped(None, self._buf, None, dali)
+        self.mapped = Mapped(None, self._buf, None, dali)
+        """The batch memory, as the batch views take it."""
         self._fence: Optional[ReleaseFence] = None
         self._cu: Any = None
         self._device_id = o.device_id
@@ -66,7 +68,8 @@ class Session(Transport):
             self._cu = load_libcuda()
             self._uuid = req["device_uuid"] = device_uuid(self._cu, o.device_id)
             self._fence = ReleaseFence(self._cu, o.device_id, o.stream)
-        self._req = req
+        self.request = req
+        """The open request; a reopen sends it again at the source's position."""
         try:
             self._open(req)
         except BaseException:
@@ -76,51 +79,43 @@ class Session(Transport):
                 pass  # the failure that brought us here is the one to raise
             raise
         if self.fingerprint:
-            self._req["fingerprint"] = self.fingerprint  # a reopen reads this dataset or none
+            self.request["fingerprint"] = self.fingerprint  # a reopen reads this dataset or none
 
     def _open(self, req: OpenRequest) -> None:
-        """Opens a session and maps its batch memory; the request fitted to
-        the daemon's version, asked first (it may have been upgraded since)."""
+        """Opens a session and maps its batch memory. The request is fitted
+        to the daemon's version, asked first: it may have been upgraded."""
         self.daemon: DaemonVersion = hello(self._conn, self._socket)
-        """The daemon's version (release, protocol, features)."""
         try:
-            r = cast(OpenResponse, self._call("POST", "/v1/sessions", fit(req, self.daemon, self._socket)))
+            r = cast(OpenResponse, self.call("POST", "/v1/sessions", fit(req, self.daemon, self._socket)))
         except BadRequestError as e:
             err = refused(e, self.daemon, self._socket)
             if err is e:
                 raise
             raise err from e
-        self._id = r["id"]
+        self.id = r["id"]
         self.backend: str = r["backend"]
-        """The backend that reads for this source (the daemon's default filled in)."""
         self.backend_why: str = r.get("backend_why", "")  # "" from a daemon that gives none
-        """Why that backend when none was named: the fastest the dataset allows
-        (raw reads, ``gds``, from a block device's map; else ``file``); "" when named."""
         self.gpu_path: str = r["gpu_path"]
         if r.get("not_raw") and not self._told_not_raw:
             self._told_not_raw = True
             why = "; ".join(f"{c['samples']} {c['cause'].replace('_', ' ')} (fix: {c['fix']})" for c in r["not_raw"])
             warnings.warn(f"LoaderSource: dataset {req['dataset']}: {sum(c['samples'] for c in r['not_raw'])} samples are read "
-                          f"through the filesystem, not raw by {self.backend}: {why}", RuntimeWarning, stacklevel=4)
-        """For GPU batches, the path that runs: "cufile" or "bounce"; else ""."""
-        self._release_after: int = r["release_after"]
+                          f"through the filesystem, not raw by {self.backend}: {why}", RuntimeWarning, stacklevel=6)
+        self.release_after: int = r["release_after"]
+        """Batches after which a batch's memory goes back to the daemon."""
         self.prefetch_queue_depth: int = r["prefetch_queue_depth"]
-        self._epoch_batches: int = r["epoch_batches"]
-        self._expect = (r["epoch"], r["iteration"])
-        self._state0: State = r["state"]
+        self.epoch_batches: int = r["epoch_batches"]
+        """Batches in the current epoch for this shard."""
+        self.expect = (r["epoch"], r["iteration"])
+        self.state0: State = r["state"]
+        """The position at open, with its sampling."""
         self.content = _content.of(r)
         """The dataset by its samples' names, sizes and labels, the same on
         every node holding the same files (``None`` from a daemon that gives
         none): what ranks compare to name a difference."""
         self.fingerprint: str = r.get("fingerprint", "")  # "" from a daemon that gives none
-        """The dataset's fingerprint: 32 hex digits naming its samples (paths,
-        labels, sizes), the same on every node holding the same files."""
         self.reader: str = r.get("reader") or "file"  # a daemon before numpy datasets serves files only
-        """The DALI reader whose samples the dataset holds: ``"file"``
-        (encoded files: each batch is its samples and labels) or
-        ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone)."""
         self.components: int = r.get("components") or 0
-        """WebDataset: the outputs of a sample (``len(ext)``); 0 otherwise."""
         self.skipped_at_open = skipped_of(r)  # webdataset "skip": left out every epoch (_wdsskip)
         try:
             mr, fd = receive(self._socket, r["id"], self._timeout)
@@ -130,12 +125,11 @@ class Session(Transport):
                             e.error_code) from e
         desc = mr["memory"]
         self.memory: MemoryDesc = desc
-        """The session's batch memory: kind, size, slot size, slots, device."""
-        old_gpu = self._gpu
+        old_gpu = self.gpu
         try:
             if desc["kind"] == "gpu":
                 dev = session_device(self._cu, r["id"], desc.get("uuid") or "", self._device_id, self._uuid)
-                self._gpu = DeviceMapping(fd, desc["size"], dev, lib=self._cu)
+                self.gpu = DeviceMapping(fd, desc["size"], dev, lib=self._cu)
                 self._buf = np.empty(0, dtype=np.uint8)
             else:
                 self._mm = map_host(fd, desc["size"])
@@ -148,8 +142,8 @@ class Session(Transport):
             raise LoaderError(f"loaderd: session {r['id']}: cannot map its {desc['kind']} batch memory: {e}") from e
         finally:
             os.close(fd)
-        self._mapped = Mapped(self._mm if self._gpu is None else None, self._buf, self._gpu, self._dali)
-        if old_gpu is not None and old_gpu is not self._gpu:
+        self.mapped = Mapped(self._mm if self.gpu is None else None, self._buf, self.gpu, self._dali)
+        if old_gpu is not None and old_gpu is not self.gpu:
             # The old session's memory (a reconnect): unmapped now, or when
             # the last array handed out from it dies.
             try:
@@ -158,42 +152,65 @@ class Session(Transport):
                 warnings.warn(f"LoaderSource: unmapping the previous session's GPU memory: {e}", RuntimeWarning,
                               stacklevel=2)
 
+    def state(self) -> State:
+        """The position of the next batch the source produces, with the
+        sampling. The daemon may have read ahead into a stream: the
+        source's own position is then the stream's next frame."""
+        st = cast(State, self.call("GET", f"/v1/sessions/{self.id}/state"))
+        if self.transport.streaming and self.expect is not None:
+            st["epoch"], st["batch"] = self.expect
+        return st
+
     def _here(self) -> OpenRequest:
-        """The open request, resuming at this source's position."""
-        epoch, batch = cast(tuple[int, int], self._expect)
-        req = cast(OpenRequest, dict(self._req))
-        req["state"] = {"version": self._state0["version"], "sampling": self._state0["sampling"], "epoch": epoch,
-                        "batch": batch, "content": self._state0.get("content")}
+        """The open request, resuming at the source's position."""
+        epoch, batch = cast(tuple[int, int], self.expect)
+        req = cast(OpenRequest, dict(self.request))
+        req["state"] = {"version": self.state0["version"], "sampling": self.state0["sampling"], "epoch": epoch,
+                        "batch": batch, "content": self.state0.get("content")}
         return req
 
     def _forget_slots(self) -> None:
-        """Slots of the old session mean nothing to a new one; what DALI
+        """Slots of the old session mean nothing to a new one. What DALI
         still holds keeps its memory (the old mapping) alive."""
         self._held.clear()
         self._give_back.clear()
         if self._fence is not None:
             self._fence.forget()
 
+    def _kept(self) -> list[int]:
+        """The slots the source still holds: those of batches handed out,
+        and those held back for the consumer's GPU work."""
+        return list(self._held) + (self._fence.held if self._fence is not None else [])
+
+    def hold(self, slot: int) -> None:
+        """Holds a batch handed out as a view, until ``release_after`` more."""
+        self._held.append(slot)
+
+    def give_back(self, slot: int) -> None:
+        """Gives a slot back with the next request: its batch was copied
+        or not handed out."""
+        self._give_back.append(slot)
+
     def _reconnect(self, cause: LoaderError) -> None:
-        """Reopens the session at this source's position after the daemon
-        went away, retrying with backoff for reconnect_timeout seconds, or
-        after the daemon closed it as idle (code "reaped"), saying which."""
-        if self._reconnect_timeout <= 0 or self._expect is None:
+        """Reopens the session at the source's position after the daemon
+        went away, or closed it as idle (code "reaped"), saying which. It
+        retries with backoff for reconnect_timeout seconds."""
+        if self._reconnect_timeout <= 0 or self.expect is None:
             raise cause
         since = time.time()
         deadline = time.monotonic() + self._reconnect_timeout
-        self._drop_stream()
+        self.transport.drop()
         self._conn.close()
         req = self._here()
         delay, last = 0.05, str(cause)
-        warnings.warn(reconnect_message(cause, self._socket, self._reconnect_timeout, self._expect), RuntimeWarning,
+        warnings.warn(reconnect_message(cause, self._socket, self._reconnect_timeout, self.expect), RuntimeWarning,
                       stacklevel=5)
         # A daemon that lives on (only the stream broke) frees the old
-        # session now rather than when it is reaped as idle; arrays handed
+        # session now rather than when it is reaped as idle. Arrays handed
         # out keep their memory mapped either way.
         conn = UnixHTTPConnection(self._socket, min(self._timeout, 5.0))
         try:
-            call(conn, self._socket, "DELETE", f"/v1/sessions/{self._id}")
+            call(conn, self._socket, "DELETE", f"/v1/sessions/{self.id}")
         except LoaderError:
             pass
         finally:
@@ -211,31 +228,32 @@ class Session(Transport):
             delay = min(2 * delay, 1.0)
         self._forget_slots()
 
-    def _reopen(self, release_after: int) -> None:
-        """Reopens the session at this source's position with another
-        release_after (the DALI pipeline it feeds needs more)."""
-        self._req["release_after"] = release_after
-        self._drop_stream()
+    def reopen(self, release_after: int) -> None:
+        """Reopens the session at the source's position with another
+        release_after: the DALI pipeline it feeds needs more."""
+        self.request["release_after"] = release_after
+        self.transport.drop()
         req = self._here()
         try:
-            self._call("DELETE", f"/v1/sessions/{self._id}")  # first: its shard leaves the job
+            self.call("DELETE", f"/v1/sessions/{self.id}")  # first: its shard leaves the job
         except NotFoundError:
             pass
         self._open(req)
         self._forget_slots()  # arrays handed out keep the old session's memory mapped
 
-    def _deliver(self, at: Optional[tuple[int, int]]) -> NextResponse:
-        """The next descriptor (at at), giving back what may go: batches
-        with release_after later batches delivered go back to the daemon
-        with this request (one round trip per batch); GPU memory only once
-        the consumer's GPU work queued on it has finished (an event on the
-        consumer's stream), without waiting for it while the daemon still
-        has room to read ahead (prefetch_queue_depth slots held back at
-        most). Reconnects when the daemon went away. A fence call that
-        fails raises with no slot lost: each stays held (or held back) and
-        the next call tries again."""
+    def deliver(self, at: Optional[tuple[int, int]]) -> NextResponse:
+        """The next descriptor (at ``at``), giving back what may go.
+
+        Batches with release_after later batches delivered go back with
+        this request. GPU memory goes back only once the consumer's GPU
+        work queued on it has finished: an event on the consumer's stream.
+        That wait is skipped while the daemon still has room to read ahead
+        (prefetch_queue_depth slots held back at most). It reconnects when
+        the daemon went away. A fence call that fails raises with no slot
+        lost: each stays held, and the next call tries again.
+        """
         release = list(self._give_back)
-        while len(self._held) > self._release_after:
+        while len(self._held) > self.release_after:
             slot = self._held[0]
             if self._fence is None:
                 release.append(slot)
@@ -246,41 +264,35 @@ class Session(Transport):
             release += self._fence.done(self.prefetch_queue_depth)
         self._give_back = []
         try:
-            return self._next(release, at)
+            return self.transport.next(cast(str, self.id), release, at, self.expect, self._kept())
         except (DaemonGoneError, NotFoundError) as e:  # NotFound: a restarted daemon does not know the session
             self._reconnect(e)
-            return self._next([], at)
+            return self.transport.next(cast(str, self.id), [], at, self.expect, self._kept())
 
-    def _call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
+    def call(self, method: str, path: str, body: Optional[Any] = None) -> Any:
+        """One request to the daemon over the session's connection."""
         return call(self._conn, self._socket, method, path, body)
 
-    def __len__(self) -> int:
-        """Batches in the current epoch for this shard."""
-        return self._epoch_batches
-
     def close(self) -> None:
-        """Ends the session. Batches handed out stay readable: GPU memory is
-        unmapped now when no ``CudaArray`` of it lives, else when the last
-        one dies (or at interpreter exit), after the device's queued work.
+        """Ends the session. Batches handed out stay readable.
 
         Raises
         ------
         CudaError
-            Unmapping GPU memory or closing the fence failed (the call
-            named), after the rest of the cleanup.
+            Unmapping GPU memory or closing the fence failed, after the
+            rest of the cleanup.
         """
-        self._drop_stream()
-        if self._id is not None:
+        self.transport.drop()
+        if self.id is not None:
             try:
-                self._call("DELETE", f"/v1/sessions/{self._id}")
+                self.call("DELETE", f"/v1/sessions/{self.id}")
             except LoaderError:
                 pass
-            self._id = None
+            self.id = None
         self._conn.close()
-        self._closed()
         self._unmap_host()
         errors: list[CudaError] = []
-        gpu, self._gpu = self._gpu, None
+        gpu, self.gpu = self.gpu, None
         fence, self._fence = self._fence, None
         for close in (gpu.retire if gpu is not None else None, fence.close if fence is not None else None):
             if close is not None:
@@ -295,8 +307,5 @@ class Session(Transport):
         """Unmaps host batch memory at close unless a batch views it."""
         mm, self._mm = self._mm, None
         self._buf = np.empty(0, dtype=np.uint8)
-        self._mapped = Mapped(None, self._buf, self._mapped.gpu, self._dali)
+        self.mapped = Mapped(None, self._buf, self.mapped.gpu, self._dali)
         unmap_unless_viewed(mm)
-
-    def _closed(self) -> None:
-        """What a subclass forgets at close (before GPU memory is unmapped)."""

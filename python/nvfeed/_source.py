@@ -1,18 +1,28 @@
 # SPDX-License-Identifier: Apache-2.0
 """``LoaderSource``: one shard of a dataset as batches for DALI's
 ``fn.external_source``, read by loaderd into batch memory this process
-maps. A short facade over its pieces: its constructor (``_sourceinit``),
-the arguments checked once (``_options``), the session and its transport (``_session``,
-``_transport``), the batch views (``_views``) and the DALI-facing source
-(``_feed``)."""
+maps. It owns its parts: the checked arguments (``_options``), the
+session and its transport (``_session``, ``_transport``). It makes the
+batches with the views (``_views``)."""
 
 from __future__ import annotations
 
-from . import _args
-from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, Transport
-from ._sourceinit import SourceInit
-from ._views import Array, Batch, DaliBatch, Sample, Tensors
+import warnings
+from typing import TYPE_CHECKING, Any, Generic, Optional, Sequence, TypeVar, Union, cast
+
+import numpy as np
+
+from . import _args, _depth, _options, _ranks, _views, _wds
+from ._errors import DriftError, LoaderError, SampleError
+from ._lifetime import Lifetime, own
+from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, SourceOptions, Transport
+from ._pair import BatchHalves, Position, batch_position
+from ._session import Session
+from ._version import DaemonVersion
+from ._views import Array, Batch, DaliBatch, DaliTypes, Sample, Tensors
 from ._wds import Components, MissingComponent
+from ._wdsskip import tell
+from ._wire import MemoryDesc, NextResponse, State
 
 __all__ = ["LoaderSource", "MAX_INITIAL_FILL", "Array", "Batch", "BatchFormat", "Components", "DaliBatch", "Device",
            "GPUPath", "MissingComponent", "OnError", "Sample", "Shuffle", "Tensors", "Transport"]
@@ -21,7 +31,27 @@ MAX_INITIAL_FILL = _args.MAX_INITIAL_FILL
 """The largest ``initial_fill`` (the daemon's bound too)."""
 
 
-class LoaderSource(SourceInit):
+T = TypeVar("T")
+
+
+class _Opened(Generic[T]):
+    """A source's attribute that its session's open answered: read from
+    the session, the one place it is set."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, src: Optional[LoaderSource], owner: Optional[type] = None) -> T:
+        if src is None:
+            return cast(T, self)
+        return cast(T, getattr(src._session, self._name))
+
+
+class LoaderSource:
     """Batches of one shard of a dataset registered with loaderd, for
     ``fn.external_source(source=src, num_outputs=2, batch=True)``; or, for
     GPU samples with host labels, for two external sources
@@ -44,214 +74,7 @@ class LoaderSource(SourceInit):
     by sample as ``fn.readers.webdataset`` returns them, for
     ``fn.external_source(source=src, num_outputs=len(ext), batch=True)``.
 
-    Parameters
-    ----------
-    dataset : str
-        The dataset's name, as registered with ``loaderd serve --dataset``.
-    socket : str, optional
-        The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
-        else ``/run/loaderd/loaderd.sock`` (``DEFAULT_SOCKET``, where
-        deploy/ puts it).
-    batch_size : int, optional, default = 64
-        Samples per batch (DALI ``fn.readers.file``'s ``batch_size``), in
-        ``[1, 65536]``.
-    shard_id : int, optional, default = 0
-        This rank's shard, in ``[0, num_shards)``.
-    num_shards : int, optional, default = 1
-        The number of shards (ranks) the dataset is split into, in
-        ``[1, 2**31 - 1]`` (0 is an error: it does not mean 1).
-    random_shuffle : bool, optional, default = False
-        Shuffle every epoch, as ``shuffle`` says. Without it every
-        ``shuffle`` reads the shard in order, as ``fn.readers.file`` does.
-    seed : int, optional, default = 0
-        The shuffle's seed, in ``[0, 2**64)``. With ``shuffle="dali"``
-        only its low 32 bits count, as in DALI; pass the same ``seed`` to
-        ``fn.readers.file`` (a reader given no seed takes one derived from
-        the pipeline's, which this source cannot know).
-    pad_last_batch : bool, optional, default = False
-        Pad every shard to the same length and whole batches by repeating
-        its last sample, as DALI does.
-    stick_to_shard : bool, optional, default = False
-        Read the same shard every epoch (else shard ``(shard_id + epoch) %
-        num_shards``): the samples ``fn.readers.file``'s shard holds, so
-        a node that caches its shard keeps it, shuffled or not.
-    shuffle : {"permute", "dali"}, optional, default = "permute"
-        How ``random_shuffle`` shuffles. ``"permute"``: a full permutation
-        of the dataset every epoch, drawn from ``(seed, epoch)``, the same
-        on every rank (shards stay disjoint; with ``stick_to_shard`` the
-        rank's samples are DALI's shard's, permuted anew each epoch).
-        ``"dali"``: ``fn.readers.file(random_shuffle=True)``'s order,
-        sample for sample, epoch after epoch (same ``seed``,
-        ``initial_fill``, sharding, padding and ``batch_size``): a local
-        shuffle, through a buffer of ``initial_fill`` samples, of one list
-        order fixed for every seed. Without ``pad_last_batch`` DALI's
-        batches run across the epoch boundary; here the epoch ends with a
-        partial batch of the same samples. Resuming at epoch *e* replays
-        the epochs before it in the daemon (about 15 ns a sample, at most
-        2**30 samples).
-    shuffle_after_epoch : bool, optional, default = False
-        DALI's ``shuffle_after_epoch``: the whole list permuted anew at
-        every epoch's end, the same permutations on every rank and for
-        every ``seed``; each rank reads its ``shard_id``'s range. Two
-        sources over datasets of one length (``x`` and ``y`` of each case)
-        read the same positions: pairs stay paired. The permutations are
-        DALI 2.4's, sample for sample (``fn.readers.numpy`` and
-        ``fn.readers.file`` of the same list and arguments return the
-        same samples). Not with ``random_shuffle`` or ``stick_to_shard``.
-    shuffle_after_epoch_seed : int, optional
-        DALI's ``shuffle_after_epoch_seed`` (an int64): the seed of those
-        permutations; ``None``, DALI's fixed default (524287). Every rank
-        must pass the same.
-    files : list of str, optional
-        DALI's ``files=``: the dataset's samples to read, in this order
-        (the list DALI's readers shard and shuffle), each named by its
-        path relative to the map's root or its absolute path under it
-        (nnU-Net's k-fold lists, computed at run time). The daemon checks
-        only these as the caller and refuses, at open, a name the map does
-        not hold. Default: every sample of the dataset.
-    file_list : str, optional
-        DALI's ``file_list=``: a text file of such names, one a line (read
-        here, as the caller; a trailing integer label is dropped: the
-        map's labels count). Not with ``files``.
-    initial_fill : int, optional, default = 1024
-        The ``"dali"`` shuffle's buffer, in samples, in ``[1, 2**24]``:
-        ``fn.readers.file``'s ``initial_fill``. Only ``shuffle="dali"``
-        with ``random_shuffle`` uses it.
-    backend : str, optional
-        How the daemon reads: ``"file"``, ``"gds"``, ``"bam"`` (see
-        ``backends()``); ``None`` takes the fastest the dataset allows: raw
-        reads (``gds``) over a block device's map, else ``file``
-        (``backend`` and ``backend_why`` say which and why).
-    backend_options : dict, optional
-        The backend's options by name (see ``backends()``).
-    prefetch_queue_depth : int, optional
-        Batches the daemon reads ahead, in ``[1, 64]``; ``None`` takes its
-        default (2). Not DALI's ``prefetch_queue_depth``: ``release_after``
-        follows that one.
-    release_after : int, optional
-        A batch's memory goes back to the daemon after this many later
-        batches, in ``[0, 64]``. ``None``: derived from the DALI pipeline
-        the source feeds (how long DALI may still read a batch fed with
-        ``no_copy=True``: ``prefetch_queue_depth + 1``, or with separated
-        queues ``cpu_size * gpu_size + 1`` unless equal), outside DALI the
-        daemon's ``prefetch_queue_depth + 1``. A smaller value than the
-        pipeline needs raises ``ValueError`` naming both.
-    state : State, optional
-        Resume where ``state()`` was taken.
-    timeout : float, optional, default = 600.0
-        Seconds to wait for the daemon per request (> 0).
-    on_error : {"raise", "skip"}, optional, default = "raise"
-        What a batch with samples that could not be read (deleted, EIO,
-        changed) does: ``"raise"`` raises ``SampleError`` naming every
-        failed sample, the batch given back and the source still usable;
-        ``"skip"`` returns the batch without them (a smaller batch) and
-        warns, counting them in ``skipped_samples`` (a batch none of whose
-        samples could be read raises even then). A zero-length stand-in is
-        never returned.
-    transport : {"stream", "http"}, optional, default = "stream"
-        ``"stream"``: batch descriptors pushed by the daemon as batches
-        are read, releases sent back without a reply (no round trip per
-        batch); ``"http"``: a request per batch.
-    device : {"cpu", "gpu"}, optional, default = "cpu"
-        Where batches land. ``"cpu"``: page-locked host memory (numpy
-        views). ``"gpu"``: GPU memory on ``device_id``, written by the
-        daemon before the batch is handed out; samples are ``CudaArray``
-        objects (``__cuda_array_interface__``: ``fn.external_source(
-        device="gpu")``, ``torch.as_tensor``, ``cupy.asarray`` take them
-        without a copy; samples of one size come as one ``(batch, size)``
-        array); labels stay on the host. Needs the CUDA driver here
-        (``$NVFEED_CUDA_LIB_DIR`` or the loader's path), else
-        ``CudaError`` says what was tried. GPU memory goes back only after
-        the consumer's work on it (``cuda_stream``).
-    device_id : int, optional, default = 0
-        The GPU for ``device="gpu"``, as this process numbers its GPUs
-        (``CUDA_VISIBLE_DEVICES`` applied). The daemon is told the GPU's
-        UUID, so a daemon that numbers GPUs differently uses the same one.
-    gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
-        How batches reach GPU memory (``device="gpu"``): ``"cufile"``,
-        ``cuFileRead`` straight into the device; ``"bounce"``, ``backend``
-        reads into page-locked staging memory copied once per batch;
-        ``"auto"``, cufile where cuFile runs on the daemon's machine and
-        no host backend is named, else bounce (``gpu_path`` says which).
-    reconnect_timeout : float, optional, default = 60.0
-        Seconds to keep trying when the daemon goes away (an upgrade, a
-        crash, a restart): the source reconnects, reopens its session at
-        its own position and yields exactly the batches an uninterrupted
-        source would have; batches already handed out stay valid. After
-        it, ``DaemonGoneError`` says since when. 0 turns reconnection off.
-    job_id : str, optional
-        A name the ranks of one training job share (at most 128 bytes,
-        e.g. the scheduler's job id and the dataset's role): the daemon
-        compares the sessions of one job (of this user) on its node and
-        refuses one that reads another dataset (fingerprint), other
-        sampling (``batch_size``, ``num_shards``, ``random_shuffle``,
-        ``pad_last_batch``, ``stick_to_shard``; shuffled, ``shuffle``
-        and ``seed``; ``shuffle="dali"``, ``initial_fill``) or a
-        ``shard_id`` another rank reads, with ``RankMismatchError`` naming
-        each difference. One ``job_id`` per dataset a job reads (training
-        and validation sources are two jobs). Ranks on other nodes are
-        compared through ``torch.distributed`` (below).
-    fingerprint : str, optional
-        The dataset's fingerprint this source must read (32 hex digits,
-        ``src.fingerprint`` or ``datasets()``); another raises
-        ``ConflictError``. A reopen after a restart asks for the first.
-    process_group : torch.distributed.ProcessGroup, optional
-        With ``torch.distributed`` initialised and ``num_shards`` > 1, the
-        sources of this group's ranks (``None``: the default group) are
-        compared at construction by one ``all_gather_object`` every rank
-        must reach: another dataset or sampling, two ranks with one
-        ``shard_id`` or a group not of ``num_shards`` ranks raise
-        ``RankMismatchError`` on every rank, naming each rank's value.
-        Pass the data-parallel group when model-parallel ranks share a
-        shard; with NCCL set each rank's device first. Never done in a
-        DataLoader worker.
-    check_ranks : bool, optional, default = True
-        False skips the ``torch.distributed`` comparison (a sharded source
-        built on some ranks only would wait for the others forever).
-    batch_format : {"numpy", "dali"}, optional, default = "numpy"
-        What ``next()`` returns. ``"numpy"``: a list of numpy views (or
-        of ``CudaArray``) and an int32 array of shape (batch, 1); a numpy
-        dataset's arrays (above).
-        ``"dali"``: one DALI ``TensorListCPU`` of the samples
-        (non-contiguous, each sample a view of batch memory: no copy) and
-        one of the labels, which
-        ``fn.external_source`` takes as they are instead of converting each
-        sample (DALI's per-sample conversion of a list costs ~4 µs a
-        sample). With ``device="gpu"``: the samples are one ``CudaArray``
-        of shape (batch, size) when every sample has the same size (the
-        daemon then packs them back to back: DALI wraps that one array,
-        no copy), else a list of ``CudaArray`` (which DALI copies into a
-        contiguous batch of its own), and the labels a ``TensorListCPU``.
-        A numpy dataset's host batch: one ``TensorListCPU`` of its arrays,
-        viewing the batch memory (a dense batch wrapped whole); its GPU
-        batch: as with ``"numpy"``, a ``CudaArray`` or a list of them.
-        Needs DALI in this process.
-    cuda_stream : int, stream object or "context", optional
-        The stream the consumer's GPU work on the batches runs on
-        (``device="gpu"`` only): an int ``CUstream`` handle, or an object
-        with ``cuda_stream``, ``__cuda_stream__``, ``handle`` or ``ptr``.
-        A batch's GPU memory past ``release_after`` goes back to the daemon
-        only once the work queued on that stream so far has finished (an
-        event recorded there, polled at each batch; the host waits only
-        when more than ``prefetch_queue_depth`` slots are held back). By
-        default PyTorch's current stream when PyTorch has initialised
-        CUDA, else the legacy default stream; ``"context"`` synchronises
-        the whole context at each release instead.
-    ext : str or list of str, optional
-        WebDataset datasets: the components, one output each, as
-        ``fn.readers.webdataset``'s ``ext`` (``"jpg;png"``: the first of
-        the alternatives a sample has).
-    missing_component_behavior : {"empty", "skip", "error"}, optional, default = "empty"
-        A sample lacking a component of ``ext``: an empty one, the sample
-        left out, or refused when the session opens (as DALI's).
-    case_sensitive_extensions : bool, optional, default = True
-        Whether ``ext`` matches member names' extensions case-sensitively.
-    zero_copy : bool, optional, default = False
-        Outside DALI, read-only views of the batch memory, valid until
-        ``release_after`` more batches were taken (the daemon then reads
-        other samples into it), not copies valid while referenced. DALI
-        gets views always (it copies them, or ``release_after`` covers its
-        queues). GPU batches are never copied: outside DALI they need it.
+    {parameters}
     **dali_args
         DALI reader arguments: those that only tune how DALI reads
         (``read_ahead``, ``dont_use_mmap``, ``use_o_direct``, ...) are
@@ -288,12 +111,378 @@ class LoaderSource(SourceInit):
         ``DaemonGoneError``.
     """
 
-    def __iter__(self) -> LoaderSource:
-        super().__iter__()
-        return self
+    if TYPE_CHECKING:  # SourceOptions' arguments for type checkers; their defaults are its (test_options)
+        def __init__(self, dataset: str, socket: Optional[str] = ..., batch_size: int = ..., shard_id: int = ...,
+                     num_shards: int = ..., random_shuffle: bool = ..., seed: int = ..., pad_last_batch: bool = ...,
+                     stick_to_shard: bool = ..., shuffle: Shuffle = ..., initial_fill: int = ...,
+                     backend: Optional[str] = ..., backend_options: Optional[dict[str, Any]] = ...,
+                     prefetch_queue_depth: Optional[int] = ..., release_after: Optional[int] = ...,
+                     state: Optional[State] = ..., timeout: float = ..., on_error: OnError = ...,
+                     transport: Transport = ..., device: Device = ..., device_id: int = ..., gpu_path: GPUPath = ...,
+                     reconnect_timeout: float = ..., batch_format: BatchFormat = ..., cuda_stream: object = ...,
+                     job_id: Optional[str] = ..., fingerprint: Optional[str] = ..., process_group: Any = ...,
+                     check_ranks: bool = ..., shuffle_after_epoch: bool = ...,
+                     shuffle_after_epoch_seed: Optional[int] = ..., files: Optional[Sequence[str]] = ...,
+                     file_list: Optional[str] = ..., ext: Optional[Any] = ..., missing_component_behavior: str = ...,
+                     case_sensitive_extensions: bool = ..., zero_copy: bool = ..., **dali_args: Any) -> None: ...
+    else:
+        def __init__(self, dataset: str, **options: Any) -> None:
+            self._check(dataset, options)
+
+    def _check(self, dataset: str, options: dict[str, Any]) -> None:
+        """Checks the arguments (``SourceOptions``) and opens the session."""
+        try:
+            o = SourceOptions.check(dataset, **options)
+        except Exception as e:
+            # The other ranks wait for this one's comparison: tell them.
+            peers = _ranks.peers(options.get("num_shards", 1), options.get("process_group"),
+                                 options.get("check_ranks", True) is not False)
+            if peers is not None:
+                peers.fail(e)
+            raise
+        self._start(o)
+
+    @classmethod
+    def of(cls, o: SourceOptions) -> LoaderSource:
+        """A source of options already checked (``nvfeed.dali.reader``'s).
+
+        Parameters
+        ----------
+        o : SourceOptions
+            The arguments, checked.
+
+        Returns
+        -------
+        LoaderSource
+            The source, its session open.
+        """
+        src = cls.__new__(cls)
+        src._start(o)
+        return src
+
+    def _start(self, o: SourceOptions) -> None:
+        """Opens the session of ``o``. A sharded source under
+        torch.distributed is compared with the other ranks'. A rank whose
+        open fails tells them so, rather than leave them waiting."""
+        peers = _ranks.peers(o.num_shards, o.process_group, o.check_ranks)
+        self.options = o
+        """The arguments, checked (``SourceOptions``)."""
+        self._dtypes: dict[str, np.dtype[Any]] = {}  # a numpy dataset's dtype by descr
+        self._halves = BatchHalves()
+        self._last: Optional[Position] = None  # the position of the batch returned last
+        self.last_indices: list[int] = []
+        """The dataset's sample indices of the batch returned last, in order."""
+        self._lifetime = Lifetime(o.zero_copy)  # views or copies
+        self._dali_looked = False  # the DALI pipeline fed was looked for (release_after)
+        self.keep: Optional[int] = None
+        """Hand out only the first ``keep`` samples of the next batch (the
+        rest is padding: ``nvfeed.torch``'s last-batch policy); ``None``: all."""
+        self.skipped_samples = 0
+        """Samples left out of batches with ``on_error="skip"``."""
+        self._skip_told = -1  # the last epoch whose webdataset skip was warned of (_wdsskip)
+        try:
+            self._session = Session(o, DaliTypes() if o.batch_format == "dali" else None)
+        except Exception as e:
+            if peers is not None:
+                peers.fail(e)
+            raise
+        if peers is not None:
+            try:
+                req = self._session.request
+                peers.compare(o.dataset, self.fingerprint, req["shard_id"], cast(dict[str, Any], req), self._session.content)
+            except LoaderError:
+                self.close()
+                raise
+
+    backend = _Opened[str]("""The backend that reads for this source (the daemon's default filled in).""")
+    backend_why = _Opened[str]("""Why that backend when none was named: the fastest the dataset allows
+        (raw reads, ``gds``, from a block device's map; else ``file``); "" when named.""")
+    gpu_path = _Opened[str]("""For GPU batches, the path that runs: "cufile" or "bounce"; else "".""")
+    prefetch_queue_depth = _Opened[int]("""Batches the daemon reads ahead.""")
+    fingerprint = _Opened[str]("""The dataset's fingerprint: 32 hex digits naming its samples (paths,
+        labels, sizes), the same on every node holding the same files.""")
+    reader = _Opened[str]("""The DALI reader whose samples the dataset holds: ``"file"``
+        (encoded files: each batch is its samples and labels) or
+        ``"numpy"`` (``.npy`` arrays: each batch is the arrays alone).""")
+    components = _Opened[int]("""WebDataset: the outputs of a sample (``len(ext)``); 0 otherwise.""")
+    skipped_at_open = _Opened[tuple[int, tuple[int, ...]]]("""WebDataset with ``missing_component_behavior="skip"``:
+        the samples left out every epoch, and how many lack each ``ext`` entry.""")
+    memory = _Opened[MemoryDesc]("""The session's batch memory: kind, size, slot size, slots, device.""")
+    daemon = _Opened[DaemonVersion]("""The daemon's version (release, protocol, features).""")
+
+    @property
+    def next_position(self) -> Optional[Position]:
+        """(epoch, iteration) of the next batch this source returns."""
+        return self._session.expect
+
+    @property
+    def opened_state(self) -> State:
+        """The state at open: the sampling, and the first batch's position."""
+        return self._session.state0
+
+    def state(self) -> State:
+        """The position of the next batch this source will produce; pass it
+        as ``state=`` to resume the iterator form. Under DALI that is ahead of
+        the training loop by the batches DALI prefetched
+        (``prefetch_queue_depth``): resuming from it skips them. For exact
+        resume under DALI use ``source=src.batch, batch_info=True`` with
+        ``enable_checkpointing=True`` and ``pipe.checkpoint()``.
+
+        Returns
+        -------
+        State
+            The sampling and the position, for ``LoaderSource(state=...)``.
+        """
+        return self._session.state()
+
+    def __len__(self) -> int:
+        """Batches in the current epoch for this shard."""
+        return self._session.epoch_batches
 
     def __enter__(self) -> LoaderSource:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def close(self) -> None:
+        """Ends the session. Batches handed out stay readable: GPU memory is
+        unmapped now when no ``CudaArray`` of it lives, else when the last
+        one dies (or at interpreter exit), after the device's queued work.
+
+        Raises
+        ------
+        CudaError
+            Unmapping GPU memory or closing the fence failed (the call
+            named), after the rest of the cleanup.
+        """
+        self._halves.clear()  # before GPU memory is unmapped
+        self._session.close()
+
+    def __iter__(self) -> LoaderSource:
+        # DALI calls iter() on an iterable source while it builds the
+        # pipeline's graph: the pipeline is current then.
+        self._fit_pipeline(frames=False)
+        if self._last is not None and self._session.expect == (self._last[0], len(self)) and len(self):
+            raise DriftError(f"LoaderSource({self.options.dataset!r}) iterated anew with every batch of epoch "
+                             f"{self._last[0]} taken but not its end: this pass would be that end alone. zip() of two "
+                             "sources leaves the second there when the first ends, and from then on pairs a batch "
+                             "with its twin's predecessor; read datasets that pair with nvfeed.PairedSource, or take "
+                             "the end with one more next() (StopIteration)")
+        return self
+
+    def _fit_pipeline(self, frames: bool) -> None:
+        """Makes release_after cover the DALI pipeline this source feeds
+        (_depth), once: the session is reopened at this source's position
+        with a larger one when it was not given, a ValueError raised when
+        the one given is too small."""
+        if self._dali_looked:
+            return
+        pipe = _depth.find_pipeline(frames)
+        if pipe is None:
+            self._dali_looked = frames  # iter() outside DALI: look again at the first batch
+            return
+        self._dali_looked = self._lifetime.dali = True
+        s = self._session
+        given = s.request["release_after"] if self.options.release_after is not None else None
+        n = _depth.release_after_for(pipe, s.release_after, given)
+        if n is not None and s.id is not None and s.expect is not None:
+            s.reopen(n)
+
+    @property
+    def zero_copy(self) -> bool:
+        """Batches read outside DALI view the batch memory (see ``LoaderSource``)."""
+        return self._lifetime.zero_copy
+
+    @property
+    def position(self) -> Optional[Position]:
+        """(epoch, iteration) of the batch returned last; None before the first."""
+        return self._last
+
+    def __next__(self) -> Union[Batch, DaliBatch, Tensors, Components]:
+        return self.fetch(None)
+
+    def batch(self, info: Any) -> Union[Batch, DaliBatch, Tensors, Components]:
+        """Batch ``info.iteration`` of epoch ``info.epoch_idx``: for
+        ``fn.external_source(source=src.batch, batch=True, batch_info=True)``,
+        which gives DALI's ``BatchInfo``. Raises ``StopIteration`` past the
+        epoch's last batch. As the batch is a pure function of (epoch,
+        iteration), a pipeline built with ``enable_checkpointing=True``
+        resumes exactly from ``pipe.checkpoint()``: DALI asks again for the
+        batches it had prefetched. Asking in order costs no extra read.
+        (Pass the bound method: DALI iterates any iterable source and ignores
+        ``batch_info`` for it.)
+
+        Parameters
+        ----------
+        info : nvidia.dali.types.BatchInfo
+            The batch DALI asks for (``epoch_idx``, ``iteration``).
+
+        Returns
+        -------
+        Batch, DaliBatch, Tensors or Components
+            The batch, as ``next()`` gives it.
+        """
+        return self.fetch((int(info.epoch_idx), int(info.iteration)))
+
+    def fetch(self, at: Optional[Position]) -> Union[Batch, DaliBatch, Tensors, Components]:
+        """The batch at ``at`` (epoch, iteration), or the next one.
+
+        Parameters
+        ----------
+        at : tuple of int, optional
+            The batch wanted; None for the next one.
+
+        Returns
+        -------
+        Batch, DaliBatch, Tensors or Components
+            The batch, as ``next()`` gives it.
+        """
+        s = self._session
+        if s.id is None:
+            raise LoaderError("LoaderSource is closed")
+        if not self._dali_looked:
+            self._fit_pipeline(frames=True)  # a callable source (src.batch): DALI is among the callers
+        copy = self._lifetime.copies(s.gpu is not None, self.options.dataset)
+        r = s.deliver(at)
+        s.epoch_batches = r["epoch_batches"]
+        if r["end_of_epoch"]:
+            s.expect = (r["epoch"], 0)
+            raise StopIteration
+        if self.keep is not None and self.keep < _wds.count_samples(self.components, r["offsets"]):
+            r = _views.prefix(r, self.keep, self.components or 1)
+        if at is not None and (r["epoch"], r["iteration"]) != at:
+            s.transport.drop()
+            raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
+        s.expect = (r["epoch"], r["iteration"] + 1)
+        self._last = (r["epoch"], r["iteration"])
+        if self.skipped_at_open[0] and r["iteration"] == 0 and r["epoch"] != self._skip_told:
+            self._skip_told = r["epoch"]
+            tell(self.options.dataset, r["epoch"], self.options.ext, self.skipped_at_open)
+        failed = r.get("failed") or []
+        if failed and (self.options.on_error == "raise" or len(failed) == _wds.count_samples(self.components, r["offsets"])):
+            s.give_back(r["slot"])
+            raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
+        self.last_indices = r.get("indices") or []
+        m = s.mapped
+        if copy:  # the batch's own memory: its slot goes back with the next request
+            m, r = own(m, r)
+            s.give_back(r["slot"])
+        else:
+            s.hold(r["slot"])
+        if self.components:
+            keep = self._skip(r, failed) if failed else None
+            return _wds.outputs(m, self.components, r["offsets"], r["lengths"], keep)
+        offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
+        if self.reader == "numpy":
+            return self._tensors(m, r, failed)
+        if not failed:  # the common case: every sample, no index juggling
+            return _views.batch(m, offsets, lengths, np.array(lbls, dtype=np.int32).reshape(-1, 1))
+        keep = self._skip(r, failed)
+        labels = np.asarray([lbls[i] for i in keep], dtype=np.int32).reshape(-1, 1)
+        return _views.batch(m, [offsets[i] for i in keep], [lengths[i] for i in keep], labels)
+
+    def _skip(self, r: NextResponse, failed: list[int], stacklevel: int = 4) -> list[int]:
+        """The positions of the samples that were read (on_error="skip"),
+        the failed ones counted and warned of (the warning points
+        stacklevel frames up: at the caller of next())."""
+        bad = set(failed)
+        keep = [i for i in range(_wds.count_samples(self.components, r["offsets"])) if i not in bad]
+        self.skipped_samples += len(failed)
+        warnings.warn(f"LoaderSource: epoch {r['epoch']} batch {r['iteration']}: skipped {len(failed)} sample(s) "
+                      "that could not be read: " + "; ".join(r.get("errors") or []), RuntimeWarning, stacklevel=stacklevel)
+        return keep
+
+    def _tensors(self, m: _views.Mapped, r: NextResponse, failed: list[int]) -> Union[Tensors, Any]:
+        """A numpy dataset's batch (``_views.tensors``) in the memory ``m``
+        (the session's, or the batch's copy), its failed samples skipped."""
+        descr, shapes = r.get("dtype"), r.get("shapes")
+        offsets, lengths = r["offsets"], r["lengths"]
+        if descr is None or shapes is None or len(shapes) != len(offsets):
+            raise LoaderError(f"loaderd: epoch {r['epoch']} batch {r['iteration']} of numpy dataset "
+                              f"{self.options.dataset} came without a dtype and one shape per sample")
+        dt = self._dtypes.get(descr)
+        if dt is None:
+            dt = self._dtypes[descr] = _views.tensor_dtype(descr)
+        if failed:
+            keep = self._skip(r, failed, stacklevel=5)
+            offsets, lengths, shapes = [offsets[i] for i in keep], [lengths[i] for i in keep], [shapes[i] for i in keep]
+        return _views.tensors(m, f"epoch {r['epoch']} batch {r['iteration']}", dt, offsets, lengths,
+                              shapes, whole=not failed, dataset=self.options.dataset)
+
+    def samples(self, info: Any = None) -> Any:
+        """The samples of the next batch (or of batch ``info`` of DALI's
+        ``BatchInfo``), in this source's batch_format, for one
+        ``fn.external_source`` while ``labels`` feeds another: every
+        output of one external source lives on its device, so GPU samples
+        and host labels need two. DALI calls the two once each per
+        iteration, in no defined order: whichever comes first fetches the
+        batch, the other takes its half of the same batch (the end of an
+        epoch too). Asking for one half twice before the other was taken
+        raises ``LoaderError`` (never a shifted label). Use both or
+        neither, ``parallel=False``::
+
+            src = LoaderSource("imagenet", batch_size=64, device="gpu", batch_format="dali")
+
+            @pipeline_def(batch_size=64, num_threads=4, device_id=0)
+            def pipe():
+                data = fn.external_source(source=src.samples, batch=True, device="gpu", no_copy=True,
+                                          dtype=types.UINT8)
+                labels = fn.external_source(source=src.labels, batch=True, device="cpu",
+                                            dtype=types.INT32)
+                return data, labels
+
+        For checkpointing pass ``batch_info=True`` to both: each then gets
+        DALI's ``BatchInfo`` and the batch at that position (see
+        ``batch``).
+
+        A numpy or WebDataset dataset has no labels: ``samples`` is then the
+        whole batch (the arrays, or the components), the next one at every call (or the one ``info``
+        names), as ``next()`` and ``batch`` give it, for one external
+        source; ``labels`` raises.
+
+        Parameters
+        ----------
+        info : BatchInfo or int, optional
+            DALI's ``BatchInfo`` (``batch_info=True``), or nothing (or
+            the iteration number DALI passes) for the next batch.
+
+        Returns
+        -------
+        Any
+            The samples, in this source's batch_format.
+        """
+        if self.reader == "numpy" or self.components:
+            return self.fetch(batch_position(info))
+        return self._halves.take(0, info, self._fetch_half)
+
+    def labels(self, info: Any = None) -> Any:
+        """The labels (int32, shape (1,) a sample; a ``TensorListCPU`` with
+        ``batch_format="dali"``, else a numpy array of shape (batch, 1)) of
+        the batch whose samples ``samples`` hands out, for a second
+        ``fn.external_source(source=src.labels, device="cpu")``; see
+        ``samples``. A numpy dataset has none: ``LoaderError``.
+
+        Parameters
+        ----------
+        info : BatchInfo or int, optional
+            As ``samples`` takes it.
+
+        Returns
+        -------
+        Any
+            The labels, in this source's batch_format.
+        """
+        if self.reader == "numpy" or self.components:
+            what = "WebDataset samples (a label is a component: name its ext)" if self.components else "numpy arrays"
+            raise LoaderError(f"LoaderSource: dataset {self.options.dataset} holds {what}, without labels: feed "
+                              "the source itself (or src.samples) to one fn.external_source")
+        return self._halves.take(1, info, self._fetch_half)
+
+    def _fetch_half(self, at: Optional[Position]) -> tuple[Position, Any, Any]:
+        samples, labels = cast(tuple[Any, Any], self.fetch(at))
+        return cast(Position, self._last), samples, labels
+
+
+LoaderSource.__init__.__signature__ = _options.signature()  # type: ignore[attr-defined]
+LoaderSource.__doc__ = _options.with_parameters(LoaderSource.__doc__ or "")

@@ -7,23 +7,25 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, Iterator, Optional, Union, cast
+from typing import Any, Iterator, Optional, Union
 
 import torch
 import torch.utils.data
 
-from ._source import GPUPath, LoaderSource, OnError, Shuffle
-from ._torchloop import DATALOADER_WARNING, dataloader_under_lightning, refuse_batching, refuse_worker, torch_device
+from . import _args
+from ._options import GPUPath, OnError, Shuffle, SourceOptions, with_parameters
+from ._options import SourceOptions as _D  # the defaults, declared once
+from ._torchloop import (DATALOADER_WARNING, EpochHook, dataloader_under_lightning, refuse_batching, refuse_worker,
+                         torch_device)
 from ._torchpasses import STATE_VERSION, Item, Passes, TorchBatch
-from ._torchshard import Epochs, LastBatchPolicy, distributed_shard, shard_args
+from ._torchshard import LastBatchPolicy, shard_args
 from ._torchviews import TorchViews
 from ._wdsmatch import ext_args
-from ._wire import State
 
 __all__ = ["LoaderDataset", "STATE_VERSION", "Item", "TorchBatch"]
 
 
-class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
+class LoaderDataset(torch.utils.data.IterableDataset[Item]):
     """One rank's shard of a dataset registered with loaderd, batch by
     batch, as a PyTorch ``IterableDataset``.
 
@@ -128,36 +130,25 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
 
     Parameters
     ----------
-    dataset : str
-        The dataset's name, as registered with ``loaderd serve --dataset``.
-    socket : str, optional
-        The daemon's unix socket; by default ``$NVFEED_SOCKET`` when set,
-        else ``/run/loaderd/loaderd.sock``.
-    batch_size : int, optional, default = 64
-        Samples per batch.
+    {dataset}
+    {socket}
+    {batch_size}
     shard_id : int, optional
         This rank's shard, in ``[0, num_shards)``; by default the rank (see
         Shards). Give both ``shard_id`` and ``num_shards`` or neither.
     num_shards : int, optional
         The number of shards; by default the world size.
-    random_shuffle : bool, optional, default = False
-        Shuffle every epoch, as ``shuffle`` says (``LoaderSource``'s).
-    seed : int, optional, default = 0
-        The shuffle's seed, in ``[0, 2**64)``; the same on every rank.
+    {random_shuffle}
+    {seed}
     pad_last_batch : bool, optional, default = False
         The daemon pads every shard to the same number of whole batches by
         repeating its last sample, as DALI's reader does; the loop sees the
         padding only with ``last_batch_policy="fill"``.
     last_batch_policy : {"partial", "drop", "fill"}, optional, default = "partial"
         What the loop receives of a shard's end (see Shards).
-    stick_to_shard : bool, optional, default = False
-        Read the same shard every epoch (else shard ``(shard_id + epoch) %
-        num_shards``).
-    shuffle : {"permute", "dali"}, optional, default = "permute"
-        How ``random_shuffle`` shuffles: a full permutation of the dataset
-        every epoch, or ``fn.readers.file``'s order (see ``LoaderSource``).
-    initial_fill : int, optional, default = 1024
-        The ``"dali"`` shuffle's buffer, in samples.
+    {stick_to_shard}
+    {shuffle}
+    {initial_fill}
     zero_copy : bool, optional, default = False
         Hand out views of the daemon's batch memory instead of copies; see
         Lifetime for the rule they follow.
@@ -165,21 +156,12 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         ``"cpu"``, or ``"cuda"``/``"cuda:N"`` for samples in GPU memory.
     gpu_path : {"auto", "cufile", "bounce"}, optional, default = "auto"
         How batches reach GPU memory (see ``LoaderSource``).
-    backend : str, optional
-        How the daemon reads (``"file"``, ``"gds"``, ``"bam"``); ``None``
-        takes the fastest the dataset allows (``gds`` over a block device's
-        map, else ``file``).
-    backend_options : dict, optional
-        The backend's options by name.
-    prefetch_queue_depth : int, optional
-        Batches the daemon reads ahead; ``None`` takes its default (2).
-    timeout : float, optional, default = 600.0
-        Seconds to wait for the daemon per request (> 0).
-    on_error : {"raise", "skip"}, optional, default = "raise"
-        What a batch with unreadable samples does (see ``LoaderSource``).
-    reconnect_timeout : float, optional, default = 60.0
-        Seconds to keep reconnecting when the daemon goes away; 0 turns
-        reconnection off.
+    {backend}
+    {backend_options}
+    {prefetch_queue_depth}
+    {timeout}
+    {on_error}
+    {reconnect_timeout}
     ext, missing_component_behavior, case_sensitive_extensions
         WebDataset: as ``LoaderSource``'s, but ``case_sensitive_extensions=None`` (the default) matches as
         ``webdataset`` does, each member's extension lower-cased (``_wdsmatch``); True/False: DALI's rule.
@@ -192,28 +174,29 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
     Raises
     ------
     ValueError
-        ``zero_copy`` is not a bool, ``last_batch_policy`` not one of its
-        values, ``device`` is not a CPU or CUDA device,
-        or only one of ``shard_id`` and ``num_shards`` is given (at once);
-        ``LoaderSource``'s checks and the daemon's answers when the session
-        opens.
+        At once: ``zero_copy`` is not a bool, ``last_batch_policy`` not
+        one of its values, ``device`` is not a CPU or CUDA device, only one
+        of ``shard_id`` and ``num_shards`` is given, or an argument fails
+        ``LoaderSource``'s checks. The daemon's answers come when the
+        session opens.
     """
 
-    def __init__(self, dataset: str, socket: Optional[str] = None, batch_size: int = 64, *,
+    def __init__(self, dataset: str, socket: Optional[str] = None, batch_size: int = _D.batch_size, *,
                  shard_id: Optional[int] = None, num_shards: Optional[int] = None,
-                 random_shuffle: bool = False, seed: int = 0, pad_last_batch: bool = False,
+                 random_shuffle: bool = _D.random_shuffle, seed: int = _D.seed,
+                 pad_last_batch: bool = _D.pad_last_batch,
                  last_batch_policy: LastBatchPolicy = "partial",
-                 stick_to_shard: bool = False, shuffle: Shuffle = "permute", initial_fill: int = 1024,
-                 zero_copy: bool = False, device: Union[str, torch.device] = "cpu", gpu_path: GPUPath = "auto",
+                 stick_to_shard: bool = _D.stick_to_shard, shuffle: Shuffle = _D.shuffle,
+                 initial_fill: int = _D.initial_fill, zero_copy: bool = _D.zero_copy,
+                 device: Union[str, torch.device] = "cpu", gpu_path: GPUPath = _D.gpu_path,
                  backend: Optional[str] = None, backend_options: Optional[dict[str, Any]] = None,
-                 prefetch_queue_depth: Optional[int] = None, timeout: float = 600.0, on_error: OnError = "raise",
-                 reconnect_timeout: float = 60.0, ext: Optional[Any] = None,
-                 missing_component_behavior: str = "empty", case_sensitive_extensions: Optional[bool] = None,
-                 decode_labels: bool = False) -> None:
+                 prefetch_queue_depth: Optional[int] = None, timeout: float = _D.timeout,
+                 on_error: OnError = _D.on_error, reconnect_timeout: float = _D.reconnect_timeout,
+                 ext: Optional[Any] = None, missing_component_behavior: str = _D.missing_component_behavior,
+                 case_sensitive_extensions: Optional[bool] = None, decode_labels: bool = False) -> None:
         super().__init__()
-        if not isinstance(zero_copy, bool):
-            raise ValueError(f"zero_copy must be True or False, got {zero_copy!r}")
-        self._shard = shard_args(last_batch_policy, shard_id, num_shards)
+        zero_copy = _args.bool_arg("zero_copy", zero_copy)
+        shard = shard_args(last_batch_policy, shard_id, num_shards)
         dev = torch_device(device)
         self.dataset = dataset
         self.batch_size = batch_size
@@ -221,7 +204,7 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         self.decode_labels = bool(decode_labels)
         self.last_batch_policy = last_batch_policy
         self.device = dev
-        self._args: dict[str, Any] = dict(
+        args: dict[str, Any] = dict(
             socket=socket, batch_size=batch_size, random_shuffle=random_shuffle, seed=seed,
             pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard, shuffle=shuffle, initial_fill=initial_fill,
             backend=backend, backend_options=backend_options, prefetch_queue_depth=prefetch_queue_depth,
@@ -234,60 +217,41 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
             # Zero-copy CUDA batches go back one request later, once the GPU
             # work queued on them is done (see _wait_pending): the loop keeps
             # one step of overlap with the GPU, and the rule above holds.
-            self._args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path, release_after=int(zero_copy))
-        self._src: Optional[LoaderSource] = None
-        self._resume: Optional[State] = None  # where the next session starts (load_state_dict)
-        self._first_epoch: Optional[int] = None  # set_epoch before the session opens
-        self._epochs: Optional[Epochs] = None  # the session's epochs, under last_batch_policy
-        self._at: Optional[tuple[int, int]] = None  # the next batch the loop receives (epoch, batch)
-        self._pass: Optional[tuple[object, tuple[int, int], bool]] = None  # the last pass: token, start, evaluating
+            args.update(device="gpu", device_id=dev.index, gpu_path=gpu_path, release_after=int(zero_copy))
         self._warned_loader = False
-        self._views = TorchViews(dev, zero_copy)  # batches as tensors, and when they may go back
-
-    # -- the session ------------------------------------------------------
+        # Checked here, once: the session opens at the first iteration.
+        options = SourceOptions.check(dataset, **args)
+        self._passes = Passes(dataset, batch_size, last_batch_policy, self.decode_labels, options, shard,
+                              TorchViews(dev, zero_copy))
+        """The session and the position (``_torchpasses``): state_dict and set_epoch live there."""
 
     @property
     def shard(self) -> tuple[int, int]:
         """``(shard_id, num_shards)``: as given, else this process's rank and
         world size (``distributed_shard()``)."""
-        if self._shard is not None:
-            return self._shard
-        return distributed_shard()
+        return self._passes.shard
+
+    @property
+    def sampler(self) -> EpochHook:
+        """What Lightning calls ``set_epoch`` on at every epoch's start
+        (it looks for a loader's ``sampler``): this dataset's
+        ``set_epoch``."""
+        return EpochHook(self)
+
+    batch_sampler = None
+    """No batch sampler: the dataset batches itself (Lightning asks)."""
 
     def close(self) -> None:
         """Ends the session with the daemon. Tensors handed out stay valid
         (copies), or must no longer be used (``zero_copy``). Iterating again
         opens a new session at the position this one had reached (when the
         daemon could still be asked for it)."""
-        if self._src is not None:
-            self._views.wait_pending()
-            self._resume = self._position()
-            self._src.close()
-            self._src = None
-
-    def __del__(self) -> None:
-        src = getattr(self, "_src", None)
-        if src is not None:
-            try:
-                src.close()
-            except Exception:  # noqa: BLE001 - at interpreter exit the daemon reaps the session anyway
-                pass
-
-    def __getstate__(self) -> dict[str, Any]:
-        # A copy in another process (a DataLoader worker) has no session:
-        # it would open its own, which __iter__ refuses there.
-        d = self.__dict__.copy()
-        d["_src"], d["_views"] = None, TorchViews(self.device, self.zero_copy)
-        return d
+        self._passes.close()
 
     def __len__(self) -> int:
         """Batches the loop receives in the next epoch (see Shards: the
         same on every rank, but with ``last_batch_policy="fill"``)."""
-        self._source()
-        e, _ = self._start()
-        return cast(Epochs, self._epochs).batches(e)
-
-    # -- iteration --------------------------------------------------------
+        return self._passes.batches()
 
     def __iter__(self) -> Iterator[Item]:
         refuse_worker()
@@ -295,4 +259,20 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
         if not self._warned_loader and dataloader_under_lightning(sys._getframe(1)):
             self._warned_loader = True
             warnings.warn(DATALOADER_WARNING, UserWarning, stacklevel=2)
-        return self._epoch(not torch.is_grad_enabled())
+        return self._passes.epoch(not torch.is_grad_enabled())
+
+    def set_epoch(self, epoch: int) -> None:
+        self._passes.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._passes.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._passes.load_state_dict(state_dict)
+
+    set_epoch.__doc__ = Passes.set_epoch.__doc__
+    state_dict.__doc__ = Passes.state_dict.__doc__
+    load_state_dict.__doc__ = Passes.load_state_dict.__doc__
+
+
+LoaderDataset.__doc__ = with_parameters(LoaderDataset.__doc__ or "")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``LoaderDataset``'s passes and positions (``_torchdataset`` has the
-class): its session, opened at the resume position; where a pass starts
+"""``LoaderDataset``'s passes and positions, a part the dataset owns
+(``_torchdataset`` has the class): its session, opened at the resume position; where a pass starts
 (a loop that received ``len(ds)`` batches finished its epoch; an
 evaluation pass that stopped early leaves the position where it found
 it), a batch as the loop receives it under the last-batch policy,
@@ -8,6 +8,7 @@ it), a batch as the loop receives it under the last-batch policy,
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Iterator, Optional, Union, cast
 
@@ -15,10 +16,11 @@ import numpy as np
 import torch
 
 from . import _torchwds
+from ._options import SourceOptions
 from ._source import Batch, Components, LoaderSource, Tensors
 from ._torchbatch import FileBatch
-from ._torchloop import EpochHook, EpochRepeatWarning, epoch_zero_again
-from ._torchshard import Epochs, LastBatchPolicy
+from ._torchloop import EpochRepeatWarning, epoch_zero_again
+from ._torchshard import Epochs, LastBatchPolicy, distributed_shard
 from ._torchviews import TensorBatch, TorchViews
 from ._wire import State
 
@@ -39,22 +41,60 @@ STATE_VERSION = 1
 
 
 class Passes:
-    """The position of a ``LoaderDataset``: the attributes it sets, the
-    methods that move them."""
+    """A ``LoaderDataset``'s session and position: the part that moves
+    them. The dataset owns it and gives it its arguments: ``options`` are
+    the source's, checked; the shard (``None``: the process's rank) and
+    the state are set when the session opens."""
 
-    dataset: str
-    batch_size: int
-    last_batch_policy: LastBatchPolicy
-    decode_labels: bool
-    _args: dict[str, Any]  # LoaderSource's arguments but the shard and state
-    _src: Optional[LoaderSource]
-    _resume: Optional[State]
-    _first_epoch: Optional[int]  # set_epoch before the session: where it starts
-    _epoch_given = False  # set_epoch was called: the loop says which epoch it reads
-    _epochs: Optional[Epochs]
-    _at: Optional[tuple[int, int]]
-    _pass: Optional[tuple[object, tuple[int, int], bool]]
-    _views: TorchViews
+    def __init__(self, dataset: str, batch_size: int, last_batch_policy: LastBatchPolicy, decode_labels: bool,
+                 options: SourceOptions, shard: Optional[tuple[int, int]], views: TorchViews) -> None:
+        self.dataset, self.batch_size = dataset, batch_size
+        self._policy, self._decode = last_batch_policy, decode_labels
+        self._options, self._shard, self._views = options, shard, views
+        self._src: Optional[LoaderSource] = None
+        self._resume: Optional[State] = None  # where the next session starts (load_state_dict)
+        self._first_epoch: Optional[int] = None  # set_epoch before the session: where it starts
+        self._epoch_given = False  # set_epoch was called: the loop says which epoch it reads
+        self._epochs: Optional[Epochs] = None  # the session's epochs, under last_batch_policy
+        self._at: Optional[tuple[int, int]] = None  # the next batch the loop receives (epoch, batch)
+        self._pass: Optional[tuple[object, tuple[int, int], bool]] = None  # the last pass: token, start, evaluating
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """``(shard_id, num_shards)``: as given, else this process's rank and
+        world size (``distributed_shard()``)."""
+        if self._shard is not None:
+            return self._shard
+        return distributed_shard()
+
+    def close(self) -> None:
+        """Ends the session; the next pass opens one at this position."""
+        if self._src is not None:
+            self._views.wait_pending()
+            self._resume = self._position()
+            self._src.close()
+            self._src = None
+
+    def __del__(self) -> None:
+        src = getattr(self, "_src", None)
+        if src is not None:
+            try:
+                src.close()
+            except Exception:  # noqa: BLE001 - at interpreter exit the daemon reaps the session anyway
+                pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process (a DataLoader worker) has no session:
+        # it would open its own, which __iter__ refuses there.
+        d = self.__dict__.copy()
+        d["_src"], d["_views"] = None, TorchViews(self._views.device, self._views.zero_copy)
+        return d
+
+    def batches(self) -> int:
+        """Batches the loop receives in the next epoch."""
+        self._source()
+        e, _ = self._start()
+        return cast(Epochs, self._epochs).batches(e)
 
     def _source(self) -> LoaderSource:
         """The session, opened (at the resume position, if any) when it is
@@ -64,33 +104,19 @@ class Passes:
             resume = self._resume
             if resume is not None:  # the daemon's position: past its last batch, its epoch's end
                 resume = cast(State, dict(resume))
-                ep = Epochs(resume["sampling"], self.last_batch_policy)
+                ep = Epochs(resume["sampling"], self._policy)
                 resume["batch"] = min(resume["batch"], ep.daemon_batches(resume["epoch"]))
-            self._src = LoaderSource(self.dataset, shard_id=shard_id, num_shards=num_shards, state=resume,
-                                     **self._args)
-            self._epochs = Epochs(self._src._state0["sampling"], self.last_batch_policy)
+            self._src = LoaderSource.of(dataclasses.replace(self._options, shard_id=shard_id, num_shards=num_shards,
+                                                            state=resume))
+            self._epochs = Epochs(self._src.opened_state["sampling"], self._policy)
             if self._resume is not None:
                 self._at = (self._resume["epoch"], self._resume["batch"])
             elif self._first_epoch is not None:
                 self._at = (self._first_epoch, 0)
             else:
-                self._at = self._src._expect
+                self._at = self._src.next_position
             self._pass, self._resume, self._first_epoch = None, None, None
         return self._src
-
-    @property
-    def shard(self) -> tuple[int, int]:
-        raise NotImplementedError
-
-    @property
-    def sampler(self) -> EpochHook:
-        """What Lightning calls ``set_epoch`` on at every epoch's start
-        (it looks for a loader's ``sampler``): this dataset's
-        ``set_epoch``."""
-        return EpochHook(self)
-
-    batch_sampler = None
-    """No batch sampler: the dataset batches itself (Lightning asks)."""
 
     def _first_pass(self) -> None:
         """Warn when another dataset of this process already began epoch 0
@@ -99,9 +125,10 @@ class Passes:
         shard_id, num_shards = self.shard
         if self._epoch_given:
             return  # the epoch is the loop's own choice (set_epoch(0) included)
-        if not self._args["random_shuffle"] and (num_shards == 1 or self._args["stick_to_shard"]):
+        o = self._options
+        if not o.random_shuffle and (num_shards == 1 or o.stick_to_shard):
             return  # every epoch is the same order
-        if epoch_zero_again(self, (self.dataset, self._args["socket"], self._args["seed"], self._args["shuffle"],
+        if epoch_zero_again(self, (self.dataset, o.socket, o.seed, o.shuffle,
                                    self.batch_size, shard_id, num_shards)):
             warnings.warn(
                 f"LoaderDataset({self.dataset!r}): another LoaderDataset of this process with the same sampling "
@@ -123,7 +150,8 @@ class Passes:
             e, k = e + 1, 0
         return e, k
 
-    def _epoch(self, evaluating: bool) -> Iterator[Item]:
+    def epoch(self, evaluating: bool) -> Iterator[Item]:
+        """One pass: the batches the loop receives from the pass's start."""
         src = self._source()
         ep = cast(Epochs, self._epochs)
         e, k = self._at = self._start()
@@ -145,20 +173,20 @@ class Passes:
         """Batch k of epoch e as the loop receives it."""
         if k >= ep.daemon_batches(e):  # past this rank's shard ("partial"): an empty batch, in step with the others
             if src.components:
-                return _torchwds.batch(self._views, src.options.ext, ([],) * src.components, self.decode_labels)
+                return _torchwds.batch(self._views, src.options.ext, ([],) * src.components, self._decode)
             if src.reader == "numpy":
                 return []
             return FileBatch(([], torch.zeros(0, dtype=torch.int64)))
-        if src._expect != (e, k) and k == 0 and src._expect == (e - 1, ep.daemon_batches(e - 1)):
+        if src.next_position != (e, k) and k == 0 and src.next_position == (e - 1, ep.daemon_batches(e - 1)):
             try:  # the previous epoch's end, not yet taken: take it
-                src._fetch(None)
+                src.fetch(None)
             except StopIteration:
                 pass
         self._views.wait_pending()  # the last batch goes back to the daemon with this request
         src.keep = ep.keep(e, k)
-        b = src._fetch(None if src._expect == (e, k) else (e, k))
+        b = src.fetch(None if src.next_position == (e, k) else (e, k))
         if src.components:
-            return _torchwds.batch(self._views, src.options.ext, cast(Components, b), self.decode_labels)
+            return _torchwds.batch(self._views, src.options.ext, cast(Components, b), self._decode)
         if src.reader == "numpy":
             return self._views.arrays(cast(Tensors, b))
         samples, labels = cast(Batch, b)
@@ -199,7 +227,7 @@ class Passes:
         if self._src is None:
             return self._resume
         e, k = self._start()
-        st = cast(State, dict(self._src._state0))
+        st = cast(State, dict(self._src.opened_state))
         st["epoch"], st["batch"] = e, k
         return st
 

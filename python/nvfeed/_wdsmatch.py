@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ._wds import ext_arg
+from ._args import ext_arg
 
 
 def webdataset_ext(ext: object) -> tuple[str, ...]:
@@ -28,7 +28,7 @@ def webdataset_ext(ext: object) -> tuple[str, ...]:
     Raises
     ------
     ValueError
-        ``ext`` is not valid (``_wds.ext_arg``), or an entry has only
+        ``ext`` is not valid (``_args.ext_arg``), or an entry has only
         upper-case alternatives: it would match no member.
     """
     out = []

@@ -52,18 +52,15 @@ Needs DALI in this process (``import nvfeed`` does not).
 from __future__ import annotations
 
 import importlib
-import inspect
 import weakref
 from typing import Any, Optional
 
-from . import _daliargs
 from ._api import datasets
-from ._connect import socket_path
 from ._dalireader import META, Reader as _Reader, reader_meta as reader_meta, register as _register
 from ._errors import NotFoundError
 from ._seeds import seed_for as seed_for
-from ._source import LoaderSource, Shuffle
-from ._wds import ext_arg as _daliwds_ext
+from ._options import Shuffle, SourceOptions, with_parameters
+from ._options import SourceOptions as _D  # the defaults, declared once
 from ._wire import DatasetInfo
 
 try:  # DALI, untyped here: nothing of it is in this module's signatures
@@ -79,10 +76,11 @@ from ._daliops import ops as ops  # noqa: E402 - DALI's ops form, checked above
 
 __all__ = ["ops", "reader", "reader_meta", "seed_for"]
 
-def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_shards: int = 1,
-           random_shuffle: bool = False, seed: Optional[int] = None, pad_last_batch: bool = False,
-           stick_to_shard: bool = False, initial_fill: int = 1024, shuffle: Shuffle = "dali",
-           shuffle_after_epoch: bool = False, shuffle_after_epoch_seed: Optional[int] = None,
+def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = _D.shard_id, num_shards: int = _D.num_shards,
+           random_shuffle: bool = _D.random_shuffle, seed: Optional[int] = None,
+           pad_last_batch: bool = _D.pad_last_batch,
+           stick_to_shard: bool = _D.stick_to_shard, initial_fill: int = _D.initial_fill, shuffle: Shuffle = "dali",
+           shuffle_after_epoch: bool = _D.shuffle_after_epoch, shuffle_after_epoch_seed: Optional[int] = None,
            **source_options: Any) -> Any:
     """``fn.readers.file``'s place in a pipeline definition: the samples
     (1-D uint8, encoded files) and labels (int32, shape (1,)) of this
@@ -117,12 +115,9 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
         iterators take ``reader_name=name``: the shard's size every epoch,
         its padding dropped with ``LastBatchPolicy.PARTIAL``, every
         ``last_batch_policy`` as with the reader, padded or not.
-    shard_id : int, optional, default = 0
-        This rank's shard, in ``[0, num_shards)``.
-    num_shards : int, optional, default = 1
-        The number of shards (ranks).
-    random_shuffle : bool, optional, default = False
-        Shuffle every epoch, as ``shuffle`` says.
+    {shard_id}
+    {num_shards}
+    {random_shuffle}
     seed : int, optional
         The shuffle's seed. Without it, the seed ``fn.readers.file`` would
         take at this place in the pipeline, derived from the pipeline's
@@ -131,22 +126,11 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
         ``fn.random.uniform``), so every random operator after it draws as
         it did with the reader. A pipeline without a ``seed`` draws one at
         random, as DALI's does.
-    pad_last_batch : bool, optional, default = False
-        Pad every shard to the same length, and to whole batches, by
-        repeating its last sample, as DALI does.
-    stick_to_shard : bool, optional, default = False
-        Read the same shard every epoch (else shard ``(shard_id + epoch) %
-        num_shards``).
-    initial_fill : int, optional, default = 1024
-        The ``"dali"`` shuffle's buffer, in samples (``fn.readers.file``'s
-        ``initial_fill``).
-    shuffle_after_epoch : bool, optional, default = False
-        The whole list permuted anew each epoch, the same on every rank
-        and for every seed (``LoaderSource``'s ``shuffle_after_epoch``):
-        two readers of paired datasets of one length stay paired; DALI
-        2.4's order, sample for sample.
-    shuffle_after_epoch_seed : int, optional
-        DALI's ``shuffle_after_epoch_seed``; ``None``: DALI's default.
+    {pad_last_batch}
+    {stick_to_shard}
+    {initial_fill}
+    {shuffle_after_epoch}
+    {shuffle_after_epoch_seed}
     shuffle : {"dali", "permute"}, optional, default = "dali"
         ``"dali"``: ``fn.readers.file(random_shuffle=True)``'s order,
         sample for sample (the default here, unlike ``LoaderSource``'s:
@@ -199,11 +183,6 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if source_options.get("device", "gpu") == "cpu":
         del source_options["device"]  # fn.readers.numpy(device="cpu"): what this reader gives
     dtypes = source_options.pop("dtypes", None)
-    own = set(inspect.signature(LoaderSource).parameters)
-    dali_args = {k: source_options.pop(k) for k in list(source_options) if k not in own}
-    region_args = {k: v for k, v in dali_args.items() if k in _daliargs.ROI}
-    _daliargs.split("nvfeed.dali.reader", dali_args)
-    source_options.update(region_args)  # LoaderSource takes them (checked: split)
     for bad in ("batch_size", "device", "device_id", "gpu_path", "state"):
         if bad in source_options:
             why = {"batch_size": "it is the pipeline's", "state": "resume with DALI's checkpointing"}.get(
@@ -212,21 +191,23 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     if name is not None and name in pipe.__dict__.get(META, {}):
         raise ValueError(f"nvfeed.dali.reader: a reader named {name!r} is already in this pipeline")
     source_options.setdefault("batch_format", "dali")
-    info = _dataset(dataset, source_options)
-    args = dict(batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
-                random_shuffle=random_shuffle, pad_last_batch=pad_last_batch, stick_to_shard=stick_to_shard,
-                initial_fill=initial_fill, shuffle=shuffle, shuffle_after_epoch=shuffle_after_epoch,
-                shuffle_after_epoch_seed=shuffle_after_epoch_seed)
+    # Checked once, here: the source opens only when the pipeline is built.
+    options = SourceOptions.check(
+        dataset, "nvfeed.dali.reader", batch_size=pipe.max_batch_size, shard_id=shard_id, num_shards=num_shards,
+        random_shuffle=random_shuffle, seed=0 if seed is None else seed, pad_last_batch=pad_last_batch,
+        stick_to_shard=stick_to_shard, initial_fill=initial_fill, shuffle=shuffle,
+        shuffle_after_epoch=shuffle_after_epoch, shuffle_after_epoch_seed=shuffle_after_epoch_seed, **source_options)
+    info = _dataset(options)
     numpy = info.get("reader") == "numpy"
     dtype = _dalinumpy.dali_type(dataset, info.get("dtype", "")) if numpy else None
     wds = info.get("reader") == "webdataset"
-    if wds != ("ext" in source_options) or (dtypes is not None and not wds):
+    if wds != bool(options.ext) or (dtypes is not None and not wds):
         raise TypeError(f"nvfeed.dali.reader: dataset {dataset!r} holds " + (
             "WebDataset samples: name their components with ext=[...] (as fn.readers.webdataset)" if wds else
             f"{info.get('reader', 'file')} samples: ext= and dtypes= are for WebDataset datasets"))
-    k = len(_daliwds_ext(source_options.get("ext"))) if wds else 0
+    k = len(options.ext)
     out_types = _daliwds.dtypes_arg(dtypes, k) if wds else []
-    rd = _Reader(pipe, dataset, name, args, seed, source_options)
+    rd = _Reader(pipe, name, options, seed)
     weakref.finalize(pipe, rd.close)
     if wds:
         return _daliwds.outputs(pipe, name, rd, seed, k, out_types, _slot_per_seeded_op())
@@ -252,10 +233,13 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = 0, num_s
     return jpegs, labels
 
 
-def _dataset(dataset: str, options: dict[str, Any]) -> DatasetInfo:
-    """The daemon's description of dataset (GET /v1/datasets)."""
-    sock = socket_path(options.get("socket"))
-    served = datasets(sock, float(options.get("timeout", 60.0)))
+reader.__doc__ = with_parameters(reader.__doc__ or "")
+
+
+def _dataset(o: SourceOptions) -> DatasetInfo:
+    """The daemon's description of the dataset (GET /v1/datasets)."""
+    dataset, sock = o.dataset, o.socket
+    served = datasets(sock, o.timeout)
     for d in served:
         if d["name"] == dataset:
             return d

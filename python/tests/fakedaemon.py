@@ -50,7 +50,9 @@ class FakeDaemon:
         """Routes the client's requests here and its libcuda to ``cu``."""
         import nvfeed._cuda
         import nvfeed._session
+        import nvfeed._transport
         monkeypatch.setattr(nvfeed._session, "call", self.call)
+        monkeypatch.setattr(nvfeed._transport, "call", self.call)
         monkeypatch.setattr(nvfeed._session, "receive", self.receive)
         monkeypatch.setattr(nvfeed._session, "hello", self.hello)
         if cu is not None:

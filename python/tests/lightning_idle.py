@@ -44,9 +44,9 @@ class Net(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if batch_idx == 0:
             val = self.trainer.val_dataloaders
-            if not isinstance(val, LoaderDataset) or val._src is None:
+            if not isinstance(val, LoaderDataset) or val._passes._src is None:
                 raise RuntimeError("the validation dataset has no session before training: nothing to reap")
-            sid, deadline = val._src._id, time.monotonic() + WAIT
+            sid, deadline = val._passes._src._session.id, time.monotonic() + WAIT
             while not self.reaped(str(sid)):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"session {sid} not reaped after {WAIT:.0f} s")

@@ -155,8 +155,8 @@ def source(mode: str) -> None:
         src = LoaderSource("train", socket="/x", batch_size=3, transport="http", device="gpu", release_after=0, zero_copy=True,
                            cuda_stream=s if mode == "race-stream" else None)
         if mode == "race-none":  # as the client was: slots released by host timing alone
-            src._fence.close()  # type: ignore[union-attr]
-            src._fence = None
+            src._session._fence.close()  # type: ignore[union-attr]
+            src._session._fence = None
         reads = []
         for samples, labels in src:  # a slow kernel reads every sample; the next fetch releases the batch
             rows = ([(samples.ptr + i * samples.shape[1], samples.shape[1]) for i in range(samples.shape[0])]
@@ -207,8 +207,8 @@ def flow(socket_path: str, want_path: str, args_json: str) -> None:
     warnings.simplefilter("ignore")
     src = LoaderSource("train", socket=socket_path, device="gpu", release_after=0, cuda_stream=s, zero_copy=True, **kw)
     if not fence:  # as the client was: slots released by host timing alone
-        src._fence.close()  # type: ignore[union-attr]
-        src._fence = None
+        src._session._fence.close()  # type: ignore[union-attr]
+        src._session._fence = None
     reads: list[tuple[Any, int, int]] = []
     dense = 0
     for _ in range(epochs):

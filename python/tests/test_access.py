@@ -196,7 +196,7 @@ def test_other_uid_cannot_take_a_sessions_memory(served: Served) -> None:
     its id: refused (403), and no descriptor arrives."""
     with LoaderSource("ok", socket=served.socket, batch_size=2) as src:
         next(src)
-        out = _as_nobody(served, STEAL, str(src._id))
+        out = _as_nobody(served, STEAL, str(src._session.id))
     assert out.startswith("refused 403") and "belongs to another user" in out, out
 
 

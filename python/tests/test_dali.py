@@ -84,8 +84,8 @@ def test_dali_batch_format_views_batch_memory(daemon: Daemon, dataset: Dataset) 
 
     with LoaderSource("train", socket=daemon.socket, batch_size=BATCH, random_shuffle=True, seed=3,
                       batch_format="dali", zero_copy=True) as src:
-        lo = src._buf.ctypes.data
-        hi = lo + src._buf.size
+        lo = src._session._buf.ctypes.data
+        hi = lo + src._session._buf.size
         seen = 0
         for samples, labels in src:
             assert isinstance(samples, TensorListCPU) and isinstance(labels, TensorListCPU)

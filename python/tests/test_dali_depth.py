@@ -90,10 +90,10 @@ def test_release_after_derived_from_the_pipeline(daemon: Daemon, dataset: Datase
     failed on bytes overwritten under it."""
     want = _expected(daemon, dataset, 2)
     with LoaderSource("train", socket=daemon.socket, **KW) as src:
-        assert src._release_after == 3  # the daemon's default: prefetch_queue_depth 2 + 1
+        assert src._session.release_after == 3  # the daemon's default: prefetch_queue_depth 2 + 1
         pipe = _pipe(src, depth, decode)
         got = _run(pipe, 2)
-        in_effect = src._release_after
+        in_effect = src._session.release_after
         del pipe
     assert len(got) == len(want) == 2 * 23
     wrong = [i for i, (g, w) in enumerate(zip(got, want)) if g != [(dataset.root / p).read_bytes() for p in w]]
@@ -108,7 +108,7 @@ def test_release_after_derived_for_batch_info(daemon: Daemon, dataset: Dataset) 
     with LoaderSource("train", socket=daemon.socket, **KW) as src:
         pipe = _pipe(src, 8, decode=True, batch_info=True)
         got = _run(pipe, 1)
-        assert src._release_after == 9
+        assert src._session.release_after == 9
         del pipe
     assert got == [[(dataset.root / p).read_bytes() for p in w] for w in want]
 
@@ -125,7 +125,7 @@ def test_release_after_given_is_checked(daemon: Daemon) -> None:
             _pipe(src, {"cpu_size": 2, "gpu_size": 8}, decode=False)
     with LoaderSource("train", socket=daemon.socket, release_after=12, **KW) as src:
         _pipe(src, 8, decode=False).run()
-        assert src._release_after == 12
+        assert src._session.release_after == 12
 
 
 def test_depths_past_the_daemons_limit(daemon: Daemon) -> None:
@@ -140,4 +140,4 @@ def test_without_dali_release_after_is_the_daemons(daemon: Daemon) -> None:
     with LoaderSource("train", socket=daemon.socket, **KW) as src:
         for _ in src:
             pass
-        assert src._release_after == 3
+        assert src._session.release_after == 3

@@ -266,7 +266,7 @@ def test_reconnect_does_not_leak_the_old_mapping(env: tuple[FakeDaemon, FakeCuda
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "went away; reconnecting"
             held.append(next(src)[0])
-        assert d.sessions == 2 and src._gpu is not old
+        assert d.sessions == 2 and src._session.gpu is not old
         if hold:
             assert not old.closed and len(cu.mappings) == 2  # batches 0 and 1 still readable
             assert all(old.ptr <= a.ptr and a.ptr + len(a) * a.shape[1] <= old.ptr + old.size for a in held[:2])
@@ -348,7 +348,7 @@ def test_dali_format_dense_batch(monkeypatch: pytest.MonkeyPatch, dense: bool) -
     d, cu = FakeDaemon(dense=dense), FakeCuda()
     d.install(monkeypatch, cu)
     with _source(d, batch_format="dali") as src:
-        base = src._gpu.ptr if src._gpu else 0
+        base = src._session.gpu.ptr if src._session.gpu else 0
         for b, (samples, labels) in enumerate(src):
             assert isinstance(labels, TensorListCPU)
             assert [int(x) for x in labels.as_array().reshape(-1)] == [d._label(b, i) for i in range(3)]

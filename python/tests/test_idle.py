@@ -38,8 +38,8 @@ def test_reaped_after_len_reopens_and_says_so(daemon: Daemon) -> None:
     fresh.close()
     ds = LoaderDataset("train", socket=daemon.socket, batch_size=8, random_shuffle=True, seed=3)
     n = len(ds)  # opens the session, which nobody streams yet
-    assert ds._src is not None
-    sid = ds._src._id
+    assert ds._passes._src is not None
+    sid = ds._passes._src._session.id
     wait_until(lambda: _reaped(daemon, sid), f"session {sid} reaped as idle")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -70,7 +70,7 @@ def test_reaped_mid_epoch_reopens_where_it_was(daemon: Daemon) -> None:
         want = _take(src, 4)
     with LoaderSource("train", **kw) as src:
         got = _take(src, 2)
-        sid = src._id
+        sid = src._session.id
         wait_until(lambda: _reaped(daemon, sid), f"session {sid} reaped as idle")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

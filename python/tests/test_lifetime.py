@@ -91,7 +91,7 @@ def test_zero_copy_views_last_release_after_batches(volumes: tuple[Daemon, list[
             with pytest.raises(ValueError):
                 b[0, 0, 0] = 1.0
             window.append((k, b))
-            window = window[-(src._release_after + 1):]  # this batch and release_after before it
+            window = window[-(src._session.release_after + 1):]  # this batch and release_after before it
             for j, held in window:
                 assert np.array_equal(held, np.stack(arrays[j * BATCH:(j + 1) * BATCH])), f"batch {j} at batch {k}"
 
@@ -111,7 +111,7 @@ def test_dali_consumes_views(daemon: Daemon, dataset: Dataset, how: str) -> None
 
     src = LoaderSource("train", socket=daemon.socket, batch_size=4, random_shuffle=True, seed=2)
     views = []
-    mem = (src._buf.ctypes.data, src._buf.ctypes.data + src._buf.size)
+    mem = (src._session._buf.ctypes.data, src._session._buf.ctypes.data + src._session._buf.size)
 
     def watch(b: Any) -> Any:
         views.extend(mem[0] <= s.ctypes.data < mem[1] for s in b[0])

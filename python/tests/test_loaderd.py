@@ -125,7 +125,7 @@ def test_garbage_requests_get_4xx(daemon: Daemon) -> None:
             ("POST", "/v1/sessions", msgpack.packb({"dataset": "train", "batch_size": 2, "num_shards": 1,
                                                     "job_id": "j" * 129}), 400),
             ("POST", "/v1/sessions/deadbeef/next", b"", 404),
-            ("POST", f"/v1/sessions/{ok._id}/release", msgpack.packb({"slot": 99}), 400),
+            ("POST", f"/v1/sessions/{ok._session.id}/release", msgpack.packb({"slot": 99}), 400),
             ("GET", "/v1/nothing", b"", 404),
             ("PUT", "/v1/sessions", b"", 405),
         ]:
@@ -179,7 +179,7 @@ def test_killed_client_is_reaped(daemon: Daemon, dataset: Dataset) -> None:
 from nvfeed import LoaderSource
 s = LoaderSource("train", socket={daemon.socket!r}, batch_size=2)
 next(s)
-print(s._mm and s._id, flush=True)
+print(s._session._mm and s._session.id, flush=True)
 import time; time.sleep(60)
 """], stdout=subprocess.PIPE, text=True)
     sid = child.stdout.readline().strip()

@@ -148,3 +148,16 @@ def test_ops_refuses_at_construction(nnunet: tuple[Daemon, Path]) -> None:
     pipe = Pipeline(2, 1, None)
     with pipe, pytest.raises(TypeError, match="dataset 'x' is not a file dataset"):
         nvfeed.dali.ops.readers.File("x", socket=d.socket)()
+
+
+def test_ops_reads_the_region_it_is_given(nnunet: tuple[Daemon, Path]) -> None:
+    """The ops form passes its region of interest on to the reader: each
+    array comes as that region, not whole."""
+    d, _ = nnunet
+    pipe = Pipeline(2, 1, None)
+    with pipe:
+        out = nvfeed.dali.ops.readers.Numpy("x", socket=d.socket, roi_start=[0, 1], roi_end=[2, 2], roi_axes=[1, 2])()
+        pipe.set_outputs(out)
+    pipe.build()
+    (arrays,) = pipe.run()
+    assert [tuple(arrays[i].shape()) for i in range(len(arrays))] == [(1, 2, 1, 2)] * 2

@@ -30,7 +30,7 @@ def test_not_raw_warned_once(dataset: Dataset, tmp_path: Path) -> None:
             warnings.simplefilter("always")
             with LoaderSource("train", socket=d.socket, batch_size=4, backend="gds") as src:
                 assert sum(len(s) for s, _ in src) == 30, "every sample is still served"
-                src._reopen(src._release_after)  # a reopen (as after a reconnect) does not warn again
+                src._session.reopen(src._session.release_after)  # a reopen (as after a reconnect) does not warn again
                 next(src)
             with LoaderSource("train", socket=d.socket, batch_size=4, backend="file") as src:
                 next(src)

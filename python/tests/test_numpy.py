@@ -112,7 +112,7 @@ def _address(a: np.ndarray) -> int:
 
 def _inside(src: LoaderSource, a: np.ndarray) -> bool:
     """Whether a views the source's batch memory (no copy)."""
-    buf = src._buf
+    buf = src._session._buf
     lo = _address(buf)
     return np.shares_memory(a, buf) or (a.nbytes == 0 and lo <= _address(a) <= lo + buf.nbytes)
 
@@ -130,8 +130,8 @@ def test_dense_batch_is_one_view(dataset: Dataset, nds: NumpyDatasets, backend: 
         for k, b in enumerate(batches):
             assert isinstance(b, np.ndarray), f"batch {k}: {type(b)}, want one dense array"
             assert b.shape == (4, 3, 4, 5) and b.dtype == np.float32 and b.flags.c_contiguous
-            assert b.base is src._mm, "the batch is not a view of the mapping itself"
-            assert np.shares_memory(b, src._buf) and not b.flags.writeable
+            assert b.base is src._session._mm, "the batch is not a view of the mapping itself"
+            assert np.shares_memory(b, src._session._buf) and not b.flags.writeable
             for i in range(4):
                 np.testing.assert_array_equal(b[i], want[4 * k + i])
 
@@ -261,14 +261,14 @@ def test_dali_batch_format_views_the_memory(nds: NumpyDatasets) -> None:
     pytest.importorskip("nvidia.dali")
     lo, hi = 0, 0
     with LoaderSource("dense", socket=nds.daemon.socket, batch_size=4, zero_copy=True, batch_format="dali") as src:
-        lo, hi = _address(src._buf), _address(src._buf) + src._buf.nbytes
+        lo, hi = _address(src._session._buf), _address(src._session._buf) + src._session._buf.nbytes
         tl = next(src)
         assert type(tl).__name__ == "TensorListCPU" and tl.shape() == [(3, 4, 5)] * 4 and tl.is_dense_tensor()
         assert lo <= tl.data_ptr() < hi, "the TensorListCPU copied the batch"
         want = np.stack([np.load(f) for f in nds.files["dense"][:4]])
         np.testing.assert_array_equal(np.array(tl.as_tensor()), want)
     with LoaderSource("ragged2d", socket=nds.daemon.socket, batch_size=4, zero_copy=True, batch_format="dali") as src:
-        lo, hi = _address(src._buf), _address(src._buf) + src._buf.nbytes
+        lo, hi = _address(src._session._buf), _address(src._session._buf) + src._session._buf.nbytes
         tl = next(src)
         want = [np.load(f) for f in nds.files["ragged2d"]]
         assert type(tl).__name__ == "TensorListCPU" and tl.shape() == [w.shape for w in want]
@@ -354,7 +354,7 @@ def test_torch_dataset_yields_tensors(nds: NumpyDatasets, zero_copy: bool) -> No
     n = 0
     for k, t in enumerate(ds):
         assert isinstance(t, torch.Tensor) and t.shape == (4, 3, 4, 5) and t.dtype == torch.float32
-        buf = ds._source()._buf
+        buf = ds._passes._source()._session._buf
         inside = _address(buf) <= t.data_ptr() < _address(buf) + buf.nbytes
         assert inside == zero_copy, f"batch {k}: tensor in batch memory: {inside}"
         np.testing.assert_array_equal(t.numpy(), np.stack(want[4 * k:4 * k + 4]))

@@ -85,3 +85,55 @@ def test_dali_source_import_works_and_warns_of_nothing() -> None:
     assert r.returncode == 0 and r.stderr == "", r.stderr
     r = _fresh("import nvfeed\nfrom nvfeed import LoaderSource, SourceOptions, Batch, CudaError\n")
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_one_declaration_writes_the_signature_and_the_docs() -> None:
+    """Each argument is declared once, as a field of SourceOptions: that
+    field gives LoaderSource's signature its name and default, and its
+    docstring the argument's entry; LoaderDataset and nvfeed.dali.reader
+    take the same defaults."""
+    import inspect
+
+    from nvfeed._options import _PARAMS
+
+    sig = inspect.signature(nvfeed.LoaderSource).parameters
+    assert list(sig) == [*_PARAMS, "dali_args"]
+    doc = inspect.getdoc(nvfeed.LoaderSource) or ""
+    for name, f in _PARAMS.items():
+        assert sig[name].default is (inspect.Parameter.empty if name == "dataset" else f.default), name
+        head = next(line for line in doc.splitlines() if line.startswith(f"{name} : "))
+        if f.default is not None and name != "dataset":
+            assert head.endswith(f"default = {f.default!r}".replace("'", '"')), head
+        assert f.metadata["doc"].splitlines()[0].strip() in doc, name
+    import re
+
+    from nvfeed.dali import reader
+    from nvfeed.torch import LoaderDataset
+    for name, p in inspect.signature(LoaderDataset).parameters.items():
+        if name in _PARAMS and name not in ("dataset", "shard_id", "num_shards", "case_sensitive_extensions"):
+            assert p.default == _PARAMS[name].default, name
+    for obj in (nvfeed.LoaderSource, LoaderDataset, reader):
+        filled = inspect.getdoc(obj) or ""
+        assert "stick_to_shard : bool, optional, default = False" in filled, obj
+        assert not re.search(r"^ *\{\w+\}$", filled, re.MULTILINE), obj
+
+
+def test_the_signature_type_checkers_see_is_the_declared_one() -> None:
+    """LoaderSource's __init__ for type checkers names each declared
+    argument, in order, with its declared type, and no default of its own."""
+    import ast
+    import inspect
+
+    import nvfeed._source
+    from nvfeed._options import _PARAMS
+
+    tree = ast.parse(inspect.getsource(nvfeed._source))
+    stub = next(n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+                and any(isinstance(b, ast.FunctionDef) and b.name == "__init__" for b in n.body))
+    init = next(b for b in stub.body if isinstance(b, ast.FunctionDef))
+    args = init.args.args[1:]
+    assert [a.arg for a in args] == list(_PARAMS)
+    for a in args:
+        f = _PARAMS[a.arg]
+        assert ast.unparse(a.annotation) == (f.metadata["accepts"] or f.type), a.arg  # type: ignore[arg-type]
+    assert all(isinstance(d, ast.Constant) and d.value is Ellipsis for d in init.args.defaults)

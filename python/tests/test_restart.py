@@ -104,13 +104,13 @@ def test_broken_stream_keeps_batches(dataset: Dataset, tmp_path: Path) -> None:
                 got.append(_key(*b))
                 held.append((b[0], [bytes(s) for s in b[0]]))
             time.sleep(0.3)  # the daemon's read-ahead fills every slot it may
-            assert src._stream is not None
-            old = src._id
-            src._stream._sock.shutdown(socket.SHUT_RDWR)  # the connection breaks
+            assert src._session.transport.streaming
+            old = src._session.id
+            src._session.transport._stream._sock.shutdown(socket.SHUT_RDWR)  # the connection breaks
             with pytest.warns(RuntimeWarning, match="reconnecting"):
                 got += [_key(*b) for b in it]
             with pytest.raises(NotFoundError):  # the old session is closed, not left to the reaper
-                src._call("GET", f"/v1/sessions/{old}/state")
+                src._session.call("GET", f"/v1/sessions/{old}/state")
             time.sleep(0.3)  # a read into a held slot would land by now
         assert got == want, "the sequence across a broken stream differs from an unbroken one"
         for arrays, copies in held:

@@ -88,10 +88,8 @@ class _FakeStream:
 
 def _transport(st: _FakeStream) -> Any:
     from nvfeed._transport import Transport
-    t = Transport.__new__(Transport)
-    t.__dict__.update(_transport="stream", _id="s", _socket="/x", _timeout=5.0, _stream=st, _expect=(0, 0),
-                      _fence=None, _unsent=[])
-    t._held = __import__("collections").deque()
+    t = Transport("stream", "/x", 5.0, None)  # type: ignore[arg-type]
+    t._stream = st  # type: ignore[assignment]
     return t
 
 
@@ -101,18 +99,18 @@ def test_releases_wait_only_while_the_next_frame_is_here() -> None:
     release, one batch at most, and goes with it."""
     st = _FakeStream()
     t = _transport(st)
-    t._next([1], None)  # the daemon is not ahead: sent now
+    t.next("s", [1], None, (0, 0), [])  # the daemon is not ahead: sent now
     assert st.sent == [{"release": [1]}]
     st.here = True
-    t._next([2], None)  # the next frame is here: held back
+    t.next("s", [2], None, (0, 0), [])  # the next frame is here: held back
     assert st.sent == [{"release": [1]}]
-    t._next([3], None)  # one batch held back at most
+    t.next("s", [3], None, (0, 0), [])  # one batch held back at most
     assert st.sent == [{"release": [1]}, {"release": [2, 3]}]
-    t._next([4], None)
+    t.next("s", [4], None, (0, 0), [])
     st.here = False
-    t._next([5], None)  # about to wait: what was held back goes too
+    t.next("s", [5], None, (0, 0), [])  # about to wait: what was held back goes too
     assert st.sent == [{"release": [1]}, {"release": [2, 3]}, {"release": [4, 5]}]
-    t._next([], None)
+    t.next("s", [], None, (0, 0), [])
     assert len(st.sent) == 3 and st.frames == 6
 
 
@@ -125,10 +123,10 @@ def test_a_call_with_no_release_sends_what_was_held_back() -> None:
         st = _FakeStream()
         t = _transport(st)
         st.here = True
-        t._next([1], None)  # held back
+        t.next("s", [1], None, (0, 0), [])  # held back
         assert st.sent == []
         st.here = here
-        t._next([], None)
+        t.next("s", [], None, (0, 0), [])
         assert st.sent == [{"release": [1]}], here
 
 
@@ -139,7 +137,7 @@ def test_releases_held_back_go_with_the_stream() -> None:
     st = _FakeStream()
     st.here = True
     t = _transport(st)
-    t._next([7], None)
+    t.next("s", [7], None, (0, 0), [])
     assert st.sent == [] and t._unsent == [7]
-    t._drop_stream()
-    assert t._unsent == [] and t._stream is None
+    t.drop()
+    assert t._unsent == [] and not t.streaming
