@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any, Optional, cast
+from typing import TYPE_CHECKING, Any, Optional, cast
 
-from ._wire import Content, OpenRequest, State
+if TYPE_CHECKING:  # types only: the client's import chain stays short
+    from ._wire import Content, OpenRequest, State
 
 FEATURE = "content"
 """The daemon's feature: it gives and checks content."""
@@ -92,12 +93,12 @@ def fit_state(req: OpenRequest, features: frozenset[str], where: str) -> OpenReq
                       stacklevel=5)
     if FEATURE in features and st.get("content") is not None:
         return req
-    out = cast(OpenRequest, dict(req))
-    out["state"] = cast(State, {k: v for k, v in st.items() if k != "content"})
+    out = cast("OpenRequest", dict(req))
+    out["state"] = cast("State", {k: v for k, v in st.items() if k != "content"})
     return out
 
 
 def of(answer: Any) -> Optional[Content]:
     """The content an open answer gives; ``None`` from a daemon that gives none."""
     c = answer.get("content") if isinstance(answer, dict) else None
-    return cast(Optional[Content], c)
+    return cast("Optional[Content]", c)
