@@ -35,8 +35,9 @@ import (
 // StateVersion is the version of State's wire form; a state of another
 // version is refused, but for version 1 where its sequence is unchanged
 // (State.Validate). Version 2 added shuffle and initial_fill, and made
-// random_shuffle with stick_to_shard keep DALI's shard.
-const StateVersion = 2
+// random_shuffle with stick_to_shard keep DALI's shard. Version 3 added
+// stages (a resume on other shards); a version 2 state reads the same.
+const StateVersion = 3
 
 // State is a loader's position: the next batch Next will return. Saved
 // and restored it yields exactly the remaining sequence. Its msgpack and
@@ -46,6 +47,9 @@ type State struct {
 	Sampling Sampling `json:"sampling" msgpack:"sampling"`
 	Epoch    int      `json:"epoch" msgpack:"epoch"`
 	Batch    int      `json:"batch" msgpack:"batch"` // next batch in Epoch; EpochBatches(Epoch) means the end-of-epoch io.EOF comes next
+	// Stages make Epoch a resumed epoch (see Stage); none in a state
+	// of a whole epoch.
+	Stages []Stage `json:"stages,omitempty" msgpack:"stages,omitempty"`
 }
 
 // Loader produces batches. Next, Release and State may be called from
@@ -924,7 +928,7 @@ func (l *Loader) setPos(epoch, next int) {
 func (l *Loader) State() State {
 	l.posMu.Lock()
 	defer l.posMu.Unlock()
-	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
+	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next, Stages: l.smp.Stages(l.epoch)}
 }
 
 // Sampling returns the loader's sampling options.
