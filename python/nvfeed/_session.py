@@ -15,6 +15,7 @@ from typing import Any, Optional, cast
 
 import numpy as np
 
+from . import _resume
 from ._cuda import CudaError, device_uuid, load_libcuda, session_device
 from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
@@ -60,6 +61,9 @@ class Session(Transport):
         self._uuid = ""
         self._cuda_stream = o.cuda_stream  # kept alive: its handle is used at every release
         req = o.open_request()
+        st = req.get("state")
+        if st is not None:  # from a run of other shards or batch size: resumed (_resume)
+            req["state"] = _resume.for_source(st, req["shard_id"], req["num_shards"], req["batch_size"])
         if o.device == "gpu":
             # This process's GPU, named by UUID: the daemon's ordinals may differ.
             self._cu = load_libcuda()
@@ -157,8 +161,7 @@ class Session(Transport):
         """The open request, resuming at this source's position."""
         epoch, batch = cast(tuple[int, int], self._expect)
         req = cast(OpenRequest, dict(self._req))
-        req["state"] = {"version": self._state0["version"], "sampling": self._state0["sampling"], "epoch": epoch,
-                        "batch": batch}
+        req["state"] = _resume.at(self._state0, epoch, batch)
         return req
 
     def _forget_slots(self) -> None:

@@ -29,12 +29,21 @@ class Sampling(ReaderArgs):
     webdataset: bool  # a webdataset dataset's session (absent otherwise): shard order, permute computed
 
 
-class State(TypedDict):
-    """A session's position: the next batch it will produce."""
+class Stage(TypedDict):
+    """One interrupted run of a resumed epoch (``nvfeed._resume``)."""
+    num_shards: int
+    batch_size: int
+    batch: int  # the batches each of its ranks received
+
+
+class State(TypedDict, total=False):
+    """A session's position: the next batch it will produce. All keys
+    but ``stages`` are always there."""
     version: int
     sampling: Sampling
     epoch: int
     batch: int
+    stages: List[Stage]  # a resumed epoch's interrupted runs; absent in a whole epoch
 
 
 class ROI(TypedDict, total=False):

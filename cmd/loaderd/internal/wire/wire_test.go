@@ -23,6 +23,7 @@ const wirePy = "../../../../python/nvfeed/_wire.py"
 var wireTypes = map[string]reflect.Type{
 	"Sampling":         reflect.TypeFor[loader.Sampling](),
 	"State":            reflect.TypeFor[loader.State](),
+	"Stage":            reflect.TypeFor[loader.Stage](),
 	"ROI":              reflect.TypeFor[loader.ROI](),
 	"OpenRequest":      reflect.TypeFor[OpenRequest](),
 	"MemoryDesc":       reflect.TypeFor[batchmem.Desc](),
