@@ -282,10 +282,13 @@ class LoaderDataset(Passes, torch.utils.data.IterableDataset[Item]):
 
     def __len__(self) -> int:
         """Batches the loop receives in the next epoch (see Shards: the
-        same on every rank, but with ``last_batch_policy="fill"``)."""
+        same on every rank, but with ``last_batch_policy="fill"``). In a
+        resumed epoch (docs/resume.md), the more of its count and a whole
+        epoch's: Lightning asks once and ends every epoch at its end."""
         self._source()
         e, _ = self._start()
-        return cast(Epochs, self._epochs).batches(e)
+        ep = cast(Epochs, self._epochs)
+        return max(ep.batches(e), ep.batches(e + 1)) if ep.offset(e) else ep.batches(e)
 
     # -- iteration --------------------------------------------------------
 

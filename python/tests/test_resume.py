@@ -137,6 +137,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants (torchrun starts its workers in sessions of
+    their own: a process group does not hold them)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            children[int(stat.rsplit(")", 1)[1].split()[1])].append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def _kill_tree(p: subprocess.Popen[bytes]) -> None:
+    for pid in _tree(p.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.wait()
+
+
 def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
     """torchrun elastic (c10d rendezvous on localhost, 1 to 3 agents of 2
     processes): an agent killed in epoch 1 (the job restarts on 2 ranks),
@@ -165,17 +193,15 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
     c = None
     try:
         wait_until(lambda: any(w == "w4" and e == 1 and k >= 2 for w, e, k in worlds()), "4 ranks in epoch 1")
-        os.killpg(b.pid, signal.SIGKILL)
-        b.wait()
+        _kill_tree(b)
         wait_until(lambda: sum(w == "w2" for w, _, _ in worlds()) >= 6, "the job going on with 2 ranks")
         c = agent("c")
         assert a.wait(timeout=WAIT * 3) == 0, (tmp_path / "agent-a.log").read_text()[-4000:]
         assert c.wait(timeout=WAIT) == 0, (tmp_path / "agent-c.log").read_text()[-4000:]
     finally:
         for p in (a, b, c):
-            if p is not None and p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+            if p is not None:
+                _kill_tree(p)
     recs = _check(sets, tmp_path, 3)
     seen = [w for w, _, _ in worlds()]
     assert "w2" in seen and seen.index("w2") < len(seen) - 1 - seen[::-1].index("w4"), \
