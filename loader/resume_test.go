@@ -3,6 +3,7 @@
 package loader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -193,6 +194,35 @@ func TestResumeAt100M(t *testing.T) {
 		t.Logf("%s: resumed at %d samples, first batch in %v", tt.name, n, took)
 		if len(first) != r.BatchSize || took > tt.bound {
 			t.Errorf("%s: %d samples in %v, want %d within %v", tt.name, len(first), took, r.BatchSize, tt.bound)
+		}
+	}
+}
+
+// TestResumeLoader: loaders opened at a resumed state read its epoch's
+// remainder, each sample once across their ranks, and say so in State.
+func TestResumeLoader(t *testing.T) {
+	m := makeDataset(t, 101, 5, 3000)
+	stages := []Stage{{NumShards: 4, BatchSize: 8, Batch: 2}}
+	base := Sampling{N: 101, ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 3}.withDefaults()}
+	got := received(base, 1, nil, run{shards: 4, batch: 8, batches: 2})
+	for k := range 3 {
+		o := Options{ReaderArgs: ReaderArgs{BatchSize: 5, NumShards: 3, ShardID: k, RandomShuffle: true, Seed: 3}, PrefetchQueueDepth: 2}
+		st := State{Version: StateVersion, Sampling: Sampling{N: 101, ReaderArgs: o.ReaderArgs.withDefaults()}, Epoch: 1, Stages: stages}
+		o.State = &st
+		l, err := New(context.Background(), m, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := l.State(); !slices.Equal(s.Stages, stages) || s.Epoch != 1 || s.Batch != 0 {
+			t.Errorf("rank %d: state at open %+v, want epoch 1 batch 0 with the stages", k, s)
+		}
+		got = append(got, collectEpoch(t, l, m, true)...)
+		l.Close()
+	}
+	slices.Sort(got)
+	for i, v := range got {
+		if int(v) != i || len(got) != 101 {
+			t.Fatalf("%d samples, sorted position %d is %d: not every sample once", len(got), i, v)
 		}
 	}
 }
