@@ -154,8 +154,8 @@ func TestResumeRefused(t *testing.T) {
 // NVFEED_RESUME_PERMUTE=1 also times the listed permutation of files and
 // tensors (its Fisher-Yates over N, as at any open of that epoch).
 func TestResumeAt100M(t *testing.T) {
-	if testing.Short() {
-		t.Skip("100 M samples")
+	if testing.Short() || raceOn {
+		t.Skip("100 M samples, timed: not with -short or -race")
 	}
 	const n = 100_000_000
 	stages := []Stage{{NumShards: 4, BatchSize: 256, Batch: 40_000}, {NumShards: 3, BatchSize: 128, Batch: 1_000}}
