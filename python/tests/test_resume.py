@@ -28,7 +28,7 @@ import pytest
 
 from conftest import BIN, WAIT, Daemon, Dataset, start_daemon, stop_daemon, wait_until
 from nvfeed.torch import LoaderDataset
-from nvfeed import LoaderError
+from nvfeed import LoaderError, LoaderSource
 
 RANKS = Path(__file__).parent / "resume_ranks.py"
 SIZES = {"imgs": 203, "tens": 211, "wds": 197}
@@ -231,3 +231,24 @@ def test_refused_where_not_exact(sets: Sets) -> None:
     new.load_state_dict(sd)
     with pytest.raises(LoaderError, match=r'shuffle="dali".*resume with the saved num_shards'):
         next(iter(new))
+
+
+def test_loader_source_state_on_other_shards(sets: Sets) -> None:
+    """LoaderSource(state=rank 0's state) on 3 shards, from 4 shards that
+    each read 2 batches of 8 (batches of 5 now): the epoch's other
+    samples, each once."""
+    kw = dict(socket=sets.daemon.socket, random_shuffle=True, seed=3)
+    got: list[str] = []
+    for k in range(4):
+        with LoaderSource("imgs", batch_size=8, shard_id=k, num_shards=4, **kw) as src:
+            it = iter(src)
+            for _ in range(2):
+                got += [_id(s.tobytes()) for s in next(it)[0]]
+            if k == 0:
+                st = src.state()
+    assert (st["epoch"], st["batch"]) == (0, 2)
+    for k in range(3):
+        with LoaderSource("imgs", batch_size=5, shard_id=k, num_shards=3, state=st, **kw) as src:
+            assert src.state().get("stages") == [{"num_shards": 4, "batch_size": 8, "batch": 2}]
+            got += [_id(s.tobytes()) for samples, _ in src for s in samples]
+    assert collections.Counter(got) == sets.want["imgs"]
