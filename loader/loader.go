@@ -845,7 +845,7 @@ func (l *Loader) setPos(epoch, next int) {
 func (l *Loader) State() State {
 	l.posMu.Lock()
 	defer l.posMu.Unlock()
-	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next}
+	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next, Stages: l.smp.Stages(l.epoch)}
 }
 
 // Sampling returns the loader's sampling options.

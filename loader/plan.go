@@ -160,6 +160,7 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 		if err := checkState(st, p.Sampling); err != nil {
 			return Plan{}, err
 		}
+		p.Sampling = p.Sampling.Resumed(st.Epoch, st.Stages)
 	}
 	p.SamplerBytes = SamplerBytes(p.Sampling)
 	switch {

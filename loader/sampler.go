@@ -65,6 +65,8 @@ type Sampling struct {
 	ReaderArgs `msgpack:",inline"`
 	// WebDataset: the samples are a webdataset map's (see above).
 	WebDataset bool `json:"webdataset,omitempty" msgpack:"webdataset,omitempty"`
+	// resume is the resumed epoch (Resumed), nil without one.
+	resume *resumed
 }
 
 // The ways RandomShuffle shuffles (ReaderArgs.Shuffle).
@@ -174,7 +176,17 @@ func (s Sampling) diff(o Sampling) string {
 // ShardRange returns shard k's half-open range of positions in the epoch
 // order.
 func (s Sampling) ShardRange(k int) (lo, hi int) {
-	return k * s.N / s.NumShards, (k + 1) * s.N / s.NumShards
+	return s.shardIn(s.N, k)
+}
+
+// shardIn returns shard k's range of a list of n.
+func (s Sampling) shardIn(n, k int) (lo, hi int) {
+	return k * n / s.NumShards, (k + 1) * n / s.NumShards
+}
+
+// epochShard returns the range of epoch e's list this rank reads.
+func (s Sampling) epochShard(epoch int) (lo, hi int) {
+	return s.shardIn(s.epochLen(epoch), s.Shard(epoch))
 }
 
 // Shard returns the shard this rank reads in epoch e.
@@ -189,10 +201,10 @@ func (s Sampling) Shard(epoch int) int {
 // in epoch e.
 func (s Sampling) EpochSamples(epoch int) int {
 	if s.PadLastBatch {
-		per := (s.N + s.NumShards - 1) / s.NumShards
+		per := (s.epochLen(epoch) + s.NumShards - 1) / s.NumShards
 		return (per + s.BatchSize - 1) / s.BatchSize * s.BatchSize
 	}
-	lo, hi := s.ShardRange(s.Shard(epoch))
+	lo, hi := s.epochShard(epoch)
 	return hi - lo
 }
 
@@ -282,9 +294,29 @@ func (o *Orders) replays(epoch int) bool {
 // then it returns false, and the next call starts afresh.
 func (o *Orders) epoch(epoch int, buf []int32, stop <-chan struct{}) ([]int32, bool) {
 	s := o.s
-	lo, hi := s.ShardRange(s.Shard(epoch))
+	lo, hi := s.epochShard(epoch)
 	n := s.EpochSamples(epoch)
 	order := grow(buf, n)
+	if s.resume != nil && s.resume.epoch == epoch { // checkStages: not daliShuffled, not StickToShard
+		var pm permute.Perm
+		switch {
+		case s.RandomShuffle && s.computed():
+			pm = permute.New(uint64(s.N), s.Seed, uint64(epoch))
+		case s.RandomShuffle:
+			o.perm = Permutation(s.Seed, epoch, s.N, o.perm)
+		}
+		q := 0
+		s.spans(epoch, lo, hi, func(p, m int) {
+			for i := range m {
+				order[q+i] = s.sampleAt(p+i, o.perm, pm)
+			}
+			q += m
+		})
+		for ; q < n; q++ {
+			order[q] = s.resumedAt(epoch, lo, hi, q, o.perm, pm)
+		}
+		return order, true
+	}
 	switch {
 	case s.daliShuffled():
 		if o.dali == nil || o.dali.Epoch() > epoch {
@@ -383,7 +415,14 @@ func (s Sampling) computed() bool { return s.WebDataset && !s.daliShuffled() }
 // ranges) or, with StickToShard, of the shard's own samples permuted
 // anew each epoch.
 func (s Sampling) batchAt(epoch, b int, buf []int32) []int32 {
-	lo, hi := s.ShardRange(s.Shard(epoch))
+	lo, hi := s.epochShard(epoch)
+	if s.resume != nil && s.resume.epoch == epoch {
+		p := permute.New(uint64(s.N), s.Seed, uint64(epoch))
+		for q := b * s.BatchSize; q < min((b+1)*s.BatchSize, s.EpochSamples(epoch)); q++ {
+			buf = append(buf, s.resumedAt(epoch, lo, hi, q, nil, p))
+		}
+		return buf
+	}
 	from, to := b*s.BatchSize, min((b+1)*s.BatchSize, s.EpochSamples(epoch))
 	var p permute.Perm
 	switch {
@@ -450,8 +489,9 @@ const (
 // StateVersion is the version of State's wire form; a state of another
 // version is refused, but for version 1 where its sequence is unchanged
 // (State.Validate). Version 2 added shuffle and initial_fill, and made
-// random_shuffle with stick_to_shard keep DALI's shard.
-const StateVersion = 2
+// random_shuffle with stick_to_shard keep DALI's shard. Version 3 added
+// stages (a resume on other shards); a version 2 state reads the same.
+const StateVersion = 3
 
 // State is a loader's position: the next batch Next will return. Saved
 // and restored it yields exactly the remaining sequence. Its msgpack and
@@ -465,4 +505,28 @@ type State struct {
 	// The daemon fills it in and refuses a resume on a copy that differs.
 	// nil: not checked.
 	Content *bmap.Content `json:"content,omitempty" msgpack:"content,omitempty"`
+	// Stages make Epoch a resumed epoch (see Stage); none in a state
+	// of a whole epoch.
+	Stages []Stage `json:"stages,omitempty" msgpack:"stages,omitempty"`
+}
+
+// resumedAt returns the sample at position q of this rank's shard [lo, hi)
+// of a resumed epoch. Past the shard's end it repeats its last sample
+// (padding); an empty shard pads with the list's nearest sample. The
+// sample is the one at the position's origin in the epoch's full list:
+// the list in order, perm (a listed permutation) or pm (the computed one).
+func (s Sampling) resumedAt(epoch, lo, hi, q int, perm []int32, pm permute.Perm) int32 {
+	return s.sampleAt(s.origin(epoch, min(lo+q, max(hi, lo+1)-1, s.epochLen(epoch)-1)), perm, pm)
+}
+
+// sampleAt returns the sample at position p of an epoch's full list: p
+// itself in order, else perm's (listed) or pm's (computed).
+func (s Sampling) sampleAt(p int, perm []int32, pm permute.Perm) int32 {
+	switch {
+	case !s.RandomShuffle:
+		return int32(p)
+	case s.computed():
+		return int32(pm.At(uint64(p)))
+	}
+	return perm[p]
 }

@@ -105,7 +105,10 @@ func (st *State) Validate() error {
 	if st.Epoch < 0 || st.Epoch > MaxEpoch {
 		return fmt.Errorf("%w: saved state epoch %d not in [0, %d]", ErrOptions, st.Epoch, MaxEpoch)
 	}
-	if nb := st.Sampling.EpochBatches(st.Epoch); st.Batch < 0 || st.Batch > nb {
+	if err := st.Sampling.checkStages(st.Stages); err != nil {
+		return err
+	}
+	if nb := st.Sampling.Resumed(st.Epoch, st.Stages).EpochBatches(st.Epoch); st.Batch < 0 || st.Batch > nb {
 		return fmt.Errorf("%w: saved state batch %d not in [0, %d] (the batches of epoch %d)", ErrOptions, st.Batch, nb, st.Epoch)
 	}
 	if err := st.Sampling.checkReplay(st.Epoch); err != nil {
@@ -119,21 +122,21 @@ func (st *State) Validate() error {
 	return nil
 }
 
-// checkVersion accepts StateVersion, and version 1 where its sequence is
-// unchanged: every sampling but RandomShuffle with StickToShard over
-// several shards, whose permutation now keeps DALI's shard (version 1
-// had no shuffle or initial_fill: they are the defaults).
+// checkVersion accepts StateVersion, version 2 (no stages), and version 1
+// where its sequence is unchanged: every sampling but RandomShuffle with
+// StickToShard over several shards, whose permutation now keeps DALI's
+// shard (version 1 had no shuffle or initial_fill: they are the defaults).
 func (st *State) checkVersion() error {
 	s := st.Sampling
 	switch {
-	case st.Version == StateVersion:
+	case st.Version == StateVersion, st.Version == 2 && len(st.Stages) == 0:
 		return nil
 	case st.Version == 1 && s.RandomShuffle && s.StickToShard && s.NumShards > 1:
 		return fmt.Errorf("%w: saved state has version 1, whose random_shuffle with stick_to_shard read other samples (this loader keeps DALI's shard every epoch): start afresh", ErrOptions)
 	case st.Version == 1 && s.Shuffle == "" && s.InitialFill == 0:
 		return nil
 	}
-	return fmt.Errorf("%w: saved state has version %d, this loader reads version %d (and 1)", ErrOptions, st.Version, StateVersion)
+	return fmt.Errorf("%w: saved state has version %d, this loader reads version %d (and 2, 1)", ErrOptions, st.Version, StateVersion)
 }
 
 // checkState checks that st, valid on its own (Options.Validate), was

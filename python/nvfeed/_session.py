@@ -16,6 +16,7 @@ from typing import Any, Optional, cast
 import numpy as np
 
 from . import _content
+from . import _resume
 from ._cuda import CudaError, device_uuid, load_libcuda, session_device
 from ._cudamem import DeviceMapping
 from ._fence import ReleaseFence
@@ -63,6 +64,9 @@ class Session:
         self._uuid = ""
         self._cuda_stream = o.cuda_stream  # kept alive: its handle is used at every release
         req = o.open_request()
+        st = req.get("state")
+        if st is not None:  # from a run of other shards or batch size: resumed (_resume)
+            req["state"] = _resume.for_source(st, req["shard_id"], req["num_shards"], req["batch_size"])
         if o.device == "gpu":
             # This process's GPU, named by UUID: the daemon's ordinals may differ.
             self._cu = load_libcuda()
@@ -165,8 +169,7 @@ class Session:
         """The open request, resuming at the source's position."""
         epoch, batch = cast(tuple[int, int], self.expect)
         req = cast(OpenRequest, dict(self.request))
-        req["state"] = {"version": self.state0["version"], "sampling": self.state0["sampling"], "epoch": epoch,
-                        "batch": batch, "content": self.state0.get("content")}
+        req["state"] = _resume.at(self.state0, epoch, batch)
         return req
 
     def _forget_slots(self) -> None:

@@ -250,7 +250,9 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
 
     def __len__(self) -> int:
         """Batches the loop receives in the next epoch (see Shards: the
-        same on every rank, but with ``last_batch_policy="fill"``)."""
+        same on every rank, but with ``last_batch_policy="fill"``). In a
+        resumed epoch (docs/resume.md), the more of its count and a whole
+        epoch's: Lightning asks once and ends every epoch at its end."""
         return self._passes.batches()
 
     def __iter__(self) -> Iterator[Item]:

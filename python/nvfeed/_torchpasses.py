@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional, Union, cast
 import numpy as np
 import torch
 
-from . import _torchwds
+from . import _resume, _torchwds
 from ._options import SourceOptions
 from ._source import Batch, Components, LoaderSource, Tensors
 from ._torchbatch import FileBatch
@@ -94,7 +94,8 @@ class Passes:
         """Batches the loop receives in the next epoch."""
         self._source()
         e, _ = self._start()
-        return cast(Epochs, self._epochs).batches(e)
+        ep = cast(Epochs, self._epochs)
+        return max(ep.batches(e), ep.batches(e + 1)) if ep.offset(e) else ep.batches(e)
 
     def _source(self) -> LoaderSource:
         """The session, opened (at the resume position, if any) when it is
@@ -103,14 +104,15 @@ class Passes:
             shard_id, num_shards = self.shard
             resume = self._resume
             if resume is not None:  # the daemon's position: past its last batch, its epoch's end
-                resume = cast(State, dict(resume))
-                ep = Epochs(resume["sampling"], self._policy)
-                resume["batch"] = min(resume["batch"], ep.daemon_batches(resume["epoch"]))
+                ep = Epochs(resume["sampling"], self._policy, _resume.resumed(resume))
+                resume = _resume.at(resume, resume["epoch"], min(resume["batch"], ep.daemon_batches(resume["epoch"])))
             self._src = LoaderSource.of(dataclasses.replace(self._options, shard_id=shard_id, num_shards=num_shards,
                                                             state=resume))
-            self._epochs = Epochs(self._src.opened_state["sampling"], self._policy)
+            st0 = self._src.opened_state
+            self._epochs = Epochs(st0["sampling"], self._policy, _resume.resumed(st0))
             if self._resume is not None:
-                self._at = (self._resume["epoch"], self._resume["batch"])
+                e = self._resume["epoch"]
+                self._at = (e, self._resume["batch"] + self._epochs.offset(e))
             elif self._first_epoch is not None:
                 self._at = (self._first_epoch, 0)
             else:
@@ -171,6 +173,7 @@ class Passes:
 
     def _get(self, src: LoaderSource, ep: Epochs, e: int, k: int) -> Item:
         """Batch k of epoch e as the loop receives it."""
+        k -= ep.offset(e)  # the daemon's batch
         if k >= ep.daemon_batches(e):  # past this rank's shard ("partial"): an empty batch, in step with the others
             if src.components:
                 return _torchwds.batch(self._views, src.options.ext, ([],) * src.components, self._decode)
@@ -217,7 +220,7 @@ class Passes:
                 self._at, self._pass = (epoch, 0), None
         elif self._resume is not None:
             if self._resume["epoch"] != epoch:
-                self._resume = cast(State, dict(self._resume, epoch=epoch, batch=0))
+                self._resume = _resume.at(self._resume, epoch, 0)
         else:
             self._first_epoch = epoch
 
@@ -227,9 +230,7 @@ class Passes:
         if self._src is None:
             return self._resume
         e, k = self._start()
-        st = cast(State, dict(self._src.opened_state))
-        st["epoch"], st["batch"] = e, k
-        return st
+        return _resume.at(self._src.opened_state, e, k - cast(Epochs, self._epochs).offset(e))
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the next batch the loop will receive, and the
@@ -245,21 +246,27 @@ class Passes:
         if self._src is None and self._resume is None:
             self._source()
         st = cast(State, self._position())
-        return {"version": STATE_VERSION, "dataset": self.dataset, "epoch": st["epoch"], "batch": st["batch"],
+        r = _resume.resumed(st)
+        off = r[2] if r is not None else 0
+        return {"version": STATE_VERSION, "dataset": self.dataset, "epoch": st["epoch"], "batch": st["batch"] + off,
                 "state": st}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue at the position ``state_dict()`` returned: the next
         iteration yields that batch. The state may come from any rank of the
-        run (rank 0's checkpoint): this dataset keeps its own shard.
+        run (rank 0's checkpoint): this dataset keeps its own shard. From a
+        run of other ranks or another batch size, the epoch goes on with
+        the samples no rank had received, each once across this run's
+        ranks, and the loop's batches counted on (docs/resume.md).
 
         Raises
         ------
         ValueError
             The state is not a ``state_dict()`` of this version, or is for
-            another dataset or batch size. Other sampling arguments that
-            differ (seed, shuffle, number of shards, ...) are refused by the
-            daemon when the session opens, naming them.
+            another dataset. Other sampling arguments that differ (seed,
+            shuffle, ...), and a resume on other ranks that cannot be exact
+            (``shuffle="dali"``, ``stick_to_shard``), are refused by the
+            daemon when the session opens, saying why.
         """
         if not isinstance(state_dict, dict) or state_dict.get("version") != STATE_VERSION or "state" not in state_dict:
             raise ValueError(f"LoaderDataset.load_state_dict: not a state_dict() of version {STATE_VERSION}: "
@@ -267,16 +274,12 @@ class Passes:
         if state_dict.get("dataset") != self.dataset:
             raise ValueError(f"LoaderDataset.load_state_dict: the state is for dataset {state_dict.get('dataset')!r}, "
                              f"this dataset reads {self.dataset!r}")
-        st: State = dict(state_dict["state"])  # type: ignore[assignment]
-        sampling = dict(st["sampling"])
-        if sampling.get("batch_size") != self.batch_size:
-            raise ValueError(f"LoaderDataset.load_state_dict: the state was made with batch_size="
-                             f"{sampling.get('batch_size')}, this dataset has batch_size={self.batch_size}")
+        st = cast(State, dict(state_dict["state"]))
+        e, k = int(state_dict["epoch"]), int(state_dict["batch"])
+        r = _resume.resumed(st)
+        st = _resume.at(st, e, k - (r[2] if r is not None and r[0] == e else 0))
         shard_id, num_shards = self.shard
-        if sampling.get("num_shards") == num_shards:
-            sampling["shard_id"] = shard_id  # rank 0's position, this rank's shard
-        st["sampling"] = sampling  # type: ignore[typeddict-item]
-        st["epoch"], st["batch"] = int(state_dict["epoch"]), int(state_dict["batch"])
+        st = _resume.for_run(st, shard_id, num_shards, self.batch_size)  # rank 0's position, this rank's shard
         if self._src is not None:
             self._views.wait_pending()
             self._src.close()

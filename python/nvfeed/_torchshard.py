@@ -68,9 +68,13 @@ class Epochs:
     arguments). Shard k of n holds samples ``[k*N//n, (k+1)*N//n)``, as
     DALI's readers shard; the daemon reads ``daemon_batches(e)`` batches
     of it in epoch e (with ``pad_last_batch``: ``ceil(N/n)`` samples
-    padded to whole batches, the shard's last sample repeated)."""
+    padded to whole batches, the shard's last sample repeated). A resumed
+    epoch (``resumed``: its number, its list's length, the batches its
+    earlier runs received) shards its list, and the loop numbers its
+    batches on from those (``nvfeed._resume``)."""
 
-    def __init__(self, sampling: Mapping[str, object], policy: LastBatchPolicy) -> None:
+    def __init__(self, sampling: Mapping[str, object], policy: LastBatchPolicy,
+                 resumed: Optional[tuple[int, int, int]] = None) -> None:
         def num(key: str) -> int:
             v = sampling.get(key, 0)
             return int(v) if isinstance(v, (int, bool)) else 0
@@ -78,18 +82,29 @@ class Epochs:
         self.shard_id, self.pad, self.stick = num("shard_id"), bool(sampling.get("pad_last_batch")), \
             bool(sampling.get("stick_to_shard"))
         self.policy = policy
+        self.resumed = resumed
+
+    def _n(self, epoch: int) -> int:
+        """The samples of epoch e's list."""
+        return self.resumed[1] if self.resumed is not None and self.resumed[0] == epoch else self.n
+
+    def offset(self, epoch: int) -> int:
+        """The loop's batches of epoch e before the daemon's first: those
+        of a resumed epoch's earlier runs, else 0."""
+        return self.resumed[2] if self.resumed is not None and self.resumed[0] == epoch else 0
 
     def shard_size(self, epoch: int, shard_id: int = -1) -> int:
         """The samples of shard_id's (this rank's by default) shard in epoch e, padding excluded."""
         k = self.shard_id if shard_id < 0 else shard_id
         if not self.stick:
             k = (k + epoch) % self.shards
-        return (k + 1) * self.n // self.shards - k * self.n // self.shards
+        n = self._n(epoch)
+        return (k + 1) * n // self.shards - k * n // self.shards
 
     def daemon_batches(self, epoch: int) -> int:
         """The batches the daemon reads for this rank in epoch e, padding included."""
         if self.pad:
-            per = -(-self.n // self.shards)
+            per = -(-self._n(epoch) // self.shards)
             return -(-per // self.bs)
         return -(-self.shard_size(epoch) // self.bs)
 
@@ -98,11 +113,12 @@ class Epochs:
         many as the largest shard fills (``ceil(ceil(N/n)/batch_size)``, the
         same every epoch and on every rank); ``drop``, the whole batches of
         the smallest shard; ``fill``, the daemon's for epoch e."""
+        n, off = self._n(epoch), self.offset(epoch)
         if self.policy == "partial":
-            return -(-(-(-self.n // self.shards)) // self.bs)
+            return off - (-(-(-n // self.shards)) // self.bs)
         if self.policy == "drop":
-            return (self.n // self.shards) // self.bs
-        return self.daemon_batches(epoch)  # fill: as read (equal on every rank with pad_last_batch)
+            return off + (n // self.shards) // self.bs
+        return off + self.daemon_batches(epoch)  # fill: as read (equal on every rank with pad_last_batch)
 
     def keep(self, epoch: int, batch: int) -> int:
         """How many of the daemon's batch ``batch`` of epoch e the loop

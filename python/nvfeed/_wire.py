@@ -41,13 +41,22 @@ class Content(TypedDict):
     first_labels: List[int]  # their labels (-1: none)
 
 
-class State(TypedDict):
-    """A session's position: the next batch it will produce."""
+class Stage(TypedDict):
+    """One interrupted run of a resumed epoch (``nvfeed._resume``)."""
+    num_shards: int
+    batch_size: int
+    batch: int  # the batches each of its ranks received
+
+
+class State(TypedDict, total=False):
+    """A session's position: the next batch it will produce. All keys
+    but ``stages`` and ``content`` are always there."""
     version: int
     sampling: Sampling
     epoch: int
     batch: int
     content: Optional[Content]  # the dataset's content where it was taken; absent or None: not checked
+    stages: List[Stage]  # a resumed epoch's interrupted runs; absent in a whole epoch
 
 
 class ROI(TypedDict, total=False):

@@ -75,6 +75,20 @@ def test_lightning_every_epoch_every_sample_and_exact_resume(daemon: Daemon, dat
                                                 if r["phase"] == "val" and r["run"] == "resumed"]
 
 
+def test_lightning_resumes_on_other_devices(daemon: Daemon, dataset: Dataset, tmp_path: Path) -> None:
+    # A checkpoint of devices=4 (3 steps an epoch) taken at epoch 1 batch
+    # 1, resumed with devices=2: the rest of epoch 1 on 2 ranks
+    # (docs/resume.md), then epoch 2: every epoch trains every sample once.
+    ids = sorted(hashlib.sha256((dataset.root / p).read_bytes()).hexdigest()[:16] for p, _ in dataset.files)
+    run(daemon, tmp_path, 4, crash=4)
+    run(daemon, tmp_path, 2, resume=True)
+    recs = [r for rk in records(tmp_path, 4) for r in rk if r["phase"] == "train"]
+    for epoch in range(3):
+        seen = sorted(i for r in recs if r["epoch"] == epoch for i in r["ids"])
+        assert seen == ids, f"epoch {epoch}: {len(seen)} samples, {len(set(seen))} distinct of {len(ids)}"
+    assert {r["run"] for r in recs if r["epoch"] == 1} == {"first", "resumed"}, "the crash was not in epoch 1"
+
+
 def test_lightning_datasets_made_anew_every_epoch_go_on(daemon: Daemon, tmp_path: Path) -> None:
     # reload_dataloaders_every_n_epochs=1 makes a new LoaderDataset every
     # epoch; Lightning's set_epoch (on ds.sampler) moves it to that epoch:

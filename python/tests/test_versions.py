@@ -25,7 +25,7 @@ import pytest
 import nvfeed
 import nvfeed._version
 from conftest import BIN, Daemon, Dataset, start_daemon, stop_daemon
-from nvfeed import LoaderSource, VersionError
+from nvfeed import LoaderError, LoaderSource, VersionError
 from versionpeers import PREVIOUS, build_previous, serve_http, write_shards
 
 
@@ -90,6 +90,16 @@ def test_this_client_reads_from_the_previous_daemon(old_daemon: Daemon, dataset:
     _check_file(_file_epoch(old_daemon.socket), dataset)
     got = _wds_epoch(old_daemon.socket)
     assert got[:len(wds[1])] == wds[1]  # unshuffled: shard and member order
+
+
+def test_a_resume_on_other_ranks_refused_by_the_previous_daemon(old_daemon: Daemon) -> None:
+    """A state resumed on other shards (its stages) is refused by a daemon
+    from before them, saying to upgrade: never read as a whole epoch."""
+    with LoaderSource("train", socket=old_daemon.socket, batch_size=4, shard_id=0, num_shards=4) as src:
+        next(iter(src))
+        st = src.state()
+    with pytest.raises(LoaderError, match="does not know the key 'stages'.*Upgrade loaderd"):
+        LoaderSource("train", socket=old_daemon.socket, batch_size=4, shard_id=0, num_shards=2, state=st)
 
 
 def test_this_daemon_serves_the_previous_client(previous: Path, new_daemon: Daemon, dataset: Dataset,

@@ -25,6 +25,7 @@ var wireTypes = map[string]reflect.Type{
 	"Sampling":         reflect.TypeFor[loader.Sampling](),
 	"State":            reflect.TypeFor[loader.State](),
 	"Content":          reflect.TypeFor[bmap.Content](),
+	"Stage":            reflect.TypeFor[loader.Stage](),
 	"ROI":              reflect.TypeFor[loader.ROI](),
 	"OpenRequest":      reflect.TypeFor[OpenRequest](),
 	"MemoryDesc":       reflect.TypeFor[batchmem.Desc](),
