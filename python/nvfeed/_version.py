@@ -140,7 +140,27 @@ def fit(req: OpenRequest, daemon: DaemonVersion, where: str) -> OpenRequest:
                                f"a release that lists {feature!r} in its {FEATURES_HEADER} (nvfeed's own release, "
                                f"{RELEASE}, does), or leave out {key}", 400, "version")
         del out[key]
-    return _content.fit_state(cast(OpenRequest, out), daemon.features, where)
+    return _fit_stages(_content.fit_state(cast(OpenRequest, out), daemon.features, where), daemon, where)
+
+
+STAGES = "stages"
+"""The feature of a resumed state's ``stages`` (state version 3)."""
+
+
+def _fit_stages(req: OpenRequest, daemon: DaemonVersion, where: str) -> OpenRequest:
+    """``req`` for a daemon without feature ``stages``. A whole epoch's
+    state goes as version 2, whose layout it has. A resumed state (its
+    stages) is refused: that daemon would read it as a whole epoch."""
+    st = req.get("state")
+    if st is None or STAGES in daemon.features or st.get("version") != 3:
+        return req
+    if st.get("stages"):
+        raise VersionError(f"loaderd at {where} is {daemon}: it does not know the key 'stages' that a resume on "
+                           f"other ranks or another batch size needs (this client: {CLIENT}). Upgrade loaderd on "
+                           f"this node to a release that lists {STAGES!r} in its {FEATURES_HEADER}", 400, "version")
+    out = cast(dict[str, Any], dict(req))
+    out["state"] = dict(st, version=2)
+    return cast(OpenRequest, out)
 
 
 def refused(e: LoaderError, daemon: DaemonVersion, where: str) -> LoaderError:

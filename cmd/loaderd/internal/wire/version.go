@@ -49,7 +49,7 @@ var ErrVersion = errors.New("versions differ")
 // FeaturesHeader. Protocol 1 had them all; a feature added later is
 // appended with the protocol it came in (docs/protocol.md).
 func Features() []string {
-	return []string{"file", "numpy", "webdataset", "roi", "files", "shuffle_after_epoch", "device_uuid", "stream", "versions", "content"}
+	return []string{"file", "numpy", "webdataset", "roi", "files", "shuffle_after_epoch", "device_uuid", "stream", "versions", "content", "stages"}
 }
 
 // FieldFeatures maps an open request's keys to the feature they need: a
