@@ -1,19 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package bmap builds, stores and checks block maps. A block map lists
-// every sample of a dataset, in the order DALI's reader lists them. For
-// each sample it holds the byte ranges of the filesystem's block device
-// that hold it.
-//
-// A dataset is what fn.readers.file reads: one subdirectory per class, or a
-// file list with labels. Or it is what fn.readers.numpy reads: .npy files
-// found under a root, or listed. A tensor sample is the array's data,
-// without its header, with its element type and shape.
-//
-// Build makes a Map. It is written and read in three formats: the native
-// checksummed binary .bmap, JSON, and the JSON of xNVMe's DALI example.
-// NewChecker and Checker.Check check it against the live filesystem before
-// anyone trusts its extents.
+// Package bmap builds, stores and checks block maps.
+// A block map lists a dataset's samples in DALI's order, each with its device byte ranges.
+// A dataset is what fn.readers.file or fn.readers.numpy reads.
+// Maps are stored as binary .bmap, JSON, or xNVMe's DALI example JSON.
+// Checker checks a map against the live filesystem before anyone trusts its extents.
 package bmap
 
 import (
@@ -27,13 +18,9 @@ import (
 	"github.com/nvfeed/nvfeed/extentinfo"
 )
 
-// Version is the newest map format version, the one this package writes for
-// maps that need it. Version 1 holds fn.readers.file's folder layout only.
-// Version 2 adds the reader kind, listed samples and tensor samples. Listed
-// samples have labels of any value and paths in subdirectories. A tensor
-// sample has a data offset, an element type and a shape. Build gives a map
-// the lowest version that holds it (MinVersion), so older readers keep
-// reading what they can. The decoders read both.
+// Version is the newest map format version.
+// Version 2 adds the reader kind, listed samples and tensors; version 1 is folders only.
+// Build gives a map the lowest version that holds it; the decoders read both.
 const Version = 2
 
 // Reader is the DALI reader whose samples a map lists, and so what a
@@ -117,10 +104,8 @@ func ParseReason(s string) (Reason, error) {
 	return 0, fmt.Errorf("unknown reason %q", s)
 }
 
-// Sample is one dataset file. Its bytes are the file's bytes
-// [Offset, Offset+Size): the whole file (Offset 0) for fn.readers.file,
-// an .npy file's array data for fn.readers.numpy. The file is always
-// exactly Offset+Size bytes long (FileSize).
+// Sample is one dataset file's bytes [Offset, Offset+Size): a whole file, or an .npy file's data.
+// The file is exactly Offset+Size bytes long.
 type Sample struct {
 	Path    string              // relative to the map's root: "class/file" in a folder layout
 	Extents []extentinfo.Extent // the file's physical extents, in file order (Logical is the offset in the file)
@@ -167,11 +152,8 @@ type Map struct {
 	Listed  bool
 	Classes []string // class directory names of a folder layout; label i is Classes[i]
 	Samples []Sample // in DALI order (see Build)
-	// Discovery holds the filters mkbmap was given to find the samples
-	// under Root, where they were not DALI's defaults. It is nil for the
-	// defaults (the zero DiscoverOptions) and for a listed map. Unmapped
-	// counts new files by it. It is not part of the fingerprint: it chooses
-	// which files, and the samples say which were chosen.
+	// Discovery holds mkbmap's filters where they were not DALI's defaults; else nil.
+	// Unmapped counts new files by it. It is not part of the fingerprint.
 	Discovery *DiscoverOptions
 }
 
@@ -199,11 +181,8 @@ func (m *Map) MinVersion() int {
 	return 1
 }
 
-// Dirs returns the directories that hold the map's samples, sorted
-// bytewise. They are relative to Root, and "." is Root itself. For each
-// sample it returns the index in dirs of its directory. In
-// fn.readers.file's folder layout the directories are the classes, and
-// their indices the labels.
+// Dirs returns the directories holding the samples, sorted, relative to Root.
+// For each sample it returns its directory's index; in a folder layout that is the label.
 func (m *Map) Dirs() (dirs []string, dirOf []int32) {
 	dirOf = make([]int32, len(m.Samples))
 	if m.Reader == ReaderFile && !m.Listed {

@@ -25,11 +25,8 @@ type BuildOptions struct {
 	// Reader is the DALI reader the map is for: ReaderFile (the zero
 	// value) or ReaderNumpy.
 	Reader Reader
-	// Files, when not nil, are the samples, in this order, instead of
-	// those found under the root: DALI's file_list (ParseFileList,
-	// ParseNumpyFileList) or files and labels. Paths are relative to the
-	// root, or absolute inside it; labels are fn.readers.file's (a numpy
-	// sample's must be 0).
+	// Files, when not nil, are the samples in order, as DALI's file_list or files and labels.
+	// Paths are relative to the root or absolute inside it.
 	Files    []Entry
 	Workers  int                   // parallel mappers; 0 means 4 per CPU
 	Progress func(done, total int) // called as samples are mapped (from several goroutines)
@@ -43,35 +40,18 @@ type BuildOptions struct {
 // the filter matches, or an empty list.
 var ErrNoFiles = errors.New("no files")
 
-// Build lists root's samples as DALI's reader does and maps each with
-// FIEMAP:
+// Build lists root's samples as DALI's reader does and maps each with FIEMAP.
 //
-//   - fn.readers.file (ReaderFile): the folder layout (Discover), or
-//     o.Files with their labels;
-//   - fn.readers.numpy (ReaderNumpy): the files DiscoverNumpy finds, or
-//     o.Files; each file's .npy header is read (bmap/npy) and the sample
-//     is its array's data: Offset past the header, Size the data's bytes,
-//     Tensor its type and shape. A file that is not exactly a supported
-//     version 1.0 header and the data, in C order, fails the build with
-//     an error naming it and wrapping npy's sentinel (npy.ErrVersion,
-//     npy.ErrObject, npy.ErrBigEndian, npy.ErrStructured, npy.ErrDType,
-//     npy.ErrFortran, npy.ErrSize, ...), or ErrDALIHeader for a header
-//     numpy reads but fn.readers.numpy does not. Arrays may differ in
-//     dtype or number of dimensions here: Map.CheckTensors says whether
-//     DALI could batch them (mkbmap refuses the map otherwise).
+//   - ReaderFile: the folder layout (Discover), or o.Files with their labels.
+//   - ReaderNumpy: DiscoverNumpy's files or o.Files. A sample is the array's data.
+//     A file not exactly a supported .npy header and C-order data fails, wrapping npy's sentinel.
+//     ErrDALIHeader marks a header numpy reads but fn.readers.numpy does not.
 //
-// A listed path must lie inside root (see ListedPath). The map gets the
-// lowest version that holds it (Map.MinVersion). On a
-// filesystem whose FIEMAP addresses are not offsets on one block device
-// (extentinfo.ResolveDevice refuses it: tmpfs, NFS, overlay, btrfs, …) it
-// maps nothing and marks every sample NoExtents, filesystem-only: the map
-// then has no Device.Path (see Map.FSOnly), and only the file backend
-// reads it. With o.RequireExtents it refuses such a filesystem instead,
-// before looking at any file. A root without DALI's layout (no class
-// folder, or no sample in them) fails with ErrLayout saying what it found;
-// a numpy root without a matching file, or an empty list, with
-// ErrNoFiles. A file that cannot be opened or mapped fails the whole
-// build with an error naming it.
+// A listed path must lie inside root. The map gets its lowest version.
+// A filesystem without device extents maps every sample NoExtents, for the file backend.
+// o.RequireExtents refuses such a filesystem instead.
+// A root without DALI's layout fails with ErrLayout; no file or an empty list with ErrNoFiles.
+// A file that cannot be opened or mapped fails the build, named.
 func Build(ctx context.Context, root string, o BuildOptions) (*Map, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {

@@ -42,13 +42,10 @@ type Entry struct {
 	Line  int    // the line of the list it comes from (1-based); 0 when not from a file list
 }
 
-// Discover lists samples exactly as DALI's fn.readers.file(file_root=root)
-// does. The immediate subdirectories of root, sorted bytewise, give the
-// classes and labels; stat follows links. An empty class keeps its label.
-// Inside each class come the regular files and symlinks whose names match a
-// filter, sorted bytewise. Directories are never samples, and there is no
-// recursion. Files directly in root are skipped. Like DALI, an entry of
-// root that cannot be stat'ed is an error.
+// Discover lists samples exactly as fn.readers.file(file_root=root) does.
+// Subdirectories of root, sorted bytewise, are the classes; an empty one keeps its label.
+// Each class's matching files and symlinks come sorted, without recursion.
+// Files in root are skipped; an entry that cannot be stat'ed is an error.
 func Discover(root string, o DiscoverOptions) (classes []string, entries []Entry, err error) {
 	filters, err := fileFilters(o)
 	if err != nil {
@@ -125,16 +122,10 @@ func classFiles(root, cls string, filters []string, caseSensitive bool, fn func(
 	return nil
 }
 
-// DiscoverNumpy lists samples exactly as DALI's
-// fn.readers.numpy(file_root=root, file_filter=filter) does. First come the
-// files directly in root. Then come those in each immediate subdirectory of
-// root, sorted bytewise, and no deeper; stat follows links. Each
-// directory's files are sorted bytewise. A file is a regular file or a
-// symlink, never a directory, whose name matches filter. The match is
-// fnmatch, case-sensitive, and takes hidden files too. An empty filter
-// means DefaultNumpyFilter. DALI names a file in root "./name", and its
-// Path here is "name". Like DALI, an entry of root that cannot be stat'ed
-// is an error. Labels are 0: numpy samples have none.
+// DiscoverNumpy lists samples exactly as fn.readers.numpy(file_root=root, file_filter=filter) does.
+// Files in root come first, then each subdirectory's, sorted bytewise, no deeper.
+// The match is case-sensitive fnmatch, hidden files included; "" means DefaultNumpyFilter.
+// An entry of root that cannot be stat'ed is an error. Labels are 0.
 func DiscoverNumpy(root, filter string) ([]Entry, error) {
 	entries, _, err := discoverNumpy(root, filter)
 	return entries, err
@@ -322,13 +313,8 @@ func firstOr(a, b []string) string {
 	return b[0]
 }
 
-// Unmapped returns how many files that the map has no sample for
-// Discover(m.Root, o) lists now. For a numpy map it uses DiscoverNumpy.
-// These files were added since mapping, in a class folder the map knows or
-// in a new one. Nothing reading the map serves them. The caller passes the
-// filters to list with. With the map's own (Discovered), it counts what
-// the map's discovery would find now. A listed map names its files, so
-// none is unmapped.
+// Unmapped returns how many files Discover(m.Root, o) lists now that the map lacks.
+// They were added since mapping and are not served. A listed map has none.
 func (m *Map) Unmapped(o DiscoverOptions) (int, error) {
 	n, _, err := m.UnmappedIn(o)
 	return n, err
@@ -363,13 +349,9 @@ func (m *Map) UnmappedIn(o DiscoverOptions) (n int, dirs []string, err error) {
 // fn.readers.file's folder layout lacks there (UnmappedInClasses).
 type ClassCounts map[string]int
 
-// UnmappedInClasses is UnmappedIn for a map of fn.readers.file's folder
-// layout, one class folder at a time. The map is neither numpy nor listed.
-// The root is listed again. A class folder in it is listed only where
-// relist says so, or where kept has no count for it. The others keep kept's
-// count. mapped reports whether the map has a sample at a path, written as
-// Entry.Path. It returns the counts and their sum. Like UnmappedIn, it
-// returns the folders listed to count: the root, then every class folder.
+// UnmappedInClasses is UnmappedIn for a folder-layout map, one class folder at a time.
+// The root is listed again; a class folder only where relist says so or kept lacks it.
+// It returns the counts, their sum, and the folders listed.
 func (m *Map) UnmappedInClasses(o DiscoverOptions, kept ClassCounts, relist func(class string) bool, mapped func(path string) bool) (ClassCounts, int, []string, error) {
 	if m.Listed || m.Reader == ReaderNumpy {
 		return nil, 0, nil, fmt.Errorf("bmap: counting by class folder: the map is not of fn.readers.file's folder layout")

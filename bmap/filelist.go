@@ -27,18 +27,11 @@ var ErrFileList = errors.New("bad file list")
 // fails on a longer one ("Wrong format of file_list").
 const maxListLine = 16<<10 - 1
 
-// ParseFileList parses a file list as DALI's fn.readers.file(file_list=)
-// does, each line parsed from its end: trailing whitespace (C isspace:
-// space, \t, \n, \v, \f, \r) skipped, then the label (decimal digits
-// only: no sign), then the whitespace before it; everything before that
-// is the path, verbatim (inner and leading spaces included). Lines that
-// are empty or only whitespace are skipped; there are no comments; order
-// is kept and nothing is deduplicated. A line without a path, whitespace
-// and a label is an error naming it, as in DALI. Beyond DALI, which
-// wraps labels past 2^31-1 and stops a line at a NUL byte, those are
-// errors too. Paths are relative to the dataset root (or absolute). The
-// entries are never nil without an error: an empty list gives an empty
-// slice (Build refuses it, as DALI does: "No files found").
+// ParseFileList parses a file list as fn.readers.file(file_list=) does.
+// Each line is parsed from its end: C whitespace, a decimal label, whitespace, then the path verbatim.
+// Blank lines are skipped; order is kept and nothing is deduplicated.
+// A line without path and label is an error, and so, beyond DALI, are labels past 2^31-1 and NULs.
+// An empty list gives an empty slice, not nil.
 func ParseFileList(r io.Reader) ([]Entry, error) {
 	entries := []Entry{}
 	err := listLines(r, func(n int, line []byte) error {
@@ -71,12 +64,8 @@ func ParseFileList(r io.Reader) ([]Entry, error) {
 	return entries, err
 }
 
-// ParseNumpyFileList parses a file list as DALI's
-// fn.readers.numpy(file_list=) does: every non-empty line is a path,
-// verbatim (no trimming: a line of spaces or one ending in \r names such
-// a file), in order, nothing deduplicated; there are no labels or
-// comments. Paths are relative to the dataset root (or absolute). As
-// with ParseFileList, an empty list gives an empty slice, not nil.
+// ParseNumpyFileList parses a file list as fn.readers.numpy(file_list=) does.
+// Every non-empty line is a path, verbatim and in order; an empty list gives an empty slice.
 func ParseNumpyFileList(r io.Reader) ([]Entry, error) {
 	entries := []Entry{}
 	err := listLines(r, func(n int, line []byte) error {
@@ -123,12 +112,8 @@ func listLines(r io.Reader, fn func(n int, line []byte) error) error {
 // isSpace is C's isspace in the C locale.
 func isSpace(c byte) bool { return c == ' ' || '\t' <= c && c <= '\r' }
 
-// ListedPath returns p, a listed path (relative to root, or absolute, as
-// DALI takes it), as a map stores it: relative to root and clean. A path
-// that leads out of root, names root or a directory, or whose ".." would
-// name another file than its clean form (a ".." after a symlinked
-// directory, which the kernel resolves from the link's target) is an
-// error.
+// ListedPath returns listed path p relative to root and clean.
+// A path leading out of root, naming root or a directory, or with a misleading ".." is an error.
 func ListedPath(root, p string) (string, error) {
 	switch {
 	case p == "":

@@ -12,19 +12,11 @@ import (
 // FingerprintLen is the length of a fingerprint: 32 lowercase hex digits.
 const FingerprintLen = 32
 
-// Fingerprint names the dataset a map describes, the same on every node
-// that holds a copy of it: the first 128 bits of a SHA-256, in hex, over
-// the class names and, in DALI's order, every sample's path (relative to
-// the root, so its class and label) and size. Two maps with one
-// fingerprint give every sample index the same file, label and length, so
-// ranks that sample them alike read the same data; where the root, the
-// device, the extents or a sample's inode and times differ (another node,
-// another copy), the fingerprint does not. A file changed in place to the
-// same size keeps it: fingerprints compare datasets, not their bytes.
-// A map that only format version 2 holds (numpy, listed) also hashes its
-// reader, whether it is listed and each sample's data offset, element
-// type and shape; a folder-layout map's fingerprint is what it was before
-// version 2.
+// Fingerprint names the dataset a map describes, the same on every node holding a copy.
+// It is 128 bits of a SHA-256 over the class names and each sample's path and size, in order.
+// Equal fingerprints give every index the same file, label and length.
+// Root, device, extents, inodes and times do not count; neither do same-size edits.
+// A version 2 map also hashes its reader, listing, and each tensor's offset, type and shape.
 func (m *Map) Fingerprint() string {
 	h := fingerprinter{h: sha256.New(), buf: make([]byte, 0, fingerprintBuf)}
 	h.bytes("nvfeed dataset fingerprint v1\x00")

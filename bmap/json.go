@@ -24,14 +24,8 @@ import (
 //	              "inode", "mtime_ns", "ctime_ns",
 //	              "offset", "dtype", "shape"}]}
 //
-// inode, mtime_ns and ctime_ns are extra keys that keep the freshness check
-// possible after a round trip through JSON. Version 2 maps add "reader"
-// ("file" or "numpy") and "listed"; a tensor sample adds "offset" (of its
-// data in the file; "size" is the data's), "dtype" (numpy's name,
-// "float32") and "shape" (absent for a 0-d array), and "discovery" the
-// filters the samples were found with where they were not DALI's
-// defaults (Map.Discovery; absent otherwise). Version 1 maps have none of
-// these keys.
+// inode, mtime_ns and ctime_ns keep the freshness check possible after a JSON round trip.
+// Version 2 adds reader, listed, discovery, and a tensor's offset, dtype and shape.
 type jsonMap struct {
 	Version int        `json:"version"`
 	Root    string     `json:"root"`

@@ -27,11 +27,7 @@ import (
 // xnvmeSectors is the granularity of the example's reads: 8 sectors.
 const xnvmeSectors = 8
 
-// xnvmeRange returns the inclusive 512-byte block range on the whole disk
-// of s's extent, and false if s cannot be expressed as one range the
-// example can read: not raw, empty, several extents, a hole, an unwritten
-// (zero-reading) extent, or (filesystem blocks under 4 KiB) an extent that
-// is not a whole number of the example's 8-sector reads.
+// xnvmeRange returns s's inclusive 512-byte block range on the whole disk, if the example can read it.
 func xnvmeRange(s *Sample, partStart uint64) (start, end uint64, ok bool) {
 	if s.Reason != Raw || s.Size <= 0 {
 		return 0, 0, false
@@ -100,11 +96,8 @@ type ImportReport struct {
 	Unlisted   int // discovered samples the xNVMe map does not list (mapped afresh)
 }
 
-// ImportXNVMe reads an xNVMe map for the dataset at root. Because that
-// format has no sizes, inodes or device, the dataset is mapped afresh with
-// Build and every entry is checked against it: a sample whose entry
-// disagrees with the filesystem is marked Mismatch (read through the
-// filesystem), never trusted.
+// ImportXNVMe reads an xNVMe map for root, maps the dataset afresh and checks every entry.
+// An entry that disagrees is marked Mismatch, read through the filesystem.
 func ImportXNVMe(ctx context.Context, b []byte, root string, o BuildOptions) (*Map, ImportReport, error) {
 	var entries map[string]xnvmeEntry
 	if err := json.Unmarshal(b, &entries); err != nil {

@@ -1,16 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package extentinfo maps files to the physical byte ranges that hold them
-// on their filesystem's block device.
-//
-// It wraps the Linux FIEMAP ioctl, which golang.org/x/sys/unix does not
-// define. It resolves a mounted filesystem to its block device through
-// sysfs: device node, whole-disk parent, partition start, logical block
-// size, filesystem type and UUID.
-//
-// FIEMAP reports physical offsets relative to the device that holds the
-// filesystem. For a partition, they are relative to the partition. A reader
-// of the whole disk must add Device.PartitionStart.
+// Package extentinfo maps files to the byte ranges of their block device that hold them.
+// It wraps the FIEMAP ioctl and resolves a filesystem to its device through sysfs.
+// FIEMAP offsets are relative to a partition: add Device.PartitionStart for the whole disk.
 package extentinfo
 
 import (

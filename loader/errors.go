@@ -24,15 +24,10 @@ var ErrNoSpace = batchmem.ErrNoSpace
 // ErrClosed is returned by Next after Close.
 var ErrClosed = errors.New("loader closed")
 
-// ErrInternal is returned (wrapped) by Next once the loader has failed
-// from a bug rather than bad input (a recovered panic): the message names
-// the cause, and the loader delivers nothing more.
+// ErrInternal: the loader failed from a bug, not bad input, and delivers nothing more.
 var ErrInternal = errors.New("loader: internal failure")
 
-// ErrUnavailable is returned (wrapped) when the backend of the cufile GPU
-// path cannot run on this machine (no cuFile library, no driver, the GPU
-// refused: backend.ErrUnavailable): with GPUPathAuto, New then falls back
-// to bounce.
+// ErrUnavailable: the cufile path cannot run here; GPUPathAuto then falls back to bounce.
 var ErrUnavailable = backend.ErrUnavailable
 
 // ErrNoRaw is returned (wrapped) by a backend that reads the block device
@@ -43,9 +38,7 @@ var ErrNoRaw = backend.ErrNoRaw
 // for raw reads (backend.ErrDevice).
 var ErrDevice = backend.ErrDevice
 
-// ErrUnknownGPU is returned (wrapped) when the GPU asked for (by UUID or
-// ordinal) is not one this process sees (batchmem.ErrUnknownGPU); the
-// message names it and the GPUs seen.
+// ErrUnknownGPU: the GPU asked for is not one this process sees.
 var ErrUnknownGPU = batchmem.ErrUnknownGPU
 
 // ErrUnsupported is returned (wrapped) for a memory kind this build

@@ -9,14 +9,9 @@ import (
 	"github.com/nvfeed/nvfeed/loader/backend"
 )
 
-// chooseWays is the one place that decides a loader's GPU path and
-// backend. It returns the ways Open tries, in order, each with why. The
-// GPU path follows o's memory, path and backend (gpuWays). A way that
-// names no backend gets the fastest one m allows (autoBackends). Then
-// each way's backend is looked up and its options resolved. The first
-// way's error is returned; a later way keeps its own for Open. With m
-// nil it decides only what needs no map, for Validate. At run time Open
-// falls back along the ways (openGPUPath).
+// chooseWays is the one place that decides a loader's GPU path and backend.
+// It returns the ways Open tries, in order, each with why.
+// With m nil it decides only what needs no map, for Validate.
 func chooseWays(m *bmap.Map, o Options) ([]gpuWay, error) {
 	ways, err := o.gpuWays()
 	if err != nil || m == nil {
@@ -34,14 +29,10 @@ func chooseWays(m *bmap.Map, o Options) ([]gpuWay, error) {
 	return ways, nil
 }
 
-// gpuWay is one way to open a loader: the GPU path, the backend it reads
-// with, and why. chooseWays adds the backend's spec and options, or why
-// they are refused.
+// gpuWay is one way to open a loader: the GPU path, its backend, and why.
 type gpuWay struct {
 	path, backend, why string
-	// auto: the backend was chosen for a loader that named none
-	// (autoBackends), and the next way is the filesystem if it fails to
-	// open; backendWhy says why it was chosen.
+	// auto: the backend was chosen for a loader that named none; the filesystem is next.
 	auto       bool
 	backendWhy string
 
@@ -59,11 +50,9 @@ func (o Options) backendName() string {
 	return o.Backend
 }
 
-// gpuWays returns the ways to try, in order: one, or for GPUPathAuto
-// with no backend named, the first backend that writes the device
-// (backend.Spec.DeviceWrites: the built-in cufile) then bounce. Which
-// backend takes GPUPathCuFile is what the backends declare, never their
-// name. o has its defaults.
+// gpuWays returns the ways to try, in order. o has its defaults.
+// GPUPathAuto with no backend named tries the first device writer, then bounce.
+// Which backend takes GPUPathCuFile is what the backends declare, never their name.
 func (o Options) gpuWays() ([]gpuWay, error) {
 	name := o.backendName()
 	if !o.Memory.OnGPU() {
@@ -119,14 +108,9 @@ func deviceWriter() string {
 	return ""
 }
 
-// autoBackends fills in the backend of every way that names none: the
-// fastest the map and the caller allow. A map of a block device with a
-// sample mapped raw gets AutoBackend, which reads raw only what the
-// freshness guard allows and the rest through the filesystem as the
-// caller, followed by a way with DefaultBackend should it not open here;
-// any other map, or backend options given without a backend name (they
-// are DefaultBackend's), gets DefaultBackend. Each way says why
-// (backendWhy).
+// autoBackends fills in the backend of every way naming none: the fastest the map allows.
+// A block-device map with a raw sample gets AutoBackend, then a DefaultBackend way.
+// Any other map, or options given without a backend name, gets DefaultBackend.
 func autoBackends(m *bmap.Map, o Options, ways []gpuWay) []gpuWay {
 	if o.backendName() != "" {
 		return ways

@@ -23,13 +23,8 @@ type Cred = backend.Cred
 // whose options BackendOptions given without a backend name are.
 const DefaultBackend = fsread.Name
 
-// AutoBackend is the backend a loader that names none reads with where
-// the map allows raw reads (a map of a block device with samples mapped
-// raw): the raw backend, which reads raw only the samples the freshness
-// guard lets it and the others through the filesystem as the caller.
-// Where it cannot open (the device refuses O_DIRECT or the process may
-// not read it), the loader opens DefaultBackend instead and says why
-// (Loader.BackendWhy).
+// AutoBackend is the backend a loader naming none reads with where the map allows raw reads.
+// It reads raw only what the guard allows. Where it cannot open, DefaultBackend is used instead.
 const AutoBackend = "gds"
 
 // builtins returns the built-in backends' descriptions, the default
@@ -44,12 +39,8 @@ var (
 	registered []backend.Spec // by Register, in order
 )
 
-// Register adds a backend to those this process offers (Backends,
-// BackendSpec, Options.Backend, the daemon's backend names): a
-// third-party backend is one package implementing backend.Backend with a
-// backend.Spec, and one call of Register (typically in its package's
-// init, or in main before any loader opens). The spec needs a name not
-// yet taken and an Open; errors wrap ErrOptions.
+// Register adds a backend to those this process offers, typically from an init function.
+// The spec needs a name not yet taken and an Open; errors wrap ErrOptions.
 func Register(s backend.Spec) error {
 	if s.Name == "" || s.Open == nil {
 		return fmt.Errorf("%w: register: a backend needs a name and an Open", ErrOptions)

@@ -27,28 +27,16 @@ const (
 // a map holds has more dimensions (bmap/npy's bound).
 const MaxROIAxes = 32
 
-// roiGap is the widest gap between two of a region's runs of bytes in its
-// file that one read spans (reading the gap's bytes too): below it one
-// read costs less than two on any device (64 KiB is ~10 µs at 6 GB/s,
-// less than one more random read's latency). Measured (bench/roi.sh 3,
-// gds, RAM device, 24 volumes of 256^3 float32): 4 KiB read 64^3 crops
-// in 0.40 s, 64 KiB in 0.30 s, 1 MiB in 0.58 s (4x the bytes); 1 MiB
-// turns 2-D slices along axis 1 into whole-volume reads (3.8 s, 0.15 s).
+// roiGap is the widest gap between two runs that one read spans.
+// Measured with bench/roi.sh: 64 KiB beat 4 KiB and 1 MiB.
 const roiGap = 64 << 10
 
-// ROI is fn.readers.numpy's region of interest: each tensor sample is
-// read as the region its arguments give over its shape, C-contiguous.
-// The region's start along each of Axes is Start (absolute) or RelStart
-// (a fraction of the dimension; taken as float32, DALI's type), default 0; its end is End or RelEnd, or
-// the start plus Shape or RelShape, default the dimension; at most one of
-// each group is given, each with one value per axis. Axes default to all
-// (0..ndim-1); a negative axis counts from the last. Relative values are
-// float32 products and every coordinate is rounded half away from zero,
-// as DALI's NamedSliceAttr does. Policy says what a region reaching
-// outside the array does; with PolicyPad its outside cells hold
-// FillValue converted to the dtype as a C++ cast does. Only the byte
-// ranges a region needs are read. Its msgpack keys are the wire's (the
-// DALI argument names).
+// ROI is fn.readers.numpy's region of interest, read packed C-contiguous.
+// Along each of Axes the start is Start or RelStart, default 0.
+// The end is End or RelEnd, or start plus Shape or RelShape, default the dimension.
+// Relative values are float32 products, rounded half away from zero as DALI does.
+// Policy says what a region outside the array does; PolicyPad fills with FillValue.
+// Only the byte ranges a region needs are read. The msgpack keys are DALI's names.
 type ROI struct {
 	Start     []int64   `json:"roi_start,omitempty" msgpack:"roi_start"`
 	RelStart  []float64 `json:"rel_roi_start,omitempty" msgpack:"rel_roi_start"`
@@ -80,11 +68,7 @@ func (r *ROI) args() []roiArg {
 		{"rel_roi_end", given(r.RelEnd)}, {"roi_shape", given(r.Shape)}, {"rel_roi_shape", given(r.RelShape)}}
 }
 
-// Validate checks what needs no dataset: one start and one end argument
-// at most, at least one given, each with as many values as roi_axes (when
-// given) and at most MaxROIAxes, finite relative values, shapes not
-// negative, and the policy. Errors wrap ErrOptions and name the argument
-// and its range.
+// Validate checks what needs no dataset. Errors wrap ErrOptions and name the argument.
 func (r *ROI) Validate() error {
 	var starts, ends []string
 	n := -1
@@ -147,11 +131,8 @@ func (r *ROI) Validate() error {
 	return nil
 }
 
-// Region returns the region of an array of shape: where it starts and
-// its shape, along every dimension, the policy applied (PolicyPad: it may
-// reach outside the array; PolicyTrim: cut to it). An error (wrapping
-// ErrOptions) names the argument and the range where the region does not
-// fit the array's dimensions, or lies outside it under PolicyError.
+// Region returns where the region of an array of shape starts and its shape, the policy applied.
+// An error wraps ErrOptions and names the argument and range that do not fit.
 func (r *ROI) Region(shape []int64) (start, size []int64, err error) {
 	nd := len(shape)
 	start, size = make([]int64, nd), slices.Clone(shape)
@@ -234,11 +215,8 @@ func (r *ROI) Region(shape []int64) (start, size []int64, err error) {
 // offset src (from the data's first byte) go to dst in the packed region.
 type roiRun struct{ src, dst, n int64 }
 
-// regionRuns appends the runs of the region (start, size) of a C-order
-// array of shape with elements of item bytes, in file order, to runs;
-// inside reports whether the region lies wholly inside the array (no
-// padding). The packed region is C-contiguous: its cells outside the
-// array are in no run.
+// regionRuns appends the runs of a region of a C-order array to runs, in file order.
+// inside reports whether the region lies wholly inside the array.
 func regionRuns(runs []roiRun, shape, start, size []int64, item int64) (_ []roiRun, inside bool) {
 	nd := len(shape)
 	lo, hi := make([]int64, nd), make([]int64, nd)
@@ -310,10 +288,8 @@ func coalesce(reads []roiRead, runs []roiRun) []roiRead {
 	return reads
 }
 
-// ROISlotBytes returns the slot size that holds any batch of m read as
-// the region roi (ROI.Region of every sample, which it checks: a sample
-// whose region does not fit fails, naming it): the batchSize largest
-// regions, each rounded up to backend.Align.
+// ROISlotBytes returns the slot size for any batch of m read as roi.
+// A sample whose region does not fit fails, naming it.
 func ROISlotBytes(m *bmap.Map, batchSize int, roi *ROI) (int64, error) {
 	if m.Reader != bmap.ReaderNumpy {
 		return 0, fmt.Errorf("%w: a region of interest (roi_*) reads tensor datasets (fn.readers.numpy); this one is a file dataset", ErrOptions)
@@ -334,15 +310,10 @@ func ROISlotBytes(m *bmap.Map, batchSize int, roi *ROI) (int64, error) {
 	return max(top.sum(), backend.Align), nil
 }
 
-// MaxRegionBytes bounds one sample's packed region (1 TiB, far past
-// any batch memory a session may have): a padded region's size is the
-// caller's, and its product of dimensions must not wrap int64, nor the
-// slot's sum of MaxBatchSize of them, nor a run's offset in it.
+// MaxRegionBytes bounds one sample's packed region, so no sum or offset wraps int64.
 const MaxRegionBytes = 1 << 40
 
-// regionBytes is the packed size of a region of size of tensor t, or
-// MaxRegionBytes+1 where it is larger (the product is not taken past it:
-// it would wrap).
+// regionBytes is a region's packed size, or MaxRegionBytes+1 where larger.
 func regionBytes(t *bmap.Tensor, size []int64) int64 {
 	n := int64(t.DType.ItemSize())
 	for _, d := range size {
@@ -355,9 +326,7 @@ func regionBytes(t *bmap.Tensor, size []int64) int64 {
 	return n
 }
 
-// roiSample is what a batch reads of one sample through its region: its
-// runs and reads (the reads' requests are in Batch.reqs from req), the
-// packed region's room in the slot and its size, whether it pads.
+// roiSample is what a batch reads of one sample: its runs, reads, room and size.
 type roiSample struct {
 	pos      int // first position of the sample in the batch
 	runs     []roiRun
@@ -379,11 +348,8 @@ type roiBatch struct {
 	shapes  [][]int64
 }
 
-// planROI lays out a batch read through the region of interest: each
-// distinct sample's region packed C-contiguous in its row (dense, Lead 0,
-// where every region has one shape and dtype and the memory packs them)
-// or room; the region's runs coalesced into reads (coalesce) into the
-// batch's own scratch memory, which Batch.packROI copies from once read.
+// planROI lays out a batch read through the region of interest.
+// Each region is packed C-contiguous in its row or room; its runs coalesce into scratch reads.
 func (l *Loader) planROI(b *Batch, idx []int32) {
 	rb := &b.roi
 	rb.samples, rb.shapes = rb.samples[:0], rb.shapes[:0]
@@ -481,10 +447,8 @@ func (l *Loader) planROI(b *Batch, idx []int32) {
 	}
 }
 
-// packROI copies each region's runs from the reads' rooms to the packed
-// region in the slot, the cells outside the array filled with the fill
-// value; a sample whose reads failed gets zeros (its room was written by
-// earlier batches). The reads are over: ReadBatch has returned.
+// packROI copies each region's runs from the reads' rooms to the packed region.
+// Cells outside the array get the fill value; a failed sample gets zeros.
 func (l *Loader) packROI(b *Batch) {
 	rb := &b.roi
 	for i := range rb.samples {
@@ -518,10 +482,8 @@ func (l *Loader) packROI(b *Batch) {
 	}
 }
 
-// fill fills dst with v converted to dtype as DALI's ConvertSat does
-// (its fill value is a float): integers rounded half away from zero and
-// saturated, half floats rounded to nearest even, complex numbers with
-// imaginary part 0.
+// fill fills dst with v converted to dtype as DALI's ConvertSat does.
+// Integers round half away from zero and saturate; half floats round to even.
 func fill(dst []byte, dt npy.DType, v float32) {
 	item := dt.ItemSize()
 	cell := make([]byte, item)

@@ -12,14 +12,9 @@ import (
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
-// SlotBytes returns the slot size that holds any batch of m: the sum of
-// the batchSize largest rooms, a sample's room being its phase (a
-// tensor's data offset modulo backend.Align) plus its size rounded up to
-// backend.Align (room). Padding
-// repeats a sample without reading it again, so a ragged batch never holds
-// more; a dense batch (Batch.Dense) gives each repeat a row of its own and
-// is placed dense only where its rows fit (batchmem.Desc.PacksAt), which a
-// dataset of one sample size always does.
+// SlotBytes returns the slot size for any batch of m: the batchSize largest rooms summed.
+// Padding repeats a sample without a room, so a ragged batch never holds more.
+// A dense batch is placed dense only where its rows fit.
 func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	// The batchSize largest in a min-heap: one pass, no copy of every size
 	// (it runs at every session open, over datasets of millions).
@@ -31,10 +26,7 @@ func SlotBytes(m *bmap.Map, batchSize int) int64 {
 	return max(top.sum(), backend.Align)
 }
 
-// room returns where sample s's bytes start in its room in a ragged
-// batch (its phase: the data's offset in its file modulo backend.Align, so
-// that whole blocks of the file land in place) and the room's size,
-// AlignUp(phase+Size). An empty sample has an empty room.
+// room returns sample s's phase in its ragged room and the room's size, AlignUp(phase+Size).
 func room(s *bmap.Sample) (at, size int64) {
 	if s.Size == 0 {
 		return 0, 0
@@ -79,13 +71,9 @@ func (h *minHeap) Pop() any {
 	return x
 }
 
-// denseRow returns the size and phase of every row when rows samples
-// are placed dense in memory d; else 0, 0. The phase is the data's offset
-// in its file modulo backend.Align. sample(i) gives the i-th of n
-// samples, nil for one that does not count (a refused sample's row stays
-// zeroed). Dense needs samples of one size > 0, of a tensor map one
-// dtype, shape and phase too. The memory must pack them
-// (batchmem.Kind.PacksFiles, batchmem.Desc.PacksAt).
+// denseRow returns the size and phase of every row when rows samples are dense in d; else 0, 0.
+// sample(i) gives the i-th sample, nil for one that does not count.
+// Dense needs one size > 0, and for tensors one dtype, shape and phase; d must pack them.
 func denseRow(m *bmap.Map, d batchmem.Desc, rows, n int, sample func(i int) *bmap.Sample) (row, lead int64) {
 	tensors := m.Reader == bmap.ReaderNumpy
 	if !tensors && !d.Kind.PacksFiles() {
@@ -123,11 +111,8 @@ func sameTensor(a, b *bmap.Tensor) bool {
 // works out its own.
 const maxSlotSizes = 64
 
-// SlotSizes keeps SlotBytes of one map by batch size, for the plans
-// given it (Options.SlotSizes): the first plan of a batch size works it
-// out while the others wait. It keeps at most maxSlotSizes batch sizes,
-// for the last map asked about. Its zero value is ready; it is safe for
-// concurrent use.
+// SlotSizes keeps SlotBytes of one map by batch size; later plans wait for the first.
+// It keeps at most maxSlotSizes sizes. Its zero value is ready and safe for concurrent use.
 type SlotSizes struct {
 	mu sync.Mutex
 	m  *bmap.Map

@@ -16,14 +16,9 @@ import (
 // loader cannot serve.
 var ErrWebDataset = errors.New("webdataset")
 
-// WebDataset is a webdataset map seen through an ext selection
-// (wds.View), shared by every loader over it: the view's bitmap, and
-// its largest samples' rooms (wds.View.LargestRooms, from the map's
-// index) that size a slot for any batch size. A loader over it
-// (Options.WebDataset) reads the view's samples, each its Outputs()
-// components, as byte ranges of the tars (the map's Shards, which is
-// the map the loader and its backend are opened over). Safe for
-// concurrent use.
+// WebDataset is a webdataset map seen through an ext selection, shared by its loaders.
+// A loader over it reads each sample's components as byte ranges of the tars.
+// Safe for concurrent use.
 type WebDataset struct {
 	view *wds.View
 }
@@ -43,23 +38,15 @@ func (w *WebDataset) View() *wds.View { return w.view }
 // Outputs returns K, each sample's outputs.
 func (w *WebDataset) Outputs() int { return w.view.Outputs() }
 
-// SlotBytes returns the slot size that holds any batch of batchSize
-// samples: the batchSize largest samples' rooms (padding repeats a
-// sample without a room of its own), or a little more (a bound from the
-// map's index: wds.View.LargestRooms).
+// SlotBytes returns the slot size for any batch of batchSize samples, from the map's index.
 func (w *WebDataset) SlotBytes(batchSize int) int64 {
 	return max(w.view.LargestRooms(batchSize), backend.Align)
 }
 
-// planWebDataset lays a webdataset batch out in its slot: each distinct
-// sample's K outputs in rooms of their own (room's rule: 4 KiB-aligned,
-// its bytes at its phase in the tar), read as byte ranges of the tar
-// (backend.Request.Index is the tar's index in the Shards map the
-// backend was opened over, Request.Whole its record, Request.Sample a
-// copy with the member's Offset and Size); an empty output
-// has length 0 and no room; a repeated (padding) sample shares its first
-// copy's rooms. Offsets and Lengths are sample-major, K a sample. A
-// corrupt map record fails the batch.
+// planWebDataset lays a webdataset batch out in its slot.
+// Each distinct sample's K outputs get rooms of their own, read as byte ranges of the tar.
+// An empty output has no room; a padding repeat shares its first copy's rooms.
+// Offsets and Lengths are sample-major. A corrupt map record fails the batch.
 func (l *Loader) planWebDataset(b *Batch, idx []int32) error {
 	w := l.opts.WebDataset
 	m, k := w.view.Map(), w.Outputs()
@@ -118,9 +105,7 @@ func (l *Loader) planWebDataset(b *Batch, idx []int32) error {
 	return nil
 }
 
-// shardsOf returns the tar (an index into the loader's map) each
-// position of idx reads from, -1 where its record cannot be read (the
-// plan then fails the batch): what Options.Access is asked about.
+// shardsOf returns the tar each position of idx reads from, -1 where its record is unreadable.
 func (l *Loader) shardsOf(b *Batch, idx []int32) []int {
 	if l.opts.Access == nil {
 		return nil
@@ -135,9 +120,7 @@ func (l *Loader) shardsOf(b *Batch, idx []int32) []int {
 	return keys
 }
 
-// markFailedWebDataset is markFailed for a webdataset batch: a failed
-// request fails its sample (and its repeats): all K lengths 0, its
-// position listed once.
+// markFailedWebDataset fails a failed request's sample and its repeats: all K lengths 0.
 func (l *Loader) markFailedWebDataset(b *Batch) bool {
 	k := l.opts.WebDataset.Outputs()
 	for q, r := range b.reqs {
@@ -164,19 +147,15 @@ func (l *Loader) markFailedWebDataset(b *Batch) bool {
 	return len(b.Errors) > 0
 }
 
-// Output returns a view of output k of sample i of a webdataset batch in
-// host batch memory (as Sample; its length 0 for an empty output or a
-// failed sample).
+// Output returns output k of sample i of a webdataset batch in host batch memory.
 func (b *Batch) Output(i, k int) []byte {
 	n := len(b.Offsets) / max(len(b.Indices), 1)
 	off := b.Offsets[i*n+k] - b.base
 	return b.mem[off : off+b.Lengths[i*n+k] : off+b.Lengths[i*n+k]]
 }
 
-// memberError names sample si of the selection in se, a failed read of
-// its tar (se names the tar by its index among the shards): the sample's
-// position in the selection, and the tar. Not its key: a member's name
-// is the tar's content, which a caller refused the tar may not learn.
+// memberError names sample si's position in the selection and its tar, not its key.
+// A member's name is the tar's content, which a refused caller may not learn.
 func memberError(si int, se *backend.SampleError) error {
 	e := *se
 	e.Index = si

@@ -11,23 +11,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Ancestors is a snapshot of every directory a path to a dataset root
-// passes through. It starts at "/" and takes each component of the path as
-// written. Where a component is a symlink, it takes the link and every
-// component of where it leads, down to the root itself. Who may reach a
-// dataset depends on all of them. No watch of the dataset's own directories
-// sees a change above the root: a chmod 0700 of its parent, an ACL entry on
-// a grandparent, a rename or a mount over one of them.
+// Ancestors is a snapshot of every directory a path to a dataset root passes through.
+// Symlinks on the way are followed and their targets' directories taken too.
+// No watch of the dataset sees a chmod, ACL, rename or mount above the root.
 //
-// Each entry keeps device, inode, mode, owner, group, change time and
-// access ACL. A rename or a mount shows as another device or inode. A
-// chmod, chown or ACL change moves the change time. The change time also
-// moves whenever an entry is created or removed in the directory. In /tmp
-// or /home that happens all the time, and it changes no one's access. So
-// where only the change time moved, the ACL is read again and compared.
-// Such noise costs one getxattr, not a fresh access check. A snapshot is a
-// handful of statx calls, microseconds. A cached access verdict can afford
-// to take one when it is judged and compare it at every later use.
+// Each entry keeps device, inode, mode, owner, group, change time and access ACL.
+// Where only the change time moved, the ACL is compared again: one getxattr, not a new check.
+// A snapshot is a handful of statx calls, cheap enough to compare at every verdict's use.
 type Ancestors struct {
 	root  string
 	nodes []ancestor

@@ -20,20 +20,11 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 )
 
-// fanWatch is a filesystem-wide fanotify mark on the dataset root's
-// filesystem. It sees a change to a sample's inode, whatever path made it.
-// The inotify watch of the dataset's directories cannot see a change made
-// through a hard link outside the dataset: a chmod, chown, ACL, write,
-// truncate or new link. Each event names the inode by its file handle. A
-// hash of the handle's type and bytes maps it to the samples recorded with
-// that handle. A collision only marks another sample changed: one more
-// check, never one less.
-//
-// As with inotify, the kernel queues the event inside the system call that
-// makes the change. So a Poll after a read sees every change completed
-// before it. The queue is unlimited. A background drain every drainEvery
-// keeps it short while no one reads. If it overflows all the same, every
-// sample counts as changed from then on.
+// fanWatch is a filesystem-wide fanotify mark on the dataset root's filesystem.
+// It sees a change to a sample's inode through any path, a hard link outside included.
+// A hash of each event's file handle maps it to samples; a collision costs one more check.
+// The kernel queues events inside the changing call, so a Poll after a read sees them.
+// A background drain keeps the queue short; after an overflow every sample counts as changed.
 type fanWatch struct {
 	fd   int
 	dev  uint64 // the filesystem's device: samples elsewhere cannot be watched
@@ -42,13 +33,8 @@ type fanWatch struct {
 	log  *slog.Logger
 
 	mu sync.Mutex
-	// hashOf[i], under mu, is sample i's handle hash, or one of three
-	// marks. unrecorded: the checking pass has not reached it yet.
-	// noHandle: it has no handle and is not watched. gone: no file was at
-	// its path when recorded, and nothing is watched until one appears,
-	// which the inotify watch sees. Each sample is indexed as it is
-	// recorded, before it is checked. So a change after its check is
-	// attributed to it whenever the queue is read.
+	// hashOf[i], under mu, is sample i's handle hash or a mark: unrecorded, noHandle or gone.
+	// Each sample is indexed before it is checked, so a later change is attributed to it.
 	hashOf    []uint64
 	first     map[uint64]int32   // hash -> a sample with it
 	dups      map[uint64][]int32 // hashes of more than one sample: all of them
@@ -305,10 +291,8 @@ func (f *fanWatch) events(b []byte) {
 	}
 }
 
-// lost records that a change may have gone unattributed: the queue
-// overflowed, or an event could not be read. Every sample counts as changed
-// from then on, as after an overflow. The first time is logged. It runs
-// under mu.
+// lost records that a change may have gone unattributed: every sample counts as changed.
+// The first time is logged. It runs under mu.
 func (f *fanWatch) lost(why string) {
 	if !f.overflow.Load() {
 		f.log.Warn("fresh: "+why+": every sample counts as changed from now on (stat'ed after each raw read, access checked at every open)",
@@ -395,11 +379,8 @@ func (g *Guard) recordPath(i int) {
 	}
 }
 
-// reindex brings the fanotify index up to the inotify generation wg. A
-// sample whose path may lead to another inode now is recorded again: its
-// directory saw a change. This happens before any verdict of this
-// generation is judged. It costs a path lookup per such sample, and only
-// when wg moved.
+// reindex brings the fanotify index up to inotify generation wg.
+// A sample whose directory changed is recorded again before any verdict of wg is judged.
 func (g *Guard) reindex(wg uint64) {
 	g.reindexMu.Lock()
 	defer g.reindexMu.Unlock()

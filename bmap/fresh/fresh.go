@@ -399,38 +399,19 @@ func (g *Guard) NeedStat(i int) bool {
 	return g.watch == nil || g.multiLink.has(i) || g.moved.has(i) || g.watch.Changed(g.dirOf[i]) || g.fan.Changed(i)
 }
 
-// PathUnchanged reports whether nothing under the dataset root on sample
-// i's path has changed since the watch began, after Poll. Neither the root
-// nor any directory on the path may have seen an event: a rename, unlink,
-// create, chmod, chown or write. It is false with Read.
-//
-// A user who could open the sample by its path after the watch began can
-// still reach the file then there by that path. Whether it is still that
-// file, with the same mode, is the file's identity and change time
-// (SameFile).
+// PathUnchanged reports whether no event touched the root or any directory on sample i's path.
+// It is false with Read. Whether the file is still the same is SameFile's to say.
 func (g *Guard) PathUnchanged(i int) bool {
 	return g.watch != nil && g.checked.has(i) && !g.moved.has(i) && !g.watch.Changed(g.dirOf[i]) && !g.fan.Changed(i)
 }
 
-// MarkChanged marks sample i changed for good. An access check opened its
-// path as a caller and found no file there, or another file than the one
-// mapped. The path now leads elsewhere through a change no watch sees. A
-// symlinked class folder whose target outside the root moved is one such
-// change.
-//
-// From then on a raw read of the sample is checked by a stat and an open as
-// the caller, and these fail it. A filesystem read opens it as the caller.
-// MarkChanged does not move Generation. The verdict being judged when it is
-// called stays valid, and the sample's reads say the rest.
+// MarkChanged marks sample i changed for good: an access check found its path leads elsewhere.
+// Its raw reads are then checked as the caller and fail. Generation does not move.
 func (g *Guard) MarkChanged(i int) { g.moved.set(i) }
 
-// Linked returns the absolute paths of the folders and samples reached
-// through a symlink under the root, as written under the root. An access
-// verdict must snapshot these besides the root's ancestors
-// (SnapshotAncestors of each). No watch sees a change above where a link
-// leads.
-//
-// Linked is nil while the checking pass runs. Generation moves at every
+// Linked returns the folders and samples reached through a symlink under the root.
+// An access verdict must snapshot their ancestors too: no watch sees there.
+// Linked is nil while the checking pass runs; Generation moves at every call until then.
 // call until then, so no verdict judged meanwhile is reused.
 func (g *Guard) Linked() []string {
 	if !g.Checked() {
@@ -439,20 +420,16 @@ func (g *Guard) Linked() []string {
 	return g.linked
 }
 
-// SameFile checks that fd is sample i's file as mapped: identity, size,
-// modification and change time (a chmod or chown changes it), without
-// FIEMAP. The error wraps bmap.ErrStale.
+// SameFile checks that fd is sample i's file as mapped: identity, size and times, without FIEMAP.
+// The error wraps bmap.ErrStale.
 func (g *Guard) SameFile(i, fd int) error {
 	_, err := g.ck.CheckFd(i, fd, nil)
 	return err
 }
 
-// Generation moves whenever a watch sees a change, after Poll. Inotify sees
-// changes under the root. Fanotify sees a change to a sample's inode
-// through any path. Generation moves at every call with Read, while a
-// sample cannot be watched, and while the checking pass runs. What was
-// judged of the dataset's files at one generation holds while it stays the
-// same.
+// Generation moves whenever a watch sees a change, after Poll, under the root or to a sample's inode.
+// With Read, during the checking pass, or while a sample is unwatched, it moves at every call.
+// What was judged at one generation holds while it stays the same.
 func (g *Guard) Generation() uint64 {
 	if g.watch == nil {
 		return g.readGen.Add(1)
@@ -462,18 +439,13 @@ func (g *Guard) Generation() uint64 {
 	return wg + g.fan.Generation()
 }
 
-// Since is a point in what a guard's watches have seen (Guard.Now):
-// Guard.ChangedSince tells which samples may have changed after it. The
-// zero Since is before everything.
+// Since is a point in what a guard's watches have seen; the zero Since is before everything.
 type Since struct {
 	events uint64 // the inotify watch's event count (Watcher.Events)
 	ok     bool   // taken with both watches up, after the checking pass, no fanotify event lost
 }
 
-// Now returns the point the watches have reached. It first takes in what
-// they saw: Poll, and the fanotify index brought up to date. What is judged
-// of the files from here on can be judged again later for the samples
-// ChangedSince(Now()) names.
+// Now returns the point the watches have reached, after taking in what they saw.
 func (g *Guard) Now() Since {
 	if g.watch == nil || !g.Checked() {
 		return Since{}

@@ -15,16 +15,9 @@ import (
 	"github.com/nvfeed/nvfeed/bmap"
 )
 
-// findLinks returns the absolute paths (as written under m's root) of
-// the sample folders and samples reached through a symlink under the
-// root: a folder on a sample's way that is a link (the sample's folder is
-// returned, one path for all its samples), or a sample that is a link
-// itself. The folders such a link leads to lie outside the root, where
-// neither the watch of the sample folders nor the snapshot of the root's
-// ancestors sees a permission change or a rename; Guard.Linked gives
-// them to the access verdicts to snapshot. Each folder's components are
-// lstat'ed once and its entries read once (their types, from the
-// directory listing): no system call per sample.
+// findLinks returns the absolute paths of sample folders and samples reached through a symlink.
+// No watch or snapshot sees changes where such links lead; Guard.Linked hands them on.
+// Each folder is lstat'ed and read once: no system call per sample.
 func findLinks(m *bmap.Map) []string {
 	dirs, dirOf := m.Dirs()
 	out := map[string]bool{}

@@ -11,29 +11,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Trust names the users whose writes a raw read may rely on. A sample is
-// read from its extents only while no one outside them can change its
-// blocks, by any path or ioctl. EXT4_IOC_MOVE_EXT and a truncate through
-// another hard link are such changes. Root (uid 0) is always trusted.
+// Trust names the users whose writes a raw read may rely on; root is always trusted.
+// A sample is read raw only while no one else can change its blocks by any path or ioctl.
 //
-// A sample is trusted when its inode is immutable (chattr +i). Then no one,
-// the owner included, may write, truncate or move its blocks. Otherwise a
-// sample is trusted when all of these hold:
+// An immutable inode is trusted. Otherwise all of these must hold:
 //
-//   - its owner is a trusted uid, since an owner may chmod;
-//   - no group write, unless its group is a trusted gid;
-//   - no write for others;
-//   - no POSIX ACL entry that lets an untrusted uid or gid write. Named
-//     users and groups and the owning group each count through the ACL's
-//     mask.
+//   - its owner is a trusted uid;
+//   - no group write unless its group is trusted, and no write for others;
+//   - no ACL entry lets an untrusted uid or gid write, through the mask.
 //
-// Either way, no one may hold it open for writing when it is checked. A
-// write descriptor opened before a chown or chattr outlives them. A read
-// lease tells that none is open.
-//
-// What is judged holds later. Every change of owner, mode, ACL or the
-// immutable flag moves the inode's change time. A raw sample whose change
-// time moved is stale, and never read raw again.
+// Either way no one may hold it open for writing; a read lease tells.
+// Any change of owner, mode, ACL or flags moves the change time and makes the sample stale.
 type Trust struct {
 	UIDs []uint32 // trusted uids besides 0
 	GIDs []uint32 // trusted gids; none by default

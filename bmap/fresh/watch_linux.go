@@ -14,19 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Watcher reports which directories of a dataset changed, with inotify. The
-// kernel queues an event inside the system call that makes the change:
-// unlink, rename, truncate, write, chmod. So after a read completes,
-// draining the queue tells whether anything in a directory changed before
-// that moment. Files with other hard links are out of its sight, since
-// their changes may come through another directory. Those are checked by
-// stat instead.
-//
-// It watches the root, each sample directory and every directory between
-// them. A change to a file in a directory marks that directory. A change to
-// a directory itself marks everything beneath it: a rename, a removal, a
-// replacement, or a new mode or owner, which decide who may reach what is
-// beneath. A change to the root itself marks everything.
+// Watcher reports which directories of a dataset changed, with inotify.
+// The kernel queues an event inside the changing call, so draining after a read sees it.
+// Files with other hard links are checked by stat instead.
+// A change to a directory marks everything beneath it; a change to the root marks all.
 type Watcher struct {
 	fd int
 
@@ -197,12 +188,8 @@ func (w *Watcher) Changed(c int32) bool {
 	return false
 }
 
-// ChangedSince reports, for each directory dirs[c] given to NewWatcher,
-// whether anything of it may have changed after the watch had seen gen
-// events (Events, before Poll took in more): a file in it, or it or a
-// directory above it (after Poll). All reports that anything may have:
-// the root itself changed, events were lost, or a watch may no longer
-// see where its path leads; changed is then nil.
+// ChangedSince reports for each directory whether it may have changed after gen events.
+// all reports that anything may have; changed is then nil.
 func (w *Watcher) ChangedSince(gen uint64) (changed []bool, all bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

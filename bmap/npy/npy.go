@@ -1,20 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package npy decodes the header of NumPy's .npy files, format version 1.0.
-// np.save writes that version for every array whose header fits in 64 KiB.
-// The header holds the magic, the version, the header length and a Python
-// dict literal {'descr': ..., 'fortran_order': ..., 'shape': (...)}. The
-// package gives the array's element type, shape, order and where its data
-// starts. So the data can be read from the file as it lies, without numpy.
+// It gives the element type, shape, order and data offset, so data is read in place.
 //
-// The decoder is strict. It accepts the dict as numpy writes it: keys in
-// any order, either quote, a trailing comma, decimal integers. It accepts
-// nothing that merely happens to evaluate to it. Any other input is an
-// error wrapping one of the sentinels below. Element types are a closed set
-// (see DType). Object, structured, string and date types, big-endian data
-// and format versions 2.0 and 3.0 are refused, each with its own sentinel.
-// The decoder never panics. Beyond the header it reads, it allocates at
-// most the shape's rank, which MaxRank bounds.
+// The decoder is strict: it accepts the dict as numpy writes it and nothing else.
+// Other input is an error wrapping a sentinel; types outside DType are refused.
+// It never panics and allocates at most MaxRank dimensions beyond the header.
 package npy
 
 import (
@@ -89,10 +80,7 @@ func (h *Header) Elems() int64 {
 // NBytes returns the size of the array's data in bytes.
 func (h *Header) NBytes() int64 { return h.Elems() * int64(h.DType.ItemSize()) }
 
-// COrder reports whether the data's bytes are the array's bytes in C
-// (row-major) order: it is not in Fortran order, or at most one of its
-// dimensions is longer than 1 (where both orders lay the elements out
-// alike).
+// COrder reports whether the data is in C order: not Fortran, or at most one dimension over 1.
 func (h *Header) COrder() bool {
 	if !h.FortranOrder {
 		return true
@@ -106,10 +94,8 @@ func (h *Header) COrder() bool {
 	return long <= 1
 }
 
-// CheckFile checks that a file of size bytes holds exactly the header and
-// the array's data in C order: ErrSize for missing or extra bytes (np.save
-// writes none after the data), ErrFortran for a Fortran-order array whose
-// layout differs from C order.
+// CheckFile checks that a file of size bytes holds exactly the header and C-order data.
+// It returns ErrSize for missing or extra bytes, ErrFortran for a layout unlike C order.
 func (h *Header) CheckFile(size int64) error {
 	want := h.DataOffset + h.NBytes()
 	if size != want {
@@ -444,11 +430,8 @@ func (p *parser) uint() (int64, error) {
 // dict so that the growing axis can be rewritten in place.
 const growthDigits = 21
 
-// Encode returns the version 1.0 prefix and header np.save writes for an
-// array of h's type, shape and order (h.DataOffset is ignored): keys
-// sorted, spare room for the first (C) or last (Fortran) axis to grow,
-// padded with spaces and a newline to a multiple of 64 bytes. It fails for
-// an invalid type, a shape Parse would refuse, or a header over 64 KiB.
+// Encode returns the version 1.0 prefix and header np.save writes for h's type, shape and order.
+// It fails for an invalid type, a shape Parse refuses, or a header over 64 KiB.
 func Encode(h Header) ([]byte, error) {
 	if !h.DType.Valid() {
 		return nil, fmt.Errorf("npy: %w: %v", ErrDType, h.DType)

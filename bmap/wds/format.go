@@ -66,10 +66,8 @@ var ErrCorrupt = bmap.ErrCorrupt
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Map is a webdataset map. Its shards are decoded, a few bytes each. Its
-// sample and component records stay in a read-only copy of the file (Open),
-// or in the bytes given to Decode. They are read on access without
-// allocating. A Map is safe for concurrent use. Close frees Open's copy.
+// Map is a webdataset map. Its records stay in a read-only copy and are read without allocating.
+// A Map is safe for concurrent use. Close frees Open's copy.
 type Map struct {
 	// Shards are the tars, in shard order. They form a listed
 	// fn.readers.file map whose sample i is shard i, with its path,
@@ -173,11 +171,8 @@ func (m *Map) Component(s Sample, j int) (Component, error) {
 	return Component{Offset: int64(off), Size: int64(size), Ext: int(ext), NoDot: flags&flagNoDot != 0}, nil
 }
 
-// Open reads the version 3 map file at path into the process's own memory
-// and checks all of it (Check). From then on the map is the daemon's. Its
-// writer may truncate, rewrite or replace the file. Nothing it does reaches
-// the map read, and no fault of the file's pages can reach the reader. The
-// cost is a copy of the file and one pass over its records.
+// Open reads the map file at path into the process's own memory and checks all of it.
+// Nothing its writer does to the file then reaches the map.
 func Open(path string) (*Map, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -191,10 +186,8 @@ func Open(path string) (*Map, error) {
 	return m, nil
 }
 
-// Read reads a version 3 map from f, from its start to its end, into the
-// process's own anonymous memory. That memory is read-only once filled, and
-// outside the Go heap. Read checks the map whole (Check). A file that
-// changes size while it is read is refused.
+// Read reads a version 3 map from f into read-only anonymous memory and checks it.
+// A file that changes size while read is refused.
 func Read(f *os.File) (*Map, error) {
 	st, err := f.Stat()
 	if err != nil {
@@ -222,10 +215,8 @@ func Read(f *os.File) (*Map, error) {
 	return m, nil
 }
 
-// readOwned copies the size bytes of f into a new anonymous mapping,
-// then makes it read-only. read(2), unlike a file's mapping, answers a
-// file cut short with a short count, never a fault; a file that ends
-// elsewhere than size is an error.
+// readOwned copies f's size bytes into a new anonymous mapping, then makes it read-only.
+// read(2) answers a cut file with a short count, never a fault.
 func readOwned(f *os.File, size int64) ([]byte, error) {
 	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {

@@ -29,16 +29,9 @@ type Group struct {
 	First, Count int // components [First, First+Count)
 }
 
-// GroupMembers forms a shard's samples from its regular members as DALI's
-// ParseTarFile does. A member whose key is empty is not a component; hidden
-// files such as ".x.jpg" have one. Consecutive components with the same key
-// are one sample, in tar order. A key seen again later begins another
-// sample. comps returns the components' member indices.
-//
-// DALI's quirks are kept. The running key starts as the first member's,
-// even an empty one. So a shard starting with hidden files begins with a
-// sample of no component, keyed "". The shard always ends with a sample. So
-// a shard with no regular member is one sample with no component.
+// GroupMembers forms a shard's samples from its members as DALI's ParseTarFile does.
+// Consecutive components with one key are a sample; an empty key is no component.
+// DALI's quirks are kept: a shard may begin with an empty sample, and always ends with one.
 func GroupMembers(members []Member) (groups []Group, comps []int) {
 	last := ""
 	if len(members) > 0 {

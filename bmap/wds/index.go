@@ -9,14 +9,10 @@ import (
 	"slices"
 )
 
-// Selections without a pass over the samples. Which outputs a sample's
-// components fill, and so whether a selection keeps it, depends only on
-// the extensions of its components in tar order: its pattern. A map has
-// a handful (jpg+cls; jpg alone), however many samples it has. The one
-// pass over the records (Check, at Open) gives each sample its pattern
-// and keeps, per pattern, its samples' count, its first sample and, per
-// component position, the largest rooms; a selection then judges each
-// pattern once (Select), not each sample.
+// Selections without a pass over the samples. Whether a selection keeps a sample
+// depends only on its components' extensions in tar order: its pattern.
+// A map has a handful. Check records per pattern its count, first sample and largest rooms.
+// Select then judges each pattern once.
 
 // Bounds of the index.
 const (
@@ -159,11 +155,7 @@ func (h roomHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *roomHeap) Push(x any)        { *h = append(*h, x.(int64)) }
 func (h *roomHeap) Pop() any          { panic("wds: roomHeap only keeps") }
 
-// largest is the sum of the n largest sample rooms of the kept
-// patterns (used: each pattern's positions that fill an output; nil: not
-// kept), or more: a sample's room is bounded by the sum of its
-// positions' k-th largest rooms, which is its room exactly where one
-// output's sizes vary. A merge of the patterns' bounds, n steps.
+// largest bounds the sum of the n largest rooms of the kept patterns by merging their bounds.
 func (ix *index) largest(used [][]int, n int) int64 {
 	h := &boundHeap{}
 	bound := func(p, k int) (int64, bool) {

@@ -59,11 +59,8 @@ type Options struct {
 	Missing Missing
 }
 
-// View is a map seen through Options, as fn.readers.webdataset forms its
-// samples. Sample i of the view is a sample of the map. The view holds all
-// of them, or with MissingSkip those with enough components. A bitmap of
-// one bit per map sample keeps them. Each output is the first component, in
-// tar order, whose extension is one of the output's.
+// View is a map seen through Options, as fn.readers.webdataset forms its samples.
+// A bitmap keeps the samples it holds. Each output is the first component with its extension.
 type View struct {
 	m     *Map
 	nOut  int
@@ -78,15 +75,9 @@ type View struct {
 	lacking []int
 }
 
-// Select applies o to m: where DALI applies ext, at open time, so one
-// map serves any ext. It judges each pattern of the map's index once
-// (index.go: a map has a handful), not each sample: with MissingError
-// the first underfull sample is its pattern's first; with MissingSkip,
-// where some samples are left out, it fills the view's bitmap from the
-// index's pattern of each sample (4 bytes a sample read, no record), and
-// counts them (Skipped). An ext entry that no extension of the map
-// fills is refused (ErrNoMatch), naming the map's extensions: DALI
-// would give that output empty in every sample, or skip them all.
+// Select applies o to m at open time, as DALI applies ext, so one map serves any ext.
+// It judges each pattern of the map's index once, not each sample.
+// An ext entry no extension of the map fills is refused with ErrNoMatch.
 func (m *Map) Select(o Options) (*View, error) {
 	if len(o.Ext) == 0 || len(o.Ext) > MaxOutputs {
 		return nil, fmt.Errorf("wds: %d ext entries: want 1 to %d", len(o.Ext), MaxOutputs)
@@ -253,10 +244,7 @@ func (v *View) filled(exts []uint32) uint64 {
 	return set
 }
 
-// Skipped returns how many samples of the map MissingSkip left out (0
-// with another behaviour), and, per output, how many of them lack it:
-// why they were left out (a sample whose one component fills two
-// outputs lacks none, yet DALI counts it underfull).
+// Skipped returns how many samples MissingSkip left out, and per output how many lack it.
 func (v *View) Skipped() (int, []int) { return v.skipped, v.lacking }
 
 // LargestRooms returns the room n samples of the view take at most: the
@@ -275,11 +263,8 @@ func (v *View) Bytes() int64 {
 	return int64(8*len(v.keep) + 4*len(v.ranks) + 24*len(v.used))
 }
 
-// match assigns s's components to outputs as DALI: for each component
-// in tar order, each output its extension fills that no earlier
-// component filled. It returns how many components fill an output (DALI
-// compares that count, not the outputs filled, with the number of
-// outputs) and, into comps when not nil, each output's component or -1.
+// match assigns s's components to outputs as DALI does, in tar order.
+// It returns how many components fill an output, and each output's component or -1 in comps.
 func (v *View) match(s Sample, comps []int) (int, error) {
 	for k := range comps {
 		comps[k] = -1

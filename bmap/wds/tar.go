@@ -56,26 +56,16 @@ var compressed = []struct {
 	{"lz4", []byte{0x04, 0x22, 0x4d, 0x18}},
 }
 
-// ReadTar lists the regular members of the tar r of size bytes. It reads
-// them as DALI's fn.readers.webdataset does without an index, through
-// TarArchive over libtar (TAR_GNU):
+// ReadTar lists the regular members of tar r as DALI's TarArchive over libtar reads them.
 //
-//   - Headers are read one block at a time from offset 0.
-//   - A block whose name starts with NUL counts as an end block. Two in a
-//     row end the archive, as does the end of the file.
-//   - A header's checksum, as an unsigned or a signed sum, must match.
-//   - A GNU long name ('L') or long link ('K') names the next header.
-//   - PAX headers ('x', 'g') are skipped and their records ignored. DALI
-//     reads the ustar name, which Python's tarfile truncates or replaces
-//     for a long or non-ASCII name. A size override is refused
-//     (ErrPAXSize).
+//   - Headers are read one block at a time; two NUL-named blocks or the file's end end it.
+//   - A header's checksum, unsigned or signed, must match.
+//   - A GNU long name or long link names the next header.
+//   - PAX headers are skipped, as DALI reads the ustar name; a size override is ErrPAXSize.
 //   - Directories are skipped.
 //
-// DALI skips some members silently: links, devices, fifos and unknown types
-// (ErrMemberType), and GNU sparse files (ErrSparse). DALI may also read
-// past the file (ErrTruncated). In those cases ReadTar fails, naming the
-// shard and member. A compressed shard fails with ErrCompressed before any
-// header is read.
+// Where DALI skips or misreads silently, ReadTar fails naming shard and member.
+// That is ErrMemberType, ErrSparse, ErrTruncated, and ErrCompressed before any header.
 func ReadTar(r io.ReaderAt, size int64, shard string) ([]Member, error) {
 	var head [6]byte
 	if n, _ := r.ReadAt(head[:], 0); n > 0 {
@@ -197,10 +187,8 @@ func (t *tarReader) header() (typ byte, name string, size int64, err error) {
 	return typ, name, size, nil
 }
 
-// block reads the next header block at t.pos, checked. Blocks whose name
-// starts with NUL are end blocks: two in a row end the archive (errEnd),
-// one is skipped. inner: a header after a long name, where the end of the
-// file is corruption.
+// block reads the next header block at t.pos, checked; two end blocks in a row end the archive.
+// inner: a header after a long name, where the end of the file is corruption.
 func (t *tarReader) block(inner bool) error {
 	zeros := 0
 	for {

@@ -11,9 +11,7 @@ import (
 	"strings"
 )
 
-// A config file holds flags, one per line, as on the command line without
-// the dashes, so that a deployment names its datasets and options in a
-// file instead of a long command line:
+// A config file holds flags, one per line, as on the command line without the dashes:
 //
 //	# /etc/loaderd/loaderd.conf
 //	socket = /run/loaderd/loaderd.sock
@@ -22,10 +20,8 @@ import (
 //	dataset = openimages=/data/openimages/train.bmap
 //	session-timeout = 60s
 //
-// Blank lines and lines starting with # are ignored; a repeatable flag
-// (dataset) may appear several times. Every value is text, parsed by its
-// flag as on the command line. A flag given on the command line wins over
-// the file (all of the file's lines for it are skipped).
+// Blank lines and lines starting with # are ignored; a repeatable flag may repeat.
+// A flag given on the command line wins over all of the file's lines for it.
 
 // configLine is one setting of a config file.
 type configLine struct {

@@ -9,10 +9,8 @@
 //	loaderd backends [--json]
 //	loaderd check [--dataset NAME=MAP ...] [--json]
 //
-// `loaderd COMMAND --help` prints the command's usage and flags on
-// stdout. The backend options' flags are derived from the backends'
-// descriptions (loader.Backends): `loaderd backends` lists them with their
-// defaults.
+// `loaderd COMMAND --help` prints the command's usage and flags.
+// Backend option flags come from the backends' descriptions.
 package main
 
 import (
@@ -218,10 +216,7 @@ func (l logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", *l.format)
 }
 
-// secondsAttr renders a time.Duration in a JSON log the way the rest of
-// the log gives times: float seconds, its key ending in "seconds"
-// (read_timeout: 30s becomes read_timeout_seconds: 30), where slog's JSON
-// handler would write integer nanoseconds.
+// secondsAttr renders a duration in a JSON log as float seconds, its key ending in "seconds".
 func secondsAttr(_ []string, a slog.Attr) slog.Attr {
 	if a.Value.Kind() != slog.KindDuration {
 		return a
@@ -429,11 +424,8 @@ func backendFlags(fs *flag.FlagSet) map[string]any {
 	return given
 }
 
-// addCUDALibDirFlag adds --cuda-lib-dir. The function it returns, called
-// once the flags (and a config file) are parsed, checks the directory and
-// puts it in the process's environment as NVFEED_CUDA_LIB_DIR, where the
-// libraries' discovery (internal/cuda) looks first: so the flag reaches
-// every place that loads CUDA (batch memory, the cufile backend, check).
+// addCUDALibDirFlag adds --cuda-lib-dir. Its returned function checks the directory.
+// It sets NVFEED_CUDA_LIB_DIR, which discovery looks at first.
 func addCUDALibDirFlag(fs *flag.FlagSet) func() error {
 	dir := fs.String("cuda-lib-dir", "", "look for libcudart and libcufile in DIR first (sets "+cuda.EnvLibDir+"); then the NVIDIA wheels of $VIRTUAL_ENV, $CONDA_PREFIX and the system's Python, $CUDA_HOME/lib64, /usr/local/cuda/lib64, the dynamic loader's search")
 	return func() error {
@@ -447,10 +439,7 @@ func addCUDALibDirFlag(fs *flag.FlagSet) func() error {
 	}
 }
 
-// logCUDA discovers and loads the daemon's CUDA libraries, once, at
-// start: libs logs where it found each or, where none is usable, every
-// place it looked and why each was passed over; every GPU session then
-// reuses them. The versions are logged here.
+// logCUDA loads the daemon's CUDA libraries once at start and logs where and which versions.
 func logCUDA(log *slog.Logger, libs *cuda.Libs) {
 	rt, err := libs.OpenRuntime()
 	if err != nil {

@@ -10,14 +10,8 @@
 //	mkbmap samples --ext EXT[,EXT...] [--missing empty|skip|error] MAPFILE
 //	mkbmap inspect [--format json|bmap|xnvme-json] [-o FILE] [--mountpoint ROOT] MAPFILE
 //
-// The samples are those DALI's reader lists. They are fn.readers.file's
-// folder layout (ROOT/CLASS/FILE), or fn.readers.numpy's .npy files under
-// ROOT (--reader numpy, --file-filter). They may also come from a file list
-// (--file-list, DALI's file_list) or as files given as arguments (DALI's
-// files and labels). A filesystem without device extents, such as tmpfs,
-// NFS, overlay or btrfs, gets a map whose samples are all filesystem-only,
-// for the file backend. --require-extents refuses such a filesystem
-// instead.
+// The samples are those DALI's reader lists: a folder layout, .npy files, a file list or arguments.
+// A filesystem without device extents gets a filesystem-only map; --require-extents refuses it.
 package main
 
 import (
@@ -321,10 +315,7 @@ func describe(m *bmap.Map) string {
 	return fmt.Sprintf("fn.readers.%s, %s", m.Reader, how)
 }
 
-// tensorSummary describes a numpy map's arrays: "1000 float32 (3, 224,
-// 224)" when they share a type and shape, "1000 float32 arrays of 37
-// shapes, 3-d (ragged)" when they share a type and rank (as mkbmap makes
-// them), else how many types and shapes.
+// tensorSummary describes a numpy map's arrays by type, shape and count.
 func tensorSummary(m *bmap.Map) string {
 	if m.Reader != bmap.ReaderNumpy || len(m.Samples) == 0 {
 		return ""

@@ -1,11 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package confine reads what confines this process from its own /proc. One
-// reader gives its memory cgroup's limit: cgroup v1 or v2, the tightest of
-// its ancestors that it can read. Another gives the mounts that a service
-// manager's sandbox puts over paths: systemd's PrivateTmp, ProtectHome and
-// InaccessiblePaths. Every reader takes the filesystem's root. That is "/"
-// on a machine, and a testdata tree in tests.
+// Package confine reads what confines this process from its own /proc.
+// It gives the memory cgroup's limit and the mounts a service sandbox puts over paths.
+// Every reader takes the filesystem's root: "/" on a machine, testdata in tests.
 package confine
 
 import (
@@ -40,13 +37,8 @@ func (l Limit) String() string {
 	return fmt.Sprintf("the memory cgroup's limit of %d MiB (%s, cgroup v%d)", l.Bytes>>20, l.File, l.Version)
 }
 
-// MemoryLimit returns the tightest memory limit of this process's memory
-// cgroup and its ancestors below the cgroup filesystem's mount, under
-// root ("/" on a machine). Cgroup v1's memory controller is used where
-// it is mounted (memory.limit_in_bytes at each level, and the
-// hierarchical_memory_limit of memory.stat, which counts ancestors above
-// the mount), else cgroup v2 (memory.max at each level). Files it cannot
-// read are passed over; a Limit of 0 bytes means none was found.
+// MemoryLimit returns the tightest memory limit of this process's cgroup and its ancestors.
+// It reads cgroup v1 where mounted, else v2; unreadable files are passed over; 0 means none.
 func MemoryLimit(root string) (Limit, error) {
 	cgs, err := readCgroups(root)
 	if err != nil {

@@ -29,13 +29,8 @@ func (h Hiding) String() string {
 	return fmt.Sprintf("the daemon's service sandbox (systemd %s) gives it %s (mount of %s at %s, %s)", h.Setting, what, h.Mount.Root, h.Mount.Point, h.Mount.FSType)
 }
 
-// Hidden returns the sandbox mount among mounts (ReadMounts' order) that
-// covers p, an absolute path, and the setting that made it; false when
-// the mount that covers p is none a sandbox makes. It knows systemd's:
-// PrivateTmp (a bind of /tmp/systemd-private-*/tmp over /tmp and
-// /var/tmp), ProtectHome (an inaccessible or empty tmpfs over /home,
-// /root, /run/user) and InaccessiblePaths (a bind of
-// /run/systemd/inaccessible/*).
+// Hidden returns the sandbox mount covering absolute path p and the setting that made it.
+// It knows systemd's PrivateTmp, ProtectHome and InaccessiblePaths.
 func Hidden(mounts []Mount, p string) (Hiding, bool) {
 	m, ok := covering(mounts, path.Clean(p))
 	if !ok {

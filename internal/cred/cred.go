@@ -1,18 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cred lets the daemon do filesystem work as another user. The work
-// runs on a locked OS thread whose filesystem uid, filesystem gid and
-// supplementary groups are that user's. So the kernel judges every open
-// exactly as it would judge the user's own: mode bits, ACLs, every
-// directory on the resolved path, symlinks, LSMs. Root's capabilities to
-// override permissions do not apply. Setting a nonzero filesystem uid drops
-// them from the thread's effective set.
-//
-// Linux keeps credentials per thread. The C library and Go's syscall
-// package make setgroups process-wide on purpose. So this package calls the
-// raw system calls, which change only the calling thread. A thread switched
-// to a Cred is never handed back to the Go scheduler. Its goroutine exits
-// while still locked, and the runtime ends the thread.
+// Package cred lets the daemon do filesystem work as another user.
+// The work runs on a locked OS thread with that user's fs uid, fs gid and groups.
+// So the kernel judges every open as the user's own; root's overrides do not apply.
+// Credentials are per thread, so raw system calls change only the calling thread.
+// A switched thread is never handed back: its goroutine exits locked.
 package cred
 
 import (
@@ -44,10 +36,7 @@ var ErrSwitch = errors.New("cred: cannot switch the thread's credentials")
 // maxGroups is the kernel's NGROUPS_MAX.
 const maxGroups = 65536
 
-// Peer returns the credentials of the peer of the connected unix socket
-// fd, taken by the kernel when the peer connected: its effective uid and
-// gid (SO_PEERCRED) and its supplementary groups (SO_PEERGROUPS), not
-// what the user database says it could have.
+// Peer returns the credentials of unix socket fd's peer as the kernel took them at connect.
 func Peer(fd int) (Cred, error) {
 	uc, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
@@ -71,12 +60,8 @@ func Peer(fd int) (Cred, error) {
 	}
 }
 
-// Become switches the calling thread to c: supplementary groups, then
-// filesystem gid, then filesystem uid (after which the thread could not
-// change its groups any more). The calling goroutine must have locked its
-// OS thread with runtime.LockOSThread and must never unlock it: let the
-// goroutine end locked, and the runtime ends the thread with it. Become
-// checks that the kernel applied each change.
+// Become switches the calling thread to c: groups, then fs gid, then fs uid, each checked.
+// The goroutine must have locked its OS thread and must end locked, so the thread ends too.
 func (c Cred) Become() error {
 	if len(c.Groups) > maxGroups {
 		return fmt.Errorf("%w: %d supplementary groups, the kernel allows %d", ErrSwitch, len(c.Groups), maxGroups)

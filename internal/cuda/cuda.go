@@ -1,30 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cuda loads the NVIDIA CUDA runtime (libcudart) and cuFile
-// (libcufile) at run time with purego. The build needs no CUDA headers or
-// libraries and no cgo. It runs unchanged on machines without a driver,
-// where Load says so plainly.
+// Package cuda loads libcudart and libcufile at run time with purego: no headers, no cgo.
+// It runs on machines without a driver, where Load says so plainly.
+// discover.go finds the libraries; the runtime itself says whether a driver is present.
 //
-// discover.go finds the libraries: in an explicit directory, the NVIDIA
-// wheels of the Python environment, CUDA_HOME, or the dynamic loader's
-// search. Each library says where it came from. Whether a driver is present
-// is the loaded runtime's answer (cudaDriverGetVersion), not a guess from
-// /proc.
+// Only what this project calls is bound: versions and devices, host registration,
+// streams, events and copies (runtime.go), device queries, exportable memory (vmm.go),
+// a locked OS thread for every call (thread.go), and cuFile (cufile.go).
 //
-// Only what this project calls is bound:
-//
-//   - versions and devices;
-//   - host registration (cudaHostRegister, portable), so that copies from
-//     staging memory to a GPU are DMA;
-//   - streams, events and host-to-device copies (runtime.go);
-//   - the driver's device queries: UUIDs, PCI bus ids, attributes;
-//   - exportable device memory through the driver's virtual memory
-//     management API, reached through the runtime's driver entry points
-//     (vmm.go);
-//   - a locked OS thread to make every call on (thread.go);
-//   - cuFile (cufile.go).
-//
-// abi_test.go checks the C structs mirrored here against NVIDIA's headers.
+// abi_test.go checks the mirrored C structs against NVIDIA's headers.
 // symbols_test.go checks every bound symbol against the real libraries.
 package cuda
 

@@ -12,10 +12,8 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// cuFile (GPUDirect Storage): reads from a file opened O_DIRECT on ext4 or
-// xfs straight into device memory, through nvidia-fs (P2P DMA) or, in
-// compatibility mode, through cuFile's own POSIX reads and copies. Every
-// call must run on a Thread of the device (cuFile 5015/5047 otherwise).
+// cuFile (GPUDirect Storage) reads O_DIRECT files into device memory.
+// Every call must run on a Thread of the device.
 
 // FileDescr mirrors CUfileDescr_t (24 bytes): the handle type, a union of
 // an fd and a pointer, and the file system operations (nil).
@@ -275,9 +273,7 @@ func (c *CuFileLib) RegisterFile(fd int) (uintptr, error) {
 // DeregisterFile releases a handle.
 func (c *CuFileLib) DeregisterFile(h uintptr) { c.handleDeregister(h) }
 
-// RegisterBuffer registers device memory for direct DMA (once, at the
-// memory's opening). Its failure is not fatal: cuFile reads into
-// unregistered memory through its own pinned bounce buffers.
+// RegisterBuffer registers device memory for direct DMA; a failure is not fatal.
 func (c *CuFileLib) RegisterBuffer(ptr uintptr, size int64) error {
 	return fileErr("cuFileBufRegister", c.bufRegister(ptr, uintptr(size), 0))
 }
@@ -287,12 +283,8 @@ func (c *CuFileLib) DeregisterBuffer(ptr uintptr) error {
 	return fileErr("cuFileBufDeregister", c.bufDeregister(ptr))
 }
 
-// Read reads size bytes at fileOff of the file into the registered buffer
-// base at bufOff, returning the bytes read (short only at the end of the
-// file). A failure is a *FileError: cuFile's code, or the errno of a
-// return of -1 (read on this thread right after the call: call Read on a
-// Thread, which stays on its OS thread), or -errno for another negative
-// return (as KvikIO reads it).
+// Read reads size bytes at fileOff into the registered buffer base at bufOff.
+// A failure is a *FileError; call Read on a Thread so errno is this thread's.
 func (c *CuFileLib) Read(fh, base uintptr, size int64, fileOff, bufOff int64) (int64, error) {
 	n := c.read(fh, base, uintptr(size), fileOff, bufOff)
 	if n >= 0 {
@@ -347,9 +339,7 @@ type GPUReads struct {
 	Total, P2P, NVFS, POSIX uint64
 }
 
-// Mode says what the counts show: "gds" when every read went peer to peer
-// or through nvidia-fs, "compat" when every read was cuFile's POSIX
-// fallback, "mixed", or "none" before any read.
+// Mode says what the counts show: "gds", "compat", "mixed", or "none" before any read.
 func (r GPUReads) Mode() string {
 	direct := r.P2P + r.NVFS
 	switch {
@@ -363,9 +353,7 @@ func (r GPUReads) Mode() string {
 	return "none"
 }
 
-// Reads returns the read counts of each GPU cuFile's statistics list (in
-// cuFile's order, not CUDA's: match them by UUID). Compatibility mode
-// builds no GPU topology and may list none.
+// Reads returns the read counts of each GPU cuFile's statistics list; match them by UUID.
 func (c *CuFileLib) Reads() ([]GPUReads, error) {
 	buf := make([]byte, statsL3Size)
 	if err := fileErr("cuFileGetStatsL3", c.getStatsL3(unsafe.Pointer(&buf[0]))); err != nil {
@@ -402,10 +390,7 @@ type CuFile struct {
 	Err     error // why none loaded, or why its version is unknown
 }
 
-// ProbeCuFile finds and loads libcufile and reads its version. It does
-// not open a cuFile driver session: whether cuFile would run in GDS
-// (nvidia-fs, P2PDMA) or compatibility mode needs a GPU and is measured
-// by a GPU session.
+// ProbeCuFile loads libcufile and reads its version without opening the driver.
 func ProbeCuFile(s Search) CuFile {
 	c, err := LoadCuFileFrom(s)
 	if err != nil {

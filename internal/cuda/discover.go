@@ -15,38 +15,21 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// Library discovery: the dynamic loader searches neither the NVIDIA wheels
-// of a Python environment (site-packages/nvidia/cu13/lib, where PyTorch's
-// CUDA lives) nor a toolkit's $CUDA_HOME/lib64 unless ldconfig knows it, so
-// libcudart and libcufile are looked for, in order:
+// Library discovery. The dynamic loader searches neither Python's NVIDIA wheels nor $CUDA_HOME.
+// So libcudart and libcufile are looked for, in order:
 //
-//  1. the explicit directory: NVFEED_CUDA_LIB_DIR (loaderd's --cuda-lib-dir
-//     sets it);
-//  2. the NVIDIA wheels' lib directories (nvidia/cu13, cu12, cuda_runtime,
-//     cufile) of the Python environments: $VIRTUAL_ENV, $CONDA_PREFIX,
-//     then the system's site- and dist-packages under /usr/local and /usr;
+//  1. NVFEED_CUDA_LIB_DIR (loaderd's --cuda-lib-dir sets it);
+//  2. the NVIDIA wheels' lib directories of $VIRTUAL_ENV, $CONDA_PREFIX and the system's Python;
 //  3. $CUDA_HOME/lib64, then /usr/local/cuda/lib64;
-//  4. the dynamic loader's own search (its cache, LD_LIBRARY_PATH), by
-//     bare name.
+//  4. the dynamic loader's own search, by bare name.
 //
-// The first file of the library's names that exists in a directory, in
-// that order, is loaded; one that exists but fails to load is reported and
-// the search goes on. Each library may come from a different place (the
-// CUDA 12 wheels put libcudart and libcufile in different directories).
+// The first name found in a directory is loaded; one that fails to load is reported.
+// Each library may come from a different place.
 //
-// loaderd runs as root, and a library it loads runs as root: a file that
-// someone else could change, or a path on which someone else could put
-// another file — an entry on the way (directory, symlink, the file) owned
-// by another user, in a directory another user or group may write and
-// that is not sticky, a name missing from a directory others may write
-// (a CUDA_HOME under /tmp), a VIRTUAL_ENV or CONDA_PREFIX of an
-// operator's — is passed over and named with why (Found.Refused, the
-// error), whoever the process runs as (owners it trusts: root and its
-// own user). walk.go resolves every symlink itself and judges every
-// entry; the file loaded is the inode judged, by its descriptor
-// (openChecked). The dynamic loader's own search, last, is its
-// configuration (ldconfig's cache, the process's LD_LIBRARY_PATH), as for
-// any program root runs. A process discovers once: Libs.
+// loaderd runs as root, so a file or path someone else could change is passed over.
+// Only root and the process's own user are trusted. Found.Refused says why each was passed.
+// walk.go resolves every symlink itself; the file loaded is the inode judged.
+// The dynamic loader's own search comes last, as for any program root runs.
 
 // EnvLibDir names the explicit directory searched first.
 const EnvLibDir = "NVFEED_CUDA_LIB_DIR"
@@ -72,16 +55,12 @@ type Place struct {
 	From string // "NVFEED_CUDA_LIB_DIR", "VIRTUAL_ENV (NVIDIA wheel)", "CUDA_HOME", ...
 }
 
-// Found is where a library was found: the path loaded (a bare name when
-// the dynamic loader found it: Resolved then says which file it mapped)
-// and how.
+// Found is where a library was found: the path loaded and how.
 type Found struct {
 	Path     string `json:"path"`
 	From     string `json:"from"`
 	Resolved string `json:"resolved,omitempty"` // the file mapped, for a bare-name load
-	// Refused lists the files of the library passed over before this one
-	// because someone other than root or this process's user could change
-	// them (trusted), each with why.
+	// Refused lists the files passed over before this one as changeable by others, with why.
 	Refused []string `json:"refused,omitempty"`
 
 	checked checkedFile // what the walk judged: the file loaded
@@ -172,9 +151,7 @@ func (s Search) Places() []Place {
 	return out
 }
 
-// sitePackages lists a Python prefix's package directories that exist:
-// lib/python3.X/{site,dist}-packages (newest Python first) and Debian's
-// lib/python3/dist-packages.
+// sitePackages lists a Python prefix's site- and dist-packages directories, newest first.
 func sitePackages(prefix string) []string {
 	var out []string
 	for _, pat := range []string{"lib/python3*/site-packages", "lib/python3*/dist-packages", "lib64/python3*/site-packages"} {
@@ -198,18 +175,14 @@ func pyMinor(path string) int {
 	return -1
 }
 
-// Candidates lists the files of lib that exist in the places and that
-// only root or this process's user can change (trusted: walk.go), in the
-// order they would be tried; each names the files passed over before it
-// (Found.Refused).
+// Candidates lists lib's files that exist in the places and only trusted owners can change.
+// They come in the order they would be tried.
 func (s Search) Candidates(lib Lib) []Found {
 	out, _ := s.candidates(lib)
 	return out
 }
 
-// candidates is Candidates, also returning every file or place passed
-// over, with why. The first of lib's names that a place has is its
-// candidate; a place whose walk is refused is passed over whole.
+// candidates is Candidates, also returning every file or place passed over, with why.
 func (s Search) candidates(lib Lib) (out []Found, refused []string) {
 	euid := uint32(os.Geteuid())
 	for _, p := range s.Places() {
@@ -230,9 +203,8 @@ func (s Search) candidates(lib Lib) (out []Found, refused []string) {
 	return out, refused
 }
 
-// open loads lib: the candidates in order, each the very file its walk
-// checked (openChecked), then (unless NoLoaderSearch) its names through
-// the dynamic loader. The error lists every attempt and every place.
+// open loads lib: each candidate as the file its walk checked, then the dynamic loader's search.
+// The error lists every attempt and every place.
 func (s Search) open(lib Lib) (uintptr, Found, error) {
 	candidates, refused := s.candidates(lib)
 	errs := slices.Clone(refused)
@@ -274,9 +246,7 @@ func (s Search) open(lib Lib) (uintptr, Found, error) {
 
 var errNotFound = errors.New("library not found")
 
-// mappedFile returns the file this process maps whose name is name or a
-// longer version of it (libcudart.so.13 -> /usr/lib/.../libcudart.so.13.0.96),
-// "" when none is.
+// mappedFile returns the mapped file named name or a longer version of it; "" when none.
 func mappedFile(name string) string {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {

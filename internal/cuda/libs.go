@@ -13,18 +13,13 @@ import (
 	"time"
 )
 
-// ErrNoLibraries is the message a client gets when a GPU open is refused
-// because the process has no usable CUDA libraries. Where they were looked
-// for, and why each place was passed over, goes to the process's log, once
-// (Libs). It never goes to a client.
+// ErrNoLibraries is what a client is told when no CUDA libraries are usable.
+// Where they were looked for goes to the log only.
 var ErrNoLibraries = errors.New("the daemon has no usable CUDA libraries; its log says where it looked")
 
-// Libs are the CUDA libraries of one process. Each is discovered and loaded
-// at most once, at the first call that needs it. A daemon makes one Libs at
-// start. Every GPU session reuses what it found, or why it found nothing.
-// Its errors carry the sentinels callers branch on: ErrNoDriver,
-// ErrNoRuntime and ErrNoLibraries. They name no path of the search. The
-// full reasons go to the log, once. Libs is safe for concurrent use.
+// Libs are one process's CUDA libraries, each loaded at most once, at first need.
+// Its errors wrap ErrNoDriver, ErrNoRuntime or ErrNoLibraries and name no path.
+// The full reasons go to the log, once. Libs is safe for concurrent use.
 type Libs struct {
 	search Search
 	log    *slog.Logger
@@ -184,15 +179,10 @@ func (l *Libs) CuFile() (*CuFileLib, error) {
 	return l.cf, nil
 }
 
-// CuFileDriver returns libcufile with its driver open: opened once per
-// process, at the first call, and left open for the process's life (as
-// KvikIO does). Before the open, the kernel must list its modules
-// (CuFileHost.CheckModules: without them the open never returns). The
-// open runs on a locked thread of its own and is bounded by the host's
-// OpenTimeout: one that does not return by then marks cuFile unusable for
-// the process's life (ErrCuFileDriverStuck), its thread is abandoned, and
-// no caller waits on it past that deadline. Every call after the first
-// returns the first one's verdict at once.
+// CuFileDriver returns libcufile with its driver open, once per process, as KvikIO does.
+// The kernel must list cuFile's modules first, or the open never returns.
+// The open runs on its own thread, bounded by OpenTimeout; past it cuFile is unusable.
+// Every later call returns the first one's verdict at once.
 func (l *Libs) CuFileDriver() (*CuFileLib, error) {
 	lib, err := l.CuFile()
 	if err != nil {

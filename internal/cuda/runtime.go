@@ -68,10 +68,8 @@ func (r *Runtime) DestroyEvent(e Event) error {
 	return r.check("cudaEventDestroy", r.eventDestroy(uintptr(e)))
 }
 
-// CopyToDevice enqueues a copy of src (host memory outside the Go heap,
-// registered with HostRegister for DMA) to the device address dst on s.
-// src must stay mapped and unchanged until the copy completes (an event
-// recorded after it).
+// CopyToDevice enqueues a copy of registered host memory src to device address dst on s.
+// src must stay unchanged until the copy completes.
 func (r *Runtime) CopyToDevice(dst uintptr, src []byte, s Stream) error {
 	if len(src) == 0 {
 		return nil
@@ -81,11 +79,8 @@ func (r *Runtime) CopyToDevice(dst uintptr, src []byte, s Stream) error {
 	return err
 }
 
-// CopyToDevice2D enqueues one strided copy on s: rows rows of width bytes,
-// row i from src[i·srcPitch:] to dst + i·dstPitch (cudaMemcpy2DAsync).
-// With dstPitch == width the rows land back to back: samples spaced out
-// in host staging packed densely on the device. src is host memory as for
-// CopyToDevice and must hold (rows-1)·srcPitch + width bytes.
+// CopyToDevice2D enqueues one strided copy of rows rows of width bytes on s.
+// Row i goes from src[i·srcPitch:] to dst + i·dstPitch; src is as for CopyToDevice.
 func (r *Runtime) CopyToDevice2D(dst uintptr, dstPitch int64, src []byte, srcPitch, width int64, rows int, s Stream) error {
 	if rows == 0 || width == 0 {
 		return nil

@@ -14,10 +14,8 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// The driver API's exportable memory (virtual memory management), bound
-// through the runtime's driver entry points, so that only libcudart is
-// loaded by name. Mirrors of cuda.h's structs; abi_test.go checks their
-// sizes, offsets and constants against the header.
+// The driver API's exportable memory, bound through the runtime's driver entry points.
+// abi_test.go checks the mirrored structs against cuda.h.
 
 // MemLocation mirrors CUmemLocation.
 type MemLocation struct {
@@ -97,10 +95,8 @@ func (d *Driver) driverSymbols() map[string]any {
 	}
 }
 
-// Driver resolves the driver's functions through the runtime's entry
-// points (once per Runtime) and initializes the driver (cuInit). None of
-// them needs a current context; the memory functions need one of the
-// device (call them on its Thread).
+// Driver resolves the driver's functions through the runtime once and calls cuInit.
+// The memory functions need the device's context: call them on its Thread.
 func (r *Runtime) Driver() (*Driver, error) {
 	r.driverOnce.Do(func() { r.driver, r.driverErr = r.resolveDriver() })
 	return r.driver, r.driverErr
@@ -154,11 +150,8 @@ type DeviceMemory struct {
 	d           *Driver
 }
 
-// Alloc allocates at least size bytes of exportable memory on device
-// (rounded up to the allocation granularity), never managed memory, made
-// gpuDirectRDMACapable where the device supports that flag with VMM
-// (attribute 110), as GPUDirect Storage's peer-to-peer reads need. Call
-// it on the device's Thread.
+// Alloc allocates at least size bytes of exportable memory on device, on its Thread.
+// It is made gpuDirectRDMACapable where the device supports it, as GDS needs.
 func (d *Driver) Alloc(device int, size int64) (*DeviceMemory, error) {
 	prop := MemAllocationProp{Type: memAllocationTypePinned, RequestedHandleTypes: memHandleTypePosixFD,
 		Location: MemLocation{Type: memLocationTypeDevice, ID: int32(device)}}

@@ -14,25 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The walk: a library root loads must be one that no one but root (or
-// the process's own user) can change, and the file loaded must be the
-// one judged. walk resolves a path itself, component by component with
-// lstat, following each symlink hop by hop (at most maxHops), and judges
-// every entry it meets — each directory, each symlink, the file:
+// The walk: a library root loads must be changeable by no one but root or the process's user.
+// walk resolves a path itself with lstat, following each symlink hop by hop, and judges every entry:
 //
-//   - the entry is owned by uid 0 or the process's euid;
-//   - the directory holding it is writable by no one else (others, or a
-//     group other than gid 0), or it is sticky: then no one else may
-//     rename or remove the (trusted) entry;
-//   - a name missing from a directory others may write, sticky or not,
-//     is refused: anyone could make it;
+//   - it is owned by uid 0 or the process's euid;
+//   - its directory is writable by no one else, or sticky;
+//   - a name missing from a directory others may write is refused;
 //   - the file is a regular file writable by no one else.
 //
-// openChecked then opens the resolved path (every symlink already
-// followed: O_NOFOLLOW), checks the descriptor with fstat (the inode the
-// walk judged, its owner and mode again) and has the dynamic loader map
-// it through /proc/self/fd/N: what is loaded is the inode that was
-// checked, whatever changes on the path after the walk.
+// openChecked opens the resolved path O_NOFOLLOW, checks the descriptor again with fstat,
+// and loads it through /proc/self/fd/N: what is loaded is the inode judged.
 
 // maxHops bounds the symlinks one walk follows (the kernel's own bound).
 const maxHops = 40
@@ -179,19 +170,10 @@ func walk(path string, euid uint32) (checkedFile, error) {
 // before a library.
 const maxDeps = 8
 
-// openChecked loads the library file c, which walk judged. It opens c's
-// resolved path without following a symlink. It checks that the descriptor
-// is the inode judged, still a regular file of a trusted owner that no one
-// else may write. Then it has the dynamic loader map the file by the
-// descriptor (/proc/self/fd/N). The descriptor stays open for the process's
-// life. It is the library's name in the loader's list, and no other file
-// may take that number while the name stands for this one.
-//
-// A library may name its own directory in its search path: $ORIGIN in
-// DT_RPATH or DT_RUNPATH. The CUDA stand-in's libcudart does so for its
-// libcuda.so.1. The loader would then look in /proc/self/fd. So each of the
-// library's DT_NEEDED libraries found there is walked and loaded the same
-// way first. The loader then finds it loaded by its soname.
+// openChecked loads library file c, which walk judged, by its descriptor.
+// The descriptor must still be the judged inode, trusted and unwritable by others.
+// It stays open for the process's life, so no other file takes its number.
+// DT_NEEDED libraries found through $ORIGIN are walked and loaded the same way first.
 func openChecked(c checkedFile, euid uint32, depth int) (uintptr, error) {
 	fd, err := unix.Open(c.real, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {

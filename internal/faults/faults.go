@@ -1,16 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package faults injects failures into the built-in backends' reads, in the
-// spirit of pebble's errorfs. A test makes the file or device reads of
-// chosen samples fail with EIO, come back short, or stall. It needs no root
-// and no device tricks.
-//
-// Nothing of it is configured through the loader's options, the backend
-// contract or the daemon's configuration. A test installs a rule set for
-// the whole process, and each read site asks Inject. The nvfeed_faults
-// build of loaderd does the same through its --inject-eio flag, which calls
-// Install. With nothing installed, Inject is one atomic load. A release
-// build has no way to install any.
+// Package faults injects failures into the built-in backends' reads, as pebble's errorfs does.
+// Chosen samples' reads fail with EIO, come back short, or stall; no root needed.
+// A test installs a process-wide rule set and each read site asks Inject.
+// loaderd's nvfeed_faults build installs one with --inject-eio; release builds cannot.
+// With nothing installed, Inject is one atomic load.
 package faults
 
 import (

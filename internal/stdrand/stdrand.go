@@ -1,31 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package stdrand reproduces, bit for bit, the parts of GCC's C++
-// standard library (libstdc++, GCC 11 and later) that DALI's readers draw
-// their sample order from: the engines std::mt19937, std::mt19937_64 and
-// std::minstd_rand0 (libstdc++'s std::default_random_engine),
-// std::seed_seq, std::uniform_int_distribution and std::shuffle.
+// Package stdrand reproduces, bit for bit, the parts of libstdc++ (GCC 11 on) that DALI draws from.
+// Those are std::mt19937, std::mt19937_64, std::minstd_rand0, std::seed_seq,
+// std::uniform_int_distribution and std::shuffle.
 //
-// The algorithms are the standard's ([rand.eng], [rand.util.seedseq])
-// where it fixes them. Where it leaves them to the library (the
-// distribution's mapping of an engine's output onto a range, and
-// std::shuffle's use of the distribution) they are libstdc++'s:
+// Where the standard leaves the algorithm to the library, libstdc++'s is used:
 //
-//   - uniform_int_distribution computes in a 64-bit unsigned type (the
-//     common type of the engine's result, unsigned long, and the
-//     distribution's unsigned type). An engine whose range is exactly
-//     2^32 values (mt19937) maps onto a smaller range with Lemire's
-//     multiply-and-reject method (GCC 11's change); any other engine whose
-//     range is larger than the asked range (minstd_rand0: 2^31-2 values)
-//     divides the engine's range into equal buckets and rejects draws past
-//     the last whole bucket; a range as large as the engine's takes a draw
-//     as it is; a larger one combines draws (upscaling).
-//   - std::shuffle is Fisher-Yates from the front, and when the engine's
-//     range is at least the square of the sequence's length it draws the
-//     swap positions of two consecutive elements from one draw.
+//   - uniform_int_distribution computes in uint64. A 32- or 64-bit engine uses Lemire's method.
+//     Another larger engine rejects draws past the last whole bucket; a smaller one combines draws.
+//   - std::shuffle is Fisher-Yates from the front. When the engine's range is at least n²,
+//     one draw gives the swap positions of two consecutive elements.
 //
-// testdata/gen.cc prints reference values from the real library (go
-// generate runs it with g++); the tests compare against them.
+// testdata/gen.cc prints reference values from the real library; the tests compare against them.
 package stdrand
 
 //go:generate sh -c "g++ -std=c++17 -O2 -o /tmp/stdrand-gen testdata/gen.cc && /tmp/stdrand-gen > testdata/libstdcxx.txt && rm -f /tmp/stdrand-gen"
@@ -40,12 +26,8 @@ type Engine interface {
 	Max() uint64
 }
 
-// UniformInt returns what std::uniform_int_distribution's operator()
-// returns for the closed range [a, b] with engine g, consuming the same
-// engine outputs: libstdc++'s algorithm in 64-bit unsigned arithmetic. A
-// signed distribution's range maps onto it by two's complement (a
-// distribution of int over [0, n) is UniformInt(g, 0, n-1)). It needs
-// a <= b.
+// UniformInt returns what std::uniform_int_distribution returns for [a, b], a <= b.
+// It consumes the same engine outputs; signed ranges map by two's complement.
 func UniformInt(g Engine, a, b uint64) uint64 {
 	return a + scaled(g, b-a)
 }

@@ -1,54 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package batchmem is batch memory: the fixed set of equal slots that
-// batches land in, allocated once per loader, and the only place that
-// knows the kinds of memory (page-locked host memory, GPU memory) and how
-// each is handed to a client process (a file descriptor).
+// Package batchmem is batch memory: a fixed set of equal slots that batches land in.
+// It is the only place that knows the kinds of memory and how each reaches a client.
 //
 // # The contract
 //
-// A Memory has Desc().Slots slots of Desc().SlotSize bytes; slot i starts
-// at byte i·SlotSize of the memory a client maps. The loader owns the
-// slots' turns; for each batch in slot i:
+// Slot i starts at byte i·SlotSize of the memory a client maps.
 //
-//  1. The loader takes slot i only after the consumer has released the
-//     batch that used it before (never two batches in one slot).
-//  2. Writers (the backend's reads) write only into Slot(i), only where
-//     the batch's Placement puts its samples, and only between the loader
-//     taking the slot and every read having completed. Slot(i) is the
-//     same Region for the life of the Memory.
-//  3. The loader calls Publish(ctx, i, p) once, after every write has
-//     completed and before the batch is handed out, with the batch's
-//     Placement. When Publish returns nil, the batch is in the memory the
-//     client maps as p lays it out (for host memory it already was; for
-//     GPU memory any staging copy, packing, zeroing and repeating is
-//     complete) and nothing writes those bytes again until the slot's
-//     next turn. When it returns an error, the batch must not be handed
-//     out; the slot may be used again.
-//  4. The consumer reads bytes of slot i only between a nil Publish and
-//     its release of the batch.
+//  1. The loader takes slot i only after the consumer released its last batch.
+//  2. Writers write only into Slot(i), where the Placement says, until every read completed.
+//  3. The loader calls Publish once, after every write and before handing the batch out.
+//     A nil return means the batch lies in the client's memory as p says.
+//     After an error the batch is not handed out.
+//  4. The consumer reads slot i only between a nil Publish and its release.
 //
 // # Placement
 //
-// A batch is ragged or dense (Placement). Ragged: each sample has a room
-// starting backend.Align-aligned in the slot, where its writer put it,
-// and the client finds it there. Dense (Desc.PacksAt), when every sample of
-// the batch has the same size S (the loader decides when: in GPU memory,
-// and in host memory for tensors): sample i is at byte Lead + i·S of the
-// slot, so the batch is one (batch, S) array there; Lead (< 4 KiB) is the
-// rows' phase, their data's offset in their files modulo 4 KiB, so that
-// blocks of the files land in place. In host memory writers write each
-// row there, exactly S bytes, and Publish copies repeated rows and zeroes
-// failed ones. In GPU memory a backend that writes device memory writes
-// sample i there, exactly S bytes; one that writes host memory writes it
-// at Lead + i·Pitch of the staging area (4 KiB-aligned rooms of
-// AlignUp(Lead+S) bytes, the data at the same phase as in its file, as
-// O_DIRECT needs), and Publish packs the rows while copying, in one 2D
-// copy.
+// A batch is ragged or dense. Ragged: each sample has an aligned room where its writer put it.
+// Dense: sample i is at Lead + i·S, so the batch is one (batch, S) array.
+// Lead is the rows' offset in their files modulo 4 KiB, so that file blocks land in place.
+// In host memory writers write each row in place, and Publish repeats and zeroes rows.
+// A device writer writes rows in place in GPU memory.
+// A host writer writes row i at Lead + i·Pitch of the staging area; Publish packs with one 2D copy.
 //
-// Memory methods other than Publish may be called from any goroutine;
-// Publish of different slots may run at once. Close must not be called
-// while a write or Publish runs.
+// Methods other than Publish may run on any goroutine.
+// Publish of different slots may run at once. Close must not run during a write or Publish.
 package batchmem
 
 import (
@@ -98,31 +74,22 @@ func (k Kind) OnGPU() bool { return k == GPU }
 // Host memory packs only tensors.
 func (k Kind) PacksFiles() bool { return k == GPU }
 
-// Desc describes a Memory to a client: the wire form (msgpack) that goes
-// with its file descriptor, unchanged.
+// Desc describes a Memory to a client: the wire form sent with its descriptor.
 type Desc struct {
 	Kind     Kind  `msgpack:"kind" json:"kind"`
 	Size     int64 `msgpack:"size" json:"size"`           // bytes to map
 	SlotSize int64 `msgpack:"slot_size" json:"slot_size"` // slot i starts at i·SlotSize
 	Slots    int   `msgpack:"slots" json:"slots"`
-	Device   int   `msgpack:"device" json:"device"` // the GPU's ordinal for GPU memory, as this process numbers it; -1 for host memory
-	// UUID names the GPU of GPU memory the same way in every process
-	// (GPU-xxxxxxxx-...; ordinals differ with CUDA_VISIBLE_DEVICES): a
-	// client imports the memory on the device with this UUID. "" for host
-	// memory.
+	Device   int   `msgpack:"device" json:"device"` // the GPU's ordinal here; -1 for host memory
+	// UUID names the GPU the same way in every process; "" for host memory.
 	UUID string `msgpack:"uuid" json:"uuid"`
-	// NUMANode is the node the memory (GPU memory: its GPU and staging
-	// area) is placed on; -1 unknown or not placed.
+	// NUMANode is the node the memory is placed on; -1 unknown.
 	NUMANode int `msgpack:"numa_node" json:"numa_node"`
 }
 
-// Region is one slot: where writers put a batch's bytes. Host is the
-// host-addressable view (backend.Align-aligned) that backends writing
-// host memory read into: the slot itself for host memory, its staging
-// area for GPU memory filled by such a backend. Dev is the slot's device
-// address for GPU memory (0 for host memory); a backend that writes
-// device memory (its Spec says DeviceWrites) writes there, and Host is
-// then nil.
+// Region is one slot: where writers put a batch's bytes.
+// Host is the host view: the slot itself, or GPU memory's staging area.
+// Dev is the slot's device address for GPU memory; Host is then nil for device writers.
 type Region struct {
 	Host []byte
 	Dev  uintptr
@@ -134,15 +101,11 @@ type Memory interface {
 	Desc() Desc
 	// Slot returns slot i's region.
 	Slot(i int) Region
-	// Publish makes the batch in slot i, laid out as p says, visible to
-	// the consumer.
+	// Publish makes the batch in slot i, laid out as p says, visible.
 	Publish(ctx context.Context, i int, p Placement) error
-	// Export returns a new file descriptor through which a client maps the
-	// whole memory, read-only where the kind allows. The caller owns it
-	// and closes it once passed on.
+	// Export returns a new descriptor a client maps the memory through; the caller closes it.
 	Export() (*os.File, error)
-	// Pinned returns nil when the memory is page-locked (always for GPU
-	// memory), else why not.
+	// Pinned returns nil when the memory is page-locked, else why not.
 	Pinned() error
 	// Close frees the memory. A client's mapping outlives it.
 	Close() error
@@ -150,70 +113,44 @@ type Memory interface {
 
 // Options configures Open.
 type Options struct {
-	// Device is the GPU ordinal for GPU memory, unless DeviceUUID names
-	// the GPU.
+	// Device is the GPU ordinal for GPU memory, unless DeviceUUID names the GPU.
 	Device int
-	// DeviceUUID, when set, names the GPU by its UUID (as cuDeviceGetUuid
-	// gives it, nvidia-smi's GPU-... form; case and the GPU- prefix do not
-	// matter): its ordinal in this process is looked up, and Device is
-	// ignored. A GPU this process does not see is ErrUnknownGPU.
+	// DeviceUUID names the GPU by its UUID in any case, with or without GPU-.
+	// A GPU this process does not see is ErrUnknownGPU.
 	DeviceUUID string
-	// DeviceWrites says the backend writes device memory itself (its
-	// Spec's DeviceWrites): GPU memory then needs no host staging area.
+	// DeviceWrites says the backend writes device memory: no staging area.
 	DeviceWrites bool
 	// Logger, default slog.Default().
 	Logger *slog.Logger
-	// CUDA is the process's CUDA libraries, discovered once (the daemon
-	// holds one for its life); nil: GPU memory discovers them again for
-	// this Open (cuda.SearchFromEnv).
+	// CUDA is the process's CUDA libraries; nil discovers them for this Open.
 	CUDA *cuda.Libs
 }
 
-// Errors callers branch on.
+// Errors callers branch on; each is returned wrapped.
 var (
-	// ErrKind is returned (wrapped) for an unknown kind.
-	ErrKind = errors.New("unknown memory kind")
-	// ErrNoCUDA is returned (wrapped) for GPU memory on a machine without
-	// an NVIDIA driver.
-	ErrNoCUDA = errors.New("no CUDA driver found")
-	// ErrUnsupported is returned (wrapped) for a kind this build cannot
-	// make on this machine.
+	ErrKind        = errors.New("unknown memory kind")
+	ErrNoCUDA      = errors.New("no CUDA driver found")
 	ErrUnsupported = errors.New("memory kind not supported")
-	// ErrNoSpace is returned (wrapped) when the memory asked for is more
-	// than the machine has available.
-	ErrNoSpace = errors.New("no room for batch memory")
-	// ErrUnknownGPU is returned (wrapped) when the GPU asked for (its UUID
-	// or ordinal) is not one this process sees; the message lists those
-	// it sees.
+	ErrNoSpace     = errors.New("no room for batch memory")
+	// ErrUnknownGPU: the message lists the GPUs this process sees.
 	ErrUnknownGPU = errors.New("no such GPU here")
 )
 
-// Granularity is what the sizes of batch memory's allocations are
-// rounded up to: 2 MiB, the huge page of x86-64 (and of arm64 with 4 KiB
-// pages) and the VMM allocation granularity of NVIDIA GPUs (and of the
-// CUDA stand-in). A device that rounds further is refused (openGPU), so
-// that what Sizing says is what Open holds.
+// Granularity is what allocation sizes are rounded up to: 2 MiB.
+// It is the x86-64 huge page and the GPU VMM granularity; a device that rounds further is refused.
 const Granularity = 2 << 20
 
-// Sizes is what Open(kind, slots, slotSize) allocates, as Sizing
-// computes it before any allocation (the loader's plan, the daemon's
-// budgets): the slot size (rounded up to backend.Align), the page-locked
-// host bytes (host memory, or GPU memory's staging area) and the device
-// bytes (rounded up to Granularity as Sizing says).
+// Sizes is what Open allocates, computed before any allocation.
 type Sizes struct {
 	SlotSize int64 // Desc.SlotSize
 	Host     int64 // page-locked host memory: Desc.Size of host memory, or GPU memory's staging area
 	Device   int64 // device memory: Desc.Size of GPU memory
 }
 
-// Sizing returns what Open allocates for slots slots of at least
-// slotSize bytes of kind ("" means Pinned) for a backend that writes
-// device memory itself (deviceWrites) or not: host memory is slots ×
-// SlotSize, rounded up to Granularity from Granularity on (so that it
-// may go on huge pages; smaller memory stays on small pages, exact); GPU
-// memory is slots × SlotSize rounded up to Granularity, device bytes,
-// and, unless deviceWrites, a page-locked staging area of the same size.
-// Open allocates with it; errors wrap ErrKind for an unknown kind.
+// Sizing returns what Open allocates for slots slots of at least slotSize bytes.
+// Host memory is slots × SlotSize, rounded up to Granularity from Granularity on.
+// GPU memory is that rounded up to Granularity, plus a staging area unless deviceWrites.
+// Errors wrap ErrKind for an unknown kind.
 func Sizing(kind Kind, slots int, slotSize int64, deviceWrites bool) (Sizes, error) {
 	if slots <= 0 || slotSize <= 0 || slotSize > (1<<62)/int64(slots) {
 		return Sizes{}, fmt.Errorf("batchmem: %d slots of %d bytes", slots, slotSize)
@@ -238,9 +175,7 @@ func Sizing(kind Kind, slots int, slotSize int64, deviceWrites bool) (Sizes, err
 	return s, nil
 }
 
-// Open allocates slots slots of at least slotSize bytes each (rounded up
-// to backend.Align) of the given kind ("" means Pinned): what Sizing
-// says, exactly.
+// Open allocates slots slots of at least slotSize bytes of the given kind, as Sizing says.
 func Open(kind Kind, slots int, slotSize int64, o Options) (Memory, error) {
 	s, err := Sizing(kind, slots, slotSize, o.DeviceWrites)
 	if err != nil {
@@ -255,34 +190,22 @@ func Open(kind Kind, slots int, slotSize int64, o Options) (Memory, error) {
 	return openHost(slots, s.SlotSize, s.Host, o, -1)
 }
 
-// MaxRow bounds a dense row's staging room (backend.AlignUp of the
-// samples' size): cudaMemcpy2DAsync refuses a pitch above the device's
-// cudaDevAttrMaxPitch, which deviceQuery reports as 2147483647 bytes on
-// current GPUs. Batches of larger samples stay ragged.
+// MaxRow bounds a dense row's staging room: cudaMemcpy2DAsync's largest pitch.
+// Batches of larger samples stay ragged.
 const MaxRow = 1<<31 - 1
 
-// Placement is how one batch lies in its slot (see the package's
-// Placement section): what writers were told and what Publish makes
-// visible. Rows == 0 means ragged, Rows > 0 dense.
+// Placement is how one batch lies in its slot. Rows == 0 means ragged, Rows > 0 dense.
 type Placement struct {
-	// Used is, for a ragged batch, the bytes [0, Used) of the slot that
-	// its samples' rooms take: Publish makes them visible where they lie.
+	// Used is the bytes [0, Used) a ragged batch's rooms take.
 	Used int64
-	// Rows is a dense batch's number of samples (0: ragged) and Row each
-	// one's size in bytes (> 0). Sample i is at DevOffset(i) in the
-	// memory the client maps, and, for a writer of GPU memory's host
-	// staging area, in its room at HostOffset(i) of the slot's
-	// Region.Host, Lead bytes in.
+	// Rows is a dense batch's number of samples and Row each one's size.
 	Rows int
 	Row  int64
-	// Lead is a dense batch's phase, in [0, backend.Align): where row 0
-	// starts in the slot, and each row's data in its staging room.
+	// Lead is a dense batch's phase in [0, backend.Align): where row 0 starts.
 	Lead int64
-	// Zero lists the dense rows whose writer left them unfilled (failed
-	// samples): Publish makes them read zeros, never another sample's or
-	// an older batch's bytes. Repeats lists the dense rows that hold the
-	// same sample as an earlier row (padding, read once): Publish copies
-	// the earlier row there. Zero is applied first.
+	// Zero lists failed dense rows: Publish makes them read zeros.
+	// Repeats lists rows holding an earlier row's sample: Publish copies it.
+	// Zero is applied first.
 	Zero    []int
 	Repeats []Repeat
 }
@@ -297,30 +220,22 @@ func Ragged(used int64) Placement { return Placement{Used: used} }
 // Dense reports whether the placement is dense.
 func (p Placement) Dense() bool { return p.Rows > 0 }
 
-// DevOffset returns dense row i's offset in its slot in the memory the
-// client maps: Lead + i·Row, the rows back to back.
+// DevOffset returns dense row i's offset in the slot the client maps: Lead + i·Row.
 func (p Placement) DevOffset(i int) int64 { return p.Lead + int64(i)*p.Row }
 
-// Pitch returns the size of a dense row's room in GPU memory's host
-// staging area: AlignUp(Lead+Row).
+// Pitch returns a dense row's room in the host staging area: AlignUp(Lead+Row).
 func (p Placement) Pitch() int64 { return backend.AlignUp(p.Lead + p.Row) }
 
-// HostOffset returns where dense row i's room starts in its slot's host
-// staging area (GPU memory): i·Pitch, every room backend.Align-aligned;
-// the row's bytes are Lead bytes in.
+// HostOffset returns where dense row i's staging room starts: i·Pitch.
 func (p Placement) HostOffset(i int) int64 { return int64(i) * p.Pitch() }
 
 // Packs is PacksAt with lead 0: rows of whole files.
 func (d Desc) Packs(rows int, row int64) bool { return d.PacksAt(rows, row, 0) }
 
-// PacksAt reports whether a batch of rows samples of row bytes each, lead
-// bytes into a block of their files, is placed dense in this memory: row
-// > 0, lead in [0, backend.Align), and the rows fit a slot: in host memory
-// lead + rows·row bytes, in GPU memory rows·AlignUp(lead+row) (their
-// staging rooms), each room at most MaxRow (padding may repeat a large
-// sample more often than the slot's size, the sum of the largest rooms,
-// allows: such a batch stays ragged). Whether a batch of such samples
-// is dense at all is the loader's choice (loader.Batch.Dense).
+// PacksAt reports whether rows samples of row bytes, lead bytes into a block, fit dense.
+// In host memory they need lead + rows·row bytes of a slot.
+// In GPU memory they need rows staging rooms of AlignUp(lead+row), each at most MaxRow.
+// Whether such a batch is dense at all is the loader's choice.
 func (d Desc) PacksAt(rows int, row, lead int64) bool {
 	if rows <= 0 || row <= 0 || lead < 0 || lead >= backend.Align {
 		return false

@@ -9,16 +9,12 @@ import (
 	"os"
 )
 
-// gpuDevice is the small CUDA surface GPU memory uses: cudaDevice
-// (internal/cuda, on the device's locked thread) on a real GPU; an
-// in-memory double in tests, where device memory is host memory.
+// gpuDevice is the CUDA surface GPU memory uses: a real device, or a double in tests.
 type gpuDevice interface {
 	// Alloc allocates at least size bytes of exportable device memory
 	// (the device rounds up to its allocation granularity).
 	Alloc(size int64) (gpuAlloc, error)
-	// Run enqueues ops in order on the memory's stream, records slot's
-	// event after them and returns once the event has completed (also
-	// when an op fails to enqueue, after the ones before it).
+	// Run enqueues ops on the stream, records slot's event and waits for it.
 	Run(slot int, ops []devOp) error
 	// NUMANode is the GPU's NUMA node, -1 when unknown.
 	NUMANode() int
@@ -61,10 +57,8 @@ type gpuAlloc interface {
 	Free() error
 }
 
-// gpu is GPU memory: one exportable allocation holding every slot; a
-// backend that writes only host memory gets a host staging area of the
-// same shape (Region.Host), which Publish copies to the device (the
-// "bounce" path).
+// gpu is GPU memory: one exportable allocation holding every slot.
+// A host writer gets a staging area Publish copies to the device: the bounce path.
 type gpu struct {
 	desc    Desc
 	dev     gpuDevice
@@ -72,9 +66,7 @@ type gpu struct {
 	staging *host // nil when the backend writes device memory itself
 }
 
-// openGPU makes GPU memory on o.Device (or the GPU o.DeviceUUID names).
-// Without a driver it fails with ErrNoCUDA; a GPU not here is
-// ErrUnknownGPU.
+// openGPU makes GPU memory on o.Device or o.DeviceUUID's GPU: ErrNoCUDA, ErrUnknownGPU.
 func openGPU(slots int, s Sizes, o Options) (Memory, error) {
 	dev, err := openCUDADevice(o)
 	if err != nil {
@@ -93,10 +85,8 @@ func openGPU(slots int, s Sizes, o Options) (Memory, error) {
 	return m, nil
 }
 
-// newGPU allocates the slots on dev (s.Device bytes) and, unless
-// o.DeviceWrites, their host staging area (s.Host bytes). A device that
-// rounds s.Device up further (an allocation granularity over
-// Granularity) is refused: the memory would hold more than Sizing said.
+// newGPU allocates the slots on dev and, unless o.DeviceWrites, their staging area.
+// A device that rounds past Granularity is refused: Sizing must hold.
 func newGPU(dev gpuDevice, slots int, s Sizes, o Options) (*gpu, error) {
 	alloc, err := dev.Alloc(s.Device)
 	if err != nil {
@@ -131,17 +121,11 @@ func (m *gpu) Slot(i int) Region {
 	return r
 }
 
-// Publish makes the batch in slot i visible on the device as p lays it
-// out, and returns once the device's work is complete (its event):
+// Publish makes the batch in slot i visible on the device and waits for the device's work.
 //
-//   - ragged, with staging: bytes [0, p.Used) of the staging area copied
-//     to the slot as they lie (one cudaMemcpyAsync);
-//   - dense, with staging: the Zero rows cleared and the Repeats filled in
-//     the staging area, then every row packed from its 4 KiB-aligned room
-//     (its bytes Lead in) to Lead + i·Row on the device in one
-//     cudaMemcpy2DAsync (source pitch Pitch, destination pitch Row);
-//   - dense, the backend having written the device: the Zero rows cleared
-//     (cudaMemsetAsync), then the Repeats copied on the device;
+//   - ragged, with staging: bytes [0, p.Used) copied as they lie;
+//   - dense, with staging: Zero and Repeats applied, then rows packed in one cudaMemcpy2DAsync;
+//   - dense, device-written: Zero rows cleared, then Repeats copied on the device;
 //   - ragged with no staging: nothing to do.
 func (m *gpu) Publish(ctx context.Context, i int, p Placement) error {
 	if err := p.check(m.desc, i); err != nil {

@@ -19,12 +19,8 @@ import (
 	"github.com/nvfeed/nvfeed/internal/numa"
 )
 
-// host is Pinned memory: one memfd mapping, outside the Go heap, sealed
-// against resizing (a client holding its descriptor cannot shrink it under
-// the daemon's writes) and against writes other than through the
-// daemon's own mapping (see openMemfd), page-locked on first use; as the
-// staging area of GPU memory, registered with CUDA on the GPU's thread
-// (cudaDevice.registerStaging).
+// host is Pinned memory: one memfd mapping outside the Go heap, page-locked on first use.
+// Seals keep a client from resizing it or writing it.
 type host struct {
 	mem    []byte
 	desc   Desc
@@ -38,29 +34,16 @@ type host struct {
 	pageSize int64
 }
 
-// openHost maps the memory: size bytes (Sizing's: slots × slotSize,
-// rounded up to Granularity from Granularity on). It is locked with mlock2(MLOCK_ONFAULT): each
-// page is page-locked from its first use and never swapped, but none is
-// allocated before it is used. A slot is sized for the worst batch while a
-// typical batch uses a fraction of it, so resident memory follows the
-// batches actually read (and opening zeroes nothing). On a kernel without
-// MLOCK_ONFAULT every page is populated and locked at once. When locking
-// fails (RLIMIT_MEMLOCK) the memory still works and Pinned says why it is
-// not locked.
+// openHost maps size bytes, locked with mlock2(MLOCK_ONFAULT).
+// Each page is locked from its first use, so resident memory follows the batches read.
+// Without MLOCK_ONFAULT every page is locked at once.
+// When locking fails the memory still works and Pinned says why.
 //
-// Where the system has enough free huge pages (vm.nr_hugepages), the
-// memory is a hugetlb memfd (when the huge page divides size: the 2 MiB
-// one does): fewer pages to pin per read and to map. Huge pages are taken from the
-// pool when the memory is mapped, all of them, not on first use. Else it
-// says so in the log and uses ordinary pages, advised to be huge where
-// the kernel allows it for shared memory (transparent_hugepage/shmem_enabled).
+// With enough free huge pages the memory is a hugetlb memfd, taken whole at mapping.
+// Else it logs so and uses ordinary pages, advised huge where the kernel allows.
 //
-// Host memory is not registered with CUDA here. The staging area of GPU
-// memory is, by its GPU's thread (openGPU). Pinned memory (no GPU
-// session) is not at all: a registration is the registering process's
-// (the client's CUDA does not see it, and registers its own mapping if it
-// copies from it), the daemon copies nothing from it, and registering it
-// would need a device: a context on GPU 0 for every pinned session.
+// Host memory is not registered with CUDA here; GPU memory's staging area is, by openGPU.
+// A registration would serve only the daemon, which copies nothing from pinned memory.
 func openHost(slots int, slotSize, size int64, o Options, node int) (*host, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -98,9 +81,8 @@ func openHost(slots int, slotSize, size int64, o Options, node int) (*host, erro
 	return h, nil
 }
 
-// openHuge opens size bytes (Sizing's) on huge pages when enough are
-// free and the huge page divides size (the 2 MiB page does from 2 MiB on;
-// a 1 GiB one rarely); else nil and why not.
+// openHuge opens size bytes on huge pages when enough are free and one divides size.
+// Else it returns nil and why not.
 func openHuge(slots int, slotSize, size int64) (*host, string) {
 	info, err := meminfo("Hugepagesize:", "HugePages_Free:")
 	if err != nil {
@@ -123,21 +105,13 @@ func openHuge(slots int, slotSize, size int64) (*host, string) {
 	return h, ""
 }
 
-// openMemfd makes, seals and maps a memfd of size bytes for slots slots
-// of slotSize bytes; pageSize 0 means ordinary pages, else hugetlb pages
-// of that size (dividing size).
+// openMemfd makes, seals and maps a memfd for slots slots of slotSize bytes.
+// pageSize 0 means ordinary pages, else hugetlb pages of that size.
 //
-// Only the daemon's mapping, made here, may write the memory. A client
-// holds a read-only descriptor (Export), but a descriptor can be reopened
-// through /proc/self/fd/N with the file's permissions: so the memfd is
-// made mode 0400 (its owner, the daemon's user, may read; a client of
-// another uid can reopen it for nothing, not even reading), and, where the
-// kernel has it (Linux 5.1; hugetlb memfds since 5.1 too), sealed with
-// F_SEAL_FUTURE_WRITE once the daemon's writable mapping exists: then no
-// one, root included, can write(2) it or map it writable again, while the
-// daemon's mapping (and what pins it: mlock, io_uring fixed buffers, CUDA
-// registration) goes on writing. Size seals (shrink, grow) hold on every
-// kernel; F_SEAL_SEAL last, so no seal can be added or removed after.
+// Only the daemon's mapping may write the memory.
+// The memfd is mode 0400, so reopening a client's descriptor through /proc gives nothing more.
+// Where the kernel has it, F_SEAL_FUTURE_WRITE then stops every new writer, root included.
+// Size seals hold on every kernel; F_SEAL_SEAL comes last.
 func openMemfd(slots int, slotSize, size, pageSize int64) (*host, error) {
 	h := &host{desc: Desc{Kind: Pinned, Size: size, SlotSize: slotSize, Slots: slots, Device: -1, NUMANode: -1}, fd: -1, pageSize: pageSize}
 	flags := unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
@@ -186,9 +160,8 @@ func (h *host) Slot(i int) Region {
 	return Region{Host: h.mem[off : off+h.desc.SlotSize : off+h.desc.SlotSize]}
 }
 
-// Publish checks p; the memory is what the client maps, so a ragged batch
-// is already where it lies. Of a dense batch it zeroes the bytes before
-// row 0 (Lead: no writer's) and the Zero rows, then copies the Repeats.
+// Publish checks p. A ragged batch already lies where the client maps it.
+// Of a dense batch it zeroes the bytes before row 0 and the Zero rows, then copies Repeats.
 func (h *host) Publish(_ context.Context, i int, p Placement) error {
 	if err := p.check(h.desc, i); err != nil {
 		return err

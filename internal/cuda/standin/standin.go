@@ -1,13 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package standin builds and reads the strict CUDA stand-in, for tests. The
-// stand-in is C libraries over host memory. They stand in for libcuda.so.1
-// (the driver API, and all of the stand-in's state), libcudart.so.13 and
-// libcufile.so.0. Device memory is a memfd. An exported handle is a real
-// descriptor that crosses processes. A mapping is a real mapping.
-// cuFileRead is a pread into it. The stand-in fails loudly wherever NVIDIA
-// documents a precondition. Each C file lists its rules and their sources.
-// It counts what a process still holds.
+// Package standin builds and reads the strict CUDA stand-in, for tests.
+// It is C libraries over host memory standing in for libcuda, libcudart and libcufile.
+// Device memory is a memfd, handles are real descriptors, mappings are real.
+// It fails loudly wherever NVIDIA documents a precondition, and counts what a process holds.
 //
 // Build compiles the libraries once per source hash with the system C
 // compiler. A test points the library discovery at the result
@@ -68,18 +64,15 @@ const (
 	CuFile  = "libcufile.so.0"
 )
 
-// The C sources live in csrc/ (the go command refuses .c files in a
-// package without cgo).
+// The C sources live in csrc/: the go command refuses .c files without cgo.
 //
 //go:embed csrc
 var sources embed.FS
 
 var sourceNames = []string{"build.sh", "standin.h", "cuda.c", "cudart.c", "cufile.c"}
 
-// Build compiles the stand-in (once per hash of its sources, into a cache
-// directory under os.TempDir shared by test processes) and returns the
-// directory holding libcuda.so.1, libcudart.so.13 and libcufile.so.0. A
-// missing C compiler fails tb: scripts/deps.sh installs one.
+// Build compiles the stand-in once per source hash into a shared cache and returns its directory.
+// A missing C compiler fails tb: scripts/deps.sh installs one.
 func Build(tb testing.TB) string {
 	tb.Helper()
 	dir, err := build()
@@ -148,10 +141,8 @@ func cc() string {
 	return "cc"
 }
 
-// Env returns the environment for a process that is to load the stand-in
-// of dir (Build's) and report into reportDir: os.Environ() without any
-// stand-in setting, NVFEED_CUDA_LIB_DIR=dir, CUDA_STANDIN_REPORT=reportDir,
-// then extra ("NAME=value", later ones winning).
+// Env returns the environment for a process loading the stand-in of dir and reporting into reportDir.
+// Stand-in settings are cleared first; extra "NAME=value" entries come last and win.
 func Env(dir, reportDir string, extra ...string) []string {
 	set := append([]string{LibDirVar + "=" + dir, ReportVar + "=" + reportDir}, extra...)
 	ours := []string{LibDirVar, ReportVar, GPUsVar, VisibleVar, ModeVar, RDMAVar, FailVar}
@@ -181,10 +172,7 @@ type Report struct {
 	Exe  string `json:"exe"`
 	Path string `json:"-"` // the file it was read from
 
-	// Live counts what the process still holds, by name: allocations,
-	// imports, reservations, mappings, handles (exported descriptors still
-	// open), primary_ctx_retains, host_registrations, streams, events,
-	// cufile_handles, cufile_buffers.
+	// Live counts what the process still holds, by name: allocations, mappings, handles and more.
 	Live map[string]int64 `json:"live"`
 
 	CuFileDriverOpen int64    `json:"cufile_driver_open"` // left open for the process's life: not a leak
@@ -272,12 +260,8 @@ func CheckClean(tb testing.TB, reportDir string) {
 // stand-in loaded (InChild).
 const ChildVar = "NVFEED_STANDIN_TEST"
 
-// InChild runs the calling test again in a child of this test binary
-// whose environment loads the stand-in with the settings extra (the
-// stand-in reads them once, when it loads), and checks that the child
-// passed and that the stand-in saw no broken rule and nothing held at the
-// end (CheckClean). In the child it returns true: the test does its work
-// there; in the parent, false once the child is checked.
+// InChild runs the calling test again in a child that loads the stand-in with settings extra.
+// It checks the child passed and CheckClean holds. It returns true in the child, false in the parent.
 func InChild(t *testing.T, extra ...string) bool {
 	t.Helper()
 	if os.Getenv(ChildVar) == t.Name() {
@@ -300,12 +284,9 @@ func InChild(t *testing.T, extra ...string) bool {
 	return false
 }
 
-// ProvideCuFileHost gives cuFile (the stand-in's, and the project's
-// precondition checks, through NVFEED_CUFILE_PROC and NVFEED_CUFILE_UDEV,
-// set with tb.Setenv) a host that meets its preconditions: a procfs
-// directory whose modules file lists nvidia_fs where nvfs, and a udev
-// record with ID_FS_USAGE for the block device of each of dirs. It
-// returns the environment entries, for a child process.
+// ProvideCuFileHost gives cuFile a host that meets its preconditions, through tb.Setenv.
+// It makes a procfs modules file listing nvidia_fs and a udev record for each of dirs' devices.
+// It returns the environment entries, for a child process.
 func ProvideCuFileHost(tb testing.TB, nvfs bool, dirs ...string) []string {
 	tb.Helper()
 	root := tb.TempDir()

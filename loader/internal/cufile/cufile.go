@@ -1,15 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cufile is the cufile backend: each sample is read through its
-// file (opened O_DIRECT on ext4 or xfs, which cuFile needs; raw block
-// devices are not supported by it) with cuFileRead straight into its
-// place in GPU batch memory, registered once with cuFileBufRegister where
-// cuFile takes it. The block map still gives the order, sizes, labels and
-// freshness. Whether cuFile runs peer to peer (GDS) or in its
-// compatibility mode is measured, not guessed: at opening (the driver's
-// properties, and where they do not settle it one probe read) and on from
-// cuFile's own statistics for the GPU, matched by UUID (Mode, and the
-// Stats label cufile_mode).
+// Package cufile is the cufile backend: cuFileRead from each file into GPU batch memory.
+// Files open O_DIRECT on ext4 or xfs; raw block devices are not supported.
+// Whether cuFile runs peer to peer or in compatibility mode is measured, not guessed.
 package cufile
 
 import (
@@ -32,11 +25,8 @@ import (
 // Name is the backend's registered name.
 const Name = "cufile"
 
-// ErrUnavailable is returned (wrapped) by Open when cuFile cannot run
-// here (no libcufile, no driver, a host precondition unmet:
-// cuda.ErrCuFilePrecondition, or its driver refused to open or hung:
-// cuda.ErrCuFileDriverStuck). It is backend.ErrUnavailable too
-// (errors.Is), which the host's GPU path auto falls back on.
+// ErrUnavailable is returned by Open when cuFile cannot run here.
+// It is backend.ErrUnavailable too, which GPU path auto falls back on.
 var ErrUnavailable error = unavailable{}
 
 // unavailable is ErrUnavailable's type: "cuFile unavailable", matching
@@ -48,9 +38,7 @@ func (unavailable) Error() string { return "cuFile unavailable" }
 // Is reports whether target is backend.ErrUnavailable.
 func (unavailable) Is(target error) bool { return target == backend.ErrUnavailable }
 
-// Spec describes the cufile backend. It uses libs, the CUDA libraries
-// the host's GPU memory was made with. With libs nil it discovers them
-// again (cuda.SearchFromEnv).
+// Spec describes the cufile backend; libs nil discovers the CUDA libraries again.
 func Spec(libs *cuda.Libs) backend.Spec {
 	return backend.Spec{
 		Name: Name,
@@ -91,9 +79,7 @@ func Spec(libs *cuda.Libs) backend.Spec {
 	}
 }
 
-// checkDevice checks cuFile's precondition on m's filesystem: a udev
-// record of its block device (cuda.CuFileHost.CheckDevice), without which
-// cuFile refuses every handle on it.
+// checkDevice checks that m's block device has the udev record cuFile needs.
 func checkDevice(h cuda.CuFileHost, m *bmap.Map) error {
 	var st unix.Stat_t
 	if err := unix.Stat(m.Root, &st); err != nil {
@@ -105,10 +91,8 @@ func checkDevice(h cuda.CuFileHost, m *bmap.Map) error {
 // reader is the cuFile surface the backend uses: real cuFile on the GPU's
 // threads (openCuFile), a pread double in tests.
 type reader interface {
-	// Read reads up to size bytes from offset off of the open file fd
-	// into device memory at dst, on worker's thread, and returns the bytes
-	// read. Any offset, size and address: cuFile reads what is not
-	// aligned through its own bounce buffers.
+	// Read reads up to size bytes at off of fd into device memory at dst, on worker's thread.
+	// cuFile reads what is not aligned through its own bounce buffers.
 	Read(worker, fd int, dst uintptr, size, off int64) (int64, error)
 	// Stats returns what cuFile says ran for the GPU: its mode, why, and
 	// the read counts. It may be called at any time, after Close too.
@@ -152,10 +136,7 @@ func (b *Backend) Stats() backend.Stats {
 		Counters: counts.Counts{Samples: n, FSOnlySamples: n, Errors: errs, CuFileP2PReads: st.P2P, CuFilePOSIXReads: st.POSIX}.Counters()}
 }
 
-// Mode says how cuFile runs for the GPU: "gds" (peer to peer or through
-// nvidia-fs), "compat" (its POSIX compatibility mode: slower than a
-// bounce copy), "mixed", "none" (no read yet) or "unknown", and why
-// (which statistics or properties say so).
+// Mode says how cuFile runs for the GPU: "gds", "compat", "mixed", "none" or "unknown", and why.
 func (b *Backend) Mode() (mode, why string) {
 	st := b.r.Stats()
 	return st.Mode, st.Why
@@ -164,11 +145,8 @@ func (b *Backend) Mode() (mode, why string) {
 // probeAttempts bounds the samples probe tries to read.
 const probeAttempts = 4
 
-// probe measures the mode at opening, before any batch: where the
-// driver's properties and statistics do not settle it (nvidia-fs loaded,
-// no read yet), it reads the first sample that opens into the start of
-// the GPU memory (slot 0, not yet in use), so that the statistics say
-// what cuFile does with this dataset's files on this GPU.
+// probe measures the mode at opening where the driver's properties do not settle it.
+// It reads the first sample into slot 0, not yet in use, so the statistics tell.
 func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
 	if mode, _ := b.Mode(); mode != "none" {
 		return
@@ -196,11 +174,8 @@ func (b *Backend) probe(m *bmap.Map, mem *backend.GPUMemory) {
 	}
 }
 
-// openSample opens s's file for cuFileHandleRegister: O_DIRECT (where the
-// filesystem refuses it, without: cuFile 1.7 and later take the fd as it
-// is), bound to the mapped file, and without O_NONBLOCK, which cuFile
-// refuses (CU_FILE_INVALID_FILE_OPEN_FLAG) — cleared only once the
-// descriptor is checked to be the mapped regular file.
+// openSample opens s's file for cuFileHandleRegister: O_DIRECT where the filesystem allows.
+// O_NONBLOCK, which cuFile refuses, is cleared once the descriptor is checked.
 func (b *Backend) openSample(s *bmap.Sample, open samplefile.Opener) (int, error) {
 	fd, err := b.fs.OpenBlocking(s, unix.O_DIRECT, open)
 	if errors.Is(err, unix.EINVAL) {
@@ -227,13 +202,8 @@ func (b *Backend) read(worker int, req *backend.Request) error {
 		return &backend.SampleError{Index: req.Index, Path: s.Path, Err: err}
 	}
 	defer unix.Close(fd)
-	// The sample's bytes from the file's byte s.Offset (a tensor's data,
-	// past its header) to req.Dev: the whole aligned length where they
-	// start a block of the file and of the device and the room holds it
-	// (what O_DIRECT reads; a file that grew shows up as a longer read),
-	// else exactly s.Size bytes (cuFile handles the unaligned offset, size
-	// and address; the next row of a dense batch starts right after); then
-	// a file that grew is found by its size.
+	// The sample's bytes from s.Offset to req.Dev, as backend.Request.DevBytes says.
+	// A file that grew shows up as a longer read, or is found by its size.
 	size := req.DevBytes()
 	n, err := b.r.Read(worker, fd, req.Dev, size, s.Offset)
 	if ft, ok := faults.Inject(faults.FileRead, s.Path); ok {

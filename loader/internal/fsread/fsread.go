@@ -1,10 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package fsread is the file backend: it reads samples through the
-// filesystem with parallel pread, optionally with O_DIRECT, each open
-// bound to the mapped file (package samplefile). With a caller's
-// credentials (backend.Env.Cred) every open is made as the caller, or
-// beneath the root where the freshness guard vouches for the path.
+// Package fsread is the file backend: parallel pread, optionally O_DIRECT.
+// Each open is bound to the mapped file and made as the caller where one is given.
 package fsread
 
 import (
@@ -55,17 +52,10 @@ type Backend struct {
 // callerThreads is how many threads open a batch's files as the caller.
 const callerThreads = 4
 
-// New starts workers goroutines reading m's samples. With env.Cred a
-// sample is read as that user would read it: opened as that user (shared
-// among a few threads switched to its credentials, one hand-off each per
-// batch: a switched thread is locked to its goroutine), or, where the
-// freshness guard env.Guard says nothing on the sample's path below the
-// root changed since the watch began (the user's access was checked
-// after that, at session open), opened by the workers beneath the root
-// without following any symlink and bound to the mapped file with its
-// change time (a chmod changes it). The second way costs what a read as
-// the process costs; the first cost 22 % of a warm epoch
-// (docs/decisions.md#access-is-the-kernels-to-judge).
+// New starts workers goroutines reading m's samples.
+// With env.Cred a sample is opened as that user on a few switched threads.
+// Where the guard says nothing on its path changed, workers open it beneath the root instead.
+// That costs what a read as the process costs (docs/decisions.md#access-is-the-kernels-to-judge).
 func New(m *bmap.Map, workers int, direct bool, env backend.Env) (*Backend, error) {
 	r, err := samplefile.NewReader(m, direct)
 	if err != nil {
@@ -150,9 +140,7 @@ func (b *Backend) ReadBatch(ctx context.Context, reqs []backend.Request) error {
 // as the mapped, unchanged file: it is read as the caller instead.
 var errNotBeneath = errors.New("fsread: not opened beneath the root")
 
-// readAsCaller reads reqs: those marked beneath opened by the workers
-// beneath the root (errNotBeneath where that fails), the others opened as
-// the caller first, a few threads' hand-off for the whole batch.
+// readAsCaller reads reqs: beneath ones opened by the workers, the rest as the caller.
 func (b *Backend) readAsCaller(ctx context.Context, reqs []backend.Request, beneath []bool) error {
 	var paths []string
 	var at []int // paths[k] is reqs[at[k]]'s
@@ -195,9 +183,8 @@ func (b *Backend) readAsCaller(ctx context.Context, reqs []backend.Request, bene
 	return err
 }
 
-// openBeneath opens sample i beneath the dataset root as the process,
-// following no symlink (one could lead through a directory the watch does
-// not cover), and checks it is the mapped file, unchanged (SameFile).
+// openBeneath opens sample i beneath the root as the process, following no symlink.
+// It checks the file is the mapped one, unchanged.
 func (b *Backend) openBeneath(i int, s *bmap.Sample) (int, error) {
 	how := unix.OpenHow{Flags: uint64(b.r.Flags()), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
 	var fd int

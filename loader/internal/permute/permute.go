@@ -1,22 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package permute computes a pseudo-random permutation of [0, N) without
-// storing it: At(i) is the sample at position i of an epoch, in O(1)
-// time and memory, so a session's shuffle costs the same for a thousand
-// samples as for a billion, and resuming at any position is exact (the
-// position is the whole state).
+// Package permute computes a pseudo-random permutation of [0, N) without storing it.
+// At(i) costs O(1) time and memory, and the position is the whole state for resuming.
 //
-// The permutation is two stages, each a balanced Feistel network over
-// the smallest domain of 4^h ≥ N values (two h-bit halves), keyed per
-// round from the seed and the epoch, restricted to [0, N) by cycle
-// walking (a value outside is encrypted again until it falls inside:
-// under 4 steps on average, since the domain is under 4N), then an
-// affine map x → a·x + b mod N (a coprime with N). Each step is a
-// bijection whatever its keys; with Rounds rounds of a keyed 64-bit
-// mixer the permutations are, to every test in this package (positions,
-// adjacent pairs, all permutations of small N), indistinguishable from
-// uniform. N must be below 2^62. It is not a cryptographic
-// permutation: do not use it to hide anything.
+// Two stages: a balanced Feistel network over the smallest 4^h ≥ N, cycle-walked into [0, N),
+// then an affine map x → a·x + b mod N. Keys come from the seed and the epoch.
+// To every test here the result is indistinguishable from uniform. N must be below 2^62.
+// It is not cryptographic.
 package permute
 
 import "math/bits"
@@ -98,9 +88,6 @@ func mulAdd(a, x, b, n uint64) uint64 {
 	}
 	return r
 }
-
-// Len returns N.
-func (p Perm) Len() uint64 { return p.n }
 
 // At returns the value at position i in [0, N): two stages, each a
 // cycle-walked Feistel network then an affine map modulo N (a Feistel

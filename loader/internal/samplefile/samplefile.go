@@ -1,16 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package samplefile opens and reads a sample's file for every built-in
-// backend: the file backend's reads, the raw backends' reads of
-// filesystem-only and changed samples, cufile's opens.
+// Package samplefile opens and reads a sample's file for every built-in backend.
 //
-// Every open is bound to the file that was mapped: the descriptor's
-// device and inode must be the map's, or the sample fails (a path that
-// now names another file never yields that file's bytes). With a
-// caller's Opener (AsCaller) every open is made as the caller, by
-// absolute path, so the kernel checks the caller's access to the file and
-// to every directory on its resolved path, symlinks included, at each
-// read.
+// Every open is bound to the mapped file: another device or inode fails the sample.
+// With a caller's Opener every open is made as the caller, by absolute path.
+// So the kernel checks the caller's access at each read.
 package samplefile
 
 import (
@@ -29,9 +23,7 @@ import (
 // another file than the one mapped.
 var ErrReplaced = errors.New("the path names another file than the one mapped")
 
-// Opener opens a path with flags (O_CLOEXEC included) and returns the
-// descriptor: backend.Caller.Open as a caller, or nil for the calling
-// thread's own credentials.
+// Opener opens a path with flags as a caller; nil means this thread's own credentials.
 type Opener func(path string, flags int) (int, error)
 
 // AsCaller returns the Opener of o, or nil (the calling thread's own
@@ -71,11 +63,8 @@ func (r *Reader) Flags() int {
 	return f
 }
 
-// OpenSample opens s's file by its absolute path with flags, through open
-// (nil: this thread's credentials), and checks that it is the file that
-// was mapped: a regular file with the map's inode, on the root's
-// filesystem unless the map says it lives on another. The error names
-// the path; a file that is not the mapped one wraps ErrReplaced.
+// OpenSample opens s's file by absolute path through open and checks it is the mapped file.
+// The error names the path; another file wraps ErrReplaced.
 func (r *Reader) OpenSample(s *bmap.Sample, flags int, open Opener) (int, error) {
 	path := r.Path(s)
 	flags |= unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
@@ -96,12 +85,8 @@ func (r *Reader) OpenSample(s *bmap.Sample, flags int, open Opener) (int, error)
 	return fd, nil
 }
 
-// OpenBlocking is OpenSample for a descriptor handed to a library that
-// refuses O_NONBLOCK (cuFile's cuFileHandleRegister: "fd opened with
-// unsupported flags", CU_FILE_INVALID_FILE_OPEN_FLAG): the open is made
-// with O_NONBLOCK, so that a FIFO or device swapped in at the path never
-// blocks it, and only once the descriptor is checked to be the mapped
-// regular file (where O_NONBLOCK changes no read) is O_NONBLOCK cleared.
+// OpenBlocking is OpenSample for a library that refuses O_NONBLOCK, such as cuFile.
+// It opens with O_NONBLOCK and clears it only once the descriptor is the mapped regular file.
 func (r *Reader) OpenBlocking(s *bmap.Sample, flags int, open Opener) (int, error) {
 	fd, err := r.OpenSample(s, flags, open)
 	if err != nil {
@@ -130,11 +115,8 @@ func (r *Reader) bind(fd int, s *bmap.Sample) error {
 	return nil
 }
 
-// Read reads req's sample, the file's bytes [Offset, Offset+Size), into
-// req.Buf[At:At+Size] (ReadOpened). The file is opened with OpenSample
-// through open. It fails with a *backend.SampleError: wrapping
-// ErrReplaced when the path names another file, backend.ErrShortRead
-// when the file's length differs from the map's.
+// Read reads req's sample into req.Buf[At:At+Size], opening the file with OpenSample.
+// It fails with a *backend.SampleError wrapping ErrReplaced or backend.ErrShortRead.
 func (r *Reader) Read(req *backend.Request, open Opener) error {
 	fd, err := r.OpenSample(req.Sample, r.Flags(), open)
 	if err != nil {
@@ -143,9 +125,7 @@ func (r *Reader) Read(req *backend.Request, open Opener) error {
 	return r.ReadOpened(req, fd)
 }
 
-// ReadFd is Read of a file already opened (with the Reader's flags) by
-// whoever had to open it: it checks that fd is the mapped file, reads,
-// and closes fd.
+// ReadFd is Read of a file already opened: it checks fd, reads, and closes fd.
 func (r *Reader) ReadFd(req *backend.Request, fd int) error {
 	if err := r.bind(fd, req.Sample); err != nil {
 		unix.Close(fd)
@@ -154,26 +134,14 @@ func (r *Reader) ReadFd(req *backend.Request, fd int) error {
 	return r.ReadOpened(req, fd)
 }
 
-// ReadOpened reads req's sample from fd, an open of the mapped file
-// (with the Reader's flags) already checked to be it, into
-// req.Buf[At:At+Size], and closes fd.
+// ReadOpened reads req's sample from fd, already checked to be the mapped file, and closes fd.
 //
-// With the Reader's direct, the read is O_DIRECT where it can be: Buf's
-// address and the file offset Offset-At are Align-aligned and Buf holds
-// AlignUp(At+Size) bytes; then whole blocks are read from Offset-At into
-// Buf (the bytes before the data, a tensor's header, into the slack
-// Buf[:At]). Elsewhere, a dense row at an unaligned address or a room
-// whose phase is not the file's, O_DIRECT is cleared on fd and the bytes
-// are read with a plain pread at Offset. Where the room has space after
-// the data, the read asks for it too (a file that grew shows up as a
-// longer read); else the file's size is compared with the map's
-// (Offset+Size).
+// With direct, whole blocks are read O_DIRECT where Buf and Offset-At are aligned.
+// Elsewhere O_DIRECT is cleared and the bytes are read with a plain pread.
+// Spare room after the data is read too, so a file that grew shows up as a longer read.
 //
-// A tensor sample whose file is not exactly as mapped after the read (its
-// modification or change time moved) has its .npy header parsed again: a
-// header that no longer says the map's dtype, shape, order and data
-// offset fails the sample (bmap.ErrStale), never served with the map's
-// old layout.
+// A tensor file whose times moved has its header parsed again.
+// A header no longer the map's fails the sample with bmap.ErrStale.
 func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 	defer unix.Close(fd)
 	if err := r.read(req, fd); err != nil {
@@ -182,17 +150,12 @@ func (r *Reader) ReadOpened(req *backend.Request, fd int) error {
 	return CheckTensor(req, fd)
 }
 
-// CheckTensor checks, after its read, that tensor sample req's file at fd
-// is unchanged since mapping (modification and change time), or else
-// that its header still says what the map does
-// (bmap.Sample.CheckHeaderFd): a *backend.SampleError wrapping
-// bmap.ErrStale otherwise. A sample without a tensor passes at no cost.
+// CheckTensor checks after its read that tensor sample req's file is unchanged since mapping.
+// A changed file passes only if its header still says what the map does; else bmap.ErrStale.
+// A sample without a tensor passes at no cost.
 //
-// A part of a file without a tensor (Request.Whole set: a webdataset
-// tar member, Whole the tar) is checked by its file's modification time
-// alone: a tar modified since mapping fails its members (bmap.ErrStale),
-// whose bytes at their offsets may now be another member's or a header;
-// a chmod or chown, which moves only the ctime, leaves them served.
+// A tar member is checked by its tar's modification time alone: a modified tar fails its members.
+// A chmod or chown moves only the ctime and leaves them served.
 func CheckTensor(req *backend.Request, fd int) error {
 	s := req.Mapped()
 	if s.Tensor == nil && req.Whole == nil {

@@ -1,23 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package check is `loaderd check`: what this machine offers the loader, in
-// the spirit of `tensornvme check`. It reports:
-//
-//   - Go and the kernel;
-//   - whether io_uring is allowed, and the seccomp mode;
-//   - for each dataset, its block device, whether the map still matches
-//     the filesystem, whether the device opens for reading with O_DIRECT,
-//     and where it sits: PCI path and NUMA node;
-//   - the CUDA libraries, libcudart and libcufile: the file found, how
-//     internal/cuda's discovery found it, and its version;
-//   - whether there is a driver, as the runtime found says;
-//   - the CUDA devices with their UUIDs;
-//   - every GPU from NVML: name, UUID, PCI bus id, memory, NUMA node and
-//     CPU affinity. How each dataset's device relates to it, with a
-//     warning when data would cross sockets.
-//
-// Without a driver it says so, and the check still succeeds. It needs no
-// cgo, NVML aside.
+// Package check is `loaderd check`: what this machine offers the loader.
+// It reports Go and the kernel, io_uring and seccomp, and each dataset's device and map.
+// It reports the CUDA libraries, the driver, the devices, and every GPU from NVML.
+// It warns when data would cross sockets. Without a driver the check still succeeds.
 package check
 
 import (
@@ -49,9 +35,7 @@ type Report struct {
 	// SearchPath is where the CUDA libraries were looked for, in order
 	// (cuda.Search.Places): the text names it once, not in every finding.
 	SearchPath []string `json:"cuda_search_path"`
-	// Driver says whether there is a driver, as the runtime found says
-	// (cudaDriverGetVersion), with the kernel module's version line where
-	// there is one.
+	// Driver says whether there is a driver, with the kernel module's version line if any.
 	Driver      Probe         `json:"nvidia_driver"`
 	CUDA        Probe         `json:"cuda_runtime"`
 	CuFile      Probe         `json:"cufile"`
@@ -367,9 +351,7 @@ func (r Report) WriteText(w io.Writer) {
 	}
 }
 
-// sayOnce returns a function that shortens a library's error for the
-// text: the directory list it repeats (the search path, printed once on
-// its own line) becomes a reference to that line.
+// sayOnce returns a function that replaces the search path in a library's error by a reference.
 func (r Report) sayOnce() func(string) string {
 	if len(r.SearchPath) == 0 {
 		return func(s string) string { return s }

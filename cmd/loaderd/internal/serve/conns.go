@@ -42,14 +42,10 @@ type totalConns struct {
 // rootKey is uid 0's key on the unix socket.
 const rootKey = "0"
 
-// peerListener counts the open connections of each peer, and of all of them
-// together. A peer is a uid, from SO_PEERCRED at accept. Every TCP
-// connection is one peer. It refuses a connection past its peer's cap or
-// past the total. For any peer but root, the total is less root's reserve.
-// A refused connection is answered 429, naming the limit, and closed. So a
-// flood of connections from one user, or many, cannot take the daemon's
-// file descriptors from the others, or from root. A unix connection whose
-// peer cannot be identified is closed.
+// peerListener counts open connections per peer and in total; a peer is a uid, or all of TCP.
+// Past a peer's cap or the total, less root's reserve, it answers 429 and closes.
+// So no user's flood takes the descriptors of others or of root.
+// A unix connection whose peer cannot be identified is closed.
 type peerListener struct {
 	net.Listener
 	caps connCaps
@@ -175,10 +171,7 @@ func (l *peerListener) give(key string) {
 	t.mu.Unlock()
 }
 
-// refuse answers c 429 and closes it, without holding up Accept. The answer
-// is written at once, since a new connection's buffer has room. The request
-// is read off for a moment in the background. So a client that writes its
-// request first still reads the answer.
+// refuse answers c 429 at once and closes it, reading the request off in the background.
 func (l *peerListener) refuse(c net.Conn, key, who, why string) {
 	l.mu.Lock()
 	first := !l.full[key] && l.open[key] > 0 // a peer refused past the total was logged by take

@@ -11,14 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// notifier tells systemd the daemon's state, for a unit of Type=notify
-// (sd_notify(3)). It sends READY=1 once the socket accepts connections,
-// RELOADING=1 and READY=1 around a reload, and STOPPING=1 at shutdown, with
-// STATUS= lines for systemctl status. It writes one datagram per change to
-// the unix datagram socket that $NOTIFY_SOCKET names. New reads the
-// variable once. A name starting with '@' is in the abstract namespace:
-// Go's net package maps the '@' to the leading NUL. Without NOTIFY_SOCKET
-// the notifier does nothing.
+// notifier tells systemd the daemon's state for a Type=notify unit, per sd_notify(3).
+// It sends READY=1, RELOADING=1 and STOPPING=1 with STATUS= lines to $NOTIFY_SOCKET.
+// A name starting with '@' is abstract. Without NOTIFY_SOCKET it does nothing.
 type notifier struct {
 	addr string
 }

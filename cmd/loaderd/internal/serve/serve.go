@@ -1,19 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package serve is loaderd's transport. It serves an HTTP + msgpack API on
-// a unix socket, and optionally on loopback TCP, over the session core
-// (package session). Training processes open loader sessions over
-// registered datasets through it and receive batch descriptors. The batch
-// bytes travel through shared memory without copying. Each session's memory
-// is passed to its owner as a file descriptor over the unix socket
-// (SCM_RIGHTS). It is never named in a filesystem.
-//
+// Package serve is loaderd's transport: HTTP and msgpack on a unix socket, optionally loopback TCP.
+// Batch bytes travel through shared memory, passed to the owner as a descriptor.
 // Clients name a dataset and a backend, never a path, device or byte range.
-// A session and its memory belong to the uid that opened it (SO_PEERCRED).
-// Idle sessions are reaped.
-//
-// The messages are package wire's. convert.go turns them into the session
-// core's types and back, and turns its errors into HTTP statuses.
+// A session belongs to the uid that opened it; idle sessions are reaped.
+// The messages are package wire's; convert.go turns them into the session core's types.
 package serve
 
 import (
@@ -89,10 +80,8 @@ func (s *Server) status() string {
 	return "serving datasets " + strings.Join(s.mgr.DatasetNames(), ", ")
 }
 
-// Reload reads every dataset's map file again without dropping sessions
-// (session.Manager.Reload). Open sessions keep their maps and new ones get
-// the new maps. A map that fails to load keeps the old one. Reload logs
-// what became of each dataset. It tells systemd RELOADING=1, then READY=1.
+// Reload reads every dataset's map file again without dropping sessions.
+// A map that fails to load keeps the old one. It tells systemd RELOADING=1, then READY=1.
 func (s *Server) Reload() ([]session.Reloaded, error) {
 	s.sdNotify(reloading())
 	res, err := s.mgr.Reload()
@@ -127,9 +116,8 @@ func caller(r *http.Request) session.Caller {
 	return session.Caller{UID: -1, GID: -1}
 }
 
-// connContext records a unix peer's credentials from SO_PEERCRED and
-// SO_PEERGROUPS. These are what the process had when it connected, not what
-// the user database says. A TCP peer is tcpUser, the TCP principal.
+// connContext records a unix peer's credentials from SO_PEERCRED and SO_PEERGROUPS.
+// A TCP peer is tcpUser, the TCP principal.
 func connContext(tcpUser session.Caller) func(ctx context.Context, c net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
 		p := peer{caller: session.Caller{UID: -1, GID: -1}}
@@ -165,9 +153,7 @@ func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(negotiate, s.versioned)
 	r.Get("/healthz", healthz)
-	// No session ids in the metrics (session/metrics.go): anyone who may
-	// connect reads them, a dataset's series only if it may read the
-	// dataset (metrics).
+	// No session ids in the metrics; a dataset's series only to its readers.
 	r.Handle("/metrics", http.HandlerFunc(s.metrics))
 	r.Get("/v1/backends", s.backends)
 	r.Get("/v1/datasets", s.datasets)
@@ -218,16 +204,11 @@ func writeMsg(w http.ResponseWriter, code int, v any) {
 	w.Write(b)
 }
 
-// errBodyTooLarge is wrapped by decode's error for a body past its
-// endpoint's limit. fail answers it and then closes the connection, so the
-// server does not read the rest.
+// errBodyTooLarge is wrapped for a body past its limit; fail then closes the connection.
 var errBodyTooLarge = fmt.Errorf("%w: request body too large", wire.ErrMalformed)
 
-// decode reads a request's body, at most limit bytes (wire.MaxOpenBody or
-// wire.MaxSmallBody), and decodes it into v (wire.Decode). A body whose
-// Content-Length is past limit is refused unread; one of unknown length
-// is read no further than limit. What is read is allocated once, at its
-// size where the length is known. Errors wrap wire.ErrMalformed.
+// decode reads a body of at most limit bytes and decodes it into v.
+// A Content-Length past limit is refused unread. Errors wrap wire.ErrMalformed.
 func decode(r *http.Request, v any, limit int) error {
 	if r.ContentLength > int64(limit) {
 		return fmt.Errorf("%w: %d bytes, at most %d", errBodyTooLarge, r.ContentLength, limit)
@@ -252,9 +233,7 @@ func decode(r *http.Request, v any, limit int) error {
 	return nil
 }
 
-// readUpTo reads rd to its end or to n bytes, whichever comes first. Its
-// buffer starts at 512 bytes and doubles as it fills, never past n. So what
-// it allocates stays under twice what it read, and under n.
+// readUpTo reads rd to its end or to n bytes; its buffer doubles from 512, never past n.
 func readUpTo(rd io.Reader, n int) ([]byte, error) {
 	b := make([]byte, 0, min(512, n))
 	for len(b) < n {
@@ -273,9 +252,7 @@ func readUpTo(rd io.Reader, n int) ([]byte, error) {
 	return b, nil
 }
 
-// decodePosition decodes an optional body of at most wire.MaxSmallBody
-// bytes into v. It returns the position that the epoch and iteration fields
-// name. Both are given or neither is; nil means neither.
+// decodePosition decodes an optional small body into v and returns its position, nil if none.
 func decodePosition(r *http.Request, v any, epoch, iteration **int) (*session.Position, error) {
 	if r.ContentLength != 0 {
 		if err := decode(r, v, wire.MaxSmallBody); err != nil {
@@ -295,10 +272,8 @@ func (s *Server) datasets(w http.ResponseWriter, r *http.Request) {
 	writeMsg(w, http.StatusOK, datasetsResponse(s.mgr.Datasets(r.Context(), caller(r))))
 }
 
-// statusOf tells the caller what the daemon serves and holds
-// (wire.StatusResponse). The datasets are as /v1/datasets gives them, with
-// why samples went stale. Root on the unix socket sees every open session;
-// anyone else sees only its own. The budgets come last.
+// statusOf tells the caller what the daemon serves and holds.
+// Root on the unix socket sees every session; anyone else its own.
 func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
 	var conns *wire.Budget
 	if s.conns != nil {
@@ -309,10 +284,8 @@ func (s *Server) statusOf(w http.ResponseWriter, r *http.Request) {
 	writeMsg(w, http.StatusOK, statusResponse(s.mgr.Status(r.Context(), caller(r)), conns))
 }
 
-// metrics serves the Prometheus metrics as the caller may see them. The
-// rule is that of /v1/datasets. A series labelled with a dataset goes only
-// to a caller who may read that dataset; root sees all. The daemon-wide
-// series go to all: sessions, and the batch memory budget.
+// metrics serves the Prometheus metrics as the caller may see them.
+// A dataset's series go only to a caller who may read it; daemon-wide series to all.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	readable := s.mgr.Readable(r.Context(), caller(r))
 	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
@@ -332,9 +305,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
-// reload reads the datasets' maps again. Only root on the unix socket may
-// ask, so no other client changes what is served. The map files are the
-// daemon's own configuration, and the request names none.
+// reload reads the datasets' maps again; only root on the unix socket may ask.
 func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 	if c := caller(r); c.UID != 0 || c.TCP {
 		writeErr(w, http.StatusForbidden, "reload is for root on the unix socket (loaderd reload, or SIGHUP)")
@@ -365,9 +336,7 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 	writeMsg(w, http.StatusOK, openResponse(o))
 }
 
-// switchProtocols takes over the connection and answers 101 for protocol.
-// ok is false when the connection is lost. An error was written if it could
-// be.
+// switchProtocols takes over the connection and answers 101; ok is false when it is lost.
 func switchProtocols(w http.ResponseWriter, protocol string) (net.Conn, *bufio.ReadWriter, bool) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -473,36 +442,22 @@ const (
 	// DefaultReadTimeout bounds reading a request, headers and body
 	// (bodies are small: at most 64 KiB): a slow body is cut.
 	DefaultReadTimeout = 30 * time.Second
-	// DefaultWriteTimeout bounds a response from the end of its request. A
-	// next's wait for its batch counts. It also bounds every frame written
-	// on a stream or a memory hand-over.
+	// DefaultWriteTimeout bounds a response from the end of its request, and every frame written.
 	DefaultWriteTimeout = 2 * time.Minute
 	// DefaultIdleTimeout closes a keep-alive connection idle between
 	// requests (the client reconnects).
 	DefaultIdleTimeout = 2 * time.Minute
-	// DefaultStreamIdleTimeout closes a stream over which no frame went
-	// either way for this long. Run makes it no less than the session
-	// timeout. Otherwise a stream is the session's liveness and is never
-	// reaped.
+	// DefaultStreamIdleTimeout closes a stream idle both ways this long.
+	// Run makes it no less than the session timeout.
 	DefaultStreamIdleTimeout = 10 * time.Minute
-	// DefaultMaxConnsPerUID bounds one uid's open connections. TCP clients
-	// count as one uid. A LoaderSource holds two, for requests and its
-	// stream, and a third for a moment during the memory hand-over. So this
-	// allows every session a uid may open
-	// (session.DefaultMaxSessionsPerUID), with room to spare.
+	// DefaultMaxConnsPerUID bounds one uid's connections; TCP clients count as one uid.
+	// A LoaderSource holds two and briefly three, so every session of a uid fits.
 	DefaultMaxConnsPerUID = 64
-	// DefaultRootConns is how many of the connections allowed in total
-	// (Listen.MaxConns) are kept for uid 0 on the unix socket. When all
-	// other users together have taken the rest, root is still answered.
+	// DefaultRootConns is the connections kept for uid 0 on the unix socket.
 	DefaultRootConns = 16
-	// fdsPerSession is the descriptors that MaxConns's default keeps per
-	// session, up to the daemon's cap (session.Config.MaxSessions). A
-	// session holds its batch memory, its engines' io_uring rings and their
-	// threads' descriptors, and the sample files being read.
+	// fdsPerSession is the descriptors MaxConns's default keeps per session.
 	fdsPerSession = 32
-	// daemonFDs is what MaxConns's default keeps for the rest of the
-	// daemon: map reloads, GPU libraries, logs, the refusals being
-	// answered, the listeners.
+	// daemonFDs is what MaxConns's default keeps for the rest of the daemon.
 	daemonFDs = 96 + refusals
 	// DefaultTCPUser is the user TCP callers are judged as.
 	DefaultTCPUser = "nobody"
@@ -517,19 +472,13 @@ type Listen struct {
 	Group  string      // the socket's group, a name or a gid; "" keeps the daemon's
 	TCP    string      // also listen on this loopback address ("" for none)
 	Token  string      // the bearer token every TCP request must carry (required with TCP)
-	// TCPUser is the user, by name or uid, that TCP callers are judged as.
-	// It decides whether they may read a dataset. It owns their sessions.
-	// No unix-socket caller reaches those sessions, and TCP callers reach
-	// no unix caller's.
+	// TCPUser is the user, by name or uid, TCP callers are judged as and whose sessions they own.
+	// TCP and unix-socket callers never reach each other's sessions.
 	TCPUser string
-	// MaxConnsPerUID bounds one uid's open connections (every TCP
-	// connection counts as one peer's); past it a connection is answered
-	// 429 and closed. Default DefaultMaxConnsPerUID.
+	// MaxConnsPerUID bounds one uid's connections; past it 429. Default DefaultMaxConnsPerUID.
 	MaxConnsPerUID int
-	// MaxConns bounds every peer's open connections together. It stays
-	// below the descriptor limit, so accept never fails for want of a
-	// descriptor. Such a failure would leave every client unanswered, root
-	// included. Past the bound, a connection is answered 429 and closed.
+	// MaxConns bounds all open connections, below the descriptor limit so accept never fails.
+	// Past it a connection is answered 429 and closed.
 	MaxConns, RootConns int
 	// Timeouts: DefaultReadTimeout, DefaultWriteTimeout,
 	// DefaultIdleTimeout, DefaultStreamIdleTimeout when zero.
@@ -569,10 +518,8 @@ func (l Listen) withDefaults(sessionTimeout time.Duration) Listen {
 	return l
 }
 
-// maxConnsFor is the default total of connections. The limit is nofile
-// descriptors, of which open are in use, for a daemon of sessions sessions.
-// It is what is left for connections. It is no less than rootConns+1, so
-// one other user can connect.
+// maxConnsFor is the default total of connections: the descriptors left for them.
+// It is at least rootConns+1, so one other user can connect.
 func maxConnsFor(nofile uint64, open, sessions, rootConns int) int {
 	left := int64(min(nofile, 1<<30)) - int64(open) - int64(sessions)*fdsPerSession - daemonFDs
 	return int(max(left, int64(rootConns)+1))
@@ -636,13 +583,9 @@ func lookupUser(name string) (session.Caller, error) {
 	return c, nil
 }
 
-// Run serves until ctx is done; then it stops accepting, ends every
-// session, removes the socket and returns nil. The socket is created with
-// l.Mode and l.Group (never world-writable unless the mode says so); the
-// TCP listener, loopback only, requires l.Token on every request. Every
-// connection is bounded in time (l's timeouts), every uid in connections
-// (l.MaxConnsPerUID) and all of them together (l.MaxConns, some kept for
-// root).
+// Run serves until ctx is done, then ends every session and removes the socket.
+// The socket gets l.Mode and l.Group; the loopback TCP listener requires l.Token.
+// Connections are bounded in time, per uid and in total, some kept for root.
 func (s *Server) Run(ctx context.Context, l Listen) error {
 	defer s.mgr.Stop()
 	l = l.withDefaults(s.mgr.Timeout())
@@ -714,9 +657,7 @@ func (s *Server) Run(ctx context.Context, l Listen) error {
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
 			s.sdNotify("STOPPING=1\nSTATUS=stopping: ending sessions")
-			// Sessions first: a next waiting for its batch (behind a dali
-			// replay, say) answers at once, so no request holds up the
-			// shutdown below.
+			// Sessions first: a waiting next answers at once and holds up no shutdown.
 			s.mgr.CloseAll()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			srv.Shutdown(sctx) // stop accepting; let in-flight requests finish
@@ -740,13 +681,10 @@ func lookupGroup(g string) (int, error) {
 	return strconv.Atoi(gr.Gid)
 }
 
-// listenUnix listens on a unix socket at path with group gid and the given
-// mode. A gid of -1 keeps the daemon's group. The socket appears at path
-// only when it is ready: bound, listening, with its group and mode set. It
-// is made under a private name in the same directory and then linked to
-// path. So a client that sees the path can connect. There is no "connection
-// refused" window between bind and listen, and no moment with the wrong
-// mode. The link fails if another daemon took path meanwhile.
+// listenUnix listens on a unix socket at path with group gid (-1: the daemon's) and mode.
+// It binds under a private name and links it to path once ready.
+// So a client that sees the path can connect, and the mode is never wrong.
+// The link fails if another daemon took path meanwhile.
 func listenUnix(path string, gid int, mode os.FileMode) (*net.UnixListener, error) {
 	if err := socketDir(filepath.Dir(path)); err != nil {
 		return nil, err
@@ -790,9 +728,7 @@ func listenUnix(path string, gid int, mode os.FileMode) (*net.UnixListener, erro
 	return ln, nil
 }
 
-// socketDir makes sure the socket's directory exists: it creates dir and
-// any missing parent, mode 0755 whatever the umask, owned by the daemon's
-// user (root). When it cannot, the error names the directory to create.
+// socketDir creates the socket's directory and parents, mode 0755, or names the one to create.
 func socketDir(dir string) error {
 	var missing []string
 	for d := dir; ; d = filepath.Dir(d) {

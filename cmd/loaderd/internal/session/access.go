@@ -22,28 +22,17 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// The access model (docs/security.md): the daemon runs as root (raw reads
-// need the block device), so it serves a caller a dataset only if the
-// kernel lets the caller open every sample of it. The check does not
-// re-implement permissions: it opens each sample by its absolute path on
-// threads switched to the caller's filesystem uid, gid and the
-// supplementary groups its process had when it connected (internal/cred),
-// so the kernel judges mode bits, ACLs, every directory on the resolved
-// path and every symlink exactly as for the caller. Root may read
-// everything. A loopback TCP caller comes with the identity its token
-// stands for (serve's --tcp-user); one of unknown uid is judged as nobody
-// (uid and gid 65534, no groups).
-//
-// The session's loader then reads for the same credentials
-// (loader.Options.Cred): every filesystem read opens as the caller, and
-// a raw sample whose class directory changed is read only after an open
-// as the caller checks it again (loader/raw).
+// The access model (docs/security.md): the daemon runs as root.
+// It serves a dataset only if the kernel lets the caller open every sample.
+// It opens each sample on threads switched to the caller's uid, gid and groups.
+// So the kernel judges modes, ACLs, directories and symlinks as for the caller.
+// A TCP caller of unknown uid is judged as nobody.
+// The loader then reads with the same credentials (loader.Options.Cred).
 
 // nobody is who a caller of unknown uid is judged as.
 const nobody = 65534
 
-// credOf returns the credentials c is judged as, or nil for root (who
-// needs no switch: the daemon's own credentials).
+// credOf returns the credentials c is judged as, or nil for root.
 func credOf(c Caller) *cred.Cred {
 	if c.UID == 0 {
 		return nil
@@ -54,40 +43,27 @@ func credOf(c Caller) *cred.Cred {
 	return &cred.Cred{UID: uint32(c.UID), GID: uint32(c.GID), Groups: slices.Clone(c.Groups)}
 }
 
-// refused reports whether an open's error means the caller may not read
-// the file (rather than that the file is gone, which makes it a failed
-// sample when read, not a refusal of the whole dataset).
+// refused reports whether an open's error is a refusal, not a missing file.
 func refused(err error) bool {
 	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
 }
 
-// checkWorkers is how many threads one check opens samples on as the
-// caller: a quarter of the CPUs, at least 2 (an open may wait for the
-// disk) and at most 8, so that one caller's check leaves the others
-// most of the machine.
+// checkWorkers is how many threads one check uses: a quarter of the CPUs, in [2, 8].
 func checkWorkers() int { return min(8, max(2, runtime.GOMAXPROCS(0)/4)) }
 
-// checkChunk is how many samples a check's thread opens between two looks
-// at its context: a cancelled check stops within a chunk per thread.
+// checkChunk is how many samples a thread opens between looks at its context.
 const checkChunk = 256
 
-// checkAccess returns nil if c (nil: root) may open the dataset root and
-// every sample of ds, else an error naming the first path refused. A
-// sample whose path leads to no file, or to another file than the one
-// mapped, is not a refusal (reading it fails the sample) but is marked
-// changed in g (nil: none), so that no read serves it without checking
-// it again: its path may have moved through a change no watch sees.
+// checkAccess returns nil if c may open the root and every sample, else the first refusal.
+// A path leading to no file or another file is marked changed in g, not refused.
 func checkAccess(ds *bmap.Map, c *cred.Cred, g *fresh.Guard) error {
 	_, err := checkSamples(context.Background(), ds, nil, c, g, nil)
 	return err
 }
 
-// checkSamples is checkAccess over the samples of ds that idx lists (nil:
-// every sample): the root, then each of them, on checkWorkers threads,
-// until ctx is done (its error then, wrapped). It returns the refusal
-// naming the first path refused and that sample (an index into
-// ds.Samples; -1: none, or the root); opened, when not nil, is told, on
-// any of the threads, how many samples each stretch of the opens took.
+// checkSamples is checkAccess over the samples idx lists (nil: all), on checkWorkers threads.
+// It returns the first refusal and its sample, -1 for none or the root.
+// opened, when not nil, is told how many samples each stretch of opens took.
 func checkSamples(ctx context.Context, ds *bmap.Map, idx []int32, c *cred.Cred, g *fresh.Guard, opened func(n int)) (int, error) {
 	if c == nil {
 		return -1, nil
@@ -161,11 +137,8 @@ func checkSamples(ctx context.Context, ds *bmap.Map, idx []int32, c *cred.Cred, 
 	return at(firstK), first
 }
 
-// openSample opens sample i of ds on the calling thread (switched to a
-// caller's credentials) and returns nil, or the refusal naming the path
-// as far as the caller may list it. A sample whose path leads to no
-// file, or to another file than the one mapped, is not a refusal but is
-// marked changed in g (nil: none).
+// openSample opens sample i as the calling thread's credentials and returns the refusal, if any.
+// A path leading to no file or another file is marked changed in g, not refused.
 func openSample(ds *bmap.Map, i int, g *fresh.Guard) error {
 	p := filepath.Join(ds.Root, ds.Samples[i].Path)
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
@@ -186,13 +159,8 @@ func openSample(ds *bmap.Map, i int, g *fresh.Guard) error {
 	return nil
 }
 
-// openRoot returns nil if c (nil: root) may reach the dataset's root
-// directory and search it (what opening any sample by its path needs),
-// else the refusal: all a session's open asks of the caller's access
-// (samples are checked as they are first read: lazyAccess). The kernel
-// judges both as for c, as it judges the samples' opens: the path's
-// walk, and faccessat2(X_OK, AT_EACCESS), which checks with the thread's
-// filesystem ids and groups (mode bits and ACL).
+// openRoot returns nil if c may reach and search the dataset's root, else the refusal.
+// The kernel judges the walk and faccessat2(X_OK, AT_EACCESS) as for c.
 func openRoot(ds *bmap.Map, c *cred.Cred) error {
 	if c == nil {
 		return nil
@@ -210,13 +178,9 @@ func openRoot(ds *bmap.Map, c *cred.Cred) error {
 	})
 }
 
-// lazyAccess is one session's access verdicts, sample by sample: which
-// samples the kernel let its caller open since the dataset's watch
-// generation gen, the directories above the root (and above where its
-// symlinks lead) as anc recorded before those opens. A session open asks
-// nothing per sample; each sample is opened as the caller before its
-// first read (admit), and again after any change the watches or the
-// snapshots see.
+// lazyAccess is one session's access verdicts, sample by sample.
+// Each sample is opened as the caller before its first read, and again after any change.
+// anc snapshots the directories above the root and above where its symlinks lead.
 type lazyAccess struct {
 	name string
 	ds   *bmap.Map
@@ -231,14 +195,10 @@ type lazyAccess struct {
 	ancStat time.Duration      // how long anc's re-stat is trusted: ancestorsEvery
 }
 
-// ancestorsEvery is how often a session re-stats the directories above
-// its dataset's root (a handful of statx calls): a change there reaches
-// the batches it plans from then on. A sample opened for the first time
-// is judged by the kernel at that open, whenever the last re-stat was.
+// ancestorsEvery is how often a session re-stats the directories above its root.
 const ancestorsEvery = 100 * time.Millisecond
 
-// newLazyAccess returns the access check of c (nil: root, who needs
-// none: nil) on dataset name (ds, guarded by g) for loader.Options.Access.
+// newLazyAccess returns c's access check on dataset name for loader.Options.Access; nil for root.
 func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func([]int) []loader.Refused {
 	if c == nil {
 		return nil
@@ -247,8 +207,7 @@ func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func
 	return a.admit
 }
 
-// lazyAccessBytes is what newLazyAccess holds for ds and c: a bit a
-// sample, 8 bytes a word; nothing for root (c nil).
+// lazyAccessBytes is what newLazyAccess holds: a bit a sample; nothing for root.
 func lazyAccessBytes(ds *bmap.Map, c *cred.Cred) int64 {
 	if c == nil {
 		return 0
@@ -256,10 +215,8 @@ func lazyAccessBytes(ds *bmap.Map, c *cred.Cred) int64 {
 	return 8 * int64((len(ds.Samples)+63)/64)
 }
 
-// admit returns the samples (indices into the map) c may not open, each
-// named as far as c may list it, wrapping ErrForbidden and the kernel's
-// refusal; the others are read. Samples opened since the generation last
-// moved are not opened again.
+// admit returns the samples c may not open, each wrapping ErrForbidden and the kernel's refusal.
+// Samples opened since the generation last moved are not opened again.
 func (a *lazyAccess) admit(samples []int) []loader.Refused {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -272,9 +229,8 @@ func (a *lazyAccess) admit(samples []int) []loader.Refused {
 		}
 	}
 	if a.ancAt.IsZero() {
-		// Something changed, or nothing is known yet: every sample is
-		// opened again. The snapshot comes before the opens: a change
-		// after it is seen at the next batch.
+		// Something changed or nothing is known: open every sample again.
+		// The snapshot comes first, so a later change is seen at the next batch.
 		clear(a.ok)
 		a.gen, a.anc = gen, nil
 		if a.g != nil {
@@ -316,8 +272,7 @@ func (a *lazyAccess) admit(samples []int) []loader.Refused {
 	return out
 }
 
-// generation is g's watch generation after taking in what its watches
-// saw (0 for no guard).
+// generation is g's watch generation after taking in what its watches saw; 0 for no guard.
 func generation(g *fresh.Guard) uint64 {
 	if g == nil {
 		return 0
@@ -326,11 +281,8 @@ func generation(g *fresh.Guard) uint64 {
 	return g.Generation()
 }
 
-// listable returns the path of sample rel under root as far as the
-// calling thread's credentials may list it: each component is named only
-// if its parent directory can be opened for reading (listing) by them,
-// the rest is "…". A refusal then names no file or folder that the caller
-// could not have seen by listing directories itself.
+// listable returns sample rel's path as far as the thread's credentials may list it.
+// A component is named only if its parent can be listed; the rest is "…".
 func listable(root, rel string) string {
 	shown := root
 	parts := strings.Split(filepath.Clean(rel), string(filepath.Separator))
@@ -345,10 +297,8 @@ func listable(root, rel string) string {
 	return shown
 }
 
-// authorizeOpen returns nil if c may open dataset name's root (ds), else
-// an error wrapping ErrForbidden naming the dataset: all a session's
-// open asks; its samples are checked as they are first read
-// (newLazyAccess).
+// authorizeOpen returns nil if c may open dataset name's root, else an ErrForbidden.
+// Samples are checked as they are first read.
 func authorizeOpen(name string, ds *bmap.Map, c Caller) error {
 	if err := openRoot(ds, credOf(c)); err != nil {
 		return refusal(name, c, err)
@@ -356,9 +306,8 @@ func authorizeOpen(name string, ds *bmap.Map, c Caller) error {
 	return nil
 }
 
-// authorizeFiles returns nil if c may read the samples of dataset name
-// that idx lists (an open's files=), else authorize's error. Not cached:
-// it opens only those files, once per open.
+// authorizeFiles returns nil if c may read the samples idx lists, else authorize's error.
+// It is not cached: it opens only those files, once per open.
 func authorizeFiles(ctx context.Context, name string, ds *bmap.Map, idx []int32, g *fresh.Guard, c Caller) error {
 	if _, err := checkSamples(ctx, ds, idx, credOf(c), g, nil); err != nil {
 		return refusal(name, c, err)
@@ -366,8 +315,7 @@ func authorizeFiles(ctx context.Context, name string, ds *bmap.Map, idx []int32,
 	return nil
 }
 
-// refusal is the error that refuses c dataset name, the kernel's refusal
-// err naming the path.
+// refusal is the error refusing c dataset name, naming the path err names.
 func refusal(name string, c Caller, err error) error {
 	who := "a caller of unknown uid, judged as nobody,"
 	if c.UID >= 0 {

@@ -23,23 +23,7 @@ import (
 // (the decision includes the guard's poll and generation, and the
 // ancestors' re-stat).
 func BenchmarkAuthorizeCached(b *testing.B) {
-	fs := testfs.New(b, testfs.Ext4())
-	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
-	for i := range 1000 {
-		fs.WriteFile(b, fmt.Sprintf("train/c%02d/%04d.jpg", i%10, i), bytes.Repeat([]byte("x"), 8192))
-	}
-	fs.Sync(b)
-	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := fresh.Open(m, fresh.Watch, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
+	m, g := watchedDataset(b)
 	v := newVerdicts(1, slog.New(slog.DiscardHandler))
 	c := Caller{UID: nobody, GID: nobody}
 	if err := v.authorize(context.Background(), "ds", 1, m, g, c); err != nil {
@@ -96,6 +80,24 @@ func BenchmarkOpenAsNewCaller(b *testing.B) {
 // generation, 64 bit tests, the ancestors re-stat'ed every
 // ancestorsEvery).
 func BenchmarkAdmitWarm(b *testing.B) {
+	m, g := watchedDataset(b)
+	admit := newLazyAccess("ds", m, g, credOf(Caller{UID: nobody, GID: nobody}))
+	batch := make([]int, 64)
+	for i := range batch {
+		batch[i] = i * 13 % len(m.Samples)
+	}
+	if r := admit(batch); r != nil {
+		b.Fatal(r)
+	}
+	for b.Loop() {
+		if r := admit(batch); r != nil {
+			b.Fatal(r)
+		}
+	}
+}
+
+// watchedDataset maps a 1000-file ext4 dataset others may reach, with a Watch guard.
+func watchedDataset(b *testing.B) (*bmap.Map, *fresh.Guard) {
 	fs := testfs.New(b, testfs.Ext4())
 	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		os.Chmod(d, 0o755)
@@ -112,18 +114,6 @@ func BenchmarkAdmitWarm(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer g.Close()
-	admit := newLazyAccess("ds", m, g, credOf(Caller{UID: nobody, GID: nobody}))
-	batch := make([]int, 64)
-	for i := range batch {
-		batch[i] = i * 13 % len(m.Samples)
-	}
-	if r := admit(batch); r != nil {
-		b.Fatal(r)
-	}
-	for b.Loop() {
-		if r := admit(batch); r != nil {
-			b.Fatal(r)
-		}
-	}
+	b.Cleanup(func() { g.Close() })
+	return m, g
 }

@@ -24,60 +24,38 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// dataset is one registration of a map: the map and its freshness guard,
-// one stat pass at registration and then an inotify watch (fresh.Guard)
-// shared by the sessions opened on it, so opening a session costs no pass
-// over the dataset. A reload registers the map anew and puts the new
-// registration in the manager's table; sessions opened on the old one keep
-// it (its map and guard) until they close, and the last one to close
-// closes its guard.
+// dataset is one registration of a map, with its freshness guard.
+// Its sessions share the guard, so an open costs no pass over the dataset.
+// After a reload, old sessions keep the old registration until they close.
 type dataset struct {
 	name  string
 	id    uint64       // this registration's serial: access verdicts never outlive it
 	m     *bmap.Map    // read-only
 	guard *fresh.Guard // nil: no raw sample to guard, or none could be made (raw sessions check at open)
 	why   string       // why there is no guard
-	// hidden, when not nil, is the mount of the daemon's own service
-	// sandbox over the dataset's root (systemd's PrivateTmp, say): the
-	// daemon cannot see the files mkbmap mapped, whoever asks.
+	// hidden is the daemon's own sandbox mount over the root, if any.
 	hidden *confine.Hiding
-	// fingerprint names the dataset the same on every node that holds a
-	// copy (bmap.Map.Fingerprint): what the ranks of a job compare.
+	// fingerprint names the dataset the same on every node: ranks compare it.
 	fingerprint string
-	// content summarises the samples by name, size and label (content.go).
-	// nil: none could be made.
-	content *bmap.Content
-	// dtype is a numpy dataset's one element type (npy.DType.Descr);
-	// mixed, when its samples have more than one, says which (the wire
-	// carries one per batch: such a dataset is not served).
+	content     *bmap.Content // the samples' summary; nil: none could be made
+	// dtype is a numpy dataset's element type; mixed says why there is none.
 	dtype, mixed string
 
-	// wds: a webdataset dataset's map (the daemon's own copy, checked
-	// and indexed at load); m is then its Shards (the tars: guarded, and
-	// checked for access, as a file map's samples).
+	// wds is a webdataset dataset's map; m is then its shards.
 	wds *wds.Map
 
-	// files: the samples by path, for opens naming files (files.go).
-	files fileIndex
-
-	// slotSizes keeps the slot sizes the loader works out for m by batch
-	// size (loader.Options.SlotSizes).
-	slotSizes loader.SlotSizes
-
-	users   int  // under Manager.mu: sessions open or opening on it
-	retired bool // under Manager.mu: out of the table; its guard closes with its last user
+	files     fileIndex        // the samples by path, for opens naming files
+	slotSizes loader.SlotSizes // the loader's slot sizes by batch size
+	users     int              // under Manager.mu: sessions open or opening on it
+	retired   bool             // under Manager.mu: out of the table; its guard closes with its last user
 
 	infoMu  sync.Mutex // one count at a time; callers meanwhile wait for its result
 	info    DatasetInfo
 	listed  []string  // the folders the count of info.Added listed (bmap.Map.UnmappedIn)
 	infoGen uint64    // the guard's generation info was counted at
 	infoAt  time.Time // when; zero: never
-	// warned is how many samples changed since mapping the log has told
-	// of (warnStale); under infoMu after registration.
-	warned int
-	// added counts info.Added by class folder, as listed at addedSince
-	// (unmapped); classIdx is each mapped class's index among the guard's
-	// watched folders. Under infoMu.
+	warned  int       // how many changed samples the log has told of; under infoMu
+	// added counts info.Added by class folder; classIdx indexes the guard's folders. Under infoMu.
 	added      bmap.ClassCounts
 	addedSince fresh.Since
 	classIdx   map[string]int
@@ -88,17 +66,11 @@ type dataset struct {
 	causesAt  time.Time    // under countsMu: when; zero: never
 }
 
-// causesInterval is the least time between two counts for notRaw while
-// the guard's generation moves (during the checking pass, or after
-// changes): a count visits every sample.
+// causesInterval is the least time between two counts for notRaw: a count visits every sample.
 const causesInterval = time.Second
 
-// notRaw returns, for a session on d whose backend reads raw extents
-// (backend.Spec.ReadsExtents), the raw-mapped samples it reads through
-// the filesystem instead, by cause (what loaderd status says:
-// staleCauses); nil for a backend that does not read raw. Counted
-// again only when the guard saw a change, at most once per
-// causesInterval: a session open costs no pass over the dataset.
+// notRaw returns the raw-mapped samples a raw backend reads through the filesystem, by cause.
+// It counts again only after a change, at most once per causesInterval.
 func (d *dataset) notRaw(readsExtents bool) []StaleCause {
 	if !readsExtents || d.guard == nil {
 		return nil // without a guard a raw session does not open
@@ -115,9 +87,7 @@ func (d *dataset) notRaw(readsExtents bool) []StaleCause {
 	return d.causes
 }
 
-// warnStale logs, with the cause and the fix, that changed raw samples
-// (changed since mapping) are read through the filesystem, when there
-// are more of them than the log has told of.
+// warnStale logs that changed raw samples are read through the filesystem, once per count.
 func (d *dataset) warnStale(changed int, log *slog.Logger) {
 	if changed <= d.warned {
 		return
@@ -128,25 +98,17 @@ func (d *dataset) warnStale(changed int, log *slog.Logger) {
 	d.warned = changed
 }
 
-// Dataset freshness methods beyond fresh.Watch and fresh.Read
-// (DatasetInfo.Freshness).
+// Dataset freshness methods beyond fresh.Watch and fresh.Read.
 const (
-	// FreshnessNone: the map has no raw sample (mapped on a filesystem
-	// without device extents, or every file inline): nothing is read from
-	// the device, so nothing needs guarding.
+	// FreshnessNone: the map has no raw sample, so nothing needs guarding.
 	FreshnessNone = "none"
-	// FreshnessUnchecked: the map has raw samples but no guard could be
-	// made (its filesystem is not the one mapped, say): raw sessions fail
-	// at open, file sessions read as usual.
+	// FreshnessUnchecked: no guard could be made; raw sessions fail at open.
 	FreshnessUnchecked = "unchecked"
 )
 
-// openDataset registers map m as dataset name (registration serial id):
-// a guard when it has raw samples (its checking pass judging them with
-// trust), and a warning in the log when files were added to its class
-// folders since mapping, or when raw samples are read through the
-// filesystem because an untrusted user may change them. With background
-// the checking pass runs after it returns (Config.CheckInBackground).
+// openDataset registers map m as dataset name.
+// It guards raw samples and warns of added files and untrusted writers.
+// With background the checking pass runs after it returns.
 func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, background bool, log *slog.Logger) *dataset {
 	t0 := time.Now()
 	d := &dataset{name: name, id: id, m: m, fingerprint: m.Fingerprint()}
@@ -168,9 +130,7 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, backgro
 		log.Warn("session: dataset not checked at registration: raw sessions check it at open, access at every open",
 			"dataset", name, "err", err)
 	} else {
-		// The checking pass runs on: until it has judged a raw sample,
-		// the sample is read through the filesystem as the caller
-		// (fresh.Guard.Writable), so the daemon serves at once.
+		// Until the pass judges a raw sample, it is read through the filesystem.
 		d.guard = g
 	}
 	log.Info("session: dataset registered", "dataset", name, "samples", len(m.Samples), "fingerprint", d.fingerprint, "freshness", d.freshness(),
@@ -181,8 +141,7 @@ func openDataset(name string, id uint64, m *bmap.Map, trust fresh.Trust, backgro
 	return d
 }
 
-// warnAdded logs files added to the dataset's folders since mapping (not
-// served): it lists every folder.
+// warnAdded logs files added to the dataset's folders since mapping.
 func (d *dataset) warnAdded(log *slog.Logger) {
 	if n, err := d.m.Unmapped(d.m.Discovered()); err != nil { // the map's own filters
 		log.Warn("session: cannot list the dataset's files to find ones added since mapping", "dataset", d.name, "err", err)
@@ -192,10 +151,7 @@ func (d *dataset) warnAdded(log *slog.Logger) {
 	}
 }
 
-// checked logs, once the guard's checking pass has judged every sample,
-// how long it took and the samples it keeps from raw reads, with the
-// cause and the fix; after a pass in the background, the files added
-// since mapping too (warnAdded).
+// checked logs the result of the guard's checking pass, with causes and fixes.
 func (d *dataset) checked(g *fresh.Guard, t0 time.Time, background bool, log *slog.Logger) {
 	c := g.Counts()
 	d.infoMu.Lock()
@@ -214,9 +170,7 @@ func (d *dataset) checked(g *fresh.Guard, t0 time.Time, background bool, log *sl
 	}
 }
 
-// dtypeOf returns a numpy map's one element type as an .npy descr, or
-// why it has none: two samples of different types (named, with their
-// types). A file map has "" and "".
+// dtypeOf returns a numpy map's element type as an .npy descr, or why it has none.
 func dtypeOf(m *bmap.Map) (descr, mixed string) {
 	if m.Reader != bmap.ReaderNumpy {
 		return "", ""
@@ -240,12 +194,10 @@ func dtypeOf(m *bmap.Map) (descr, mixed string) {
 	return first.Tensor.DType.Descr(), ""
 }
 
-// noDims is the shape of a 0-d array: empty, not nil (msgpack [] rather
-// than nil).
+// noDims is the shape of a 0-d array: empty, not nil.
 var noDims = []int64{}
 
-// tensorsOf fills a numpy batch's dtype and shapes (Delivery.DType,
-// Shapes) from the samples at indices; nothing for a file map.
+// tensorsOf returns a numpy batch's dtype and shapes; nothing for a file map.
 func (d *dataset) tensorsOf(indices []int32) (string, [][]int64) {
 	if d.m.Reader != bmap.ReaderNumpy {
 		return "", nil
@@ -265,8 +217,7 @@ func hasRaw(m *bmap.Map) bool {
 	return slices.ContainsFunc(m.Samples, func(s bmap.Sample) bool { return s.Reason == bmap.Raw })
 }
 
-// freshness names how the dataset's raw samples are guarded: fresh.Watch,
-// fresh.Read, FreshnessNone or FreshnessUnchecked.
+// freshness names how the dataset's raw samples are guarded.
 func (d *dataset) freshness() string {
 	if d.guard != nil {
 		return d.guard.Method()
@@ -286,67 +237,41 @@ func (d *dataset) close() error {
 	return err
 }
 
-// DatasetInfo describes a registered dataset (Manager.Datasets). It names
-// no file: counts only, and those only for a caller who may read the
-// dataset (Readable; Added only where Listable).
+// DatasetInfo describes a registered dataset. It names no file.
 type DatasetInfo struct {
 	Name string
-	// Readable: the caller may read every sample (its access verdict);
-	// else every field but Name, Reader and Freshness is zero.
+	// Readable: the caller may read every sample; else only Name, Reader and Freshness are set.
 	Readable bool
-	// Listable: the caller may also list every folder Added counts in;
-	// else Added is zero.
+	// Listable: the caller may also list every folder Added counts in.
 	Listable bool
 	Samples  int   // in the map: what sessions serve
 	Bytes    int64 // the samples' sizes when mapped, summed
 	Classes  int
-	// Fresh raw samples are still readable from their extents; Stale ones
-	// changed since mapping (found at registration, or since, in a class
-	// the watch saw change) and are read through the filesystem, or fail
-	// if gone; FilesystemOnly ones were mapped without extents. Without a
-	// guard (Freshness unchecked) every raw sample counts as stale.
+	// Fresh raw samples are readable from their extents.
+	// Stale ones changed since mapping and are read through the filesystem.
+	// Without a guard every raw sample counts as stale.
 	Fresh int
 	Stale int
-	// StaleExtents counts the Stale samples whose mapped extents are not
-	// the file's own (found at registration); the rest changed since
-	// mapping.
+	// StaleExtents counts the Stale samples whose extents are not the file's own.
 	StaleExtents int
-	// Writable raw-mapped samples are unchanged but may be changed by a
-	// user outside the daemon's trust (fresh.Guard.Writable): served
-	// through the filesystem, never raw.
+	// Writable raw samples may be changed by an untrusted user: never read raw.
 	Writable       int
 	FilesystemOnly int
-	// Pending raw-mapped samples are not yet judged by the checking pass
-	// that runs after registration: served through the filesystem until
-	// they are (fresh.Options.Background).
+	// Pending raw samples are not judged yet: read through the filesystem.
 	Pending int
-	// Added counts files in the dataset's folders that DALI's
-	// fn.readers.file (default file_filters) would list and the map does
-	// not have: not served until mkbmap maps them and the daemon reloads.
-	// -1: the folders could not be listed (the daemon's log says why).
-	Added int
-	// Freshness: watch or read (fresh.Guard), none or unchecked.
-	Freshness string
-	// Fingerprint names the dataset the same on every node holding a copy
-	// of it (bmap.Map.Fingerprint): its samples' paths, labels and sizes.
-	Fingerprint string
-	// Reader is the DALI reader whose samples the dataset holds
-	// (bmap.Reader's name: "file" or "numpy").
-	Reader string
-	// DType is a numpy dataset's element type as an .npy descr ("<f4");
-	// "" for a file dataset, or a numpy one of mixed types (not served).
-	DType string
+	// Added counts files in the dataset's folders the map lacks; -1: not listable.
+	Added       int
+	Freshness   string // watch, read, none or unchecked
+	Fingerprint string // the same on every node holding a copy
+	Reader      string // the DALI reader: "file", "numpy" or "webdataset"
+	DType       string // a numpy dataset's .npy descr; "" otherwise or when mixed
 }
 
-// infoInterval is the least time between two counts of one dataset while
-// its watch sees changes (a count stats the changed classes' samples and
-// lists every class folder).
+// infoInterval is the least time between two counts of one dataset.
 const infoInterval = 5 * time.Second
 
-// describe returns the dataset's counts: counted again when its watch has
-// seen a change since (at most once per infoInterval), or for a dataset
-// without a watch, when infoInterval has passed. Concurrent callers share
-// one count.
+// describe returns the dataset's counts, counted again after a change at most once per infoInterval.
+// Concurrent callers share one count.
 func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []string) {
 	d.infoMu.Lock()
 	defer d.infoMu.Unlock()
@@ -382,12 +307,8 @@ func (d *dataset) describe(now time.Time, log *slog.Logger) (DatasetInfo, []stri
 	return info, listed
 }
 
-// unmapped counts the files in the dataset's folders that the map lacks
-// (bmap.Map.UnmappedIn), and the folders listed to count; under infoMu.
-// For a folder layout with a watch, the class folders the watch saw
-// change since the last count are listed again (and those it does not
-// watch), the others keep their count: after one file is added, the root
-// and one folder are listed, not every one.
+// unmapped counts the files in the dataset's folders the map lacks, and the folders listed; under infoMu.
+// With a watch, only the class folders it saw change are listed again.
 func (d *dataset) unmapped() (int, []string, error) {
 	if d.guard == nil || d.m.Listed || d.m.Reader != bmap.ReaderFile {
 		return d.m.UnmappedIn(d.m.Discovered())
@@ -418,16 +339,10 @@ func (d *dataset) unmapped() (int, []string, error) {
 	return n, dirs, nil
 }
 
-// Datasets describes every registered dataset to c, sorted by name: its
-// size and how its samples may be read now (DatasetInfo). Anyone who may
-// connect may ask; it names no session and no file, and tells c only
-// what the filesystem would: root sees every count; another caller sees a
-// dataset's name, reader and freshness, its counts only if it may read
-// every sample (its access verdict, cached or checked now: as an open
-// would), and Added only if it may also list every folder counted in
-// (opened as c). The access checks it makes stop when ctx ends; a
-// dataset whose verdict ctx's end left unjudged is described as to one
-// who may not read it.
+// Datasets describes every registered dataset to c, sorted by name.
+// It names no session and no file, and tells c only what the filesystem would.
+// Counts need c to read every sample; Added needs c to list every folder.
+// A dataset left unjudged when ctx ends is described as unreadable.
 func (m *Manager) Datasets(ctx context.Context, c Caller) []DatasetInfo {
 	ds := m.registered()
 	slices.SortFunc(ds, func(a, b *dataset) int { return strings.Compare(a.name, b.name) })
@@ -455,8 +370,7 @@ func (m *Manager) describeTo(ctx context.Context, d *dataset, now time.Time, c C
 	return info
 }
 
-// canList returns nil if the calling thread may open every folder of
-// dirs for listing, else the first refusal.
+// canList returns nil if the calling thread may list every folder of dirs.
 func canList(dirs []string) error {
 	for _, dir := range dirs {
 		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -468,11 +382,8 @@ func canList(dirs []string) error {
 	return nil
 }
 
-// Readable returns whether c may read a dataset, by name (its access
-// verdicts, as Datasets judges them; root: every name, registered or
-// not): what c may see of the metrics labelled with a dataset. The access
-// checks it makes stop when ctx ends (a name left unjudged is not
-// readable).
+// Readable returns whether c may read the named dataset, as Datasets judges it.
+// It decides which dataset-labelled metrics c sees. Names left unjudged at ctx's end are not readable.
 func (m *Manager) Readable(ctx context.Context, c Caller) func(name string) bool {
 	if credOf(c) == nil {
 		return func(string) bool { return true }
@@ -509,8 +420,7 @@ func (m *Manager) namesLocked() []string {
 	return names
 }
 
-// acquire returns the named dataset's current registration, counted as in
-// use until release; ErrNotFound lists the registered ones.
+// acquire returns the named dataset's registration, in use until release.
 func (m *Manager) acquire(name string) (*dataset, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -522,8 +432,7 @@ func (m *Manager) acquire(name string) (*dataset, error) {
 	return d, nil
 }
 
-// release ends a use of d (acquire); the last use of a retired
-// registration closes its guard.
+// release ends a use of d; the last use of a retired registration closes its guard.
 func (m *Manager) release(d *dataset) {
 	m.mu.Lock()
 	d.users--
@@ -534,15 +443,14 @@ func (m *Manager) release(d *dataset) {
 	}
 }
 
-// retire takes d out of use for new sessions; m.mu held. It reports
-// whether d may be closed now (no session uses it).
+// retire takes d out of use for new sessions; m.mu held.
+// It reports whether d may be closed now.
 func (m *Manager) retireLocked(d *dataset) bool {
 	d.retired = true
 	return d.users == 0
 }
 
-// closeRetired closes a retired registration nobody uses and forgets its
-// access verdicts.
+// closeRetired closes an unused retired registration and forgets its verdicts.
 func (m *Manager) closeRetired(d *dataset) {
 	m.access.forget(d.id)
 	if err := d.close(); err != nil {
@@ -550,8 +458,7 @@ func (m *Manager) closeRetired(d *dataset) {
 	}
 }
 
-// sandboxed returns the mount of the daemon's own service sandbox over
-// path (confine.Hidden over /proc/self/mountinfo), if any.
+// sandboxed returns the daemon's own sandbox mount over path, if any.
 func sandboxed(path string) (confine.Hiding, bool) {
 	mounts, err := confine.ReadMounts("/")
 	if err != nil {
@@ -560,8 +467,7 @@ func sandboxed(path string) (confine.Hiding, bool) {
 	return confine.Hidden(mounts, path)
 }
 
-// hiddenErr adds to err, an error opening path, the sandbox mount that
-// hides path from the daemon, if one does.
+// hiddenErr adds to err the sandbox mount that hides path from the daemon, if any.
 func hiddenErr(path string, err error) error {
 	if h, ok := sandboxed(path); ok && errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w (%s is hidden from the daemon: %s)", err, path, h)
@@ -569,9 +475,7 @@ func hiddenErr(path string, err error) error {
 	return err
 }
 
-// unseen turns a refusal caused by the daemon's own sandbox (the root
-// missing from its view, d.hidden) into an ErrConflict that says so
-// rather than blaming the caller's access; other errors are unchanged.
+// unseen turns a refusal caused by the daemon's own sandbox into an ErrConflict saying so.
 func (d *dataset) unseen(err error) error {
 	if err == nil || d.hidden == nil || !errors.Is(err, unix.ENOENT) {
 		return err
@@ -583,25 +487,19 @@ func (d *dataset) unseen(err error) error {
 // Causes of raw-mapped samples read through the filesystem
 // (StaleCause.Cause).
 const (
-	// CauseChanged: the file changed since mapping (its contents, size,
-	// times, owner, mode or ACL: a chmod -R or chown -R does it too).
+	// CauseChanged: the file changed since mapping, a chmod -R or chown -R too.
 	CauseChanged = "changed_since_mapping"
 	// CauseExtents: the mapped extents are not the file's own.
 	CauseExtents = "extents_not_the_files"
-	// CauseWritable: unchanged, but a user the daemon does not trust may
-	// change the file.
+	// CauseWritable: unchanged, but an untrusted user may change the file.
 	CauseWritable = "writable_by_untrusted_users"
-	// CauseUnchecked: no freshness guard could be made for the dataset
-	// (its filesystem is not the one mapped, say): every raw sample
-	// counts as stale.
+	// CauseUnchecked: no guard could be made; every raw sample counts as stale.
 	CauseUnchecked = "unchecked"
-	// CausePending: the checking pass that runs after registration has
-	// not judged them yet; they are read raw once it has.
+	// CausePending: the checking pass has not judged them yet.
 	CausePending = "not_yet_checked"
 )
 
-// StaleCause is how many raw-mapped samples one cause keeps from raw
-// reads, and what makes them raw again.
+// StaleCause is how many raw samples one cause keeps from raw reads, and the fix.
 type StaleCause struct {
 	Cause   string // CauseChanged, CauseExtents, CauseWritable or CauseUnchecked
 	Samples int
@@ -616,8 +514,7 @@ const (
 	fixUnchecked = "mount the filesystem that was mapped at the map's root, or map the dataset again (mkbmap); then loaderd reload"
 )
 
-// staleCauses splits info's samples not read raw by cause (info as the
-// caller may see it: nothing for one who may not read the dataset).
+// staleCauses splits info's samples not read raw by cause, as the caller may see them.
 func staleCauses(info DatasetInfo) []StaleCause {
 	if !info.Readable {
 		return nil

@@ -12,11 +12,9 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// Next releases the given slots, then returns the session's next batch
-// (waiting for its reads) or the end of the epoch. With at, it returns
-// that batch instead (the end of the epoch when it has no such batch), and
-// the session goes on from there. A client that holds every slot gets
-// ErrBusy; so does one whose session is streaming.
+// Next releases the given slots, then returns the next batch or the end of the epoch.
+// With at it returns that batch instead, and the session goes on from there.
+// A client holding every slot, or streaming, gets ErrBusy.
 func (m *Manager) Next(ctx context.Context, c Caller, id string, release []int, at *Position) (Delivery, error) {
 	var d Delivery
 	if err := checkRequest(release, at); err != nil {
@@ -95,16 +93,11 @@ func (m *Manager) deliver(ctx context.Context, ss *session, at *Position) (Deliv
 	return d, nil
 }
 
-// Stream hands the session's batches to out as soon as each is read, in
-// order, from at (or the session's next batch), with the ends of epochs,
-// until ctx ends, the session closes, or out fails: no request per batch.
-// Before the first, it releases every batch the session has delivered
-// except those in the slots keep (what the client still holds from
-// earlier streams or requests). The loader's slots bound how far it runs
-// ahead of the client: a pushed batch holds its slot until released
-// (Release, from any goroutine, or the next stream's keep). It returns nil
-// when ctx ended. One stream per session at a time. When it returns,
-// delivered batches stay held: the client may still be using them.
+// Stream hands the session's batches to out as each is read, with the ends of epochs.
+// It runs until ctx ends, the session closes, or out fails; it returns nil when ctx ended.
+// First it releases every delivered batch not in keep.
+// The slots bound how far it runs ahead: a batch holds its slot until released.
+// One stream per session at a time; delivered batches stay held after it.
 func (m *Manager) Stream(ctx context.Context, c Caller, id string, at *Position, keep []int, out func(Delivery) error) error {
 	if err := CheckStream(at, keep); err != nil {
 		return err
@@ -177,9 +170,7 @@ func (m *Manager) ReleaseExcept(c Caller, id string, keep []int) error {
 	return nil
 }
 
-// State returns the position of the session's next batch. It does not
-// wait for a Next or a stream step of the session (while streaming, the
-// daemon is ahead of the client by the batches in the stream).
+// State returns the position of the session's next batch without waiting for a Next.
 func (m *Manager) State(c Caller, id string) (loader.State, error) {
 	ss, err := m.lookup(c, id)
 	if err != nil {
@@ -194,10 +185,7 @@ func (m *Manager) State(c Caller, id string) (loader.State, error) {
 // failedDims is a failed sample's shape on the wire: its length, 0.
 var failedDims = []int64{0}
 
-// hideFailed clears what d says of its failed samples beyond their
-// failure: a label of 0, and where d has shapes, a shape of [0] (their
-// length), so that a sample the caller may not open tells it nothing of
-// its content (a numpy header's shape, a file list's label).
+// hideFailed clears a failed sample's label and shape, so it tells nothing of its content.
 func hideFailed(d *Delivery) {
 	for _, i := range d.Failed {
 		if i < len(d.Labels) {

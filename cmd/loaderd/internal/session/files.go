@@ -17,17 +17,10 @@ import (
 // MaxFiles bounds an open's files: names of samples (DALI's files=).
 const MaxFiles = 1 << 24
 
-// resolveFiles returns the indices into ds.Samples of names (DALI's
-// files=, in their order): each a path relative to the map's root or an
-// absolute path under it, as mapped (no symlink resolution), found in x,
-// ds's index (built at the first call, shared by the later ones: an open
-// costs a binary search per name, not a pass over the dataset). Where some
-// are not in the map, found holds the others' (to check access to them
-// first: a caller learns which names are not mapped only after its access
-// to the rest is checked) and the error wraps ErrInvalid, naming the first
-// missing one and how many more there are; under lists the missing names
-// that lie under the root, relative to it (authorizeMissing: whether the
-// caller may be told that they are not in the map).
+// resolveFiles returns the indices of names, DALI's files=, in order.
+// Each is a path relative to the root or absolute under it, found by binary search in x.
+// For missing names it returns the others in found and an ErrInvalid naming the first.
+// under lists the missing names under the root, for authorizeMissing.
 func resolveFiles(dataset string, ds *bmap.Map, x *fileIndex, names []string) (found []int32, under []string, err error) {
 	order := x.sorted(ds)
 	root := filepath.Clean(ds.Root)
@@ -64,14 +57,8 @@ func resolveFiles(dataset string, ds *bmap.Map, x *fileIndex, names []string) (f
 	return idx, nil, nil
 }
 
-// authorizeMissing returns nil if c may be told that the names under
-// dataset name's root (ds) that rels lists, relative to it, are not
-// samples of its map: if the kernel lets c reach where each would be (an
-// O_PATH open as c, which asks search permission on every folder on the
-// way and none of the file). Else it returns the refusal, naming the path
-// as far as c may list it, as for a mapped file c may not open: a caller
-// learns which names a folder it may not search holds in the map no more
-// than which it holds on disk.
+// authorizeMissing returns nil if c may learn that names under the root are not in the map.
+// It opens each O_PATH as c; else it returns the refusal as for a mapped file.
 func authorizeMissing(name string, ds *bmap.Map, rels []string, c Caller) error {
 	cr := credOf(c)
 	if cr == nil || len(rels) == 0 {
@@ -100,11 +87,7 @@ func authorizeMissing(name string, ds *bmap.Map, rels []string, c Caller) error 
 	return nil
 }
 
-// fileIndex is a dataset's samples sorted by path (filepath.Clean'ed):
-// built once, at the first open that names files, 4 bytes a sample, and
-// read by every later one. Before, each such open built a map of every
-// path (at 1 281 167 samples 586 ms and 56 MB an open, asked by anyone
-// who may connect).
+// fileIndex is a dataset's samples sorted by path, 4 bytes a sample, built at the first files= open.
 type fileIndex struct {
 	once  sync.Once
 	order []int32 // sample indices by path; equal paths by index
@@ -124,9 +107,7 @@ func (x *fileIndex) sorted(ds *bmap.Map) []int32 {
 	return x.order
 }
 
-// lookup returns the sample of ds at path rel (cleaned) in order (its
-// fileIndex), the last in the map where it lists the path more than
-// once, and whether there is one.
+// lookup returns the sample at path rel, the last where the map lists it twice.
 func lookup(ds *bmap.Map, order []int32, rel string) (int32, bool) {
 	k, _ := slices.BinarySearchFunc(order, rel, func(i int32, rel string) int {
 		if c := strings.Compare(filepath.Clean(ds.Samples[i].Path), rel); c != 0 {

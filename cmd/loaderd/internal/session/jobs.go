@@ -14,16 +14,10 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// Jobs: the sessions that name one job_id are the ranks of one training
-// job on this node. They must read one dataset (by fingerprint) with the
-// same sampling, each its own shard: ranks with different seeds read
-// overlapping shards (a part of the data never seen), ranks with other
-// num_shards or batch sizes read epochs of other lengths (a collective
-// waits forever), two ranks with one shard_id read the same samples. The
-// first session of a job sets its terms; every later one is compared
-// with them and refused, with ErrDisagree naming each difference, when
-// it differs. A job belongs to its owner: another user's job_id is
-// another job. Its record goes with its last session.
+// Jobs: the sessions naming one job_id are the ranks of one job on this node.
+// They must read one dataset with the same sampling, each its own shard.
+// The first session sets the terms; a later one that differs gets ErrDisagree.
+// A job belongs to its owner and goes with its last session.
 
 // MaxJobID bounds job_id: bytes of UTF-8, no control characters.
 const MaxJobID = 128
@@ -34,14 +28,8 @@ type jobKey struct {
 	id    string
 }
 
-// jobTerms is what the sessions of a job must agree on: the dataset
-// (its fingerprint; the name only for messages) and the sampling
-// arguments that shape which samples each rank reads. Arguments that
-// change none are left zero: seed and shuffle without random_shuffle,
-// shuffle_after_epoch_seed without shuffle_after_epoch; seed
-// and initial_fill with shuffle dali, whose shards are fixed ranges of an
-// order no seed changes (they order a rank's own samples only, and DALI's
-// own examples give each rank its seed, seed=12+local_rank).
+// jobTerms is what a job's sessions must agree on: the dataset and the sampling.
+// Arguments that change no rank's samples are left zero.
 type jobTerms struct {
 	dataset, fingerprint string
 	batchSize, numShards int
@@ -153,10 +141,8 @@ type jobs struct {
 
 func newJobs(idle time.Duration) *jobs { return &jobs{idle: idle, m: map[jobKey]*job{}} }
 
-// join adds session id, reading shard with terms t, to job k: the job's
-// first session sets its terms. It is refused with ErrDisagree, naming
-// each difference, when t differs from the job's terms or another session
-// of the job reads shard.
+// join adds session id reading shard to job k; the first session sets the terms.
+// A session differing from them, or reading a taken shard, gets ErrDisagree.
 func (js *jobs) join(k jobKey, t jobTerms, shard int, id string, now time.Time) error {
 	js.mu.Lock()
 	defer js.mu.Unlock()

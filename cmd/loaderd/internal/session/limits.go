@@ -27,11 +27,8 @@ const (
 	DefaultMaxSessionBytes   = 16 << 30 // batch memory of one session
 	DefaultMaxSessions       = 64       // open sessions, every user together
 	DefaultMaxSessionsPerUID = 16       // open sessions of one owner (a uid, or the TCP principal)
-	// DefaultLockedShare is the share of the machine's memory (MemTotal)
-	// that all sessions' batch memory together may take when
-	// Config.MaxLockedBytes is not given (and a memory cgroup's limit
-	// leaves no less, MemoryEnv.Locked): page-locked memory is never
-	// swapped, so what it takes the rest of the machine loses.
+	// DefaultLockedShare is the share of MemTotal all batch memory may take by default.
+	// Page-locked memory is never swapped.
 	DefaultLockedShare = 0.5
 	// DefaultMaxDeviceBytes is Config.MaxDeviceBytes's default: the GPU
 	// batch memory of all sessions together, every GPU (a session's is
@@ -44,24 +41,14 @@ const (
 // sample of a dataset as the caller, seconds of CPU at a million).
 const DefaultMaxChecksPerUID = 1
 
-// DefaultMaxReplaysPerUID is Config.MaxReplaysPerUID's default: a
-// quarter of the CPUs this process may use, at least 1. A replay (a
-// shuffle dali session resumed or moved to an epoch: every epoch before
-// it is gone through again, up to loader.MaxReplaySamples samples) keeps
-// a core busy for up to tens of seconds.
+// DefaultMaxReplaysPerUID is a quarter of the usable CPUs, at least 1.
+// A replay keeps a core busy for up to tens of seconds.
 func DefaultMaxReplaysPerUID() int { return max(1, runtime.GOMAXPROCS(0)/4) }
 
-// DaemonReserve is what a memory cgroup's limit keeps for the daemon
-// itself, outside every budget: MinDaemonReserve, or DaemonReserveShare
-// of the limit where that is more. The daemon's own memory is its
-// heap (the maps, the freshness guards' state, connections), the CUDA
-// libraries and their host-side context once a GPU session opens (a
-// few hundred MiB on a real driver) and the kernel's charges to the
-// cgroup (page cache of map files and file-backend reads: reclaimable,
-// yet it crowds out memory the locked budget cannot give back). Batch
-// memory is page-locked, so the cgroup cannot reclaim it: what the
-// budgets hand out plus the daemon's own must stay under the limit, or
-// the kernel kills the daemon rather than refusing a session.
+// DaemonReserve is what a cgroup limit keeps for the daemon outside every budget.
+// It is MinDaemonReserve, or DaemonReserveShare of the limit where more.
+// Batch memory is page-locked and never reclaimed, so budgets plus the daemon must fit.
+// Else the kernel kills the daemon rather than refusing a session.
 const (
 	MinDaemonReserve   = 256 << 20
 	DaemonReserveShare = 0.125
@@ -144,10 +131,8 @@ func (e MemoryEnv) Sampler() BudgetDefault {
 	return b
 }
 
-// Locked returns the default page-locked budget, given the sample-order
-// budget in force (sampler): DefaultLockedShare of MemTotal; no more than
-// what the cgroup limit leaves the budgets less sampler; no more than
-// RLIMIT_MEMLOCK where that binds. Without any, no bound (1<<62).
+// Locked returns the default page-locked budget: DefaultLockedShare of MemTotal.
+// It is no more than the cgroup leaves beside sampler, nor RLIMIT_MEMLOCK; else 1<<62.
 func (e MemoryEnv) Locked(sampler int64) BudgetDefault {
 	b := BudgetDefault{1 << 62, "unknown machine memory"}
 	if e.Total > 0 {
@@ -164,10 +149,8 @@ func (e MemoryEnv) Locked(sampler int64) BudgetDefault {
 	return b
 }
 
-// Overcommit returns a warning when budgets given explicitly (locked and
-// sampler bytes) and the daemon's reserve pass the cgroup limit: the
-// kernel would kill the daemon before the budgets refused anyone. ""
-// when they fit or no limit is known.
+// Overcommit warns when the given budgets and the daemon's reserve pass the cgroup limit.
+// It returns "" when they fit or no limit is known.
 func (e MemoryEnv) Overcommit(locked, sampler int64) string {
 	pool, ok := e.pool()
 	if !ok || locked+sampler <= pool {
@@ -214,10 +197,8 @@ func hasIPCLock() bool {
 	return false
 }
 
-// DefaultSamplerShare is the share of the machine's memory (MemTotal),
-// or of what a memory cgroup's limit leaves the budgets, that all
-// sessions' sample orders may take when Config.MaxSamplerBytes is not
-// given; without either, DefaultSamplerBytesUnknown.
+// DefaultSamplerShare is the share of memory all sessions' sample orders may take by default.
+// It is of MemTotal or of what the cgroup leaves; without either, DefaultSamplerBytesUnknown.
 const (
 	DefaultSamplerShare        = 0.125
 	DefaultSamplerBytesUnknown = 4 << 30
@@ -232,10 +213,8 @@ const freeOSAfter = 8 << 20
 // collection, stopping the world for a moment).
 const freeOSEvery = time.Second
 
-// osFreer returns freed heap to the OS soon after a large session
-// closes, at most once per freeOSEvery: the runtime's scavenger alone
-// takes minutes to give back a closed shuffle dali session's 72 MiB.
-// Its zero value is ready.
+// osFreer returns freed heap to the OS soon after a large session closes, at most once per freeOSEvery.
+// The scavenger alone takes minutes. Its zero value is ready.
 type osFreer struct {
 	mu      sync.Mutex
 	last    time.Time // under mu: the last run

@@ -1,21 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package session is the daemon's core, independent of any transport:
-// it opens loader sessions over registered datasets for a caller, hands
-// out batch descriptors and batch memory, takes releases, saves state,
-// reaps idle sessions, and counts it all in Prometheus metrics. It admits
-// what the loader plans (loader.NewPlan: slots, sizes, the memory
-// footprint) against the daemon's budgets, and sizes nothing itself.
+// Package session is the daemon's core, independent of any transport.
+// It opens sessions over registered datasets, hands out batches and takes releases.
+// It saves state, reaps idle sessions and counts it all in metrics.
+// It admits what loader.NewPlan plans against the daemon's budgets and sizes nothing itself.
 // Package serve adapts it to HTTP.
-//
-// Files: manager.go (the session table, open, close, reaping),
-// reaped.go (the sessions reaped last, so their clients are told),
-// session.go (one session), deliver.go (batches out, releases in,
-// streams), access.go (who may read a dataset's samples), verdicts.go
-// (whole-dataset verdicts, kept and judged again as far as the dataset
-// changed), datasets.go (registered datasets, their freshness guards and
-// counts), reload.go (maps read again without dropping sessions), metrics.go,
-// status.go (what the daemon serves and holds, for loaderd status).
 package session
 
 import (
@@ -48,86 +37,43 @@ const (
 // Config configures a Manager. A zero limit takes its default (limits.go).
 type Config struct {
 	Datasets map[string]*bmap.Map // registered datasets by name
-	// WebDatasets are registered webdataset maps by name (names apart
-	// from Datasets'): the guard and access checks are on their tars.
+	// WebDatasets are registered webdataset maps by name; guards and checks are on their tars.
 	WebDatasets map[string]*wds.Map
-	// MapFiles, when set, names every dataset's map file: Reload calls it
-	// and reads each file again (the daemon's command line and config
-	// file). Nil: Reload refuses.
+	// MapFiles names every dataset's map file for Reload; nil: Reload refuses.
 	MapFiles        func() (map[string]string, error)
 	SessionTimeout  time.Duration // idle sessions are closed after this; DefaultSessionTimeout
 	MaxSessionBytes int64         // refuse sessions needing more batch memory; DefaultMaxSessionBytes
 	MaxSessions     int           // open sessions, all owners together; DefaultMaxSessions
-	// MaxSessionsPerUID bounds the open sessions of one owner (a uid on
-	// the unix socket; the TCP principal); DefaultMaxSessionsPerUID.
+	// MaxSessionsPerUID bounds one owner's open sessions; DefaultMaxSessionsPerUID.
 	MaxSessionsPerUID int
-	// MaxLockedBytes bounds the page-locked host batch memory of all open
-	// sessions together (the loader plan's Footprint.Host: host memory, and
-	// GPU memory's staging area); an open that would go over it is refused
-	// with ErrNoSpace. Default DefaultMaxLockedBytes.
+	// MaxLockedBytes bounds the page-locked batch memory of all sessions; DefaultMaxLockedBytes.
+	// An open past it is refused with ErrNoSpace, as for the other budgets.
 	MaxLockedBytes int64
-	// MaxLockedPerUID bounds the page-locked batch memory of one owner's
-	// sessions together, so that no uid holds the whole budget and
-	// starves the others; 0: half of MaxLockedBytes.
+	// MaxLockedPerUID bounds one owner's page-locked memory; 0: half of MaxLockedBytes.
 	MaxLockedPerUID int64
-	// MaxDeviceBytes bounds the GPU batch memory of all open sessions
-	// together, every GPU (the plan's Footprint.Device); an open that
-	// would go over it is refused with ErrNoSpace. Default
-	// DefaultMaxDeviceBytes.
+	// MaxDeviceBytes bounds the GPU batch memory of all sessions; DefaultMaxDeviceBytes.
 	MaxDeviceBytes int64
-	// MaxSamplerBytes bounds the sample-order memory of all open
-	// sessions together (loader.SamplerBytes: a permutation of the
-	// dataset, DALI's file list and initial_fill buffer, up to 72 MiB a
-	// session): ordinary heap, not page-locked, so it has its own budget
-	// rather than a share of MaxLockedBytes; an open that would go over
-	// it is refused with ErrNoSpace. Default DefaultMaxSamplerBytes.
+	// MaxSamplerBytes bounds the sample-order heap of all sessions; DefaultMaxSamplerBytes.
 	MaxSamplerBytes int64
-	// MaxLockedSource, MaxDeviceSource and MaxSamplerSource say where
-	// the budgets given came from (loaderd's flag: "--max-locked-mb"),
-	// for the log, status and refusals; a budget left to its default
-	// gets its own (MemoryEnv.Locked: "the memory cgroup's limit ...").
+	// MaxLockedSource, MaxDeviceSource and MaxSamplerSource say where the budgets came from.
 	MaxLockedSource, MaxDeviceSource, MaxSamplerSource string
-	// Memory is the environment the memory budgets default from, and
-	// that budgets given are checked against (MemoryEnv.Overcommit);
-	// nil: NewManager reads this process's (ReadMemoryEnv).
+	// Memory is the environment the budgets default from; nil: ReadMemoryEnv.
 	Memory *MemoryEnv
-	// MaxReplaysPerUID bounds the replays of one owner's sessions that
-	// run at once (loader.Replays): a shuffle dali session resumed or
-	// moved to an epoch goes through every epoch before it again, up to
-	// loader.MaxReplaySamples samples; the others wait for their turn.
-	// Default DefaultMaxReplaysPerUID().
+	// MaxReplaysPerUID bounds one owner's replays at once; DefaultMaxReplaysPerUID().
 	MaxReplaysPerUID int
-	// MaxChecksPerUID bounds the whole-dataset access checks of one
-	// owner that run at once (a listing's or a refusal's: every sample, or
-	// every one changed since the last, opened as the caller); the others
-	// wait for their turn, or for their caller to go away. Default
-	// DefaultMaxChecksPerUID.
+	// MaxChecksPerUID bounds one owner's whole-dataset access checks at once; DefaultMaxChecksPerUID.
 	MaxChecksPerUID int
 	Logger          *slog.Logger
-	// Engines is EnginesPerSession (the default, "" too) or
-	// EnginesPerDevice: whether the sessions reading one device share its
-	// raw engines. Measured with 8 sessions (docs/decisions.md#raw-engines-per-session-by-default): the same
-	// throughput either way on both test devices; per session keeps a
-	// session's queue its own and spreads submissions over cores, per
-	// device uses one ring and goroutine per device instead of one each.
+	// Engines is EnginesPerSession (the default) or EnginesPerDevice.
+	// See docs/decisions.md#raw-engines-per-session-by-default.
 	Engines string
-	// CUDA is the daemon's CUDA libraries, discovered once and reused
-	// by every GPU session; nil: NewManager makes them from the process's
-	// environment (cuda.SearchFromEnv), discovered at the first GPU open.
+	// CUDA is the daemon's CUDA libraries; nil: found at the first GPU open.
 	CUDA *cuda.Libs
-	// Trust names the users (besides root) whose writes a raw read may
-	// rely on: a raw-mapped sample anyone else may change (owner, mode,
-	// ACL, not immutable) is read through the filesystem as the caller
-	// (fresh.Trust; loaderd's --trusted-uid and --trusted-gid).
+	// Trust names the users whose writes a raw read may rely on, besides root.
 	Trust fresh.Trust
-	// Release is the daemon's release (loaderd's version), which the
-	// transport tells every client; "" reads "dev". The core does not
-	// use it.
+	// Release is the daemon's release for the transport; "" reads "dev".
 	Release string
-	// CheckInBackground: a dataset registers at once and its raw samples'
-	// checking pass runs after (fresh.Options.Background): each raw
-	// sample is read through the filesystem as the caller until the pass
-	// has judged it. False: registration waits for the pass.
+	// CheckInBackground registers a dataset at once and checks its raw samples after.
 	CheckInBackground bool
 }
 
@@ -211,9 +157,8 @@ func NewManager(cfg Config) *Manager {
 	return m
 }
 
-// memoryBudgets fills the memory budgets not given from cfg.Memory
-// (read from the process when nil), names where each came from, warns
-// when budgets given pass the memory cgroup's limit, and logs them.
+// memoryBudgets fills the budgets not given, names their sources and logs them.
+// It warns when given budgets pass the memory cgroup's limit.
 func (cfg *Config) memoryBudgets() {
 	env := MemoryEnv{}
 	if cfg.Memory != nil {
@@ -256,9 +201,7 @@ func (cfg *Config) memoryBudgets() {
 	}
 }
 
-// authorize returns nil if c may read every sample of the dataset through
-// the filesystem (verdicts.go), else an error wrapping ErrForbidden, or
-// ctx's error when ctx ends first.
+// authorize returns nil if c may read every sample, else an error wrapping ErrForbidden.
 func (m *Manager) authorize(ctx context.Context, d *dataset, c Caller) error {
 	return m.access.authorize(ctx, d.name, d.id, d.m, d.guard, c)
 }
@@ -289,15 +232,10 @@ func (m *Manager) Timeout() time.Duration { return m.cfg.SessionTimeout }
 // MaxSessions returns the cap on open sessions, all owners together.
 func (m *Manager) MaxSessions() int { return m.cfg.MaxSessions }
 
-// Open opens a session for c, in named steps. The request is checked
-// once at the boundary. The caller's access comes first, then the
-// samples, the job, the plan (loader.NewPlan), its admission against the
-// budgets, and the loader's open. Refusals: ErrLimit past MaxSessions or
-// c's MaxSessionsPerUID. ErrNoSpace when the batch memory would pass
-// MaxLockedBytes (page-locked host memory) or MaxDeviceBytes (GPU
-// memory). ErrConflict when the dataset's fingerprint is not the one p
-// expects. ErrDisagree when p names a job of c's whose sessions read
-// otherwise (jobs.go). The access checks stop when ctx ends.
+// Open opens a session for c, in named steps, checking the request once.
+// Refusals: ErrLimit past the session limits, ErrNoSpace past a memory budget.
+// ErrConflict for another fingerprint, ErrDisagree for ranks of a job that disagree.
+// The access checks stop when ctx ends.
 func (m *Manager) Open(ctx context.Context, c Caller, p OpenParams) (Opened, error) {
 	lo, err := checkOpen(c, p)
 	if err != nil {
@@ -468,10 +406,8 @@ func (o *opening) plan(context.Context) error {
 	return nil
 }
 
-// admit reserves the plan's memory against the daemon's budgets. The
-// sampler's memory counts against --max-sampler-mb with, per session,
-// the bitmap of the samples a caller other than root has opened
-// (lazyAccess: one bit a sample) and a webdataset selection's bitmap.
+// admit reserves the plan's memory against the daemon's budgets.
+// The sampler's memory counts the session's access and selection bitmaps too.
 func (o *opening) admit(context.Context) error {
 	fp, cr := o.planned.Footprint, credOf(o.c)
 	need := res{locked: fp.Host, device: fp.Device, sampler: o.planned.SamplerBytes + lazyAccessBytes(o.d.m, cr) + selectionBytes(o.wd)}
@@ -531,10 +467,8 @@ func (o *opening) reply() Opened {
 		Reader: d.reader(), Components: components(o.wd), NotRaw: d.notRaw(l.Spec().ReadsExtents), Skipped: skipped, SkippedLacking: lacking}
 }
 
-// admit counts an open of o's needing need (page-locked and GPU batch
-// memory, sample order memory) against the limits, or refuses it; it returns o's turns to replay. Admission and
-// insertion under the limits are one step: an open counts from here until
-// it is in the table or has failed (unreserveLocked).
+// admit counts o's need against the limits or refuses it, and returns o's replay turns.
+// An open counts from here until it is in the table or has failed.
 func (m *Manager) admit(o owner, need res) (*loader.Replays, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

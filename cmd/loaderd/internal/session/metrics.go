@@ -26,10 +26,8 @@ type metrics struct {
 	backends                        backendCounts
 }
 
-// backendCounts are the backends' counters per dataset and backend: the
-// open sessions' read at collection and the ended sessions' totals.
-// A session is in live from its open until its close adds its final
-// counts to ended, both under mu: every collection counts it once.
+// backendCounts are the backends' counters per dataset and backend.
+// A session is in live until its close adds its counts to ended, so each is counted once.
 type backendCounts struct {
 	mu    sync.Mutex
 	live  map[*session]struct{}  // under mu
@@ -133,10 +131,8 @@ func (m *metrics) forget(ss *session) {
 	}
 }
 
-// backendCollector exports the backends' counters (cache hits, stale
-// and filesystem-only samples, …) per dataset and backend since the
-// daemon started: the ended sessions' and the open ones' summed (peak_*
-// counters: the largest). They outlive the sessions that counted them.
+// backendCollector exports the backends' counters per dataset and backend since start.
+// Ended and open sessions are summed; peak_* counters take the largest.
 type backendCollector struct{ b *backendCounts }
 
 var backendDesc = prometheus.NewDesc("nvfeed_backend", "Backend counters by dataset and backend since the daemon started, every session's (ended ones' too) summed (peak_*: the largest) (cache_hits, cache_misses, stale_samples, fs_only_samples, requests, peak_in_flight, …).",
@@ -158,10 +154,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// datasetCollector exports each registered dataset's samples by how they
-// are read now (Manager.Datasets' counts as root sees them): fresh raw,
-// filesystem-only by mapping, and those mapped raw but read through the
-// filesystem, by cause (StaleCause).
+// datasetCollector exports each dataset's samples by how they are read now, by cause.
 type datasetCollector struct{ m *Manager }
 
 var (

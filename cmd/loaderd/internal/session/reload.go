@@ -29,14 +29,10 @@ type Reloaded struct {
 // map files (Config.MapFiles nil).
 var ErrNoMapFiles = errors.New("no map files to read again")
 
-// Reload reads every dataset's map file again (Config.MapFiles) and
-// registers each one that loads, as at start (a stat pass and a watch):
-// new sessions get the new map, while sessions already open keep the map
-// and guard they opened with until they end. A map that fails to load
-// leaves its dataset as it was (ReloadFailed, with the reason); a dataset
-// no longer named is removed for new sessions. It returns one Reloaded per
-// dataset, sorted by name; an error only when the list of map files itself
-// cannot be had (nothing changes then). Reloads run one at a time.
+// Reload reads every dataset's map file again and registers each that loads.
+// New sessions get the new map; open sessions keep theirs until they end.
+// A map that fails leaves its dataset as it was; a dataset no longer named is removed.
+// It returns one Reloaded per dataset, sorted. Reloads run one at a time.
 func (m *Manager) Reload() ([]Reloaded, error) {
 	if m.cfg.MapFiles == nil {
 		return nil, ErrNoMapFiles

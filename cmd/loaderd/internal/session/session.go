@@ -16,29 +16,19 @@ import (
 	"github.com/nvfeed/nvfeed/loader"
 )
 
-// OpenParams are a session's options: which dataset, what the client
-// expects of it and the job it is a rank of, and the loader's request
-// (loader.Request: the reader arguments, backend, prefetch depth,
-// release_after, memory, GPU, gpu_path, state), which the loader plans.
+// OpenParams are a session's options: the dataset, what the client expects and the loader's request.
 type OpenParams struct {
 	Dataset string // a registered dataset's name
 	loader.Request
-	// Fingerprint, when set, is the dataset's fingerprint the client
-	// expects (bmap.Map.Fingerprint): another one is refused with
-	// ErrConflict, so a reopen never reads another dataset registered
-	// under the same name.
+	// Fingerprint, when set, is the fingerprint the client expects; another is ErrConflict.
 	Fingerprint string
 	// JobID, when set, makes the session a rank of that job of its owner:
 	// it must agree with the job's other sessions (jobs.go).
 	JobID string
-	// Files, when set, are the dataset's samples the session reads, in
-	// this order (DALI's files=): paths relative to the map's root, or
-	// absolute under it (files.go). Only these are checked as the caller.
+	// Files, when set, are the samples to read, in order: DALI's files=.
+	// Only these are checked as the caller.
 	Files []string
-	// Webdataset datasets only (required for them): fn.readers.webdataset's
-	// ext (one entry per output, ';'-separated alternatives),
-	// missing_component_behavior ("" means empty) and
-	// case_sensitive_extensions (nil means true).
+	// Webdataset datasets only: ext, missing_component_behavior, case_sensitive_extensions.
 	Ext                      []string
 	MissingComponentBehavior string
 	CaseSensitiveExtensions  *bool
@@ -61,14 +51,9 @@ type Opened struct {
 	Content            *bmap.Content     // the dataset's content, as the caller may see it (content.go)
 	Reader             string            // the dataset's DALI reader: bmap.ReaderFile or bmap.ReaderNumpy's name, or "webdataset"
 	Components         int               // a webdataset session's outputs a sample, K (len(ext)): K offsets and lengths a sample; 0 otherwise
-	// NotRaw: for a backend that reads raw extents, the dataset's
-	// raw-mapped samples it reads through the filesystem instead, by cause
-	// with the fix (dataset.notRaw); nil when none.
+	// NotRaw: for a raw backend, the samples it reads through the filesystem, by cause.
 	NotRaw []StaleCause
-	// Skipped: a webdataset session's samples that
-	// missing_component_behavior "skip" left out, and SkippedLacking, per
-	// ext entry, how many of them lack it (wds.View.Skipped); 0 and nil
-	// when none.
+	// Skipped: the samples missing_component_behavior "skip" left out; SkippedLacking, per ext entry.
 	Skipped        int
 	SkippedLacking []int
 }
@@ -87,9 +72,7 @@ type Delivery struct {
 	Indices      []int32
 	Failed       []int    // positions whose sample could not be read (their lengths are 0)
 	Errors       []string // one message per failed sample, naming its path and the cause
-	// A numpy dataset's batch: the element type (npy.DType.Descr: "<f4")
-	// and each sample's shape in batch order (an empty, non-nil slice for
-	// a 0-d array), a failed sample's as mapped. "" and nil otherwise.
+	// A numpy dataset's batch: the element type and each sample's shape; "" and nil otherwise.
 	DType  string
 	Shapes [][]int64
 }
@@ -115,21 +98,15 @@ type session struct {
 	mu     sync.Mutex // the consumer side: one Next, State, Close or stream step at a time
 	closed bool       // under mu
 
-	// closing ends when the session is closing (Close, reaping, the
-	// daemon's shutdown): a Next or stream step waiting for its batch —
-	// behind a dali replay, say — returns at once with its cause, so the
-	// close that cancelled it gets ss.mu without waiting for the batch.
+	// closing ends when the session is closing, so a waiting Next or stream step returns at once.
 	closing     context.Context
 	cancelWaits context.CancelCauseFunc
 
 	heldMu sync.Mutex
 	held   map[int]*loader.Batch // under heldMu: batches delivered and not released
 
-	// memMu orders exports of the batch memory against its close: an
-	// export (Memory, which does not take mu: a Next may hold it for a
-	// while) takes it shared, the close exclusively, and no export
-	// happens once memGone is set (its descriptor may be another file's
-	// by then).
+	// memMu orders exports of the batch memory against its close: exports shared, close exclusive.
+	// No export happens once memGone is set.
 	memMu   sync.RWMutex
 	memGone bool // under memMu
 
@@ -155,9 +132,7 @@ func newSession() *session {
 	return ss
 }
 
-// interrupt ends every wait of the session's consumer side (a pending
-// Next, a stream step) with why, and its stream: what a close does first,
-// before it takes ss.mu.
+// interrupt ends every wait of the consumer side and its stream with why; a close does it first.
 func (ss *session) interrupt(why string) {
 	ss.cancelWaits(fmt.Errorf("%w: session %s was closed (%s) while this request waited for its batch", ErrNotFound, ss.id, why))
 	ss.cancelStream()

@@ -9,10 +9,7 @@ import (
 	"time"
 )
 
-// Status is what the daemon serves and holds now, as one caller may see
-// it (Manager.Status): the datasets as Datasets describes them, with why
-// their samples are not read raw; the open sessions the caller may see;
-// the daemon's budgets and how much of each is used.
+// Status is what the daemon serves and holds now, as one caller may see it.
 type Status struct {
 	Datasets []DatasetStatus
 	// Sessions: every open session for root on the unix socket; another

@@ -20,20 +20,12 @@ import (
 	"github.com/nvfeed/nvfeed/internal/cred"
 )
 
-// Whole-dataset access verdicts (docs/security.md, promises 1 and 10): may
-// a caller read every sample of a dataset? A listing (GET /v1/datasets,
-// /metrics) and the refusals that name what only a reader of every sample
-// may know ask it. The kernel judges it, as the caller: every sample
-// opened on a thread switched to the caller's credentials. That is
-// seconds of CPU at a million samples, so a verdict is kept per
-// (dataset, credentials) and judged again only as far as the dataset
-// changed: the samples the guard's watches saw change since the last
-// check (fresh.Guard.ChangedSince), and every sample only where they
-// cannot tell. A check belongs to the callers waiting for it: callers
-// with the same credentials share one, and it stops when the last of
-// them has gone (its request's context). One owner runs at most
-// Config.MaxChecksPerUID checks at once; the others wait their turn, so
-// one uid's checks never hold up another's.
+// Whole-dataset access verdicts (docs/security.md): may a caller read every sample?
+// Listings and refusals that tell of every sample ask it.
+// The kernel judges it as the caller: seconds of CPU at a million samples.
+// So a verdict is kept per dataset and credentials and judged again only where it changed.
+// Callers with the same credentials share one check; it stops when the last goes.
+// One owner runs at most Config.MaxChecksPerUID checks at once.
 
 // Check scopes (the scope label of nvfeed_access_checks_total).
 const (
@@ -43,14 +35,11 @@ const (
 	scopeCancelled = "cancelled" // stopped: every caller waiting for it went away
 )
 
-// checkFunc opens, as c, the root of ds and the samples idx lists (nil:
-// every one), telling opened (from any of its threads) how many it
-// opened, until ctx is done: the
-// sample refused (-1: none, or the root) and the refusal (checkSamples).
+// checkFunc opens as c the root and the samples idx lists, until ctx is done.
+// It returns the sample refused (-1: none or the root) and the refusal.
 type checkFunc func(ctx context.Context, ds *bmap.Map, idx []int32, c *cred.Cred, g *fresh.Guard, opened func(n int)) (int, error)
 
-// verdicts caches access verdicts per (dataset, credentials) and runs
-// the checks that make them.
+// verdicts caches access verdicts per dataset and credentials, and runs the checks.
 type verdicts struct {
 	mu       sync.Mutex
 	cache    map[verdictKey]verdict         // under mu
@@ -67,8 +56,7 @@ type verdicts struct {
 	checks *prometheus.CounterVec // checks ended, by dataset and scope
 }
 
-// newVerdicts returns an empty cache whose checks run at most perOwner
-// at once for one owner.
+// newVerdicts returns an empty cache running at most perOwner checks per owner at once.
 func newVerdicts(perOwner int, log *slog.Logger) *verdicts {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &verdicts{cache: map[verdictKey]verdict{}, checking: map[verdictKey]*pendingVerdict{}, check: checkSamples,
@@ -84,8 +72,7 @@ func newVerdicts(perOwner int, log *slog.Logger) *verdicts {
 // close stops every check; callers waiting get an error.
 func (v *verdicts) close() { v.cancel() }
 
-// pendingVerdict is an access check in progress: callers with the same
-// key wait for it instead of repeating it; other keys do not wait at all.
+// pendingVerdict is an access check in progress, shared by callers with the same key.
 // It is cancelled when the last caller waiting for it goes away.
 type pendingVerdict struct {
 	done    chan struct{}
@@ -98,10 +85,8 @@ type pendingVerdict struct {
 	err     error       // set before done is closed: why there is no verdict (cancelled)
 }
 
-// verdictKey is a cached access verdict's key: a dataset's registration
-// (a reload's new map never inherits the old one's verdicts) and the
-// credentials judged (uid, gid and every supplementary group: a process
-// that dropped a group never shares a verdict with one that kept it).
+// verdictKey is a verdict's key: a dataset's registration and the credentials judged.
+// A reload never inherits verdicts; a process that dropped a group never shares one.
 type verdictKey struct {
 	dataset  uint64 // the registration's serial
 	uid, gid int
@@ -119,12 +104,9 @@ func keyOf(dataset uint64, c Caller) verdictKey {
 	return verdictKey{dataset, c.UID, c.GID, b.String()}
 }
 
-// verdict is a check's result for a caller, valid while the dataset's
-// watch generation is gen and every directory above the dataset root is
-// as anc recorded it before the check (nil: no snapshot could be taken,
-// so the verdict is never reused). Once either moved, the next check
-// opens again only the samples changed since since (the guard's point
-// when the check began).
+// verdict is a check's result, valid while the watch generation is gen.
+// It also needs every directory above the root as anc recorded it; nil anc is never reused.
+// Once either moved, the next check opens only the samples changed since since.
 type verdict struct {
 	err     error
 	refused int // the sample err names (-1: none, or none in particular: the root)
@@ -133,16 +115,12 @@ type verdict struct {
 	anc     []*fresh.Ancestors // the root's, then each linked path's (fresh.Guard.Linked)
 }
 
-// holds reports whether v, judged at generation v.gen, still holds at gen:
-// nothing under the root changed (the watch) and nothing above it or
-// above where a symlink under it leads (the ancestors' snapshots, taken
-// again: a handful of statx calls each).
+// holds reports whether v still holds at gen: nothing changed under or above the root.
 func (v verdict) holds(gen uint64) bool {
 	return v.gen == gen && v.above()
 }
 
-// above reports whether nothing above the root, or above where a
-// symlink under it leads, changed since v was judged.
+// above reports whether nothing above the root or a symlink's target changed since v.
 func (v verdict) above() bool {
 	if len(v.anc) == 0 {
 		return false
@@ -155,9 +133,7 @@ func (v verdict) above() bool {
 	return true
 }
 
-// snapshot takes the snapshots a verdict on ds (guarded by g) depends on:
-// the root's ancestors and those of every path reached through a symlink
-// under the root; nil where one could not be taken (never reused).
+// snapshot takes the ancestors' snapshots a verdict on ds depends on; nil where one fails.
 func snapshot(ds *bmap.Map, g *fresh.Guard) []*fresh.Ancestors {
 	paths := append([]string{ds.Root}, g.Linked()...)
 	out := make([]*fresh.Ancestors, len(paths))
@@ -171,14 +147,9 @@ func snapshot(ds *bmap.Map, g *fresh.Guard) []*fresh.Ancestors {
 	return out
 }
 
-// authorize returns nil if c may read every sample of dataset name
-// (registration id: ds, watched by g, nil for none) through the
-// filesystem, else an error wrapping ErrForbidden that names the dataset
-// and the first path refused, or ctx's error if ctx ended first.
-// Verdicts are kept until the watch sees a change to a sample (by any
-// path: the guard's fanotify mark) or under the root, or a directory
-// above the root changes (mode, owner, ACL, rename, mount: the
-// ancestors' snapshot); then only the samples changed are opened again.
+// authorize returns nil if c may read every sample of the dataset, else an ErrForbidden.
+// The error names the dataset and the first path refused.
+// Verdicts are kept until a watch sees a change; then only the changed samples are opened.
 // Without a watch every call checks every sample.
 func (v *verdicts) authorize(ctx context.Context, name string, id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) error {
 	vd, err := v.get(ctx, name, id, ds, g, c)
@@ -191,12 +162,8 @@ func (v *verdicts) authorize(ctx context.Context, name string, id uint64, ds *bm
 	return nil
 }
 
-// get returns the verdict for (dataset, credentials): the kept one while
-// it holds, else one judged after this call began, by a check of its own
-// or one another caller with the same credentials started (a check
-// started before, while nothing it depends on changed since, serves too).
-// It returns ctx's error if ctx ends first; the check stops when no
-// caller waits for it any more.
+// get returns the kept verdict while it holds, else one judged after this call began.
+// Callers with the same credentials share one check; it stops when none waits any more.
 func (v *verdicts) get(ctx context.Context, name string, id uint64, ds *bmap.Map, g *fresh.Guard, c Caller) (verdict, error) {
 	key := keyOf(id, c)
 	v.mu.Lock()
@@ -211,8 +178,7 @@ func (v *verdicts) get(ctx context.Context, name string, id uint64, ds *bmap.Map
 			return old, nil
 		}
 		p := v.checking[key]
-		// One that began judging before this call serves only if nothing
-		// changed since; one still waiting for its turn judges later.
+		// One that began before this call serves only if nothing changed since.
 		earlier := p != nil && p.seq <= arrived && p.begun.Load()
 		if p == nil || (earlier && (g == nil || p.gen != gen)) {
 			p, earlier = v.start(name, key, gen, old, kept, ds, g, c), false
@@ -237,8 +203,7 @@ func (v *verdicts) get(ctx context.Context, name string, id uint64, ds *bmap.Map
 	}
 }
 
-// start starts a check for key at generation gen (under v.mu), judging
-// only what changed since old where old (kept) allows.
+// start starts a check for key at generation gen, judging only what changed since old.
 func (v *verdicts) start(name string, key verdictKey, gen uint64, old verdict, kept bool, ds *bmap.Map, g *fresh.Guard, c Caller) *pendingVerdict {
 	v.started++
 	ctx, cancel := context.WithCancel(v.ctx)
@@ -262,8 +227,7 @@ func (v *verdicts) start(name string, key verdictKey, gen uint64, old verdict, k
 	return p
 }
 
-// leave ends a caller's wait for p; the last to leave cancels it, and no
-// caller joins it from then on.
+// leave ends a caller's wait for p; the last to leave cancels it.
 func (v *verdicts) leave(key verdictKey, p *pendingVerdict) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -275,10 +239,8 @@ func (v *verdicts) leave(key verdictKey, p *pendingVerdict) {
 	}
 }
 
-// judge checks c's access to ds in c's owner's turn (begun set once it
-// has it): the samples changed since old where the guard can tell them
-// (old kept: a verdict judged before), else every sample. It returns
-// ctx's error if ctx ended first.
+// judge checks c's access to ds in its owner's turn; begun is set once it has one.
+// It opens the samples changed since old where the guard can tell, else every sample.
 func (v *verdicts) judge(ctx context.Context, name string, c Caller, begun *atomic.Bool, gen uint64, old verdict, kept bool, ds *bmap.Map, g *fresh.Guard) (verdict, error) {
 	release, err := v.turns.take(ctx, c.owner())
 	if err != nil {
@@ -290,9 +252,8 @@ func (v *verdicts) judge(ctx context.Context, name string, c Caller, begun *atom
 	t0 := time.Now()
 	vd := verdict{gen: gen, refused: -1}
 	if g != nil {
-		// The snapshots and the guard's point come before the opens: a
-		// change after them is seen at the next call, whether or not the
-		// opens saw it.
+		// The snapshots and the guard's point come before the opens.
+		// A change after them is seen at the next call.
 		vd.anc, vd.since = snapshot(ds, g), g.Now()
 	}
 	idx, scope := todo(old, kept, g)
@@ -319,11 +280,8 @@ func (v *verdicts) judge(ctx context.Context, name string, c Caller, begun *atom
 	return vd, nil
 }
 
-// todo returns the samples a check must open again after old (kept: a
-// verdict was judged before) and the check's scope: only those changed
-// since old (scopeChanges; none for a refusal whose sample did not
-// change: scopeKept), or every sample (nil, scopeFull) where the guard
-// cannot tell what changed or a directory above the root did.
+// todo returns the samples a check must open again after old, and the check's scope.
+// Only the changed samples where the guard can tell; every sample (nil, scopeFull) where not.
 func todo(old verdict, kept bool, g *fresh.Guard) ([]int32, string) {
 	if !kept || g == nil || !old.above() {
 		return nil, scopeFull
@@ -352,16 +310,14 @@ func (v *verdicts) forget(id uint64) {
 	}
 }
 
-// turns bounds how many checks one owner runs at once; the others wait
-// for a turn.
+// turns bounds how many checks one owner runs at once.
 type turns struct {
 	n  int
 	mu sync.Mutex
 	of map[owner]*ownerTurns // under mu: owners with a check running or waiting
 }
 
-// ownerTurns is one owner's turns and how many of its checks hold or
-// wait for one.
+// ownerTurns is one owner's turns and how many checks hold or wait for one.
 type ownerTurns struct {
 	ch    chan struct{}
 	users int // under turns.mu
@@ -369,8 +325,7 @@ type ownerTurns struct {
 
 func newTurns(n int) *turns { return &turns{n: max(n, 1), of: map[owner]*ownerTurns{}} }
 
-// take waits for a turn of o's, or for ctx to end (its error); release
-// gives the turn back.
+// take waits for a turn of o's or for ctx to end; release gives it back.
 func (t *turns) take(ctx context.Context, o owner) (release func(), err error) {
 	t.mu.Lock()
 	ot := t.of[o]

@@ -12,20 +12,11 @@ import (
 // more than a few levels (a state's sampling, backend_options' values).
 const maxDepth = 16
 
-// checkMsgpack walks one msgpack value in b before it is decoded and
-// refuses (Decode wraps ErrMalformed) a value nested deeper than
-// maxDepth, trailing bytes, and any length that the rest of b cannot
-// hold: an array of n elements needs at least n bytes more, a map 2n, a
-// string, binary or extension its length. The decoder allocates what a
-// header says before reading the elements (msgpack v5.4.1 sizes slices
-// without its 1M-element limit), so a 6-byte array32 header of 2^32-1
-// elements would allocate 32 GiB and end the daemon with a fatal,
-// unrecoverable out-of-memory; checked here, a body of b bytes allocates
-// at most about b elements. Elements are not all: decoded into generic
-// values (backend_options' map[string]any) or typed slices, one byte of
-// msgpack becomes 16 to 100 bytes of heap, so the walk also charges every
-// value what decoding it would materialise (costValue and the others) and refuses a
-// message past MaxDecoded, and any string or binary past MaxString.
+// checkMsgpack walks one msgpack value in b before it is decoded.
+// It refuses nesting past maxDepth, trailing bytes, and lengths the rest of b cannot hold.
+// The decoder allocates what a header says first: a 6-byte header could ask for 32 GiB.
+// The walk also charges each value what decoding it would materialise.
+// It refuses a message past MaxDecoded and a string or binary past MaxString.
 func checkMsgpack(b []byte) error {
 	budget := min(int64(MaxDecoded), decodedSlack+decodedPerByte*int64(len(b)))
 	rest, err := skipValue(b, 0, &budget)
@@ -38,21 +29,15 @@ func checkMsgpack(b []byte) error {
 	return nil
 }
 
-// What decoding materialises, per value, as checkMsgpack charges it: an
-// upper estimate for msgpack's decoder into generic values (a slot of
-// []any or a map[string]any entry with its share of the map's buckets
-// and their growth, a boxed number) and into typed slices (which grow by
-// doubling as they are filled).
+// What decoding materialises per value, as checkMsgpack charges it: an upper estimate.
 const (
 	costValue = 24 // every value: an interface slot, or a slice element and its growth
 	costEntry = 96 // every map entry, besides its key and value: buckets, growth, hashing
 	costBytes = 16 // every string, binary or extension, besides its bytes: header and rounding
 )
 
-// A message of n bytes may materialise decodedSlack + decodedPerByte·n
-// bytes, and never more than MaxDecoded: a valid request's generic values
-// (64 backend options) fit in the slack, and no body makes its decoder
-// take more than about twice its size beyond it.
+// A message of n bytes may materialise decodedSlack + decodedPerByte·n bytes, at most MaxDecoded.
+// A valid request's generic values fit in the slack.
 const (
 	decodedSlack   = 16 << 10
 	decodedPerByte = 2
@@ -102,18 +87,12 @@ func skipValue(b []byte, depth int, budget *int64) ([]byte, error) {
 		var size int // bytes of the length that follows c
 		var kind byte
 		switch c {
-		case 0xc4, 0xd9: // bin8, str8
-			size, kind = 1, 'b'
-		case 0xc5, 0xda: // bin16, str16
-			size, kind = 2, 'b'
-		case 0xc6, 0xdb: // bin32, str32
-			size, kind = 4, 'b'
-		case 0xc7: // ext8
-			size, kind = 1, 'e'
-		case 0xc8: // ext16
-			size, kind = 2, 'e'
-		case 0xc9: // ext32
-			size, kind = 4, 'e'
+		case 0xc4, 0xc5, 0xc6: // bin8, bin16, bin32
+			size, kind = 1<<(c-0xc4), 'b'
+		case 0xd9, 0xda, 0xdb: // str8, str16, str32
+			size, kind = 1<<(c-0xd9), 'b'
+		case 0xc7, 0xc8, 0xc9: // ext8, ext16, ext32
+			size, kind = 1<<(c-0xc7), 'e'
 		case 0xcc, 0xd0: // uint8, int8
 			n = 1
 		case 0xcd, 0xd1: // uint16, int16
@@ -124,14 +103,10 @@ func skipValue(b []byte, depth int, budget *int64) ([]byte, error) {
 			n = 8
 		case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1, 2, 4, 8, 16
 			n = 1 + 1<<(c-0xd4)
-		case 0xdc: // array16
-			size, kind = 2, 'a'
-		case 0xdd: // array32
-			size, kind = 4, 'a'
-		case 0xde: // map16
-			size, kind = 2, 'm'
-		case 0xdf: // map32
-			size, kind = 4, 'm'
+		case 0xdc, 0xdd: // array16, array32
+			size, kind = 2<<(c-0xdc), 'a'
+		case 0xde, 0xdf: // map16, map32
+			size, kind = 2<<(c-0xde), 'm'
 		default: // 0xc1: never used
 			return nil, fmt.Errorf("byte 0x%02x is no msgpack type", c)
 		}

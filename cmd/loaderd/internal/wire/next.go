@@ -7,13 +7,8 @@ import (
 	"math"
 )
 
-// AppendNextFrame appends r as a stream frame to dst: what
-// AppendFrame(dst, r) appends, byte for byte (the same keys in the same
-// order, omitempty fields left out when empty, integers in the
-// forms msgpack's reflection writes for their Go types), written
-// directly rather than by reflection: the stream sends one a batch, and
-// the reflective encoding (its per-field omitempty checks, its buffer)
-// was most of the daemon's cost of sending one.
+// AppendNextFrame appends r as a stream frame, byte for byte as AppendFrame would.
+// It writes directly: reflection was most of the cost of sending a batch.
 func AppendNextFrame(dst []byte, r *NextResponse) []byte {
 	at := len(dst)
 	dst = append(dst, 0, 0, 0, 0) // the length, set below
@@ -71,27 +66,21 @@ func AppendNextFrame(dst []byte, r *NextResponse) []byte {
 	return dst
 }
 
-// The msgpack forms the reflective encoder (github.com/vmihailenco/msgpack/v5,
-// without UseCompactInts) writes for these Go types.
+// The msgpack forms the reflective encoder writes for these Go types.
 
-func appendMapLen(b []byte, n int) []byte {
+func appendMapLen(b []byte, n int) []byte { return appendLen(b, n, 0x80, 0xde) }
+
+func appendArrayLen(b []byte, n int) []byte { return appendLen(b, n, 0x90, 0xdc) }
+
+// appendLen writes a map or array header: fix|n, or code with 16 or 32 bits.
+func appendLen(b []byte, n int, fix, code byte) []byte {
 	switch {
 	case n < 16:
-		return append(b, 0x80|byte(n))
+		return append(b, fix|byte(n))
 	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
+		return binary.BigEndian.AppendUint16(append(b, code), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
-}
-
-func appendArrayLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
+	return binary.BigEndian.AppendUint32(append(b, code+1), uint32(n))
 }
 
 func appendStr(b []byte, s string) []byte {

@@ -1,46 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package wire is loaderd's protocol on the wire, in one place: every
-// request, response and stream frame as a Go struct with its msgpack keys
-// and the ranges its numbers must be in, the upgrade names, the frame
-// format, and the decoding every message from a client goes through
-// (Decode, DecodeControl, ReadFrame: checked before anything is
-// allocated). Package serve converts these to and from the session
-// core's plain Go types (serve/convert.go); the Python client's TypedDicts
-// (python/nvfeed/_wire.py) mirror them key by key, which this
-// package's test checks both ways. The open request's loader fields are
-// loader.Request's (tagged there, as loader.State's are).
+// Package wire is loaderd's protocol on the wire, in one place.
+// It holds every request, response and stream frame with its msgpack keys and ranges.
+// Every client message is decoded here and checked before anything is allocated.
+// Package serve converts these types to the session core's.
+// python/nvfeed/_wire.py mirrors them key by key; a test checks both ways.
 //
-// The HTTP API. Bodies are msgpack with explicit snake_case keys; unknown
-// keys are refused. Errors are {"error": "...", "code": "..."} with a 4xx or
-// 5xx status (code: one of the Code constants, for a client to branch on).
+// Bodies are msgpack with snake_case keys; unknown keys are refused.
+// Errors are {"error": "...", "code": "..."} with a 4xx or 5xx status.
 //
 //	GET    /v1/backends               -            -> BackendsResponse
-//	GET    /v1/datasets               -            -> DatasetsResponse (counts only: no session, no file)
-//	GET    /v1/status                 -            -> StatusResponse (sessions: root sees all, others their own)
+//	GET    /v1/datasets               -            -> DatasetsResponse
+//	GET    /v1/status                 -            -> StatusResponse
 //	POST   /v1/reload                 -            -> ReloadResponse (uid 0 on the unix socket only)
 //	POST   /v1/sessions               OpenRequest  -> OpenResponse
-//	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse (blocks until a batch is read; body optional)
+//	POST   /v1/sessions/{id}/next     NextRequest  -> NextResponse
 //	POST   /v1/sessions/{id}/release  ReleaseRequest
-//	POST   /v1/sessions/{id}/memory   with "Upgrade: nvfeed-memory" -> 101, then one MemoryResponse frame carrying the memory's file descriptor (see MemoryUpgrade)
-//	POST   /v1/sessions/{id}/stream   StreamRequest, with "Upgrade: nvfeed-stream" -> 101, then frames (see StreamRequest)
+//	POST   /v1/sessions/{id}/memory   "Upgrade: nvfeed-memory" -> 101, one MemoryResponse frame
+//	POST   /v1/sessions/{id}/stream   StreamRequest, "Upgrade: nvfeed-stream" -> 101, then frames
 //	GET    /v1/sessions/{id}/state    -            -> loader.State
 //	DELETE /v1/sessions/{id}
 //	GET    /metrics (Prometheus text), GET /healthz
 //
-// The read-only GETs (backends, datasets, status, a session's state,
-// healthz) answer JSON instead, the same keys, to a request with
-// "Accept: application/json"; msgpack is the default.
+// The read-only GETs answer JSON with the same keys to "Accept: application/json".
 //
-// Ranges: a slot is in [0, 129) (session.MaxSlots: prefetch 64 + release
-// after 64 + 1) and a list of slots has at most 129 entries; an epoch and
-// an iteration are in [0, 2^31-1] (loader.MaxEpoch, loader.MaxIteration);
-// batch_size is in [1, 65536] (loader.MaxBatchSize); num_shards is in
-// [1, 2^31-1] (0 is refused: it does not mean 1); prefetch_queue_depth,
-// when given, in [1, 64]; job_id has at most 128 bytes
-// (session.MaxJobID), fingerprint is "" or 32 hex digits. A number or
-// string out of its range is answered 400 and names the field, its value
-// and the range. docs/protocol.md has the whole table.
+// A number or string out of its range is answered 400 naming the field, value and range.
+// docs/protocol.md has the table of ranges.
 package wire
 
 import (
@@ -50,64 +35,25 @@ import (
 	"github.com/nvfeed/nvfeed/loader/batchmem"
 )
 
-// OpenRequest opens a session: a loader over a registered dataset. Its
-// loader fields are loader.Request's, keys and all (one struct for the
-// wire, the session core and the loader's plan):
-//
-//   - DALI's reader arguments: batch_size in [1, 65536], shard_id in
-//     [0, num_shards), num_shards in [1, 2^31-1], random_shuffle, seed,
-//     pad_last_batch, stick_to_shard, initial_fill in [1, 2^24] (0 means
-//     1024); and shuffle, how random_shuffle shuffles: "permute" ("" too)
-//     or "dali" (see loader.ReaderArgs); shuffle_after_epoch (not with
-//     random_shuffle or stick_to_shard);
-//   - backend: a name from GET /v1/backends ("" means the default), and
-//     backend_options, the backend's options by name (at most 64 entries);
-//   - prefetch_queue_depth in [1, 64] (absent: loader.DefaultPrefetchQueueDepth),
-//     release_after in [0, 64] (the client releases a batch after this
-//     many later ones; absent: prefetch_queue_depth+1);
-//   - memory: "pinned" ("" too) or "gpu"; device_id in [0, 1023], the
-//     daemon's ordinal, used only when device_uuid is ""; device_uuid
-//     (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, cuDeviceGetUuid's bytes;
-//     at most 64 characters): the daemon uses its own ordinal for it (the
-//     client's and the daemon's CUDA_VISIBLE_DEVICES may differ), a GPU the
-//     daemon does not see is answered 400 naming it and the GPUs it sees;
-//     gpu_path: "cufile", "bounce" or "auto" ("" too), memory gpu only;
-//   - state: resume here, a state an open response or GET .../state gave.
+// OpenRequest opens a session over a registered dataset.
+// Its loader fields are loader.Request's; docs/protocol.md lists the ranges.
 type OpenRequest struct {
 	Dataset        string `msgpack:"dataset"` // a registered dataset's name
 	loader.Request `msgpack:",inline"`
-	// Fingerprint: "" or the dataset's fingerprint the client expects (an
-	// open response's, or GET /v1/datasets'): another one is refused (409).
+	// Fingerprint: "" or the fingerprint the client expects; another is refused.
 	Fingerprint string `msgpack:"fingerprint"`
-	// JobID: "" or the job this session is a rank of, at most 128 bytes of
-	// UTF-8 without control characters. The sessions of one job (one
-	// owner's, on this daemon) must read one dataset with the same
-	// sampling, each its own shard_id; one that does not is refused (409,
-	// code CodeRankMismatch, "ranks disagree: ...", naming each difference).
+	// JobID: "" or the job this session is a rank of.
+	// The ranks of one job must agree on dataset and sampling.
 	JobID string `msgpack:"job_id"`
-	// Files: DALI's files= (file_list's names too): the samples of the
-	// dataset this session reads, in this order, each named by its path
-	// relative to the map's root or by its absolute path under it; nil or
-	// empty: the whole dataset. At most session.MaxFiles names; a name
-	// not in the map is refused (400, naming it), and only the named
-	// files are checked as the caller.
+	// Files: DALI's files=, the samples to read in order; empty means all.
 	Files []string `msgpack:"files,omitempty"`
-	// WebDataset datasets only (reader "webdataset"), where they are
-	// required; given for another dataset: 400. Ext: one entry per
-	// output, each a ';'-separated list of extensions any of which fills
-	// it, as fn.readers.webdataset's ext (1 to 64 entries, each at most
-	// 256 bytes). MissingComponentBehavior: "skip", "empty" or "error"
-	// (case insensitive; "" means "empty"), what a sample with fewer
-	// matching components than outputs becomes. CaseSensitiveExtensions:
-	// absent means true (DALI's default).
+	// Webdataset datasets only: ext, missing_component_behavior, case_sensitive_extensions.
 	Ext                      []string `msgpack:"ext"`
 	MissingComponentBehavior string   `msgpack:"missing_component_behavior"`
 	CaseSensitiveExtensions  *bool    `msgpack:"case_sensitive_extensions"`
 }
 
-// OpenResponse describes the new session, its batch memory (kind, size,
-// slot size, device; the memory itself comes as a file descriptor from
-// POST /v1/sessions/{id}/memory) and the position of its first batch.
+// OpenResponse describes the new session, its batch memory and its first position.
 type OpenResponse struct {
 	ID                 string        `msgpack:"id"`
 	Backend            string        `msgpack:"backend"`              // the backend that reads (the default filled in)
@@ -121,40 +67,24 @@ type OpenResponse struct {
 	EpochBatches       int           `msgpack:"epoch_batches"`        // batches in Epoch for this shard
 	State              loader.State  `msgpack:"state"`                // the session's position at open, with its sampling: what a client reopens with after a daemon restart
 	Fingerprint        string        `msgpack:"fingerprint"`          // the dataset's: what ranks compare, and what a reopen asks for
-	// Content summarises the dataset by its samples' names, sizes and
-	// labels (bmap.Content): ranks on other nodes compare it to name a
-	// difference. Absent from a daemon without feature "content".
+	// Content summarises the dataset for ranks on other nodes to compare.
 	Content *bmap.Content `msgpack:"content,omitempty"`
-	// Reader is the DALI reader whose samples the dataset holds: "file"
-	// (encoded files with labels), "numpy" (.npy arrays: batches carry
-	// dtype and shapes) or "webdataset" (tar members: K outputs a sample).
+	// Reader is the DALI reader: "file", "numpy" or "webdataset".
 	Reader string `msgpack:"reader"`
-	// Components is K, the outputs of a sample (len(ext)) of a
-	// "webdataset" dataset, whose batches list K (offset, length) pairs
-	// per sample (NextResponse); 0 for "file" and "numpy" datasets.
+	// Components is K, a webdataset sample's outputs; 0 for other readers.
 	Components int `msgpack:"components"`
-	// NotRaw is, for a backend that reads raw (gds, bam), the dataset's
-	// raw-mapped samples it reads through the filesystem instead, by
-	// cause, with the fix (as loaderd status says); absent when none.
+	// NotRaw: for a raw backend, the samples read through the filesystem, by cause.
 	NotRaw []StaleCause `msgpack:"not_raw,omitempty"`
-	// Skipped is, for a "webdataset" session with
-	// missing_component_behavior "skip", the samples of the dataset left
-	// out, and SkippedLacking, per ext entry, how many of them lack it
-	// (why they were left out); absent when none. Every epoch leaves the
-	// same ones out: a client says so once an epoch.
+	// Skipped: samples left out by missing_component_behavior "skip".
+	// SkippedLacking counts, per ext entry, how many of them lack it.
 	Skipped        int   `msgpack:"skipped,omitempty"`
 	SkippedLacking []int `msgpack:"skipped_lacking,omitempty"`
 }
 
-// MemoryUpgrade is the Upgrade header value that asks for a session's
-// batch memory. Only the session's owner gets it, and only on the unix
-// socket. The daemon answers 101, then sends one frame (a 4-byte
-// big-endian length and that much msgpack: a MemoryResponse) whose bytes
-// carry the memory's file descriptor as SCM_RIGHTS ancillary data, and
-// closes the connection. The client maps the descriptor (read-only, shared,
-// Size bytes) and closes it; the mapping stays valid after the session and
-// the daemon are gone. Over TCP no descriptor can be passed: sessions open
-// and deliver descriptors, but their batch bytes cannot be reached.
+// MemoryUpgrade is the Upgrade header value that asks for a session's batch memory.
+// Only the owner gets it, on the unix socket only.
+// The daemon answers 101 and one frame carrying the descriptor as SCM_RIGHTS.
+// The mapping stays valid after the session and the daemon are gone.
 const MemoryUpgrade = "nvfeed-memory"
 
 // MemoryResponse is the frame that carries a session's memory descriptor.
@@ -169,29 +99,20 @@ type NextResponse struct {
 	Iteration    int  `msgpack:"iteration"`
 	EpochBatches int  `msgpack:"epoch_batches"`
 	Slot         int  `msgpack:"slot"`
-	// Offsets and Lengths: of each sample in the shared memory; of a
-	// webdataset dataset (OpenResponse.Components K > 0), K entries per
-	// sample, sample-major (sample i's output k at i·K+k), each output a
-	// room of its own, 4 KiB-aligned as a sample's; length 0: an empty
-	// output (missing_component_behavior "empty"), or a failed sample.
+	// Offsets and Lengths of each sample in the shared memory.
+	// A webdataset sample has K entries, sample-major, each in its own room.
+	// Length 0 is an empty output or a failed sample.
 	Offsets []int64  `msgpack:"offsets"`
 	Lengths []int64  `msgpack:"lengths"`
 	Labels  []int32  `msgpack:"labels"` // one per sample; empty for a webdataset dataset
 	Indices []int32  `msgpack:"indices"`
 	Failed  []int    `msgpack:"failed,omitempty"` // positions whose sample could not be read (length 0)
 	Errors  []string `msgpack:"errors,omitempty"` // one message per failed sample: its path and the cause
-	// Numpy datasets only: the samples' element type as an .npy header's
-	// descr writes it ("<f4", "|u1", "|b1", "<i8", ...: one for the
-	// dataset), and each sample's shape in batch order (outermost first;
-	// [] for a 0-d array), a failed sample's as mapped. Each sample's
-	// bytes are a C-order array of that shape; its length is the shape's
-	// product times the element size (0 for a failed sample). Labels are
-	// zeros.
+	// Numpy datasets only: the .npy descr of the elements and each sample's shape.
+	// A sample's bytes are a C-order array of that shape. Labels are zeros.
 	DType  string    `msgpack:"dtype,omitempty"`
 	Shapes [][]int64 `msgpack:"shapes,omitempty"`
-	// In a stream only: the stream ended with this error (the last frame),
-	// and the HTTP status a request would have had for it (404: the
-	// session is gone, e.g. the daemon stopped).
+	// In a stream only: the error that ended it and the status a request would get.
 	Error       string `msgpack:"error,omitempty"`
 	ErrorStatus int    `msgpack:"error_status,omitempty"`
 	ErrorCode   string `msgpack:"error_code,omitempty"` // as ErrorResponse.Code
@@ -203,22 +124,14 @@ type NextResponse struct {
 // StreamUpgrade is the Upgrade header value that starts a stream.
 const StreamUpgrade = "nvfeed-stream"
 
-// StreamRequest starts a stream, optionally at a position (epoch and
-// iteration, both or neither).
+// StreamRequest starts a stream, optionally at a position.
 //
-// A stream carries frames both ways on the upgraded connection: each is a
-// 4-byte big-endian length and that many bytes of msgpack (at most
-// MaxFrame from the client). The daemon sends a NextResponse per batch
-// (or end of epoch) as soon as it is read, bounded by the session's
-// slots. The client sends StreamControl frames: releases (no reply: no
-// round trip per batch), or a stop naming the slots it still holds,
-// answered by a frame with stopped set once every other delivered batch
-// is released. When the connection closes without a stop (the client
-// died, or its connection broke while it may still be using the
-// batches), every delivered batch stays held: the next stream's keep says
-// which of them the client still holds, and every other one is released
-// before its first frame; an abandoned session's batches go with the
-// session (closed or reaped).
+// Frames go both ways: a 4-byte big-endian length, then msgpack.
+// The daemon sends a NextResponse per batch as soon as it is read.
+// The client sends StreamControl frames: releases without reply, or a stop.
+// A stop is answered with stopped once every batch not kept is released.
+// A connection closed without a stop leaves every delivered batch held.
+// The next stream's keep says which the client still holds; the rest are released.
 type StreamRequest struct {
 	Epoch     *int  `msgpack:"epoch"`     // in [0, 2^31-1]
 	Iteration *int  `msgpack:"iteration"` // in [0, 2^31-1]
@@ -232,9 +145,8 @@ type StreamControl struct {
 	Keep    []int `msgpack:"keep"`    // ...keeping these slots held
 }
 
-// NextRequest may carry slots to release first, saving a round trip, and
-// may name the batch wanted (epoch and iteration, both or neither: DALI's
-// BatchInfo); without them the session's next batch comes.
+// NextRequest may release slots first and may name the batch wanted.
+// Without a position the session's next batch comes.
 type NextRequest struct {
 	Release   []int `msgpack:"release"`
 	Epoch     *int  `msgpack:"epoch"`     // in [0, 2^31-1]
@@ -259,37 +171,27 @@ type DatasetsResponse struct {
 	Datasets []DatasetInfo `msgpack:"datasets"`
 }
 
-// DatasetInfo is one registered dataset: its name, size, and how many of
-// its samples are fresh, stale, filesystem-only, and how many files were
-// added to its folders since mapping. It names no file: counts only, and
-// those only to a caller who may read the dataset (readable); added only
-// to one who may also list every folder it counts in. Root sees all.
+// DatasetInfo is one registered dataset: its size and freshness counts.
+// It names no file. Counts go only to a caller who may read the dataset.
 type DatasetInfo struct {
 	Name string `msgpack:"name"`
-	// Readable: the caller may read every sample of the dataset; false:
-	// only name, reader and freshness are given.
+	// Readable: the caller may read every sample; else only name, reader and freshness.
 	Readable bool   `msgpack:"readable"`
 	Samples  *int   `msgpack:"samples,omitempty"` // in the map: what sessions serve
 	Bytes    *int64 `msgpack:"bytes,omitempty"`   // the samples' sizes when mapped, summed
 	Classes  *int   `msgpack:"classes,omitempty"`
-	// Fresh raw samples are still readable from their extents; Stale ones
-	// changed since mapping and are read through the filesystem, or fail
-	// if gone; FilesystemOnly ones were mapped without extents. Without a
-	// guard (freshness unchecked) every raw sample counts as stale.
+	// Fresh raw samples are readable from their extents.
+	// Stale ones changed since mapping and are read through the filesystem.
+	// Without a guard every raw sample counts as stale.
 	Fresh *int `msgpack:"fresh,omitempty"`
 	Stale *int `msgpack:"stale,omitempty"`
-	// Writable raw-mapped samples are unchanged but a user the daemon
-	// does not trust may change them (owner, mode, ACL, not immutable):
-	// read through the filesystem as the caller, never raw.
+	// Writable raw-mapped samples may be changed by an untrusted user: never read raw.
 	Writable       *int `msgpack:"writable,omitempty"`
 	FilesystemOnly *int `msgpack:"filesystem_only,omitempty"`
-	// Pending raw-mapped samples are not judged yet by the checking pass
-	// that runs after the daemon's start: read through the filesystem as
-	// the caller until it has.
+	// Pending raw-mapped samples are not judged yet: read through the filesystem.
 	Pending *int `msgpack:"pending,omitempty"`
-	// Added counts files in the dataset's folders that DALI's
-	// fn.readers.file would list and the map does not have; -1: the
-	// folders could not be listed; absent: the caller may not list them.
+	// Added counts files in the dataset's folders the map lacks.
+	// -1: the folders could not be listed; absent: the caller may not list them.
 	Added       *int   `msgpack:"added,omitempty"`
 	Freshness   string `msgpack:"freshness"`             // watch, read, none or unchecked
 	Fingerprint string `msgpack:"fingerprint,omitempty"` // the same on every node holding a copy: its samples' paths, labels and sizes
@@ -297,12 +199,8 @@ type DatasetInfo struct {
 	DType       string `msgpack:"dtype"`                 // numpy: the arrays' element type as an .npy descr ("<f4"); "" for file datasets
 }
 
-// StatusResponse is what the daemon serves and holds, as the caller may
-// see it (loaderd status): the datasets as DatasetsResponse gives them,
-// with why raw-mapped samples are read through the filesystem; the open
-// sessions (root on the unix socket: every one; another caller: its
-// own), never their ids; the daemon's budgets and how much of each is
-// used.
+// StatusResponse is what the daemon serves and holds, as the caller may see it.
+// Root on the unix socket sees every session; another caller its own, never their ids.
 type StatusResponse struct {
 	Datasets []DatasetStatus `msgpack:"datasets"`
 	Sessions []SessionInfo   `msgpack:"sessions"`
@@ -345,12 +243,8 @@ type SessionInfo struct {
 	BackendWhy string `msgpack:"backend_why"`
 }
 
-// Budget is one of the daemon's limits and how much of it is used:
-// batch_memory and sample_order_memory in bytes, sessions (all owners)
-// and sessions_of_the_caller in sessions, connections (all peers) in
-// connections; Source says where the limit came from (a flag, or for a
-// memory budget left to its default what it was derived from: the
-// memory cgroup's limit, MemTotal, RLIMIT_MEMLOCK).
+// Budget is one of the daemon's limits and how much of it is used.
+// Source says where the limit came from: a flag or what its default was derived from.
 type Budget struct {
 	Name   string `msgpack:"name"`
 	Used   int64  `msgpack:"used"`
@@ -371,17 +265,15 @@ type Reloaded struct {
 	Error   string `msgpack:"error,omitempty"`
 }
 
-// ErrorResponse is the body of every error status: the message for
-// people, and a machine-readable code (one of the Code constants; absent
-// for an error no sentinel names) for a client to branch on.
+// ErrorResponse is the body of every error status.
+// Code is one of the Code constants, absent when no sentinel names the error.
 type ErrorResponse struct {
 	Error string `msgpack:"error"`
 	Code  string `msgpack:"code,omitempty"`
 }
 
-// Error codes: ErrorResponse.Code and NextResponse.ErrorCode, one per kind
-// of refusal a client may act on. The text beside them is for people and
-// may change; a code does not.
+// Error codes for ErrorResponse.Code and NextResponse.ErrorCode.
+// A code does not change; the text beside it may.
 const (
 	CodeInvalid      = "invalid"       // a field out of range, an unknown backend or option, a malformed request
 	CodeNotFound     = "not_found"     // unknown dataset or session
