@@ -4,7 +4,7 @@
     python bench/client_cost.py SOCKET BATCH BATCHES BACKEND
         LoaderSource against a running loaderd (dataset "train"): wall time
         and the client's user and system CPU per batch, as JSON.
-    python bench/client_cost.py --synthetic BATCH
+    python bench/client_cost.py --synthetic BATCH [numpy|dali]
         No daemon: frames as loaderd sends them, written into a socketpair
         by a child process, through the source's own receive path (its
         release frames go back the same way): the Python cost alone.
@@ -25,8 +25,11 @@ import numpy as np
 
 from nvfeed import LoaderSource
 from nvfeed._lifetime import Lifetime
+from nvfeed._options import SourceOptions
+from nvfeed._session import Session
 from nvfeed._stream import Stream
-from nvfeed._views import Mapped
+from nvfeed._transport import Transport
+from nvfeed._views import DaliTypes, Mapped
 
 
 def _cpu(f, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -53,7 +56,7 @@ def live(sock: str, bs: int, n: int, backend: str) -> None:
         print(json.dumps({"batch": bs, "backend": backend, **_cpu(one, n)}))
 
 
-def synthetic(bs: int, n: int = 20000) -> None:
+def synthetic(bs: int, fmt: str = "numpy", n: int = 20000) -> None:
     frames = [msgpack.packb({"end_of_epoch": False, "epoch": 0, "iteration": i, "epoch_batches": 1 << 30, "slot": i % 6,
                              "offsets": [k * 114688 for k in range(bs)], "lengths": [110000 + k for k in range(bs)],
                              "labels": [k % 100 for k in range(bs)], "indices": list(range(i * bs, i * bs + bs))})
@@ -69,24 +72,31 @@ def synthetic(bs: int, n: int = 20000) -> None:
         b.sendall(blob)  # then exits: the drainer's copy keeps the socket open
         os._exit(0)
     b.close()
+    a.settimeout(5.0)  # as a session's stream has
     st = Stream.__new__(Stream)
     st._sock, st._buf = a, bytearray()
-    # A source past its open, on this stream (what _open would have set).
-    src = LoaderSource.__new__(LoaderSource)
     buf = np.zeros(bs * 114688 * 6, np.uint8)
-    src.__dict__.update(_id="synthetic", _give_back=[], _held=collections.deque(), _release_after=3, _transport="stream",
-                        _stream=st, _expect=(0, 0), _on_error="raise", _gpu=None, _dali=None, _epoch_batches=0,
-                        _reconnect_timeout=0, _buf=buf, _mapped=Mapped(None, buf, None, None), _fence=None,
-                        _dali_looked=True, _lifetime=Lifetime(True), _req={"dataset": "synthetic"}, keep=None, reader="file", prefetch_queue_depth=2,
-                        components=None, _unsent=[])
+    dali = DaliTypes() if fmt == "dali" else None
+    # A session past its open, on this stream (what Session._open sets).
+    s = Session.__new__(Session)
+    s.__dict__.update(id="synthetic", expect=(0, 0), gpu=None, mapped=Mapped(None, buf, None, dali), _fence=None,
+                      _held=collections.deque(), _give_back=[], release_after=3, prefetch_queue_depth=2,
+                      epoch_batches=0, components=0, reader="file", skipped_at_open=(0, ()), _dali=dali)
+    s.transport = Transport("stream", "synthetic", 5.0, None)  # type: ignore[arg-type]
+    s.transport._stream = st
+    o = SourceOptions.check("synthetic", socket="synthetic", batch_size=bs, zero_copy=True,
+                            batch_format="dali" if dali else "numpy")
+    src = LoaderSource.__new__(LoaderSource)
+    src.__dict__.update(options=o, _session=s, _dtypes={}, _last=None, last_indices=[], _lifetime=Lifetime(True),
+                        _dali_looked=True, keep=None, skipped_samples=0, _skip_told=-1)
     for _ in range(10):
         next(src)
-    print(json.dumps({"batch": bs, "synthetic": True, **_cpu(lambda: next(src), n)}))
+    print(json.dumps({"batch": bs, "synthetic": True, "format": fmt, **_cpu(lambda: next(src), n)}))
     a.close()
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "--synthetic":
-        synthetic(int(sys.argv[2]))
+        synthetic(int(sys.argv[2]), *sys.argv[3:4])
     else:
         live(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

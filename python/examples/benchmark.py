@@ -164,7 +164,8 @@ def dali_memory(a: argparse.Namespace) -> tuple[int, int, float]:
     buf = np.empty(off, dtype=np.uint8)
     for f, o, n in zip(files, offs, sizes):
         buf[o:o + n] = np.fromfile(f, dtype=np.uint8)
-    data = [buf[o:o + n] for o, n in zip(offs, sizes)]
+    # As LoaderSource makes them: numpy views, or memoryview slices for DALI.
+    data = [(buf if a.batch_format == "numpy" else buf.data)[o:o + n] for o, n in zip(offs, sizes)]
     labels = [np.array([classes[os.path.basename(os.path.dirname(f))]], dtype=np.int32) for f in files]
     order = list(range(len(files)))
     random.Random(0).shuffle(order)

@@ -349,18 +349,19 @@ class LoaderSource:
         if r["end_of_epoch"]:
             s.expect = (r["epoch"], 0)
             raise StopIteration
-        if self.keep is not None and self.keep < _wds.count_samples(self.components, r["offsets"]):
-            r = _views.prefix(r, self.keep, self.components or 1)
+        k = s.components  # the session's answers, read once a batch (not through _Opened)
+        if self.keep is not None and self.keep < _wds.count_samples(k, r["offsets"]):
+            r = _views.prefix(r, self.keep, k or 1)
         if at is not None and (r["epoch"], r["iteration"]) != at:
             s.transport.drop()
             raise LoaderError(f"loaderd: sent epoch {r['epoch']} batch {r['iteration']}, asked for {at}")
         s.expect = (r["epoch"], r["iteration"] + 1)
         self._last = (r["epoch"], r["iteration"])
-        if self.skipped_at_open[0] and r["iteration"] == 0 and r["epoch"] != self._skip_told:
+        if s.skipped_at_open[0] and r["iteration"] == 0 and r["epoch"] != self._skip_told:
             self._skip_told = r["epoch"]
-            tell(self.options.dataset, r["epoch"], self.options.ext, self.skipped_at_open)
+            tell(self.options.dataset, r["epoch"], self.options.ext, s.skipped_at_open)
         failed = r.get("failed") or []
-        if failed and (self.options.on_error == "raise" or len(failed) == _wds.count_samples(self.components, r["offsets"])):
+        if failed and (self.options.on_error == "raise" or len(failed) == _wds.count_samples(k, r["offsets"])):
             s.give_back(r["slot"])
             raise SampleError(r["epoch"], r["iteration"], failed, r.get("errors") or [])
         self.last_indices = r.get("indices") or []
@@ -370,11 +371,11 @@ class LoaderSource:
             s.give_back(r["slot"])
         else:
             s.hold(r["slot"])
-        if self.components:
+        if k:
             keep = self._skip(r, failed) if failed else None
-            return _wds.outputs(m, self.components, r["offsets"], r["lengths"], keep)
+            return _wds.outputs(m, k, r["offsets"], r["lengths"], keep)
         offsets, lengths, lbls = r["offsets"], r["lengths"], r["labels"]
-        if self.reader == "numpy":
+        if s.reader == "numpy":
             return self._tensors(m, r, failed)
         if not failed:  # the common case: every sample, no index juggling
             return _views.batch(m, offsets, lengths, np.array(lbls, dtype=np.int32).reshape(-1, 1))

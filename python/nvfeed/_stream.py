@@ -43,7 +43,13 @@ class Stream:
 
     def _fill(self, n: int) -> None:
         while len(self._buf) < n:
-            chunk = self._sock.recv(max(65536, n - len(self._buf)))
+            want = max(65536, n - len(self._buf))
+            try:
+                # What the kernel already holds, read straight from the
+                # descriptor: recv on a socket with a timeout polls first.
+                chunk = os.read(self._sock.fileno(), want)
+            except BlockingIOError:
+                chunk = self._sock.recv(want)  # nothing yet: waits, with the timeout
             if not chunk:
                 raise StreamError("the daemon closed the stream")
             self._buf += chunk

@@ -156,15 +156,16 @@ class DaliTypes:
             raise ImportError(f"LoaderSource: batch_format='dali' needs DALI (nvidia.dali) in this process: {e}") from e
         self._tensor, self._list = TensorCPU, TensorListCPU
 
-    def batch(self, samples: list[Sample], labels: "np.ndarray[Any, np.dtype[np.int32]]") -> DaliBatch:
-        """One TensorListCPU whose samples view the arrays (each keeps its
-        array, and so the batch memory, alive), and one of the labels."""
-        t = self._tensor
-        return self._list([t(s) for s in samples], contiguous=False), self.labels(labels)  # type: ignore[call-overload]
+    def views(self, buf: "np.ndarray[Any, np.dtype[np.uint8]]", offsets: list[int], lengths: list[int]) -> Any:
+        """One TensorListCPU whose samples view host memory ``buf`` at
+        offsets (zero-length for empty ones); each keeps the memory
+        alive. DALI 2.4 makes a ragged list only of one tensor a sample.
+        Tensors of memoryview slices cost less than of numpy views."""
+        t, mv = self._tensor, buf.data
+        return self._list([t(mv[o:o + n]) for o, n in zip(offsets, lengths)], contiguous=False)  # type: ignore[call-overload]
 
     def samples(self, samples: list[Sample]) -> Any:
-        """One TensorListCPU whose samples view the arrays (a WebDataset
-        batch's component: zero-length arrays for empty ones)."""
+        """One TensorListCPU whose samples view the arrays."""
         t = self._tensor
         return self._list([t(s) for s in samples], contiguous=False)  # type: ignore[call-overload]
 
@@ -247,7 +248,7 @@ def batch(m: Mapped, offsets: list[int], lengths: list[int],
     if g is None:
         if dali is None:
             return samples(m, offsets, lengths), labels
-        return dali.batch(samples(m, offsets, lengths), labels)
+        return dali.views(m.buf, offsets, lengths), dali.labels(labels)
     n = dense(offsets, lengths)
     # GPU samples of one size lie back to back: one (batch, size) array
     # (DALI wraps it as the batch, no copy; torch.as_tensor and

@@ -36,7 +36,11 @@ def outputs(m: Mapped, k: int, offsets: list[int], lengths: list[int], keep: Opt
     rows = range(len(offsets) // k) if keep is None else keep
     out: list[Union[list[Sample], Any]] = []
     for j in range(k):
-        views = samples(m, [offsets[i * k + j] for i in rows], [lengths[i * k + j] for i in rows])
+        offs, lens = [offsets[i * k + j] for i in rows], [lengths[i * k + j] for i in rows]
+        if m.dali is not None and m.gpu is None:
+            out.append(m.dali.views(m.buf, offs, lens))
+            continue
+        views = samples(m, offs, lens)
         out.append(views if m.dali is None else m.dali.samples(views))
     return tuple(out)
 

@@ -1,11 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The stream's control frames: written to the descriptor directly (no
-poll first), whole whatever the write takes."""
+"""The stream's frames: control frames written to the descriptor
+directly (no poll first), whole whatever the write takes; the daemon's
+read from the descriptor first, waiting with the timeout only when
+nothing is there."""
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 from typing import Any
 
 import msgpack
@@ -61,6 +65,46 @@ def test_send_to_a_closed_peer_is_a_stream_error() -> None:
     peer.close()
     with pytest.raises(StreamError):
         st.send({"release": [1]})
+
+
+def _framed(obj: Any) -> bytes:
+    b = msgpack.packb(obj)
+    return len(b).to_bytes(4, "big") + b
+
+
+def test_recv_takes_frames_split_or_together() -> None:
+    """A frame in pieces, the next arriving with its end: each whole,
+    in order, whether the bytes were waiting or came later."""
+    st, peer = _pair()
+    one, two = _framed({"slot": 1, "offsets": list(range(50))}), _framed({"slot": 2})
+    peer.sendall(one[:3])
+
+    def rest() -> None:
+        time.sleep(0.05)
+        peer.sendall(one[3:] + two)
+    t = threading.Thread(target=rest)
+    t.start()
+    assert st.recv() == {"slot": 1, "offsets": list(range(50))}
+    assert st.recv() == {"slot": 2}
+    t.join()
+    peer.sendall(_framed({"slot": 3}))  # waiting in the kernel already
+    time.sleep(0.01)
+    assert st.recv() == {"slot": 3}
+
+
+def test_recv_waits_with_the_timeout() -> None:
+    st, _peer = _pair()
+    st._sock.settimeout(0.1)
+    with pytest.raises(StreamError):
+        st.recv()
+
+
+def test_recv_from_a_closed_peer_is_a_stream_error() -> None:
+    st, peer = _pair()
+    peer.sendall(_framed({"slot": 1})[:5])
+    peer.close()
+    with pytest.raises(StreamError, match="closed"):
+        st.recv()
 
 
 class _FakeStream:
