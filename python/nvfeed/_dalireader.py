@@ -57,7 +57,9 @@ class Reader:
         self.src: Optional[LoaderSource] = None
         self._stream: Optional[Stream] = None
         self._base = 0  # DALI's iteration of the stream's first batch (Stream)
-        self._index = _dalicpt.hook(pipe, self._entry) if _dalicpt.checkpointing(pipe) else -1
+        self.moved = False
+        """Whether the pipeline was restored on other shards or batch size (``_restored``)."""
+        self._index = _dalicpt.hook(pipe, _dalicpt.READERS, self._entry) if _dalicpt.checkpointing(pipe) else -1
 
     def __repr__(self) -> str:  # DALI names the source by it in its messages
         return f"nvfeed.dali.reader({self._options.dataset!r}, name={self._name!r})"
@@ -81,7 +83,7 @@ class Reader:
         """``options`` with the state to open for the checkpoint ``pipe``
         was restored from (``restart``): a restore on other shards or
         batch size resumes the epoch the checkpoint was taken in."""
-        saved = _dalicpt.saved(pipe, self._index) if self._index >= 0 else None
+        saved = _dalicpt.saved(pipe, _dalicpt.READERS, self._index) if self._index >= 0 else None
         if saved is None:
             return options
         o = options
@@ -107,6 +109,12 @@ class Reader:
         moved = st["sampling"].get("num_shards") != start["sampling"].get("num_shards") or \
             st["sampling"].get("batch_size") != start["sampling"].get("batch_size")
         self._base = saved.iter if moved else int(saved.entry["base"])
+        self.moved = moved
+        if moved and _dalicpt.sized(pipe):
+            raise LoaderError(f"{self!r}: restored on other shards or batch size, it resumes a shorter epoch, but "
+                              "the checkpoint's DALI iterator counts every epoch alike (its size= or reader_name): "
+                              "restore it with the saved num_shards and batch size, or iterate without size= and "
+                              "reader_name")
         return dataclasses.replace(o, state=st)
 
     def source(self) -> LoaderSource:
@@ -117,6 +125,7 @@ class Reader:
             pipeline.push_current(pipe)  # what LoaderSource learns from the pipeline it is in
             try:
                 self.src = LoaderSource.of(self._restored(pipe, dataclasses.replace(self._options, seed=seed)))
+                self.src.dali_checkpoint = False  # the reader's entry stands for it
             except RankMismatchError as e:
                 if self._seed is not None or "seed" not in str(e):
                     raise
@@ -156,7 +165,13 @@ class Reader:
         return seed_for(int(pipe.seed), slot % MAX_SEEDS)
 
     def meta(self) -> dict[str, int]:
-        return reader_meta(self.source())
+        src = self.source()
+        if self.moved:
+            raise LoaderError(f"{self!r}: restored on other shards or batch size, it resumes a shorter epoch; DALI's "
+                              "iterators size every epoch alike from reader_meta and would trim or pad it wrongly. "
+                              "Iterate without reader_name (and size=), or restore with the saved num_shards and "
+                              "batch size")
+        return reader_meta(src)
 
     def close(self) -> None:
         self._stream = None
