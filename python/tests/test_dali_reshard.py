@@ -111,6 +111,22 @@ def test_generic_iterator(sets: Sets) -> None:
     assert len(got) >= 3 and all(c == sets.want["tens"] for c in got)
 
 
+def test_unpadded_stream(sets: Sets) -> None:
+    """Without pad_last_batch, 4 ranks in epoch 0 (uneven shards, all at
+    batch 5) resume on 3: each new rank's stream is its 41 samples of the
+    resumed epoch, then epoch 1's, in batches across that end (copies)."""
+    got: collections.Counter[str] = collections.Counter()
+    cp = b""
+    for r in range(4):
+        head, c = _run(_pipe(sets, "imgs", r, 4, 4, None, pad_last_batch=False), 5, False)
+        got.update(x for b in head for x in b)
+        cp = c if r == 0 else cp
+    for r in range(3):
+        tail, _ = _run(_pipe(sets, "imgs", r, 3, 4, cp, pad_last_batch=False), 11, False)
+        got.update([x for b in tail for x in b][:(203 - 4 * 20) // 3])
+    assert got == sets.want["imgs"]
+
+
 def test_same_shards_unchanged(sets: Sets) -> None:
     """A restore on the saved shards goes on as the run that was not
     interrupted, through a chain of restores."""
