@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import warnings
+import weakref
 from typing import Any, Callable, Optional
 
 from ._errors import LoaderError
@@ -70,10 +71,13 @@ class _Checkpoint:
     """A pipeline's ``_get_checkpoint``: DALI 2.4's, with nvfeed's key."""
 
     def __init__(self, pipe: Any, feeders: dict[str, list[Entry]], backend: Any) -> None:
-        self._pipe, self._feeders, self._backend = pipe, feeders, backend  # the pipeline holds this: a cycle
+        self._pipe = weakref.ref(pipe)  # the pipeline holds this: no cycle, it goes when its users let go
+        self._feeders, self._backend = feeders, backend
 
     def __call__(self, iterator_data: str = "") -> Any:
-        p = self._pipe
+        p = self._pipe()
+        if p is None:
+            raise ReferenceError("nvfeed: the pipeline is gone")
         cpt = self._backend.ExternalContextCheckpoint()
         cpt.pipeline_data = json.dumps({"iter": p._consumer_iter, "epoch_idx": p._epoch_idx,
                                         KEY: {"version": VERSION, **{g: [f() for f in fs] for g, fs in self._feeders.items()}}})
