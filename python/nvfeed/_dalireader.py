@@ -57,8 +57,9 @@ class Reader:
         self.src: Optional[LoaderSource] = None
         self._stream: Optional[Stream] = None
         self._base = 0  # DALI's iteration of the stream's first batch (Stream)
-        self.moved = False
-        """Whether the pipeline was restored on other shards or batch size (``_restored``)."""
+        self.short = False
+        """Whether the stream starts with a resumed epoch, shorter than the
+        others (a restore on other shards or batch size: ``_restored``)."""
         self._index = _dalicpt.hook(pipe, _dalicpt.READERS, self._entry) if _dalicpt.checkpointing(pipe) else -1
 
     def __repr__(self) -> str:  # DALI names the source by it in its messages
@@ -109,12 +110,12 @@ class Reader:
         moved = st["sampling"].get("num_shards") != start["sampling"].get("num_shards") or \
             st["sampling"].get("batch_size") != start["sampling"].get("batch_size")
         self._base = saved.iter if moved else int(saved.entry["base"])
-        self.moved = moved
-        if moved and _dalicpt.sized(pipe):
-            raise LoaderError(f"{self!r}: restored on other shards or batch size, it resumes a shorter epoch, but "
-                              "the checkpoint's DALI iterator counts every epoch alike (its size= or reader_name): "
-                              "restore it with the saved num_shards and batch size, or iterate without size= and "
-                              "reader_name")
+        self.short = bool(st.get("stages"))
+        if (moved or self.short) and _dalicpt.sized(pipe):
+            raise LoaderError(f"{self!r}: restored on other shards or batch size (now or at an earlier restore), but "
+                              "the checkpoint's DALI iterator counts epochs for the shards it was taken on (its size= "
+                              "or reader_name): restore it with the saved num_shards and batch size, or iterate "
+                              "without size= and reader_name")
         return dataclasses.replace(o, state=st)
 
     def source(self) -> LoaderSource:
@@ -166,7 +167,7 @@ class Reader:
 
     def meta(self) -> dict[str, int]:
         src = self.source()
-        if self.moved:
+        if self.short:
             raise LoaderError(f"{self!r}: restored on other shards or batch size, it resumes a shorter epoch; DALI's "
                               "iterators size every epoch alike from reader_meta and would trim or pad it wrongly. "
                               "Iterate without reader_name (and size=), or restore with the saved num_shards and "

@@ -158,6 +158,14 @@ def test_refused_reader_name_iterator(sets: Sets) -> None:
     _, cp = _run(_pipe(sets, "tens", 0, 4, 4, None, name="R"), 5, False)
     with pytest.raises(Exception, match="reader_name"):
         DALIGenericIterator([_pipe(sets, "tens", 0, 3, 4, cp, name="R")], ["data"], reader_name="R")
+    _, cp = _run(_pipe(sets, "tens", 0, 3, 4, cp, name="R"), 2, False)
+    with pytest.raises(Exception, match="reader_name"):  # the same shards, but still the shorter epoch
+        DALIGenericIterator([_pipe(sets, "tens", 0, 3, 4, cp, name="R")], ["data"], reader_name="R")
+    it = DALIGenericIterator([_pipe(sets, "tens", 0, 4, 4, None, name="R")], ["data"], reader_name="R")
+    next(it)
+    cp = it.checkpoints()[0]  # the iterator's counts for 4 shards
+    with pytest.raises(Exception, match="counts epochs"):
+        next(DALIGenericIterator([_pipe(sets, "tens", 0, 3, 4, cp, name="R")], ["data"]))
 
 
 def test_refused_other_dataset(sets: Sets) -> None:
