@@ -2,7 +2,9 @@
 """Real DALI, CPU only: with enable_checkpointing=True and
 fn.external_source(source=src.batch, batch_info=True), a pipeline restored
 from pipe.checkpoint() with a new LoaderSource continues exactly as the
-uninterrupted run, across an epoch boundary, shuffled, on two shards."""
+uninterrupted run, across an epoch boundary, shuffled, on two shards;
+restored on other shards it is refused (nvfeed.dali.reader's resume there:
+test_dali_reshard.py)."""
 
 from __future__ import annotations
 
