@@ -15,9 +15,9 @@ import warnings
 import weakref
 from typing import Any, Optional
 
-from . import _depth
-from ._dalistream import Stream
-from ._errors import RankMismatchError
+from . import _dalicpt, _depth
+from ._dalistream import Stream, restart
+from ._errors import LoaderError, RankMismatchError
 from ._options import SourceOptions
 from ._seeds import MAX_SEEDS, seed_for
 from ._source import LoaderSource
@@ -56,6 +56,11 @@ class Reader:
         self.marker: Any = None  # the operator at the reader's place in the graph's order
         self.src: Optional[LoaderSource] = None
         self._stream: Optional[Stream] = None
+        self._base = 0  # DALI's iteration of the stream's first batch (Stream)
+        self.short = False
+        """Whether the stream starts with a resumed epoch, shorter than the
+        others (a restore on other shards or batch size: ``_restored``)."""
+        self._index = _dalicpt.hook(pipe, _dalicpt.READERS, self._entry) if _dalicpt.checkpointing(pipe) else -1
 
     def __repr__(self) -> str:  # DALI names the source by it in its messages
         return f"nvfeed.dali.reader({self._options.dataset!r}, name={self._name!r})"
@@ -64,8 +69,54 @@ class Reader:
         if self._stream is None:
             pipe = self._pipe()
             keep = _depth.needed(pipe)[0] if pipe is not None else 1
-            self._stream = Stream(self.source(), self._options.batch_size, keep)
+            self._stream = Stream(self.source(), self._options.batch_size, keep, self._base)
         return self._stream(info)
+
+    def _entry(self) -> Optional[dict[str, Any]]:
+        """This reader's part of a DALI checkpoint: where its stream
+        started (the source's opened state: sampling, epoch, stages,
+        content) and DALI's iteration there."""
+        if self.src is None:
+            return None
+        return {"dataset": self._options.dataset, "state": self.src.opened_state, "base": self._base}
+
+    def _restored(self, pipe: Any, options: SourceOptions) -> SourceOptions:
+        """``options`` with the state to open for the checkpoint ``pipe``
+        was restored from (``restart``): a restore on other shards or
+        batch size resumes the epoch the checkpoint was taken in."""
+        saved = _dalicpt.saved(pipe, _dalicpt.READERS, self._index) if self._index >= 0 else None
+        if saved is None:
+            return options
+        o = options
+        if not saved.known:
+            warnings.warn(f"{self!r}: this DALI checkpoint was taken by an nvfeed that did not save its state: "
+                          "restored as taken with these num_shards and batch size, which nvfeed cannot check. "
+                          "Restored on other ones, the pipeline reads other samples than the checkpoint's rest. "
+                          "Take a new checkpoint with this nvfeed", RuntimeWarning, stacklevel=4)
+            return o
+        if saved.epoch_idx != 0:
+            raise LoaderError(f"{self!r}: the checkpoint was taken after another source of the pipeline ended DALI's "
+                              f"epoch {saved.epoch_idx - 1}: where this reader's stream was then is not known")
+        if saved.entry is None:
+            if saved.iter != 0:
+                raise LoaderError(f"{self!r}: the checkpoint holds no state of this reader, but DALI's iteration "
+                                  f"{saved.iter}: restore it into the pipeline that took it")
+            return o
+        if saved.entry.get("dataset") != o.dataset:
+            raise LoaderError(f"{self!r}: the checkpoint was taken reading dataset {saved.entry.get('dataset')!r}: "
+                              "restore it into a pipeline reading that dataset")
+        start = saved.entry["state"]
+        st = restart(start, int(saved.entry["base"]), saved.iter, o.shard_id, o.num_shards, o.batch_size)
+        moved = st["sampling"].get("num_shards") != start["sampling"].get("num_shards") or \
+            st["sampling"].get("batch_size") != start["sampling"].get("batch_size")
+        self._base = saved.iter if moved else int(saved.entry["base"])
+        self.short = bool(st.get("stages"))
+        if (moved or self.short) and _dalicpt.sized(pipe):
+            raise LoaderError(f"{self!r}: restored on other shards or batch size (now or at an earlier restore), but "
+                              "the checkpoint's DALI iterator counts epochs for the shards it was taken on (its size= "
+                              "or reader_name): restore it with the saved num_shards and batch size, or iterate "
+                              "without size= and reader_name")
+        return dataclasses.replace(o, state=st)
 
     def source(self) -> LoaderSource:
         if self.src is None:
@@ -74,7 +125,8 @@ class Reader:
             pipeline: Any = importlib.import_module("nvidia.dali.pipeline").Pipeline  # loaded by nvfeed.dali
             pipeline.push_current(pipe)  # what LoaderSource learns from the pipeline it is in
             try:
-                self.src = LoaderSource.of(dataclasses.replace(self._options, seed=seed))
+                self.src = LoaderSource.of(self._restored(pipe, dataclasses.replace(self._options, seed=seed)))
+                self.src.dali_checkpoint = False  # the reader's entry stands for it
             except RankMismatchError as e:
                 if self._seed is not None or "seed" not in str(e):
                     raise
@@ -114,7 +166,13 @@ class Reader:
         return seed_for(int(pipe.seed), slot % MAX_SEEDS)
 
     def meta(self) -> dict[str, int]:
-        return reader_meta(self.source())
+        src = self.source()
+        if self.short:
+            raise LoaderError(f"{self!r}: restored on other shards or batch size, it resumes a shorter epoch; DALI's "
+                              "iterators size every epoch alike from reader_meta and would trim or pad it wrongly. "
+                              "Iterate without reader_name (and size=), or restore with the saved num_shards and "
+                              "batch size")
+        return reader_meta(src)
 
     def close(self) -> None:
         self._stream = None

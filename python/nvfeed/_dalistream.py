@@ -19,12 +19,13 @@ from __future__ import annotations
 import bisect
 import collections
 import importlib
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, cast
 
 import numpy as np
 
 from ._errors import LoaderError
-from ._wire import Sampling
+from . import _resume
+from ._wire import Sampling, Stage, State
 
 if TYPE_CHECKING:  # a type only: the source is made elsewhere
     from ._source import LoaderSource
@@ -43,38 +44,91 @@ class Epochs:
     """How many samples each epoch of the reader's stream holds: the
     shard's, rotating unless it sticks (``shuffle_after_epoch`` implies
     it, as in DALI), padded to whole batches of the largest shard with
-    ``pad_last_batch``; and which epoch a position of the stream is in."""
+    ``pad_last_batch``; and which epoch a position of the stream is in.
+    The stream starts at epoch ``first``; ``head``: that epoch's list's
+    length when it is a resumed one (``nvfeed._resume``)."""
 
-    def __init__(self, s: Sampling, batch_size: int) -> None:
+    def __init__(self, s: Sampling, batch_size: int, first: int = 0, head: Optional[int] = None) -> None:
         n, shards, shard = s["n"], s["num_shards"], s["shard_id"]
+        pad, stick = s["pad_last_batch"], s["stick_to_shard"] or s.get("shuffle_after_epoch", False)
 
-        def size(k: int) -> int:  # DALI's shard k of n samples
-            return (k + 1) * n // shards - k * n // shards
-        if s["pad_last_batch"]:
-            sizes = [-(-(-(-n // shards)) // batch_size) * batch_size]
-        elif s["stick_to_shard"] or s.get("shuffle_after_epoch", False):
-            sizes = [size(shard)]
-        else:
-            sizes = [size((shard + e) % shards) for e in range(shards)]
-        if sum(sizes) == 0:
-            raise LoaderError(f"nvfeed.dali.reader: shard {shard} of {shards} holds no sample of {n}")
+        def size(e: int, m: int) -> int:  # DALI's shard of m samples in epoch e
+            if pad:
+                return -(-(-(-m // shards)) // batch_size) * batch_size
+            k = shard if stick else (shard + e) % shards
+            return (k + 1) * m // shards - k * m // shards
         self.batch_size = batch_size
-        self._sizes = sizes
+        self._first = first
+        self._head = [] if head is None else [size(first, head)]
+        self._from = first + len(self._head)  # the first epoch of whole lists
+        self._sizes = [size(self._from + i, n) for i in range(1 if pad or stick else shards)]
+        if sum(self._sizes) == 0:
+            raise LoaderError(f"nvfeed.dali.reader: shard {shard} of {shards} holds no sample of {n}")
         self._starts = [0]
-        for m in sizes:
+        for m in self._sizes:
             self._starts.append(self._starts[-1] + m)
-        self.aligned = all(m % batch_size == 0 for m in sizes)
+        self.aligned = all(m % batch_size == 0 for m in self._head + self._sizes)
         """Whether every epoch is whole batches: DALI's batches are the daemon's."""
 
     def size(self, epoch: int) -> int:
         """The samples of epoch ``epoch``."""
-        return self._sizes[epoch % len(self._sizes)]
+        if self._head and epoch == self._first:
+            return self._head[0]
+        return self._sizes[(epoch - self._from) % len(self._sizes)]
 
     def locate(self, p: int) -> tuple[int, int]:
         """The epoch sample ``p`` of the stream is in, and its place there."""
+        if self._head:
+            if p < self._head[0]:
+                return self._first, p
+            p -= self._head[0]
         cycle, r = divmod(p, self._starts[-1])
         k = bisect.bisect_right(self._starts, r) - 1
-        return cycle * len(self._sizes) + k, r - self._starts[k]
+        return self._from + cycle * len(self._sizes) + k, r - self._starts[k]
+
+
+def restart(start: State, base: int, consumed: int, shard_id: int, num_shards: int, batch_size: int) -> State:
+    """Rank ``shard_id`` of ``num_shards``' state, batch ``batch_size``,
+    for a pipeline restored from a DALI checkpoint whose reader's stream
+    started at ``start`` (rank 0's state) at DALI's iteration ``base``,
+    and whose loop had consumed DALI's batches up to ``consumed``. On the
+    saved shards and batch size: ``start`` on this shard (the stream
+    goes on at ``consumed``). Else every old rank's place in its stream
+    (all at batch ``consumed``) becomes one stage of the epoch they were
+    in (``nvfeed._resume``), the new stream starting there.
+
+    Raises
+    ------
+    LoaderError
+        The old ranks were at different places of their epochs (uneven
+        shards without ``pad_last_batch``): no stage says what they had.
+    """
+    s = start["sampling"]
+    old = int(s.get("num_shards") or 1), int(s.get("batch_size") or 0)
+    if old == (num_shards, batch_size):
+        return _resume.for_run(start, shard_id, num_shards, batch_size)
+    r = _resume.resumed(start)
+    head = r[1] if r is not None else None
+    places = {Epochs(cast(Sampling, dict(s, shard_id=k)), old[1], start["epoch"], head).locate((consumed - base) * old[1])
+              for k in range(old[0])}
+    if len(places) != 1:
+        raise LoaderError(f"nvfeed.dali.reader: this checkpoint's {old[0]} ranks (batch size {old[1]}) were at "
+                          f"different places of their epochs at DALI's iteration {consumed}: their shards are uneven "
+                          "and, without pad_last_batch, each rank's stream crosses epochs at its own batch. Restore "
+                          f"it with num_shards={old[0]} and the batch size {old[1]}, or run with pad_last_batch=True")
+    (e, off), = places
+    st = _resume.at(start, e, 0)
+    if off == 0:  # at an epoch's start: nothing of it was received
+        return _sharded(st, shard_id, num_shards, batch_size)
+    stage: Stage = {"num_shards": old[0], "batch_size": old[1], "batch": off // old[1]} if off % old[1] == 0 else \
+        {"num_shards": old[0], "batch_size": 1, "batch": off}
+    return _resume.with_stage(st, stage, shard_id, num_shards, batch_size)
+
+
+def _sharded(state: State, shard_id: int, num_shards: int, batch_size: int) -> State:
+    """``state`` on other shards and batch size, its position kept."""
+    s = cast(Sampling, dict(state["sampling"], shard_id=shard_id, num_shards=num_shards, batch_size=batch_size))
+    return cast(State, dict(state, sampling=s))
 
 
 class Stream:
@@ -83,22 +137,30 @@ class Stream:
     pipeline numbers its batches on (``epoch_idx`` stays 0: this source
     never ends an epoch), so batch ``iteration`` is the stream's batch of
     that number, and a pipeline restored from a checkpoint asks for its
-    own. ``keep``: how many batches made here DALI may still read."""
+    own. ``keep``: how many batches made here DALI may still read.
+    ``base``: DALI's iteration of the stream's first batch, the start of
+    the source's first epoch (a restore on other shards: ``restart``)."""
 
-    def __init__(self, src: LoaderSource, batch_size: int, keep: int) -> None:
+    def __init__(self, src: LoaderSource, batch_size: int, keep: int, base: int = 0) -> None:
         self._src = src
-        self._epochs = Epochs(src.opened_state["sampling"], batch_size)
+        st = src.opened_state
+        r = _resume.resumed(st)
+        self._epochs = Epochs(st["sampling"], batch_size, st["epoch"], r[1] if r is not None else None)
+        self._base = base
+        self._at = 0  # the stream position of the samples pending
         self._first = {0: 0}  # DALI's epoch_idx -> the stream's batch it starts at
         self._last = -1  # the stream's batch asked for last
-        self._at = 0  # the stream position of the samples pending
         self._pending: list[list[Any]] = []  # one list of copied samples per output
-        self._next = At(0, 0)  # the daemon batch after them
+        self._next = At(st["epoch"], 0)  # the daemon batch after them
         self._skip = 0  # samples of that batch before the stream position
         self._tuple = True  # whether the source's batches are tuples of outputs
         self._made: collections.deque[Any] = collections.deque(maxlen=keep)
 
     def __call__(self, info: Any) -> Any:
-        g = self._number(int(info.epoch_idx), int(info.iteration))
+        g = self._number(int(info.epoch_idx), int(info.iteration)) - self._base
+        if g < 0:
+            raise LoaderError(f"nvfeed.dali.reader: DALI asks for its batch {g + self._base}, before this stream's "
+                              f"first ({self._base}, where the pipeline was restored)")
         bs = self._epochs.batch_size
         if self._epochs.aligned:
             e, off = self._epochs.locate(g * bs)

@@ -58,20 +58,31 @@ def at(state: State, epoch: int, batch: int) -> State:
 def for_run(state: State, shard_id: int, num_shards: int, batch_size: int) -> State:
     """Rank ``shard_id`` of ``num_shards``' state from any rank's state
     (rank 0's): the same position on the same shards and batch size, else
-    the state's epoch resumed with one more stage (the next epoch when no
-    sample is left). Whether the sampling allows it is the daemon's check:
-    it refuses ``shuffle="dali"``, ``shuffle_after_epoch`` and
-    ``stick_to_shard``, saying why."""
+    the state's epoch resumed with one more stage (``with_stage``). Whether
+    the sampling allows it is the daemon's check: it refuses
+    ``shuffle="dali"``, ``shuffle_after_epoch`` and ``stick_to_shard``,
+    saying why."""
     s = cast(Sampling, dict(state["sampling"]))
     old = int(s.get("num_shards") or 1), int(s.get("batch_size") or 0)
     s["shard_id"] = shard_id
     if old == (num_shards, batch_size):
         return cast(State, dict(state, sampling=s))
-    s["num_shards"], s["batch_size"] = num_shards, batch_size
+    return with_stage(state, {"num_shards": old[0], "batch_size": old[1], "batch": int(state["batch"])},
+                      shard_id, num_shards, batch_size)
+
+
+def with_stage(state: State, stage: Stage, shard_id: int, num_shards: int, batch_size: int) -> State:
+    """Rank ``shard_id`` of ``num_shards``' state for the state's epoch
+    resumed after ``stage`` (its run's ranks each gave the first
+    ``batch * batch_size`` samples of it): the next epoch's start when no
+    sample is left."""
+    s = cast(Sampling, dict(state["sampling"]))
+    s["shard_id"], s["num_shards"], s["batch_size"] = shard_id, num_shards, batch_size
     r = resumed(state)
     n = r[1] if r is not None else int(s["n"])
-    stage: Stage = {"num_shards": old[0], "batch_size": old[1], "batch": int(state["batch"])}
     out: State = {"version": STATE_VERSION, "sampling": s, "epoch": int(state["epoch"]), "batch": 0}
+    if state.get("content") is not None:
+        out["content"] = state["content"]  # the daemon checks its copy against it
     if left(n, stage) == 0:  # every sample of the epoch was received
         out["version"], out["epoch"] = int(state["version"]), out["epoch"] + 1
     else:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, Optional, Sequence, TypeVar, Uni
 
 import numpy as np
 
-from . import _args, _depth, _options, _ranks, _views, _wds
+from . import _args, _dalicpt, _depth, _options, _ranks, _views, _wds
 from ._errors import DriftError, LoaderError, SampleError
 from ._lifetime import Lifetime, own
 from ._options import BatchFormat, Device, GPUPath, OnError, Shuffle, SourceOptions, Transport
@@ -177,6 +177,9 @@ class LoaderSource:
         self.keep: Optional[int] = None
         """Hand out only the first ``keep`` samples of the next batch (the
         rest is padding: ``nvfeed.torch``'s last-batch policy); ``None``: all."""
+        self.dali_checkpoint = True
+        """Whether the source adds itself to the checkpoints of the DALI
+        pipeline it feeds (``nvfeed.dali.reader``'s does not: the reader does)."""
         self.skipped_samples = 0
         """Samples left out of batches with ``on_error="skip"``."""
         self._skip_told = -1  # the last epoch whose webdataset skip was warned of (_wdsskip)
@@ -222,17 +225,26 @@ class LoaderSource:
 
     def state(self) -> State:
         """The position of the next batch this source will produce; pass it
-        as ``state=`` to resume the iterator form. Under DALI that is ahead of
-        the training loop by the batches DALI prefetched
-        (``prefetch_queue_depth``): resuming from it skips them. For exact
-        resume under DALI use ``source=src.batch, batch_info=True`` with
-        ``enable_checkpointing=True`` and ``pipe.checkpoint()``.
+        as ``state=`` to resume the iterator form. A source that feeds a
+        DALI pipeline has none that is exact (DALI prefetches): resume it
+        with DALI's checkpointing (``source=src.batch, batch_info=True``,
+        ``enable_checkpointing=True``, ``pipe.checkpoint()``).
 
         Returns
         -------
         State
             The sampling and the position, for ``LoaderSource(state=...)``.
+
+        Raises
+        ------
+        LoaderError
+            The source feeds a DALI pipeline.
         """
+        if self._lifetime.dali:
+            raise LoaderError(f"LoaderSource({self.options.dataset!r}).state(): this source feeds a DALI pipeline, "
+                              "which prefetches: the state would be ahead of the loop by the batches DALI holds. "
+                              "Resume with DALI's checkpointing (source=src.batch, batch_info=True, "
+                              "enable_checkpointing=True, pipe.checkpoint())")
         return self._session.state()
 
     def __len__(self) -> int:
@@ -283,6 +295,8 @@ class LoaderSource:
             self._dali_looked = frames  # iter() outside DALI: look again at the first batch
             return
         self._dali_looked = self._lifetime.dali = True
+        if frames and self.dali_checkpoint and _dalicpt.checkpointing(pipe):
+            _dalicpt.restore_source(pipe, self)
         s = self._session
         given = s.request["release_after"] if self.options.release_after is not None else None
         n = _depth.release_after_for(pipe, s.release_after, given)

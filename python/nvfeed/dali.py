@@ -103,6 +103,12 @@ def reader(dataset: str, *, name: Optional[str] = None, shard_id: int = _D.shard
     dtype) is asked of the daemon here (``datasets()``), so the daemon must
     be running when the pipeline is defined.
 
+    With ``enable_checkpointing=True`` the pipeline's checkpoints carry
+    the reader's state. Restored on the saved shards and batch size, it
+    goes on exactly; on others, the epoch it was taken in delivers every
+    sample not yet delivered once across the new ranks, then fresh epochs
+    follow (docs/resume.md, "DALI's checkpoints", says what is refused).
+
     Parameters
     ----------
     dataset : str

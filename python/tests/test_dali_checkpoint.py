@@ -2,7 +2,9 @@
 """Real DALI, CPU only: with enable_checkpointing=True and
 fn.external_source(source=src.batch, batch_info=True), a pipeline restored
 from pipe.checkpoint() with a new LoaderSource continues exactly as the
-uninterrupted run, across an epoch boundary, shuffled, on two shards."""
+uninterrupted run, across an epoch boundary, shuffled, on two shards;
+restored on other shards it is refused (nvfeed.dali.reader's resume there:
+test_dali_reshard.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import Daemon, Dataset
-from nvfeed import LoaderSource
+from nvfeed import LoaderError, LoaderSource
 
 try:
     import nvidia.dali.fn as fn
@@ -66,3 +68,22 @@ def test_checkpoint_restores_exactly(daemon: Daemon, dataset: Dataset, shard: in
         with LoaderSource("train", **kw) as src2:
             tail = _steps(_pipeline(src2, checkpoint=cp), 20 - k)
         assert head + tail == want, f"restored after {k} iterations: the sequence differs"
+
+
+def test_checkpoint_on_other_shards_refused(daemon: Daemon, dataset: Dataset) -> None:
+    """DALI asks src.batch for its saved positions, other samples on other
+    shards: refused, where nvfeed.dali.reader resumes exactly."""
+    kw = dict(socket=daemon.socket, batch_size=BATCH, random_shuffle=True, seed=13)
+    with LoaderSource("train", shard_id=0, num_shards=2, **kw) as src:
+        pipe = _pipeline(src)
+        _steps(pipe, 3)
+        cp = pipe.checkpoint()
+        with pytest.raises(LoaderError, match="feeds a DALI pipeline"):
+            src.state()  # ahead of the loop by DALI's prefetch
+        old = type(pipe)._get_checkpoint(pipe)  # DALI's own: as an older nvfeed took it
+    with LoaderSource("train", shard_id=0, num_shards=3, **kw) as src2:
+        with pytest.raises(Exception, match="num_shards=2 and batch_size=4"):
+            _steps(_pipeline(src2, checkpoint=cp), 1)
+    with LoaderSource("train", shard_id=0, num_shards=2, **kw) as src3:
+        with pytest.warns(RuntimeWarning, match="did not save its state"):
+            _steps(_pipeline(src3, checkpoint=old), 1)
