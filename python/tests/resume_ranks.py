@@ -102,6 +102,7 @@ def main() -> None:
             step += 1
             time.sleep(pause)
             if e == 1 and rank == world - 1 and any(at == crash for at, _ in got.values()):
+                (out / f"killed-w{world}").write_text(f"step {step}\n")  # the test's proof that the crash was this one
                 os.kill(os.getpid(), signal.SIGKILL)
         done = set()
     dist.barrier()

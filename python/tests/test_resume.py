@@ -100,7 +100,9 @@ def _torchrun(sets: Sets, out: Path, ranks: int, batch: int, epochs: int, crash:
     (out / f"torchrun-{ranks}.log").write_text(r.stdout + r.stderr)
     if r.returncode == 0:
         return "ok"
-    return "killed" if "Signal 9 (SIGKILL)" in r.stderr and "Traceback" not in r.stderr.split("[rank")[0] else \
+    # The crash is the last rank's SIGKILL, which it marks first; the other
+    # ranks may print tracebacks as their peer vanishes.
+    return "killed" if "Signal 9 (SIGKILL)" in r.stderr and (out / f"killed-w{ranks}").exists() else \
         (r.stdout + r.stderr)[-4000:]
 
 
