@@ -202,3 +202,74 @@ func TestRegisterBuffersEmpty(t *testing.T) {
 		t.Errorf("empty regions: %v, %d registered", err, len(r.bufs))
 	}
 }
+
+// Deferred buffers are pinned piece by piece: a read pins the DeferChunk
+// piece it lands in, not its whole region; a read across two pieces is
+// a plain READ and pins nothing. Bytes are the file's either way.
+func TestDeferBuffersPinPieces(t *testing.T) {
+	const piece = DeferChunk
+	data := make([]byte, 2*piece)
+	for i := range data {
+		data[i] = byte(i*31 + i>>12)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := New(4)
+	if errors.Is(err, ErrUnsupported) {
+		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf, err := unix.Mmap(-1, 0, 3*piece, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(buf)
+	before := testenv.PinnedBytes(t)
+	if err := r.DeferBuffers([][]byte{buf}); err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			t.Skipf("no sparse buffer table here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		at     int // where in buf, and in the file, the read goes
+		n      int
+		fixed  bool
+		pinned int64 // bytes pinned after it, in all
+	}{
+		{"inside the second piece", piece + 4096, 64 << 10, true, piece},
+		{"across the first two pieces", piece - 4096, 8192, false, piece},
+		{"inside the first piece", 0, 64 << 10, true, 2 * piece},
+	} {
+		idx := r.localTail & r.sqMask
+		r.PrepRead(int(f.Fd()), buf[tt.at:tt.at+tt.n], uint64(tt.at), 0)
+		if got := r.sqes[idx].opcode == opReadFixed; got != tt.fixed {
+			t.Errorf("%s: READ_FIXED %v, want %v", tt.name, got, tt.fixed)
+		}
+		if err := r.Submit(1); err != nil {
+			t.Fatal(err)
+		}
+		r.Reap(func(c CQE) {
+			if int(c.Res) != tt.n {
+				t.Errorf("%s: res %d, want %d", tt.name, c.Res, tt.n)
+			}
+		})
+		if !bytes.Equal(buf[tt.at:tt.at+tt.n], data[tt.at:tt.at+tt.n]) {
+			t.Errorf("%s: bytes differ from the file's", tt.name)
+		}
+		if got := testenv.PinnedBytes(t) - before; got != tt.pinned {
+			t.Errorf("%s: %d bytes pinned, want %d", tt.name, got, tt.pinned)
+		}
+	}
+}
