@@ -106,10 +106,10 @@ type Config struct {
 	Logger          *slog.Logger
 	// Engines is EnginesPerSession (the default, "" too) or
 	// EnginesPerDevice: whether the sessions reading one device share its
-	// raw engines. Measured in docs/decisions.md#raw-engines-per-session-by-default:
-	// per device is faster for many ranks reading short epochs, as it
-	// pins no slots; per session keeps a session's queue its own and its
-	// slots registered.
+	// raw engines. Measured with 8 sessions (docs/decisions.md#raw-engines-per-session-by-default):
+	// per session as fast or faster; it keeps a session's queue its own
+	// and its slots registered, per device uses one ring and goroutine
+	// per device instead of one each.
 	Engines string
 	// CUDA is the daemon's CUDA libraries, discovered once and reused
 	// by every GPU session; nil: NewManager makes them from the process's
