@@ -17,14 +17,7 @@ import (
 )
 
 func TestReadMany(t *testing.T) {
-	r, err := New(8)
-	if errors.Is(err, ErrUnsupported) {
-		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newRing(t, 8)
 	data := make([]byte, 1<<20)
 	for i := range data {
 		data[i] = byte(i * 7)
@@ -86,19 +79,7 @@ func TestReadMany(t *testing.T) {
 // for the part inside them, plain READ for the rest). Bytes must be the
 // file's in every case.
 func TestSetups(t *testing.T) {
-	data := make([]byte, 4<<20)
-	for i := range data {
-		data[i] = byte(i*13 + i>>12)
-	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	data, f := patternFile(t, 4<<20)
 	base := testenv.PinnedBytes(t)
 	for _, tt := range []struct {
 		name       string
@@ -190,14 +171,7 @@ func TestSetups(t *testing.T) {
 
 // Empty regions register nothing (the kernel refuses a zero-length iovec).
 func TestRegisterBuffersEmpty(t *testing.T) {
-	r, err := New(4)
-	if errors.Is(err, ErrUnsupported) {
-		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newRing(t, 4)
 	if err := r.RegisterBuffers([][]byte{nil, {}}); err != nil || len(r.bufs) != 0 {
 		t.Errorf("empty regions: %v, %d registered", err, len(r.bufs))
 	}
@@ -208,27 +182,8 @@ func TestRegisterBuffersEmpty(t *testing.T) {
 // a plain READ and pins nothing. Bytes are the file's either way.
 func TestDeferBuffersPinPieces(t *testing.T) {
 	const piece = DeferChunk
-	data := make([]byte, 2*piece)
-	for i := range data {
-		data[i] = byte(i*31 + i>>12)
-	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := New(4)
-	if errors.Is(err, ErrUnsupported) {
-		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	data, f := patternFile(t, 2*piece)
+	r := newRing(t, 4)
 	buf, err := unix.Mmap(-1, 0, 3*piece, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
 		t.Fatal(err)
@@ -272,4 +227,39 @@ func TestDeferBuffersPinPieces(t *testing.T) {
 			t.Errorf("%s: %d bytes pinned, want %d", tt.name, got, tt.pinned)
 		}
 	}
+}
+
+// patternFile writes n bytes of a pattern to a file and opens it (closed
+// at the test's end).
+func patternFile(t *testing.T, n int) ([]byte, *os.File) {
+	t.Helper()
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = byte(i*13 + i>>12)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return data, f
+}
+
+// newRing makes a plain ring of entries (closed at the test's end), or
+// skips where io_uring is refused.
+func newRing(t *testing.T, entries uint32) *Ring {
+	t.Helper()
+	r, err := New(entries)
+	if errors.Is(err, ErrUnsupported) {
+		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
