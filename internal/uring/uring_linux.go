@@ -11,8 +11,10 @@
 package uring
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -24,6 +26,7 @@ const (
 	offCQRing = 0x8000000
 	offSQEs   = 0x10000000
 
+	pageSize       = 4096
 	featSingleMmap = 1 << 0
 	enterGetEvents = 1 << 0
 	opReadFixed    = 4  // IORING_OP_READ_FIXED
@@ -40,6 +43,10 @@ const (
 	// MaxBuffer is the largest buffer the kernel registers (1 GiB);
 	// RegisterBuffers splits larger regions.
 	MaxBuffer = 1 << 30
+	// DeferChunk is the piece DeferBuffers registers on first use: a
+	// read pins the pieces it lands in, not its whole region.
+	DeferChunk = 4 << 20
+	maxBuffers = 1 << 14 // the kernel's limit on a ring's buffers
 )
 
 // Options choose how a ring is set up.
@@ -108,6 +115,10 @@ type Ring struct {
 	pendingSubmit  uint32
 	localTail      uint32
 	bufs           [][]byte // registered (or deferred) buffers, by index
+	// byAddr is bufs' indexes by start address, starts their addresses:
+	// what PrepRead searches.
+	byAddr []int
+	starts []uint64
 	// pinned says which of bufs are registered; nil: all of them
 	// (RegisterBuffers). DeferBuffers registers each on first use.
 	pinned []bool
@@ -204,12 +215,12 @@ func (r *Ring) SQSpace() uint32 {
 // buffer must live outside the Go heap and stay mapped until Close;
 // regions over MaxBuffer are split. Registering pins every page now.
 func (r *Ring) RegisterBuffers(bufs [][]byte) error {
-	split := splitBuffers(bufs)
+	split := splitBuffers(bufs, MaxBuffer)
 	if len(split) == 0 {
 		return nil
 	}
-	if len(split) > 1<<14 {
-		return fmt.Errorf("uring: register %d buffers: more than the kernel's 16384", len(split))
+	if len(split) > maxBuffers {
+		return fmt.Errorf("uring: register %d buffers: more than the kernel's %d", len(split), maxBuffers)
 	}
 	iov := make([]unix.Iovec, len(split))
 	for i, b := range split {
@@ -219,24 +230,31 @@ func (r *Ring) RegisterBuffers(bufs [][]byte) error {
 	if err := r.register(registerBuffers, unsafe.Pointer(&iov[0]), len(iov)); err != nil {
 		return fmt.Errorf("uring: register %d buffers: %w", len(iov), err)
 	}
-	r.bufs = split
+	r.setBufs(split)
 	return nil
 }
 
 // DeferBuffers registers memory with the ring as RegisterBuffers does, but
-// pins nothing now. It sets up a sparse table with a place for each buffer,
-// splitting regions over MaxBuffer. PrepRead registers, and so pins, a
-// buffer the first time a read targets it. A read into a buffer whose
-// registration failed is a plain READ, and TakeDeferErr says why. Kernels
-// before 5.19 refuse a sparse table. The error then wraps ErrUnsupported,
-// and RegisterBuffers still works there.
+// pins nothing now. It sets up a sparse table with a place for each
+// piece of DeferChunk bytes (larger where the kernel's 16384 places would
+// not hold them). PrepRead registers, and so pins, a piece the first time
+// a read lands in it: a region read in part is pinned in part. A read
+// across two pieces, or into a piece whose registration failed, is a
+// plain READ; TakeDeferErr says why one failed. Kernels before 5.19
+// refuse a sparse table. The error then wraps ErrUnsupported, and
+// RegisterBuffers still works there.
 func (r *Ring) DeferBuffers(bufs [][]byte) error {
-	split := splitBuffers(bufs)
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	chunk := min(MaxBuffer, max(DeferChunk, (total/maxBuffers+pageSize)&^(pageSize-1)))
+	split := splitBuffers(bufs, chunk)
 	if len(split) == 0 {
 		return nil
 	}
-	if len(split) > 1<<14 {
-		return fmt.Errorf("uring: defer %d buffers: more than the kernel's 16384", len(split))
+	if len(split) > maxBuffers {
+		return fmt.Errorf("uring: defer %d buffers: more than the kernel's %d", len(split), maxBuffers)
 	}
 	reg := rsrcRegister{nr: uint32(len(split)), flags: rsrcRegisterSparse}
 	if err := r.register(registerBuffers2, unsafe.Pointer(&reg), int(unsafe.Sizeof(reg))); err != nil {
@@ -245,7 +263,8 @@ func (r *Ring) DeferBuffers(bufs [][]byte) error {
 		}
 		return fmt.Errorf("uring: sparse table of %d buffers: %w", len(split), err)
 	}
-	r.bufs, r.pinned = split, make([]bool, len(split))
+	r.setBufs(split)
+	r.pinned = make([]bool, len(split))
 	return nil
 }
 
@@ -257,19 +276,6 @@ func (r *Ring) PinDeferred() {
 			r.pin(i)
 		}
 	}
-}
-
-// PinNextDeferred registers the first deferred buffer not registered
-// yet, as its first read would (a refusal kept for TakeDeferErr); false
-// when none was left.
-func (r *Ring) PinNextDeferred() bool {
-	for i, b := range r.bufs {
-		if r.pinned != nil && !r.pinned[i] && len(b) > 0 {
-			r.pin(i)
-			return true
-		}
-	}
-	return false
 }
 
 // TakeDeferErr returns the first failed registration of a deferred
@@ -300,12 +306,45 @@ func (r *Ring) pin(i int) bool {
 	return true
 }
 
-// splitBuffers splits regions over MaxBuffer, dropping empty ones.
-func splitBuffers(bufs [][]byte) [][]byte {
+// setBufs takes split as the ring's buffers, indexed by address.
+func (r *Ring) setBufs(split [][]byte) {
+	r.bufs = split
+	r.byAddr = make([]int, len(split))
+	for i := range r.byAddr {
+		r.byAddr[i] = i
+	}
+	addr := func(i int) uint64 { return uint64(uintptr(unsafe.Pointer(&split[i][0]))) }
+	slices.SortFunc(r.byAddr, func(a, b int) int { return cmp.Compare(addr(a), addr(b)) })
+	r.starts = make([]uint64, len(split))
+	for k, i := range r.byAddr {
+		r.starts[k] = addr(i)
+	}
+}
+
+// find returns the index of the buffer holding [addr, addr+n), or -1
+// where none does (or its registration failed).
+func (r *Ring) find(addr, n uint64) int {
+	k, found := slices.BinarySearch(r.starts, addr)
+	if !found {
+		k-- // the last buffer starting before addr
+	}
+	if k < 0 {
+		return -1
+	}
+	i := r.byAddr[k]
+	if addr+n > r.starts[k]+uint64(len(r.bufs[i])) { // past it, or refused (nil)
+		return -1
+	}
+	return i
+}
+
+// splitBuffers splits regions into pieces of at most size bytes,
+// dropping empty ones.
+func splitBuffers(bufs [][]byte, size int) [][]byte {
 	var split [][]byte
 	for _, b := range bufs {
 		for len(b) > 0 {
-			n := min(len(b), MaxBuffer)
+			n := min(len(b), size)
 			split = append(split, b[:n])
 			b = b[n:]
 		}
@@ -341,17 +380,8 @@ func (r *Ring) PrepRead(fd int, buf []byte, off uint64, userData uint64) bool {
 	*e = sqe{opcode: opRead, fd: int32(fd), off: off, len: uint32(len(buf)), userData: userData}
 	if len(buf) > 0 {
 		e.addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
-		for i, b := range r.bufs {
-			if len(b) == 0 { // a deferred buffer the kernel refused
-				continue
-			}
-			lo := uint64(uintptr(unsafe.Pointer(&b[0])))
-			if e.addr >= lo && e.addr+uint64(len(buf)) <= lo+uint64(len(b)) {
-				if r.pinned == nil || r.pinned[i] || r.pin(i) {
-					e.opcode, e.bufIndex = opReadFixed, uint16(i)
-				}
-				break
-			}
+		if i := r.find(e.addr, uint64(len(buf))); i >= 0 && (r.pinned == nil || r.pinned[i] || r.pin(i)) {
+			e.opcode, e.bufIndex = opReadFixed, uint16(i)
 		}
 	}
 	r.sqArray[idx] = idx

@@ -17,14 +17,7 @@ import (
 )
 
 func TestReadMany(t *testing.T) {
-	r, err := New(8)
-	if errors.Is(err, ErrUnsupported) {
-		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newRing(t, 8)
 	data := make([]byte, 1<<20)
 	for i := range data {
 		data[i] = byte(i * 7)
@@ -86,19 +79,7 @@ func TestReadMany(t *testing.T) {
 // for the part inside them, plain READ for the rest). Bytes must be the
 // file's in every case.
 func TestSetups(t *testing.T) {
-	data := make([]byte, 4<<20)
-	for i := range data {
-		data[i] = byte(i*13 + i>>12)
-	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	data, f := patternFile(t, 4<<20)
 	base := testenv.PinnedBytes(t)
 	for _, tt := range []struct {
 		name       string
@@ -190,15 +171,95 @@ func TestSetups(t *testing.T) {
 
 // Empty regions register nothing (the kernel refuses a zero-length iovec).
 func TestRegisterBuffersEmpty(t *testing.T) {
-	r, err := New(4)
+	r := newRing(t, 4)
+	if err := r.RegisterBuffers([][]byte{nil, {}}); err != nil || len(r.bufs) != 0 {
+		t.Errorf("empty regions: %v, %d registered", err, len(r.bufs))
+	}
+}
+
+// Deferred buffers are pinned piece by piece: a read pins the DeferChunk
+// piece it lands in, not its whole region; a read across two pieces is
+// a plain READ and pins nothing. Bytes are the file's either way.
+func TestDeferBuffersPinPieces(t *testing.T) {
+	const piece = DeferChunk
+	data, f := patternFile(t, 2*piece)
+	r := newRing(t, 4)
+	buf, err := unix.Mmap(-1, 0, 3*piece, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(buf)
+	before := testenv.PinnedBytes(t)
+	if err := r.DeferBuffers([][]byte{buf}); err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			t.Skipf("no sparse buffer table here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		at     int // where in buf, and in the file, the read goes
+		n      int
+		fixed  bool
+		pinned int64 // bytes pinned after it, in all
+	}{
+		{"inside the second piece", piece + 4096, 64 << 10, true, piece},
+		{"across the first two pieces", piece - 4096, 8192, false, piece},
+		{"inside the first piece", 0, 64 << 10, true, 2 * piece},
+	} {
+		idx := r.localTail & r.sqMask
+		r.PrepRead(int(f.Fd()), buf[tt.at:tt.at+tt.n], uint64(tt.at), 0)
+		if got := r.sqes[idx].opcode == opReadFixed; got != tt.fixed {
+			t.Errorf("%s: READ_FIXED %v, want %v", tt.name, got, tt.fixed)
+		}
+		if err := r.Submit(1); err != nil {
+			t.Fatal(err)
+		}
+		r.Reap(func(c CQE) {
+			if int(c.Res) != tt.n {
+				t.Errorf("%s: res %d, want %d", tt.name, c.Res, tt.n)
+			}
+		})
+		if !bytes.Equal(buf[tt.at:tt.at+tt.n], data[tt.at:tt.at+tt.n]) {
+			t.Errorf("%s: bytes differ from the file's", tt.name)
+		}
+		if got := testenv.PinnedBytes(t) - before; got != tt.pinned {
+			t.Errorf("%s: %d bytes pinned, want %d", tt.name, got, tt.pinned)
+		}
+	}
+}
+
+// patternFile writes n bytes of a pattern to a file and opens it (closed
+// at the test's end).
+func patternFile(t *testing.T, n int) ([]byte, *os.File) {
+	t.Helper()
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = byte(i*13 + i>>12)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return data, f
+}
+
+// newRing makes a plain ring of entries (closed at the test's end), or
+// skips where io_uring is refused.
+func newRing(t *testing.T, entries uint32) *Ring {
+	t.Helper()
+	r, err := New(entries)
 	if errors.Is(err, ErrUnsupported) {
 		testenv.SkipPrivileged(t, "io_uring refused here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	if err := r.RegisterBuffers([][]byte{nil, {}}); err != nil || len(r.bufs) != 0 {
-		t.Errorf("empty regions: %v, %d registered", err, len(r.bufs))
-	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

@@ -133,7 +133,7 @@ type uringEngine struct {
 
 // ringSetup says how an engine sets up its ring.
 type ringSetup struct {
-	// buffers are registered (batch memory), each on its first read:
+	// buffers are registered (batch memory), each piece on its first read:
 	// reads into them are READ_FIXED, with no page pinning per request (the A/B:
 	// docs/decisions.md#io_uring-single-issuer-registered-buffers-no-registered-files). If the kernel refuses (a memlock limit), the engine reads
 	// without and says so through log.
@@ -162,10 +162,10 @@ func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, erro
 			ready <- err
 			return
 		}
-		// Registered lazily: a slot is pinned when the first read into it
-		// is issued, so open pins nothing and a session's pinned memory
-		// is the slots it has used. Kernels without sparse tables
-		// (before 5.19) pin the whole batch memory now.
+		// Registered lazily: a piece of a slot is pinned when the first
+		// read into it is issued, so open pins nothing and a session's
+		// pinned memory is the pieces it has read into. Kernels without
+		// sparse tables (before 5.19) pin the whole batch memory now.
 		err = r.DeferBuffers(rs.buffers)
 		if errors.Is(err, uring.ErrUnsupported) {
 			err = r.RegisterBuffers(rs.buffers)
@@ -220,7 +220,7 @@ func (e *uringEngine) loop() {
 		free = append(free, i)
 	}
 	var pending []*ioOp
-	inflight, closed, idlePinned := 0, false, false
+	inflight, closed := 0, false
 	take := func(ops []*ioOp, ok bool) {
 		if !ok {
 			closed = true
@@ -246,21 +246,14 @@ func (e *uringEngine) loop() {
 			if closed {
 				return
 			}
-			switch {
-			case !idlePinned && !poll():
-				// Idle (after open, or between batches): register the next
-				// slot not registered yet. An open then returns before any
-				// slot is pinned, and the slots are pinned by the time
-				// reads come, not by the first reads.
-				idlePinned = !e.ring.PinNextDeferred()
-				e.logDeferErr()
-			case idlePinned:
-				select {
-				case ops, ok := <-e.in:
-					take(ops, ok)
-				case done := <-e.pins:
-					e.pinNow(done)
-				}
+			// Idle: nothing is pinned ahead of the reads. A read pins
+			// the pieces it lands in, so a slot's part no batch uses is
+			// never pinned (docs/decisions.md#batch-memory-pinned-where-read).
+			select {
+			case ops, ok := <-e.in:
+				take(ops, ok)
+			case done := <-e.pins:
+				e.pinNow(done)
 			}
 			continue
 		}
