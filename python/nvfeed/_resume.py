@@ -23,7 +23,9 @@ from typing import Optional, cast
 from ._wire import Sampling, Stage, State
 
 STATE_VERSION = 3
-"""The daemon's ``State`` version that has ``stages``."""
+"""The first daemon ``State`` version that has ``stages``. A state keeps
+its own version where higher: the version selects the order (4 computes
+a file dataset's permutation, 3 and less list it: loader.StateVersion)."""
 
 
 def left(n: int, stage: Stage) -> int:
@@ -71,7 +73,7 @@ def for_run(state: State, shard_id: int, num_shards: int, batch_size: int) -> St
     r = resumed(state)
     n = r[1] if r is not None else int(s["n"])
     stage: Stage = {"num_shards": old[0], "batch_size": old[1], "batch": int(state["batch"])}
-    out: State = {"version": STATE_VERSION, "sampling": s, "epoch": int(state["epoch"]), "batch": 0}
+    out: State = {"version": max(STATE_VERSION, int(state["version"])), "sampling": s, "epoch": int(state["epoch"]), "batch": 0}
     if left(n, stage) == 0:  # every sample of the epoch was received
         out["version"], out["epoch"] = int(state["version"]), out["epoch"] + 1
     else:

@@ -76,11 +76,12 @@ type Config struct {
 	// DefaultMaxDeviceBytes.
 	MaxDeviceBytes int64
 	// MaxSamplerBytes bounds the sample-order memory of all open
-	// sessions together (loader.SamplerBytes: a permutation of the
-	// dataset, DALI's file list and initial_fill buffer, up to 72 MiB a
-	// session): ordinary heap, not page-locked, so it has its own budget
-	// rather than a share of MaxLockedBytes; an open that would go over
-	// it is refused with ErrNoSpace. Default DefaultMaxSamplerBytes.
+	// sessions together (loader.SamplerBytes: an epoch's order where it
+	// is listed, a listed permutation of the dataset, DALI's file list and
+	// initial_fill buffer; one batch's where computed): ordinary heap,
+	// not page-locked, so it has its own budget rather than a share of
+	// MaxLockedBytes; an open that would go over it is refused with
+	// ErrNoSpace. Default DefaultMaxSamplerBytes.
 	MaxSamplerBytes int64
 	// MaxLockedSource, MaxDeviceSource and MaxSamplerSource say where
 	// the budgets given came from (loaderd's flag: "--max-locked-mb"),
