@@ -851,7 +851,7 @@ func (l *Loader) setPos(epoch, next int) {
 func (l *Loader) State() State {
 	l.posMu.Lock()
 	defer l.posMu.Unlock()
-	return State{Version: l.smp.version(), Sampling: l.smp, Epoch: l.epoch, Batch: l.next, Stages: l.smp.Stages(l.epoch)}
+	return State{Version: l.smp.version(l.epoch), Sampling: l.smp, Epoch: l.epoch, Batch: l.next, Stages: l.smp.Stages(l.epoch)}
 }
 
 // Sampling returns the loader's sampling options.

@@ -515,20 +515,27 @@ const (
 //
 // The version selects the order. A state of version ListedVersion or
 // less keeps the listed Fisher-Yates permutation (Permutation) it was
-// made under, and so does every state its loader saves (version
-// ListedVersion): a run goes on in one order. A fresh open computes.
+// made under, and so do the states its loader saves: a run goes on in
+// one order. A fresh open computes. A loader saves the lowest version
+// that reads its sequence alike (Loader.State): 4 for a file dataset's
+// computed permutation, 3 with stages, else 2. An older loaderd resumes
+// what it reads the same and refuses the rest.
 const StateVersion = 4
 
 // ListedVersion is the last State version whose file and numpy
 // ShufflePermute order is listed (Permutation).
 const ListedVersion = 3
 
-// version returns the State version that selects s's order.
-func (s Sampling) version() int {
-	if s.listed {
-		return ListedVersion
+// version returns the State version a loader over s saves at epoch
+// (StateVersion says which).
+func (s Sampling) version(epoch int) int {
+	switch {
+	case s.RandomShuffle && s.computed() && !s.WebDataset:
+		return StateVersion
+	case s.Stages(epoch) != nil:
+		return 3 // stages
 	}
-	return StateVersion
+	return 2
 }
 
 // State is a loader's position: the next batch Next will return. Saved

@@ -160,8 +160,8 @@ func TestStateVersion1Resumes(t *testing.T) {
 	if got := seqOf(t, r, 4); !slices.Equal(got, want[8:12]) {
 		t.Errorf("resumed from a version 1 state: %v, want %v", got, want[8:12])
 	}
-	if st := r.State(); st.Version != ListedVersion || st.Sampling.Shuffle != ShufflePermute || st.Sampling.InitialFill != DefaultInitialFill {
-		t.Errorf("state after resuming: %+v, want version %d (the listed order's) with the defaults filled in", st, ListedVersion)
+	if st := r.State(); st.Version != 2 || st.Sampling.Shuffle != ShufflePermute || st.Sampling.InitialFill != DefaultInitialFill {
+		t.Errorf("state after resuming: %+v, want version 2 (the listed order's, no stages) with the defaults filled in", st)
 	}
 }
 
@@ -413,7 +413,8 @@ func TestShuffleMixes(t *testing.T) {
 
 // TestStateVersionSelectsOrder: a file dataset's permute order is the
 // computed one at a fresh open (its states version 4) and the listed one
-// from a state of version 3 (its states version 3, so a run keeps it);
+// from a state of version 3 or 2 (its states version 2, so a run keeps
+// it);
 // each resumes mid-epoch exactly, and the daemon's admission counts a
 // computed order as one batch's indices.
 func TestStateVersionSelectsOrder(t *testing.T) {
@@ -435,8 +436,8 @@ func TestStateVersionSelectsOrder(t *testing.T) {
 		listed  bool
 	}{
 		{"fresh", nil, StateVersion, false},
-		{"version 3", &State{Version: ListedVersion, Sampling: smp}, ListedVersion, true},
-		{"version 2", &State{Version: 2, Sampling: smp}, ListedVersion, true},
+		{"version 3", &State{Version: ListedVersion, Sampling: smp}, 2, true},
+		{"version 2", &State{Version: 2, Sampling: smp}, 2, true},
 		{"version 4", &State{Version: StateVersion, Sampling: smp}, StateVersion, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
