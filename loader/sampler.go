@@ -385,7 +385,9 @@ func grow(b []int32, n int) []int32 {
 // Permutation returns a uniformly random permutation of [0, n) determined
 // by (seed, epoch) alone, written into buf. It uses its own Fisher-Yates
 // over PCG with Lemire's bounded draw, so the sequence does not depend on
-// the Go version's rand.Shuffle.
+// the Go version's rand.Shuffle. It is the listed order: StickToShard's
+// shard, and ShufflePermute resumed from a state of version
+// ListedVersion or less.
 func Permutation(seed uint64, epoch, n int, buf []int32) []int32 {
 	p := grow(buf, n)
 	for i := range p {
