@@ -386,7 +386,7 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 			}
 			b := l.batches[slot]
 			if computed {
-				l.plan(b, epoch, batch, l.smp.batchAt(epoch, batch, order[:0]))
+				l.plan(b, epoch, batch, l.samples(l.smp.batchAt(epoch, batch, order[:0])))
 			} else {
 				l.plan(b, epoch, batch, order[batch*bs:min((batch+1)*bs, len(order))])
 			}
@@ -528,12 +528,18 @@ func (l *Loader) epochOrder(ctx context.Context, orders *Orders, epoch int, buf 
 		defer l.opts.Replays.give()
 	}
 	order, ok := orders.epoch(epoch, buf, ctx.Done())
+	return l.samples(order), ok
+}
+
+// samples maps order's positions in the sampling's list to the map's
+// samples (Options.Files), in place, and returns it.
+func (l *Loader) samples(order []int32) []int32 {
 	if files := l.opts.Files; files != nil {
 		for i, s := range order {
-			order[i] = files[s] // the list's position to the map's sample
+			order[i] = files[s]
 		}
 	}
-	return order, ok
+	return order
 }
 
 // finish decides, once the batch's reads are over (ReadBatch returned
@@ -845,7 +851,7 @@ func (l *Loader) setPos(epoch, next int) {
 func (l *Loader) State() State {
 	l.posMu.Lock()
 	defer l.posMu.Unlock()
-	return State{Version: StateVersion, Sampling: l.smp, Epoch: l.epoch, Batch: l.next, Stages: l.smp.Stages(l.epoch)}
+	return State{Version: l.smp.version(l.epoch), Sampling: l.smp, Epoch: l.epoch, Batch: l.next, Stages: l.smp.Stages(l.epoch)}
 }
 
 // Sampling returns the loader's sampling options.

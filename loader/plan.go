@@ -161,6 +161,7 @@ func NewPlan(m *bmap.Map, o Options) (Plan, error) {
 			return Plan{}, err
 		}
 		p.Sampling = p.Sampling.Resumed(st.Epoch, st.Stages)
+		p.Sampling.listed = st.Version <= ListedVersion
 	}
 	p.SamplerBytes = SamplerBytes(p.Sampling)
 	switch {

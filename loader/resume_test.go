@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -49,6 +48,7 @@ func TestResumeEveryRankCount(t *testing.T) {
 	modes := map[string]Sampling{
 		"in order":         {},
 		"permute":          {ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 7}},
+		"permute listed":   {ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 7}, listed: true},
 		"webdataset":       {WebDataset: true},
 		"webdataset shuff": {WebDataset: true, ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 7}},
 	}
@@ -103,16 +103,18 @@ func checkNextEpochFresh(t *testing.T, name string, base Sampling, stages []Stag
 }
 
 func TestResumeComputedBatches(t *testing.T) {
-	// A webdataset sampling's batches, one at a time, are its epoch order.
-	s := Sampling{N: 1001, WebDataset: true, ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 3, NumShards: 3, ShardID: 2, BatchSize: 7, PadLastBatch: true}}
-	s = s.Resumed(4, []Stage{{NumShards: 4, BatchSize: 9, Batch: 10}, {NumShards: 2, BatchSize: 5, Batch: 3}})
-	order, _ := s.EpochOrder(4, nil, nil)
-	var got []int32
-	for b := range s.EpochBatches(4) {
-		got = s.batchAt(4, b, got)
-	}
-	if !slices.Equal(got, order) || len(order) != s.EpochSamples(4) {
-		t.Fatalf("batches %v, order %v", got, order)
+	// A computed sampling's batches, one at a time, are its epoch order.
+	for _, wds := range []bool{true, false} {
+		s := Sampling{N: 1001, WebDataset: wds, ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 3, NumShards: 3, ShardID: 2, BatchSize: 7, PadLastBatch: true}}
+		s = s.Resumed(4, []Stage{{NumShards: 4, BatchSize: 9, Batch: 10}, {NumShards: 2, BatchSize: 5, Batch: 3}})
+		order, _ := s.EpochOrder(4, nil, nil)
+		var got []int32
+		for b := range s.EpochBatches(4) {
+			got = s.batchAt(4, b, got)
+		}
+		if !s.computed() || !slices.Equal(got, order) || len(order) != s.EpochSamples(4) {
+			t.Fatalf("webdataset %v: batches %v, order %v", wds, got, order)
+		}
 	}
 }
 
@@ -148,11 +150,11 @@ func TestResumeRefused(t *testing.T) {
 	}
 }
 
-// TestResumeAt100M measures a resumed open at 100 M samples: the
-// sampling resumed through two stages, then its first batch. A computed
-// order (webdataset) and the list in order must take under a second.
-// NVFEED_RESUME_PERMUTE=1 also times the listed permutation of files and
-// tensors (its Fisher-Yates over N, as at any open of that epoch).
+// TestResumeAt100M measures an open at 100 M samples, fresh and resumed
+// (the sampling resumed through two stages), to its first batch: under a
+// second for every order the producer computes (webdataset, files and
+// numpy with permute, the list in order), with one batch's indices of
+// sampler memory.
 func TestResumeAt100M(t *testing.T) {
 	if testing.Short() || raceOn {
 		t.Skip("100 M samples, timed: not with -short or -race")
@@ -160,40 +162,33 @@ func TestResumeAt100M(t *testing.T) {
 	const n = 100_000_000
 	stages := []Stage{{NumShards: 4, BatchSize: 256, Batch: 40_000}, {NumShards: 3, BatchSize: 128, Batch: 1_000}}
 	tests := []struct {
-		name  string
-		s     Sampling
-		bound time.Duration
+		name string
+		s    Sampling
 	}{
-		{"webdataset permute", Sampling{WebDataset: true, ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 1}}, time.Second},
-		{"in order", Sampling{}, time.Second},
-	}
-	if os.Getenv("NVFEED_RESUME_PERMUTE") == "1" {
-		tests = append(tests, struct {
-			name  string
-			s     Sampling
-			bound time.Duration
-		}{"file permute", Sampling{ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 1}}, time.Minute})
+		{"webdataset permute", Sampling{WebDataset: true, ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 1}}},
+		{"files and numpy permute", Sampling{ReaderArgs: ReaderArgs{RandomShuffle: true, Seed: 1}}},
+		{"in order", Sampling{}},
 	}
 	for _, tt := range tests {
-		s := tt.s
-		s.N, s.NumShards, s.ShardID, s.BatchSize = n, 2, 1, 512
-		s.ReaderArgs = s.ReaderArgs.withDefaults()
-		start := time.Now()
-		st := State{Version: StateVersion, Sampling: s, Epoch: 3, Stages: stages}
-		if err := st.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		r := s.Resumed(3, stages)
-		var first []int32
-		if r.computed() {
-			first = r.batchAt(3, 0, nil)
-		} else {
-			first = r.Orders().Epoch(3, nil)[:r.BatchSize]
-		}
-		took := time.Since(start)
-		t.Logf("%s: resumed at %d samples, first batch in %v", tt.name, n, took)
-		if len(first) != r.BatchSize || took > tt.bound {
-			t.Errorf("%s: %d samples in %v, want %d within %v", tt.name, len(first), took, r.BatchSize, tt.bound)
+		for _, st := range [][]Stage{nil, stages} {
+			s := tt.s
+			s.N, s.NumShards, s.ShardID, s.BatchSize = n, 2, 1, 512
+			s.ReaderArgs = s.ReaderArgs.withDefaults()
+			start := time.Now()
+			state := State{Version: StateVersion, Sampling: s, Epoch: 3, Stages: st}
+			if err := state.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r := s.Resumed(3, st)
+			if !r.computed() || SamplerBytes(r) != 4*512 {
+				t.Fatalf("%s: computed %v, SamplerBytes %d: want a computed order in one batch's indices", tt.name, r.computed(), SamplerBytes(r))
+			}
+			first := r.batchAt(3, 0, nil)
+			took := time.Since(start)
+			t.Logf("%s, %d stages: opened at %d samples, first batch in %v", tt.name, len(st), n, took)
+			if len(first) != r.BatchSize || took > time.Second {
+				t.Errorf("%s: %d samples in %v, want %d within a second", tt.name, len(first), took, r.BatchSize)
+			}
 		}
 	}
 }

@@ -34,10 +34,15 @@ import (
 //     samples per epoch from (Seed, epoch), the same on every rank, and
 //     the shards are ranges of it: ranks stay disjoint within an epoch and
 //     every epoch's order is independent of the others (global mixing).
+//     The permutation is computed (package permute), never stored: a
+//     loader holds O(1) memory for its order whatever N, and a batch's
+//     samples are a function of (Seed, epoch, batch) alone. A file
+//     dataset resumed from a state of version ListedVersion or less lists
+//     it instead (Permutation, 4·N bytes; see StateVersion).
 //     With StickToShard a rank reads, every epoch, the samples DALI's
 //     shard k holds (a range of its fixed list order, below), permuted
-//     anew each epoch from (Seed, epoch): a node that caches its shard
-//     keeps it.
+//     anew each epoch from (Seed, epoch) by Permutation: a node that
+//     caches its shard keeps it.
 //   - ShuffleDALI gives fn.readers.file(random_shuffle=True)'s order
 //     sample for sample (package loader/internal/daliorder): DALI permutes
 //     the list once, with a fixed seed (the same order for every Seed and
@@ -55,11 +60,10 @@ import (
 //
 // WebDataset sampling (a webdataset map's, set by the loader for
 // Options.WebDataset) keeps the list in shard and member order, as
-// fn.readers.webdataset does (no fixed file-list shuffle), and its
-// ShufflePermute permutation is computed (package permute), never
-// stored: a loader holds O(1) memory for its order whatever N, and a
-// batch's samples are a function of (Seed, epoch, batch) alone.
-// ShuffleDALI is fn.readers.webdataset's order (package wdsorder).
+// fn.readers.webdataset does (no fixed file-list shuffle). With
+// StickToShard its shard is a range of that list, permuted anew each
+// epoch by permute. ShuffleDALI is fn.readers.webdataset's order
+// (package wdsorder).
 type Sampling struct {
 	N          int `json:"n" msgpack:"n"` // samples in the dataset
 	ReaderArgs `msgpack:",inline"`
@@ -67,6 +71,9 @@ type Sampling struct {
 	WebDataset bool `json:"webdataset,omitempty" msgpack:"webdataset,omitempty"`
 	// resume is the resumed epoch (Resumed), nil without one.
 	resume *resumed
+	// listed: a file dataset's ShufflePermute is Permutation's listed
+	// order, as in states of version ListedVersion or less.
+	listed bool
 }
 
 // The ways RandomShuffle shuffles (ReaderArgs.Shuffle).
@@ -226,13 +233,15 @@ func (s Sampling) EpochOrder(epoch int, buf, perm []int32) (order, permOut []int
 }
 
 // SamplerBytes returns the memory a loader over s holds for its sample
-// order, besides its batch memory: the epoch's order (the longest epoch's
-// samples, padding included), and as s shuffles, the permutation of all N
-// samples (ShufflePermute), the shard's samples and their permutation
-// (with StickToShard, and the file list while it is sorted out), or
-// DALI's reader (its file list of N samples and its initial_fill buffer,
-// daliorder.Bytes). A daemon admits it against its budget before opening
-// (s as Validate passed it). All are int32s.
+// order, besides its batch memory. A computed order holds one batch's
+// indices. A listed one holds the epoch's order (the longest epoch's
+// samples, padding included), and as s shuffles, the listed permutation
+// of all N samples (a state of version ListedVersion or less), the
+// shard's samples and their permutation (with StickToShard, and the file
+// list while it is sorted out), or DALI's reader (its file list of N
+// samples and its initial_fill buffer, daliorder.Bytes). A daemon admits
+// it against its budget before opening (s as NewPlan resumed it). All
+// are int32s.
 func SamplerBytes(s Sampling) int64 {
 	s.ReaderArgs = s.ReaderArgs.withDefaults()
 	// The longest epoch: a shard's ceil(N/num_shards) samples, padded to
@@ -376,7 +385,9 @@ func grow(b []int32, n int) []int32 {
 // Permutation returns a uniformly random permutation of [0, n) determined
 // by (seed, epoch) alone, written into buf. It uses its own Fisher-Yates
 // over PCG with Lemire's bounded draw, so the sequence does not depend on
-// the Go version's rand.Shuffle.
+// the Go version's rand.Shuffle. It is the listed order: StickToShard's
+// shard, and ShufflePermute resumed from a state of version
+// ListedVersion or less.
 func Permutation(seed uint64, epoch, n int, buf []int32) []int32 {
 	p := grow(buf, n)
 	for i := range p {
@@ -403,9 +414,19 @@ func bounded(src *rand.PCG, n uint64) uint64 {
 }
 
 // computed reports whether the order is computed batch by batch
-// (batchAt) rather than listed per epoch: a webdataset sampling's, but
-// for ShuffleDALI's.
-func (s Sampling) computed() bool { return s.WebDataset && !s.daliShuffled() }
+// (batchAt) rather than listed per epoch. It is, but for ShuffleDALI's
+// and shuffle_after_epoch's orders and for two of a file dataset's:
+// random_shuffle with stick_to_shard (DALI's shard, listed) and a
+// ShufflePermute resumed from a state of version 3 or less (listed).
+func (s Sampling) computed() bool {
+	switch {
+	case s.daliShuffled():
+		return false
+	case s.WebDataset, !s.RandomShuffle:
+		return true
+	}
+	return !s.StickToShard && !s.listed
+}
 
 // batchAt appends batch b of epoch e's sample indices to buf (cap at
 // least BatchSize for no allocation) for a computed sampling: position
@@ -486,12 +507,38 @@ const (
 	MaxReplaySamples   = 1 << 30 // samples ShuffleDALI replays to reach a resumed or requested epoch
 )
 
-// StateVersion is the version of State's wire form; a state of another
-// version is refused, but for version 1 where its sequence is unchanged
-// (State.Validate). Version 2 added shuffle and initial_fill, and made
-// random_shuffle with stick_to_shard keep DALI's shard. Version 3 added
-// stages (a resume on other shards); a version 2 state reads the same.
-const StateVersion = 3
+// StateVersion is the version of State's wire form. A state of another
+// version is refused, but for versions 1 to 3 where their sequence is
+// kept (State.Validate). Version 2 added shuffle and initial_fill, and
+// made random_shuffle with stick_to_shard keep DALI's shard. Version 3
+// added stages (a resume on other shards). Version 4 computes a file
+// dataset's ShufflePermute permutation (package permute), as a
+// webdataset's.
+//
+// The version selects the order. A state of version ListedVersion or
+// less keeps the listed Fisher-Yates permutation (Permutation) it was
+// made under, and so do the states its loader saves: a run goes on in
+// one order. A fresh open computes. A loader saves the lowest version
+// that reads its sequence alike (Loader.State): 4 for a file dataset's
+// computed permutation, 3 with stages, else 2. An older loaderd resumes
+// what it reads the same and refuses the rest.
+const StateVersion = 4
+
+// ListedVersion is the last State version whose file and numpy
+// ShufflePermute order is listed (Permutation).
+const ListedVersion = 3
+
+// version returns the State version a loader over s saves at epoch
+// (StateVersion says which).
+func (s Sampling) version(epoch int) int {
+	switch {
+	case s.RandomShuffle && s.computed() && !s.WebDataset:
+		return StateVersion
+	case s.Stages(epoch) != nil:
+		return 3 // stages
+	}
+	return 2
+}
 
 // State is a loader's position: the next batch Next will return. Saved
 // and restored it yields exactly the remaining sequence. Its msgpack and

@@ -208,6 +208,11 @@ func orderHash(seed uint64) string {
 	return hashOrders(Sampling{N: 10007, ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: seed}})
 }
 
+// listedHash is orderHash of the listed permutation (version 3 states).
+func listedHash(seed uint64) string {
+	return hashOrders(Sampling{N: 10007, ReaderArgs: ReaderArgs{BatchSize: 64, NumShards: 1, RandomShuffle: true, Seed: seed}, listed: true})
+}
+
 // hashOrders hashes the first 3 epochs' orders of s.
 func hashOrders(s Sampling) string {
 	h := sha256.New()
@@ -224,14 +229,18 @@ func hashOrders(s Sampling) string {
 // digests here), never by accident.
 func TestShufflePinned(t *testing.T) {
 	for _, tt := range []struct {
+		name string
+		hash func(uint64) string
 		seed uint64
 		want string
 	}{
-		{42, "40743ebc61f38dc4d9d4584718a863e3e25cbb6e48e7d74d06aa77c73b0b5ade"},
-		{7, "b447044d195c1410469088e434e3747891391c6216bc4983a35a7ad092c9cc1f"},
+		{"computed", orderHash, 42, "cd6af8b07e43380f5896ad64acc240cac8aceb2fc58005f0f3f35ea5fa48a2cd"},
+		{"computed", orderHash, 7, "ff50f51a90bcf153b3679320205885ca749fc635cf5c234db25b0f6694b3c02f"},
+		{"listed (version 3)", listedHash, 42, "40743ebc61f38dc4d9d4584718a863e3e25cbb6e48e7d74d06aa77c73b0b5ade"},
+		{"listed (version 3)", listedHash, 7, "b447044d195c1410469088e434e3747891391c6216bc4983a35a7ad092c9cc1f"},
 	} {
-		if got := orderHash(tt.seed); got != tt.want {
-			t.Errorf("seed %d: the first 3 epochs of 10007 samples hash to %s, pinned %s: the permutation changed (saved states would replay other samples)", tt.seed, got, tt.want)
+		if got := tt.hash(tt.seed); got != tt.want {
+			t.Errorf("%s, seed %d: the first 3 epochs of 10007 samples hash to %s, pinned %s: the permutation changed (saved states would replay other samples)", tt.name, tt.seed, got, tt.want)
 		}
 	}
 	for _, tt := range []struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -140,6 +141,9 @@ func TestDALIShuffleNextAt(t *testing.T) {
 func TestStateVersion1Resumes(t *testing.T) {
 	m := makeDataset(t, 40, 2, 1000)
 	o := Options{ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 2, RandomShuffle: true, Seed: 9}}
+	// A run in the listed order: from a version 3 state at its start.
+	v3 := State{Version: ListedVersion, Sampling: Sampling{N: 40, ReaderArgs: o.ReaderArgs.withDefaults()}}
+	o.State = &v3
 	l, err := New(context.Background(), m, o)
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +160,8 @@ func TestStateVersion1Resumes(t *testing.T) {
 	if got := seqOf(t, r, 4); !slices.Equal(got, want[8:12]) {
 		t.Errorf("resumed from a version 1 state: %v, want %v", got, want[8:12])
 	}
-	if st := r.State(); st.Version != StateVersion || st.Sampling.Shuffle != ShufflePermute || st.Sampling.InitialFill != DefaultInitialFill {
-		t.Errorf("state after resuming: %+v, want version %d with the defaults filled in", st, StateVersion)
+	if st := r.State(); st.Version != 2 || st.Sampling.Shuffle != ShufflePermute || st.Sampling.InitialFill != DefaultInitialFill {
+		t.Errorf("state after resuming: %+v, want version 2 (the listed order's, no stages) with the defaults filled in", st)
 	}
 }
 
@@ -283,4 +287,198 @@ func TestDALIFillTakesATurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Release()
+}
+
+// mixing returns what is wrong with the mix of orders (seed, epoch) of
+// n samples in batches of b, over seeds 1 to 4 and epochs 0 to 4, as a
+// uniform permutation's statistics would have it (6 standard deviations):
+// each epoch's displacements (v-p mod n, in 20 bins: chi-square), its
+// near neighbours (values within 8 at adjacent positions), and the pairs
+// of a batch in one epoch that meet in a batch again in the next.
+func mixing(order func(seed uint64, epoch int) []int32, n, b int) (bad []string, summary string) {
+	sigmas := func(got, want, sd float64) bool { return math.Abs(got-want) > 6*sd }
+	var near, again, wantAgain float64
+	pairs := 0.0 // pairs in one batch of an epoch
+	for q := 0; q < n; q += b {
+		c := float64(min(b, n-q))
+		pairs += c * (c - 1) / 2
+	}
+	for seed := uint64(1); seed <= 4; seed++ {
+		var prev []int32
+		for e := range 5 {
+			o := order(seed, e)
+			bins := make([]float64, 20)
+			for p, v := range o {
+				bins[(int(v)-p+n)%n*20/n]++
+				if p > 0 && abs(int(v)-int(o[p-1])) <= 8 {
+					near++
+				}
+			}
+			chi := 0.0
+			for _, c := range bins {
+				chi += (c - float64(n)/20) * (c - float64(n)/20) / (float64(n) / 20)
+			}
+			if sigmas(chi, 19, math.Sqrt(2*19)) {
+				bad = append(bad, fmt.Sprintf("seed %d epoch %d: displacements' chi-square %.0f over 19 dof", seed, e, chi))
+			}
+			if prev != nil {
+				again += float64(meetAgain(prev, o, n, b))
+				wantAgain += pairs * pairs / (float64(n) * float64(n-1) / 2)
+			}
+			prev = o
+		}
+	}
+	wantNear := 20 * 2 * float64(8*n-36) / float64(n) // 20 orders of n-1 adjacent pairs, each near w.p. 2(8n-36)/(n(n-1))
+	if sigmas(near, wantNear, math.Sqrt(wantNear)) {
+		bad = append(bad, fmt.Sprintf("%.0f near neighbours adjacent, a uniform permutation %.0f", near, wantNear))
+	}
+	if sigmas(again, wantAgain, math.Sqrt(wantAgain)) {
+		bad = append(bad, fmt.Sprintf("%.0f pairs of a batch meet in a batch the next epoch, a uniform permutation %.0f", again, wantAgain))
+	}
+	return bad, fmt.Sprintf("near neighbours %.0f (uniform %.0f), pairs meeting again %.0f (uniform %.0f)", near, wantNear, again, wantAgain)
+}
+
+func abs(x int) int { return max(x, -x) }
+
+// meetAgain counts the pairs of samples in one batch of order a that are
+// in one batch of order b.
+func meetAgain(a, b []int32, n, bs int) int {
+	batchOf := make([]int, n)
+	for p, v := range b {
+		batchOf[v] = p / bs
+	}
+	count := 0
+	for q := 0; q < n; q += bs {
+		seen := map[int]int{}
+		for _, v := range a[q:min(q+bs, n)] {
+			count += seen[batchOf[v]]
+			seen[batchOf[v]]++
+		}
+	}
+	return count
+}
+
+// TestShuffleMixes: a file dataset's permutation, computed (version 4)
+// or listed (version 3), mixes as a uniform one across positions, epochs
+// and seeds; poor permutations fail the same statistics (an affine map,
+// a shuffle within windows, the same order every epoch).
+func TestShuffleMixes(t *testing.T) {
+	const n, b = 10_000, 64
+	sampling := func(listed bool) func(uint64, int) []int32 {
+		return func(seed uint64, e int) []int32 {
+			s := Sampling{N: n, ReaderArgs: ReaderArgs{BatchSize: b, NumShards: 1, RandomShuffle: true, Seed: seed}.withDefaults(), listed: listed}
+			o, _ := s.EpochOrder(e, nil, nil)
+			return o
+		}
+	}
+	affine := func(seed uint64, e int) []int32 {
+		a := 7919 + 2*int(seed)*11 + 10*e // odd, not a multiple of 5: coprime with n
+		o := make([]int32, n)
+		for p := range o {
+			o[p] = int32((a*p + int(seed)) % n)
+		}
+		return o
+	}
+	windows := func(seed uint64, e int) []int32 {
+		o := make([]int32, 0, n)
+		for w := 0; w < n; w += 100 {
+			for _, v := range Permutation(seed, e*1000+w, 100, nil) {
+				o = append(o, int32(w)+v)
+			}
+		}
+		return o
+	}
+	fixed := func(seed uint64, _ int) []int32 { return sampling(false)(seed, 0) }
+	for _, tt := range []struct {
+		name string
+		perm func(uint64, int) []int32
+		good bool
+	}{
+		{"computed", sampling(false), true},
+		{"listed", sampling(true), true},
+		{"affine", affine, false},
+		{"windows of 100", windows, false},
+		{"same every epoch", fixed, false},
+	} {
+		bad, summary := mixing(tt.perm, n, b)
+		if tt.good && len(bad) > 0 {
+			t.Errorf("%s: mixes worse than a uniform permutation: %s", tt.name, strings.Join(bad, "; "))
+		}
+		if !tt.good && len(bad) == 0 {
+			t.Errorf("%s: a poor permutation passes the statistics", tt.name)
+		}
+		t.Logf("%s: %s; %d failed", tt.name, summary, len(bad))
+	}
+}
+
+// TestStateVersionSelectsOrder: a file dataset's permute order is the
+// computed one at a fresh open (its states version 4) and the listed one
+// from a state of version 3 or 2 (its states version 2, so a run keeps
+// it);
+// each resumes mid-epoch exactly, and the daemon's admission counts a
+// computed order as one batch's indices.
+func TestStateVersionSelectsOrder(t *testing.T) {
+	m := makeDataset(t, 101, 5, 1000)
+	args := ReaderArgs{BatchSize: 5, NumShards: 2, ShardID: 1, RandomShuffle: true, Seed: 3}
+	smp := Sampling{N: 101, ReaderArgs: args.withDefaults()}
+	open := func(st *State) *Loader {
+		t.Helper()
+		l, err := New(context.Background(), m, Options{ReaderArgs: args, PrefetchQueueDepth: 2, State: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for _, tt := range []struct {
+		name    string
+		state   *State
+		version int
+		listed  bool
+	}{
+		{"fresh", nil, StateVersion, false},
+		{"version 3", &State{Version: ListedVersion, Sampling: smp}, 2, true},
+		{"version 2", &State{Version: 2, Sampling: smp}, 2, true},
+		{"version 4", &State{Version: StateVersion, Sampling: smp}, StateVersion, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewPlan(m, Options{ReaderArgs: args, State: tt.state})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if computed := p.SamplerBytes == 4*int64(args.BatchSize); computed == tt.listed {
+				t.Errorf("SamplerBytes %d, want a listed order's: %v", p.SamplerBytes, tt.listed)
+			}
+			ref := smp
+			ref.listed = tt.listed
+			var want []string
+			o := ref.Orders()
+			for e := range 3 {
+				order := o.Epoch(e, nil)
+				for b := 0; b*args.BatchSize < len(order); b++ {
+					want = append(want, fmt.Sprint(e, b, order[b*args.BatchSize:min((b+1)*args.BatchSize, len(order))]))
+				}
+				want = append(want, "EOF")
+			}
+			l := open(tt.state)
+			got := seqOf(t, l, 14)
+			mid := l.State()
+			l.Close()
+			if !slices.Equal(got, want[:14]) {
+				t.Fatalf("read %v, want %v", got, want[:14])
+			}
+			if mid.Version != tt.version {
+				t.Errorf("state version %d, want %d", mid.Version, tt.version)
+			}
+			r := open(&mid)
+			defer r.Close()
+			if got := seqOf(t, r, 10); !slices.Equal(got, want[14:24]) {
+				t.Errorf("resumed at %d/%d: %v, want %v", mid.Epoch, mid.Batch, got, want[14:24])
+			}
+		})
+	}
+	fresh, _ := smp.EpochOrder(0, nil, nil)
+	smp.listed = true
+	if listed, _ := smp.EpochOrder(0, nil, nil); slices.Equal(fresh, listed) {
+		t.Error("the computed and the listed orders are the same")
+	}
 }

@@ -122,21 +122,23 @@ func (st *State) Validate() error {
 	return nil
 }
 
-// checkVersion accepts StateVersion, version 2 (no stages), and version 1
-// where its sequence is unchanged: every sampling but RandomShuffle with
-// StickToShard over several shards, whose permutation now keeps DALI's
-// shard (version 1 had no shuffle or initial_fill: they are the defaults).
+// checkVersion accepts StateVersion, version 3, version 2 (no stages),
+// and version 1 where its sequence is unchanged: every sampling but
+// RandomShuffle with StickToShard over several shards, whose permutation
+// now keeps DALI's shard (version 1 had no shuffle or initial_fill: they
+// are the defaults). Versions 1 to 3 keep the listed permutation
+// (StateVersion).
 func (st *State) checkVersion() error {
 	s := st.Sampling
 	switch {
-	case st.Version == StateVersion, st.Version == 2 && len(st.Stages) == 0:
+	case st.Version == StateVersion, st.Version == ListedVersion, st.Version == 2 && len(st.Stages) == 0:
 		return nil
 	case st.Version == 1 && s.RandomShuffle && s.StickToShard && s.NumShards > 1:
 		return fmt.Errorf("%w: saved state has version 1, whose random_shuffle with stick_to_shard read other samples (this loader keeps DALI's shard every epoch): start afresh", ErrOptions)
 	case st.Version == 1 && s.Shuffle == "" && s.InitialFill == 0:
 		return nil
 	}
-	return fmt.Errorf("%w: saved state has version %d, this loader reads version %d (and 2, 1)", ErrOptions, st.Version, StateVersion)
+	return fmt.Errorf("%w: saved state has version %d, this loader reads version %d (and 3, 2, 1)", ErrOptions, st.Version, StateVersion)
 }
 
 // checkState checks that st, valid on its own (Options.Validate), was

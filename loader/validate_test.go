@@ -58,7 +58,7 @@ func TestBounds(t *testing.T) {
 		{"state shuffle_after_epoch past the replay limit", (&State{Version: StateVersion, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3, ShuffleAfterEpoch: true}}, Epoch: MaxReplaySamples/97 + 1}).Validate(), "with shuffle_after_epoch: reaching it replays"},
 		{"state version 1", (&State{Version: 1, Sampling: smp, Epoch: 2}).Validate(), ""},
 		{"state version 1 with stick_to_shard", (&State{Version: 1, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3, StickToShard: true, RandomShuffle: true}}}).Validate(), "version 1, whose random_shuffle with stick_to_shard read other samples"},
-		{"state version 1 with a version 2 field", (&State{Version: 1, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3, Shuffle: ShuffleDALI}}}).Validate(), "version 1, this loader reads version 3 (and 2, 1)"},
+		{"state version 1 with a version 2 field", (&State{Version: 1, Sampling: Sampling{N: 97, ReaderArgs: ReaderArgs{BatchSize: 4, NumShards: 3, Shuffle: ShuffleDALI}}}).Validate(), "version 1, this loader reads version 4 (and 3, 2, 1)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

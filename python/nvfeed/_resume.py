@@ -23,7 +23,9 @@ from typing import Optional, cast
 from ._wire import Sampling, Stage, State
 
 STATE_VERSION = 3
-"""The daemon's ``State`` version that has ``stages``."""
+"""The first daemon ``State`` version that has ``stages``. A state keeps
+its own version where higher: the version selects the order (4 computes
+a file dataset's permutation, 3 and less list it: loader.StateVersion)."""
 
 
 def left(n: int, stage: Stage) -> int:
@@ -80,7 +82,8 @@ def with_stage(state: State, stage: Stage, shard_id: int, num_shards: int, batch
     s["shard_id"], s["num_shards"], s["batch_size"] = shard_id, num_shards, batch_size
     r = resumed(state)
     n = r[1] if r is not None else int(s["n"])
-    out: State = {"version": STATE_VERSION, "sampling": s, "epoch": int(state["epoch"]), "batch": 0}
+    out: State = {"version": max(STATE_VERSION, int(state["version"])), "sampling": s, "epoch": int(state["epoch"]),
+                  "batch": 0}
     if state.get("content") is not None:
         out["content"] = state["content"]  # the daemon checks its copy against it
     if left(n, stage) == 0:  # every sample of the epoch was received

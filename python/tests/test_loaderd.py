@@ -238,7 +238,7 @@ def test_state_has_explicit_keys(daemon: Daemon) -> None:
     with LoaderSource("train", socket=daemon.socket, batch_size=4, seed=5, random_shuffle=True) as src:
         next(src)
         st = src.state()
-    assert st["version"] == 2 and st["epoch"] == 0 and st["batch"] == 1
+    assert st["version"] == 4 and st["epoch"] == 0 and st["batch"] == 1  # the computed permutation's
     assert set(st["sampling"]) == {"n", "batch_size", "shard_id", "num_shards", "random_shuffle", "seed", "pad_last_batch", "stick_to_shard",
                                    "shuffle", "initial_fill", "shuffle_after_epoch"}
     assert st["sampling"]["shuffle"] == "permute" and st["sampling"]["initial_fill"] == 1024

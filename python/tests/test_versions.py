@@ -226,3 +226,57 @@ def test_a_state_with_content_on_the_previous_daemon(old_daemon: Daemon, new_dae
     with old:
         got = [hashlib.sha256(s.tobytes()).hexdigest() for samples, _ in old for s in samples]
     assert got == rest
+
+
+SHUFFLED = dict(batch_size=8, random_shuffle=True, seed=5)
+"""A shuffled file session (shuffle="permute"), whose order version 4 of
+the daemon's state changed: computed, no longer listed."""
+
+
+def _hashes(src: LoaderSource) -> list[str]:
+    return [hashlib.sha256(s.tobytes()).hexdigest() for samples, _ in src for s in samples]
+
+
+def test_a_previous_state_keeps_its_order_on_this_daemon(old_daemon: Daemon, new_daemon: Daemon) -> None:
+    """A shuffled state the previous daemon made (version 2: the listed
+    permutation) resumes on this daemon in its own order, the rest of the
+    epoch the previous daemon would have read; the states this daemon
+    then saves say version 2, so the run keeps that order."""
+    with LoaderSource("train", socket=old_daemon.socket, **SHUFFLED) as src:  # type: ignore[arg-type]
+        it = iter(src)
+        next(it)
+        st = src.state()
+        rest = [hashlib.sha256(s.tobytes()).hexdigest() for samples, _ in it for s in samples]
+    assert st["version"] == 2
+    with LoaderSource("train", socket=new_daemon.socket, state=st, **SHUFFLED) as new:  # type: ignore[arg-type]
+        it = iter(new)
+        first = next(it)
+        assert new.state()["version"] == 2
+        got = [hashlib.sha256(s.tobytes()).hexdigest() for s in first[0]]
+        got += [hashlib.sha256(s.tobytes()).hexdigest() for samples, _ in it for s in samples]
+    assert got == rest
+
+
+def test_the_previous_client_opens_in_the_computed_order(previous: Path, old_daemon: Daemon, new_daemon: Daemon) -> None:
+    """The previous client's fresh shuffled open on this daemon reads the
+    computed order (as this client's does: a fresh run may), not the
+    previous daemon's listed one, and its states say version 4."""
+    script = """
+import hashlib, json, sys
+from nvfeed import LoaderSource
+with LoaderSource("train", socket=sys.argv[1], batch_size=8, random_shuffle=True, seed=5) as src:
+    out = [hashlib.sha256(s.tobytes()).hexdigest() for samples, _ in src for s in samples]
+    version = src.state()["version"]
+print(json.dumps({"epoch": out, "version": version}))
+"""
+    env = {**os.environ, "PYTHONPATH": str(previous / "python")}
+    r = subprocess.run([sys.executable, "-c", script, new_daemon.socket], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=previous)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    with LoaderSource("train", socket=new_daemon.socket, **SHUFFLED) as src:  # type: ignore[arg-type]
+        assert out["epoch"] == _hashes(src)
+    with LoaderSource("train", socket=old_daemon.socket, **SHUFFLED) as src:  # type: ignore[arg-type]
+        listed = _hashes(src)
+    assert sorted(out["epoch"]) == sorted(listed) and out["epoch"] != listed
+    assert out["version"] == 4

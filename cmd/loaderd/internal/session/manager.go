@@ -53,7 +53,8 @@ type Config struct {
 	MaxLockedPerUID int64
 	// MaxDeviceBytes bounds the GPU batch memory of all sessions; DefaultMaxDeviceBytes.
 	MaxDeviceBytes int64
-	// MaxSamplerBytes bounds the sample-order heap of all sessions; DefaultMaxSamplerBytes.
+	// MaxSamplerBytes bounds the sample-order heap of all sessions (loader.SamplerBytes:
+	// one batch's indices where the order is computed); DefaultMaxSamplerBytes.
 	MaxSamplerBytes int64
 	// MaxLockedSource, MaxDeviceSource and MaxSamplerSource say where the budgets came from.
 	MaxLockedSource, MaxDeviceSource, MaxSamplerSource string
