@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,8 @@ def _mkbmap(root: Path, out: Path, reader: str) -> str:
 
 @pytest.fixture(scope="module")
 def sets(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sets]:
-    base, work = dataset.root.parent / "resume", tmp_path_factory.mktemp("resume")
+    # Its own folder on the dataset's filesystem: each module that uses the fixture makes its own.
+    base, work = Path(tempfile.mkdtemp(prefix="resume-", dir=dataset.root.parent)), tmp_path_factory.mktemp("resume")
     rng = np.random.default_rng(47)
     want: dict[str, collections.Counter[str]] = {k: collections.Counter() for k in SIZES}
     for i in range(SIZES["imgs"]):
@@ -202,9 +204,10 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
         agents.append(agent("a", "first", port))
         time.sleep(0.5)
         agents.append(agent("b", "first", port))
-        wait_until(lambda: any(w == "w4" and e == 1 for w, e, _ in worlds()), "4 ranks in epoch 1")
+        # The waits below are for a rendezvous and a restart, slow on a busy machine: 3 WAITs each.
+        wait_until(lambda: any(w == "w4" and e == 1 for w, e, _ in worlds()), "4 ranks in epoch 1", WAIT * 3)
         _kill_tree(agents[1])
-        wait_until(lambda: len({k for w, _, k in worlds() if w == "w2"}) >= 3, "the job going on with 2 ranks")
+        wait_until(lambda: len({k for w, _, k in worlds() if w == "w2"}) >= 3, "the job going on with 2 ranks", WAIT * 3)
         _kill_tree(agents[0])
         port = _free_port()
         agents.append(agent("c", "second", port))
