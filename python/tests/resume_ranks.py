@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from nvfeed.torch import LoaderDataset
 
-KINDS = {"imgs": {}, "tens": {}, "wds": {"ext": ["bin", "cls"]}}
+KINDS = {"imgs": {}, "list": {}, "tens": {}, "wds": {"ext": ["bin", "cls"]}}
 
 
 def ids(kind: str, batch: Any) -> list[str]:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Resume on another number of ranks (docs/resume.md), CPU, gloo, a real
-loaderd: torchrun runs of resume_ranks.py read images, tensors and a
+loaderd: torchrun runs of resume_ranks.py read images, a file list, tensors and a
 WebDataset at once, are killed in the middle of epoch 1 and resumed from
 rank 0's checkpoint with fewer ranks (4, then 3, then 2), with the same
 batch size or others; and an elastic job (torchrun agents as nodes)
@@ -78,9 +78,17 @@ def sets(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                     info.size = len(data)
                     t.addfile(info, __import__("io").BytesIO(data))
                 want["wds"][_id(f"sample {j}".encode() * 3)] += 1
+    # A file list: every other image, in reverse, each with a label of its own.
+    listed = sorted((base / "imgs").rglob("*.jpg"))[::-2]
+    (base / "list.txt").write_text("".join(f"{p.relative_to(base / 'imgs')} {i % 5}\n" for i, p in enumerate(listed)))
+    want["list"] = collections.Counter(_id(p.read_bytes()) for p in listed)
     os.sync()
     maps = [("imgs", "file"), ("tens", "numpy"), ("wds", "webdataset")]
     extra = [a for k, r in maps for a in ("--dataset", f"{k}={_mkbmap(base / k, work / f'{k}.bmap', r)}")]
+    r = subprocess.run([str(BIN / "mkbmap"), "--file-list", str(base / "list.txt"), "--mountpoint", str(base / "imgs"),
+                        "-o", str(work / "list.bmap")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    extra += ["--dataset", f"list={work / 'list.bmap'}"]
     # A killed run leaves its sessions open until the timeout: room for several runs.
     d = start_daemon(work, dataset.bmap, "--session-timeout", "5s", "--max-sessions-per-uid", "128",
                      "--max-conns-per-uid", "256", *extra)
