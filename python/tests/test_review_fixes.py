@@ -26,3 +26,31 @@ def test_numpy_padding_only_batch_is_empty(sets: Sets) -> None:  # noqa: F811
             n += 1
         assert n == len(ds) == 15
     assert got == sets.want["tens"]
+
+
+def test_loader_source_positional_arguments(sets: Sets) -> None:  # noqa: F811
+    """LoaderSource(dataset, socket, batch_size, shard_id, num_shards,
+    random_shuffle, seed) positionally, as README's API lists them and as
+    before the options were declared (it raised TypeError: takes 2
+    positional arguments)."""
+    import pytest
+    from nvfeed import LoaderSource
+    with LoaderSource("imgs", sets.daemon.socket, 8, 1, 3, True, 5) as a, \
+            LoaderSource("imgs", socket=sets.daemon.socket, batch_size=8, shard_id=1, num_shards=3,
+                         random_shuffle=True, seed=5) as b:
+        assert [[bytes(s) for s in x[0]] for x in a] == [[bytes(s) for s in x[0]] for x in b]
+    with pytest.raises(TypeError, match="multiple values for argument 'socket'"):
+        LoaderSource("imgs", sets.daemon.socket, socket=sets.daemon.socket)
+    with pytest.raises(TypeError, match="missing a required argument: 'dataset'"):
+        LoaderSource()
+
+
+def test_loader_source_bad_state_is_the_daemons(sets: Sets) -> None:  # noqa: F811
+    """state= that is not a State goes to the daemon, which refuses it
+    (README: the daemon checks state, a bad one raises BadRequestError), as
+    before; it raised KeyError('sampling') or TypeError in the client."""
+    import pytest
+    from nvfeed import BadRequestError, LoaderSource
+    for bad in ({"x": 1}, "abc", {"sampling": 3, "epoch": 0, "batch": 0}):
+        with pytest.raises(BadRequestError):
+            LoaderSource("imgs", socket=sets.daemon.socket, batch_size=8, state=bad)
