@@ -54,3 +54,28 @@ def test_loader_source_bad_state_is_the_daemons(sets: Sets) -> None:  # noqa: F8
     for bad in ({"x": 1}, "abc", {"sampling": 3, "epoch": 0, "batch": 0}):
         with pytest.raises(BadRequestError):
             LoaderSource("imgs", socket=sets.daemon.socket, batch_size=8, state=bad)
+
+
+def test_dali_external_source_restore_other_seed_refused(sets: Sets) -> None:  # noqa: F811
+    """fn.external_source(source=src.batch, batch_info=True) restored from a
+    DALI checkpoint into a LoaderSource of another seed: DALI asks for the
+    saved positions, which name other samples in the new order. It went on
+    silently: epoch 0 of 203 samples held 169 distinct. Now refused, naming
+    the seed; the same seed still restores exactly."""
+    import pytest
+    pytest.importorskip("nvidia.dali")
+    from test_dali_checkpoint import BATCH, _pipeline, _steps
+    from nvfeed import LoaderSource
+    kw = dict(socket=sets.daemon.socket, batch_size=BATCH, shard_id=0, num_shards=1, random_shuffle=True)
+    with LoaderSource("imgs", seed=5, **kw) as src:
+        pipe = _pipeline(src)
+        head = _steps(pipe, 10)
+        cp = pipe.checkpoint()
+        want = _steps(pipe, 41)  # to epoch 0's end: 51 batches of 4
+    with LoaderSource("imgs", seed=5, **kw) as src:
+        assert _steps(_pipeline(src, cp), 41) == want
+    samples = [x.split(":")[0] for b in head + want for x in b.split()]
+    assert len(samples) == len(set(samples)) == 203
+    with LoaderSource("imgs", seed=6, **kw) as src:
+        with pytest.raises(Exception, match=r"other sampling arguments: seed 5 \(now 6\)"):
+            _steps(_pipeline(src, cp), 1)
