@@ -85,6 +85,9 @@ def with_stage(state: State, stage: Stage, shard_id: int, num_shards: int, batch
         out["content"] = state["content"]  # the daemon checks its copy against it
     if left(n, stage) == 0:  # every sample of the epoch was received
         out["version"], out["epoch"] = int(state["version"]), out["epoch"] + 1
+    elif stage["batch"] == 0:  # a stage that received nothing leaves the list as it was: no stage (MaxStages)
+        if state.get("stages"):
+            out["stages"] = list(state["stages"])
     else:
         out["stages"] = list(state.get("stages") or []) + [stage]
     return out

@@ -79,3 +79,34 @@ def test_dali_external_source_restore_other_seed_refused(sets: Sets) -> None:  #
     with LoaderSource("imgs", seed=6, **kw) as src:
         with pytest.raises(Exception, match=r"other sampling arguments: seed 5 \(now 6\)"):
             _steps(_pipeline(src, cp), 1)
+
+
+def test_resume_at_batch_zero_adds_no_stage(sets: Sets) -> None:  # noqa: F811
+    """An elastic job restarted again and again before its first step on
+    other ranks: each restart at batch 0 added a stage that removed
+    nothing, until the daemon refused the open (past MaxStages = 64; at 70
+    stages "decoding would take more memory than the message's size
+    allows").
+    No stage now; a stage at batch 2 then resumes as before, every sample
+    once."""
+    got: collections.Counter[str] = collections.Counter()
+    kw = dict(socket=sets.daemon.socket, random_shuffle=True, seed=3)
+    first = [LoaderDataset("imgs", batch_size=8, shard_id=k, num_shards=4, **kw) for k in range(4)]
+    its = [iter(d) for d in first]
+    for _ in range(2):
+        for it in its:
+            got.update(ids("imgs", next(it)))
+    sd = first[0].state_dict()
+    for i in range(70):
+        w = 3 + i % 2
+        d = LoaderDataset("imgs", batch_size=5 + i % 2, shard_id=0, num_shards=w, **kw)
+        d.load_state_dict(sd)
+        sd = d.state_dict()
+    assert sd["state"]["stages"] == [{"num_shards": 4, "batch_size": 8, "batch": 2}]
+    assert sd["batch"] == 2
+    for k in range(2):
+        d = LoaderDataset("imgs", batch_size=7, shard_id=k, num_shards=2, **kw)
+        d.load_state_dict(sd)
+        for b in d:
+            got.update(ids("imgs", b))
+    assert got == sets.want["imgs"]
