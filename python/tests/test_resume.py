@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,9 @@ def _mkbmap(root: Path, out: Path, reader: str) -> str:
 
 @pytest.fixture(scope="module")
 def sets(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sets]:
-    base, work = dataset.root.parent / "resume", tmp_path_factory.mktemp("resume")
+    # A directory of its own: a module that imports this fixture (test_dali_reshard.py) makes the datasets
+    # again in the same pytest run, on the same filesystem.
+    base, work = Path(tempfile.mkdtemp(prefix="resume-", dir=dataset.root.parent)), tmp_path_factory.mktemp("resume")
     rng = np.random.default_rng(47)
     want: dict[str, collections.Counter[str]] = {k: collections.Counter() for k in SIZES}
     for i in range(SIZES["imgs"]):
