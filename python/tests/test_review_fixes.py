@@ -101,6 +101,7 @@ def test_resume_at_batch_zero_adds_no_stage(sets: Sets) -> None:  # noqa: F811
         w = 3 + i % 2
         d = LoaderDataset("imgs", batch_size=5 + i % 2, shard_id=0, num_shards=w, **kw)
         d.load_state_dict(sd)
+        assert len(d) > 0  # opens the session: the state is then this run's, a stage more
         sd = d.state_dict()
     assert sd["state"]["stages"] == [{"num_shards": 4, "batch_size": 8, "batch": 2}]
     assert sd["batch"] == 2
@@ -110,3 +111,28 @@ def test_resume_at_batch_zero_adds_no_stage(sets: Sets) -> None:  # noqa: F811
         for b in d:
             got.update(ids("imgs", b))
     assert got == sets.want["imgs"]
+
+
+def test_load_state_dict_before_the_rank_is_known(sets: Sets, monkeypatch) -> None:  # noqa: F811
+    """load_state_dict() before torch.distributed is initialised (no RANK,
+    WORLD_SIZE): the shard was resolved then, as (0, 1), and a resume on
+    the saved 4 ranks became one on other ranks, refused for
+    stick_to_shard ("a resume on other num_shards ... cannot be exact").
+    The shard is now taken when the session opens: the same batches as a
+    run that was not interrupted."""
+    kw = dict(socket=sets.daemon.socket, batch_size=8, stick_to_shard=True, random_shuffle=True, seed=3)
+    old = LoaderDataset("imgs", shard_id=2, num_shards=4, **kw)
+    it = iter(old)
+    next(it), next(it)
+    sd = LoaderDataset("imgs", shard_id=0, num_shards=4, **kw)
+    it0 = iter(sd)
+    next(it0), next(it0)
+    state = sd.state_dict()
+    want = [ids("imgs", b) for b in it]
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    new = LoaderDataset("imgs", **kw)
+    new.load_state_dict(state)
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert [ids("imgs", b) for b in new] == want
