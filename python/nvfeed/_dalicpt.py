@@ -169,7 +169,10 @@ def restore_source(pipe: Any, src: Any) -> None:
     def entry() -> dict[str, Any]:
         s = src.opened_state["sampling"]
         return {"dataset": src.options.dataset, "fingerprint": src.fingerprint, "num_shards": s["num_shards"],
-                "batch_size": s["batch_size"]}
+                "batch_size": s["batch_size"],
+                # the order's arguments (seed, shuffle, padding...): the positions DALI asks for name other
+                # samples under others. The shard is not one: every rank is at the same position.
+                "sampling": {k: v for k, v in s.items() if k not in ("shard_id", "num_shards", "batch_size")}}
     hook(pipe, SOURCES, entry)
     saved_ = saved(pipe, SOURCES, -1)  # compared by dataset: the order of first batches may change
     if saved_ is None:
@@ -193,3 +196,11 @@ def restore_source(pipe: Any, src: Any) -> None:
                           f"and {mine['batch_size']}: DALI would ask it for the old positions, other samples here. "
                           "Restore with the saved num_shards and batch_size, or read through nvfeed.dali.reader, "
                           "whose checkpoints resume on other shards")
+    # An entry of an nvfeed before "sampling" is not compared there.
+    if not any(e.get("sampling", mine["sampling"]) == mine["sampling"] for e in same):
+        old = same[0]["sampling"]
+        diff = ", ".join(f"{k} {old.get(k)!r} (now {mine['sampling'].get(k)!r})"
+                         for k in sorted(set(old) | set(mine["sampling"])) if old.get(k) != mine["sampling"].get(k))
+        raise LoaderError(f"LoaderSource({src.options.dataset!r}): the DALI checkpoint was taken with other sampling "
+                          f"arguments: {diff}. DALI would ask this source for the old positions, which name other "
+                          "samples in this order: restore with the saved arguments")

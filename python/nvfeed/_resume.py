@@ -88,6 +88,9 @@ def with_stage(state: State, stage: Stage, shard_id: int, num_shards: int, batch
         out["content"] = state["content"]  # the daemon checks its copy against it
     if left(n, stage) == 0:  # every sample of the epoch was received
         out["version"], out["epoch"] = int(state["version"]), out["epoch"] + 1
+    elif stage["batch"] == 0:  # a stage that received nothing leaves the list as it was: no stage (MaxStages)
+        if state.get("stages"):
+            out["stages"] = list(state["stages"])
     else:
         out["stages"] = list(state.get("stages") or []) + [stage]
     return out
@@ -95,8 +98,14 @@ def with_stage(state: State, stage: Stage, shard_id: int, num_shards: int, batch
 
 def for_source(state: State, shard_id: int, num_shards: int, batch_size: int) -> State:
     """``LoaderSource(state=...)``'s state: as given on the state's shards
-    and batch size (the daemon checks its shard), else ``for_run``'s."""
-    s = state["sampling"]
-    if (int(s.get("num_shards") or 1), int(s.get("batch_size") or 0)) == (num_shards, batch_size):
+    and batch size (the daemon checks its shard), else ``for_run``'s. A
+    state that is not a ``State`` goes as given: the daemon refuses it
+    (``BadRequestError`` naming it)."""
+    s = state.get("sampling") if isinstance(state, dict) else None
+    try:
+        if not isinstance(s, dict) or "epoch" not in state or "batch" not in state or \
+                (int(s.get("num_shards") or 1), int(s.get("batch_size") or 0)) == (num_shards, batch_size):
+            return state
+    except (TypeError, ValueError):
         return state
     return for_run(state, shard_id, num_shards, batch_size)

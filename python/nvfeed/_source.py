@@ -126,8 +126,17 @@ class LoaderSource:
                      file_list: Optional[str] = ..., ext: Optional[Any] = ..., missing_component_behavior: str = ...,
                      case_sensitive_extensions: bool = ..., zero_copy: bool = ..., **dali_args: Any) -> None: ...
     else:
-        def __init__(self, dataset: str, **options: Any) -> None:
-            self._check(dataset, options)
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # Positional arguments in the declared order, as before the
+            # options were declared (README: LoaderSource(dataset, socket,
+            # batch_size, shard_id, ...)).
+            try:
+                bound = _SIGNATURE.bind(self, *args, **kwargs).arguments
+            except TypeError as e:
+                raise TypeError(f"LoaderSource: {e}") from None
+            options = {k: v for k, v in bound.items() if k not in ("self", "dataset", "dali_args")}
+            options.update(bound.get("dali_args", {}))
+            self._check(bound["dataset"], options)
 
     def _check(self, dataset: str, options: dict[str, Any]) -> None:
         """Checks the arguments (``SourceOptions``) and opens the session."""
@@ -499,5 +508,6 @@ class LoaderSource:
         return cast(Position, self._last), samples, labels
 
 
-LoaderSource.__init__.__signature__ = _options.signature()  # type: ignore[attr-defined]
+_SIGNATURE = _options.signature()
+LoaderSource.__init__.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
 LoaderSource.__doc__ = _options.with_parameters(LoaderSource.__doc__ or "")

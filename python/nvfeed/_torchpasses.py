@@ -102,6 +102,8 @@ class Passes:
         not: the shard is resolved then."""
         if self._src is None:
             shard_id, num_shards = self.shard
+            if self._resume is not None:  # rank 0's position on this rank's shard, known now (not at load_state_dict)
+                self._resume = _resume.for_run(self._resume, shard_id, num_shards, self.batch_size)
             resume = self._resume
             if resume is not None:  # the daemon's position: past its last batch, its epoch's end
                 ep = Epochs(resume["sampling"], self._policy, _resume.resumed(resume))
@@ -278,8 +280,8 @@ class Passes:
         e, k = int(state_dict["epoch"]), int(state_dict["batch"])
         r = _resume.resumed(st)
         st = _resume.at(st, e, k - (r[2] if r is not None and r[0] == e else 0))
-        shard_id, num_shards = self.shard
-        st = _resume.for_run(st, shard_id, num_shards, self.batch_size)  # rank 0's position, this rank's shard
+        # Put on this rank's shard when the session opens (_source): the rank may not be known yet
+        # (torch.distributed initialised after load_state_dict).
         if self._src is not None:
             self._views.wait_pending()
             self._src.close()

@@ -267,7 +267,7 @@ def tensors(m: Mapped, where: str, dt: "np.dtype[Any]", offsets: list[int], leng
     errors (a length that is not its shape's), ``dataset`` in the error of
     a batch unpacked into names."""
     descr = dt.str
-    if whole:
+    if whole and offsets:  # an empty batch (all padding trimmed: keep 0) is an empty list
         row, shape, n = dense(offsets, lengths), tuple(shapes[0]), len(offsets)
         if row and shapes.count(shapes[0]) == n and row == nbytes(dt, shape):
             g = m.gpu
