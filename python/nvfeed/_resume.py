@@ -97,15 +97,14 @@ def with_stage(state: State, stage: Stage, shard_id: int, num_shards: int, batch
 
 
 def for_source(state: State, shard_id: int, num_shards: int, batch_size: int) -> State:
-    """``LoaderSource(state=...)``'s state: as given on the state's shards
-    and batch size (the daemon checks its shard), else ``for_run``'s. A
+    """``LoaderSource(state=...)``'s state: ``for_run``'s, so any rank's
+    state (rank 0's) resumes this rank, as ``load_state_dict`` does. A
     state that is not a ``State`` goes as given: the daemon refuses it
     (``BadRequestError`` naming it)."""
     s = state.get("sampling") if isinstance(state, dict) else None
+    if not isinstance(s, dict) or "epoch" not in state or "batch" not in state:
+        return state
     try:
-        if not isinstance(s, dict) or "epoch" not in state or "batch" not in state or \
-                (int(s.get("num_shards") or 1), int(s.get("batch_size") or 0)) == (num_shards, batch_size):
-            return state
+        return for_run(state, shard_id, num_shards, batch_size)
     except (TypeError, ValueError):
         return state
-    return for_run(state, shard_id, num_shards, batch_size)

@@ -201,7 +201,7 @@ class LoaderDataset(torch.utils.data.IterableDataset[Item]):
         self.dataset = dataset
         self.batch_size = batch_size
         self.zero_copy = zero_copy
-        self.decode_labels = bool(decode_labels)
+        self.decode_labels = _args.bool_arg("decode_labels", decode_labels)
         self.last_batch_policy = last_batch_policy
         self.device = dev
         args: dict[str, Any] = dict(

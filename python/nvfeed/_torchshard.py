@@ -23,15 +23,21 @@ def shard_args(last_batch_policy: str, shard_id: Optional[int],
     Raises
     ------
     ValueError
-        ``last_batch_policy`` is not one of ``POLICIES``, or only one of
-        ``shard_id`` and ``num_shards`` is given.
+        ``last_batch_policy`` is not one of ``POLICIES``, only one of
+        ``shard_id`` and ``num_shards`` is given, or they are out of range.
     """
     if last_batch_policy not in POLICIES:
         raise ValueError(f"last_batch_policy must be one of {', '.join(POLICIES)}, got {last_batch_policy!r}")
     if (shard_id is None) != (num_shards is None):
         raise ValueError(f"give both shard_id and num_shards or neither (got shard_id={shard_id!r}, "
                          f"num_shards={num_shards!r}): without them they come from the process's rank")
-    return None if shard_id is None or num_shards is None else (shard_id, num_shards)
+    if shard_id is None or num_shards is None:
+        return None
+    if not isinstance(num_shards, int) or isinstance(num_shards, bool) or num_shards < 1:
+        raise ValueError(f"num_shards must be an int of at least 1, got {num_shards!r}")
+    if not isinstance(shard_id, int) or isinstance(shard_id, bool) or not 0 <= shard_id < num_shards:
+        raise ValueError(f"shard_id must be an int in [0, num_shards={num_shards}), got {shard_id!r}")
+    return shard_id, num_shards
 
 
 def distributed_shard() -> tuple[int, int]:

@@ -159,7 +159,7 @@ def _fit_stages(req: OpenRequest, daemon: DaemonVersion, where: str) -> OpenRequ
                            f"other ranks or another batch size needs (this client: {CLIENT}). Upgrade loaderd on "
                            f"this node to a release that lists {STAGES!r} in its {FEATURES_HEADER}", 400, "version")
     out = cast(dict[str, Any], dict(req))
-    out["state"] = dict(st, version=2)
+    out["state"] = {k: v for k, v in dict(st, version=2).items() if k != "stages"}  # none, or an empty list
     return cast(OpenRequest, out)
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Faults found in review, each with the test that shows it fixed (the
-datasets of test_resume.py: odd sizes over a real loaderd)."""
+"""Resume and argument edge cases, each a fault once (the datasets of
+test_resume.py: odd sizes over a real loaderd)."""
 
 from __future__ import annotations
 
@@ -136,3 +136,41 @@ def test_load_state_dict_before_the_rank_is_known(sets: Sets, monkeypatch) -> No
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "4")
     assert [ids("imgs", b) for b in new] == want
+
+
+def test_loader_source_takes_rank_0s_state(sets: Sets) -> None:  # noqa: F811
+    """LoaderSource(state=rank 0's state) on the same shards resumes this
+    rank's shard at that position, as load_state_dict does (the daemon
+    refused it: shard_id 0, now 1)."""
+    from nvfeed import LoaderSource
+    kw = dict(socket=sets.daemon.socket, batch_size=8, num_shards=2, random_shuffle=True, seed=3)
+    with LoaderSource("imgs", shard_id=0, **kw) as r0:
+        it = iter(r0)
+        next(it), next(it)
+        st = r0.state()
+    with LoaderSource("imgs", shard_id=1, **kw) as fresh:
+        want = [[bytes(s) for s in b[0]] for b in fresh][2:]
+    with LoaderSource("imgs", shard_id=1, state=st, **kw) as r1:
+        got = [[bytes(s) for s in b[0]] for b in r1]
+    assert got == want
+
+
+def test_loader_dataset_shard_checked_at_the_call() -> None:
+    """Shard arguments out of range and a decode_labels that is not a bool
+    are refused when the dataset is made, naming them (the daemon refused
+    the shard only at the first iteration; decode_labels="x" was taken)."""
+    import pytest
+    for kw, name in ((dict(shard_id=0, num_shards=0), "num_shards"), (dict(shard_id=2, num_shards=2), "shard_id"),
+                     (dict(shard_id=-1, num_shards=2), "shard_id"), (dict(decode_labels="x"), "decode_labels")):
+        with pytest.raises(ValueError, match=name):
+            LoaderDataset("imgs", socket="/nonexistent", **kw)
+
+
+def test_an_empty_stages_list_is_left_out_for_an_old_daemon() -> None:
+    """A version 3 state with no stages goes to a daemon without feature
+    stages as version 2 without the key, which that daemon does not know."""
+    from nvfeed._version import DaemonVersion, fit
+    old = DaemonVersion(2, "0.3.0", frozenset({"file", "versions"}))
+    req = {"dataset": "imgs", "state": {"version": 3, "sampling": {}, "epoch": 1, "batch": 2, "stages": []}}
+    st = fit(req, old, "sock")["state"]  # type: ignore[arg-type]
+    assert st == {"version": 2, "sampling": {}, "epoch": 1, "batch": 2}
