@@ -17,6 +17,7 @@ RESUME_STEP_SLEEP slows each step (seconds).
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -58,7 +59,10 @@ def save(path: Path, ck: dict[str, Any]) -> None:
 def main() -> None:
     sock, out, batch, epochs, crash, pad = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \
         int(sys.argv[5]), sys.argv[6] == "1"
-    dist.init_process_group("gloo")
+    # A bounded wait: an elastic round that forms wrong (a peer of the last
+    # round still listed) fails the workers instead of hanging them, and
+    # torchrun's next restart forms it again. gloo's default is 30 minutes.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
     rank, world = dist.get_rank(), dist.get_world_size()
     tags = [f"w{world}b{batch}@{time.time_ns()}"]
     dist.broadcast_object_list(tags, src=0)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -193,7 +193,8 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
     def agent(name: str, job: str, port: int) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:3", "--nproc_per_node", "2",
                "--max-restarts", "5", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-               "--rdzv-id", job, "--rdzv-conf", "last_call_timeout=2,join_timeout=120", "--monitor-interval", "0.2",
+               "--rdzv-id", job, "--rdzv-conf", "last_call_timeout=2,join_timeout=120,is_host=false",
+               "--monitor-interval", "0.2",
                str(RANKS), sets.daemon.socket, str(tmp_path), "4", "3", "-1", "0"]
         return subprocess.Popen(cmd, stdout=open(tmp_path / f"agent-{name}.log", "w"), stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
@@ -206,9 +207,16 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
         recs = [json.loads(line) for line in p.read_text().splitlines() if line.endswith("}")]
         return [(r["run"].split("b")[0], r["epoch"], r["step"]) for r in recs]
 
+    def store(port: int) -> Any:
+        """The job's rendezvous store, hosted here (is_host=false in the
+        agents): killing an agent never kills it, which hung the others."""
+        from torch.distributed import TCPStore
+        return TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+
     agents: list[subprocess.Popen[bytes]] = []
     try:
         port = _free_port()
+        stores = [store(port)]
         agents.append(agent("a", "first", port))
         time.sleep(0.5)
         agents.append(agent("b", "first", port))
@@ -218,6 +226,7 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
         wait_until(lambda: len({k for w, _, k in worlds() if w == "w2"}) >= 3, "the job going on with 2 ranks", WAIT * 3)
         _kill_tree(agents[0])
         port = _free_port()
+        stores.append(store(port))
         agents.append(agent("c", "second", port))
         time.sleep(0.5)
         agents.append(agent("d", "second", port))
