@@ -22,20 +22,20 @@ const ContentNameMax = 256
 // Its size does not grow with the dataset.
 type Content struct {
 	// Samples is the number of samples.
-	Samples int `msgpack:"samples"`
+	Samples int `json:"samples" msgpack:"samples"`
 	// Labels is the number of distinct labels (0 for a webdataset).
-	Labels int `msgpack:"labels"`
+	Labels int `json:"labels" msgpack:"labels"`
 	// Digest is a SHA-256 of it all, 32 hex digits.
-	Digest string `msgpack:"digest"`
+	Digest string `json:"digest" msgpack:"digest"`
 	// Chunks holds 16 hex digits per chunk, one chunk after another.
 	// There are k = min(Samples, ContentChunks) chunks.
 	// Chunk i holds samples [i*Samples/k, (i+1)*Samples/k).
-	Chunks string `msgpack:"chunks"`
+	Chunks string `json:"chunks" msgpack:"chunks"`
 	// Names, Sizes and FirstLabels describe each chunk's first sample.
 	// They are empty where the reader may not read them all.
-	Names       []string `msgpack:"names"`
-	Sizes       []int64  `msgpack:"sizes"`
-	FirstLabels []int64  `msgpack:"first_labels"`
+	Names       []string `json:"names" msgpack:"names"`
+	Sizes       []int64  `json:"sizes" msgpack:"sizes"`
+	FirstLabels []int64  `json:"first_labels" msgpack:"first_labels"`
 }
 
 // chunkHex is the hex digits of one chunk's digest in Content.Chunks.
