@@ -20,6 +20,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -178,16 +179,31 @@ def _kill_tree(p: subprocess.Popen[bytes]) -> None:
 
 
 def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
+    """The elastic job below. torch 2.14's agent sometimes hangs in its
+    next rendezvous round after losing a node (about one run in four here,
+    idle too; the surviving agent logs nothing more): that attempt is
+    given up with a warning and the job run again, at most 3 times. Each
+    attempt that gets through is checked whole."""
+    for attempt in range(3):
+        if _elastic(sets, tmp_path / f"attempt{attempt}"):
+            return
+        warnings.warn(f"attempt {attempt}: torchrun's surviving agent made no progress after losing a node "
+                      "(its rendezvous hung): running the job again")
+    pytest.fail("torchrun's surviving agent hung in its rendezvous after losing a node, 3 times")
+
+
+def _elastic(sets: Sets, tmp_path: Path) -> bool:
     """torchrun elastic (c10d rendezvous on localhost, agents of 2
     processes as nodes): of a job of 2 agents, one is killed in epoch 1
     and the job restarts on 2 ranks; that agent is killed too, and the job
     comes back as 2 new agents (4 ranks) that resume from its checkpoint.
-    Every epoch once. (An agent joining a running job is not tested: with
+    Every epoch once; False when the surviving agent hung. (An agent joining a running job is not tested: with
     every agent on one host, torch 2.14's rendezvous round after a join
     hangs waiting for the round's store, MASTER_ADDR.)"""
     # Every agent runs 2 workers: their ranks follow from the agent's
     # (TORCH_ELASTIC_WORKER_IDENTICAL), without the role exchange through
     # the round's store.
+    tmp_path.mkdir()
     env = dict(_env(), RESUME_STEP_SLEEP="0.2", TORCH_ELASTIC_WORKER_IDENTICAL="1")
 
     def agent(name: str, job: str, port: int) -> subprocess.Popen[bytes]:
@@ -223,7 +239,11 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
         # The waits below are for a rendezvous and a restart, slow on a busy machine: 3 WAITs each.
         wait_until(lambda: any(w == "w4" and e == 1 for w, e, _ in worlds()), "4 ranks in epoch 1", WAIT * 3)
         _kill_tree(agents[1])
-        wait_until(lambda: len({k for w, _, k in worlds() if w == "w2"}) >= 3, "the job going on with 2 ranks", WAIT * 3)
+        try:
+            wait_until(lambda: len({k for w, _, k in worlds() if w == "w2"}) >= 3, "the job going on with 2 ranks",
+                       WAIT * 2)
+        except AssertionError:
+            return False  # torch's rendezvous hung (above)
         _kill_tree(agents[0])
         port = _free_port()
         stores.append(store(port))
@@ -239,6 +259,7 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
     seen = [w for w, _, _ in worlds()]
     first2, last4 = seen.index("w2"), len(seen) - 1 - seen[::-1].index("w4")
     assert first2 < last4 and seen[0] == "w4", f"the job did not go 4, 2, 4 ranks: {seen[0]}, {seen[first2]}"
+    return True
 
 
 def test_refused_where_not_exact(sets: Sets) -> None:
