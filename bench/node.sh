@@ -11,20 +11,29 @@
 #    no backend named: the daemon's default), opened, then from a barrier
 #    reading 3 shuffled epochs at once (bench/sessions.py --open-first):
 #    aggregate samples/s, CPU per sample of the daemon (/proc/PID/stat) and
-#    of the clients (getrusage), over the reading;
+#    of the clients (getrusage), over the reading; and the rate after the
+#    first epoch, without what a session pays once;
 #  - fio's best replay of the same bytes: every sample's extents, 3 epochs
 #    each shuffled anew (bench/iolog_shuffled.py), at the same total queue
 #    depth (8 x QD, QD the default backend's queue_depth, 32), with and
 #    without registered buffers, the better of the two each round
 #    (bench/fio_replay.py); that one's own CPU per sample beside the
 #    loader's;
-#  - 8 ranks, batch 16: the same, CPU per batch.
+#  - 8 ranks, batch 16: the same, CPU per batch;
+#  - 8 ranks, batch 64, huge pages: the first case with HUGEPAGES (default
+#    1024) 2 MiB pages reserved for its run (vm.nr_hugepages, put back
+#    after), so each session's batch memory is a hugetlb memfd, as
+#    docs/daemon.md's deployment advises; the daemon's log must say so for
+#    all 8 sessions, else the case fails. The pool is touched once before
+#    the case, as on a node whose pool has served before: on this VM a
+#    huge page's first touch ever costs 2.3 s/GB (the hypervisor backing
+#    it), 0.042 s/GB after (docs/decisions.md).
 # The daemon runs as deployed: socket group and mode 0660, the freshness
 # guard and the access checks on (no flag turns them off here).
 # Figures: medians of ROUNDS with their spread, ratios round by round
 # (bench/rounds.py); the "goal:" lines are read by bench/results.py.
 #
-# Needs root. Usage: bench/node.sh [ROUNDS]   (env: FILES, QD, SOCKET_GID)
+# Needs root. Usage: bench/node.sh [ROUNDS]   (env: FILES, QD, SOCKET_GID, HUGEPAGES)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
@@ -52,8 +61,32 @@ out=$PWD/.bench/node.jsonl
 : > "$out"
 tag() { $py -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update(case=sys.argv[1], round=int(sys.argv[2])); print(json.dumps(r))' "$1" "$2" >> "$out"; }
 ranks() { "${asuser[@]}" bench/sessions.py --socket "$w/d.sock" --backend "" --sessions 8 --epochs 3 --open-first --daemon-pid "$d" --batch-size "$1"; }
+huge=${HUGEPAGES:-1024} pages0=$(cat /proc/sys/vm/nr_hugepages)
+trap 'echo "$pages0" > /proc/sys/vm/nr_hugepages; bench_cleanup' EXIT
+huge_ranks() {
+  local before after
+  before=$(grep -c "batch memory on huge pages" "$w/loaderd.log" || true)
+  echo "$huge" > /proc/sys/vm/nr_hugepages
+  $py - <<'WARM'
+import mmap, os
+free = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("HugePages_Free:"))
+fd = os.memfd_create("warm", os.MFD_HUGETLB)
+os.ftruncate(fd, free << 21)
+m = mmap.mmap(fd, free << 21)
+for off in range(0, free << 21, 1 << 21):
+    m[off] = 1
+m.close()
+os.close(fd)
+WARM
+  ranks "$1"
+  echo "$pages0" > /proc/sys/vm/nr_hugepages
+  after=$(grep -c "batch memory on huge pages" "$w/loaderd.log" || true)
+  if (( after - before != 8 )); then
+    echo "node: $((after - before)) of 8 sessions had huge pages ($huge reserved: HUGEPAGES)" >&2; return 1
+  fi
+}
 fio() { $py bench/fio_replay.py --iolog "$w/shuffled.iolog" --samples $((3 * nraw)) --iodepth $((8 * qd)) "$@"; }
-cases=("8 ranks b64|ranks 64" "fio qd$((8 * qd))|fio" "fio qd$((8 * qd))+fixedbufs|fio --fixedbufs" "8 ranks b16|ranks 16")
+cases=("8 ranks b64|ranks 64" "fio qd$((8 * qd))|fio" "fio qd$((8 * qd))+fixedbufs|fio --fixedbufs" "8 ranks b16|ranks 16" "8 ranks b64 huge pages|huge_ranks 64")
 for r in $(seq 1 "$rounds"); do
   order=("${cases[@]}")
   if (( r % 2 == 0 )); then order=(); for ((i = ${#cases[@]} - 1; i >= 0; i--)); do order+=("${cases[i]}"); done; fi
@@ -78,7 +111,7 @@ fio = [c for c in by if c.startswith("fio ")]
 best = {n: max(by_round(by[c], "samples_per_s")[n] for c in fio) for n in by_round(by[fio[0]], "samples_per_s")}
 top = {n: max((r for c in fio for r in by[c] if r["round"] == n), key=lambda r: r["samples_per_s"]) for n in best}
 fio_us = {n: r["cpu_seconds"] / r["samples"] * 1e6 for n, r in top.items()}  # the best setting's own CPU
-b64, b16 = by["8 ranks b64"], by["8 ranks b16"]
+b64, b16, hp = by["8 ranks b64"], by["8 ranks b16"], by["8 ranks b64 huge pages"]
 print(f"\nram device, {nraw} files, 8 ranks as nobody in the socket group ({b64[0]['backend']}), opened, then from a barrier "
       f"3 shuffled epochs each, cold; fio: the same bytes at queue depth {8 * qd}; medians of {len(b64)} rounds [min-max]")
 print(f"{'case':<28}{'samples/s':>26}  {'CPU us/sample: daemon':>24}  {'clients':>22}  {'total':>22}")
@@ -95,10 +128,17 @@ f16 = figure((r["daemon_us_per_batch"] + r["clients_us_per_batch"]) / 1e3 for r 
 print(f"batch 16, CPU per batch, daemon + clients: {f16.text(3)} ms over {f16.rounds} rounds "
       f"(daemon {figure(r['daemon_us_per_batch'] / 1e3 for r in b16).text(3)}, "
       f"clients {figure(r['clients_us_per_batch'] / 1e3 for r in b16).text(3)})")
+for c in ("8 ranks b64", "8 ranks b64 huge pages"):
+    aft = by_round(by[c], "after_first_epoch_samples_per_s")
+    print(f"{c}, after the first epoch: {figure(aft.values()).text(0)} samples/s, "
+          f"{ratio(aft, best).text(2)}x fio best")
 fb = figure(best.values())
 print(f"fio best (the better setting each round): {fb.text(0)} samples/s over {fb.rounds} rounds; "
       f"fio's own CPU per sample: {figure(fio_us.values()).text(1)} us over {len(fio_us)} rounds")
 print(goal_line("node: 8 ranks, batch 64, vs fio best", ratio(by_round(b64, "samples_per_s"), best), "x", ">=", 0.9))
 print(goal_line("node: CPU per sample, daemon + clients, batch 64", figure(r["daemon_us"] + r["clients_us"] for r in b64),
                 " us", "<=", 10, 1))
+print(goal_line("node: 8 ranks, batch 64, huge pages, vs fio best", ratio(by_round(hp, "samples_per_s"), best), "x", ">=", 0.9))
+print(goal_line("node: CPU per sample, daemon + clients, batch 64, huge pages",
+                figure(r["daemon_us"] + r["clients_us"] for r in hp), " us", "<=", 10, 1))
 PY

@@ -13,7 +13,12 @@ With --open-first (a training node's shape, bench/node.sh) each session
 opens first and the barrier comes after: the rate is timed from the
 barrier, every batch counted but the read-ahead; the CPU of that window
 is reported too, per sample and per batch: the daemon's (utime + stime
-of /proc/PID/stat, --daemon-pid) and the sessions' own (getrusage)."""
+of /proc/PID/stat, --daemon-pid) and the sessions' own (getrusage).
+
+With more than one epoch it also reports the rate after the first epoch
+(every batch delivered after half the ranks began their second), which
+leaves out what a session pays once: its memory's first use and each
+sample's first access check."""
 
 from __future__ import annotations
 
@@ -42,10 +47,12 @@ def _rank(k: int, a: argparse.Namespace, ready, go, out) -> None:
             go.wait()
         c0 = own_cpu()
         log = []  # (time delivered, samples, bytes) per batch
+        firsts = []  # where each epoch's batches start in log
         for _ in range(a.epochs):
+            firsts.append(len(log))
             for samples, _ in src:
                 log.append((time.monotonic(), len(samples), sum(s.size for s in samples)))
-        out.put((opened, log, own_cpu() - c0, src.backend))
+        out.put((opened, log, own_cpu() - c0, src.backend, firsts))
 
 
 def main() -> None:
@@ -76,22 +83,31 @@ def main() -> None:
             raise SystemExit(f"sessions: a session exited with {p.exitcode}")
     ahead = a.sessions * a.prefetch * a.batch_size  # read ahead before start: not counted
     # Open first: from the barrier. Else: once every session has had its first batch.
-    start = t_go if a.open_first else max(log[0][0] for _, log, _, _ in res)
-    end = max(log[-1][0] for _, log, _, _ in res)
-    after = [(n, b) for _, log, _, _ in res for t, n, b in log if t > start]
+    start = t_go if a.open_first else max(log[0][0] for _, log, *_ in res)
+    end = max(log[-1][0] for _, log, *_ in res)
+    after = [(n, b) for _, log, *_ in res for t, n, b in log if t > start]
     n = sum(x[0] for x in after) - ahead
     if n <= 0:
         raise SystemExit(f"sessions: {n + ahead} samples read, no more than the {ahead} read ahead: too few to time")
     nbytes = sum(x[1] for x in after) * n / max(1, sum(x[0] for x in after))
     secs = end - start
+    # After the first epoch: from when half the ranks had their second
+    # epoch's first batch, every batch delivered after it.
+    if a.epochs > 1:
+        t1 = statistics.median(log[f[1]][0] for _, log, _, _, f in res)
+        later = sum(n for _, log, *_ in res for t, n, _ in log if t > t1)
+        steady = {"after_first_epoch_samples_per_s": later / (end - t1)}
+    else:
+        steady = {}
     r = {"backend": f"{a.sessions} sessions {res[0][3]}", "samples": n, "bytes": int(nbytes), "seconds": secs,
          "samples_per_s": n / secs, "bytes_per_s": nbytes / secs,
-         "open_s_median": statistics.median(o for o, _, _, _ in res), "open_s_max": max(o for o, _, _, _ in res)}
+         "open_s_median": statistics.median(o for o, *_ in res), "open_s_max": max(o for o, *_ in res),
+         "rank_ends_s": sorted(round(log[-1][0] - start, 3) for _, log, *_ in res), **steady}
     if a.open_first:
         # Per the samples and batches counted in the rate: the read-ahead,
         # likely read before the window, is left out (an upper bound).
-        batches = sum(len(log) for _, log, _, _ in res) - a.sessions * a.prefetch
-        clients = sum(c for _, _, c, _ in res)
+        batches = sum(len(log) for _, log, *_ in res) - a.sessions * a.prefetch
+        clients = sum(c for _, _, c, *_ in res)
         r.update(batches=batches, clients_cpu_s=clients, clients_us=clients / n * 1e6,
                  clients_us_per_batch=clients / batches * 1e6)
         if a.daemon_pid:

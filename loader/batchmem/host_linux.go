@@ -36,6 +36,7 @@ type host struct {
 
 // openHost maps size bytes, locked with mlock2(MLOCK_ONFAULT).
 // Each page is locked from its first use, so resident memory follows the batches read.
+// Huge pages are not locked: they are never swapped, and locking would allocate them all.
 // Without MLOCK_ONFAULT every page is locked at once.
 // When locking fails the memory still works and Pinned says why.
 //
@@ -69,6 +70,12 @@ func openHost(slots int, slotSize, size int64, o Options, node int) (*host, erro
 		} else {
 			h.desc.NUMANode = node
 		}
+	}
+	if h.pageSize > 0 {
+		// Huge pages are never swapped. mlock would only allocate and zero
+		// every page now: the kernel populates hugetlb memory whole even
+		// with MLOCK_ONFAULT (seconds for 8 sessions' slots).
+		return h, nil
 	}
 	err := mlockOnFault(h.mem)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // no MLOCK_ONFAULT: lock (and populate) it all

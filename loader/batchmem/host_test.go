@@ -101,8 +101,8 @@ func TestHostExport(t *testing.T) {
 
 // TestHostHugePages reserves huge pages (vm.nr_hugepages, restored after)
 // and checks that batch memory goes on them, its size rounded up to whole
-// pages, with every promise of TestHostExport but allocation on first use
-// (huge pages are taken when mapped); and that without enough free ones
+// pages, with every promise of TestHostExport, each page allocated on its
+// first use (reserved when mapped); and that without enough free ones
 // it goes on small pages and says why.
 func TestHostHugePages(t *testing.T) {
 	const sysctl = "/proc/sys/vm/nr_hugepages"
@@ -136,9 +136,25 @@ func TestHostHugePages(t *testing.T) {
 			h.Close()
 		}
 	}
+	free := func() int64 {
+		t.Helper()
+		info, err := meminfo("HugePages_Free:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info["HugePages_Free:"]
+	}
+	before := free()
 	m, err := Open(Pinned, 5, page/2+4096, Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := free(); got != before {
+		t.Errorf("free huge pages %d after open, %d before: want none allocated before use", got, before)
+	}
+	m.Slot(4).Host[0] = 1 // the last page
+	if got := free(); got != before-1 {
+		t.Errorf("free huge pages %d after writing one page, %d before open: want one allocated", got, before)
 	}
 	if h := m.(*host); h.pageSize != page || m.Desc().SlotSize != page/2+4096 || m.Desc().Size != 3*page {
 		t.Fatalf("page %d, desc %+v: want slots as asked in 3 huge pages of %d", h.pageSize, m.Desc(), page)
