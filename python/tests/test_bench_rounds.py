@@ -112,3 +112,20 @@ def test_results_goals_carry_spread_and_marker(tmp_path: Path) -> None:
     assert "| 1.70 s [1.50-1.90] | < 0.5 s | **missed**" in row("1 281 167 files: 8 ranks' first batch")
     assert "| not run |" in row("the README's swap")
     assert "## A training node's shape: 8 ranks at once, beside fio" in md
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading's text."""
+    kept = "".join(c for c in heading.strip().lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def test_every_why_link_names_a_section() -> None:
+    """Each missed goal's [why] link in RESULTS.md leads to a heading of
+    docs/decisions.md: a renamed section would leave the link dead."""
+    import results  # noqa: E402  (bench/ is no package)
+
+    text = (REPO / "docs/decisions.md").read_text()
+    anchors = {_anchor(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+    dead = [a for _, a in results.WHY if a not in anchors]
+    assert not dead, f"bench/results.py's WHY names no heading of docs/decisions.md: {dead}"
