@@ -37,8 +37,8 @@ test: deps venv
 	cd python && ../.venv/bin/pytest -q -rs tests  # not `python -m`: the tests import the installed client
 
 # Benchmarks (not tests): writes bench/RESULTS.md from their output
-# (bench/out/). Needs root; about 40 minutes on the development VM at
-# 3 rounds (ROUNDS=3), longer at the default 5.
+# (bench/out/). Needs root; about 30 minutes on the development VM at
+# the default 5 rounds.
 # make bench's before and after (bench/baseline.sh) compares this tree with
 # BENCH_BASELINE: by default the last commit before the loader's plan, the
 # one backend contract and the client's split.
