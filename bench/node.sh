@@ -130,8 +130,9 @@ print(f"batch 16, CPU per batch, daemon + clients: {f16.text(3)} ms over {f16.ro
       f"clients {figure(r['clients_us_per_batch'] / 1e3 for r in b16).text(3)})")
 for c in ("8 ranks b64", "8 ranks b64 huge pages"):
     aft = by_round(by[c], "after_first_epoch_samples_per_s")
+    cpu = figure(r["after_first_epoch_daemon_us"] + r["after_first_epoch_clients_us"] for r in by[c])
     print(f"{c}, after the first epoch: {figure(aft.values()).text(0)} samples/s, "
-          f"{ratio(aft, best).text(2)}x fio best")
+          f"{ratio(aft, best).text(2)}x fio best, CPU {cpu.text(1)} us a sample (daemon + clients)")
 fb = figure(best.values())
 print(f"fio best (the better setting each round): {fb.text(0)} samples/s over {fb.rounds} rounds; "
       f"fio's own CPU per sample: {figure(fio_us.values()).text(1)} us over {len(fio_us)} rounds")

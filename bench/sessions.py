@@ -18,7 +18,9 @@ of /proc/PID/stat, --daemon-pid) and the sessions' own (getrusage).
 With more than one epoch it also reports the rate after the first epoch
 (every batch delivered after half the ranks began their second), which
 leaves out what a session pays once: its memory's first use and each
-sample's first access check."""
+sample's first access check; and the CPU per sample after it, the
+daemon's from a trace of its CPU every 5 ms, the clients' from each one's
+second epoch."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import argparse
 import json
 import multiprocessing as mp
 import statistics
+import threading
 import time
 
 from loader_cpu import daemon_cpu, own_cpu
@@ -47,12 +50,13 @@ def _rank(k: int, a: argparse.Namespace, ready, go, out) -> None:
             go.wait()
         c0 = own_cpu()
         log = []  # (time delivered, samples, bytes) per batch
-        firsts = []  # where each epoch's batches start in log
+        firsts, cpus = [], []  # where each epoch's batches start in log, and the CPU used before it
         for _ in range(a.epochs):
             firsts.append(len(log))
+            cpus.append(own_cpu() - c0)
             for samples, _ in src:
                 log.append((time.monotonic(), len(samples), sum(s.size for s in samples)))
-        out.put((opened, log, own_cpu() - c0, src.backend, firsts))
+        out.put((opened, log, own_cpu() - c0, src.backend, firsts, cpus))
 
 
 def main() -> None:
@@ -75,7 +79,20 @@ def main() -> None:
     d0 = daemon_cpu(a.daemon_pid) if a.daemon_pid else 0.0
     go.wait()
     t_go = time.monotonic()
+    # The daemon's CPU through the reading, every 5 ms: its share after
+    # the first epoch is read off this.
+    trace, reading = [], threading.Event()
+    reading.set()
+
+    def sample() -> None:
+        while reading.is_set():
+            trace.append((time.monotonic(), daemon_cpu(a.daemon_pid)))
+            time.sleep(0.005)
+    tracer = threading.Thread(target=sample, daemon=True)
+    if a.daemon_pid:
+        tracer.start()
     res = [out.get() for _ in procs]
+    reading.clear()
     d1 = daemon_cpu(a.daemon_pid) if a.daemon_pid else 0.0
     for p in procs:
         p.join()
@@ -94,9 +111,17 @@ def main() -> None:
     # After the first epoch: from when half the ranks had their second
     # epoch's first batch, every batch delivered after it.
     if a.epochs > 1:
-        t1 = statistics.median(log[f[1]][0] for _, log, _, _, f in res)
+        t1 = statistics.median(log[f[1]][0] for _, log, _, _, f, _ in res)
         later = sum(n for _, log, *_ in res for t, n, _ in log if t > t1)
         steady = {"after_first_epoch_samples_per_s": later / (end - t1)}
+        # CPU per sample after the first epoch: the clients' from each
+        # one's second epoch on, the daemon's from t1 (its trace).
+        own = sum(log_cpu - cpus[1] for _, _, log_cpu, _, _, cpus in res)
+        own_n = sum(n for _, log, _, _, f, _ in res for _, n, _ in log[f[1]:])
+        steady["after_first_epoch_clients_us"] = own / own_n * 1e6
+        if a.daemon_pid and trace:
+            at = next((c for t, c in trace if t >= t1), d1)
+            steady["after_first_epoch_daemon_us"] = (d1 - at) / later * 1e6
     else:
         steady = {}
     r = {"backend": f"{a.sessions} sessions {res[0][3]}", "samples": n, "bytes": int(nbytes), "seconds": secs,
