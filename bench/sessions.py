@@ -37,6 +37,8 @@ from loader_cpu import daemon_cpu, own_cpu
 def _rank(k: int, a: argparse.Namespace, ready, go, out) -> None:
     from nvfeed import LoaderSource
     kw = {"backend": a.backend} if a.backend else {}  # "": the daemon's default
+    if a.backend_options:
+        kw["backend_options"] = json.loads(a.backend_options)
     if not a.open_first:
         ready.wait()
         go.wait()
@@ -64,6 +66,7 @@ def main() -> None:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--dataset", default="train")
     ap.add_argument("--backend", default="gds", help='"": none named, the daemon\'s default')
+    ap.add_argument("--backend-options", default="", help="JSON: the sessions' backend_options")
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=3)
@@ -122,6 +125,14 @@ def main() -> None:
         if a.daemon_pid and trace:
             at = next((c for t, c in trace if t >= t1), d1)
             steady["after_first_epoch_daemon_us"] = (d1 - at) / later * 1e6
+            # Epoch by epoch (from when half the ranks began it): the daemon's CPU a sample.
+            bounds = [start] + [statistics.median(log[f[e]][0] for _, log, _, _, f, _ in res)
+                                for e in range(1, a.epochs)] + [end]
+            cpu_at = [next((c for t, c in trace if t >= b), d1) for b in bounds]
+            steady["daemon_us_by_epoch"] = [
+                round((cpu_at[e + 1] - cpu_at[e]) * 1e6 / max(1, sum(
+                    n for _, log, *_ in res for t, n, _ in log if bounds[e] < t <= bounds[e + 1])), 1)
+                for e in range(a.epochs)]
     else:
         steady = {}
     r = {"backend": f"{a.sessions} sessions {res[0][3]}", "samples": n, "bytes": int(nbytes), "seconds": secs,

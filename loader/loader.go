@@ -307,6 +307,9 @@ func backendEnv(o Options, mem batchmem.Memory, slots int) backend.Env {
 	if o.Shared != nil {
 		env.Shared = &o.Shared.s
 	}
+	if o.Devices != nil {
+		env.Devices = &o.Devices.s
+	}
 	for i := 0; i < slots; i++ {
 		if h := mem.Slot(i).Host; len(h) > 0 {
 			env.HostBuffers = append(env.HostBuffers, h)

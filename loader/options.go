@@ -62,6 +62,9 @@ type Options struct {
 	Guard *fresh.Guard
 	// Shared lets loaders share raw engines; nil: each loader has its own.
 	Shared *Shared
+	// Devices lets loaders split each block device's queue among their own
+	// raw engines; nil: each engine keeps its own depth in flight.
+	Devices *Devices
 	// Cred is who the loader reads for: every open is made as this user.
 	// nil: the process's own credentials.
 	Cred *backend.Cred
@@ -98,6 +101,14 @@ type Shared struct{ s shared.Shared }
 
 // Len returns how many resources are shared now.
 func (s *Shared) Len() int { return s.s.Len() }
+
+// Devices is what loaders given the same *Devices share: each block
+// device's request queue, its tags split among their raw engines.
+// The zero value is ready to use; it is safe for concurrent use.
+type Devices struct{ s shared.Shared }
+
+// Len returns how many devices are shared now.
+func (d *Devices) Len() int { return d.s.Len() }
 
 // Replays bounds how many ShuffleDALI replays run at once among the loaders sharing it.
 // A replay goes through every epoch before a resumed or sought one; a reader's start counts too.

@@ -494,6 +494,45 @@ func TestSharedEngines(t *testing.T) {
 	}
 }
 
+// TestDevicesSplitTheQueue: loaders given one Devices count their own
+// engines on one device queue, read byte-exact at once, and give the
+// queue back when the last closes.
+func TestDevicesSplitTheQueue(t *testing.T) {
+	fs := testfs.New(t, testfs.Ext4())
+	m := rawDataset(t, fs)
+	var devices Devices
+	var ls []*Loader
+	for shard := range 2 {
+		l, err := New(context.Background(), m, Options{ReaderArgs: ReaderArgs{BatchSize: 5, NumShards: 2, ShardID: shard, RandomShuffle: true, Seed: 3}, Backend: "gds", PrefetchQueueDepth: 2, Devices: &devices})
+		if err != nil {
+			if strings.Contains(err.Error(), "io_uring") {
+				testenv.SkipPrivileged(t, "io_uring refused: %v", err)
+			}
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	if n := devices.Len(); n != 1 {
+		t.Fatalf("2 gds loaders on one device share %d device queues, want 1", n)
+	}
+	done := make(chan struct{})
+	for _, l := range ls {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			collectEpoch(t, l, m, true)
+		}()
+	}
+	for range ls {
+		<-done
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	if n := devices.Len(); n != 0 {
+		t.Errorf("%d device queues left after every loader closed", n)
+	}
+}
+
 // TestDefaultBackendIsFastestAllowed: a loader that names no backend
 // reads with the fastest the map and the process allow, and says why
 // (Loader.BackendWhy): raw reads (gds) over a map of a block device, the

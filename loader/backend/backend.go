@@ -106,6 +106,10 @@ type Env struct {
 	// Shared lets backends share resources by key with other loaders of
 	// the host (the daemon: one raw engine per device); nil: their own.
 	Shared Shared
+	// Devices lets backends of the host share each block device's request
+	// queue (the daemon: its tags split among the sessions' engines); nil:
+	// each engine keeps its own depth in flight.
+	Devices Shared
 	// HostBuffers is the host batch memory, slot by slot, for registering once; nil if unknown.
 	HostBuffers [][]byte
 	// GPU is the batch memory on a GPU, for a backend that writes device

@@ -122,6 +122,7 @@ func (t *tracer) close() error {
 type uringEngine struct {
 	fd    int
 	ring  *uring.Ring
+	queue *deviceQueue // nil: in flight up to qd
 	in    chan []*ioOp
 	pins  chan chan struct{} // pinAll's requests to the ring's thread
 	qd    int
@@ -139,6 +140,9 @@ type ringSetup struct {
 	// without and says so through log.
 	buffers [][]byte
 	log     *slog.Logger
+	// queue is the device's queue this engine shares with the other
+	// sessions' engines; nil: no limit but its own depth.
+	queue *deviceQueue
 }
 
 func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, error) {
@@ -173,7 +177,7 @@ func newUringEngine(fd, qd int, rs ringSetup, trace *tracer) (*uringEngine, erro
 		if err != nil && rs.log != nil {
 			rs.log.Warn("raw: batch memory not registered with io_uring: requests pin their pages one by one", "err", err)
 		}
-		e.ring, e.qd, e.log = r, min(qd, int(r.Entries())), rs.log
+		e.ring, e.qd, e.log, e.queue = r, min(qd, int(r.Entries())), rs.log, rs.queue
 		ready <- nil
 		e.loop()
 		r.Close()
@@ -259,7 +263,7 @@ func (e *uringEngine) loop() {
 		}
 		for !closed && poll() {
 		}
-		for len(pending) > 0 && len(free) > 0 {
+		for limit := e.queue.limit(e.qd); len(pending) > 0 && len(free) > 0 && inflight < limit; {
 			op := pending[0]
 			pending = pending[1:]
 			slot := free[len(free)-1]

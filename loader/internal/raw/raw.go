@@ -143,20 +143,21 @@ func BAMSpec() backend.Spec {
 // size, mtime, ctime) as the freshness method says: a file changed before
 // or during the read is never served from the blocks it used to have.
 type Backend struct {
-	name    string
-	m       *bmap.Map
-	guard   backend.Guard
-	ownG    *fresh.Guard // the guard when it is ours (opened here) to close
-	dev     *os.File
-	cfg     Config
-	plan    planner
-	engines []engine
-	release []func() error // shared engines: give them back (instead of closing)
-	next    atomic.Uint64  // round-robin queue choice
-	trace   *tracer
-	log     *slog.Logger
-	fs      *samplefile.Reader // filesystem reads: filesystem-only and changed samples
-	caller  *backend.Caller    // opens as the caller (Env.Cred); nil: as the process
+	name        string
+	m           *bmap.Map
+	guard       backend.Guard
+	ownG        *fresh.Guard // the guard when it is ours (opened here) to close
+	dev         *os.File
+	cfg         Config
+	plan        planner
+	engines     []engine
+	release     []func() error // shared engines and device queues: give them back
+	ownsEngines bool           // the engines are this backend's: Close closes them
+	next        atomic.Uint64  // round-robin queue choice
+	trace       *tracer
+	log         *slog.Logger
+	fs          *samplefile.Reader // filesystem reads: filesystem-only and changed samples
+	caller      *backend.Caller    // opens as the caller (Env.Cred); nil: as the process
 
 	scMu      sync.Mutex
 	scratches []*scratch // free planning scratch, reused across batches
@@ -274,14 +275,22 @@ func (b *Backend) addEngine(q int, x backend.Env) error {
 		}
 	}
 	if x.Shared == nil || b.trace != nil {
-		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, b.ringSetup(x, true), b.trace)
+		rs := b.ringSetup(x, true)
+		if x.Devices != nil {
+			dq, err := b.joinQueue(x.Devices)
+			if err != nil {
+				return err
+			}
+			rs.queue = dq
+		}
+		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, rs, b.trace)
 		if err != nil {
 			return err
 		}
 		if q == 0 {
 			logFallback(fallback)
 		}
-		b.engines = append(b.engines, e)
+		b.engines, b.ownsEngines = append(b.engines, e), true
 		return nil
 	}
 	key := fmt.Sprintf("raw engine: device %s, engine %s, queue depth %d, queue %d",
@@ -308,6 +317,30 @@ func (b *Backend) addEngine(q int, x backend.Env) error {
 	b.engines = append(b.engines, v.(*ownedEngine).engine)
 	b.release = append(b.release, release)
 	return nil
+}
+
+// joinQueue counts one more engine on this backend's device in devices
+// and returns the device's queue; Close counts it out.
+func (b *Backend) joinQueue(devices backend.Shared) (*deviceQueue, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(b.dev.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", b.plan.devPath, err)
+	}
+	v, release, err := devices.Acquire("raw device queue: "+b.plan.devPath, func() (io.Closer, error) {
+		q := &deviceQueue{tags: deviceTags("/sys", st.Rdev)}
+		b.log.Info("raw: device queue shared by the sessions' engines", "device", b.plan.devPath, "tags", q.tags)
+		return q, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	dq := v.(*deviceQueue)
+	dq.engines.Add(1)
+	b.release = append(b.release, func() error {
+		dq.engines.Add(-1)
+		return release()
+	})
+	return dq, nil
 }
 
 // ringSetup is how this backend's io_uring engines are set up; own says
@@ -579,14 +612,13 @@ func (b *Backend) putScratch(sc *scratch) {
 // closes the device. No ReadBatch may be running.
 func (b *Backend) Close() error {
 	var errs []error
-	if b.release != nil {
-		for _, r := range b.release {
-			errs = append(errs, r())
-		}
-	} else {
+	if b.ownsEngines {
 		for _, e := range b.engines {
 			e.close()
 		}
+	}
+	for _, r := range b.release {
+		errs = append(errs, r())
 	}
 	if b.trace != nil {
 		errs = append(errs, b.trace.close())

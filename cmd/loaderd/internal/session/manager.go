@@ -91,8 +91,9 @@ type Manager struct {
 	access  *verdicts
 	metrics *metrics
 	reg     *prometheus.Registry
-	shared  *loader.Shared // engines shared by sessions; nil: per session
-	jobs    *jobs          // the ranks of each job (jobs.go)
+	shared  *loader.Shared  // engines shared by sessions; nil: per session
+	devices *loader.Devices // each device's queue, split among the sessions' engines
+	jobs    *jobs           // the ranks of each job (jobs.go)
 
 	reloadMu sync.Mutex // one reload at a time
 
@@ -142,6 +143,7 @@ func NewManager(cfg Config) *Manager {
 	cfg.memoryBudgets()
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, lockedBy: map[owner]int64{}, replays: map[owner]*loader.Replays{},
 		reg: prometheus.NewRegistry(), access: newVerdicts(cfg.MaxChecksPerUID, cfg.Logger), jobs: newJobs(cfg.SessionTimeout)}
+	m.devices = &loader.Devices{}
 	if cfg.Engines == EnginesPerDevice {
 		m.shared = &loader.Shared{}
 	}
@@ -391,7 +393,7 @@ func (o *opening) joinJob(context.Context) error {
 func (o *opening) plan(context.Context) error {
 	m, d, lo := o.m, o.d, o.lo
 	cr := credOf(o.c)
-	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, (*loader.Cred)(cr), m.cfg.CUDA
+	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Devices, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, m.devices, (*loader.Cred)(cr), m.cfg.CUDA
 	lo.Access = newLazyAccess(o.p.Dataset, d.m, d.guard, cr) // access.go
 	lo.Files, lo.WebDataset = o.files, o.wd
 	lo.SlotSizes = &d.slotSizes // the slot size of a batch size, worked out once per dataset
