@@ -123,12 +123,13 @@ def main() -> None:
         own_n = sum(n for _, log, _, _, f, _ in res for _, n, _ in log[f[1]:])
         steady["after_first_epoch_clients_us"] = own / own_n * 1e6
         if a.daemon_pid and trace:
-            at = next((c for t, c in trace if t >= t1), d1)
-            steady["after_first_epoch_daemon_us"] = (d1 - at) / later * 1e6
+            def daemon_at(when: float) -> float:  # the daemon's CPU at the first trace point from when on
+                return next((c for t, c in trace if t >= when), d1)
+            steady["after_first_epoch_daemon_us"] = (d1 - daemon_at(t1)) / later * 1e6
             # Epoch by epoch (from when half the ranks began it): the daemon's CPU a sample.
             bounds = [start] + [statistics.median(log[f[e]][0] for _, log, _, _, f, _ in res)
                                 for e in range(1, a.epochs)] + [end]
-            cpu_at = [next((c for t, c in trace if t >= b), d1) for b in bounds]
+            cpu_at = [daemon_at(b) for b in bounds]
             steady["daemon_us_by_epoch"] = [
                 round((cpu_at[e + 1] - cpu_at[e]) * 1e6 / max(1, sum(
                     n for _, log, *_ in res for t, n, _ in log if bounds[e] < t <= bounds[e + 1])), 1)

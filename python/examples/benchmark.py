@@ -169,7 +169,8 @@ def dali_memory(a: argparse.Namespace) -> tuple[int, int, float]:
 
     def load_one(k: int) -> None:  # 16 at once: the page cache's reads overlap
         with open(files[k], "rb", buffering=0) as f:
-            f.readinto(memoryview(buf)[offs[k]:offs[k] + sizes[k]])
+            if (got := f.readinto(memoryview(buf)[offs[k]:offs[k] + sizes[k]])) != sizes[k]:
+                raise OSError(f"{files[k]}: read {got} of {sizes[k]} bytes (changed while loading?)")
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         list(pool.map(load_one, range(len(files))))
     load = time.perf_counter() - t0 if a.load_in_clock else 0.0

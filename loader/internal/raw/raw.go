@@ -276,14 +276,18 @@ func (b *Backend) addEngine(q int, x backend.Env) error {
 	}
 	if x.Shared == nil || b.trace != nil {
 		rs := b.ringSetup(x, true)
-		if x.Devices != nil {
-			dq, err := b.joinQueue(x.Devices)
-			if err != nil {
+		leave := func() error { return nil }
+		if x.Devices != nil && b.cfg.Engine != EnginePread {
+			var err error
+			if rs.queue, leave, err = b.joinQueue(x.Devices); err != nil {
 				return err
 			}
-			rs.queue = dq
 		}
 		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, rs, b.trace)
+		if err != nil || fallback != nil { // pread workers keep no share of the queue
+			leave()
+			leave = nil
+		}
 		if err != nil {
 			return err
 		}
@@ -291,6 +295,9 @@ func (b *Backend) addEngine(q int, x backend.Env) error {
 			logFallback(fallback)
 		}
 		b.engines, b.ownsEngines = append(b.engines, e), true
+		if leave != nil {
+			b.release = append(b.release, leave)
+		}
 		return nil
 	}
 	key := fmt.Sprintf("raw engine: device %s, engine %s, queue depth %d, queue %d",
@@ -319,28 +326,29 @@ func (b *Backend) addEngine(q int, x backend.Env) error {
 	return nil
 }
 
-// joinQueue counts one more engine on this backend's device in devices
-// and returns the device's queue; Close counts it out.
-func (b *Backend) joinQueue(devices backend.Shared) (*deviceQueue, error) {
+// joinQueue counts one more io_uring engine on this backend's device in
+// devices (keyed by device number, whatever path names it) and returns
+// the device's queue and how to count the engine out.
+func (b *Backend) joinQueue(devices backend.Shared) (*deviceQueue, func() error, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(b.dev.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", b.plan.devPath, err)
+		return nil, nil, fmt.Errorf("stat %s: %w", b.plan.devPath, err)
 	}
-	v, release, err := devices.Acquire("raw device queue: "+b.plan.devPath, func() (io.Closer, error) {
+	key := fmt.Sprintf("raw device queue: %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	v, release, err := devices.Acquire(key, func() (io.Closer, error) {
 		q := &deviceQueue{tags: deviceTags("/sys", st.Rdev)}
 		b.log.Info("raw: device queue shared by the sessions' engines", "device", b.plan.devPath, "tags", q.tags)
 		return q, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("%s: %w", key, err)
 	}
 	dq := v.(*deviceQueue)
 	dq.engines.Add(1)
-	b.release = append(b.release, func() error {
+	return dq, func() error {
 		dq.engines.Add(-1)
 		return release()
-	})
-	return dq, nil
+	}, nil
 }
 
 // ringSetup is how this backend's io_uring engines are set up; own says
