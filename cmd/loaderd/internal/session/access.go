@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"golang.org/x/sys/unix"
 
@@ -178,7 +179,9 @@ func openRoot(ds *bmap.Map, c *cred.Cred) error {
 	})
 }
 
-// lazyAccess is one session's access verdicts, sample by sample.
+// lazyAccess is the access verdicts, sample by sample, of one dataset
+// registration and one set of credentials: the sessions with them share it
+// (lazyShares), so a node's ranks open each sample once, not once each.
 // Each sample is opened as the caller before its first read, and again after any change.
 // anc snapshots the directories above the root and above where its symlinks lead.
 type lazyAccess struct {
@@ -192,22 +195,67 @@ type lazyAccess struct {
 	anc     []*fresh.Ancestors // under mu; nil: none taken (never holds)
 	ancAt   time.Time          // under mu: when anc was last found unchanged
 	ok      []uint64           // under mu: a bit per sample the caller opened
+	cleared uint64             // under mu: how many times ok was cleared
 	ancStat time.Duration      // how long anc's re-stat is trusted: ancestorsEvery
 }
 
 // ancestorsEvery is how often a session re-stats the directories above its root.
 const ancestorsEvery = 100 * time.Millisecond
 
-// newLazyAccess returns c's access check on dataset name for loader.Options.Access; nil for root.
-func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) func([]int) []loader.Refused {
-	if c == nil {
-		return nil
-	}
-	a := &lazyAccess{name: name, ds: ds, g: g, c: c, ok: make([]uint64, (len(ds.Samples)+63)/64), ancStat: ancestorsEvery}
-	return a.admit
+// newLazyAccess returns c's sample-by-sample access check on dataset name.
+func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) *lazyAccess {
+	return &lazyAccess{name: name, ds: ds, g: g, c: c, ok: make([]uint64, (len(ds.Samples)+63)/64), ancStat: ancestorsEvery}
 }
 
-// lazyAccessBytes is what newLazyAccess holds: a bit a sample; nothing for root.
+// lazyShares holds a registration's lazyAccess per credentials while a session uses it.
+// A session's reference keeps it; the last one gone, the collector frees it.
+type lazyShares struct {
+	mu sync.Mutex
+	m  map[verdictKey]weak.Pointer[lazyAccess]
+}
+
+// access returns caller c's check on d for loader.Options.Access, shared with
+// every session of d with the same credentials; nil for root.
+// A session's first batch re-stats the directories above the root whatever
+// the last session's re-stat, so a new session sees a revocation at once.
+func (d *dataset) access(c Caller) func([]int) []loader.Refused {
+	a := d.lazy(c)
+	if a == nil {
+		return nil
+	}
+	var began atomic.Bool
+	return func(samples []int) []loader.Refused { return a.admit(samples, !began.Swap(true)) }
+}
+
+// lazy returns the lazyAccess of d's sessions with c's credentials; nil for root.
+func (d *dataset) lazy(c Caller) *lazyAccess {
+	cr := credOf(c)
+	if cr == nil {
+		return nil
+	}
+	s, k := &d.shares, keyOf(d.id, c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.m[k].Value(); a != nil {
+		return a
+	}
+	a := newLazyAccess(d.name, d.m, d.guard, cr)
+	if s.m == nil {
+		s.m = map[verdictKey]weak.Pointer[lazyAccess]{}
+	}
+	s.m[k] = weak.Make(a)
+	runtime.AddCleanup(a, func(k verdictKey) {
+		s.mu.Lock()
+		if s.m[k].Value() == nil { // not one made since
+			delete(s.m, k)
+		}
+		s.mu.Unlock()
+	}, k)
+	return a
+}
+
+// lazyAccessBytes is what a session's lazyAccess holds: a bit a sample;
+// nothing for root. Each session counts it, shared or not.
 func lazyAccessBytes(ds *bmap.Map, c *cred.Cred) int64 {
 	if c == nil {
 		return 0
@@ -217,11 +265,13 @@ func lazyAccessBytes(ds *bmap.Map, c *cred.Cred) int64 {
 
 // admit returns the samples c may not open, each wrapping ErrForbidden and the kernel's refusal.
 // Samples opened since the generation last moved are not opened again.
-func (a *lazyAccess) admit(samples []int) []loader.Refused {
+// restat re-stats the directories above the root now, however recent the last time.
+// The opens run outside mu, so sessions sharing a verdict do not wait on each other's;
+// what they found is kept only if nothing cleared the verdicts meanwhile.
+func (a *lazyAccess) admit(samples []int, restat bool) []loader.Refused {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	gen, now := generation(a.g), time.Now()
-	if a.gen != gen || now.Sub(a.ancAt) >= a.ancStat {
+	if restat || a.gen != gen || now.Sub(a.ancAt) >= a.ancStat {
 		if (verdict{gen: a.gen, anc: a.anc}).holds(gen) {
 			a.ancAt = now
 		} else {
@@ -232,6 +282,7 @@ func (a *lazyAccess) admit(samples []int) []loader.Refused {
 		// Something changed or nothing is known: open every sample again.
 		// The snapshot comes first, so a later change is seen at the next batch.
 		clear(a.ok)
+		a.cleared++
 		a.gen, a.anc = gen, nil
 		if a.g != nil {
 			a.anc = snapshot(a.ds, a.g)
@@ -246,10 +297,13 @@ func (a *lazyAccess) admit(samples []int) []loader.Refused {
 			todo = append(todo, k)
 		}
 	}
+	cleared := a.cleared
+	a.mu.Unlock()
 	if len(todo) == 0 {
 		return nil
 	}
 	var out []loader.Refused
+	opened := make([]int, 0, len(todo))
 	err := a.c.Do(func() error {
 		for _, k := range todo {
 			i := samples[k]
@@ -259,7 +313,7 @@ func (a *lazyAccess) admit(samples []int) []loader.Refused {
 					Err: fmt.Errorf("%w: dataset %s: uid %d (gid %d, groups %v) may not read it: %w", ErrForbidden, a.name, a.c.UID, a.c.GID, a.c.Groups, err)})
 				continue
 			}
-			a.ok[i/64] |= 1 << (i % 64)
+			opened = append(opened, i)
 		}
 		return nil
 	})
@@ -268,7 +322,15 @@ func (a *lazyAccess) admit(samples []int) []loader.Refused {
 		for k, i := range samples {
 			out = append(out, loader.Refused{At: k, Path: a.ds.Samples[i].Path, Err: fmt.Errorf("session: checking access as %v: %w", a.c, err)})
 		}
+		return out
 	}
+	a.mu.Lock()
+	if a.cleared == cleared {
+		for _, i := range opened {
+			a.ok[i/64] |= 1 << (i % 64)
+		}
+	}
+	a.mu.Unlock()
 	return out
 }
 

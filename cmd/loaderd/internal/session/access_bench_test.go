@@ -81,7 +81,7 @@ func BenchmarkOpenAsNewCaller(b *testing.B) {
 // ancestorsEvery).
 func BenchmarkAdmitWarm(b *testing.B) {
 	m, g := watchedDataset(b)
-	admit := newLazyAccess("ds", m, g, credOf(Caller{UID: nobody, GID: nobody}))
+	admit := (&dataset{id: 1, name: "ds", m: m, guard: g}).access(Caller{UID: nobody, GID: nobody})
 	batch := make([]int, 64)
 	for i := range batch {
 		batch[i] = i * 13 % len(m.Samples)

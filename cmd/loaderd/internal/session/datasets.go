@@ -45,6 +45,7 @@ type dataset struct {
 	wds *wds.Map
 
 	files     fileIndex        // the samples by path, for opens naming files
+	shares    lazyShares       // its sessions' sample-by-sample access verdicts, per credentials
 	slotSizes loader.SlotSizes // the loader's slot sizes by batch size
 	users     int              // under Manager.mu: sessions open or opening on it
 	retired   bool             // under Manager.mu: out of the table; its guard closes with its last user

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -182,6 +183,111 @@ func TestLazyAccessIsCounted(t *testing.T) {
 			if a == nil {
 				t.Fatalf("no lazy access for uid 65534")
 			}
+		}
+	}
+}
+
+// TestLazyAccessSharedByCredentials: a registration's sessions with the
+// same uid, gid and groups (in any order) share one sample-by-sample
+// verdict; any other credentials, or root, do not; the last session gone,
+// it is freed.
+func TestLazyAccessSharedByCredentials(t *testing.T) {
+	d := &dataset{id: 7, name: "d", m: &bmap.Map{Samples: make([]bmap.Sample, 100)}}
+	ranks := Caller{UID: 1000, GID: 100, Groups: []uint32{5, 6}}
+	a := d.lazy(ranks)
+	for _, tt := range []struct {
+		name   string
+		c      Caller
+		shared bool
+	}{
+		{"the same credentials", Caller{UID: 1000, GID: 100, Groups: []uint32{5, 6}}, true},
+		{"groups in another order", Caller{UID: 1000, GID: 100, Groups: []uint32{6, 5}}, true},
+		{"a group dropped", Caller{UID: 1000, GID: 100, Groups: []uint32{5}}, false},
+		{"another gid", Caller{UID: 1000, GID: 101, Groups: []uint32{5, 6}}, false},
+		{"another uid", Caller{UID: 1001, GID: 100, Groups: []uint32{5, 6}}, false},
+		{"nobody", Caller{UID: nobody, GID: nobody}, false},
+	} {
+		if got := d.lazy(tt.c); (got == a) != tt.shared {
+			t.Errorf("%s: shared %v, want %v", tt.name, got == a, tt.shared)
+		}
+	}
+	if d.lazy(Caller{}) != nil || d.access(Caller{}) != nil {
+		t.Errorf("root has a lazy access check")
+	}
+	other := &dataset{id: 8, name: "d", m: d.m} // a reload's registration
+	if other.lazy(ranks) == a {
+		t.Errorf("a new registration shares the old one's verdicts")
+	}
+	a = nil
+	for runtime.GC(); ; runtime.GC() {
+		d.shares.mu.Lock()
+		n := len(d.shares.m)
+		d.shares.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestLazyAccessSharedIsolated: two sessions of nobody share what one
+// opened, and what one was refused is refused to the other too; a file
+// only uid 4242 may read, read by 4242's session first, is still refused
+// to nobody's.
+func TestLazyAccessSharedIsolated(t *testing.T) {
+	asRoot(t)
+	fs := testfs.New(t, testfs.Ext4())
+	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	for i := range 8 {
+		fs.WriteFile(t, fmt.Sprintf("train/c0/%d.jpg", i), bytes.Repeat([]byte{byte('a' + i)}, 5000+i))
+	}
+	fs.Sync(t)
+	ds, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	private := fs.Path("train", "c0", "3.jpg")
+	if err := os.Chown(private, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(private, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}, Logger: slog.New(slog.DiscardHandler)})
+	defer m.Stop()
+	owner, nobodyC := Caller{UID: 4242, GID: 4242}, Caller{UID: nobody, GID: nobody}
+	open := func(c Caller) string {
+		t.Helper()
+		o, err := m.Open(context.Background(), c, OpenParams{Dataset: "d", Request: loader.Request{Backend: "gds", ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
+		if err != nil {
+			t.Fatalf("open as uid %d: %v", c.UID, err)
+		}
+		t.Cleanup(func() { m.Close(c, o.ID) })
+		return o.ID
+	}
+	if failed, served := readEpoch(t, m, owner, ds, open(owner)); served != 8 || len(failed) != 0 {
+		t.Fatalf("uid 4242: %d served, failed %v; want all 8", served, failed)
+	}
+	first, second := open(nobodyC), open(nobodyC)
+	for _, id := range []string{first, second} {
+		failed, served := readEpoch(t, m, nobodyC, ds, id)
+		if served != 7 || len(failed) != 1 || !strings.Contains(failed["c0/3.jpg"], "permission denied") {
+			t.Fatalf("nobody's session %s: %d served, failed %v; want 7, c0/3.jpg refused", id, served, failed)
+		}
+	}
+	d, err := m.acquire("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.release(d)
+	a := d.lazy(nobodyC)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range ds.Samples {
+		if ok := a.ok[i/64]&(1<<(i%64)) != 0; ok != (ds.Samples[i].Path != "c0/3.jpg") {
+			t.Errorf("nobody's shared verdict on %s: %v", ds.Samples[i].Path, ok)
 		}
 	}
 }

@@ -394,7 +394,7 @@ func (o *opening) plan(context.Context) error {
 	m, d, lo := o.m, o.d, o.lo
 	cr := credOf(o.c)
 	lo.Logger, lo.SkipErrors, lo.Guard, lo.Shared, lo.Devices, lo.Cred, lo.CUDA = m.log, true, d.guard, m.shared, m.devices, (*loader.Cred)(cr), m.cfg.CUDA
-	lo.Access = newLazyAccess(o.p.Dataset, d.m, d.guard, cr) // access.go
+	lo.Access = d.access(o.c) // access.go
 	lo.Files, lo.WebDataset = o.files, o.wd
 	lo.SlotSizes = &d.slotSizes // the slot size of a batch size, worked out once per dataset
 	plan, err := loader.NewPlan(d.m, lo)
