@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -46,9 +45,7 @@ func BenchmarkOpenAsNewCaller(b *testing.B) {
 		n, _ = strconv.Atoi(s)
 	}
 	fs := testfs.New(b, testfs.Options{Type: "ext4", SizeMB: 1024, MkfsArgs: []string{"-b", "4096", "-N", strconv.Itoa(n + 1000)}})
-	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
+	reachable(fs.Dir)
 	body := make([]byte, 4096)
 	for i := range n {
 		fs.WriteFile(b, fmt.Sprintf("train/c%03d/%06d.jpg", i%100, i), body)
@@ -99,9 +96,7 @@ func BenchmarkAdmitWarm(b *testing.B) {
 // watchedDataset maps a 1000-file ext4 dataset others may reach, with a Watch guard.
 func watchedDataset(b *testing.B) (*bmap.Map, *fresh.Guard) {
 	fs := testfs.New(b, testfs.Ext4())
-	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
+	reachable(fs.Dir)
 	for i := range 1000 {
 		fs.WriteFile(b, fmt.Sprintf("train/c%02d/%04d.jpg", i%10, i), bytes.Repeat([]byte("x"), 8192))
 	}

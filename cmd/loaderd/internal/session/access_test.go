@@ -52,6 +52,14 @@ func asRoot(t *testing.T) {
 	}
 }
 
+// reachable makes dir and every directory above it, up to the system's
+// temporary directory, searchable by others (0755).
+func reachable(dir string) {
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+}
+
 // searchable makes t.TempDir's parent (0700) searchable by others.
 func searchable(t *testing.T, root string) {
 	t.Helper()

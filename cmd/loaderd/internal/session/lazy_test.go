@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -54,9 +53,7 @@ func readEpoch(t *testing.T, m *Manager, c Caller, ds *bmap.Map, id string) (fai
 func TestOpenChecksSamplesAsRead(t *testing.T) {
 	asRoot(t)
 	fs := testfs.New(t, testfs.Ext4())
-	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
+	reachable(fs.Dir)
 	for c := range 3 {
 		for i := range 4 {
 			fs.WriteFile(t, fmt.Sprintf("train/c%d/%d.jpg", c, i), bytes.Repeat([]byte{byte('a' + c)}, 5000+i))
@@ -237,9 +234,7 @@ func TestLazyAccessSharedByCredentials(t *testing.T) {
 func TestLazyAccessSharedIsolated(t *testing.T) {
 	asRoot(t)
 	fs := testfs.New(t, testfs.Ext4())
-	for d := fs.Dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
+	reachable(fs.Dir)
 	for i := range 8 {
 		fs.WriteFile(t, fmt.Sprintf("train/c0/%d.jpg", i), bytes.Repeat([]byte{byte('a' + i)}, 5000+i))
 	}

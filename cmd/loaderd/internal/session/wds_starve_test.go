@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -39,9 +38,7 @@ func TestSelectionsCannotBeStarved(t *testing.T) {
 		n, _ = strconv.Atoi(s)
 	}
 	dir := t.TempDir()
-	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
+	reachable(dir)
 	_, wm, err := LoadMap(scaleMap(t, dir, n))
 	if err != nil {
 		t.Fatal(err)
