@@ -197,6 +197,8 @@ type lazyAccess struct {
 	ok      []uint64           // under mu: a bit per sample the caller opened
 	cleared uint64             // under mu: how many times ok was cleared
 	ancStat time.Duration      // how long anc's re-stat is trusted: ancestorsEvery
+
+	open func(ds *bmap.Map, i int, g *fresh.Guard) error // openSample; tests replace it
 }
 
 // ancestorsEvery is how often a session re-stats the directories above its root.
@@ -204,18 +206,26 @@ const ancestorsEvery = 100 * time.Millisecond
 
 // newLazyAccess returns c's sample-by-sample access check on dataset name.
 func newLazyAccess(name string, ds *bmap.Map, g *fresh.Guard, c *cred.Cred) *lazyAccess {
-	return &lazyAccess{name: name, ds: ds, g: g, c: c, ok: make([]uint64, (len(ds.Samples)+63)/64), ancStat: ancestorsEvery}
+	return &lazyAccess{name: name, ds: ds, g: g, c: c, ok: make([]uint64, (len(ds.Samples)+63)/64), ancStat: ancestorsEvery, open: openSample}
 }
 
-// lazyShares holds a registration's lazyAccess per credentials while a session uses it.
+// lazyShares holds a registration's lazyAccess per owner and credentials while a session uses it.
 // A session's reference keeps it; the last one gone, the collector frees it.
 type lazyShares struct {
 	mu sync.Mutex
-	m  map[verdictKey]weak.Pointer[lazyAccess]
+	m  map[lazyKey]weak.Pointer[lazyAccess]
+}
+
+// lazyKey is a shared lazyAccess's key: the credentials judged, and whether
+// the owner is the TCP principal, so that no owner learns from a check's
+// speed what another read.
+type lazyKey struct {
+	verdictKey
+	tcp bool
 }
 
 // access returns caller c's check on d for loader.Options.Access, shared with
-// every session of d with the same credentials; nil for root.
+// every session of d with the same owner and credentials; nil for root.
 // A session's first batch re-stats the directories above the root whatever
 // the last session's re-stat, so a new session sees a revocation at once.
 func (d *dataset) access(c Caller) func([]int) []loader.Refused {
@@ -227,13 +237,13 @@ func (d *dataset) access(c Caller) func([]int) []loader.Refused {
 	return func(samples []int) []loader.Refused { return a.admit(samples, !began.Swap(true)) }
 }
 
-// lazy returns the lazyAccess of d's sessions with c's credentials; nil for root.
+// lazy returns the lazyAccess of d's sessions with c's owner and credentials; nil for root.
 func (d *dataset) lazy(c Caller) *lazyAccess {
 	cr := credOf(c)
 	if cr == nil {
 		return nil
 	}
-	s, k := &d.shares, keyOf(d.id, c)
+	s, k := &d.shares, lazyKey{keyOf(d.id, c), c.TCP}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a := s.m[k].Value(); a != nil {
@@ -241,10 +251,10 @@ func (d *dataset) lazy(c Caller) *lazyAccess {
 	}
 	a := newLazyAccess(d.name, d.m, d.guard, cr)
 	if s.m == nil {
-		s.m = map[verdictKey]weak.Pointer[lazyAccess]{}
+		s.m = map[lazyKey]weak.Pointer[lazyAccess]{}
 	}
 	s.m[k] = weak.Make(a)
-	runtime.AddCleanup(a, func(k verdictKey) {
+	runtime.AddCleanup(a, func(k lazyKey) {
 		s.mu.Lock()
 		if s.m[k].Value() == nil { // not one made since
 			delete(s.m, k)
@@ -307,7 +317,7 @@ func (a *lazyAccess) admit(samples []int, restat bool) []loader.Refused {
 	err := a.c.Do(func() error {
 		for _, k := range todo {
 			i := samples[k]
-			if err := openSample(a.ds, i, a.g); err != nil {
+			if err := a.open(a.ds, i, a.g); err != nil {
 				shown := strings.TrimPrefix(listable(a.ds.Root, a.ds.Samples[i].Path), a.ds.Root+string(filepath.Separator))
 				out = append(out, loader.Refused{At: k, Path: shown,
 					Err: fmt.Errorf("%w: dataset %s: uid %d (gid %d, groups %v) may not read it: %w", ErrForbidden, a.name, a.c.UID, a.c.GID, a.c.Groups, err)})

@@ -12,10 +12,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nvfeed/nvfeed/bmap"
+	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/internal/testenv"
 	"github.com/nvfeed/nvfeed/internal/testfs"
 	"github.com/nvfeed/nvfeed/loader"
@@ -203,6 +205,7 @@ func TestLazyAccessSharedByCredentials(t *testing.T) {
 		{"another gid", Caller{UID: 1000, GID: 101, Groups: []uint32{5, 6}}, false},
 		{"another uid", Caller{UID: 1001, GID: 100, Groups: []uint32{5, 6}}, false},
 		{"nobody", Caller{UID: nobody, GID: nobody}, false},
+		{"the TCP principal with the same ids", Caller{UID: 1000, GID: 100, Groups: []uint32{5, 6}, TCP: true}, false},
 	} {
 		if got := d.lazy(tt.c); (got == a) != tt.shared {
 			t.Errorf("%s: shared %v, want %v", tt.name, got == a, tt.shared)
@@ -284,5 +287,161 @@ func TestLazyAccessSharedIsolated(t *testing.T) {
 		if ok := a.ok[i/64]&(1<<(i%64)) != 0; ok != (ds.Samples[i].Path != "c0/3.jpg") {
 			t.Errorf("nobody's shared verdict on %s: %v", ds.Samples[i].Path, ok)
 		}
+	}
+}
+
+// TestLazyAccessSharedClearDuringOpens: session A of nobody has opened x
+// and is still opening, outside the lock; x is then made 0600, and
+// session B, sharing the verdict, sees the change, clears it and is
+// refused x. What A found before the chmod must not be kept when A ends:
+// x stays refused.
+func TestLazyAccessSharedClearDuringOpens(t *testing.T) {
+	asRoot(t)
+	fs := testfs.New(t, testfs.Ext4())
+	reachable(fs.Dir)
+	fs.WriteFile(t, "train/c0/x.jpg", bytes.Repeat([]byte("x"), 4096))
+	fs.WriteFile(t, "train/c1/y.jpg", bytes.Repeat([]byte("y"), 4096))
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := fresh.Open(m, fresh.Watch, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	d := &dataset{id: 1, name: "ds", m: m, guard: g}
+	x, y := 0, 1
+	if m.Samples[0].Path != "c0/x.jpg" {
+		x, y = 1, 0
+	}
+	nob := Caller{UID: nobody, GID: nobody}
+	shared := d.lazy(nob)
+	openedX, resume := make(chan struct{}), make(chan struct{})
+	shared.open = func(ds *bmap.Map, i int, g *fresh.Guard) error {
+		err := openSample(ds, i, g)
+		if i == y { // A, between its open of x and the rest
+			close(openedX)
+			<-resume
+		}
+		return err
+	}
+	A := d.access(nob)
+	done := make(chan []loader.Refused, 1)
+	go func() { done <- A([]int{x, y}) }()
+	<-openedX
+	if err := os.Chmod(fs.Path("train", "c0", "x.jpg"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	B := d.access(nob)
+	if r := B([]int{x}); len(r) != 1 {
+		t.Fatalf("B after the chmod: %d refusals, want x refused", len(r))
+	}
+	close(resume)
+	if r := <-done; len(r) != 0 {
+		t.Fatalf("A, whose opens came before the chmod: %v", r)
+	}
+	if r := B([]int{x}); len(r) != 1 {
+		t.Fatalf("x let through after its chmod 0600: A's open from before it was kept")
+	}
+}
+
+// TestLazyAccessNewSessionRestats: session A of nobody has just opened
+// every sample (the re-stat above the root is fresh); root then makes the
+// folder above a linked class 0700, which no watch sees. Session B of
+// nobody, opened right after, shares A's verdict yet is refused the
+// linked class at its first batch: a session's first batch re-stats.
+func TestLazyAccessNewSessionRestats(t *testing.T) {
+	asRoot(t)
+	fs := testfs.New(t, testfs.Ext4())
+	reachable(fs.Dir)
+	for i := range 4 {
+		fs.WriteFile(t, fmt.Sprintf("train/c0/%d.jpg", i), bytes.Repeat([]byte("a"), 4096+i))
+		fs.WriteFile(t, fmt.Sprintf("outside/c1/%d.jpg", i), bytes.Repeat([]byte("b"), 4096+i))
+	}
+	if err := os.Symlink(fs.Path("outside", "c1"), fs.Path("train", "c1")); err != nil {
+		t.Fatal(err)
+	}
+	fs.Sync(t)
+	m, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Samples) != 8 {
+		t.Fatalf("%d samples mapped, want 8", len(m.Samples))
+	}
+	g, err := fresh.Open(m, fresh.Watch, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	d := &dataset{id: 1, name: "ds", m: m, guard: g}
+	all := make([]int, len(m.Samples))
+	for i := range all {
+		all[i] = i
+	}
+	nob := Caller{UID: nobody, GID: nobody}
+	A := d.access(nob)
+	if r := A(all); len(r) != 0 {
+		t.Fatalf("A: %d refused before the chmod", len(r))
+	}
+	d.lazy(nob).ancStat = time.Hour // no re-stat on time: only the new session's
+	if err := os.Chmod(fs.Path("outside"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(fs.Path("outside"), 0o755)
+	if r := A(all); len(r) != 0 {
+		t.Fatalf("A, within its re-stat interval: %d refused (the test's premise)", len(r))
+	}
+	B := d.access(nob)
+	if r := B(all); len(r) != 4 {
+		t.Errorf("B's first batch right after the chmod: %d refused, want c1's 4", len(r))
+	}
+}
+
+// TestLazyAccessSharedMountHidden: nobody's session reads class c0; root
+// then mounts a tmpfs over c0, which no watch sees. A session opened after
+// it, sharing the first's verdict, gets none of c0's bytes.
+func TestLazyAccessSharedMountHidden(t *testing.T) {
+	asRoot(t)
+	fs := testfs.New(t, testfs.Ext4())
+	reachable(fs.Dir)
+	for c := range 2 {
+		for i := range 4 {
+			fs.WriteFile(t, fmt.Sprintf("train/c%d/%d.jpg", c, i), bytes.Repeat([]byte{byte('a' + c)}, 5000+i))
+		}
+	}
+	fs.Sync(t)
+	ds, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}, Logger: slog.New(slog.DiscardHandler)})
+	defer m.Stop()
+	nob := Caller{UID: nobody, GID: nobody}
+	for _, be := range []string{"gds", "bam", "file"} {
+		t.Run(be, func(t *testing.T) {
+			open := func() string {
+				t.Helper()
+				o, err := m.Open(context.Background(), nob, OpenParams{Dataset: "d", Request: loader.Request{Backend: be, ReaderArgs: loader.ReaderArgs{BatchSize: 4, NumShards: 1}}})
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				t.Cleanup(func() { m.Close(nob, o.ID) })
+				return o.ID
+			}
+			if failed, served := readEpoch(t, m, nob, ds, open()); served != 8 {
+				t.Fatalf("before: %d served, failed %v", served, failed)
+			}
+			hidden := fs.Path("train", "c0")
+			if err := unix.Mount("tmpfs", hidden, "tmpfs", 0, "mode=0755"); err != nil {
+				t.Fatalf("mount: %v", err)
+			}
+			defer unix.Unmount(hidden, unix.MNT_DETACH)
+			if failed, served := readEpoch(t, m, nob, ds, open()); served != 4 {
+				t.Errorf("a session opened after c0 was hidden: %d served, failed %v; want only c1's 4", served, failed)
+			}
+		})
 	}
 }
