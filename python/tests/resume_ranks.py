@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,6 +34,8 @@ import torch.distributed as dist
 from nvfeed.torch import LoaderDataset
 
 KINDS = {"imgs": {}, "list": {}, "tens": {}, "wds": {"ext": ["bin", "cls"]}}
+INIT_LIMIT = 45.0
+"""Seconds a worker waits for its process group before it exits (3)."""
 
 
 def ids(kind: str, batch: Any) -> list[str]:
@@ -62,7 +65,15 @@ def main() -> None:
     # A bounded wait: an elastic round that forms wrong (a peer of the last
     # round still listed) fails the workers instead of hanging them, and
     # torchrun's next restart forms it again. gloo's default is 30 minutes.
+    # gloo's connection of the ranks' pairs (connectFullMesh) does not keep
+    # to that timeout: after a node is lost it was seen waiting for a peer
+    # for minutes while its agent waited on it. A watchdog ends this worker
+    # instead, so that the agent forms the next round.
+    watchdog = threading.Timer(INIT_LIMIT, lambda: os._exit(3))
+    watchdog.daemon = True
+    watchdog.start()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
+    watchdog.cancel()
     rank, world = dist.get_rank(), dist.get_world_size()
     tags = [f"w{world}b{batch}@{time.time_ns()}"]
     dist.broadcast_object_list(tags, src=0)
