@@ -45,18 +45,13 @@ func readEpoch(t *testing.T, m *Manager, c Caller, ds *bmap.Map, id string) (fai
 	}
 }
 
-// TestOpenChecksSamplesAsRead: a session's open asks of the caller only
-// the dataset's root; each sample is opened as the caller before its
-// first read, so one the caller may not read fails in the stream, named
-// only as far as the caller may list it, and the rest is served, for
-// every backend. The root refused is still a 403 at the open. Before,
-// the open opened every sample as the caller and refused the whole
-// dataset with 403.
-func TestOpenChecksSamplesAsRead(t *testing.T) {
-	asRoot(t)
+// classFolders maps train/cC/I.jpg (C < classes, I < 4) on a new ext4
+// others may reach, each file 5000+I bytes of 'a'+C.
+func classFolders(t *testing.T, classes int) (*testfs.FS, *bmap.Map) {
+	t.Helper()
 	fs := testfs.New(t, testfs.Ext4())
 	reachable(fs.Dir)
-	for c := range 3 {
+	for c := range classes {
 		for i := range 4 {
 			fs.WriteFile(t, fmt.Sprintf("train/c%d/%d.jpg", c, i), bytes.Repeat([]byte{byte('a' + c)}, 5000+i))
 		}
@@ -66,6 +61,19 @@ func TestOpenChecksSamplesAsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fs, ds
+}
+
+// TestOpenChecksSamplesAsRead: a session's open asks of the caller only
+// the dataset's root; each sample is opened as the caller before its
+// first read, so one the caller may not read fails in the stream, named
+// only as far as the caller may list it, and the rest is served, for
+// every backend. The root refused is still a 403 at the open. Before,
+// the open opened every sample as the caller and refused the whole
+// dataset with 403.
+func TestOpenChecksSamplesAsRead(t *testing.T) {
+	asRoot(t)
+	fs, ds := classFolders(t, 3)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -405,18 +413,7 @@ func TestLazyAccessNewSessionRestats(t *testing.T) {
 // it, sharing the first's verdict, gets none of c0's bytes.
 func TestLazyAccessSharedMountHidden(t *testing.T) {
 	asRoot(t)
-	fs := testfs.New(t, testfs.Ext4())
-	reachable(fs.Dir)
-	for c := range 2 {
-		for i := range 4 {
-			fs.WriteFile(t, fmt.Sprintf("train/c%d/%d.jpg", c, i), bytes.Repeat([]byte{byte('a' + c)}, 5000+i))
-		}
-	}
-	fs.Sync(t)
-	ds, err := bmap.Build(context.Background(), fs.Path("train"), bmap.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, ds := classFolders(t, 2)
 	m := NewManager(Config{Datasets: map[string]*bmap.Map{"d": ds}, Logger: slog.New(slog.DiscardHandler)})
 	defer m.Stop()
 	nob := Caller{UID: nobody, GID: nobody}
