@@ -276,7 +276,7 @@ func (b *Backend) addEngine(q int, x backend.Env) error {
 	}
 	if x.Shared == nil || b.trace != nil {
 		rs := b.ringSetup(x, true)
-		leave := func() error { return nil }
+		var leave func() error // counts this engine out of its device's queue; nil: not in one
 		if x.Devices != nil && b.cfg.Engine != EnginePread {
 			var err error
 			if rs.queue, leave, err = b.joinQueue(x.Devices); err != nil {
@@ -284,7 +284,7 @@ func (b *Backend) addEngine(q int, x backend.Env) error {
 			}
 		}
 		e, fallback, err := newEngine(b.cfg.Engine, fd, b.cfg.QueueDepth, rs, b.trace)
-		if err != nil || fallback != nil { // pread workers keep no share of the queue
+		if leave != nil && (err != nil || fallback != nil) { // pread workers keep no share of the queue
 			leave()
 			leave = nil
 		}

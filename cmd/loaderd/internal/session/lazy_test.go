@@ -227,12 +227,16 @@ func TestLazyAccessSharedByCredentials(t *testing.T) {
 		t.Errorf("a new registration shares the old one's verdicts")
 	}
 	a = nil
-	for runtime.GC(); ; runtime.GC() {
+	for gc := 1; ; gc++ { // the cleanup runs after a collection finds it unreachable
+		runtime.GC()
 		d.shares.mu.Lock()
 		n := len(d.shares.m)
 		d.shares.mu.Unlock()
 		if n == 0 {
 			break
+		}
+		if gc == 100 {
+			t.Fatalf("after %d collections, %d shared verdicts of sessions that are gone are still kept", gc, n)
 		}
 		runtime.Gosched()
 	}

@@ -142,8 +142,7 @@ func NewManager(cfg Config) *Manager {
 	}
 	cfg.memoryBudgets()
 	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, perOwner: map[owner]int{}, lockedBy: map[owner]int64{}, replays: map[owner]*loader.Replays{},
-		reg: prometheus.NewRegistry(), access: newVerdicts(cfg.MaxChecksPerUID, cfg.Logger), jobs: newJobs(cfg.SessionTimeout)}
-	m.devices = &loader.Devices{}
+		reg: prometheus.NewRegistry(), access: newVerdicts(cfg.MaxChecksPerUID, cfg.Logger), jobs: newJobs(cfg.SessionTimeout), devices: &loader.Devices{}}
 	if cfg.Engines == EnginesPerDevice {
 		m.shared = &loader.Shared{}
 	}
