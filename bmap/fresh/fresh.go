@@ -143,6 +143,9 @@ func OpenWith(m *bmap.Map, o Options) (*Guard, error) {
 		go func() { linked <- findLinks(m) }() // beside the checking pass: folders only, no call per sample
 		v := g.verifyAll(trust)
 		g.linked = <-linked
+		if g.watch != nil && len(g.linked) > 0 {
+			g.watch.watchMountsBeneath(g.linked) // before Linked hands them on
+		}
 		g.whyWritable, g.forged = v.firstWritable, v.forged
 		if g.fan != nil {
 			g.fan.checked()

@@ -4,6 +4,7 @@ package fresh
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"path"
@@ -18,8 +19,10 @@ import (
 // The kernel queues an event inside the changing call, so draining after a read sees it.
 // Files with other hard links are checked by stat instead.
 // A change to a directory marks everything beneath it; a change to the root marks all.
+// A mount or unmount at or beneath the root (mountTable) marks all at that point, once.
 type Watcher struct {
-	fd int
+	fd     int
+	mounts *mountTable
 
 	mu       sync.Mutex
 	nodes    []string       // watched directories relative to the root; nodes[0] is the root, "."
@@ -73,11 +76,16 @@ const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.I
 // itself; nested ones with every directory between them and root).
 // Changed(i) is about dirs[i].
 func NewWatcher(root string, dirs []string) (*Watcher, error) {
+	mounts, err := openMountTable(root)
+	if err != nil {
+		return nil, err
+	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
+		mounts.close()
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
-	w := &Watcher{fd: fd, nodes: []string{"."}, index: map[string]int{".": 0}, parent: []int{-1},
+	w := &Watcher{fd: fd, mounts: mounts, nodes: []string{"."}, index: map[string]int{".": 0}, parent: []int{-1},
 		of: make([]int, len(dirs)), wdNode: map[int32]int{}, buf: make([]byte, 64<<10)}
 	for i, d := range dirs {
 		w.of[i] = w.node(path.Clean(d))
@@ -112,9 +120,14 @@ func (w *Watcher) node(d string) int {
 }
 
 // Poll drains queued events and marks the directories they touch.
+// A mount that came or went at or beneath the root since the last Poll
+// is one more event, which marks all.
 func (w *Watcher) Poll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.mounts.changed() {
+		w.markAll()
+	}
 	for {
 		n, err := unix.Read(w.fd, w.buf)
 		if err == unix.EINTR {
@@ -129,12 +142,12 @@ func (w *Watcher) Poll() {
 			nameLen := int(binary.NativeEndian.Uint32(w.buf[off+12:]))
 			name := w.buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+nameLen]
 			off += unix.SizeofInotifyEvent + nameLen
-			w.gen++
 			if mask&unix.IN_Q_OVERFLOW != 0 {
 				w.allDirty = true
-				stamp(&w.allAt, w.gen) // what came after is seen again
+				w.markAll() // what came after is seen again
 				continue
 			}
+			w.gen++
 			node, ok := w.wdNode[wd]
 			if !ok {
 				continue
@@ -166,6 +179,22 @@ func (w *Watcher) Poll() {
 			}
 		}
 	}
+}
+
+// markAll counts one event that may have changed anything (ChangedSince).
+func (w *Watcher) markAll() {
+	w.gen++
+	stamp(&w.allAt, w.gen)
+}
+
+// watchMountsBeneath watches the mount points at or beneath paths (where
+// they lead now) too: a symlink's target (Guard.Linked). It counts as
+// an event that marks all.
+func (w *Watcher) watchMountsBeneath(paths []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.mounts.add(paths)
+	w.markAll()
 }
 
 // Changed reports whether anything of directory dirs[c] may have changed
@@ -228,4 +257,4 @@ func (w *Watcher) Generation() uint64 {
 }
 
 // Close stops watching.
-func (w *Watcher) Close() error { return unix.Close(w.fd) }
+func (w *Watcher) Close() error { return errors.Join(unix.Close(w.fd), w.mounts.close()) }

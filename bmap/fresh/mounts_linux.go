@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package fresh
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountTable tells when a mount or unmount beneath some folders changes
+// what their paths lead to. No inotify event tells of one: a mount over a
+// class folder hides the files the caller could reach there.
+//
+// The kernel flags the process's mount table for POLLPRI inside a mount
+// call. Only then is the table read, and only mount points beneath the
+// folders count: a training node mounts and unmounts elsewhere (a
+// container starting) without making any verdict unusable. An unmount
+// is not always flagged (the kernel skips the flag when no other mount
+// came between), so each mount point kept is stat'ed at every look: a
+// different mount ID there is a change. There are none on a plain dataset.
+type mountTable struct {
+	fd     int          // /proc/self/mountinfo; not os.Open's: the runtime's epoll would take the flag
+	under  []string     // absolute paths, symlinks resolved: a mount at or beneath one counts
+	points []mountPoint // the mounts at or beneath them, as last read
+}
+
+// mountPoint is one mount at or beneath a watched folder.
+type mountPoint struct {
+	id uint64
+	at string
+}
+
+// mountInfo is the process's mount table.
+const mountInfo = "/proc/self/mountinfo"
+
+// openMountTable starts watching the mount points at or beneath the folder root.
+func openMountTable(root string) (*mountTable, error) {
+	r, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("fresh: watching mounts beneath %s: %w", root, err)
+	}
+	fd, err := unix.Open(mountInfo, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fresh: watching the mount table: %s: %w", mountInfo, err)
+	}
+	t := &mountTable{fd: fd, under: []string{r}}
+	if _, err := t.read(); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return t, nil
+}
+
+// add watches the mount points at or beneath paths too, where they lead
+// now; one leading nowhere is left out.
+func (t *mountTable) add(paths []string) {
+	for _, p := range paths {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			t.under = append(t.under, r)
+		}
+	}
+	t.read() // a failure is seen again at the next look
+}
+
+// changed reports whether a mount at or beneath the folders came or went
+// since the last call. A failure to poll, stat or read counts as a change.
+func (t *mountTable) changed() bool {
+	fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLPRI}}
+	n, err := unix.Poll(fds, 0)
+	flagged := err != nil || (n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0)
+	for _, p := range t.points {
+		if flagged {
+			break
+		}
+		var st unix.Statx_t
+		err := unix.Statx(unix.AT_FDCWD, p.at, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_MNT_ID, &st)
+		flagged = err != nil || st.Mask&unix.STATX_MNT_ID == 0 || st.Mnt_id != p.id
+	}
+	if !flagged {
+		return false
+	}
+	moved, err := t.read()
+	return moved || err != nil
+}
+
+// read reads the table and keeps the mounts that count; it reports
+// whether they differ from those kept before.
+func (t *mountTable) read() (bool, error) {
+	b, err := preadAll(t.fd)
+	if err != nil {
+		return true, fmt.Errorf("fresh: reading %s: %w", mountInfo, err)
+	}
+	now, err := mountsBeneath(b, t.under)
+	if err != nil {
+		return true, err
+	}
+	moved := !slices.Equal(now, t.points)
+	t.points = now
+	return moved, nil
+}
+
+// close stops watching.
+func (t *mountTable) close() error { return unix.Close(t.fd) }
+
+// preadAll reads all of fd from offset 0.
+func preadAll(fd int) ([]byte, error) {
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for off := int64(0); ; {
+		n, err := unix.Pread(fd, buf, off)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, err
+		case n == 0:
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+		off += int64(n)
+	}
+}
+
+// mountsBeneath returns the mounts in table (as /proc/self/mountinfo
+// gives it) at or beneath one of dirs, in its order. A line it cannot
+// parse is an error naming it.
+func mountsBeneath(table []byte, dirs []string) ([]mountPoint, error) {
+	var out []mountPoint
+	for n, line := range bytes.Split(table, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		f := strings.Fields(string(line))
+		if len(f) < 5 {
+			return nil, fmt.Errorf("fresh: %s line %d: %d fields, want at least 5", mountInfo, n+1, len(f))
+		}
+		id, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("fresh: %s line %d: mount ID %q: %w", mountInfo, n+1, f[0], err)
+		}
+		at, err := unescapeMount(f[4])
+		if err != nil {
+			return nil, fmt.Errorf("fresh: %s line %d: mount point: %w", mountInfo, n+1, err)
+		}
+		if slices.ContainsFunc(dirs, func(d string) bool { return beneath(at, d) }) {
+			out = append(out, mountPoint{id: id, at: at})
+		}
+	}
+	return out, nil
+}
+
+// beneath reports whether path p is d or lies beneath it.
+func beneath(p, d string) bool {
+	d = strings.TrimSuffix(d, "/")
+	return p == d || strings.HasPrefix(p, d+"/")
+}
+
+// unescapeMount undoes the kernel's octal escapes (\040 for a space) in a
+// mountinfo path.
+func unescapeMount(s string) (string, error) {
+	if !strings.Contains(s, `\`) {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+4 > len(s) {
+			return "", fmt.Errorf("%q: a backslash not followed by three octal digits", s)
+		}
+		v, err := strconv.ParseUint(s[i+1:i+4], 8, 8)
+		if err != nil {
+			return "", fmt.Errorf("%q: a backslash not followed by three octal digits", s)
+		}
+		b.WriteByte(byte(v))
+		i += 3
+	}
+	return b.String(), nil
+}
