@@ -39,6 +39,26 @@ bench_device() {
   bench_loop=$(losetup --find --show --direct-io=on "$bench_img")
   mkdir -p "$bench_work/mnt" && mount "$bench_loop" "$bench_work/mnt"
 }
+# bench_tensor_set DEVICE WORK SIZE TOTAL_MB: np.save float32 tensors of
+# SIZE (256k: 256x256, batch 64; 16m: 2048x2048, batch 8), TOTAL_MB of
+# them in whole batches, on a filesystem of their own (bench_device) at
+# WORK/mnt/t, mapped to WORK/t.bmap and inspected to WORK/t.json. Sets
+# shape, batch, tbytes (a tensor's data bytes) and n (the files).
+bench_tensor_set() {
+  local device=$1 work=$2 size=$3 total=$4
+  case $size in
+    256k) shape=256,256 batch=64 tbytes=262144 ;;
+    16m) shape=2048,2048 batch=8 tbytes=16777216 ;;
+    *) echo "bench: unknown tensor size $size (want 256k or 16m)" >&2; exit 2 ;;
+  esac
+  n=$((total * 1048576 / tbytes / batch * batch))
+  bench_device "$device" "$work" "$((total * 115 / 100 + 512))M"
+  echo "bench: $device, $size: writing $n files of float32 ($shape) ..." >&2
+  .venv/bin/python bench/npy_dataset.py --out "$bench_work/mnt/t" --files "$n" --shape "$shape" >/dev/null
+  sync
+  bin/mkbmap --reader numpy --mountpoint "$bench_work/mnt/t" -o "$bench_work/t.bmap" 2>&1 | sed 's/^/  /' >&2
+  bin/mkbmap inspect --format json -o "$bench_work/t.json" "$bench_work/t.bmap" >/dev/null
+}
 # dev_read_bytes: bytes read from $bench_loop so far (its sysfs stat).
 dev_read_bytes() {
   local s

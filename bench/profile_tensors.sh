@@ -20,18 +20,8 @@ rounds=${1:-3} size=${SIZE:-16m} total=${TOTAL_MB:-4096} epochs=${EPOCHS:-4} fio
 PY=.venv/bin/python
 . bench/lib.sh
 trap bench_cleanup EXIT
-case $size in
-  256k) shape=256,256 batch=64 tbytes=262144 ;;
-  16m) shape=2048,2048 batch=8 tbytes=16777216 ;;
-  *) echo "profile: unknown SIZE $size (256k or 16m)" >&2; exit 2 ;;
-esac
-n=$((total * 1048576 / tbytes / batch * batch))
-bench_device ram "$PWD/.bench/prof-tensors" "$((total * 115 / 100 + 512))M"
-w=$bench_work root=$w/mnt/t
-"$PY" bench/npy_dataset.py --out "$root" --files "$n" --shape "$shape" >/dev/null
-sync
-bin/mkbmap --reader numpy --mountpoint "$root" -o "$w/t.bmap" 2>/dev/null
-bin/mkbmap inspect --format json -o "$w/t.json" "$w/t.bmap" >/dev/null
+bench_tensor_set ram "$PWD/.bench/prof-tensors" "$size" "$total"
+w=$bench_work
 IFS=: read -r req qd fb <<<"$fioset"
 "$PY" bench/iolog_shuffled.py --map-json "$w/t.json" --out "$w/fio.iolog" --seed 1 --epochs "$epochs" \
   --request "$(numfmt --from=iec "${req^^}")" >/dev/null

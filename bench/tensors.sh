@@ -73,21 +73,10 @@ skip() { # CASE DEVICE SIZE REASON
 
 for device in $DEVICES; do
   for size in $SIZES; do
-    case $size in
-      256k) shape=256,256 batch=64 tbytes=262144 ;;
-      16m) shape=2048,2048 batch=8 tbytes=16777216 ;;
-      *) echo "tensors: unknown size $size (want 256k or 16m)" >&2; exit 2 ;;
-    esac
-    n=$((TOTAL_MB * 1048576 / tbytes / batch * batch))
     fios=FIO_$size
     fios=${!fios:-$([[ $size == 16m ]] && echo "256k:16 1m:4 1m:16 4m:4" || echo "1m:4 1m:16 1m:64")}
-    bench_device "$device" "$work/$device-$size" "$((TOTAL_MB * 115 / 100 + 512))M"
+    bench_tensor_set "$device" "$work/$device-$size" "$size" "$TOTAL_MB"
     w=$bench_work root=$bench_work/mnt/t
-    echo "tensors: $device, $size: writing $n files of float32 ($shape) ..." >&2
-    "$PY" bench/npy_dataset.py --out "$root" --files "$n" --shape "$shape" >/dev/null
-    sync
-    bin/mkbmap --reader numpy --mountpoint "$root" -o "$w/t.bmap" 2>&1 | sed 's/^/  /' >&2
-    bin/mkbmap inspect --format json -o "$w/t.json" "$w/t.bmap" >/dev/null
     rm -f "$w"/fio-*.iolog
     for f in $fios 1m:0; do  # 1m: pread_ring.py's log
       req=${f%%:*}
