@@ -106,9 +106,14 @@ type Batch struct {
 	// ask, askAt and askWhy are admit's scratch, kept with the slot so
 	// that asking allocates nothing per batch: the distinct samples asked,
 	// each one's place in ask, each one's refusal.
-	ask      []int
-	askAt    map[int]int
-	askWhy   []error
+	ask    []int
+	askAt  map[int]int
+	askWhy []error
+	// marks is Options.Guard's Marks before the batch's Access: a change
+	// no sample's freshness shows, after it, has the batch asked and read
+	// again (reread).
+	marks    uint64
+	refused  []bool // per request: it failed before its read (Access refused it); reread's
 	done     chan struct{}
 	err      error
 	released atomic.Bool
@@ -402,7 +407,16 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 					}
 				}()
 				b.readStart = time.Now()
+				if l.opts.Guard != nil && l.opts.Access != nil {
+					b.refused = b.refused[:0]
+					for i := range b.reqs {
+						b.refused = append(b.refused, b.reqs[i].Err != nil)
+					}
+				}
 				err := l.read(ctx, b.reqs)
+				if l.remarked(b) {
+					err = l.reread(ctx, b)
+				}
 				if l.opts.ROI != nil {
 					l.packROI(b)
 				}
@@ -425,6 +439,61 @@ func (l *Loader) produce(ctx context.Context, ready chan<- *Batch, epoch, batch 
 		}
 		epoch, batch = epoch+1, 0
 	}
+}
+
+// remarked reports whether a change no sample's freshness check shows (a
+// mount beneath the dataset's root: fresh.Guard.Marks) came after the
+// batch's Access: what was judged then may not hold for what was read.
+func (l *Loader) remarked(b *Batch) bool {
+	g := l.opts.Guard
+	if g == nil || l.opts.Access == nil {
+		return false
+	}
+	g.Poll()
+	return g.Marks() != b.marks
+}
+
+// rereads bounds reread's rounds while such changes keep coming.
+const rereads = 3
+
+// reread asks Access again for the samples a batch read (the guard's
+// watch has moved: their paths are opened as the caller anew) and reads
+// again those it still lets through, now checked as the change requires;
+// one refused now fails. A sample refused before stays refused: its room
+// was planned empty. While changes keep coming, after rereads rounds,
+// every sample it read fails instead.
+func (l *Loader) reread(ctx context.Context, b *Batch) error {
+	refused := b.refused
+	var err error
+	for range rereads {
+		l.opts.Guard.Poll()
+		b.marks = l.opts.Guard.Marks()
+		var keys []int
+		for i := range b.reqs {
+			if !refused[i] {
+				keys = append(keys, b.reqs[i].Index)
+			}
+		}
+		why := map[int]error{}
+		for _, r := range l.opts.Access(keys) {
+			why[keys[r.At]] = &backend.SampleError{Index: keys[r.At], Path: r.Path, Err: r.Err}
+		}
+		for i := range b.reqs {
+			if !refused[i] {
+				b.reqs[i].Err = why[b.reqs[i].Index]
+			}
+		}
+		if err = l.read(ctx, b.reqs); !l.remarked(b) {
+			return err
+		}
+	}
+	for i := range b.reqs {
+		if !refused[i] {
+			b.reqs[i].Err = &backend.SampleError{Index: b.reqs[i].Index, Path: b.reqs[i].Sample.Path,
+				Err: fmt.Errorf("%w: mounts beneath the dataset's root kept changing while the batch was read", bmap.ErrStale)}
+		}
+	}
+	return err
 }
 
 // read reads a batch's requests with the backend: those Options.Access
@@ -589,6 +658,10 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.released.Store(false)
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs, b.planErr = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0], nil
+	if g := l.opts.Guard; g != nil && l.opts.Access != nil {
+		g.Poll()
+		b.marks = g.Marks() // before Access: see remarked
+	}
 	if l.opts.WebDataset != nil {
 		l.admit(b, l.shardsOf(b, idx))
 		if b.planErr = l.planWebDataset(b, idx); b.planErr != nil {

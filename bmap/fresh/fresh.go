@@ -402,6 +402,19 @@ func (g *Guard) NeedStat(i int) bool {
 	return g.watch == nil || g.multiLink.has(i) || g.moved.has(i) || g.watch.Changed(g.dirOf[i]) || g.fan.Changed(i)
 }
 
+// Marks moves, after Poll, at each change the watches cannot attribute
+// to a sample or folder: a mount or unmount beneath the root. NeedStat
+// and PathUnchanged do not show it: the files are the same, but what a
+// caller may reach is not, so a batch whose access was judged before it
+// moved is judged and read again (loader.Options.Access). It is 0 with
+// Read, where no access verdict is kept.
+func (g *Guard) Marks() uint64 {
+	if g.watch == nil {
+		return 0
+	}
+	return g.watch.Marks()
+}
+
 // PathUnchanged reports whether no event touched the root or any directory on sample i's path.
 // It is false with Read. Whether the file is still the same is SameFile's to say.
 func (g *Guard) PathUnchanged(i int) bool {

@@ -20,20 +20,45 @@ import (
 // The kernel flags the process's mount table for POLLPRI inside a mount
 // call. Only then is the table read, and only mount points beneath the
 // folders count: a training node mounts and unmounts elsewhere (a
-// container starting) without making any verdict unusable. An unmount
-// is not always flagged (the kernel skips the flag when no other mount
-// came between), so each mount point kept is stat'ed at every look: a
-// different mount ID there is a change. There are none on a plain dataset.
+// container starting) without making any verdict unusable. Where a mount
+// is kept beneath them, before or after, a flagged look is a change: the
+// kernel reuses a freed mount ID, so a mount replaced by another at the
+// same point can read the same in the table. An unmount is not always
+// flagged (the kernel skips the flag when no other mount came between),
+// so each mount point kept is stat'ed at every look and compared with
+// what the stat said at the last read. There are none on a plain dataset.
 type mountTable struct {
 	fd     int          // /proc/self/mountinfo; not os.Open's: the runtime's epoll would take the flag
 	under  []string     // absolute paths, symlinks resolved: a mount at or beneath one counts
 	points []mountPoint // the mounts at or beneath them, as last read
+	seen   []mountStat  // what a stat of each point's path said at the last read
 }
 
 // mountPoint is one mount at or beneath a watched folder.
 type mountPoint struct {
 	id uint64
 	at string
+}
+
+// mountStat is what a stat of a mount point's path said: the mount it
+// leads to (its unique ID where the kernel gives one), or the error.
+type mountStat struct {
+	id  uint64
+	err error
+}
+
+// statMount stats path p, not following a last symlink nor syncing a
+// network filesystem.
+func statMount(p string) mountStat {
+	var st unix.Statx_t
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
+	if err := unix.Statx(unix.AT_FDCWD, p, flags, unix.STATX_MNT_ID|unix.STATX_MNT_ID_UNIQUE, &st); err != nil {
+		return mountStat{err: err}
+	}
+	if st.Mask&(unix.STATX_MNT_ID|unix.STATX_MNT_ID_UNIQUE) == 0 {
+		return mountStat{err: unix.ENOTSUP}
+	}
+	return mountStat{id: st.Mnt_id}
 }
 
 // mountInfo is the process's mount table.
@@ -69,40 +94,55 @@ func (t *mountTable) add(paths []string) {
 }
 
 // changed reports whether a mount at or beneath the folders came or went
-// since the last call. A failure to poll, stat or read counts as a change.
+// since the last call. A failure to poll or read counts as a change.
 func (t *mountTable) changed() bool {
 	fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLPRI}}
 	n, err := unix.Poll(fds, 0)
 	flagged := err != nil || (n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0)
-	for _, p := range t.points {
-		if flagged {
+	stale := false
+	for k, p := range t.points {
+		if stale = statMount(p.at) != t.seen[k]; stale {
 			break
 		}
-		var st unix.Statx_t
-		err := unix.Statx(unix.AT_FDCWD, p.at, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_MNT_ID, &st)
-		flagged = err != nil || st.Mask&unix.STATX_MNT_ID == 0 || st.Mnt_id != p.id
 	}
-	if !flagged {
+	if !flagged && !stale {
 		return false
 	}
+	kept := len(t.points) > 0
 	moved, err := t.read()
-	return moved || err != nil
+	return moved || err != nil || stale || (flagged && (kept || len(t.points) > 0))
 }
 
-// read reads the table and keeps the mounts that count; it reports
-// whether they differ from those kept before.
+// read reads the table and keeps the mounts that count, and what a stat
+// of each says; it reports whether the mounts differ from those kept
+// before. The table is read again after the stats: a mount or unmount
+// between would otherwise leave a stat that matches no kept table.
 func (t *mountTable) read() (bool, error) {
-	b, err := preadAll(t.fd)
-	if err != nil {
-		return true, fmt.Errorf("fresh: reading %s: %w", mountInfo, err)
+	table := func() ([]mountPoint, error) {
+		b, err := preadAll(t.fd)
+		if err != nil {
+			return nil, fmt.Errorf("fresh: reading %s: %w", mountInfo, err)
+		}
+		return mountsBeneath(b, t.under)
 	}
-	now, err := mountsBeneath(b, t.under)
-	if err != nil {
-		return true, err
+	now, err := table()
+	for range 3 {
+		if err != nil {
+			return true, err
+		}
+		seen := make([]mountStat, len(now))
+		for k, p := range now {
+			seen[k] = statMount(p.at)
+		}
+		again, err2 := table()
+		if err2 == nil && slices.Equal(again, now) {
+			moved := !slices.Equal(now, t.points)
+			t.points, t.seen = now, seen
+			return moved, nil
+		}
+		now, err = again, err2
 	}
-	moved := !slices.Equal(now, t.points)
-	t.points = now
-	return moved, nil
+	return true, fmt.Errorf("fresh: %s: the mounts beneath %v changed at every read", mountInfo, t.under)
 }
 
 // close stops watching.

@@ -41,6 +41,7 @@ type Watcher struct {
 	dirtyAt []uint64 // node: a file in it changed
 	movedAt []uint64 // node: the directory itself changed
 	allAt   uint64   // the root itself changed, or events were lost
+	marks   uint64   // changes no directory's mark tells (markAll): Marks
 }
 
 // lost is a mark's time (Watcher.dirtyAt, movedAt, allAt) when the
@@ -181,10 +182,20 @@ func (w *Watcher) Poll() {
 	}
 }
 
-// markAll counts one event that may have changed anything (ChangedSince).
+// markAll counts one event that may have changed anything (ChangedSince, Marks).
 func (w *Watcher) markAll() {
 	w.gen++
+	w.marks++
 	stamp(&w.allAt, w.gen)
+}
+
+// Marks returns how many changes Poll has seen that no directory's mark
+// tells (a mount beneath the root, lost events): Changed does not show
+// them, so what was read while it moved must be checked whole.
+func (w *Watcher) Marks() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.marks
 }
 
 // watchMountsBeneath watches the mount points at or beneath paths (where
