@@ -420,6 +420,36 @@ func TestLazyAccessNewSessionRestats(t *testing.T) {
 	}
 }
 
+// classOpens counts the opens of c's shared verdict on d, which it
+// re-stats above the root only hourly. The function it returns gives,
+// since its last call, how many times the samples whose paths start with
+// prefix were opened, and whether each needs a check after its raw read.
+func classOpens(d *dataset, c Caller, prefix string) func() (opens int, needStat bool) {
+	var mu sync.Mutex
+	opened := map[int]int{}
+	shared := d.lazy(c)
+	shared.ancStat = time.Hour
+	shared.open = func(ds *bmap.Map, i int, g *fresh.Guard) error {
+		mu.Lock()
+		opened[i]++
+		mu.Unlock()
+		return openSample(ds, i, g)
+	}
+	return func() (opens int, needStat bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		needStat = true
+		for i, s := range d.m.Samples {
+			if strings.HasPrefix(s.Path, prefix) {
+				opens += opened[i]
+				needStat = needStat && d.guard.NeedStat(i)
+			}
+		}
+		clear(opened)
+		return opens, needStat
+	}
+}
+
 // TestLazyAccessSharedMountHidden: nobody's session A has opened every
 // sample; root then mounts a tmpfs over class c0, of which no inotify
 // event tells. A new session B's first batch, sharing A's verdict, opens
@@ -431,32 +461,10 @@ func TestLazyAccessSharedMountHidden(t *testing.T) {
 	asRoot(t)
 	fs, m := classFolders(t, 2)
 	d := watched(t, m)
-	g, all := d.guard, allSamples(m)
+	all := allSamples(m)
 	nob := Caller{UID: nobody, GID: nobody}
 	A := d.access(nob)
-	var mu sync.Mutex
-	opened := map[int]int{}
-	shared := d.lazy(nob)
-	shared.ancStat = time.Hour
-	shared.open = func(ds *bmap.Map, i int, g *fresh.Guard) error {
-		mu.Lock()
-		opened[i]++
-		mu.Unlock()
-		return openSample(ds, i, g)
-	}
-	c0 := func() (opens int, needStat bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		needStat = true
-		for i, s := range m.Samples {
-			if strings.HasPrefix(s.Path, "c0/") {
-				opens += opened[i]
-				needStat = needStat && g.NeedStat(i)
-			}
-		}
-		clear(opened)
-		return opens, needStat
-	}
+	c0 := classOpens(d, nob, "c0/")
 	if r := A(all); len(r) != 0 {
 		t.Fatalf("A: %d refused", len(r))
 	}

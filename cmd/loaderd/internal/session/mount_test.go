@@ -7,14 +7,10 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nvfeed/nvfeed/bmap"
-	"github.com/nvfeed/nvfeed/bmap/fresh"
 	"github.com/nvfeed/nvfeed/loader"
 )
 
@@ -43,29 +39,7 @@ func TestLazyAccessSharedMountReplacedSameID(t *testing.T) {
 	g.Wait()
 	nob := Caller{UID: nobody, GID: nobody}
 	A := d.access(nob)
-	var mu sync.Mutex
-	opened := map[int]int{}
-	shared := d.lazy(nob)
-	shared.ancStat = time.Hour
-	shared.open = func(ds *bmap.Map, i int, g *fresh.Guard) error {
-		mu.Lock()
-		opened[i]++
-		mu.Unlock()
-		return openSample(ds, i, g)
-	}
-	c0 := func() (opens int, needStat bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		needStat = true
-		for i, s := range m.Samples {
-			if strings.HasPrefix(s.Path, "c0/") {
-				opens += opened[i]
-				needStat = needStat && g.NeedStat(i)
-			}
-		}
-		clear(opened)
-		return opens, needStat
-	}
+	c0 := classOpens(d, nob, "c0/")
 	if r := A(all); len(r) != 0 {
 		t.Fatalf("A: %d refused", len(r))
 	}
