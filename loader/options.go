@@ -76,6 +76,8 @@ type Options struct {
 	SlotSizes *SlotSizes
 	// Access, when set, is asked before each batch's reads which samples may not be read.
 	// Each refused sample fails and no byte of it reaches the batch memory.
+	// With Guard, it is asked again and the batch read again when the
+	// guard's Marks moved meanwhile (a mount beneath the root).
 	Access func(samples []int) []Refused
 	// Files, when set, lists the map's samples to read, in order: DALI's files=.
 	// Nil: the whole map.
