@@ -466,8 +466,7 @@ func (l *Loader) reread(ctx context.Context, b *Batch) error {
 	refused := b.refused
 	var err error
 	for range rereads {
-		l.opts.Guard.Poll()
-		b.marks = l.opts.Guard.Marks()
+		b.marks = l.opts.Guard.Marks() // remarked has just polled
 		var keys []int
 		for i := range b.reqs {
 			if !refused[i] {
@@ -659,8 +658,7 @@ func (l *Loader) plan(b *Batch, epoch, iter int, idx []int32) {
 	b.Indices = append(b.Indices[:0], idx...)
 	b.Labels, b.Offsets, b.Lengths, b.reqs, b.planErr = b.Labels[:0], b.Offsets[:0], b.Lengths[:0], b.reqs[:0], nil
 	if g := l.opts.Guard; g != nil && l.opts.Access != nil {
-		g.Poll()
-		b.marks = g.Marks() // before Access: see remarked
+		b.marks = g.Marks() // before Access (which polls): a change it sees only costs a reread
 	}
 	if l.opts.WebDataset != nil {
 		l.admit(b, l.shardsOf(b, idx))

@@ -31,13 +31,8 @@ func mountIDAt(t *testing.T, p string) uint64 {
 // still mark all (a flagged look with a mount kept is a change, and the
 // point's stat gives the mount's unique ID).
 func TestWatcherMountReplacedSameID(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipPrivileged(t, "mounting needs root")
-	}
-	root, elsewhere := t.TempDir(), t.TempDir()
+	root, elsewhere := mountRoot(t, "a", "b"), t.TempDir()
 	a := filepath.Join(root, "a")
-	os.Mkdir(a, 0o755)
-	os.Mkdir(filepath.Join(root, "b"), 0o755)
 	os.WriteFile(filepath.Join(elsewhere, "0.jpg"), []byte("x"), 0o644)
 	if err := unix.Mount(elsewhere, a, "", unix.MS_BIND, ""); err != nil {
 		testenv.SkipPrivileged(t, "bind mount: %v", err)
@@ -156,12 +151,8 @@ func TestWatcherMountKinds(t *testing.T) {
 // (the lower one's stat never leads to it), a look with nothing changed
 // reads no table: changed is false at every look, not a re-read each.
 func TestMountTableStackedSettles(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipPrivileged(t, "mounting needs root")
-	}
-	root := t.TempDir()
+	root := mountRoot(t, "a")
 	a := filepath.Join(root, "a")
-	os.Mkdir(a, 0o755)
 	for range 2 {
 		if err := unix.Mount("tmpfs", a, "tmpfs", 0, "size=1m"); err != nil {
 			testenv.SkipPrivileged(t, "mount tmpfs: %v", err)

@@ -32,6 +32,7 @@ type mountTable struct {
 	under  []string     // absolute paths, symlinks resolved: a mount at or beneath one counts
 	points []mountPoint // the mounts at or beneath them, as last read
 	seen   []mountStat  // what a stat of each point's path said at the last read
+	failed bool         // the last read failed: the next look reads again, a change
 }
 
 // mountPoint is one mount at or beneath a watched folder.
@@ -75,7 +76,7 @@ func openMountTable(root string) (*mountTable, error) {
 		return nil, fmt.Errorf("fresh: watching the mount table: %s: %w", mountInfo, err)
 	}
 	t := &mountTable{fd: fd, under: []string{r}}
-	if _, err := t.read(); err != nil {
+	if err := t.read(); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
@@ -90,34 +91,45 @@ func (t *mountTable) add(paths []string) {
 			t.under = append(t.under, r)
 		}
 	}
-	t.read() // a failure is seen again at the next look
+	t.read() // a failure is a change at the next look (failed)
 }
 
-// changed reports whether a mount at or beneath the folders came or went
-// since the last call. A failure to poll or read counts as a change.
+// changed reports whether a mount at or beneath the folders may have
+// come or gone since the last call: a kept point's stat differs, or the
+// table was flagged with a mount kept before or after (a flagged look
+// with none beneath either time is no change). A failure to poll or
+// read counts as a change.
 func (t *mountTable) changed() bool {
 	fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLPRI}}
 	n, err := unix.Poll(fds, 0)
 	flagged := err != nil || (n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0)
-	stale := false
+	stale := t.failed
 	for k, p := range t.points {
-		if stale = statMount(p.at) != t.seen[k]; stale {
+		if stale {
 			break
 		}
+		stale = statMount(p.at) != t.seen[k]
 	}
 	if !flagged && !stale {
 		return false
 	}
 	kept := len(t.points) > 0
-	moved, err := t.read()
-	return moved || err != nil || stale || (flagged && (kept || len(t.points) > 0))
+	err = t.read()
+	return stale || err != nil || kept || len(t.points) > 0
 }
 
 // read reads the table and keeps the mounts that count, and what a stat
-// of each says; it reports whether the mounts differ from those kept
-// before. The table is read again after the stats: a mount or unmount
-// between would otherwise leave a stat that matches no kept table.
-func (t *mountTable) read() (bool, error) {
+// of each says. The table is read again after the stats: a mount or
+// unmount between would otherwise leave a stat that matches no kept
+// table. A failure is kept in failed.
+func (t *mountTable) read() error {
+	err := t.settle()
+	t.failed = err != nil
+	return err
+}
+
+// settle is read's work: the table, read until it holds still around the stats.
+func (t *mountTable) settle() error {
 	table := func() ([]mountPoint, error) {
 		b, err := preadAll(t.fd)
 		if err != nil {
@@ -128,7 +140,7 @@ func (t *mountTable) read() (bool, error) {
 	now, err := table()
 	for range 3 {
 		if err != nil {
-			return true, err
+			return err
 		}
 		seen := make([]mountStat, len(now))
 		for k, p := range now {
@@ -136,13 +148,12 @@ func (t *mountTable) read() (bool, error) {
 		}
 		again, err2 := table()
 		if err2 == nil && slices.Equal(again, now) {
-			moved := !slices.Equal(now, t.points)
 			t.points, t.seen = now, seen
-			return moved, nil
+			return nil
 		}
 		now, err = again, err2
 	}
-	return true, fmt.Errorf("fresh: %s: the mounts beneath %v changed at every read", mountInfo, t.under)
+	return fmt.Errorf("fresh: %s: the mounts beneath %v changed at every read", mountInfo, t.under)
 }
 
 // close stops watching.

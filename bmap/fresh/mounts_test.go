@@ -76,13 +76,7 @@ func FuzzMountsBeneath(f *testing.F) {
 // each a change to everything at that point, once; a mount outside the
 // root is none while no mount is kept beneath it.
 func TestWatcherMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipPrivileged(t, "mounting needs root")
-	}
-	root, elsewhere := t.TempDir(), t.TempDir()
-	for _, c := range []string{"a", "b"} {
-		os.Mkdir(filepath.Join(root, c), 0o755)
-	}
+	root, elsewhere := mountRoot(t, "a", "b"), t.TempDir()
 	w, err := NewWatcher(root, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
@@ -133,16 +127,28 @@ func TestWatcherMount(t *testing.T) {
 	}
 }
 
-// TestMountTableUnflaggedUnmount: an unmount the kernel did not flag
-// (older kernels skip the flag when no other mount came between) is
-// still seen, by the mount ID at the mount point.
-func TestMountTableUnflaggedUnmount(t *testing.T) {
+// mountRoot returns a new folder holding the folders classes, for a test
+// that mounts; it skips the test without root.
+func mountRoot(t *testing.T, classes ...string) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.SkipPrivileged(t, "mounting needs root")
 	}
 	root := t.TempDir()
+	for _, c := range classes {
+		if err := os.Mkdir(filepath.Join(root, c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestMountTableUnflaggedUnmount: an unmount the kernel did not flag
+// (older kernels skip the flag when no other mount came between) is
+// still seen, by the mount ID at the mount point.
+func TestMountTableUnflaggedUnmount(t *testing.T) {
+	root := mountRoot(t, "a")
 	at := filepath.Join(root, "a")
-	os.Mkdir(at, 0o755)
 	mt, err := openMountTable(root)
 	if err != nil {
 		t.Fatal(err)
