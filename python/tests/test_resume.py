@@ -185,14 +185,16 @@ def test_elastic_shrinks_then_grows(sets: Sets, tmp_path: Path) -> None:
     3 of 5 attempts in two CI runs, the agent logging nothing more):
     resume_ranks.py's watchdog now ends such a worker after INIT_LIMIT and
     the agent forms the next round. An attempt that still makes no
-    progress is given up with a warning and the job run again, at most 3
-    times. Each attempt that gets through is checked whole."""
-    for attempt in range(3):
+    progress is given up with a warning and the job run again, at most 4
+    times (one CI run needed 3: the agent itself hung in its rendezvous,
+    which the workers' watchdog cannot end). Each attempt that gets
+    through is checked whole."""
+    for attempt in range(4):
         if _elastic(sets, tmp_path / f"attempt{attempt}"):
             return
         warnings.warn(f"attempt {attempt}: torchrun's surviving agent made no progress after losing a node "
                       "(its rendezvous hung): running the job again")
-    pytest.fail("torchrun's surviving agent hung in its rendezvous after losing a node, 3 times")
+    pytest.fail("torchrun's surviving agent hung in its rendezvous after losing a node, 4 times")
 
 
 def _elastic(sets: Sets, tmp_path: Path) -> bool:
